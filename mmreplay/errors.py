@@ -1,0 +1,41 @@
+"""The exceptions mmreplay raises.
+
+Each class also subclasses the builtin exception it refines, so callers can catch either:
+a store that is not found is a ``FileNotFoundError``, a corrupt one a ``ValueError``.
+"""
+
+from __future__ import annotations
+
+import io
+
+
+class MmreplayError(Exception):
+    """Base class of every error specific to mmreplay."""
+
+
+class StoreExistsError(MmreplayError, FileExistsError):
+    """``ReplayStore.create`` was given a path that already exists."""
+
+
+class StoreNotFoundError(MmreplayError, FileNotFoundError):
+    """``ReplayStore.open`` was given a path that holds no store."""
+
+
+class CorruptStoreError(MmreplayError, ValueError):
+    """A file of the store fails its checksum, is truncated, or is not a store file at all."""
+
+
+class FormatVersionError(CorruptStoreError):
+    """The store was written in a format version this code does not read."""
+
+
+class ReadOnlyStoreError(MmreplayError, io.UnsupportedOperation):
+    """A write (``add``, ``flush`` of new data) was attempted on a store opened with ``mode="r"``."""
+
+
+class ClosedStoreError(MmreplayError, ValueError):
+    """An operation was attempted on a store after ``close()``."""
+
+
+class StoreLockedError(MmreplayError, BlockingIOError):
+    """Another process already holds the store open for writing."""
