@@ -1,0 +1,36 @@
+"""mmreplay: a disk-backed, memory-mapped experience replay store for RL agents that see images.
+
+Each frame is stored once, lz4-compressed, in a ring on disk; obs and next_obs stacks are rebuilt from
+neighbouring frames at sample time, never crossing an episode start.
+"""
+
+from mmreplay.batch import Batch
+from mmreplay.errors import (
+    ClosedStoreError,
+    CorruptStoreError,
+    FormatVersionError,
+    MmreplayError,
+    ReadOnlyStoreError,
+    StoreExistsError,
+    StoreLockedError,
+    StoreNotFoundError,
+)
+from mmreplay.samplers import Sampler, UniformSampler
+from mmreplay.store import ReplayStore
+
+__all__ = [
+    "Batch",
+    "ClosedStoreError",
+    "CorruptStoreError",
+    "FormatVersionError",
+    "MmreplayError",
+    "ReadOnlyStoreError",
+    "ReplayStore",
+    "Sampler",
+    "StoreExistsError",
+    "StoreLockedError",
+    "StoreNotFoundError",
+    "UniformSampler",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,130 @@
+"""The on-disk layout of a store: file names, magic bytes, format version, and the header that commits.
+
+A store is a directory::
+
+    header.json            the commit record (replaced atomically; everything else is only trusted
+                           up to the counts it holds)
+    transitions.tbl        the transition table: a ring of fixed-size rows, slot = step % row_slots
+    frames-<G>.idx         the frame table, generation G: a ring of fixed-size entries, slot = frame step % frame_slots
+    frames/<K>.seg         frame segment K: compressed frames at byte positions [K * segment_bytes, (K+1) * segment_bytes)
+
+All integers in the binary files are little-endian. The header is JSON with a CRC-32 of its own body,
+so a torn or hand-edited header is detected instead of trusted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from mmreplay.errors import CorruptStoreError, FormatVersionError, StoreNotFoundError
+
+MAGIC = "mmreplay"
+FORMAT_VERSION = 1
+
+HEADER_NAME = "header.json"
+TRANSITIONS_NAME = "transitions.tbl"
+SEGMENTS_DIR = "frames"
+LOCK_NAME = "writer.lock"
+
+
+def frame_table_name(generation: int) -> str:
+    return f"frames-{generation}.idx"
+
+
+def segment_name(segment: int) -> str:
+    return f"{segment:010d}.seg"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a store holds and how its files are sized; fixed at create time."""
+
+    frame_shape: tuple[int, ...]
+    capacity: int
+    stack_size: int
+    num_envs: int
+    action_shape: tuple[int, ...]
+    action_dtype: str
+    row_slots: int
+    segment_bytes: int
+
+
+@dataclass(frozen=True)
+class Commit:
+    """The committed counts: a reader trusts the files exactly up to these.
+
+    ``transitions_added`` and ``frames_written`` are steps (never wrap); ``bytes_written`` is the
+    never-wrapping byte position where the next frame goes; ``frame_tail`` is the oldest frame step
+    that some stored transition still needs.
+    """
+
+    transitions_added: int
+    frames_written: int
+    bytes_written: int
+    frame_tail: int
+    frame_table_generation: int
+    frame_slots: int
+
+
+def _body_checksum(body: dict[str, object]) -> int:
+    return zlib.crc32(json.dumps(body, sort_keys=True).encode())
+
+
+def write_header(directory: Path, layout: Layout, commit: Commit) -> None:
+    """Replace the header atomically: write a temporary file, fsync it, rename it over, fsync the directory."""
+    body = {
+        "magic": MAGIC,
+        "format_version": FORMAT_VERSION,
+        "layout": asdict(layout),
+        "commit": asdict(commit),
+    }
+    text = json.dumps({**body, "checksum": _body_checksum(body)}, indent=1, sort_keys=True)
+    temporary = directory / (HEADER_NAME + ".tmp")
+    with open(temporary, "w", encoding="utf-8") as file:
+        file.write(text)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, directory / HEADER_NAME)
+    fsync_directory(directory)
+
+
+def read_header(directory: Path) -> tuple[Layout, Commit]:
+    """Read and check the header: magic and format version first, then its checksum, then its fields."""
+    path = directory / HEADER_NAME
+    if not directory.is_dir() or not path.is_file():
+        raise StoreNotFoundError(f"no mmreplay store at {str(directory)!r} (missing {HEADER_NAME})")
+    raw = path.read_bytes()
+    try:
+        document = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CorruptStoreError(f"{path}: header is not valid JSON ({error})") from None
+    if not isinstance(document, dict) or document.get("magic") != MAGIC:
+        raise CorruptStoreError(f"{path}: not an mmreplay header (magic is not {MAGIC!r})")
+    version = document.get("format_version")
+    if version != FORMAT_VERSION:
+        raise FormatVersionError(
+            f"{path}: format version {version!r}; this mmreplay reads format version {FORMAT_VERSION}"
+        )
+    checksum = document.pop("checksum", None)
+    if checksum != _body_checksum(document):
+        raise CorruptStoreError(f"{path}: header checksum mismatch (the header was modified or torn)")
+    try:
+        layout_fields = dict(document["layout"])
+        layout_fields["frame_shape"] = tuple(layout_fields["frame_shape"])
+        layout_fields["action_shape"] = tuple(layout_fields["action_shape"])
+        return Layout(**layout_fields), Commit(**document["commit"])
+    except (KeyError, TypeError) as error:
+        raise CorruptStoreError(f"{path}: header is missing or has unknown fields ({error})") from None
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a rename or a new file inside ``directory`` durable."""
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

@@ -1,0 +1,222 @@
+"""The frame ring: compressed frames in segment files, located through a ring-shaped frame table.
+
+Vocabulary: a *frame step* numbers every frame ever written (never wraps); a frame's *slot* in the
+frame table is ``frame_step % frame_slots``; its *position* is a never-wrapping byte offset, so segment
+``position // segment_bytes`` holds it at ``position % segment_bytes``. Frames never straddle segments.
+
+Each frame-table entry records where the frame's bytes are, their CRC-32 (seeded with the frame step),
+and ``prev_delta``: how many frame steps back the previous frame of the same episode is (0 for an
+episode's first frame). That link is all that stacking needs; this module knows nothing of
+transitions, sampling or commits. It never overwrites bytes at a position below ``bytes_written``,
+and the store decides which table slots may be reused.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from mmreplay import codec
+from mmreplay.errors import CorruptStoreError
+from mmreplay.format import SEGMENTS_DIR, fsync_directory, frame_table_name, segment_name
+
+FRAME_ENTRY = np.dtype(
+    [("position", "<u8"), ("length", "<u4"), ("checksum", "<u4"), ("prev_delta", "<u4")]
+)
+
+
+class FrameRing:
+    """Appends compressed frames and decodes them back by frame step."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        frame_shape: tuple[int, ...],
+        segment_bytes: int,
+        frame_slots: int,
+        generation: int,
+        frames_written: int,
+        bytes_written: int,
+        writable: bool,
+    ) -> None:
+        self.directory = directory
+        self.frame_shape = frame_shape
+        self.frame_nbytes = int(np.prod(frame_shape))
+        self.segment_bytes = segment_bytes
+        self.frame_slots = frame_slots
+        self.generation = generation
+        self.frames_written = frames_written
+        self.bytes_written = bytes_written
+        self.writable = writable
+        self._segments: dict[int, tuple[mmap.mmap, memoryview]] = {}
+        self._dirty_segments: set[int] = set()
+        self._table = self._map_table(generation, frame_slots)
+
+    @classmethod
+    def create(
+        cls, directory: Path, *, frame_shape: tuple[int, ...], segment_bytes: int, frame_slots: int
+    ) -> FrameRing:
+        (directory / SEGMENTS_DIR).mkdir()
+        _allocate(directory / frame_table_name(0), frame_slots * FRAME_ENTRY.itemsize)
+        return cls(
+            directory,
+            frame_shape=frame_shape,
+            segment_bytes=segment_bytes,
+            frame_slots=frame_slots,
+            generation=0,
+            frames_written=0,
+            bytes_written=0,
+            writable=True,
+        )
+
+    # -- writing ---------------------------------------------------------------------------------
+
+    def append(self, payloads: list[bytes], prev_deltas: list[int]) -> int:
+        """Write compressed frames with their episode links; returns the first new frame step.
+
+        The caller guarantees that ``frames_written + len(payloads)`` stays within the table's window
+        (no slot that a committed or stored transition needs is reused).
+        """
+        first_step = self.frames_written
+        entries = np.empty(len(payloads), FRAME_ENTRY)
+        position = self.bytes_written
+        for i, payload in enumerate(payloads):
+            length = len(payload)
+            if position % self.segment_bytes + length > self.segment_bytes:
+                position += self.segment_bytes - position % self.segment_bytes
+            segment, offset = divmod(position, self.segment_bytes)
+            view = self._segment_view(segment, create=True)
+            view[offset : offset + length] = payload
+            self._dirty_segments.add(segment)
+            entries[i] = (position, length, codec.checksum(payload, first_step + i), prev_deltas[i])
+            position += length
+        slots = np.arange(first_step, first_step + len(payloads)) % self.frame_slots
+        self._table[slots] = entries
+        self.frames_written += len(payloads)
+        self.bytes_written = position
+        return first_step
+
+    def sync(self) -> None:
+        """Make every frame and table entry written so far durable (msync), before a commit."""
+        for segment in sorted(self._dirty_segments):
+            if segment in self._segments:
+                self._segments[segment][0].flush()
+        self._dirty_segments.clear()
+        self._table.flush()
+
+    def grow(self, frame_slots: int, frame_tail: int) -> None:
+        """Move the frame table to a larger new generation, keeping frames ``[frame_tail, frames_written)``.
+
+        The old generation stays on disk until the store has committed the new one and calls
+        ``remove_generation``.
+        """
+        generation = self.generation + 1
+        path = self.directory / frame_table_name(generation)
+        _allocate(path, frame_slots * FRAME_ENTRY.itemsize)
+        table = np.memmap(path, dtype=FRAME_ENTRY, mode="r+", shape=(frame_slots,))
+        steps = np.arange(frame_tail, self.frames_written)
+        table[steps % frame_slots] = self._table[steps % self.frame_slots]
+        table.flush()
+        fsync_directory(self.directory)
+        self._table = table
+        self.generation = generation
+        self.frame_slots = frame_slots
+
+    def remove_generation(self, generation: int) -> None:
+        (self.directory / frame_table_name(generation)).unlink(missing_ok=True)
+
+    def release_segments_before(self, position: int) -> None:
+        """Delete the segment files whose every byte lies below ``position`` (no stored frame needs them)."""
+        first_live = position // self.segment_bytes
+        for path in (self.directory / SEGMENTS_DIR).glob("*.seg"):
+            segment = int(path.stem)
+            if segment < first_live:
+                self._unmap(segment)
+                path.unlink()
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    def prev_deltas(self, frame_steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The ``prev_delta`` link of each frame (0 at an episode's first frame)."""
+        return self._table["prev_delta"][frame_steps % self.frame_slots].astype(np.int64)
+
+    def position_of(self, frame_step: int) -> int:
+        """The byte position of a written frame; ``bytes_written`` for the frame not yet written."""
+        if frame_step >= self.frames_written:
+            return self.bytes_written
+        return int(self._table["position"][frame_step % self.frame_slots])
+
+    def decode_into(self, frame_steps: npt.NDArray[np.int64], out: npt.NDArray[np.uint8]) -> None:
+        """Decode each frame into ``out[i]`` (a C-contiguous (n, *frame_shape) array), checking its CRC."""
+        entries = self._table[frame_steps % self.frame_slots]
+        segments, offsets = np.divmod(entries["position"].astype(np.int64), self.segment_bytes)
+        out_view = memoryview(out.reshape(-1)).cast("B")
+        frame_nbytes = self.frame_nbytes
+        for i, (segment, offset, length, checksum) in enumerate(
+            zip(segments.tolist(), offsets.tolist(), entries["length"].tolist(), entries["checksum"].tolist())
+        ):
+            payload = self._segment_view(segment)[offset : offset + length]
+            step = int(frame_steps[i])
+            if codec.checksum(payload, step) != checksum:
+                raise CorruptStoreError(
+                    f"{self._segment_path(segment)}: frame {step} fails its checksum "
+                    f"(corrupt, or overwritten since it was located)"
+                )
+            out_view[i * frame_nbytes : (i + 1) * frame_nbytes] = codec.decompress(payload, frame_nbytes)
+
+    def close(self) -> None:
+        for segment in list(self._segments):
+            self._unmap(segment)
+        if self.writable:
+            self._table.flush()
+        del self._table
+
+    # -- files -----------------------------------------------------------------------------------
+
+    def _map_table(self, generation: int, frame_slots: int) -> np.memmap:
+        path = self.directory / frame_table_name(generation)
+        expected = frame_slots * FRAME_ENTRY.itemsize
+        if not path.is_file() or path.stat().st_size < expected:
+            raise CorruptStoreError(f"{path}: frame table is missing or shorter than {expected} bytes")
+        return np.memmap(path, dtype=FRAME_ENTRY, mode="r+" if self.writable else "r", shape=(frame_slots,))
+
+    def _segment_path(self, segment: int) -> Path:
+        return self.directory / SEGMENTS_DIR / segment_name(segment)
+
+    def _segment_view(self, segment: int, create: bool = False) -> memoryview:
+        mapped = self._segments.get(segment)
+        if mapped is not None:
+            return mapped[1]
+        path = self._segment_path(segment)
+        if create and not path.exists():
+            _allocate(path, self.segment_bytes)
+            fsync_directory(path.parent)
+        try:
+            with open(path, "r+b" if self.writable else "rb") as file:
+                if os.fstat(file.fileno()).st_size < self.segment_bytes:
+                    raise CorruptStoreError(f"{path}: segment file is truncated")
+                access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
+                mapping = mmap.mmap(file.fileno(), self.segment_bytes, access=access)
+        except FileNotFoundError:
+            raise CorruptStoreError(f"{path}: segment file is missing") from None
+        view = memoryview(mapping)
+        self._segments[segment] = (mapping, view)
+        return view
+
+    def _unmap(self, segment: int) -> None:
+        mapped = self._segments.pop(segment, None)
+        if mapped is not None:
+            mapped[1].release()
+            mapped[0].close()
+
+
+def _allocate(path: Path, nbytes: int) -> None:
+    """Create a file of ``nbytes`` without writing them (sparse: disk use follows what is written)."""
+    with open(path, "xb") as file:
+        file.truncate(nbytes)
+        os.fsync(file.fileno())

@@ -1,0 +1,185 @@
+"""Checks of public arguments: each ``parse_*`` returns a normalized value or raises a clear error.
+
+Messages name the argument, what was expected and what was received. ``TypeError`` is for the wrong
+kind of thing (dtype, type), ``ValueError`` for the wrong value or shape. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+
+def parse_positive_int(value: object, name: str) -> int:
+    try:
+        number = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{name} must be an int; got {type(value).__name__} {value!r}") from None
+    if number < 1:
+        raise ValueError(f"{name} must be >= 1; got {number}")
+    return number
+
+
+def parse_shape(value: object, name: str, *, allow_empty: bool) -> tuple[int, ...]:
+    if isinstance(value, (int, np.integer)):
+        value = (value,)
+    try:
+        shape = tuple(operator.index(n) for n in value)  # type: ignore[union-attr]
+    except TypeError:
+        raise TypeError(f"{name} must be a tuple of ints; got {value!r}") from None
+    if (not shape and not allow_empty) or any(n < 1 for n in shape):
+        raise ValueError(f"{name} must be a tuple of positive ints; got {shape}")
+    return shape
+
+
+def parse_action_dtype(value: object) -> np.dtype:
+    try:
+        dtype = np.dtype(value)  # type: ignore[call-overload]
+    except TypeError:
+        raise TypeError(f"action_dtype must be a numpy dtype; got {value!r}") from None
+    if dtype.kind not in "iufb":
+        raise TypeError(f"action_dtype must be a numeric or bool dtype; got {dtype}")
+    return dtype
+
+
+def parse_rng(rng: object) -> np.random.Generator:
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if rng is None or isinstance(rng, (int, np.integer)):
+        return np.random.default_rng(rng)  # type: ignore[arg-type]
+    raise TypeError(f"rng must be a numpy Generator, an int seed or None; got {type(rng).__name__}")
+
+
+def parse_mode(mode: object) -> str:
+    if mode not in ("r", "r+"):
+        raise ValueError(f"mode must be 'r' (read-only) or 'r+' (read and append); got {mode!r}")
+    return str(mode)
+
+
+@dataclass(frozen=True)
+class AddArguments:
+    """One ``add`` call, normalized: every field has a leading env axis; frames are C-contiguous.
+
+    ``obs`` and ``next_obs`` have shape (num_envs, k, *frame_shape) with k = 1 when single frames were
+    given, or k = stack_size when stacks were (``stacked``).
+    """
+
+    obs: npt.NDArray[np.uint8]
+    action: npt.NDArray[Any]
+    reward: npt.NDArray[np.float32]
+    next_obs: npt.NDArray[np.uint8]
+    terminated: npt.NDArray[np.bool_]
+    truncated: npt.NDArray[np.bool_]
+    stacked: bool
+
+
+def parse_add(
+    obs: object,
+    action: object,
+    reward: object,
+    next_obs: object,
+    terminated: object,
+    truncated: object,
+    *,
+    frame_shape: tuple[int, ...],
+    stack_size: int,
+    num_envs: int,
+    action_shape: tuple[int, ...],
+    action_dtype: np.dtype,
+) -> AddArguments:
+    env_axis = () if num_envs == 1 else (num_envs,)
+    obs_array, obs_stacked = _parse_frames(obs, "obs", frame_shape, stack_size, env_axis)
+    next_array, next_stacked = _parse_frames(next_obs, "next_obs", frame_shape, stack_size, env_axis)
+    if obs_stacked != next_stacked:
+        raise ValueError(
+            f"obs is {'a stack' if obs_stacked else 'one frame'} but next_obs is "
+            f"{'a stack' if next_stacked else 'one frame'}; give both as frames or both as stacks"
+        )
+    if obs_stacked and stack_size > 1:
+        shifted = np.all(next_array[:, :-1] == obs_array[:, 1:], axis=tuple(range(1, obs_array.ndim)))
+        if not shifted.all():
+            where = "" if num_envs == 1 else f" for env {int(np.argmin(shifted))}"
+            raise ValueError(
+                f"next_obs[:-1] must equal obs[1:] (a frame stack shifted by one frame){where}; "
+                "it differs"
+            )
+    return AddArguments(
+        obs=obs_array,
+        action=_parse_action(action, env_axis, action_shape, action_dtype),
+        reward=_parse_reward(reward, env_axis),
+        next_obs=next_array,
+        terminated=_parse_flag(terminated, "terminated", env_axis),
+        truncated=_parse_flag(truncated, "truncated", env_axis),
+        stacked=obs_stacked,
+    )
+
+
+def _env_count(env_axis: tuple[int, ...]) -> int:
+    return env_axis[0] if env_axis else 1
+
+
+def _expected_env_text(env_axis: tuple[int, ...]) -> str:
+    return f"num_envs={env_axis[0]}" if env_axis else "num_envs=1"
+
+
+def _parse_frames(
+    value: object, name: str, frame_shape: tuple[int, ...], stack_size: int, env_axis: tuple[int, ...]
+) -> tuple[npt.NDArray[np.uint8], bool]:
+    array = np.asarray(value)
+    if array.dtype != np.uint8:
+        raise TypeError(f"{name} must have dtype uint8; got {array.dtype}")
+    frame = env_axis + frame_shape
+    stack = env_axis + (stack_size, *frame_shape)
+    if array.shape == frame:
+        stacked = False
+    elif array.shape == stack:
+        stacked = True
+    else:
+        raise ValueError(
+            f"{name} has shape {array.shape}; expected {frame} (one frame) or {stack} "
+            f"(a stack of {stack_size}) for {_expected_env_text(env_axis)}"
+        )
+    array = np.ascontiguousarray(array)
+    return array.reshape(_env_count(env_axis), -1, *frame_shape), stacked
+
+
+def _parse_action(
+    value: object, env_axis: tuple[int, ...], action_shape: tuple[int, ...], action_dtype: np.dtype
+) -> npt.NDArray[Any]:
+    array = np.asarray(value)
+    expected = env_axis + action_shape
+    if array.shape != expected:
+        raise ValueError(
+            f"action has shape {array.shape}; expected {expected} for action_shape={action_shape} "
+            f"and {_expected_env_text(env_axis)}"
+        )
+    if array.dtype.kind not in "iufb" or not np.can_cast(array.dtype, action_dtype, casting="same_kind"):
+        raise TypeError(f"action has dtype {array.dtype}; expected values castable to {action_dtype}")
+    cast = array.astype(action_dtype)
+    if not np.array_equal(cast, array, equal_nan=action_dtype.kind == "f"):
+        raise ValueError(f"action has values out of range for {action_dtype}: {array.ravel()[:8]}")
+    return cast.reshape(_env_count(env_axis), *action_shape)
+
+
+def _parse_reward(value: object, env_axis: tuple[int, ...]) -> npt.NDArray[np.float32]:
+    array = np.asarray(value)
+    if array.shape != env_axis:
+        raise ValueError(f"reward has shape {array.shape}; expected {env_axis} for {_expected_env_text(env_axis)}")
+    if array.dtype.kind not in "iuf":
+        raise TypeError(f"reward must be a real number; got dtype {array.dtype}")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"reward must be finite; got {array}")
+    return array.astype(np.float32).reshape(-1)
+
+
+def _parse_flag(value: object, name: str, env_axis: tuple[int, ...]) -> npt.NDArray[np.bool_]:
+    array = np.asarray(value)
+    if array.shape != env_axis:
+        raise ValueError(f"{name} has shape {array.shape}; expected {env_axis} for {_expected_env_text(env_axis)}")
+    if array.dtype != np.bool_:
+        raise TypeError(f"{name} must be bool; got dtype {array.dtype}")
+    return array.reshape(-1)
