@@ -55,7 +55,8 @@ class FrameRing:
         self.writable = writable
         self._segments: dict[int, tuple[mmap.mmap, memoryview]] = {}
         self._dirty_segments: set[int] = set()
-        self._table = self._map_table(generation, frame_slots)
+        self._mapping = self._map_table(generation, frame_slots)
+        self._table = self._mapping.view(np.ndarray)  # plain indexing, without memmap's per-call overhead
 
     @classmethod
     def create(
@@ -83,8 +84,8 @@ class FrameRing:
         (no slot that a committed or stored transition needs is reused).
         """
         first_step = self.frames_written
-        entries = np.empty(len(payloads), FRAME_ENTRY)
         position = self.bytes_written
+        table = self._table
         for i, payload in enumerate(payloads):
             length = len(payload)
             if position % self.segment_bytes + length > self.segment_bytes:
@@ -93,10 +94,9 @@ class FrameRing:
             view = self._segment_view(segment, create=True)
             view[offset : offset + length] = payload
             self._dirty_segments.add(segment)
-            entries[i] = (position, length, codec.checksum(payload, first_step + i), prev_deltas[i])
+            step = first_step + i
+            table[step % self.frame_slots] = (position, length, codec.checksum(payload, step), prev_deltas[i])
             position += length
-        slots = np.arange(first_step, first_step + len(payloads)) % self.frame_slots
-        self._table[slots] = entries
         self.frames_written += len(payloads)
         self.bytes_written = position
         return first_step
@@ -107,7 +107,7 @@ class FrameRing:
             if segment in self._segments:
                 self._segments[segment][0].flush()
         self._dirty_segments.clear()
-        self._table.flush()
+        self._mapping.flush()
 
     def grow(self, frame_slots: int, frame_tail: int) -> None:
         """Move the frame table to a larger new generation, keeping frames ``[frame_tail, frames_written)``.
@@ -123,7 +123,8 @@ class FrameRing:
         table[steps % frame_slots] = self._table[steps % self.frame_slots]
         table.flush()
         fsync_directory(self.directory)
-        self._table = table
+        self._mapping = table
+        self._table = table.view(np.ndarray)
         self.generation = generation
         self.frame_slots = frame_slots
 
@@ -173,8 +174,8 @@ class FrameRing:
         for segment in list(self._segments):
             self._unmap(segment)
         if self.writable:
-            self._table.flush()
-        del self._table
+            self._mapping.flush()
+        del self._table, self._mapping
 
     # -- files -----------------------------------------------------------------------------------
 

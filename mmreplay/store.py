@@ -15,6 +15,7 @@ commit: when an add would need one, the store commits first (an automatic flush)
 from __future__ import annotations
 
 import fcntl
+from collections import deque
 import os
 import shutil
 import tempfile
@@ -294,19 +295,18 @@ class ReplayStore:
         payloads, prev_deltas, next_frames, starts = self._plan_frames(arguments)
         self._make_room(new_rows=layout.num_envs, new_frames=len(payloads))
         first_frame = self._frames.append(payloads, prev_deltas)
-        rows = np.zeros(layout.num_envs, self._table_dtype())
-        rows["next_frame"] = first_frame + next_frames
-        rows["reward"] = arguments.reward
-        rows["action"] = arguments.action
-        rows["flags"] = (
-            arguments.terminated * TERMINATED + arguments.truncated * TRUNCATED + starts * EPISODE_START
+        ended = arguments.terminated | arguments.truncated
+        self._table.write(
+            self._transitions_added,
+            next_frames=next_frames + first_frame,
+            rewards=arguments.reward,
+            flags=arguments.terminated * TERMINATED | arguments.truncated * TRUNCATED | starts * EPISODE_START,
+            actions=arguments.action,
         )
-        self._table.write(self._transitions_added, rows)
         self._transitions_added += layout.num_envs
-        self._last_next_frame = first_frame + next_frames
-        self._episode_open = ~(arguments.terminated | arguments.truncated)
-        self._last_next_obs = self._next_stacks(arguments, starts)
-        self._has_previous[:] = True
+        for env in range(layout.num_envs):
+            self._remember_next_obs(env, arguments, bool(starts[env]), first_frame + int(next_frames[env]))
+            self._episode_open[env] = not ended[env]
 
     def _plan_frames(
         self, arguments: AddArguments
@@ -325,16 +325,18 @@ class ReplayStore:
         first_new = self._frames.frames_written
         for env in range(num_envs):
             obs = arguments.obs[env]
-            continuing = bool(self._has_previous[env] and self._episode_open[env]) and np.array_equal(
-                obs, self._last_next_obs[env][-len(obs) :]
-            )
+            recent = self._recent_frames[env]
+            if len(obs) == 1:
+                continuing = self._episode_open[env] and obs.tobytes() == recent[-1]
+            else:
+                continuing = self._episode_open[env] and obs.tobytes() == b"".join(recent)
             starts[env] = not continuing
             if continuing:
-                previous = int(self._last_next_frame[env])
+                previous = self._last_next_frame[env]
             else:
                 # A stack's leading repeats of its first frame are rebuilt by padding: store that frame once.
                 first_distinct = 1
-                while first_distinct < len(obs) and np.array_equal(obs[first_distinct], obs[0]):
+                while first_distinct < len(obs) and obs[first_distinct].tobytes() == obs[0].tobytes():
                     first_distinct += 1
                 previous = -1
                 for frame in obs[first_distinct - 1 :]:
@@ -348,14 +350,16 @@ class ReplayStore:
             next_frames[env] = step - first_new
         return payloads, prev_deltas, next_frames, starts
 
-    def _next_stacks(self, arguments: AddArguments, starts: npt.NDArray[np.bool_]) -> npt.NDArray[np.uint8]:
-        """Each env's next_obs stack exactly as ``sample`` will rebuild it."""
+    def _remember_next_obs(self, env: int, arguments: AddArguments, start: bool, next_frame: int) -> None:
+        """Keep the env's next_obs stack (as ``sample`` rebuilds it) for comparing with the next obs."""
+        recent = self._recent_frames[env]
         if arguments.stacked:
-            return arguments.next_obs.copy()
-        # Single frames: an episode's first obs stack repeats its first frame; then shift in next_obs.
-        stacks = np.where(starts[:, None, *([None] * len(self.frame_shape))], arguments.obs, self._last_next_obs)
-        stacks = np.concatenate([stacks[:, 1:], arguments.next_obs], axis=1)
-        return stacks
+            recent.extend(frame.tobytes() for frame in arguments.next_obs[env])
+        else:
+            if start:
+                recent.extend([arguments.obs[env][0].tobytes()] * self.stack_size)
+            recent.append(arguments.next_obs[env][-1].tobytes())
+        self._last_next_frame[env] = next_frame
 
     def _make_room(self, *, new_rows: int, new_frames: int) -> None:
         """Commit (and grow the frame table) before an add would reuse a slot the committed header counts."""
@@ -485,16 +489,16 @@ class ReplayStore:
         frames = stacking.transition_frames(
             rows["next_frame"].astype(np.int64), self._frames.prev_deltas, self.stack_size
         )
-        distinct, inverse = np.unique(frames, return_inverse=True)
-        decoded = np.empty((len(distinct), *self.frame_shape), np.uint8)
-        self._frames.decode_into(distinct, decoded)
-        inverse = inverse.reshape(frames.shape)
+        # obs and next_obs are two views of one (B, stack_size + 1) array of frames: they share
+        # stack_size - 1 frames, so each is decoded once, straight into the memory the batch returns.
+        pixels = np.empty((*frames.shape, *self.frame_shape), np.uint8)
+        self._frames.decode_into(frames.reshape(-1), pixels.reshape(-1, *self.frame_shape))
         flags = rows["flags"]
         return Batch(
-            obs=decoded[inverse[:, stacking.obs_columns(self.stack_size)]],
+            obs=pixels[:, stacking.obs_columns(self.stack_size)],
             action=np.ascontiguousarray(rows["action"]).astype(self._action_dtype),
             reward=rows["reward"].astype(np.float32),
-            next_obs=decoded[inverse[:, stacking.next_obs_columns(self.stack_size)]],
+            next_obs=pixels[:, stacking.next_obs_columns(self.stack_size)],
             terminated=(flags & TERMINATED) != 0,
             truncated=(flags & TRUNCATED) != 0,
             index=steps,
@@ -503,25 +507,21 @@ class ReplayStore:
 
     # -- state -----------------------------------------------------------------------------------
 
-    def _table_dtype(self) -> np.dtype:
-        return row_dtype(self._layout.action_shape, self._action_dtype)
-
     def _load_env_state(self) -> None:
         """Rebuild each env's episode state from its newest stored transition (empty store: none)."""
         num_envs = self._layout.num_envs
-        self._has_previous = np.zeros(num_envs, np.bool_)
-        self._episode_open = np.zeros(num_envs, np.bool_)
-        self._last_next_frame = np.zeros(num_envs, np.int64)
-        self._last_next_obs = np.zeros((num_envs, self.stack_size, *self.frame_shape), np.uint8)
+        self._episode_open = [False] * num_envs
+        self._last_next_frame = [0] * num_envs
+        self._recent_frames: list[deque[bytes]] = [deque(maxlen=self.stack_size) for _ in range(num_envs)]
         if self._transitions_added == 0:
             return
         newest = np.arange(self._transitions_added - num_envs, self._transitions_added, dtype=np.int64)
-        batch = self._gather(newest)
-        flags = self._table.read(newest)["flags"]
-        self._has_previous[:] = True
-        self._episode_open = (flags & (TERMINATED | TRUNCATED)) == 0
-        self._last_next_frame = self._table.read(newest)["next_frame"].astype(np.int64)
-        self._last_next_obs = batch.next_obs.copy()
+        rows = self._table.read(newest)
+        next_obs = self._gather(newest).next_obs
+        for env in range(num_envs):
+            self._episode_open[env] = not rows["flags"][env] & (TERMINATED | TRUNCATED)
+            self._last_next_frame[env] = int(rows["next_frame"][env])
+            self._recent_frames[env].extend(frame.tobytes() for frame in next_obs[env])
 
     def _check_open(self, operation: str) -> None:
         if self._closed:

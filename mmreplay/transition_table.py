@@ -42,7 +42,8 @@ class TransitionTable:
             raise CorruptStoreError(f"{path}: transition table is missing or shorter than {expected} bytes")
         self.path = path
         self.row_slots = row_slots
-        self._rows = np.memmap(path, dtype=dtype, mode="r+" if writable else "r", shape=(row_slots,))
+        self._mapping = np.memmap(path, dtype=dtype, mode="r+" if writable else "r", shape=(row_slots,))
+        self._rows = self._mapping.view(np.ndarray)  # plain indexing, without memmap's per-call overhead
 
     @classmethod
     def create(cls, path: Path, *, dtype: np.dtype, row_slots: int) -> TransitionTable:
@@ -51,19 +52,27 @@ class TransitionTable:
             os.fsync(file.fileno())
         return cls(path, dtype=dtype, row_slots=row_slots, writable=True)
 
-    def write(self, first_step: int, rows: npt.NDArray[np.void]) -> None:
+    def write(
+        self,
+        first_step: int,
+        *,
+        next_frames: npt.NDArray[np.int64],
+        rewards: npt.NDArray[np.float32],
+        flags: npt.NDArray[np.integer],
+        actions: npt.NDArray[np.generic],
+    ) -> None:
         """Write rows for transition steps ``first_step, first_step + 1, ...``."""
-        slots = np.arange(first_step, first_step + len(rows)) % self.row_slots
-        self._rows[slots] = rows
+        for i in range(len(next_frames)):
+            self._rows[(first_step + i) % self.row_slots] = (next_frames[i], rewards[i], flags[i], actions[i])
 
     def read(self, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.void]:
         """A copy of the rows of these transition steps."""
         return self._rows[steps % self.row_slots]
 
     def sync(self) -> None:
-        self._rows.flush()
+        self._mapping.flush()
 
     def close(self) -> None:
-        if self._rows.mode != "r":
-            self._rows.flush()
-        del self._rows
+        if self._mapping.mode != "r":
+            self._mapping.flush()
+        del self._rows, self._mapping

@@ -6,6 +6,7 @@ kind of thing (dtype, type), ``ValueError`` for the wrong value or shape. Nothin
 
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass
 from typing import Any
@@ -100,13 +101,13 @@ def parse_add(
             f"{'a stack' if next_stacked else 'one frame'}; give both as frames or both as stacks"
         )
     if obs_stacked and stack_size > 1:
-        shifted = np.all(next_array[:, :-1] == obs_array[:, 1:], axis=tuple(range(1, obs_array.ndim)))
-        if not shifted.all():
-            where = "" if num_envs == 1 else f" for env {int(np.argmin(shifted))}"
-            raise ValueError(
-                f"next_obs[:-1] must equal obs[1:] (a frame stack shifted by one frame){where}; "
-                "it differs"
-            )
+        for env in range(num_envs):
+            if next_array[env, :-1].tobytes() != obs_array[env, 1:].tobytes():
+                where = "" if num_envs == 1 else f" for env {env}"
+                raise ValueError(
+                    f"next_obs[:-1] must equal obs[1:] (a frame stack shifted by one frame){where}; "
+                    "it differs"
+                )
     return AddArguments(
         obs=obs_array,
         action=_parse_action(action, env_axis, action_shape, action_dtype),
@@ -157,15 +158,23 @@ def _parse_action(
             f"action has shape {array.shape}; expected {expected} for action_shape={action_shape} "
             f"and {_expected_env_text(env_axis)}"
         )
+    if array.dtype == action_dtype:
+        return array.reshape(_env_count(env_axis), *action_shape)
     if array.dtype.kind not in "iufb" or not np.can_cast(array.dtype, action_dtype, casting="same_kind"):
         raise TypeError(f"action has dtype {array.dtype}; expected values castable to {action_dtype}")
     cast = array.astype(action_dtype)
-    if not np.array_equal(cast, array, equal_nan=action_dtype.kind == "f"):
+    if not np.can_cast(array.dtype, action_dtype) and not np.array_equal(
+        cast, array, equal_nan=action_dtype.kind == "f"
+    ):
         raise ValueError(f"action has values out of range for {action_dtype}: {array.ravel()[:8]}")
     return cast.reshape(_env_count(env_axis), *action_shape)
 
 
 def _parse_reward(value: object, env_axis: tuple[int, ...]) -> npt.NDArray[np.float32]:
+    if type(value) is float and not env_axis:  # the common case, without numpy's per-call overhead
+        if not math.isfinite(value):
+            raise ValueError(f"reward must be finite; got {value}")
+        return np.array([value], np.float32)
     array = np.asarray(value)
     if array.shape != env_axis:
         raise ValueError(f"reward has shape {array.shape}; expected {env_axis} for {_expected_env_text(env_axis)}")
