@@ -1,8 +1,7 @@
 """The public store: ``ReplayStore.create`` / ``open``, ``add``, ``sample``, ``read``, ``flush``, ``close``.
 
 Vocabulary: a *transition* is (obs, action, reward, next_obs, terminated, truncated) from one env; its
-*step* numbers it among all transitions ever added (a vector add numbers env 0 first, so a step's env is
-``step % num_envs``). Stored transitions are always the contiguous steps ``[oldest, transitions_added)``:
+*step* numbers it among all transitions ever added (a vector add numbers env 0 first). Stored transitions are always the contiguous steps ``[oldest, transitions_added)``:
 eviction is first in, first out. Frames are written once; obs and next_obs stacks are rebuilt from the
 frame ring's episode links when read.
 
@@ -15,11 +14,10 @@ commit: when an add would need one, the store commits first (an automatic flush)
 from __future__ import annotations
 
 import fcntl
-from collections import deque
 import os
 import shutil
 import tempfile
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -29,6 +27,7 @@ import numpy.typing as npt
 
 from mmreplay import codec, format, stacking
 from mmreplay.batch import Batch
+from mmreplay.episodes import EnvEpisode
 from mmreplay.errors import ClosedStoreError, ReadOnlyStoreError, StoreExistsError, StoreLockedError
 from mmreplay.frame_ring import FrameRing
 from mmreplay.samplers import Sampler, UniformSampler
@@ -37,6 +36,7 @@ from mmreplay.validation import (
     AddArguments,
     parse_action_dtype,
     parse_add,
+    parse_env_mask,
     parse_mode,
     parse_positive_int,
     parse_rng,
@@ -44,6 +44,18 @@ from mmreplay.validation import (
 )
 
 PathLike = str | os.PathLike[str]
+
+
+@dataclass
+class _FramePlan:
+    """What one ``add`` will write: compressed frames with their episode links, and each row's fields."""
+
+    payloads: list[bytes] = field(default_factory=list)
+    prev_deltas: list[int] = field(default_factory=list)
+    next_frames: list[int] = field(default_factory=list)
+    oldest_frames: list[int] = field(default_factory=list)
+    flags: list[int] = field(default_factory=list)
+    starts: list[tuple[list[bytes], list[int]] | None] = field(default_factory=list)
 
 
 class ReplayStore:
@@ -271,11 +283,16 @@ class ReplayStore:
         next_obs: npt.ArrayLike,
         terminated: npt.ArrayLike,
         truncated: npt.ArrayLike,
+        *,
+        env_mask: npt.ArrayLike | None = None,
     ) -> None:
         """Record one transition per env (with ``num_envs > 1`` every argument has a leading env axis).
 
         ``next_obs`` is the true next observation (the final one when the episode ended). While an env's
         episode continues, ``obs`` equals its previous ``next_obs`` and only the new frame is written.
+        ``env_mask`` (bool, one per env) records only the envs marked True: the others' entries are
+        validated but are not transitions (gymnasium's next-step autoreset returns such an entry for an
+        env the step after its episode ended).
         """
         self._check_writable("add")
         layout = self._layout
@@ -292,74 +309,66 @@ class ReplayStore:
             action_shape=layout.action_shape,
             action_dtype=self._action_dtype,
         )
-        payloads, prev_deltas, next_frames, starts = self._plan_frames(arguments)
-        self._make_room(new_rows=layout.num_envs, new_frames=len(payloads))
-        first_frame = self._frames.append(payloads, prev_deltas)
-        ended = arguments.terminated | arguments.truncated
+        envs = parse_env_mask(env_mask, layout.num_envs)
+        if not envs:
+            return
+        plan = self._plan_frames(arguments, envs)
+        self._make_room(new_rows=len(envs), new_frames=len(plan.payloads))
+        self._frames.append(plan.payloads, plan.prev_deltas)
+        first_step = self._transitions_added
         self._table.write(
-            self._transitions_added,
-            next_frames=next_frames + first_frame,
-            rewards=arguments.reward,
-            flags=arguments.terminated * TERMINATED | arguments.truncated * TRUNCATED | starts * EPISODE_START,
-            actions=arguments.action,
+            first_step,
+            next_frames=plan.next_frames,
+            oldest_frames=plan.oldest_frames,
+            envs=envs,
+            rewards=arguments.reward[envs],
+            flags=plan.flags,
+            actions=arguments.action[envs],
         )
-        self._transitions_added += layout.num_envs
-        for env in range(layout.num_envs):
-            self._remember_next_obs(env, arguments, bool(starts[env]), first_frame + int(next_frames[env]))
-            self._episode_open[env] = not ended[env]
+        self._transitions_added += len(envs)
+        for i, env in enumerate(envs):
+            episode = self._episodes[env]
+            if plan.starts[i] is not None:
+                episode.start(*plan.starts[i])
+            episode.advance(
+                arguments.next_obs[env][-1].tobytes(),
+                plan.next_frames[i],
+                step=first_step + i,
+                ended=bool(arguments.terminated[env] or arguments.truncated[env]),
+            )
 
-    def _plan_frames(
-        self, arguments: AddArguments
-    ) -> tuple[list[bytes], list[int], npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
-        """Decide which frames each env writes and compress them; nothing is written yet.
-
-        Returns the payloads in write order, each frame's episode link (frames back to the previous frame
-        of its episode, 0 for a first frame), each env's next_obs frame as an offset into the payloads,
-        and which envs start an episode.
-        """
-        num_envs = self._layout.num_envs
-        payloads: list[bytes] = []
-        prev_deltas: list[int] = []
-        next_frames = np.empty(num_envs, np.int64)
-        starts = np.empty(num_envs, np.bool_)
-        first_new = self._frames.frames_written
-        for env in range(num_envs):
+    def _plan_frames(self, arguments: AddArguments, envs: list[int]) -> _FramePlan:
+        """Decide which frames each recorded env writes, and compress them; nothing is written yet."""
+        plan = _FramePlan()
+        next_step = self._frames.frames_written
+        oldest_stored = self.stored_steps.start
+        for env in envs:
             obs = arguments.obs[env]
-            recent = self._recent_frames[env]
-            if len(obs) == 1:
-                continuing = self._episode_open[env] and obs.tobytes() == recent[-1]
+            episode = self._episodes[env]
+            flags = TERMINATED * bool(arguments.terminated[env]) | TRUNCATED * bool(arguments.truncated[env])
+            if episode.continues_with(obs.tobytes(), arguments.stacked, oldest_stored):
+                obs_steps = list(episode.frame_steps)
+                plan.starts.append(None)
             else:
-                continuing = self._episode_open[env] and obs.tobytes() == b"".join(recent)
-            starts[env] = not continuing
-            if continuing:
-                previous = self._last_next_frame[env]
-            else:
-                # A stack's leading repeats of its first frame are rebuilt by padding: store that frame once.
+                # A stack's leading repeats of its first frame come back by padding: store that frame once.
                 first_distinct = 1
                 while first_distinct < len(obs) and obs[first_distinct].tobytes() == obs[0].tobytes():
                     first_distinct += 1
-                previous = -1
-                for frame in obs[first_distinct - 1 :]:
-                    step = first_new + len(payloads)
-                    prev_deltas.append(0 if previous < 0 else step - previous)
-                    payloads.append(codec.compress(frame))
-                    previous = step
-            step = first_new + len(payloads)
-            prev_deltas.append(step - previous)
-            payloads.append(codec.compress(arguments.next_obs[env][-1]))
-            next_frames[env] = step - first_new
-        return payloads, prev_deltas, next_frames, starts
-
-    def _remember_next_obs(self, env: int, arguments: AddArguments, start: bool, next_frame: int) -> None:
-        """Keep the env's next_obs stack (as ``sample`` rebuilds it) for comparing with the next obs."""
-        recent = self._recent_frames[env]
-        if arguments.stacked:
-            recent.extend(frame.tobytes() for frame in arguments.next_obs[env])
-        else:
-            if start:
-                recent.extend([arguments.obs[env][0].tobytes()] * self.stack_size)
-            recent.append(arguments.next_obs[env][-1].tobytes())
-        self._last_next_frame[env] = next_frame
+                frames = [frame.tobytes() for frame in obs[first_distinct - 1 :]]
+                steps = list(range(next_step, next_step + len(frames)))
+                plan.payloads.extend(codec.compress(frame) for frame in obs[first_distinct - 1 :])
+                plan.prev_deltas.extend([0] + [1] * (len(frames) - 1))
+                next_step += len(frames)
+                obs_steps = [steps[0]] * (self.stack_size - len(steps)) + steps
+                plan.starts.append((frames, steps))
+                flags |= EPISODE_START
+            plan.payloads.append(codec.compress(arguments.next_obs[env][-1]))
+            plan.prev_deltas.append(next_step - obs_steps[-1])
+            plan.next_frames.append(next_step)
+            plan.oldest_frames.append(obs_steps[0])
+            plan.flags.append(flags)
+            next_step += 1
+        return plan
 
     def _make_room(self, *, new_rows: int, new_frames: int) -> None:
         """Commit (and grow the frame table) before an add would reuse a slot the committed header counts."""
@@ -411,17 +420,11 @@ class ReplayStore:
         self._commit = commit
 
     def _frame_tail(self) -> int:
-        """The oldest frame step that a stored transition still needs.
-
-        Within one env, the oldest frame of each transition never decreases with its step, and an env's
-        transitions are every ``num_envs``-th step; so the minimum over the first ``num_envs`` stored
-        steps is the minimum over all of them.
-        """
+        """The oldest frame step that a stored transition still needs."""
         stored = self.stored_steps
         if not stored:
             return self._frames.frames_written
-        first = np.arange(stored.start, min(stored.start + self.num_envs, stored.stop), dtype=np.int64)
-        return int(self._transition_frames(first)[:, 0].min())
+        return self._table.oldest_frame(stored.start, stored.stop)
 
     def close(self) -> None:
         """Commit (in ``"r+"``) and release the files. Closing twice is allowed."""
@@ -502,26 +505,28 @@ class ReplayStore:
             terminated=(flags & TERMINATED) != 0,
             truncated=(flags & TRUNCATED) != 0,
             index=steps,
-            env_index=steps % self.num_envs,
+            env_index=rows["env"].astype(np.int64),
         )
 
     # -- state -----------------------------------------------------------------------------------
 
     def _load_env_state(self) -> None:
-        """Rebuild each env's episode state from its newest stored transition (empty store: none)."""
-        num_envs = self._layout.num_envs
-        self._episode_open = [False] * num_envs
-        self._last_next_frame = [0] * num_envs
-        self._recent_frames: list[deque[bytes]] = [deque(maxlen=self.stack_size) for _ in range(num_envs)]
-        if self._transitions_added == 0:
+        """Rebuild each env's episode in progress from its newest stored transition."""
+        self._episodes = [EnvEpisode(self.stack_size) for _ in range(self.num_envs)]
+        stored = self.stored_steps
+        newest = self._table.newest_of_each_env(stored.start, stored.stop, self.num_envs)
+        if not newest:
             return
-        newest = np.arange(self._transitions_added - num_envs, self._transitions_added, dtype=np.int64)
-        rows = self._table.read(newest)
-        next_obs = self._gather(newest).next_obs
-        for env in range(num_envs):
-            self._episode_open[env] = not rows["flags"][env] & (TERMINATED | TRUNCATED)
-            self._last_next_frame[env] = int(rows["next_frame"][env])
-            self._recent_frames[env].extend(frame.tobytes() for frame in next_obs[env])
+        steps = np.array(sorted(newest.values()), dtype=np.int64)
+        rows = self._table.read(steps)
+        frame_steps = self._transition_frames(steps)
+        next_obs = self._gather(steps).next_obs
+        for i, step in enumerate(steps.tolist()):
+            episode = self._episodes[int(rows["env"][i])]
+            episode.frames.extend(frame.tobytes() for frame in next_obs[i])
+            episode.frame_steps.extend(frame_steps[i, 1:].tolist())
+            episode.last_step = step
+            episode.open = not rows["flags"][i] & (TERMINATED | TRUNCATED)
 
     def _check_open(self, operation: str) -> None:
         if self._closed:

@@ -192,3 +192,15 @@ def _parse_flag(value: object, name: str, env_axis: tuple[int, ...]) -> npt.NDAr
     if array.dtype != np.bool_:
         raise TypeError(f"{name} must be bool; got dtype {array.dtype}")
     return array.reshape(-1)
+
+
+def parse_env_mask(value: object, num_envs: int) -> list[int]:
+    """The envs an ``add`` records: all of them, or those where ``env_mask`` is True."""
+    if value is None:
+        return list(range(num_envs))
+    array = np.asarray(value)
+    if array.dtype != np.bool_:
+        raise TypeError(f"env_mask must be bool; got dtype {array.dtype}")
+    if array.shape != (num_envs,):
+        raise ValueError(f"env_mask has shape {array.shape}; expected ({num_envs},) for num_envs={num_envs}")
+    return np.flatnonzero(array).tolist()
