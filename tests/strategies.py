@@ -1,0 +1,200 @@
+"""Hypothesis strategies and input builders shared by the store's tests.
+
+Frames encode their own number: every pixel holds ``n % 256`` except the first, which holds
+``n // 256 % 256``, so a mismatch printed by a failing test says which frame was given back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from hypothesis import strategies as st
+
+from reference import ReferenceStore
+
+FRAME_SHAPES = [(3, 4), (2, 2, 3)]
+ACTION_SPECS = [((), np.int64), ((2,), np.float32), ((), np.uint8)]
+
+
+def frame(value: int, shape: tuple[int, ...] = (3, 4)) -> np.ndarray:
+    """A frame every pixel of which holds ``value`` (named tests number frames by their value)."""
+    return np.full(shape, value, dtype=np.uint8)
+
+
+def stack(*values: int, shape: tuple[int, ...] = (3, 4)) -> np.ndarray:
+    """A stack of ``frame(v)`` for each value, oldest first."""
+    return np.array([frame(v, shape) for v in values], dtype=np.uint8)
+
+
+def numbered_frame(frame_shape: tuple[int, ...], n: int) -> np.ndarray:
+    """A frame whose pixels say it is frame ``n``."""
+    frame = np.full(frame_shape, n % 256, dtype=np.uint8)
+    frame.flat[0] = (n // 256) % 256
+    return frame
+
+
+class FrameSource:
+    """Hands out frames numbered 1, 2, 3, ... (frame 0 would equal an all-zero frame)."""
+
+    def __init__(self, frame_shape: tuple[int, ...]) -> None:
+        self.frame_shape = tuple(frame_shape)
+        self.count = 0
+
+    def frame(self) -> np.ndarray:
+        self.count += 1
+        return numbered_frame(self.frame_shape, self.count)
+
+    def stack(self, stack_size: int) -> np.ndarray:
+        return np.array([self.frame() for _ in range(stack_size)], dtype=np.uint8)
+
+
+@st.composite
+def store_configs(draw: Any) -> dict[str, Any]:
+    """Small store configurations: every boundary case is a few transitions away."""
+    num_envs = draw(st.integers(1, 3))
+    capacity = draw(st.integers(num_envs, 12))
+    stack_size = draw(st.integers(1, 4))
+    frame_shape = draw(st.sampled_from(FRAME_SHAPES))
+    action_shape, action_dtype = draw(st.sampled_from(ACTION_SPECS))
+    return dict(
+        frame_shape=frame_shape,
+        capacity=capacity,
+        stack_size=stack_size,
+        num_envs=num_envs,
+        action_shape=action_shape,
+        action_dtype=action_dtype,
+    )
+
+
+def actions(action_shape: tuple[int, ...], action_dtype: Any) -> st.SearchStrategy[np.ndarray]:
+    dtype = np.dtype(action_dtype)
+    if dtype.kind == "f":
+        elements = st.floats(-1e6, 1e6, allow_nan=False, width=32)
+    else:
+        info = np.iinfo(dtype)
+        elements = st.integers(max(int(info.min), -1000), min(int(info.max), 1000))
+    return st.lists(elements, min_size=int(np.prod(action_shape)), max_size=int(np.prod(action_shape))).map(
+        lambda xs: np.array(xs, dtype=dtype).reshape(action_shape)
+    )
+
+
+rewards = st.floats(allow_nan=False, allow_infinity=False, width=32)
+
+# (terminated, truncated): mostly neither, so episodes run for a few transitions.
+endings = st.sampled_from(
+    [(False, False)] * 5 + [(True, False), (False, True), (True, True)]
+)
+
+# How an env's obs relates to its previous next_obs in one add.
+#   continue: obs equals the previous next_obs (continues the episode unless it ended)
+#   new:      fresh frames (a new episode, cut without a flag if the previous had not ended)
+#   near:     a stack whose newest frame equals the previous next_obs's newest, older frames differ
+#   repeat:   continue, with next_obs's newest frame equal to obs's newest (a static screen)
+RELATIONS = ["continue", "new", "near", "repeat"]
+
+
+@dataclass
+class AddArgs:
+    obs: np.ndarray
+    action: Any
+    reward: Any
+    next_obs: np.ndarray
+    terminated: Any
+    truncated: Any
+
+    def as_tuple(self) -> tuple[Any, ...]:
+        return (self.obs, self.action, self.reward, self.next_obs, self.terminated, self.truncated)
+
+
+def one_env_arguments(data: Any, ref: ReferenceStore, frames: FrameSource, env: int, as_stack: bool):
+    """(obs, action, reward, next_obs, terminated, truncated) for one env, drawn from ``data``."""
+    previous = ref.previous_next_obs(env)
+    relation = data.draw(st.sampled_from(RELATIONS), label=f"env {env} relation")
+    if previous is None:
+        relation = "new"
+    if relation == "near" and not (as_stack and ref.stack_size > 1):
+        relation = "new"
+    s = ref.stack_size
+    if relation in ("continue", "repeat"):
+        obs = previous.copy() if as_stack else previous[-1].copy()
+    elif relation == "near":
+        obs = np.concatenate([frames.stack(s - 1), previous[-1:]], axis=0)
+    else:
+        obs = frames.stack(s) if as_stack else frames.frame()
+    newest = (obs[-1] if as_stack else obs).copy() if relation == "repeat" else frames.frame()
+    next_obs = np.concatenate([obs[1:], newest[None]], axis=0) if as_stack else newest
+    action = data.draw(actions(ref.action_shape, ref.action_dtype), label=f"env {env} action")
+    reward = data.draw(rewards, label=f"env {env} reward")
+    terminated, truncated = data.draw(endings, label=f"env {env} ending")
+    return obs, action, reward, next_obs, terminated, truncated
+
+
+def draw_add(data: Any, ref: ReferenceStore, frames: FrameSource) -> AddArgs:
+    """Valid arguments for one ``add``: the same form (frames or stacks) for all envs of the add."""
+    as_stack = data.draw(st.booleans(), label="stacks")
+    per_env = [one_env_arguments(data, ref, frames, env, as_stack) for env in range(ref.num_envs)]
+    if ref.num_envs == 1:
+        obs, action, reward, next_obs, terminated, truncated = per_env[0]
+        return AddArgs(obs, action, reward, next_obs, terminated, truncated)
+    obs, action, reward, next_obs, terminated, truncated = zip(*per_env)
+    return AddArgs(
+        obs=np.array(obs, dtype=np.uint8),
+        action=np.array(action, dtype=ref.action_dtype),
+        reward=np.array(reward, dtype=np.float32),
+        next_obs=np.array(next_obs, dtype=np.uint8),
+        terminated=np.array(terminated, dtype=bool),
+        truncated=np.array(truncated, dtype=bool),
+    )
+
+
+# A pattern that finds the argument named "obs" (and not only "next_obs") in an error message.
+OBS = r"\bobs\b"
+
+# Ways to spoil a valid add; each gives a pattern for the argument its error must name, and its type.
+SPOILERS = [
+    ("obs_dtype", OBS, TypeError),
+    ("next_obs_dtype", "next_obs", TypeError),
+    ("obs_stack_length", OBS, ValueError),
+    ("action_shape", "action", ValueError),
+    ("reward_nan_last_env", "reward", ValueError),
+    ("unshifted_stack_last_env", "next_obs", ValueError),
+    ("terminated_shape", "terminated", ValueError),
+]
+
+
+def spoil(args: AddArgs, how: str, ref: ReferenceStore) -> AddArgs | None:
+    """A copy of ``args`` made invalid in one way, or None when ``how`` cannot apply to ``args``."""
+    n = ref.num_envs
+    lead = () if n == 1 else (n,)
+    obs, next_obs = args.obs.copy(), args.next_obs.copy()
+    action, reward = np.array(args.action, dtype=ref.action_dtype), np.array(args.reward, dtype=np.float64)
+    terminated = np.array(args.terminated, dtype=bool)
+    as_stack = obs.ndim == len(lead) + 1 + len(ref.frame_shape)
+    if how == "obs_dtype":
+        return AddArgs(obs.astype(np.float32), action, reward, next_obs, terminated, args.truncated)
+    if how == "next_obs_dtype":
+        return AddArgs(obs, action, reward, next_obs.astype(np.int16), terminated, args.truncated)
+    if how == "obs_stack_length":
+        wrong = np.zeros((*lead, ref.stack_size + 1, *ref.frame_shape), dtype=np.uint8)
+        return AddArgs(wrong, action, reward, next_obs, terminated, args.truncated)
+    if how == "action_shape":
+        return AddArgs(obs, np.zeros((*lead, *ref.action_shape, 3), ref.action_dtype), reward, next_obs,
+                       terminated, args.truncated)
+    if how == "reward_nan_last_env":
+        reward = reward.copy()
+        if n == 1:
+            reward = np.float64("nan")
+        else:
+            reward[-1] = np.nan
+        return AddArgs(obs, action, reward, next_obs, terminated, args.truncated)
+    if how == "unshifted_stack_last_env":
+        if not as_stack or ref.stack_size < 2:
+            return None
+        target = next_obs if n == 1 else next_obs[-1]
+        target[0] = 255 - target[0]  # next_obs[:-1] no longer equals obs[1:]
+        return AddArgs(obs, action, reward, next_obs, terminated, args.truncated)
+    if how == "terminated_shape":
+        return AddArgs(obs, action, reward, next_obs, np.zeros((*lead, 2), dtype=bool), args.truncated)
+    raise ValueError(how)

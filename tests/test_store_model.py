@@ -1,0 +1,141 @@
+"""A hypothesis state machine that drives a ReplayStore and the naive reference model side by side.
+
+Every step ends by reading back every transition the store counts and comparing it, field by field,
+with the reference (tests/reference.py). Rules cover vector envs with interleaved endings, truncation
+vs termination, episodes cut without a flag, frames vs stacks, wrap-around eviction, rejected adds,
+flush, close and reopen (read-only and append), and seeded sampling.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from mmreplay import ReplayStore
+from mmreplay.errors import ReadOnlyStoreError
+from reference import BATCH_FIELDS, ReferenceStore, assert_batch_matches, assert_store_matches
+from strategies import SPOILERS, FrameSource, draw_add, spoil, store_configs
+
+
+def assert_same_batch(a, b) -> None:
+    for name in BATCH_FIELDS:
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=f"batch.{name}")
+
+
+class StoreMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = tempfile.mkdtemp(prefix="mmreplay-model-")
+        self.path = os.path.join(self.dir, "store.mmr")
+        self.store = None
+
+    @initialize(config=store_configs())
+    def create(self, config):
+        self.store = ReplayStore.create(self.path, **config)
+        self.ref = ReferenceStore(**config)
+        self.frames = FrameSource(config["frame_shape"])
+
+    @rule(data=st.data())
+    def add(self, data):
+        args = draw_add(data, self.ref, self.frames)
+        self.store.add(*args.as_tuple())
+        self.ref.add(*args.as_tuple())
+
+    @rule(data=st.data(), how=st.sampled_from([name for name, _, _ in SPOILERS]))
+    def rejected_add_changes_nothing(self, data, how):
+        args = spoil(draw_add(data, self.ref, self.frames), how, self.ref)
+        if args is None:
+            return
+        name, error = next((n, e) for h, n, e in SPOILERS if h == how)
+        with pytest.raises(error, match=name):
+            self.store.add(*args.as_tuple())
+        # The invariant then checks that nothing changed, and the next add that the episode continues.
+
+    @rule()
+    def flush(self):
+        self.store.flush()
+
+    @rule()
+    def close_and_reopen_for_append(self):
+        self.store.close()
+        assert self.store.closed
+        self.store = ReplayStore.open(self.path, mode="r+")
+
+    @rule(data=st.data())
+    def reopen_read_only(self, data):
+        self.store.close()
+        self.store = ReplayStore.open(self.path, mode="r")
+        assert self.store.mode == "r"
+        assert_store_matches(self.store, self.ref)
+        args = draw_add(data, self.ref, FrameSource(self.ref.frame_shape))
+        with pytest.raises(ReadOnlyStoreError):
+            self.store.add(*args.as_tuple())
+        assert_store_matches(self.store, self.ref)
+        self.store.close()
+        self.store = ReplayStore.open(self.path, mode="r+")
+
+    @rule(batch_size=st.integers(1, 8), seed=st.integers(0, 2**32 - 1))
+    def sample(self, batch_size, seed):
+        if len(self.ref) == 0:
+            with pytest.raises(ValueError):
+                self.store.sample(batch_size, rng=seed)
+            return
+        batch = self.store.sample(batch_size, rng=seed)
+        assert batch.index.shape == (batch_size,)
+        assert_batch_matches(batch, self.ref)
+        assert_same_batch(self.store.sample(batch_size, rng=seed), batch)
+
+    @precondition(lambda self: len(self.ref) > 0)
+    @rule(batch_size=st.integers(1, 8), seed=st.integers(0, 2**32 - 1))
+    def sample_is_the_same_after_reopen(self, batch_size, seed):
+        before = self.store.sample(batch_size, rng=np.random.default_rng(seed))
+        self.store.close()
+        self.store = ReplayStore.open(self.path, mode="r+")
+        after = self.store.sample(batch_size, rng=np.random.default_rng(seed))
+        assert_same_batch(after, before)
+
+    @precondition(lambda self: len(self.ref) > 0)
+    @rule(data=st.data())
+    def read_steps_in_any_order(self, data):
+        stored = self.ref.stored_steps().tolist()
+        steps = data.draw(st.lists(st.sampled_from(stored), min_size=1, max_size=10), label="steps")
+        assert_batch_matches(self.store.read(np.array(steps)), self.ref, steps)
+        assert_batch_matches(self.store.read(steps), self.ref, steps)
+
+    @precondition(lambda self: self.ref.transitions_added > 0)
+    @rule(data=st.data())
+    def read_of_an_unstored_step_raises_index_error(self, data):
+        first = int(self.ref.stored_steps()[0])
+        unstored = [-1, self.ref.transitions_added, self.ref.transitions_added + 7]
+        unstored += list(range(max(0, first - 3), first))
+        step = data.draw(st.sampled_from(unstored), label="unstored step")
+        with pytest.raises(IndexError):
+            self.store.read([step])
+
+    @invariant()
+    def store_equals_reference(self):
+        if self.store is not None:
+            assert_store_matches(self.store, self.ref)
+
+    def teardown(self):
+        try:
+            if self.store is not None and not self.store.closed:
+                self.store.close()
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+TestStoreModel = StoreMachine.TestCase
+TestStoreModel.settings = settings(
+    max_examples=80,
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
