@@ -25,6 +25,22 @@ class Batch:
     index: npt.NDArray[np.int64]
     env_index: npt.NDArray[np.int64]
 
+    def to_torch(self, device: object = None, *, pin_memory: bool = False) -> dict[str, object]:
+        """The fields as torch tensors (torch is imported only here). On the CPU no pixels are copied:
+        ``obs`` and ``next_obs`` share the batch's memory; ``pin_memory`` copies into page-locked memory
+        for faster transfers to a GPU ``device``."""
+        import torch
+
+        tensors: dict[str, object] = {}
+        for item in fields(self):
+            tensor = torch.from_numpy(getattr(self, item.name))
+            if pin_memory:
+                tensor = tensor.pin_memory()
+            if device is not None:
+                tensor = tensor.to(device, non_blocking=pin_memory)
+            tensors[item.name] = tensor
+        return tensors
+
     def __len__(self) -> int:
         return len(self.index)
 

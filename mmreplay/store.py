@@ -27,7 +27,7 @@ import numpy.typing as npt
 
 from mmreplay import codec, format, stacking
 from mmreplay.batch import Batch
-from mmreplay.episodes import EnvEpisode
+from mmreplay.episodes import EnvEpisode, Episode, split_episodes
 from mmreplay.errors import ClosedStoreError, ReadOnlyStoreError, StoreExistsError, StoreLockedError
 from mmreplay.frame_ring import FrameRing
 from mmreplay.samplers import Sampler, UniformSampler
@@ -482,6 +482,20 @@ class ReplayStore:
                 f"[{stored.start}, {stored.stop})"
             )
         return self._gather(array)
+
+    def episodes(self) -> list[Episode]:
+        """The stored episodes, oldest first: env, steps, return, how each ended, whether it is complete."""
+        self._check_open("list episodes")
+        stored = self.stored_steps
+        columns = self._table.columns(stored.start, stored.stop, ("env", "flags", "reward"))
+        open_envs = {env for env, episode in enumerate(self._episodes) if episode.open}
+        return split_episodes(
+            np.arange(stored.start, stored.stop, dtype=np.int64),
+            columns["env"],
+            columns["flags"],
+            columns["reward"],
+            open_envs=open_envs,
+        )
 
     def _transition_frames(self, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         next_frames = self._table.read(steps)["next_frame"].astype(np.int64)

@@ -102,6 +102,15 @@ class TransitionTable:
         rows = self.read(np.arange(start, stop, dtype=np.int64))
         return int((rows["next_frame"].astype(np.int64) - rows["oldest_delta"]).min())
 
+    def columns(self, start: int, stop: int, names: tuple[str, ...]) -> dict[str, npt.NDArray[np.generic]]:
+        """Whole columns of the rows of steps ``[start, stop)``, read a chunk at a time."""
+        parts: dict[str, list[npt.NDArray[np.generic]]] = {name: [] for name in names}
+        for chunk_start in range(start, stop, _CHUNK):
+            rows = self.read(np.arange(chunk_start, min(stop, chunk_start + _CHUNK), dtype=np.int64))
+            for name in names:
+                parts[name].append(rows[name])
+        return {name: np.concatenate(arrays) if arrays else np.empty(0) for name, arrays in parts.items()}
+
     def newest_of_each_env(self, start: int, stop: int, num_envs: int) -> dict[int, int]:
         """For each env with a transition in steps ``[start, stop)``, the step of its newest one."""
         newest: dict[int, int] = {}
