@@ -4,7 +4,7 @@ Each frame is stored once, lz4-compressed, in a ring on disk; obs and next_obs s
 neighbouring frames at sample time, never crossing an episode start.
 """
 
-from mmreplay.batch import Batch
+from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.errors import (
     ClosedStoreError,
     CorruptStoreError,
@@ -15,11 +15,13 @@ from mmreplay.errors import (
     StoreLockedError,
     StoreNotFoundError,
 )
-from mmreplay.samplers import Sampler, UniformSampler
+from mmreplay.samplers import PrioritizedSampler, Sampler, UniformSampler
 from mmreplay.store import ReplayStore
 
 __all__ = [
     "Batch",
+    "PrioritizedSampler",
+    "SequenceBatch",
     "ClosedStoreError",
     "CorruptStoreError",
     "FormatVersionError",

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from mmreplay import codec
 from mmreplay.transition_table import EPISODE_START, TERMINATED, TRUNCATED
+from mmreplay.validation import AddArguments
 
 
 @dataclass
@@ -47,6 +49,65 @@ class EnvEpisode:
         self.frame_steps.append(frame_step)
         self.last_step = step
         self.open = not ended
+
+
+@dataclass
+class FramePlan:
+    """What one ``add`` will write: compressed frames with their episode links, and each row's fields.
+
+    ``previous_steps[i]`` is the transition that the i-th recorded env's new transition continues
+    (None when it starts an episode, and then ``starts[i]`` holds the episode's first obs frames).
+    """
+
+    payloads: list[bytes] = field(default_factory=list)
+    prev_deltas: list[int] = field(default_factory=list)
+    next_frames: list[int] = field(default_factory=list)
+    oldest_frames: list[int] = field(default_factory=list)
+    flags: list[int] = field(default_factory=list)
+    previous_steps: list[int | None] = field(default_factory=list)
+    starts: list[tuple[list[bytes], list[int]] | None] = field(default_factory=list)
+
+
+def plan_frames(
+    arguments: AddArguments,
+    envs: list[int],
+    episodes: list[EnvEpisode],
+    *,
+    next_frame_step: int,
+    oldest_stored_step: int,
+) -> FramePlan:
+    """Decide which frames each recorded env writes and compress them; nothing is written or changed."""
+    plan = FramePlan()
+    next_step = next_frame_step
+    for env in envs:
+        obs = arguments.obs[env]
+        episode = episodes[env]
+        flags = TERMINATED * bool(arguments.terminated[env]) | TRUNCATED * bool(arguments.truncated[env])
+        if episode.continues_with(obs.tobytes(), arguments.stacked, oldest_stored_step):
+            obs_steps = list(episode.frame_steps)
+            plan.previous_steps.append(episode.last_step)
+            plan.starts.append(None)
+        else:
+            # A stack's leading repeats of its first frame come back by padding: store that frame once.
+            first_distinct = 1
+            while first_distinct < len(obs) and obs[first_distinct].tobytes() == obs[0].tobytes():
+                first_distinct += 1
+            frames = [frame.tobytes() for frame in obs[first_distinct - 1 :]]
+            steps = list(range(next_step, next_step + len(frames)))
+            plan.payloads.extend(codec.compress(frame) for frame in obs[first_distinct - 1 :])
+            plan.prev_deltas.extend([0] + [1] * (len(frames) - 1))
+            next_step += len(frames)
+            obs_steps = [steps[0]] * (episode.stack_size - len(steps)) + steps
+            plan.previous_steps.append(None)
+            plan.starts.append((frames, steps))
+            flags |= EPISODE_START
+        plan.payloads.append(codec.compress(arguments.next_obs[env][-1]))
+        plan.prev_deltas.append(next_step - obs_steps[-1])
+        plan.next_frames.append(next_step)
+        plan.oldest_frames.append(obs_steps[0])
+        plan.flags.append(flags)
+        next_step += 1
+    return plan
 
 
 @dataclass(frozen=True)

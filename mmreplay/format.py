@@ -51,6 +51,7 @@ class Layout:
     action_dtype: str
     row_slots: int
     segment_bytes: int
+    sampler: dict[str, object]
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,8 @@ class Commit:
 
     ``transitions_added`` and ``frames_written`` are steps (never wrap); ``bytes_written`` is the
     never-wrapping byte position where the next frame goes; ``frame_tail`` is the oldest frame step
-    that some stored transition still needs.
+    that some stored transition still needs; ``sampler_state`` is what the sampler commits (for a
+    prioritized sampler, the largest priority seen).
     """
 
     transitions_added: int
@@ -68,6 +70,7 @@ class Commit:
     frame_tail: int
     frame_table_generation: int
     frame_slots: int
+    sampler_state: dict[str, object]
 
 
 def _body_checksum(body: dict[str, object]) -> int:

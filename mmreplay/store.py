@@ -17,20 +17,24 @@ import fcntl
 import os
 import shutil
 import tempfile
+import threading
+import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from mmreplay import codec, format, stacking
-from mmreplay.batch import Batch
-from mmreplay.episodes import EnvEpisode, Episode, split_episodes
+from mmreplay.batch import Batch, SequenceBatch
+from mmreplay.episodes import EnvEpisode, Episode, FramePlan, plan_frames, split_episodes
 from mmreplay.errors import ClosedStoreError, ReadOnlyStoreError, StoreExistsError, StoreLockedError
 from mmreplay.frame_ring import FrameRing
-from mmreplay.samplers import Sampler, UniformSampler
+from mmreplay.prefetch import Prefetcher
+from mmreplay.samplers import Sampler, UniformSampler, sampler_from_config
+from mmreplay.windows import follow_episodes, n_step_returns
 from mmreplay.transition_table import EPISODE_START, TERMINATED, TRUNCATED, TransitionTable, row_dtype
 from mmreplay.validation import (
     AddArguments,
@@ -38,24 +42,13 @@ from mmreplay.validation import (
     parse_add,
     parse_env_mask,
     parse_mode,
+    parse_number,
     parse_positive_int,
     parse_rng,
     parse_shape,
 )
 
 PathLike = str | os.PathLike[str]
-
-
-@dataclass
-class _FramePlan:
-    """What one ``add`` will write: compressed frames with their episode links, and each row's fields."""
-
-    payloads: list[bytes] = field(default_factory=list)
-    prev_deltas: list[int] = field(default_factory=list)
-    next_frames: list[int] = field(default_factory=list)
-    oldest_frames: list[int] = field(default_factory=list)
-    flags: list[int] = field(default_factory=list)
-    starts: list[tuple[list[bytes], list[int]] | None] = field(default_factory=list)
 
 
 class ReplayStore:
@@ -81,7 +74,10 @@ class ReplayStore:
         self._commit = commit
         self._mode = mode
         self._sampler = sampler
-        self._lock = lock
+        self._writer_lock = lock
+        # Serializes adds, commits and reads between the caller and a prefetching thread.
+        self._lock = threading.RLock()
+        self._prefetchers: weakref.WeakSet[Prefetcher] = weakref.WeakSet()
         self._action_dtype = np.dtype(layout.action_dtype)
         self._transitions_added = commit.transitions_added
         self._frames = FrameRing(
@@ -102,6 +98,13 @@ class ReplayStore:
         )
         self._closed = False
         self._load_env_state()
+        sampler.open(
+            directory,
+            slots=layout.row_slots,
+            stored=self.stored_steps,
+            writable=mode == "r+",
+            state=commit.sampler_state,
+        )
 
     # -- construction ----------------------------------------------------------------------------
 
@@ -129,6 +132,7 @@ class ReplayStore:
         num_envs = parse_positive_int(num_envs, "num_envs")
         action_shape = parse_shape(action_shape, "action_shape", allow_empty=True)
         dtype = parse_action_dtype(action_dtype)
+        sampler = UniformSampler() if sampler is None else sampler
         if capacity < num_envs:
             raise ValueError(f"capacity must be >= num_envs ({num_envs}); got {capacity}")
         directory = Path(path)
@@ -146,6 +150,7 @@ class ReplayStore:
             action_dtype=dtype.str,
             row_slots=capacity + slack,
             segment_bytes=max(1 << 20, min(capacity * 16, 1 << 28), 4 * frame_nbytes + 64),
+            sampler=sampler.config(),
         )
         frame_slots = (capacity + slack) * 21 // 20 + 2 * num_envs * (stack_size + 1) + 64
         commit = format.Commit(
@@ -155,6 +160,7 @@ class ReplayStore:
             frame_tail=0,
             frame_table_generation=0,
             frame_slots=frame_slots,
+            sampler_state={},
         )
         # Build the store beside its final path, then rename it into place: a crash never leaves a
         # half-made store at ``path``.
@@ -195,7 +201,14 @@ class ReplayStore:
             if lock is not None:
                 # A writer that died may have left newer, uncommitted files: reread under the lock.
                 layout, commit = format.read_header(directory)
-            return cls(directory, layout, commit, mode=mode, sampler=sampler or UniformSampler(), lock=lock)
+            if sampler is None:
+                sampler = sampler_from_config(layout.sampler)
+            elif sampler.config() != layout.sampler:
+                raise ValueError(
+                    f"sampler {sampler.config()} does not match the store's sampler {layout.sampler}; "
+                    "open without sampler= to use the store's own"
+                )
+            return cls(directory, layout, commit, mode=mode, sampler=sampler, lock=lock)
         except BaseException:
             if lock is not None:
                 lock.close()
@@ -312,10 +325,21 @@ class ReplayStore:
         envs = parse_env_mask(env_mask, layout.num_envs)
         if not envs:
             return
-        plan = self._plan_frames(arguments, envs)
+        plan = plan_frames(
+            arguments,
+            envs,
+            self._episodes,
+            next_frame_step=self._frames.frames_written,
+            oldest_stored_step=self.stored_steps.start,
+        )
+        with self._lock:
+            self._write(arguments, envs, plan)
+
+    def _write(self, arguments: AddArguments, envs: list[int], plan: FramePlan) -> None:
         self._make_room(new_rows=len(envs), new_frames=len(plan.payloads))
         self._frames.append(plan.payloads, plan.prev_deltas)
         first_step = self._transitions_added
+        old_stored = self.stored_steps
         self._table.write(
             first_step,
             next_frames=plan.next_frames,
@@ -328,47 +352,21 @@ class ReplayStore:
         self._transitions_added += len(envs)
         for i, env in enumerate(envs):
             episode = self._episodes[env]
-            if plan.starts[i] is not None:
-                episode.start(*plan.starts[i])
+            previous = plan.previous_steps[i]
+            if previous is not None:
+                self._table.link(previous, first_step + i)
+            start = plan.starts[i]
+            if start is not None:
+                episode.start(*start)
             episode.advance(
                 arguments.next_obs[env][-1].tobytes(),
                 plan.next_frames[i],
                 step=first_step + i,
                 ended=bool(arguments.terminated[env] or arguments.truncated[env]),
             )
-
-    def _plan_frames(self, arguments: AddArguments, envs: list[int]) -> _FramePlan:
-        """Decide which frames each recorded env writes, and compress them; nothing is written yet."""
-        plan = _FramePlan()
-        next_step = self._frames.frames_written
-        oldest_stored = self.stored_steps.start
-        for env in envs:
-            obs = arguments.obs[env]
-            episode = self._episodes[env]
-            flags = TERMINATED * bool(arguments.terminated[env]) | TRUNCATED * bool(arguments.truncated[env])
-            if episode.continues_with(obs.tobytes(), arguments.stacked, oldest_stored):
-                obs_steps = list(episode.frame_steps)
-                plan.starts.append(None)
-            else:
-                # A stack's leading repeats of its first frame come back by padding: store that frame once.
-                first_distinct = 1
-                while first_distinct < len(obs) and obs[first_distinct].tobytes() == obs[0].tobytes():
-                    first_distinct += 1
-                frames = [frame.tobytes() for frame in obs[first_distinct - 1 :]]
-                steps = list(range(next_step, next_step + len(frames)))
-                plan.payloads.extend(codec.compress(frame) for frame in obs[first_distinct - 1 :])
-                plan.prev_deltas.extend([0] + [1] * (len(frames) - 1))
-                next_step += len(frames)
-                obs_steps = [steps[0]] * (self.stack_size - len(steps)) + steps
-                plan.starts.append((frames, steps))
-                flags |= EPISODE_START
-            plan.payloads.append(codec.compress(arguments.next_obs[env][-1]))
-            plan.prev_deltas.append(next_step - obs_steps[-1])
-            plan.next_frames.append(next_step)
-            plan.oldest_frames.append(obs_steps[0])
-            plan.flags.append(flags)
-            next_step += 1
-        return plan
+        self._sampler.added(range(first_step, self._transitions_added))
+        if self.stored_steps.start > old_stored.start:
+            self._sampler.evicted(range(old_stored.start, self.stored_steps.start))
 
     def _make_room(self, *, new_rows: int, new_frames: int) -> None:
         """Commit (and grow the frame table) before an add would reuse a slot the committed header counts."""
@@ -400,20 +398,23 @@ class ReplayStore:
         self._check_open("flush")
         if self._mode != "r+":
             return
-        self._frames.sync()
-        self._table.sync()
-        frame_tail = self._frame_tail()
-        self._write_commit(
-            format.Commit(
-                transitions_added=self._transitions_added,
-                frames_written=self._frames.frames_written,
-                bytes_written=self._frames.bytes_written,
-                frame_tail=frame_tail,
-                frame_table_generation=self._frames.generation,
-                frame_slots=self._frames.frame_slots,
+        with self._lock:
+            self._frames.sync()
+            self._table.sync()
+            self._sampler.sync()
+            frame_tail = self._frame_tail()
+            self._write_commit(
+                format.Commit(
+                    transitions_added=self._transitions_added,
+                    frames_written=self._frames.frames_written,
+                    bytes_written=self._frames.bytes_written,
+                    frame_tail=frame_tail,
+                    frame_table_generation=self._frames.generation,
+                    frame_slots=self._frames.frame_slots,
+                    sampler_state=self._sampler.state(),
+                )
             )
-        )
-        self._frames.release_segments_before(self._frames.position_of(frame_tail))
+            self._frames.release_segments_before(self._frames.position_of(frame_tail))
 
     def _write_commit(self, commit: format.Commit) -> None:
         format.write_header(self._directory, self._layout, commit)
@@ -430,6 +431,8 @@ class ReplayStore:
         """Commit (in ``"r+"``) and release the files. Closing twice is allowed."""
         if self._closed:
             return
+        for prefetcher in list(self._prefetchers):
+            prefetcher.close()
         try:
             if self._mode == "r+":
                 self.flush()
@@ -437,9 +440,10 @@ class ReplayStore:
             self._closed = True
             self._frames.close()
             self._table.close()
-            if self._lock is not None:
-                self._lock.close()
-                self._lock = None
+            self._sampler.close()
+            if self._writer_lock is not None:
+                self._writer_lock.close()
+                self._writer_lock = None
 
     def __enter__(self) -> ReplayStore:
         return self
@@ -454,18 +458,115 @@ class ReplayStore:
 
     # -- reading ---------------------------------------------------------------------------------
 
-    def sample(self, batch_size: int, rng: np.random.Generator | int | None = None) -> Batch:
+    def sample(
+        self,
+        batch_size: int,
+        rng: np.random.Generator | int | None = None,
+        *,
+        beta: float = 0.4,
+        n_step: int = 1,
+        gamma: float = 0.99,
+    ) -> Batch:
         """``batch_size`` stored transitions drawn by the store's sampler (uniform by default).
 
-        The same contents and the same seed give the same batch, also after close and reopen.
+        With a prioritized sampler, ``batch.weight`` holds the importance weights for ``beta``. With
+        ``n_step > 1``, ``reward`` is the discounted sum of up to ``n_step`` rewards of the same episode,
+        ``next_obs`` and the flags are those of the last of them, and ``discount`` is gamma^m for the m
+        steps used. The same contents and seed give the same batch, also after close and reopen.
         """
         self._check_open("sample")
         batch_size = parse_positive_int(batch_size, "batch_size")
+        n_step = parse_positive_int(n_step, "n_step")
+        beta = parse_number(beta, "beta", low=0.0)
+        gamma = parse_number(gamma, "gamma", low=0.0, high=1.0)
         generator = parse_rng(rng)
+        with self._lock:
+            steps = self._draw(batch_size, generator)
+            weight = self._sampler.weights(steps, beta=beta)
+            if n_step == 1:
+                return self._gather(steps, weight=weight, discount=np.full(batch_size, gamma, np.float32))
+            return self._gather_n_step(steps, n_step=n_step, gamma=gamma, weight=weight)
+
+    def sample_sequences(
+        self,
+        batch_size: int,
+        length: int,
+        rng: np.random.Generator | int | None = None,
+        *,
+        beta: float = 0.4,
+    ) -> SequenceBatch:
+        """Windows of ``length`` consecutive transitions of one env and episode, for recurrent agents.
+
+        Fields have a (batch_size, length, ...) shape; ``mask`` is False (and the fields zero) past the
+        episode's end or past the env's newest transition. A window may start at any stored transition;
+        with a prioritized sampler it is drawn by the priority of its first transition.
+        """
+        self._check_open("sample_sequences")
+        batch_size = parse_positive_int(batch_size, "batch_size")
+        length = parse_positive_int(length, "length")
+        beta = parse_number(beta, "beta", low=0.0)
+        generator = parse_rng(rng)
+        with self._lock:
+            steps = self._draw(batch_size, generator)
+            weight = self._sampler.weights(steps, beta=beta)
+            window, mask = follow_episodes(
+                steps, length, rows_of=self._table.read, newest_exclusive=self._transitions_added
+            )
+            return self._gather_sequences(window, mask, weight)
+
+    def batches(
+        self,
+        batch_size: int,
+        *,
+        prefetch: int = 2,
+        rng: np.random.Generator | int | None = None,
+        **sample_kwargs: Any,
+    ) -> Prefetcher:
+        """An endless iterator of ``sample(batch_size, rng, **sample_kwargs)`` batches, prepared ahead in a
+        background thread (decoding releases the GIL) while the caller trains.
+
+        It yields exactly what successive ``sample`` calls with the same generator would, in order;
+        errors in the thread are raised in the caller; ``close()`` (or garbage collection, or closing
+        the store) stops it.
+        """
+        self._check_open("batches")
+        batch_size = parse_positive_int(batch_size, "batch_size")
+        prefetch = parse_positive_int(prefetch, "prefetch")
+        generator = parse_rng(rng)
+        self.sample(1, np.random.default_rng(0), **sample_kwargs)  # invalid arguments fail here, not later
+        prefetcher = Prefetcher(lambda: self.sample(batch_size, generator, **sample_kwargs), depth=prefetch)
+        self._prefetchers.add(prefetcher)
+        return prefetcher
+
+    def update_priorities(self, index: npt.ArrayLike, priority: npt.ArrayLike) -> None:
+        """Set the priorities of sampled transitions (``batch.index``); steps evicted since are ignored,
+        and with repeated steps the last value wins."""
+        self._check_writable("update_priorities")
+        steps = np.asarray(index)
+        priorities = np.asarray(priority)
+        if steps.ndim != 1 or (steps.size and steps.dtype.kind not in "iu"):
+            raise TypeError(f"index must be a 1-D array of ints; got {steps.dtype}{list(steps.shape)}")
+        if priorities.dtype.kind not in "iuf":
+            raise TypeError(f"priority must be real numbers; got dtype {priorities.dtype}")
+        if priorities.shape != steps.shape:
+            raise ValueError(f"priority has shape {priorities.shape}; expected {steps.shape} like index")
+        priorities = priorities.astype(np.float64)
+        bad = ~np.isfinite(priorities) | (priorities < 0)
+        if bad.any():
+            raise ValueError(f"priority must be finite and >= 0; got {priorities[bad][0]!r}")
+        steps = steps.astype(np.int64)
+        never = (steps < 0) | (steps >= self._transitions_added)
+        if never.any():
+            raise ValueError(
+                f"index {int(steps[never][0])} was never added; transitions added so far: {self._transitions_added}"
+            )
+        with self._lock:
+            self._sampler.update_priorities(steps, priorities)
+
+    def _draw(self, batch_size: int, rng: np.random.Generator) -> npt.NDArray[np.int64]:
         if len(self) == 0:
             raise ValueError("cannot sample from an empty store: add transitions first")
-        steps = self._sampler.sample(batch_size, stored=self.stored_steps, rng=generator)
-        return self._gather(steps)
+        return self._sampler.sample(batch_size, stored=self.stored_steps, rng=rng)
 
     def read(self, steps: npt.ArrayLike) -> Batch:
         """The stored transitions with these steps, in the given order."""
@@ -481,7 +582,9 @@ class ReplayStore:
                 f"step {int(array[outside][0])} is not stored; stored steps are "
                 f"[{stored.start}, {stored.stop})"
             )
-        return self._gather(array)
+        ones = np.ones(len(array), np.float32)
+        with self._lock:
+            return self._gather(array, weight=ones, discount=ones)
 
     def episodes(self) -> list[Episode]:
         """The stored episodes, oldest first: env, steps, return, how each ended, whether it is complete."""
@@ -501,26 +604,93 @@ class ReplayStore:
         next_frames = self._table.read(steps)["next_frame"].astype(np.int64)
         return stacking.transition_frames(next_frames, self._frames.prev_deltas, self.stack_size)
 
-    def _gather(self, steps: npt.NDArray[np.int64]) -> Batch:
+    def _gather(
+        self, steps: npt.NDArray[np.int64], *, weight: npt.NDArray[np.float32], discount: npt.NDArray[np.float32]
+    ) -> Batch:
         rows = self._table.read(steps)
         frames = stacking.transition_frames(
             rows["next_frame"].astype(np.int64), self._frames.prev_deltas, self.stack_size
         )
         # obs and next_obs are two views of one (B, stack_size + 1) array of frames: they share
         # stack_size - 1 frames, so each is decoded once, straight into the memory the batch returns.
-        pixels = np.empty((*frames.shape, *self.frame_shape), np.uint8)
-        self._frames.decode_into(frames.reshape(-1), pixels.reshape(-1, *self.frame_shape))
-        flags = rows["flags"]
+        pixels = self._decode(frames)
         return Batch(
             obs=pixels[:, stacking.obs_columns(self.stack_size)],
-            action=np.ascontiguousarray(rows["action"]).astype(self._action_dtype),
+            action=rows["action"].astype(self._action_dtype),
             reward=rows["reward"].astype(np.float32),
             next_obs=pixels[:, stacking.next_obs_columns(self.stack_size)],
-            terminated=(flags & TERMINATED) != 0,
-            truncated=(flags & TRUNCATED) != 0,
+            terminated=(rows["flags"] & TERMINATED) != 0,
+            truncated=(rows["flags"] & TRUNCATED) != 0,
             index=steps,
             env_index=rows["env"].astype(np.int64),
+            weight=weight,
+            discount=discount,
         )
+
+    def _gather_n_step(
+        self, steps: npt.NDArray[np.int64], *, n_step: int, gamma: float, weight: npt.NDArray[np.float32]
+    ) -> Batch:
+        window, mask = follow_episodes(
+            steps, n_step, rows_of=self._table.read, newest_exclusive=self._transitions_added
+        )
+        rows = self._table.read(window.reshape(-1)).reshape(window.shape)
+        returns, used = n_step_returns(rows["reward"], mask, gamma)
+        first, last = rows[:, 0], rows[np.arange(len(steps)), used - 1]
+        obs_frames = stacking.transition_frames(
+            first["next_frame"].astype(np.int64), self._frames.prev_deltas, self.stack_size
+        )[:, stacking.obs_columns(self.stack_size)]
+        next_frames = stacking.transition_frames(
+            last["next_frame"].astype(np.int64), self._frames.prev_deltas, self.stack_size
+        )[:, stacking.next_obs_columns(self.stack_size)]
+        pixels = self._decode(np.concatenate([obs_frames, next_frames], axis=1))
+        return Batch(
+            obs=pixels[:, : self.stack_size],
+            action=first["action"].astype(self._action_dtype),
+            reward=returns,
+            next_obs=pixels[:, self.stack_size :],
+            terminated=(last["flags"] & TERMINATED) != 0,
+            truncated=(last["flags"] & TRUNCATED) != 0,
+            index=steps,
+            env_index=first["env"].astype(np.int64),
+            weight=weight,
+            discount=np.power(gamma, used).astype(np.float32),
+        )
+
+    def _gather_sequences(
+        self, window: npt.NDArray[np.int64], mask: npt.NDArray[np.bool_], weight: npt.NDArray[np.float32]
+    ) -> SequenceBatch:
+        batch_size, length = window.shape
+        rows = self._table.read(window.reshape(-1)).reshape(window.shape)
+        rows[~mask] = np.zeros((), rows.dtype)
+        valid = mask.reshape(-1)
+        frames = stacking.transition_frames(
+            rows["next_frame"].reshape(-1)[valid].astype(np.int64), self._frames.prev_deltas, self.stack_size
+        )
+        # Consecutive transitions share all but one frame: decode each distinct frame once.
+        distinct, inverse = np.unique(frames, return_inverse=True)
+        decoded = np.empty((len(distinct), *self.frame_shape), np.uint8)
+        self._frames.decode_into(distinct, decoded)
+        pixels = np.zeros((batch_size * length, self.stack_size + 1, *self.frame_shape), np.uint8)
+        pixels[valid] = np.take(decoded, inverse.reshape(frames.shape), axis=0)
+        pixels = pixels.reshape(batch_size, length, self.stack_size + 1, *self.frame_shape)
+        return SequenceBatch(
+            obs=pixels[:, :, stacking.obs_columns(self.stack_size)],
+            action=rows["action"].astype(self._action_dtype),
+            reward=rows["reward"].astype(np.float32),
+            next_obs=pixels[:, :, stacking.next_obs_columns(self.stack_size)],
+            terminated=(rows["flags"] & TERMINATED) != 0,
+            truncated=(rows["flags"] & TRUNCATED) != 0,
+            mask=mask,
+            index=np.where(mask, window, -1),
+            env_index=rows["env"][:, 0].astype(np.int64),
+            weight=weight,
+        )
+
+    def _decode(self, frames: npt.NDArray[np.int64]) -> npt.NDArray[np.uint8]:
+        """Pixels (*frames.shape, *frame_shape) of a 2-D array of frame steps, decoded in one call."""
+        pixels = np.empty((*frames.shape, *self.frame_shape), np.uint8)
+        self._frames.decode_into(frames.reshape(-1), pixels.reshape(-1, *self.frame_shape))
+        return pixels
 
     # -- state -----------------------------------------------------------------------------------
 
@@ -534,7 +704,8 @@ class ReplayStore:
         steps = np.array(sorted(newest.values()), dtype=np.int64)
         rows = self._table.read(steps)
         frame_steps = self._transition_frames(steps)
-        next_obs = self._gather(steps).next_obs
+        ones = np.ones(len(steps), np.float32)
+        next_obs = self._gather(steps, weight=ones, discount=ones).next_obs
         for i, step in enumerate(steps.tolist()):
             episode = self._episodes[int(rows["env"][i])]
             episode.frames.extend(frame.tobytes() for frame in next_obs[i])

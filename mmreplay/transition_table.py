@@ -2,7 +2,9 @@
 
 A row holds what a transition owns besides pixels: the frame step of its next_obs frame (its obs frames
 are reached through the frame table's episode links), how many frame steps back its oldest obs frame
-is, the env that produced it, the action, the reward and flag bits. The slot of
+is, the env that produced it, a forward link to the env's next transition of the same episode (written
+when that transition arrives; trusted only after checking it, since a crash can leave a link to a step
+that was never committed), the action, the reward and flag bits. The slot of
 transition step ``t`` is ``t % row_slots``; the store keeps ``row_slots`` above ``capacity`` so that rows
 a committed header still counts are never overwritten before the next commit.
 """
@@ -31,6 +33,7 @@ def row_dtype(action_shape: tuple[int, ...], action_dtype: np.dtype) -> np.dtype
             ("next_frame", "<u8"),
             ("oldest_delta", "<u4"),  # next_frame - the oldest frame step its obs stack uses
             ("env", "<u2"),
+            ("next_delta", "<u4"),  # steps forward to the env's next transition in this episode; 0: none yet
             ("reward", "<f4"),
             ("flags", "u1"),
             ("action", action_dtype.newbyteorder("<"), action_shape),
@@ -75,10 +78,15 @@ class TransitionTable:
                 next_frame,
                 next_frame - oldest_frames[i],
                 envs[i],
+                0,
                 rewards[i],
                 flags[i],
                 actions[i],
             )
+
+    def link(self, step: int, next_step: int) -> None:
+        """Record that ``next_step`` continues the episode of ``step`` (same env)."""
+        self._rows["next_delta"][step % self.row_slots] = next_step - step
 
     def oldest_frame(self, start: int, stop: int) -> int:
         """The oldest frame step that any transition in steps ``[start, stop)`` uses.

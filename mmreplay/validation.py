@@ -25,6 +25,16 @@ def parse_positive_int(value: object, name: str) -> int:
     return number
 
 
+def parse_number(value: object, name: str, *, low: float, high: float = math.inf) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a real number; got {type(value).__name__} {value!r}")
+    number = float(value)
+    if not (low <= number <= high) or math.isnan(number):
+        interval = f"[{low:g}, {high:g}]" if math.isfinite(high) else f">= {low:g}"
+        raise ValueError(f"{name} must be {interval}; got {number!r}")
+    return number
+
+
 def parse_shape(value: object, name: str, *, allow_empty: bool) -> tuple[int, ...]:
     if isinstance(value, (int, np.integer)):
         value = (value,)

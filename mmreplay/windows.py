@@ -1,0 +1,54 @@
+"""Windows of consecutive transitions of one env and episode, for n-step returns and sequences.
+
+Pure index arithmetic over the transition table's forward links; no pixels. A window starts at a
+sampled step and follows each transition's link to the env's next transition while the episode goes on:
+it stops after a transition that terminated or truncated, and before a transition that is not stored
+yet. A link is trusted only after checking it (the target exists, belongs to the same env and does not
+start an episode), because a crash can leave a link to a step that was never committed and later reused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from mmreplay.transition_table import EPISODE_START, TERMINATED, TRUNCATED
+
+RowsOf = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.void]]
+
+
+def follow_episodes(
+    steps: npt.NDArray[np.int64], length: int, *, rows_of: RowsOf, newest_exclusive: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    """Steps (B, length) of each window and a mask (B, length): False (step 0) past the window's end."""
+    window = np.zeros((len(steps), length), np.int64)
+    mask = np.zeros((len(steps), length), np.bool_)
+    window[:, 0] = steps
+    mask[:, 0] = True
+    current = steps.copy()
+    alive = np.ones(len(steps), np.bool_)
+    for position in range(1, length):
+        rows = rows_of(current)
+        alive &= (rows["flags"] & (TERMINATED | TRUNCATED)) == 0
+        delta = rows["next_delta"].astype(np.int64)
+        candidate = current + delta
+        alive &= (delta > 0) & (candidate < newest_exclusive)
+        if not alive.any():
+            break
+        linked = rows_of(np.where(alive, candidate, current))
+        alive &= (linked["env"] == rows["env"]) & ((linked["flags"] & EPISODE_START) == 0)
+        current = np.where(alive, candidate, current)
+        window[:, position] = np.where(alive, candidate, 0)
+        mask[:, position] = alive
+    return window, mask
+
+
+def n_step_returns(
+    rewards: npt.NDArray[np.float32], mask: npt.NDArray[np.bool_], gamma: float
+) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+    """sum over k < m of gamma^k r_k for each window, and m (the number of steps each window holds)."""
+    discounts = gamma ** np.arange(rewards.shape[1], dtype=np.float64)
+    returns = (np.where(mask, rewards, 0.0) * discounts).sum(axis=1)
+    return returns.astype(np.float32), mask.sum(axis=1)
