@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from mmreplay.errors import CorruptStoreError, FormatVersionError, StoreNotFoundError
+from mmreplay.files import fsync_directory
 
 MAGIC = "mmreplay"
 FORMAT_VERSION = 1
@@ -122,12 +123,3 @@ def read_header(directory: Path) -> tuple[Layout, Commit]:
         return Layout(**layout_fields), Commit(**document["commit"])
     except (KeyError, TypeError) as error:
         raise CorruptStoreError(f"{path}: header is missing or has unknown fields ({error})") from None
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make a rename or a new file inside ``directory`` durable."""
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)

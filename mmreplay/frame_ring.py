@@ -4,7 +4,8 @@ Vocabulary: a *frame step* numbers every frame ever written (never wraps); a fra
 frame table is ``frame_step % frame_slots``; its *position* is a never-wrapping byte offset, so segment
 ``position // segment_bytes`` holds it at ``position % segment_bytes``. Frames never straddle segments.
 
-Each frame-table entry records where the frame's bytes are, their CRC-32 (seeded with the frame step),
+Each frame-table entry records where the frame's bytes are, their CRC-32 (seeded with the frame step
+and ``prev_delta``, so a frame read at the wrong step or through a damaged entry fails the check),
 and ``prev_delta``: how many frame steps back the previous frame of the same episode is (0 for an
 episode's first frame). That link is all that stacking needs; this module knows nothing of
 transitions, sampling or commits. It never overwrites bytes at a position below ``bytes_written``,
@@ -22,7 +23,22 @@ import numpy.typing as npt
 
 from mmreplay import codec
 from mmreplay.errors import CorruptStoreError
-from mmreplay.format import SEGMENTS_DIR, fsync_directory, frame_table_name, segment_name
+
+
+class FrameChecksumError(CorruptStoreError):
+    """A frame's bytes or its table entry do not match its checksum."""
+
+    def __init__(self, message: str, *, frame_step: int) -> None:
+        super().__init__(message)
+        self.frame_step = frame_step
+
+
+class MissingSegmentError(CorruptStoreError):
+    """A segment file that a frame needs does not exist (deleted by the writer, or lost)."""
+from mmreplay.files import BlockReservation, create_sparse, fsync_directory
+from mmreplay.format import SEGMENTS_DIR, frame_table_name, segment_name
+
+_SEED_MULTIPLIER = 2654435761  # Knuth's multiplicative hash constant: spreads steps over 32 bits
 
 FRAME_ENTRY = np.dtype(
     [("position", "<u8"), ("length", "<u4"), ("checksum", "<u4"), ("prev_delta", "<u4")]
@@ -54,16 +70,18 @@ class FrameRing:
         self.bytes_written = bytes_written
         self.writable = writable
         self._segments: dict[int, tuple[mmap.mmap, memoryview]] = {}
+        self._segment_files: dict[int, int] = {}  # descriptors the writer writes through
         self._dirty_segments: set[int] = set()
         self._mapping = self._map_table(generation, frame_slots)
         self._table = self._mapping.view(np.ndarray)  # plain indexing, without memmap's per-call overhead
+        self._reservation = BlockReservation(self._mapping.filename) if writable else None
 
     @classmethod
     def create(
         cls, directory: Path, *, frame_shape: tuple[int, ...], segment_bytes: int, frame_slots: int
     ) -> FrameRing:
         (directory / SEGMENTS_DIR).mkdir()
-        _allocate(directory / frame_table_name(0), frame_slots * FRAME_ENTRY.itemsize)
+        create_sparse(directory / frame_table_name(0), frame_slots * FRAME_ENTRY.itemsize)
         return cls(
             directory,
             frame_shape=frame_shape,
@@ -86,16 +104,21 @@ class FrameRing:
         first_step = self.frames_written
         position = self.bytes_written
         table = self._table
+        if self._reservation is not None:  # slots fill in order on the first lap, then all are reserved
+            self._reservation.ensure(min(first_step + len(payloads), self.frame_slots) * FRAME_ENTRY.itemsize)
         for i, payload in enumerate(payloads):
             length = len(payload)
             if position % self.segment_bytes + length > self.segment_bytes:
                 position += self.segment_bytes - position % self.segment_bytes
             segment, offset = divmod(position, self.segment_bytes)
-            view = self._segment_view(segment, create=True)
-            view[offset : offset + length] = payload
+            # pwrite, not a store into the map: a full disk is then an OSError, not a SIGBUS.
+            written = os.pwrite(self._segment_file(segment), payload, offset)
+            if written != length:
+                raise OSError(f"{self._segment_path(segment)}: short write ({written} of {length} bytes)")
             self._dirty_segments.add(segment)
             step = first_step + i
-            table[step % self.frame_slots] = (position, length, codec.checksum(payload, step), prev_deltas[i])
+            seed = (step * _SEED_MULTIPLIER + prev_deltas[i]) & 0xFFFFFFFF  # frame_seed, without numpy
+            table[step % self.frame_slots] = (position, length, codec.checksum(payload, seed), prev_deltas[i])
             position += length
         self.frames_written += len(payloads)
         self.bytes_written = position
@@ -104,8 +127,8 @@ class FrameRing:
     def sync(self) -> None:
         """Make every frame and table entry written so far durable (msync), before a commit."""
         for segment in sorted(self._dirty_segments):
-            if segment in self._segments:
-                self._segments[segment][0].flush()
+            if segment in self._segment_files:
+                os.fdatasync(self._segment_files[segment])
         self._dirty_segments.clear()
         self._mapping.flush()
 
@@ -117,7 +140,10 @@ class FrameRing:
         """
         generation = self.generation + 1
         path = self.directory / frame_table_name(generation)
-        _allocate(path, frame_slots * FRAME_ENTRY.itemsize)
+        path.unlink(missing_ok=True)  # left by a crash before the header named it
+        create_sparse(path, frame_slots * FRAME_ENTRY.itemsize)
+        reservation = BlockReservation(path)
+        reservation.ensure(frame_slots * FRAME_ENTRY.itemsize)
         table = np.memmap(path, dtype=FRAME_ENTRY, mode="r+", shape=(frame_slots,))
         steps = np.arange(frame_tail, self.frames_written)
         table[steps % frame_slots] = self._table[steps % self.frame_slots]
@@ -125,6 +151,8 @@ class FrameRing:
         fsync_directory(self.directory)
         self._mapping = table
         self._table = table.view(np.ndarray)
+        self._reservation.close()
+        self._reservation = reservation
         self.generation = generation
         self.frame_slots = frame_slots
 
@@ -158,21 +186,40 @@ class FrameRing:
         segments, offsets = np.divmod(entries["position"].astype(np.int64), self.segment_bytes)
         out_view = memoryview(out.reshape(-1)).cast("B")
         frame_nbytes = self.frame_nbytes
-        for i, (segment, offset, length, checksum) in enumerate(
-            zip(segments.tolist(), offsets.tolist(), entries["length"].tolist(), entries["checksum"].tolist())
+        seeds = frame_seed(frame_steps, entries["prev_delta"].astype(np.int64))
+        for i, (segment, offset, length, checksum, seed) in enumerate(
+            zip(
+                segments.tolist(),
+                offsets.tolist(),
+                entries["length"].tolist(),
+                entries["checksum"].tolist(),
+                seeds.tolist(),
+            )
         ):
             payload = self._segment_view(segment)[offset : offset + length]
-            step = int(frame_steps[i])
-            if codec.checksum(payload, step) != checksum:
-                raise CorruptStoreError(
-                    f"{self._segment_path(segment)}: frame {step} fails its checksum "
-                    f"(corrupt, or overwritten since it was located)"
+            raw = None
+            if codec.checksum(payload, seed) == checksum:
+                try:
+                    raw = codec.decompress(payload, frame_nbytes)
+                except Exception:  # lz4 raises its own error type for a malformed block
+                    raw = None
+            if raw is None or len(raw) != frame_nbytes:
+                raise FrameChecksumError(
+                    f"frame {int(frame_steps[i])} fails its checksum: {self._segment_path(segment)} or "
+                    f"{self.directory / frame_table_name(self.generation)} is corrupt, or the frame was "
+                    "overwritten since it was located",
+                    frame_step=int(frame_steps[i]),
                 )
-            out_view[i * frame_nbytes : (i + 1) * frame_nbytes] = codec.decompress(payload, frame_nbytes)
+            out_view[i * frame_nbytes : (i + 1) * frame_nbytes] = raw
 
     def close(self) -> None:
         for segment in list(self._segments):
             self._unmap(segment)
+        for descriptor in self._segment_files.values():
+            os.close(descriptor)
+        self._segment_files.clear()
+        if self._reservation is not None:
+            self._reservation.close()
         if self.writable:
             self._mapping.flush()
         del self._table, self._mapping
@@ -189,22 +236,30 @@ class FrameRing:
     def _segment_path(self, segment: int) -> Path:
         return self.directory / SEGMENTS_DIR / segment_name(segment)
 
-    def _segment_view(self, segment: int, create: bool = False) -> memoryview:
+    def _segment_file(self, segment: int) -> int:
+        """The writer's descriptor of a segment, creating the (sparse) file on first use."""
+        descriptor = self._segment_files.get(segment)
+        if descriptor is None:
+            path = self._segment_path(segment)
+            if not path.exists():
+                create_sparse(path, self.segment_bytes)
+                fsync_directory(path.parent)
+            descriptor = os.open(path, os.O_RDWR)
+            self._segment_files[segment] = descriptor
+        return descriptor
+
+    def _segment_view(self, segment: int) -> memoryview:
         mapped = self._segments.get(segment)
         if mapped is not None:
             return mapped[1]
         path = self._segment_path(segment)
-        if create and not path.exists():
-            _allocate(path, self.segment_bytes)
-            fsync_directory(path.parent)
         try:
-            with open(path, "r+b" if self.writable else "rb") as file:
+            with open(path, "rb") as file:
                 if os.fstat(file.fileno()).st_size < self.segment_bytes:
                     raise CorruptStoreError(f"{path}: segment file is truncated")
-                access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
-                mapping = mmap.mmap(file.fileno(), self.segment_bytes, access=access)
+                mapping = mmap.mmap(file.fileno(), self.segment_bytes, access=mmap.ACCESS_READ)
         except FileNotFoundError:
-            raise CorruptStoreError(f"{path}: segment file is missing") from None
+            raise MissingSegmentError(f"{path}: segment file is missing") from None
         view = memoryview(mapping)
         self._segments[segment] = (mapping, view)
         return view
@@ -214,10 +269,11 @@ class FrameRing:
         if mapped is not None:
             mapped[1].release()
             mapped[0].close()
+        descriptor = self._segment_files.pop(segment, None)
+        if descriptor is not None:
+            os.close(descriptor)
 
 
-def _allocate(path: Path, nbytes: int) -> None:
-    """Create a file of ``nbytes`` without writing them (sparse: disk use follows what is written)."""
-    with open(path, "xb") as file:
-        file.truncate(nbytes)
-        os.fsync(file.fileno())
+def frame_seed(frame_step: npt.ArrayLike, prev_delta: npt.ArrayLike) -> npt.NDArray[np.int64]:
+    """The CRC seed of a frame: binds its checksum to its step and its episode link."""
+    return (np.asarray(frame_step, np.int64) * _SEED_MULTIPLIER + np.asarray(prev_delta, np.int64)) & 0xFFFFFFFF

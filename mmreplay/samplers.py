@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from mmreplay.files import BlockReservation, create_sparse
 from mmreplay.sum_tree import SumTree, tree_size
 
 PRIORITIES_NAME = "priorities.tree"
@@ -119,8 +120,11 @@ class PrioritizedSampler:
         path = directory / PRIORITIES_NAME
         if writable:
             if not path.exists():
-                with open(path, "xb") as file:
-                    file.truncate(2 * 2 * size * 8)
+                create_sparse(path, 2 * 2 * size * 8)
+            # The tree is rewritten all over (rebuilt at every open): reserve all of it.
+            reservation = BlockReservation(path)
+            reservation.ensure(2 * 2 * size * 8)
+            reservation.close()
             mapping = np.memmap(path, dtype="<f8", mode="r+", shape=(2, 2 * size))
             nodes = mapping.view(np.ndarray)
         else:

@@ -31,6 +31,7 @@ from mmreplay import codec, format, stacking
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.episodes import EnvEpisode, Episode, FramePlan, plan_frames, split_episodes
 from mmreplay.errors import ClosedStoreError, ReadOnlyStoreError, StoreExistsError, StoreLockedError
+from mmreplay.files import fsync_directory
 from mmreplay.frame_ring import FrameRing
 from mmreplay.prefetch import Prefetcher
 from mmreplay.samplers import Sampler, UniformSampler, sampler_from_config
@@ -187,7 +188,7 @@ class ReplayStore:
         except BaseException:
             shutil.rmtree(building, ignore_errors=True)
             raise
-        format.fsync_directory(directory.parent)
+        fsync_directory(directory.parent)
         return cls.open(directory, "r+", sampler=sampler)
 
     @classmethod
@@ -633,7 +634,7 @@ class ReplayStore:
         window, mask = follow_episodes(
             steps, n_step, rows_of=self._table.read, newest_exclusive=self._transitions_added
         )
-        rows = self._table.read(window.reshape(-1)).reshape(window.shape)
+        rows = self._window_rows(window, mask)
         returns, used = n_step_returns(rows["reward"], mask, gamma)
         first, last = rows[:, 0], rows[np.arange(len(steps)), used - 1]
         obs_frames = stacking.transition_frames(
@@ -660,8 +661,7 @@ class ReplayStore:
         self, window: npt.NDArray[np.int64], mask: npt.NDArray[np.bool_], weight: npt.NDArray[np.float32]
     ) -> SequenceBatch:
         batch_size, length = window.shape
-        rows = self._table.read(window.reshape(-1)).reshape(window.shape)
-        rows[~mask] = np.zeros((), rows.dtype)
+        rows = self._window_rows(window, mask)
         valid = mask.reshape(-1)
         frames = stacking.transition_frames(
             rows["next_frame"].reshape(-1)[valid].astype(np.int64), self._frames.prev_deltas, self.stack_size
@@ -685,6 +685,12 @@ class ReplayStore:
             env_index=rows["env"][:, 0].astype(np.int64),
             weight=weight,
         )
+
+    def _window_rows(self, window: npt.NDArray[np.int64], mask: npt.NDArray[np.bool_]) -> npt.NDArray[np.void]:
+        """Rows (B, length) of a window's transitions; zero where the mask is False."""
+        rows = np.zeros(window.shape, self._table.dtype)
+        rows[mask] = self._table.read(window[mask])
+        return rows
 
     def _decode(self, frames: npt.NDArray[np.int64]) -> npt.NDArray[np.uint8]:
         """Pixels (*frames.shape, *frame_shape) of a 2-D array of frame steps, decoded in one call."""

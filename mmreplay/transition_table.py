@@ -11,13 +11,16 @@ a committed header still counts are never overwritten before the next commit.
 
 from __future__ import annotations
 
+import operator
 import os
+import struct
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
 from mmreplay.errors import CorruptStoreError
+from mmreplay.files import BlockReservation, create_sparse
 
 TERMINATED = 1
 TRUNCATED = 2
@@ -30,15 +33,30 @@ def row_dtype(action_shape: tuple[int, ...], action_dtype: np.dtype) -> np.dtype
     """The packed little-endian row layout for a given action field."""
     return np.dtype(
         [
+            ("checksum", "<u4"),  # of the bytes after next_delta, mixed with the step: see _checksums
+            ("next_delta", "<u4"),  # steps forward to the env's next transition in this episode; 0: none yet
             ("next_frame", "<u8"),
             ("oldest_delta", "<u4"),  # next_frame - the oldest frame step its obs stack uses
             ("env", "<u2"),
-            ("next_delta", "<u4"),  # steps forward to the env's next transition in this episode; 0: none yet
             ("reward", "<f4"),
             ("flags", "u1"),
             ("action", action_dtype.newbyteorder("<"), action_shape),
         ]
     )
+
+
+# The fields between next_delta and action, packed exactly as in row_dtype.
+_MIDDLE = struct.Struct("<QIHfB")
+_UNCHECKED_BYTES = 8  # checksum and next_delta
+_STEP_MIX = 2654435761
+
+
+class RowChecksumError(CorruptStoreError):
+    """A row does not match its checksum."""
+
+    def __init__(self, message: str, *, step: int) -> None:
+        super().__init__(message)
+        self.step = step
 
 
 class TransitionTable:
@@ -51,14 +69,16 @@ class TransitionTable:
         self.path = path
         self.row_slots = row_slots
         self._chunk_minimums: dict[int, int] = {}
+        self._weights = np.arange(1, 2 * (dtype.itemsize - _UNCHECKED_BYTES), 2, dtype=np.uint64)
+        self._body_weights = self._weights.tolist()
         self._mapping = np.memmap(path, dtype=dtype, mode="r+" if writable else "r", shape=(row_slots,))
         self._rows = self._mapping.view(np.ndarray)  # plain indexing, without memmap's per-call overhead
+        self._bytes = memoryview(self._rows.view(np.uint8).reshape(-1)) if writable else None
+        self._reservation = BlockReservation(path) if writable else None
 
     @classmethod
     def create(cls, path: Path, *, dtype: np.dtype, row_slots: int) -> TransitionTable:
-        with open(path, "xb") as file:
-            file.truncate(row_slots * dtype.itemsize)
-            os.fsync(file.fileno())
+        create_sparse(path, row_slots * dtype.itemsize)
         return cls(path, dtype=dtype, row_slots=row_slots, writable=True)
 
     def write(
@@ -73,16 +93,23 @@ class TransitionTable:
         actions: npt.NDArray[np.generic],
     ) -> None:
         """Write rows for transition steps ``first_step, first_step + 1, ...``."""
+        # Packed with struct, one row per env: for one or a few rows this is several times cheaper than
+        # building a structured array.
+        size = self._rows.dtype.itemsize
+        assert self._reservation is not None and self._bytes is not None
+        self._reservation.ensure(min(first_step + len(next_frames), self.row_slots) * size)
         for i, next_frame in enumerate(next_frames):
-            self._rows[(first_step + i) % self.row_slots] = (
-                next_frame,
-                next_frame - oldest_frames[i],
-                envs[i],
-                0,
-                rewards[i],
-                flags[i],
-                actions[i],
-            )
+            step = first_step + i
+            body = _MIDDLE.pack(
+                next_frame, next_frame - oldest_frames[i], envs[i], float(rewards[i]), flags[i]
+            ) + actions[i].tobytes()
+            checksum = (sum(map(operator.mul, body, self._body_weights)) + step * _STEP_MIX) & 0xFFFFFFFF
+            offset = (step % self.row_slots) * size
+            self._bytes[offset : offset + size] = struct.pack("<II", checksum, 0) + body
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._rows.dtype
 
     def link(self, step: int, next_step: int) -> None:
         """Record that ``next_step`` continues the episode of ``step`` (same env)."""
@@ -133,13 +160,36 @@ class TransitionTable:
         return newest
 
     def read(self, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.void]:
-        """A copy of the rows of these transition steps."""
-        return self._rows[steps % self.row_slots]
+        """A copy of the rows of these transition steps, each checked against its checksum."""
+        rows = self._rows[steps % self.row_slots]
+        bad = rows["checksum"] != self._checksums(rows, steps)
+        if bad.any():
+            step = int(steps[np.argmax(bad)])
+            raise RowChecksumError(
+                f"{self.path}: the row of transition {step} fails its checksum (corrupt, or overwritten "
+                "since it was located)",
+                step=step,
+            )
+        return rows
+
+    def _checksums(self, rows: npt.NDArray[np.void], steps: npt.NDArray[np.int64]) -> npt.NDArray[np.uint32]:
+        """A position-weighted sum of each row's bytes after next_delta, mixed with its step, mod 2^32.
+
+        Byte i is weighted by 2i + 1, an odd number, so any single changed byte changes the sum; mixing in
+        the step makes a row read at the wrong step (a reused slot) fail too. Vectorized for a batch.
+        """
+        data = np.ascontiguousarray(rows).view(np.uint8).reshape(len(rows), rows.dtype.itemsize)
+        sums = data[:, _UNCHECKED_BYTES:].astype(np.uint64) @ self._weights
+        mixed = sums + steps.astype(np.uint64) * np.uint64(_STEP_MIX)
+        return (mixed & np.uint64(0xFFFFFFFF)).astype(np.uint32)
 
     def sync(self) -> None:
         self._mapping.flush()
 
     def close(self) -> None:
-        if self._mapping.mode != "r":
+        if self._bytes is not None:
+            self._bytes.release()
             self._mapping.flush()
-        del self._rows, self._mapping
+        if self._reservation is not None:
+            self._reservation.close()
+        del self._rows, self._mapping, self._bytes

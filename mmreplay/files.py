@@ -1,0 +1,50 @@
+"""File primitives the storage modules share: sparse creation, block reservation, durable renames."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+RESERVE_STEP = 1 << 16  # bytes reserved at a time ahead of the writes into a memory map
+
+
+def create_sparse(path: Path, nbytes: int) -> None:
+    """Create a file of ``nbytes`` without allocating its blocks (disk use follows what is written)."""
+    with open(path, "xb") as file:
+        file.truncate(nbytes)
+        os.fsync(file.fileno())
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a rename or a new file inside ``directory`` durable."""
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+class BlockReservation:
+    """Reserves a memory-mapped file's blocks just ahead of the bytes written into it.
+
+    A store into a memory map whose block cannot be allocated (a full disk) kills the process with
+    SIGBUS; reserving with ``posix_fallocate`` first turns that into an ``OSError`` raised before anything
+    is written, while the file stays sparse beyond what is used.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._descriptor = os.open(path, os.O_RDWR)
+        self._size = os.fstat(self._descriptor).st_size
+        self._reserved = 0
+
+    def ensure(self, end: int) -> None:
+        """Make sure bytes ``[0, end)`` have blocks (an ``OSError`` such as ENOSPC if they cannot)."""
+        if end <= self._reserved:
+            return
+        new_end = min(self._size, max(end, self._reserved + RESERVE_STEP))
+        os.posix_fallocate(self._descriptor, self._reserved, new_end - self._reserved)
+        self._reserved = new_end
+
+    def close(self) -> None:
+        os.close(self._descriptor)
