@@ -19,7 +19,7 @@ import shutil
 import tempfile
 import threading
 import weakref
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -27,16 +27,17 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import codec, format, stacking
+from mmreplay import format
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.episodes import EnvEpisode, Episode, FramePlan, plan_frames, split_episodes
 from mmreplay.errors import ClosedStoreError, ReadOnlyStoreError, StoreExistsError, StoreLockedError
 from mmreplay.files import fsync_directory
 from mmreplay.frame_ring import FrameRing
 from mmreplay.prefetch import Prefetcher
+from mmreplay.reading import TransitionReader
 from mmreplay.samplers import Sampler, UniformSampler, sampler_from_config
-from mmreplay.windows import follow_episodes, n_step_returns
-from mmreplay.transition_table import EPISODE_START, TERMINATED, TRUNCATED, TransitionTable, row_dtype
+from mmreplay.windows import follow_episodes
+from mmreplay.transition_table import TERMINATED, TRUNCATED, TransitionTable, row_dtype
 from mmreplay.validation import (
     AddArguments,
     parse_action_dtype,
@@ -96,6 +97,9 @@ class ReplayStore:
             dtype=row_dtype(layout.action_shape, self._action_dtype),
             row_slots=layout.row_slots,
             writable=mode == "r+",
+        )
+        self._reader = TransitionReader(
+            self._table, self._frames, stack_size=layout.stack_size, action_dtype=self._action_dtype
         )
         self._closed = False
         self._load_env_state()
@@ -485,8 +489,10 @@ class ReplayStore:
             steps = self._draw(batch_size, generator)
             weight = self._sampler.weights(steps, beta=beta)
             if n_step == 1:
-                return self._gather(steps, weight=weight, discount=np.full(batch_size, gamma, np.float32))
-            return self._gather_n_step(steps, n_step=n_step, gamma=gamma, weight=weight)
+                return self._reader.transitions(steps, weight=weight, discount=np.full(batch_size, gamma, np.float32))
+            return self._reader.n_step(
+                steps, n_step=n_step, gamma=gamma, weight=weight, newest_exclusive=self._transitions_added
+            )
 
     def sample_sequences(
         self,
@@ -513,7 +519,7 @@ class ReplayStore:
             window, mask = follow_episodes(
                 steps, length, rows_of=self._table.read, newest_exclusive=self._transitions_added
             )
-            return self._gather_sequences(window, mask, weight)
+            return self._reader.sequences(window, mask, weight)
 
     def batches(
         self,
@@ -585,7 +591,7 @@ class ReplayStore:
             )
         ones = np.ones(len(array), np.float32)
         with self._lock:
-            return self._gather(array, weight=ones, discount=ones)
+            return self._reader.transitions(array, weight=ones, discount=ones)
 
     def episodes(self) -> list[Episode]:
         """The stored episodes, oldest first: env, steps, return, how each ended, whether it is complete."""
@@ -601,103 +607,6 @@ class ReplayStore:
             open_envs=open_envs,
         )
 
-    def _transition_frames(self, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        next_frames = self._table.read(steps)["next_frame"].astype(np.int64)
-        return stacking.transition_frames(next_frames, self._frames.prev_deltas, self.stack_size)
-
-    def _gather(
-        self, steps: npt.NDArray[np.int64], *, weight: npt.NDArray[np.float32], discount: npt.NDArray[np.float32]
-    ) -> Batch:
-        rows = self._table.read(steps)
-        frames = stacking.transition_frames(
-            rows["next_frame"].astype(np.int64), self._frames.prev_deltas, self.stack_size
-        )
-        # obs and next_obs are two views of one (B, stack_size + 1) array of frames: they share
-        # stack_size - 1 frames, so each is decoded once, straight into the memory the batch returns.
-        pixels = self._decode(frames)
-        return Batch(
-            obs=pixels[:, stacking.obs_columns(self.stack_size)],
-            action=rows["action"].astype(self._action_dtype),
-            reward=rows["reward"].astype(np.float32),
-            next_obs=pixels[:, stacking.next_obs_columns(self.stack_size)],
-            terminated=(rows["flags"] & TERMINATED) != 0,
-            truncated=(rows["flags"] & TRUNCATED) != 0,
-            index=steps,
-            env_index=rows["env"].astype(np.int64),
-            weight=weight,
-            discount=discount,
-        )
-
-    def _gather_n_step(
-        self, steps: npt.NDArray[np.int64], *, n_step: int, gamma: float, weight: npt.NDArray[np.float32]
-    ) -> Batch:
-        window, mask = follow_episodes(
-            steps, n_step, rows_of=self._table.read, newest_exclusive=self._transitions_added
-        )
-        rows = self._window_rows(window, mask)
-        returns, used = n_step_returns(rows["reward"], mask, gamma)
-        first, last = rows[:, 0], rows[np.arange(len(steps)), used - 1]
-        obs_frames = stacking.transition_frames(
-            first["next_frame"].astype(np.int64), self._frames.prev_deltas, self.stack_size
-        )[:, stacking.obs_columns(self.stack_size)]
-        next_frames = stacking.transition_frames(
-            last["next_frame"].astype(np.int64), self._frames.prev_deltas, self.stack_size
-        )[:, stacking.next_obs_columns(self.stack_size)]
-        pixels = self._decode(np.concatenate([obs_frames, next_frames], axis=1))
-        return Batch(
-            obs=pixels[:, : self.stack_size],
-            action=first["action"].astype(self._action_dtype),
-            reward=returns,
-            next_obs=pixels[:, self.stack_size :],
-            terminated=(last["flags"] & TERMINATED) != 0,
-            truncated=(last["flags"] & TRUNCATED) != 0,
-            index=steps,
-            env_index=first["env"].astype(np.int64),
-            weight=weight,
-            discount=np.power(gamma, used).astype(np.float32),
-        )
-
-    def _gather_sequences(
-        self, window: npt.NDArray[np.int64], mask: npt.NDArray[np.bool_], weight: npt.NDArray[np.float32]
-    ) -> SequenceBatch:
-        batch_size, length = window.shape
-        rows = self._window_rows(window, mask)
-        valid = mask.reshape(-1)
-        frames = stacking.transition_frames(
-            rows["next_frame"].reshape(-1)[valid].astype(np.int64), self._frames.prev_deltas, self.stack_size
-        )
-        # Consecutive transitions share all but one frame: decode each distinct frame once.
-        distinct, inverse = np.unique(frames, return_inverse=True)
-        decoded = np.empty((len(distinct), *self.frame_shape), np.uint8)
-        self._frames.decode_into(distinct, decoded)
-        pixels = np.zeros((batch_size * length, self.stack_size + 1, *self.frame_shape), np.uint8)
-        pixels[valid] = np.take(decoded, inverse.reshape(frames.shape), axis=0)
-        pixels = pixels.reshape(batch_size, length, self.stack_size + 1, *self.frame_shape)
-        return SequenceBatch(
-            obs=pixels[:, :, stacking.obs_columns(self.stack_size)],
-            action=rows["action"].astype(self._action_dtype),
-            reward=rows["reward"].astype(np.float32),
-            next_obs=pixels[:, :, stacking.next_obs_columns(self.stack_size)],
-            terminated=(rows["flags"] & TERMINATED) != 0,
-            truncated=(rows["flags"] & TRUNCATED) != 0,
-            mask=mask,
-            index=np.where(mask, window, -1),
-            env_index=rows["env"][:, 0].astype(np.int64),
-            weight=weight,
-        )
-
-    def _window_rows(self, window: npt.NDArray[np.int64], mask: npt.NDArray[np.bool_]) -> npt.NDArray[np.void]:
-        """Rows (B, length) of a window's transitions; zero where the mask is False."""
-        rows = np.zeros(window.shape, self._table.dtype)
-        rows[mask] = self._table.read(window[mask])
-        return rows
-
-    def _decode(self, frames: npt.NDArray[np.int64]) -> npt.NDArray[np.uint8]:
-        """Pixels (*frames.shape, *frame_shape) of a 2-D array of frame steps, decoded in one call."""
-        pixels = np.empty((*frames.shape, *self.frame_shape), np.uint8)
-        self._frames.decode_into(frames.reshape(-1), pixels.reshape(-1, *self.frame_shape))
-        return pixels
-
     # -- state -----------------------------------------------------------------------------------
 
     def _load_env_state(self) -> None:
@@ -709,9 +618,9 @@ class ReplayStore:
             return
         steps = np.array(sorted(newest.values()), dtype=np.int64)
         rows = self._table.read(steps)
-        frame_steps = self._transition_frames(steps)
+        frame_steps = self._reader.transition_frames(steps)
         ones = np.ones(len(steps), np.float32)
-        next_obs = self._gather(steps, weight=ones, discount=ones).next_obs
+        next_obs = self._reader.transitions(steps, weight=ones, discount=ones).next_obs
         for i, step in enumerate(steps.tolist()):
             episode = self._episodes[int(rows["env"][i])]
             episode.frames.extend(frame.tobytes() for frame in next_obs[i])

@@ -12,7 +12,6 @@ a committed header still counts are never overwritten before the next commit.
 from __future__ import annotations
 
 import operator
-import os
 import struct
 from pathlib import Path
 

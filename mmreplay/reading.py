@@ -1,0 +1,135 @@
+"""Reading stored transitions back: rows, rebuilt stacks and decoded pixels, assembled into batches.
+
+Frames are located through the transition rows and the frame table's episode links (``stacking``),
+then decoded in one call per batch straight into the arrays the batch returns.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from mmreplay import stacking
+from mmreplay.batch import Batch, SequenceBatch
+from mmreplay.frame_ring import FrameRing
+from mmreplay.transition_table import TERMINATED, TRUNCATED, TransitionTable
+from mmreplay.windows import follow_episodes, n_step_returns
+
+
+class TransitionReader:
+    """Builds batches from a store's transition table and frame ring."""
+
+    def __init__(self, table: TransitionTable, frames: FrameRing, *, stack_size: int, action_dtype: np.dtype) -> None:
+        self.table = table
+        self.frames = frames
+        self.stack_size = stack_size
+        self.frame_shape = frames.frame_shape
+        self.action_dtype = action_dtype
+
+    def transition_frames(self, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        next_frames = self.table.read(steps)["next_frame"].astype(np.int64)
+        return stacking.transition_frames(next_frames, self.frames.prev_deltas, self.stack_size)
+
+    def transitions(
+        self, steps: npt.NDArray[np.int64], *, weight: npt.NDArray[np.float32], discount: npt.NDArray[np.float32]
+    ) -> Batch:
+        """The transitions with these steps (assumed stored)."""
+        rows = self.table.read(steps)
+        frames = stacking.transition_frames(
+            rows["next_frame"].astype(np.int64), self.frames.prev_deltas, self.stack_size
+        )
+        # obs and next_obs are two views of one (B, stack_size + 1) array of frames: they share
+        # stack_size - 1 frames, so each is decoded once, straight into the memory the batch returns.
+        pixels = self._decode(frames)
+        return Batch(
+            obs=pixels[:, stacking.obs_columns(self.stack_size)],
+            action=rows["action"].astype(self.action_dtype),
+            reward=rows["reward"].astype(np.float32),
+            next_obs=pixels[:, stacking.next_obs_columns(self.stack_size)],
+            terminated=(rows["flags"] & TERMINATED) != 0,
+            truncated=(rows["flags"] & TRUNCATED) != 0,
+            index=steps,
+            env_index=rows["env"].astype(np.int64),
+            weight=weight,
+            discount=discount,
+        )
+
+    def n_step(
+        self,
+        steps: npt.NDArray[np.int64],
+        *,
+        n_step: int,
+        gamma: float,
+        weight: npt.NDArray[np.float32],
+        newest_exclusive: int,
+    ) -> Batch:
+        """Transitions with n-step returns: up to ``n_step`` rewards of the same episode, and the
+        next_obs and flags of the last of them (see ``windows``)."""
+        window, mask = follow_episodes(
+            steps, n_step, rows_of=self.table.read, newest_exclusive=newest_exclusive
+        )
+        rows = self._window_rows(window, mask)
+        returns, used = n_step_returns(rows["reward"], mask, gamma)
+        first, last = rows[:, 0], rows[np.arange(len(steps)), used - 1]
+        obs_frames = stacking.transition_frames(
+            first["next_frame"].astype(np.int64), self.frames.prev_deltas, self.stack_size
+        )[:, stacking.obs_columns(self.stack_size)]
+        next_frames = stacking.transition_frames(
+            last["next_frame"].astype(np.int64), self.frames.prev_deltas, self.stack_size
+        )[:, stacking.next_obs_columns(self.stack_size)]
+        pixels = self._decode(np.concatenate([obs_frames, next_frames], axis=1))
+        return Batch(
+            obs=pixels[:, : self.stack_size],
+            action=first["action"].astype(self.action_dtype),
+            reward=returns,
+            next_obs=pixels[:, self.stack_size :],
+            terminated=(last["flags"] & TERMINATED) != 0,
+            truncated=(last["flags"] & TRUNCATED) != 0,
+            index=steps,
+            env_index=first["env"].astype(np.int64),
+            weight=weight,
+            discount=np.power(gamma, used).astype(np.float32),
+        )
+
+    def sequences(
+        self, window: npt.NDArray[np.int64], mask: npt.NDArray[np.bool_], weight: npt.NDArray[np.float32]
+    ) -> SequenceBatch:
+        """Windows of transitions (from ``windows.follow_episodes``) with their pixels."""
+        batch_size, length = window.shape
+        rows = self._window_rows(window, mask)
+        valid = mask.reshape(-1)
+        frames = stacking.transition_frames(
+            rows["next_frame"].reshape(-1)[valid].astype(np.int64), self.frames.prev_deltas, self.stack_size
+        )
+        # Consecutive transitions share all but one frame: decode each distinct frame once.
+        distinct, inverse = np.unique(frames, return_inverse=True)
+        decoded = np.empty((len(distinct), *self.frame_shape), np.uint8)
+        self.frames.decode_into(distinct, decoded)
+        pixels = np.zeros((batch_size * length, self.stack_size + 1, *self.frame_shape), np.uint8)
+        pixels[valid] = np.take(decoded, inverse.reshape(frames.shape), axis=0)
+        pixels = pixels.reshape(batch_size, length, self.stack_size + 1, *self.frame_shape)
+        return SequenceBatch(
+            obs=pixels[:, :, stacking.obs_columns(self.stack_size)],
+            action=rows["action"].astype(self.action_dtype),
+            reward=rows["reward"].astype(np.float32),
+            next_obs=pixels[:, :, stacking.next_obs_columns(self.stack_size)],
+            terminated=(rows["flags"] & TERMINATED) != 0,
+            truncated=(rows["flags"] & TRUNCATED) != 0,
+            mask=mask,
+            index=np.where(mask, window, -1),
+            env_index=rows["env"][:, 0].astype(np.int64),
+            weight=weight,
+        )
+
+    def _window_rows(self, window: npt.NDArray[np.int64], mask: npt.NDArray[np.bool_]) -> npt.NDArray[np.void]:
+        """Rows (B, length) of a window's transitions; zero where the mask is False."""
+        rows = np.zeros(window.shape, self.table.dtype)
+        rows[mask] = self.table.read(window[mask])
+        return rows
+
+    def _decode(self, frames: npt.NDArray[np.int64]) -> npt.NDArray[np.uint8]:
+        """Pixels (*frames.shape, *frame_shape) of a 2-D array of frame steps, decoded in one call."""
+        pixels = np.empty((*frames.shape, *self.frame_shape), np.uint8)
+        self.frames.decode_into(frames.reshape(-1), pixels.reshape(-1, *self.frame_shape))
+        return pixels
+
