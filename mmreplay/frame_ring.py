@@ -174,6 +174,20 @@ class FrameRing:
         """The ``prev_delta`` link of each frame (0 at an episode's first frame)."""
         return self._table["prev_delta"][frame_steps % self.frame_slots].astype(np.int64)
 
+    def reload(self, *, generation: int, frame_slots: int, frames_written: int, bytes_written: int) -> None:
+        """Follow a writer's newer commit (readers): counts, and the frame table if it was replaced."""
+        if generation != self.generation:
+            mapping = self._map_table(generation, frame_slots)
+            self._mapping, self._table = mapping, mapping.view(np.ndarray)
+            self.generation, self.frame_slots = generation, frame_slots
+        self.frames_written, self.bytes_written = frames_written, bytes_written
+
+    def remove_other_generations(self) -> None:
+        """Delete frame tables of other generations (a crash can leave one that no header named)."""
+        for path in self.directory.glob("frames-*.idx"):
+            if path.name != frame_table_name(self.generation):
+                path.unlink()
+
     def position_of(self, frame_step: int) -> int:
         """The byte position of a written frame; ``bytes_written`` for the frame not yet written."""
         if frame_step >= self.frames_written:

@@ -11,7 +11,7 @@ import numpy.typing as npt
 
 from mmreplay import stacking
 from mmreplay.batch import Batch, SequenceBatch
-from mmreplay.frame_ring import FrameRing
+from mmreplay.frame_ring import FrameChecksumError, FrameRing
 from mmreplay.transition_table import TERMINATED, TRUNCATED, TransitionTable
 from mmreplay.windows import follow_episodes, n_step_returns
 
@@ -40,7 +40,7 @@ class TransitionReader:
         )
         # obs and next_obs are two views of one (B, stack_size + 1) array of frames: they share
         # stack_size - 1 frames, so each is decoded once, straight into the memory the batch returns.
-        pixels = self._decode(frames)
+        pixels = self._decode(frames, steps)
         return Batch(
             obs=pixels[:, stacking.obs_columns(self.stack_size)],
             action=rows["action"].astype(self.action_dtype),
@@ -77,7 +77,7 @@ class TransitionReader:
         next_frames = stacking.transition_frames(
             last["next_frame"].astype(np.int64), self.frames.prev_deltas, self.stack_size
         )[:, stacking.next_obs_columns(self.stack_size)]
-        pixels = self._decode(np.concatenate([obs_frames, next_frames], axis=1))
+        pixels = self._decode(np.concatenate([obs_frames, next_frames], axis=1), steps)
         return Batch(
             obs=pixels[:, : self.stack_size],
             action=first["action"].astype(self.action_dtype),
@@ -103,8 +103,9 @@ class TransitionReader:
         )
         # Consecutive transitions share all but one frame: decode each distinct frame once.
         distinct, inverse = np.unique(frames, return_inverse=True)
-        decoded = np.empty((len(distinct), *self.frame_shape), np.uint8)
-        self.frames.decode_into(distinct, decoded)
+        needed_by = np.empty(len(distinct), np.int64)  # a transition that needs each frame, for errors
+        needed_by[inverse.reshape(frames.shape)] = window.reshape(-1)[valid][:, None]
+        decoded = self._decode(distinct[:, None], needed_by)[:, 0]
         pixels = np.zeros((batch_size * length, self.stack_size + 1, *self.frame_shape), np.uint8)
         pixels[valid] = np.take(decoded, inverse.reshape(frames.shape), axis=0)
         pixels = pixels.reshape(batch_size, length, self.stack_size + 1, *self.frame_shape)
@@ -127,9 +128,15 @@ class TransitionReader:
         rows[mask] = self.table.read(window[mask])
         return rows
 
-    def _decode(self, frames: npt.NDArray[np.int64]) -> npt.NDArray[np.uint8]:
-        """Pixels (*frames.shape, *frame_shape) of a 2-D array of frame steps, decoded in one call."""
+    def _decode(self, frames: npt.NDArray[np.int64], steps: npt.NDArray[np.int64]) -> npt.NDArray[np.uint8]:
+        """Pixels (*frames.shape, *frame_shape) of the frames (one row per transition in ``steps``)."""
         pixels = np.empty((*frames.shape, *self.frame_shape), np.uint8)
-        self.frames.decode_into(frames.reshape(-1), pixels.reshape(-1, *self.frame_shape))
+        try:
+            self.frames.decode_into(frames.reshape(-1), pixels.reshape(-1, *self.frame_shape))
+        except FrameChecksumError as error:
+            needing = steps[(frames == error.frame_step).any(axis=1)]
+            raise FrameChecksumError(
+                f"{error} (read for transition {int(needing[0])})", frame_step=error.frame_step
+            ) from None
         return pixels
 

@@ -15,6 +15,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from mmreplay.errors import CorruptStoreError
 from mmreplay.files import BlockReservation, create_sparse
 from mmreplay.sum_tree import SumTree, tree_size
 
@@ -134,6 +135,8 @@ class PrioritizedSampler:
         leaves = nodes[0, size:]
         live = np.zeros(size, np.bool_)
         live[np.arange(stored.start, stored.stop) % slots] = True
+        if not np.all(np.isfinite(leaves[live]) & (leaves[live] >= 0)):
+            raise CorruptStoreError(f"{path}: priorities of stored transitions are not finite and >= 0")
         # Leaves beyond the last commit (a crash) or of evicted steps are not stored transitions.
         leaves[~live] = 0.0
         self._mapping = mapping

@@ -22,7 +22,8 @@ import weakref
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from collections.abc import Callable
+from typing import IO, Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -32,12 +33,12 @@ from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.episodes import EnvEpisode, Episode, FramePlan, plan_frames, split_episodes
 from mmreplay.errors import ClosedStoreError, ReadOnlyStoreError, StoreExistsError, StoreLockedError
 from mmreplay.files import fsync_directory
-from mmreplay.frame_ring import FrameRing
+from mmreplay.frame_ring import FrameChecksumError, FrameRing, MissingSegmentError
 from mmreplay.prefetch import Prefetcher
 from mmreplay.reading import TransitionReader
 from mmreplay.samplers import Sampler, UniformSampler, sampler_from_config
 from mmreplay.windows import follow_episodes
-from mmreplay.transition_table import TERMINATED, TRUNCATED, TransitionTable, row_dtype
+from mmreplay.transition_table import TERMINATED, TRUNCATED, RowChecksumError, TransitionTable, row_dtype
 from mmreplay.validation import (
     AddArguments,
     parse_action_dtype,
@@ -51,6 +52,9 @@ from mmreplay.validation import (
 )
 
 PathLike = str | os.PathLike[str]
+T = TypeVar("T")
+
+_READ_ATTEMPTS = 4  # a reader behind the writer retries this often before calling data corrupt
 
 
 class ReplayStore:
@@ -102,6 +106,9 @@ class ReplayStore:
             self._table, self._frames, stack_size=layout.stack_size, action_dtype=self._action_dtype
         )
         self._closed = False
+        self._header_signature = _signature(directory / format.HEADER_NAME)
+        if mode == "r+":
+            self._frames.remove_other_generations()
         self._load_env_state()
         sampler.open(
             directory,
@@ -485,14 +492,19 @@ class ReplayStore:
         beta = parse_number(beta, "beta", low=0.0)
         gamma = parse_number(gamma, "gamma", low=0.0, high=1.0)
         generator = parse_rng(rng)
-        with self._lock:
-            steps = self._draw(batch_size, generator)
-            weight = self._sampler.weights(steps, beta=beta)
-            if n_step == 1:
-                return self._reader.transitions(steps, weight=weight, discount=np.full(batch_size, gamma, np.float32))
-            return self._reader.n_step(
-                steps, n_step=n_step, gamma=gamma, weight=weight, newest_exclusive=self._transitions_added
-            )
+
+        def draw_and_read() -> Batch:
+            with self._lock:
+                steps = self._draw(batch_size, generator)
+                weight = self._sampler.weights(steps, beta=beta)
+                if n_step == 1:
+                    discount = np.full(batch_size, gamma, np.float32)
+                    return self._reader.transitions(steps, weight=weight, discount=discount)
+                return self._reader.n_step(
+                    steps, n_step=n_step, gamma=gamma, weight=weight, newest_exclusive=self._transitions_added
+                )
+
+        return self._consistent(draw_and_read)
 
     def sample_sequences(
         self,
@@ -513,13 +525,17 @@ class ReplayStore:
         length = parse_positive_int(length, "length")
         beta = parse_number(beta, "beta", low=0.0)
         generator = parse_rng(rng)
-        with self._lock:
-            steps = self._draw(batch_size, generator)
-            weight = self._sampler.weights(steps, beta=beta)
-            window, mask = follow_episodes(
-                steps, length, rows_of=self._table.read, newest_exclusive=self._transitions_added
-            )
-            return self._reader.sequences(window, mask, weight)
+
+        def draw_and_read() -> SequenceBatch:
+            with self._lock:
+                steps = self._draw(batch_size, generator)
+                weight = self._sampler.weights(steps, beta=beta)
+                window, mask = follow_episodes(
+                    steps, length, rows_of=self._table.read, newest_exclusive=self._transitions_added
+                )
+                return self._reader.sequences(window, mask, weight)
+
+        return self._consistent(draw_and_read)
 
     def batches(
         self,
@@ -570,6 +586,54 @@ class ReplayStore:
         with self._lock:
             self._sampler.update_priorities(steps, priorities)
 
+    def refresh(self) -> bool:
+        """Pick up the writer's newest commit (mode ``"r"``; ``sample`` and ``read`` also do it when the
+        header changed). Returns whether the store changed."""
+        self._check_open("refresh")
+        if self._mode == "r+":
+            return False
+        with self._lock:
+            signature = _signature(self._directory / format.HEADER_NAME)
+            _, commit = format.read_header(self._directory)
+            self._header_signature = signature
+            if commit == self._commit:
+                return False
+            self._commit = commit
+            self._transitions_added = commit.transitions_added
+            self._frames.reload(
+                generation=commit.frame_table_generation,
+                frame_slots=commit.frame_slots,
+                frames_written=commit.frames_written,
+                bytes_written=commit.bytes_written,
+            )
+            self._sampler.open(
+                self._directory,
+                slots=self._layout.row_slots,
+                stored=self.stored_steps,
+                writable=False,
+                state=commit.sampler_state,
+            )
+            return True
+
+    def _consistent(self, read: Callable[[], T]) -> T:
+        """Run a read; a reader whose data was replaced under it by the writer refreshes and retries.
+
+        The writer only reuses ring slots and deletes segments that its newest commit no longer counts,
+        so a checksum failure in a reader that is behind means "overwritten since": refresh and read
+        again. A failure that persists with nothing newer committed is real corruption and is raised.
+        """
+        if self._mode == "r+":
+            return read()
+        if _signature(self._directory / format.HEADER_NAME) != self._header_signature:
+            self.refresh()
+        for _ in range(_READ_ATTEMPTS - 1):
+            try:
+                return read()
+            except (RowChecksumError, FrameChecksumError, MissingSegmentError):
+                if not self.refresh():
+                    raise
+        return read()
+
     def _draw(self, batch_size: int, rng: np.random.Generator) -> npt.NDArray[np.int64]:
         if len(self) == 0:
             raise ValueError("cannot sample from an empty store: add transitions first")
@@ -582,16 +646,20 @@ class ReplayStore:
         if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
             raise TypeError(f"steps must be a 1-D array of ints; got {array.dtype}{list(array.shape)}")
         array = array.astype(np.int64)
-        stored = self.stored_steps
-        outside = (array < stored.start) | (array >= stored.stop)
-        if outside.any():
-            raise IndexError(
-                f"step {int(array[outside][0])} is not stored; stored steps are "
-                f"[{stored.start}, {stored.stop})"
-            )
         ones = np.ones(len(array), np.float32)
-        with self._lock:
-            return self._reader.transitions(array, weight=ones, discount=ones)
+
+        def check_and_read() -> Batch:
+            with self._lock:
+                stored = self.stored_steps
+                outside = (array < stored.start) | (array >= stored.stop)
+                if outside.any():
+                    raise IndexError(
+                        f"step {int(array[outside][0])} is not stored; stored steps are "
+                        f"[{stored.start}, {stored.stop})"
+                    )
+                return self._reader.transitions(array, weight=ones, discount=ones)
+
+        return self._consistent(check_and_read)
 
     def episodes(self) -> list[Episode]:
         """The stored episodes, oldest first: env, steps, return, how each ended, whether it is complete."""
@@ -639,6 +707,15 @@ class ReplayStore:
                 f"cannot {operation}: the store at {str(self._directory)!r} is open read-only (mode 'r'); "
                 "open it with mode 'r+' to append"
             )
+
+
+def _signature(path: Path) -> tuple[int, int, int]:
+    """Changes whenever the header is replaced (a new file each commit)."""
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        return (0, 0, 0)
+    return (status.st_ino, status.st_mtime_ns, status.st_size)
 
 
 def _acquire_writer_lock(directory: Path) -> IO[bytes]:
