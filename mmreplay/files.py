@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 from pathlib import Path
+from typing import IO
+
+from mmreplay.errors import StoreLockedError
 
 RESERVE_STEP = 1 << 16  # bytes reserved at a time ahead of the writes into a memory map
 
@@ -48,3 +52,26 @@ class BlockReservation:
 
     def close(self) -> None:
         os.close(self._descriptor)
+
+
+def acquire_writer_lock(path: Path) -> IO[bytes]:
+    """Hold an exclusive lock on ``path`` for the store's one writer; the OS releases it if the process dies."""
+    lock = open(path, "ab")
+    try:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        raise StoreLockedError(
+            f"the store at {str(path.parent)!r} is already open for writing by another process "
+            "(open it with mode 'r' to read)"
+        ) from None
+    return lock
+
+
+def file_signature(path: Path) -> tuple[int, int, int]:
+    """Identity and version of a file that is replaced by renames: changes with every replacement."""
+    try:
+        status = os.stat(path)
+    except FileNotFoundError:
+        return (0, 0, 0)
+    return (status.st_ino, status.st_mtime_ns, status.st_size)

@@ -20,6 +20,8 @@ import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 from mmreplay.errors import CorruptStoreError, FormatVersionError, StoreNotFoundError
 from mmreplay.files import fsync_directory
 
@@ -72,6 +74,48 @@ class Commit:
     frame_table_generation: int
     frame_slots: int
     sampler_state: dict[str, object]
+
+
+def new_store(
+    *,
+    frame_shape: tuple[int, ...],
+    capacity: int,
+    stack_size: int,
+    num_envs: int,
+    action_shape: tuple[int, ...],
+    action_dtype: np.dtype,
+    sampler: dict[str, object],
+) -> tuple[Layout, Commit]:
+    """The layout and the empty commit of a new store, with its rings sized for ``capacity``."""
+    frame_nbytes = int(np.prod(frame_shape))
+    # Row slack lets adds go on between commits without reusing a row that the last commit counts.
+    slack = max(1024, 4 * num_envs, capacity // 8)
+    layout = Layout(
+        frame_shape=frame_shape,
+        capacity=capacity,
+        stack_size=stack_size,
+        num_envs=num_envs,
+        action_shape=action_shape,
+        action_dtype=action_dtype.str,
+        row_slots=capacity + slack,
+        # Big enough to amortize files and small enough that the dead part of the oldest one is a small
+        # share of the store; always room for a few incompressible frames.
+        segment_bytes=max(1 << 20, min(capacity * 16, 1 << 28), 4 * frame_nbytes + 64),
+        sampler=sampler,
+    )
+    # Episodes start with extra frames (an obs, or a stack): a few percent more frame slots than rows;
+    # the frame table grows if episodes are shorter than that allows.
+    frame_slots = (capacity + slack) * 21 // 20 + 2 * num_envs * (stack_size + 1) + 64
+    commit = Commit(
+        transitions_added=0,
+        frames_written=0,
+        bytes_written=0,
+        frame_tail=0,
+        frame_table_generation=0,
+        frame_slots=frame_slots,
+        sampler_state={},
+    )
+    return layout, commit
 
 
 def _body_checksum(body: dict[str, object]) -> int:

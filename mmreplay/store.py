@@ -13,7 +13,6 @@ commit: when an add would need one, the store commits first (an automatic flush)
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import tempfile
@@ -31,8 +30,8 @@ import numpy.typing as npt
 from mmreplay import format
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.episodes import EnvEpisode, Episode, FramePlan, plan_frames, split_episodes
-from mmreplay.errors import ClosedStoreError, ReadOnlyStoreError, StoreExistsError, StoreLockedError
-from mmreplay.files import fsync_directory
+from mmreplay.errors import ClosedStoreError, ReadOnlyStoreError, StoreExistsError
+from mmreplay.files import acquire_writer_lock, file_signature, fsync_directory
 from mmreplay.frame_ring import FrameChecksumError, FrameRing, MissingSegmentError
 from mmreplay.prefetch import Prefetcher
 from mmreplay.reading import TransitionReader
@@ -47,6 +46,8 @@ from mmreplay.validation import (
     parse_mode,
     parse_number,
     parse_positive_int,
+    parse_priorities,
+    parse_steps,
     parse_rng,
     parse_shape,
 )
@@ -106,7 +107,7 @@ class ReplayStore:
             self._table, self._frames, stack_size=layout.stack_size, action_dtype=self._action_dtype
         )
         self._closed = False
-        self._header_signature = _signature(directory / format.HEADER_NAME)
+        self._header_signature = file_signature(directory / format.HEADER_NAME)
         if mode == "r+":
             self._frames.remove_other_generations()
         self._load_env_state()
@@ -150,30 +151,16 @@ class ReplayStore:
         directory = Path(path)
         if directory.exists():
             raise StoreExistsError(f"cannot create a store at {str(directory)!r}: the path already exists")
-        frame_nbytes = int(np.prod(frame_shape))
-        # Row slack lets adds continue between commits without reusing a committed row.
-        slack = max(1024, 4 * num_envs, capacity // 8)
-        layout = format.Layout(
+        layout, commit = format.new_store(
             frame_shape=frame_shape,
             capacity=capacity,
             stack_size=stack_size,
             num_envs=num_envs,
             action_shape=action_shape,
-            action_dtype=dtype.str,
-            row_slots=capacity + slack,
-            segment_bytes=max(1 << 20, min(capacity * 16, 1 << 28), 4 * frame_nbytes + 64),
+            action_dtype=dtype,
             sampler=sampler.config(),
         )
-        frame_slots = (capacity + slack) * 21 // 20 + 2 * num_envs * (stack_size + 1) + 64
-        commit = format.Commit(
-            transitions_added=0,
-            frames_written=0,
-            bytes_written=0,
-            frame_tail=0,
-            frame_table_generation=0,
-            frame_slots=frame_slots,
-            sampler_state={},
-        )
+        frame_slots = commit.frame_slots
         # Build the store beside its final path, then rename it into place: a crash never leaves a
         # half-made store at ``path``.
         directory.parent.mkdir(parents=True, exist_ok=True)
@@ -208,7 +195,7 @@ class ReplayStore:
         mode = parse_mode(mode)
         directory = Path(path)
         layout, commit = format.read_header(directory)
-        lock = _acquire_writer_lock(directory) if mode == "r+" else None
+        lock = acquire_writer_lock(directory / format.LOCK_NAME) if mode == "r+" else None
         try:
             if lock is not None:
                 # A writer that died may have left newer, uncommitted files: reread under the lock.
@@ -565,19 +552,8 @@ class ReplayStore:
         """Set the priorities of sampled transitions (``batch.index``); steps evicted since are ignored,
         and with repeated steps the last value wins."""
         self._check_writable("update_priorities")
-        steps = np.asarray(index)
-        priorities = np.asarray(priority)
-        if steps.ndim != 1 or (steps.size and steps.dtype.kind not in "iu"):
-            raise TypeError(f"index must be a 1-D array of ints; got {steps.dtype}{list(steps.shape)}")
-        if priorities.dtype.kind not in "iuf":
-            raise TypeError(f"priority must be real numbers; got dtype {priorities.dtype}")
-        if priorities.shape != steps.shape:
-            raise ValueError(f"priority has shape {priorities.shape}; expected {steps.shape} like index")
-        priorities = priorities.astype(np.float64)
-        bad = ~np.isfinite(priorities) | (priorities < 0)
-        if bad.any():
-            raise ValueError(f"priority must be finite and >= 0; got {priorities[bad][0]!r}")
-        steps = steps.astype(np.int64)
+        steps = parse_steps(index, "index")
+        priorities = parse_priorities(priority, like=steps)
         never = (steps < 0) | (steps >= self._transitions_added)
         if never.any():
             raise ValueError(
@@ -593,7 +569,7 @@ class ReplayStore:
         if self._mode == "r+":
             return False
         with self._lock:
-            signature = _signature(self._directory / format.HEADER_NAME)
+            signature = file_signature(self._directory / format.HEADER_NAME)
             _, commit = format.read_header(self._directory)
             self._header_signature = signature
             if commit == self._commit:
@@ -624,7 +600,7 @@ class ReplayStore:
         """
         if self._mode == "r+":
             return read()
-        if _signature(self._directory / format.HEADER_NAME) != self._header_signature:
+        if file_signature(self._directory / format.HEADER_NAME) != self._header_signature:
             self.refresh()
         for _ in range(_READ_ATTEMPTS - 1):
             try:
@@ -642,10 +618,7 @@ class ReplayStore:
     def read(self, steps: npt.ArrayLike) -> Batch:
         """The stored transitions with these steps, in the given order."""
         self._check_open("read")
-        array = np.asarray(steps)
-        if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
-            raise TypeError(f"steps must be a 1-D array of ints; got {array.dtype}{list(array.shape)}")
-        array = array.astype(np.int64)
+        array = parse_steps(steps, "steps")
         ones = np.ones(len(array), np.float32)
 
         def check_and_read() -> Batch:
@@ -708,25 +681,3 @@ class ReplayStore:
                 "open it with mode 'r+' to append"
             )
 
-
-def _signature(path: Path) -> tuple[int, int, int]:
-    """Changes whenever the header is replaced (a new file each commit)."""
-    try:
-        status = os.stat(path)
-    except FileNotFoundError:
-        return (0, 0, 0)
-    return (status.st_ino, status.st_mtime_ns, status.st_size)
-
-
-def _acquire_writer_lock(directory: Path) -> IO[bytes]:
-    """Hold an exclusive lock for the writer; the OS releases it when the process dies."""
-    lock = open(directory / format.LOCK_NAME, "ab")
-    try:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
-        raise StoreLockedError(
-            f"the store at {str(directory)!r} is already open for writing by another process "
-            "(open it with mode 'r' to read)"
-        ) from None
-    return lock

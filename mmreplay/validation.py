@@ -214,3 +214,25 @@ def parse_env_mask(value: object, num_envs: int) -> list[int]:
     if array.shape != (num_envs,):
         raise ValueError(f"env_mask has shape {array.shape}; expected ({num_envs},) for num_envs={num_envs}")
     return np.flatnonzero(array).tolist()
+
+
+def parse_steps(value: object, name: str) -> npt.NDArray[np.int64]:
+    """A 1-D array of transition steps."""
+    array = np.asarray(value)
+    if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+        raise TypeError(f"{name} must be a 1-D array of ints; got {array.dtype}{list(array.shape)}")
+    return array.astype(np.int64)
+
+
+def parse_priorities(value: object, *, like: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+    """Priorities, one per step of ``like``: finite and >= 0."""
+    array = np.asarray(value)
+    if array.dtype.kind not in "iuf":
+        raise TypeError(f"priority must be real numbers; got dtype {array.dtype}")
+    if array.shape != like.shape:
+        raise ValueError(f"priority has shape {array.shape}; expected {like.shape} like index")
+    priorities = array.astype(np.float64)
+    bad = ~np.isfinite(priorities) | (priorities < 0)
+    if bad.any():
+        raise ValueError(f"priority must be finite and >= 0; got {priorities[bad][0]!r}")
+    return priorities
