@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # reference.py, strategies.py
 
-from mmreplay import ReplayStore  # noqa: E402
-from reference import ReferenceStore, assert_store_matches  # noqa: E402
+from reference import ReferenceStore, assert_store_matches
+
+from mmreplay import ReplayStore
 
 # Stores live on disk, so no example may be held to hypothesis's default 200 ms deadline.
 settings.register_profile("mmreplay", deadline=None, max_examples=60)

@@ -20,8 +20,9 @@ The model does not validate its input: tests only hand it what the store accepte
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
-
 from reference import ReferenceStore
 
 FRAME_SHAPES = [(3, 4), (2, 2, 3)]

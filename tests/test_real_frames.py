@@ -14,9 +14,9 @@ from pathlib import Path
 import lz4.block
 import numpy as np
 import pytest
+from reference import ReferenceStore, assert_batch_matches, assert_store_matches
 
 from mmreplay import ReplayStore
-from reference import ReferenceStore, assert_batch_matches, assert_store_matches
 
 DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 GAMES = ["pong", "mspacman"]
@@ -25,7 +25,7 @@ MAX_FRAMES = 3000  # per game: enough for several episode ends, fast to record
 KEYS = ("frames", "episode_start", "action", "reward", "terminated", "truncated")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def stream(game: str) -> dict[str, np.ndarray]:
     """The first MAX_FRAMES of a game's frame stream."""
     path = DATA_DIR / f"atari_{game}.npz"
@@ -188,6 +188,53 @@ def test_two_real_games_as_vector_envs_with_interleaved_endings(tmp_path):
         assert_batch_matches(store.sample(128, rng=2), ref)
         store.close()
         store = ReplayStore.open(tmp_path / "two.mmr", mode="r+")
+        assert_store_matches(store, ref)
+    finally:
+        if not store.closed:
+            store.close()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_cuts_stacks_and_reopens_on_real_frames_match_the_reference(tmp_path, seed):
+    """MsPacman frames (about 1.8 kB each compressed) so the frame segments fill, roll over and go."""
+    frames = stream("mspacman")["frames"]
+    rng = np.random.default_rng(seed)
+    num_envs, stack_size = [(1, 4), (2, 3), (2, 1)][seed]
+    capacity = [97, 250, 31][seed]
+    config = dict(frame_shape=(84, 84), capacity=capacity, stack_size=stack_size, num_envs=num_envs)
+    path = tmp_path / "fuzz.mmr"
+    store, ref = ReplayStore.create(path, **config), ReferenceStore(**config)
+    cursor = [0] * num_envs
+    try:
+        for _ in range(1200 // num_envs):
+            as_stack = rng.random() < 0.3
+            obs, next_obs = [], []
+            for env in range(num_envs):
+                previous = ref.previous_next_obs(env)
+                if previous is None or rng.random() < 0.03:  # cut without a flag: jump in the stream
+                    cursor[env] = int(rng.integers(stack_size, len(frames) - 2))
+                    first = frames[cursor[env] - stack_size + 1 : cursor[env] + 1] if as_stack else frames[cursor[env]]
+                else:
+                    first = previous.copy() if as_stack else previous[-1].copy()
+                cursor[env] = min(cursor[env] + 1, len(frames) - 1)
+                newest = frames[cursor[env]]
+                obs.append(first)
+                next_obs.append(np.concatenate([first[1:], newest[None]]) if as_stack else newest)
+            ends = rng.random((2, num_envs)) < 0.02
+            if num_envs == 1:
+                args = (obs[0], 1, 0.5, next_obs[0], bool(ends[0, 0]), bool(ends[1, 0]))
+            else:
+                args = (np.array(obs), np.ones(num_envs, np.int64), np.zeros(num_envs), np.array(next_obs),
+                        ends[0], ends[1])
+            store.add(*args)
+            ref.add(*args)
+            if rng.random() < 0.01:
+                store.close()
+                store = ReplayStore.open(path, mode="r+")
+        assert_store_matches(store, ref)
+        assert_batch_matches(store.sample(64, rng=seed), ref)
+        store.close()
+        store = ReplayStore.open(path, mode="r")
         assert_store_matches(store, ref)
     finally:
         if not store.closed:

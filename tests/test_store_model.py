@@ -16,12 +16,23 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+from reference import (
+    BATCH_FIELDS,
+    ReferenceStore,
+    assert_batch_matches,
+    assert_store_matches,
+)
+from strategies import SPOILERS, FrameSource, draw_add, spoil, store_configs
 
 from mmreplay import ReplayStore
 from mmreplay.errors import ReadOnlyStoreError
-from reference import BATCH_FIELDS, ReferenceStore, assert_batch_matches, assert_store_matches
-from strategies import SPOILERS, FrameSource, draw_add, spoil, store_configs
 
 
 def assert_same_batch(a, b) -> None:

@@ -9,23 +9,31 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from reference import (
+    BATCH_FIELDS,
+    ReferenceStore,
+    assert_batch_matches,
+    assert_same_snapshot,
+    assert_store_matches,
+    snapshot,
+)
+from strategies import frame, stack
 
 from mmreplay import Batch, ReplayStore
 from mmreplay.errors import (
     ClosedStoreError,
     CorruptStoreError,
+    FormatVersionError,
     MmreplayError,
     ReadOnlyStoreError,
     StoreExistsError,
     StoreNotFoundError,
 )
-from reference import BATCH_FIELDS, ReferenceStore, assert_batch_matches, assert_store_matches, snapshot
-from reference import assert_same_snapshot
-from strategies import frame, stack
 
 
 def add_episode(pair, numbers, *, terminated=False, truncated=False):
@@ -650,6 +658,69 @@ def test_flush_keeps_the_store_usable(make_pair):
     pair.check()
 
 
+def add_numbered(store, first, count):
+    for t in range(first, first + count):
+        store.add(frame(t + 1), t, 0.0, frame(t + 2), False, False)
+
+
+def test_copy_taken_after_a_flush_opens_to_exactly_the_flushed_contents(make_pair, tmp_path):
+    """A copy of the files stands for a crash: what was added after the last flush is not counted."""
+    pair = make_pair(capacity=64, stack_size=3)
+    add_episode(pair, list(range(1, 12)))  # steps 0..9, then committed
+    pair.store.flush()
+    add_numbered(pair.store, 11, 5)  # added but not committed
+    crashed = tmp_path / "crashed.mmr"
+    shutil.copytree(pair.store.path, crashed)
+    with ReplayStore.open(crashed, mode="r+") as copy:
+        assert copy.transitions_added == 10
+        assert_store_matches(copy, pair.ref)
+        copy.add(frame(11), 10, 0.0, frame(12), False, False)  # continues the committed episode
+        pair.ref.add(frame(11), 10, 0.0, frame(12), False, False)
+        assert_store_matches(copy, pair.ref)
+
+
+def test_copy_taken_after_a_flush_and_a_wraparound_opens_as_of_some_commit(make_pair, tmp_path):
+    pair = make_pair(capacity=6, stack_size=3)
+    add_numbered(pair.store, 0, 8)
+    pair.store.flush()
+    add_numbered(pair.store, 8, 9)  # reuses slots that the flush committed
+    crashed = tmp_path / "crashed.mmr"
+    shutil.copytree(pair.store.path, crashed)
+    with ReplayStore.open(crashed, mode="r") as copy:
+        added = copy.transitions_added
+        assert 8 <= added <= 17
+        ref = ReferenceStore(frame_shape=(3, 4), capacity=6, stack_size=3)
+        for t in range(added):
+            ref.add(frame(t + 1), t, 0.0, frame(t + 2), False, False)
+        assert_store_matches(copy, ref)
+
+
+def test_anonymous_memory_does_not_grow_with_capacity(tmp_path):
+    status = Path("/proc/self/status")
+    if not status.exists():
+        pytest.skip("needs /proc/self/status (Linux) to read anonymous memory")
+
+    def anonymous_bytes():
+        for line in status.read_text().splitlines():
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+        pytest.skip("/proc/self/status has no RssAnon")
+
+    before = anonymous_bytes()
+    store = ReplayStore.create(tmp_path / "big.mmr", frame_shape=(84, 84), capacity=5_000_000)
+    try:
+        for t in range(100):
+            store.add(np.full((84, 84), t % 7, np.uint8), 0, 0.0, np.full((84, 84), (t + 1) % 7, np.uint8),
+                      False, False)
+        store.sample(32, rng=0)
+        store.flush()
+        grown = anonymous_bytes() - before
+        assert grown < 32 * 2**20, f"anonymous memory grew by {grown:,} bytes for capacity 5,000,000"
+        assert store.bytes_on_disk() < 2**20 + 64 * 100 + 100 * 7056, "disk use follows what is stored"
+    finally:
+        store.close()
+
+
 def test_context_manager_closes_the_store(make_store):
     store = make_store(stack_size=2)
     path = store.path
@@ -776,11 +847,14 @@ def test_wrong_magic_raises_corrupt_store_error(make_pair):
             ReplayStore.open(path, mode=mode)
 
 
-def test_newer_format_version_is_refused(make_pair):
+def test_newer_format_version_is_refused_naming_both_versions(make_pair):
     path = closed_store_path(make_pair)
-    edit_header(path, lambda h: h.__setitem__("format_version", h["format_version"] + 1))
-    with pytest.raises(CorruptStoreError):  # FormatVersionError is a CorruptStoreError
+    edit_header(path, lambda h: h.__setitem__("format_version", 99))
+    # The version is checked before anything else is read (the checksum included).
+    with pytest.raises(FormatVersionError, match="99") as info:
         ReplayStore.open(path, mode="r")
+    assert "1" in str(info.value).replace("99", ""), f"{info.value} does not name version 1"
+    assert isinstance(info.value, CorruptStoreError)
 
 
 def test_hand_edited_header_raises_corrupt_store_error(make_pair):

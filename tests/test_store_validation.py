@@ -7,15 +7,16 @@ next valid add continues it. This holds for vector adds where only one env's val
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pytest
-
-from mmreplay import ReplayStore
 from reference import assert_same_snapshot, snapshot
 from strategies import OBS, frame, stack
+
+from mmreplay import ReplayStore
 
 STACK = 3  # stack_size of every store here; differs from the num_envs used, so shapes are unambiguous
 
