@@ -1,0 +1,146 @@
+"""Gymnasium wrappers that record every step into a ``ReplayStore``: for collecting offline data sets
+from any policy, or for feeding a replay store from an existing training loop.
+
+``RecordEpisodes`` wraps one env; ``RecordVectorEpisodes`` wraps a vector env in any autoreset mode.
+Both record the *true* next_obs of every transition: the final observation when an episode ended
+(terminated or truncated), never the reset one. The caller owns the store: the wrappers add to it and
+``close()`` commits it (``flush``), but only the caller closes it. Gymnasium is imported by this
+module only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, SupportsFloat
+
+import gymnasium as gym
+import numpy as np
+import numpy.typing as npt
+from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
+
+from mmreplay.store import ReplayStore
+
+
+class RecordEpisodes(gym.Wrapper[Any, Any, Any, Any]):
+    """Records each ``step`` of one env as a transition (obs, action, reward, next_obs, terminated,
+    truncated) in ``store``; ``reset`` starts a new episode. Observations may be single frames or
+    stacks (``FrameStackObservation``), matching the store's ``frame_shape`` and ``stack_size``."""
+
+    def __init__(self, env: gym.Env[Any, Any], store: ReplayStore) -> None:
+        if store.num_envs != 1:
+            raise ValueError(f"store has num_envs={store.num_envs}; expected 1 for a single env (use RecordVectorEpisodes)")
+        _check_observation_space(env.observation_space, store)
+        super().__init__(env)
+        self.store = store
+        self._obs: npt.NDArray[np.uint8] | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._obs = obs
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        if self._obs is None:
+            raise RuntimeError("cannot step: call reset() first, so that the first transition has an obs")
+        next_obs, reward, terminated, truncated, info = self.env.step(action)
+        self.store.add(self._obs, action, float(reward), next_obs, bool(terminated), bool(truncated))
+        self._obs = next_obs
+        return next_obs, reward, terminated, truncated, info
+
+    def close(self) -> None:
+        self.store.flush()
+        super().close()
+
+
+class RecordVectorEpisodes(VectorWrapper):
+    """Records each ``step`` of a gymnasium vector env, one transition per env, in ``store``
+    (created with ``num_envs`` equal to the vector env's).
+
+    The final observation is found as the env's autoreset mode puts it:
+
+    - next-step (gymnasium's default): the ending step's next_obs is the final observation; the
+      following step only resets that env, so its entry is not recorded (``env_mask``);
+    - same-step: the ending step returns the reset observation, and the final one is in
+      ``info["final_obs"]`` for the envs marked by ``info["_final_obs"]``;
+    - disabled: the ending step's next_obs is the final observation and the caller resets.
+    """
+
+    def __init__(self, env: VectorEnv[Any, Any, Any], store: ReplayStore) -> None:
+        if store.num_envs != env.num_envs:
+            raise ValueError(f"store has num_envs={store.num_envs}; expected {env.num_envs} like the vector env")
+        _check_observation_space(env.single_observation_space, store)
+        super().__init__(env)
+        self.store = store
+        self.autoreset_mode = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
+        self._obs: npt.NDArray[np.uint8] | None = None
+        self._resetting = np.zeros(env.num_envs, dtype=bool)  # next-step mode: envs whose next step resets
+        self._stacked = tuple(env.single_observation_space.shape or ()) != store.frame_shape
+
+    def reset(
+        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        obs, info = self.env.reset(seed=seed, options=options)
+        mask = None if options is None else options.get("reset_mask")
+        self._resetting[slice(None) if mask is None else np.asarray(mask, dtype=bool)] = False
+        self._obs = obs
+        return obs, info
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        if self._obs is None:
+            raise RuntimeError("cannot step: call reset() first, so that the first transitions have an obs")
+        next_obs, reward, terminated, truncated, info = self.env.step(actions)
+        obs = self._obs
+        if self.autoreset_mode is AutoresetMode.NEXT_STEP:
+            recorded = ~self._resetting
+            self.store.add(
+                obs, actions, reward, _fill_unrecorded(obs, next_obs, recorded, stacked=self._stacked), terminated, truncated, env_mask=recorded
+            )
+            self._resetting = np.asarray(terminated | truncated, dtype=bool)
+        else:
+            self.store.add(obs, actions, reward, _final_obs(next_obs, info), terminated, truncated)
+        self._obs = next_obs
+        return next_obs, reward, terminated, truncated, info
+
+    def close(self, **kwargs: Any) -> None:
+        self.store.flush()
+        super().close(**kwargs)
+
+
+def _final_obs(next_obs: npt.NDArray[np.uint8], info: dict[str, Any]) -> npt.NDArray[np.uint8]:
+    """next_obs with each ended env's entry replaced by its final observation (same-step autoreset)."""
+    ended = info.get("_final_obs")
+    if ended is None or not np.any(ended):
+        return next_obs
+    real = next_obs.copy()
+    for env in np.flatnonzero(ended):
+        real[env] = info["final_obs"][env]
+    return real
+
+
+def _fill_unrecorded(
+    obs: npt.NDArray[np.uint8], next_obs: npt.NDArray[np.uint8], recorded: npt.NDArray[np.bool_], *, stacked: bool
+) -> npt.NDArray[np.uint8]:
+    """next_obs with each unrecorded env's entry (its final obs followed by its reset obs) replaced.
+
+    ``add`` checks that every env's next_obs stack is its obs shifted by one frame, masked-out envs
+    included, and a reset stack is not; these entries are never stored, so any valid stack will do:
+    obs shifted by one frame, its newest frame repeated.
+    """
+    if recorded.all():
+        return next_obs
+    filled = next_obs.copy()
+    skipped = ~recorded
+    filled[skipped] = obs[skipped]
+    if stacked:
+        filled[skipped, :-1] = obs[skipped, 1:]
+    return filled
+
+
+def _check_observation_space(space: gym.Space[Any], store: ReplayStore) -> None:
+    frame, stack = store.frame_shape, (store.stack_size, *store.frame_shape)
+    shape = getattr(space, "shape", None)
+    if shape not in (frame, stack):
+        raise ValueError(
+            f"observation_space has shape {shape}; expected {frame} (one frame) or {stack} (a stack) for the store"
+        )
+    if getattr(space, "dtype", None) != np.uint8:
+        raise TypeError(f"observation_space must have dtype uint8; got {getattr(space, 'dtype', None)}")

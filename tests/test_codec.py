@@ -1,0 +1,225 @@
+"""codec.decode_batch: the compiled extension and the python-lz4 fallback agree, bit for bit.
+
+Every test runs on each available path: "fallback" always, "extension" (one thread) and
+"extension-2-threads" only when mmreplay._lz4batch is built, else skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from mmreplay import codec
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+FRAME_SHAPE = (84, 84)
+NOT_BUILT = "mmreplay._lz4batch is not built (run `python setup.py build_ext --inplace`)"
+
+PATHS = [
+    pytest.param({"accelerated": False}, id="fallback"),
+    pytest.param(
+        {"accelerated": True, "threads": 1},
+        id="extension",
+        marks=pytest.mark.skipif(not codec.ACCELERATED, reason=NOT_BUILT),
+    ),
+    pytest.param(
+        {"accelerated": True, "threads": 2},
+        id="extension-2-threads",
+        marks=pytest.mark.skipif(not codec.ACCELERATED, reason=NOT_BUILT),
+    ),
+]
+
+
+class Segments:
+    """Frames compressed into ``count`` segment buffers, round robin, with the frame step as seed."""
+
+    def __init__(self, frames: npt.NDArray[np.uint8], *, count: int = 1, first_step: int = 0) -> None:
+        payloads = [codec.compress(frame) for frame in frames]
+        self.frames = frames
+        self.steps = np.arange(first_step, first_step + len(frames), dtype=np.int64)
+        self.segments = np.arange(len(frames), dtype=np.int64) % count
+        self.lengths = np.array([len(p) for p in payloads], np.int64)
+        self.checksums = np.array([codec.checksum(p, int(s)) for p, s in zip(payloads, self.steps)], np.uint32)
+        self.offsets = np.zeros(len(frames), np.int64)
+        contents: list[bytearray] = [bytearray(b"\xa5" * 7) for _ in range(count)]  # frames start unaligned
+        for i, payload in enumerate(payloads):
+            self.offsets[i] = len(contents[self.segments[i]])
+            contents[self.segments[i]] += payload
+        self.contents = contents
+        self.views = [memoryview(content) for content in contents]
+
+    def decode(self, picks: npt.NDArray[np.int64], *, out: npt.NDArray[np.uint8] | None = None, **path: object) -> tuple[int, npt.NDArray[np.uint8]]:
+        if out is None:
+            out = np.zeros((len(picks), *self.frames.shape[1:]), np.uint8)
+        bad = codec.decode_batch(
+            self.segments[picks], self.offsets[picks], self.lengths[picks], self.checksums[picks],
+            self.steps[picks], out, views=self.views, **path,  # type: ignore[arg-type]
+        )
+        return bad, out
+
+
+def real_frames(game: str) -> npt.NDArray[np.uint8]:
+    path = DATA / f"atari_{game}.npz"
+    if not path.is_file():
+        pytest.skip(f"real frames not found: {path} (the shared data directory is absent)")
+    return _load_frames(path)
+
+
+@functools.lru_cache(maxsize=None)
+def _load_frames(path: Path) -> npt.NDArray[np.uint8]:
+    frames: npt.NDArray[np.uint8] = np.load(path)["frames"][:600]  # several episodes' worth
+    frames.flags.writeable = False
+    return frames
+
+
+def random_frames(count: int, seed: int) -> npt.NDArray[np.uint8]:
+    rng = np.random.default_rng(seed)
+    noise = rng.integers(0, 256, (count, *FRAME_SHAPE), dtype=np.uint8)
+    # mostly-constant frames with noisy rows compress like game frames; pure noise tests lz4 literals
+    sparse = np.where(rng.random((count, *FRAME_SHAPE)) < 0.05, noise, np.uint8(87))
+    return np.concatenate([noise[: count // 2], sparse[count // 2 :]])
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("game", ["pong", "mspacman"])
+def test_real_frames_decode_to_the_original_pixels(game: str, path: dict[str, object]) -> None:
+    store = Segments(real_frames(game), count=3)
+    picks = np.random.default_rng(1).choice(len(store.frames), 160, replace=False)
+    bad, out = store.decode(picks, **path)
+    assert bad == -1
+    np.testing.assert_array_equal(out, store.frames[picks])
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_random_frames_decode_to_the_original_pixels(path: dict[str, object]) -> None:
+    store = Segments(random_frames(200, seed=2), count=5, first_step=2**33 - 100)  # seeds wrap past 2**32
+    picks = np.random.default_rng(3).permutation(200)
+    bad, out = store.decode(picks, **path)
+    assert bad == -1
+    np.testing.assert_array_equal(out, store.frames[picks])
+
+
+@pytest.mark.parametrize("game", ["pong", "mspacman"])
+@pytest.mark.skipif(not codec.ACCELERATED, reason=NOT_BUILT)
+def test_extension_and_fallback_write_identical_bytes(game: str) -> None:
+    store = Segments(real_frames(game), count=2)
+    picks = np.random.default_rng(4).choice(len(store.frames), 500, replace=False)
+    outputs = [store.decode(picks, **path.values[0])[1] for path in PATHS]  # type: ignore[arg-type]
+    for out in outputs[1:]:
+        assert out.tobytes() == outputs[0].tobytes()
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_repeated_frames_and_several_segments_decode_in_the_order_asked(path: dict[str, object]) -> None:
+    store = Segments(random_frames(40, seed=5), count=4)
+    picks = np.array([3, 3, 39, 0, 17, 3, 22, 0], np.int64)
+    bad, out = store.decode(picks, **path)
+    assert bad == -1
+    np.testing.assert_array_equal(out, store.frames[picks])
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_an_empty_batch_is_good_and_writes_nothing(path: dict[str, object]) -> None:
+    store = Segments(random_frames(4, seed=6))
+    bad, out = store.decode(np.zeros(0, np.int64), **path)
+    assert bad == -1
+    assert out.shape == (0, *FRAME_SHAPE)
+
+
+# -- corruption: the first bad frame's index, on every path -------------------------------------------
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+def test_a_flipped_payload_byte_reports_that_frame(where: str, path: dict[str, object]) -> None:
+    store = Segments(real_frames("pong"), count=3)
+    picks = np.arange(100, 260, dtype=np.int64)
+    bad_at = {"first": 0, "middle": 77, "last": 159}[where]
+    frame = picks[bad_at]
+    store.contents[store.segments[frame]][store.offsets[frame] + store.lengths[frame] // 2] ^= 0x10
+    assert store.decode(picks, **path)[0] == bad_at
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_frame_read_at_the_wrong_step_reports_that_frame(path: dict[str, object]) -> None:
+    store = Segments(real_frames("mspacman"), count=2)
+    picks = np.arange(64, dtype=np.int64)
+    store.steps[picks[41]] += 2000  # the slot now holds a later frame
+    assert store.decode(picks, **path)[0] == 41
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_truncated_length_reports_that_frame(path: dict[str, object]) -> None:
+    store = Segments(random_frames(64, seed=7), count=2)
+    picks = np.arange(64, dtype=np.int64)
+    store.lengths[picks[50]] -= 1
+    assert store.decode(picks, **path)[0] == 50
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_range_outside_its_segment_reports_that_frame(path: dict[str, object]) -> None:
+    store = Segments(random_frames(30, seed=8), count=3)
+    picks = np.arange(30, dtype=np.int64)
+    store.offsets[picks[20]] = len(store.contents[store.segments[20]]) - 3
+    store.offsets[picks[25]] = -1
+    store.lengths[picks[28]] = -5
+    assert store.decode(picks, **path)[0] == 20
+    assert store.decode(picks[21:], **path)[0] == 4
+    assert store.decode(picks[26:], **path)[0] == 2
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_checksum_that_matches_bytes_of_the_wrong_size_reports_that_frame(path: dict[str, object]) -> None:
+    store = Segments(random_frames(8, seed=9))
+    small = np.zeros((8, 84, 83), np.uint8)  # every frame decodes to one row too many for this out
+    assert store.decode(np.arange(8, dtype=np.int64), out=small, **path)[0] == 0
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_the_first_of_several_bad_frames_is_reported(path: dict[str, object]) -> None:
+    store = Segments(real_frames("pong"), count=2)
+    picks = np.arange(300, dtype=np.int64)
+    for i in (250, 131, 132, 290):
+        store.checksums[picks[i]] ^= 1
+    assert store.decode(picks, **path)[0] == 131
+
+
+# -- arguments -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_segment_outside_views_is_a_value_error(path: dict[str, object]) -> None:
+    store = Segments(random_frames(6, seed=10), count=2)
+    store.segments[4] = 2
+    with pytest.raises(ValueError, match=r"^segments\[4\] is 2; expected 0 <= segment < 2 \(len\(views\)\)$"):
+        store.decode(np.arange(6, dtype=np.int64), **path)
+
+
+def test_out_of_the_wrong_dtype_is_a_type_error() -> None:
+    store = Segments(random_frames(2, seed=11))
+    with pytest.raises(TypeError, match=r"^out must be a numpy uint8 array; got ndarray float32$"):
+        store.decode(np.arange(2, dtype=np.int64), out=np.zeros((2, 84, 84), np.float32))  # type: ignore[arg-type]
+
+
+def test_arrays_of_another_length_than_out_are_a_value_error() -> None:
+    store = Segments(random_frames(3, seed=12))
+    with pytest.raises(ValueError, match=r"^segments has shape \(3,\); expected \(2,\) for out of shape \(2, 84, 84\)$"):
+        store.decode(np.arange(3, dtype=np.int64), out=np.zeros((2, 84, 84), np.uint8))
+
+
+def test_a_non_contiguous_out_is_a_value_error() -> None:
+    store = Segments(random_frames(2, seed=13))
+    out = np.zeros((2, 84, 168), np.uint8)[:, :, ::2]
+    with pytest.raises(ValueError, match=r"^out must be a writeable C-contiguous"):
+        store.decode(np.arange(2, dtype=np.int64), out=out)
+
+
+@pytest.mark.skipif(codec.ACCELERATED, reason="the extension is built")
+def test_asking_for_the_extension_when_it_is_not_built_is_a_value_error() -> None:
+    store = Segments(random_frames(2, seed=14))
+    with pytest.raises(ValueError, match=r"^accelerated=True but mmreplay._lz4batch is not built"):
+        store.decode(np.arange(2, dtype=np.int64), accelerated=True)

@@ -1,0 +1,144 @@
+"""A full disk: an add or flush that cannot get space raises an OSError and loses no commit.
+
+A writer process appends real frames until the file system refuses: under a small file-size limit
+(``RLIMIT_FSIZE``; Python ignores SIGXFSZ, so the write fails with EFBIG) or on a 1.2 MB tmpfs (ENOSPC).
+It then tries to flush and close. Afterwards the store must open at (at least) its last successful
+commit, with every committed transition exact, and take appends again once there is space.
+"""
+
+from __future__ import annotations
+
+import errno
+import multiprocessing
+import os
+import resource
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from reference import ReferenceStore, assert_batch_matches
+
+from mmreplay import ReplayStore
+
+DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+CAPACITY = 200
+
+
+def _frames(game: str) -> dict[str, np.ndarray]:
+    path = DATA_DIR / f"atari_{game}.npz"
+    if not path.is_file():
+        pytest.skip(f"real Atari frames are absent: {path} does not exist")
+    with np.load(path) as data:
+        return {key: np.array(data[key][:4000]) for key in ("frames", "action", "reward", "terminated")}
+
+
+def _transitions(data: dict[str, np.ndarray]) -> list[tuple]:
+    positions = np.flatnonzero(data["action"][:-1] >= 0)
+    return [(data["frames"][t], int(t), float(data["reward"][t]), data["frames"][t + 1],
+             bool(data["terminated"][t]), bool(t + 1 not in set(positions.tolist()) and not data["terminated"][t]))
+            for t in positions[:3000]]
+
+
+def _fill(path: Path, transitions: list[tuple], first: int, file_size_limit: int | None,
+          report: multiprocessing.Queue) -> None:
+    """The writer: append from ``first`` on, flushing every 25 adds, until the file system refuses."""
+    if file_size_limit is not None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
+    committed, failure, after = first, None, []
+    try:
+        store = ReplayStore.open(path, "r+")
+        for i in range(first, len(transitions)):
+            store.add(*transitions[i])
+            if (i + 1) % 25 == 0:
+                store.flush()
+                committed = i + 1
+    except OSError as error:
+        failure = (type(error).__name__, error.errno, str(error), [c.__name__ for c in type(error).__mro__])
+        for operation in ("flush", "close"):
+            try:
+                getattr(store, operation)()
+                after.append(f"{operation}: ok")
+            except OSError as again:
+                after.append(f"{operation}: {type(again).__name__} errno {again.errno}")
+    report.put({"committed": committed, "failure": failure, "after": after})
+
+
+def _run_writer(path: Path, transitions: list[tuple], first: int, limit: int | None) -> dict:
+    context = multiprocessing.get_context("fork")
+    report = context.Queue()
+    writer = context.Process(target=_fill, args=(path, transitions, first, limit, report))
+    writer.start()
+    result = report.get(timeout=60)
+    writer.join(10)
+    assert writer.exitcode == 0, f"the writer died with exit code {writer.exitcode} (SIGBUS is -7)"
+    return result
+
+
+def _check_store(path: Path, transitions: list[tuple], committed: int) -> ReferenceStore:
+    ref = ReferenceStore(frame_shape=(84, 84), capacity=CAPACITY, stack_size=4, action_dtype=np.int64)
+    with ReplayStore.open(path, "r") as store:
+        added = store.transitions_added
+        assert added >= committed, f"the store lost commits: {added} < {committed}"
+        for i in range(added):
+            ref.add(*transitions[i])
+        stored = np.arange(store.stored_steps.start, store.stored_steps.stop)
+        assert_batch_matches(store.read(stored), ref, stored)
+        assert_batch_matches(store.sample(64, rng=0), ref)
+    return ref
+
+
+def _prepare(path: Path, transitions: list[tuple], count: int) -> None:
+    with ReplayStore.create(path, frame_shape=(84, 84), capacity=CAPACITY, stack_size=4) as store:
+        for i in range(count):
+            store.add(*transitions[i])
+
+
+def test_an_add_past_the_file_size_limit_raises_oserror_and_keeps_every_commit(tmp_path: Path) -> None:
+    transitions = _transitions(_frames("mspacman"))
+    path = tmp_path / "store.mmr"
+    _prepare(path, transitions, 10)  # the first segment file exists (sparse, 1 MiB)
+    result = _run_writer(path, transitions, 10, 300_000)
+    assert result["failure"] is not None, "the writer never hit the limit"
+    name, code, message, mro = result["failure"]
+    assert "OSError" in mro
+    # The write that crosses the limit is cut short (pwrite writes what fits), or fails outright.
+    assert code == errno.EFBIG or "short write" in message, result["failure"]
+    print(f"\nfile-size limit: {name} errno {code} ({message}) after {result['committed']} committed; "
+          f"then {result['after']}")
+    _check_store(path, transitions, result["committed"])
+
+    # With room again, appending continues from the last commit.
+    with ReplayStore.open(path, "r+") as store:
+        start = store.transitions_added
+        for i in range(start, start + 30):
+            store.add(*transitions[i])
+    _check_store(path, transitions, start + 30)
+
+
+@pytest.fixture
+def tiny_filesystem(tmp_path: Path):
+    mount_point = tmp_path / "tiny"
+    mount_point.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1200k", "tmpfs", str(mount_point)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a 1.2 MB tmpfs here: {done.stderr.strip() or done.returncode}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=False)
+
+
+def test_an_add_on_a_full_filesystem_raises_oserror_and_keeps_every_commit(tiny_filesystem: Path) -> None:
+    transitions = _transitions(_frames("mspacman"))
+    path = tiny_filesystem / "store.mmr"
+    _prepare(path, transitions, 10)
+    result = _run_writer(path, transitions, 10, None)
+    assert result["failure"] is not None, "the writer never filled the file system"
+    name, code, message, mro = result["failure"]
+    assert "OSError" in mro
+    assert code == errno.ENOSPC or "short write" in message, result["failure"]
+    print(f"\nfull tmpfs: {name} errno {code} ({message}) after {result['committed']} committed; "
+          f"then {result['after']}")
+    _check_store(path, transitions, result["committed"])

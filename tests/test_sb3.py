@@ -1,0 +1,238 @@
+"""MmreplayBuffer against Stable-Baselines3's own ReplayBuffer: same transitions, same semantics, same draws.
+
+The differential tests feed both buffers identical rows made the way SB3's ``VecFrameStack`` makes
+them (zero-padded stacks at an episode's start, the terminal stack substituted into next_obs of a done
+env, ``TimeLimit.truncated`` in infos) and compare every stored position and seeded samples.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("stable_baselines3")
+import torch as th
+from gymnasium import spaces
+from stable_baselines3.common.buffers import ReplayBuffer
+
+from mmreplay import ReplayStore
+from mmreplay.sb3 import MmreplayBuffer
+
+FRAME = (6, 7)
+N_STACK = 4
+
+
+class FakeFrameStackRows:
+    """Rows like SB3's off-policy loop gives ``replay_buffer.add`` under ``VecFrameStack``."""
+
+    def __init__(self, n_envs: int, rng: np.random.Generator, *, action_space: spaces.Space):
+        self.n_envs = n_envs
+        self.rng = rng
+        self.action_space = action_space
+        self.obs = np.stack([self._reset_stack() for _ in range(n_envs)])
+
+    def _frame(self) -> np.ndarray:
+        return self.rng.integers(0, 256, FRAME, dtype=np.uint8)
+
+    def _reset_stack(self) -> np.ndarray:
+        stack = np.zeros((N_STACK, *FRAME), np.uint8)  # VecFrameStack pads with zeros, not repeats
+        stack[-1] = self._frame()
+        return stack
+
+    def row(self) -> tuple:
+        obs = self.obs.copy()
+        next_obs = np.concatenate([obs[:, 1:], np.stack([self._frame()[None] for _ in range(self.n_envs)])], axis=1)
+        done = self.rng.random(self.n_envs) < 0.15
+        timeout = done & (self.rng.random(self.n_envs) < 0.5)
+        infos = [{"TimeLimit.truncated": True} if t else {} for t in timeout]
+        new_obs = next_obs.copy()
+        for i in np.flatnonzero(done):
+            new_obs[i] = self._reset_stack()  # next_obs keeps the terminal stack, as _store_transition does
+        self.obs = new_obs
+        if isinstance(self.action_space, spaces.Discrete):
+            action = self.rng.integers(0, self.action_space.n, self.n_envs)
+        else:
+            action = self.rng.standard_normal((self.n_envs, *self.action_space.shape)).astype(np.float32)
+        reward = self.rng.standard_normal(self.n_envs).astype(np.float32)
+        return obs, next_obs, action, reward, done, infos
+
+
+def make_pair(tmp_path: Path, *, buffer_size: int, n_envs: int, handle_timeout_termination: bool, action_space: spaces.Space):
+    observation_space = spaces.Box(0, 255, (N_STACK, *FRAME), np.uint8)
+    common = {"device": "cpu", "n_envs": n_envs, "handle_timeout_termination": handle_timeout_termination}
+    theirs = ReplayBuffer(buffer_size, observation_space, action_space, optimize_memory_usage=False, **common)
+    ours = MmreplayBuffer(buffer_size, observation_space, action_space, path=tmp_path / "sb3.mmr", **common)
+    return theirs, ours
+
+
+def fill(theirs: ReplayBuffer, ours: MmreplayBuffer, rows: int, seed: int, action_space: spaces.Space) -> None:
+    source = FakeFrameStackRows(theirs.n_envs, np.random.default_rng(seed), action_space=action_space)
+    for _ in range(rows):
+        row = source.row()
+        theirs.add(*row)
+        ours.add(*row)
+
+
+def assert_samples_equal(expected, got) -> None:
+    for name in ("observations", "actions", "next_observations", "dones", "rewards"):
+        want, have = getattr(expected, name), getattr(got, name)
+        assert have.dtype == want.dtype, name
+        assert have.shape == want.shape, name
+        assert have.device == want.device, name
+        assert th.equal(have, want), name
+    assert getattr(got, "discounts", None) is None  # SB3 >= 2.7 has the n-step field
+
+
+CASES = [
+    pytest.param(2, True, spaces.Discrete(6), id="2envs-timeouts-handled"),
+    pytest.param(2, False, spaces.Discrete(6), id="2envs-timeouts-as-dones"),
+    pytest.param(1, True, spaces.Discrete(3), id="1env"),
+    pytest.param(2, True, spaces.Box(-1, 1, (2,), np.float32), id="2envs-box-actions"),
+]
+
+
+@pytest.mark.parametrize(("n_envs", "handle_timeout_termination", "action_space"), CASES)
+def test_every_stored_position_matches_sb3s_replay_buffer(tmp_path, n_envs, handle_timeout_termination, action_space):
+    theirs, ours = make_pair(
+        tmp_path, buffer_size=40, n_envs=n_envs, handle_timeout_termination=handle_timeout_termination, action_space=action_space
+    )
+    for rows in (7, 33, 95):  # before, at and well past the first wrap of 40 // n_envs rows
+        fill(theirs, ours, rows - (ours.store.transitions_added // n_envs), seed=rows, action_space=action_space)
+        assert (ours.pos, ours.full, ours.size()) == (theirs.pos, theirs.full, theirs.size())
+        positions = np.repeat(np.arange(theirs.size()), n_envs)
+        envs = np.tile(np.arange(n_envs), theirs.size())
+        got = ours.samples_at(positions, envs)
+        timeouts = theirs.timeouts[positions, envs] if handle_timeout_termination else 0
+        assert np.array_equal(got.observations.numpy(), theirs.observations[positions, envs])
+        assert np.array_equal(got.next_observations.numpy(), theirs.next_observations[positions, envs])
+        assert np.array_equal(got.actions.numpy(), theirs.actions[positions, envs])
+        assert np.array_equal(got.rewards.numpy()[:, 0], theirs.rewards[positions, envs])
+        assert np.array_equal(got.dones.numpy()[:, 0], theirs.dones[positions, envs] * (1 - timeouts))
+    ours.close()
+
+
+@pytest.mark.parametrize(("n_envs", "handle_timeout_termination", "action_space"), CASES)
+def test_seeded_samples_equal_sb3s_samples(tmp_path, n_envs, handle_timeout_termination, action_space):
+    theirs, ours = make_pair(
+        tmp_path, buffer_size=30, n_envs=n_envs, handle_timeout_termination=handle_timeout_termination, action_space=action_space
+    )
+    fill(theirs, ours, 50, seed=1, action_space=action_space)
+    for seed in range(3):
+        np.random.seed(seed)
+        expected = theirs.sample(64)
+        np.random.seed(seed)
+        assert_samples_equal(expected, ours.sample(64))
+    ours.close()
+
+
+def test_the_store_keeps_terminated_and_truncated_apart_whatever_sb3_returns_as_dones(tmp_path):
+    theirs, ours = make_pair(tmp_path, buffer_size=200, n_envs=2, handle_timeout_termination=False, action_space=spaces.Discrete(2))
+    fill(theirs, ours, 100, seed=3, action_space=spaces.Discrete(2))
+    batch = ours.store.read(ours.store.stored_steps)
+    assert batch.terminated.any() and batch.truncated.any()
+    assert not (batch.terminated & batch.truncated).any()
+    ours.close()
+
+
+def test_truncated_next_obs_is_the_terminal_stack_and_the_next_episode_starts_zero_padded(tmp_path):
+    space = spaces.Box(0, 255, (N_STACK, *FRAME), np.uint8)
+    buffer = MmreplayBuffer(10, space, spaces.Discrete(2), device="cpu", path=tmp_path / "b.mmr")
+    source = FakeFrameStackRows(1, np.random.default_rng(0), action_space=spaces.Discrete(2))
+    obs, next_obs, action, reward, _, _ = source.row()
+    buffer.add(obs, next_obs, action, reward, np.array([True]), [{"TimeLimit.truncated": True}])
+    reset = np.zeros((1, N_STACK, *FRAME), np.uint8)
+    reset[0, -1] = 7
+    buffer.add(reset, np.concatenate([reset[:, 1:], reset[:, -1:] + 1], axis=1), action, reward, np.array([False]), [{}])
+    got = buffer.samples_at([0, 1], [0, 0])
+    assert np.array_equal(got.next_observations[0].numpy(), next_obs[0])
+    assert np.array_equal(got.observations[1].numpy(), reset[0])
+    assert got.dones[:, 0].tolist() == [0.0, 0.0]
+    assert buffer.store.read([0]).truncated.tolist() == [True]
+    buffer.close()
+
+
+def test_rgb_frames_stacked_along_channels_are_stored_as_frames(tmp_path):
+    space = spaces.Box(0, 255, (3 * N_STACK, 5, 6), np.uint8)
+    buffer = MmreplayBuffer(8, space, spaces.Discrete(2), device="cpu", path=tmp_path / "rgb.mmr", stack_size=N_STACK)
+    assert buffer.store.frame_shape == (3, 5, 6) and buffer.store.stack_size == N_STACK
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (N_STACK + 1, 3, 5, 6), dtype=np.uint8)
+    obs, next_obs = frames[:-1].reshape(1, 12, 5, 6), frames[1:].reshape(1, 12, 5, 6)
+    buffer.add(obs, next_obs, np.array([1]), np.array([0.5], np.float32), np.array([False]), [{}])
+    got = buffer.samples_at([0], [0])
+    assert np.array_equal(got.observations.numpy(), obs) and np.array_equal(got.next_observations.numpy(), next_obs)
+    buffer.close()
+
+
+def test_observation_spaces_that_are_not_uint8_images_are_refused(tmp_path):
+    with pytest.raises(TypeError, match=r"observation_space must have dtype uint8; got float32"):
+        MmreplayBuffer(8, spaces.Box(0, 1, (4, 84, 84), np.float32), spaces.Discrete(2), path=tmp_path / "x")
+    with pytest.raises(ValueError, match=r"stack_size=3 must divide the observation's first axis; observation_space has shape \(4, 84, 84\)"):
+        MmreplayBuffer(8, spaces.Box(0, 255, (4, 84, 84), np.uint8), spaces.Discrete(2), path=tmp_path / "x", stack_size=3)
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_pickled_buffer_reopens_its_store(tmp_path):
+    import pickle
+
+    theirs, ours = make_pair(tmp_path, buffer_size=20, n_envs=2, handle_timeout_termination=True, action_space=spaces.Discrete(4))
+    fill(theirs, ours, 15, seed=5, action_space=spaces.Discrete(4))
+    data = pickle.dumps(ours)
+    ours.close()
+    loaded = pickle.loads(data)
+    np.random.seed(0)
+    expected = theirs.sample(16)
+    np.random.seed(0)
+    assert_samples_equal(expected, loaded.sample(16))
+    loaded.close()
+
+
+def test_sb3_dqn_trains_on_real_pong_with_the_mmreplay_buffer(tmp_path, request):
+    pytest.importorskip("ale_py")
+    import ale_py
+    import gymnasium as gym
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    gym.register_envs(ale_py)
+    threads = th.get_num_threads()
+    th.set_num_threads(1)  # a CNN this small trains faster on one thread than on contended cores
+    request.addfinalizer(lambda: th.set_num_threads(threads))
+    # max_episode_steps counts emulator frames (frameskip=1; AtariWrapper skips 4): truncation every 100 steps.
+    env = make_atari_env("ALE/Pong-v5", n_envs=2, seed=0, env_kwargs={"frameskip": 1, "max_episode_steps": 400})
+    env = VecFrameStack(env, n_stack=4)
+    model = DQN(
+        "CnnPolicy",
+        env,
+        buffer_size=300,
+        learning_starts=100,
+        batch_size=32,
+        train_freq=4,
+        target_update_interval=100,
+        device="cpu",
+        seed=0,
+        replay_buffer_class=MmreplayBuffer,
+        replay_buffer_kwargs={"path": tmp_path / "dqn.mmr"},
+    )
+    before = [p.detach().clone() for p in model.q_net.parameters()]
+    model.learn(total_timesteps=400)
+    assert any(not th.equal(a, b) for a, b in zip(before, model.q_net.parameters()))
+    buffer = model.replay_buffer
+    assert isinstance(buffer, MmreplayBuffer)
+    store = buffer.store
+    assert store.frame_shape == (84, 84) and store.stack_size == 4 and store.num_envs == 2
+    assert len(store) == 300 and store.transitions_added == 400
+    batch = store.read(store.stored_steps)
+    assert batch.truncated.sum() >= 2  # each env was truncated at step 100, 200 and 300
+    samples = buffer.sample(32)
+    assert samples.observations.shape == (32, 4, 84, 84) and samples.observations.dtype == th.uint8
+    assert samples.actions.shape == (32, 1) and samples.actions.dtype == th.int64
+    assert samples.dones.shape == samples.rewards.shape == (32, 1)
+    path = store.path
+    buffer.close()
+    env.close()
+    with ReplayStore.open(path) as reopened:
+        assert len(reopened) == 300
