@@ -17,6 +17,8 @@ from mmreplay.errors import (
 )
 from mmreplay.samplers import PrioritizedSampler, Sampler, UniformSampler
 from mmreplay.store import ReplayStore
+from mmreplay.hdf5 import export_hdf5, import_hdf5  # noqa: E402 (they use the store API above)
+from mmreplay.dopamine import import_dopamine  # noqa: E402
 
 __all__ = [
     "Batch",
@@ -33,6 +35,9 @@ __all__ = [
     "StoreLockedError",
     "StoreNotFoundError",
     "UniformSampler",
+    "export_hdf5",
+    "import_dopamine",
+    "import_hdf5",
 ]
 
 __version__ = "0.1.0"

@@ -1,7 +1,9 @@
 """Each env's episode in progress: what the next ``add`` compares its obs with, and where its frames are.
 
 An env's episode continues only while it is *open* (its last transition neither terminated nor
-truncated, and that transition is still stored) and the new obs equals the env's last next_obs.
+truncated) and the new obs equals the env's last next_obs. When other envs' adds evicted the env's
+last transition, its frames may be gone too: the episode still continues, and the new transition
+stores its obs stack again (kept in memory for this) instead of linking to the evicted transition.
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ class EnvEpisode:
         self.frames = deque(maxlen=self.stack_size)
         self.frame_steps = deque(maxlen=self.stack_size)
 
-    def continues_with(self, obs_bytes: bytes, stacked: bool, oldest_stored_step: int) -> bool:
+    def continues_with(self, obs_bytes: bytes, stacked: bool) -> bool:
         """Whether an obs (one frame, or a whole stack) continues this env's episode."""
-        if not self.open or self.last_step < oldest_stored_step:
+        if not self.open:
             return False
         return obs_bytes == (b"".join(self.frames) if stacked else self.frames[-1])
 
@@ -83,24 +85,30 @@ def plan_frames(
         obs = arguments.obs[env]
         episode = episodes[env]
         flags = TERMINATED * bool(arguments.terminated[env]) | TRUNCATED * bool(arguments.truncated[env])
-        if episode.continues_with(obs.tobytes(), arguments.stacked, oldest_stored_step):
+        continues = episode.continues_with(obs.tobytes(), arguments.stacked)
+        if continues and episode.last_step >= oldest_stored_step:
             obs_steps = list(episode.frame_steps)
             plan.previous_steps.append(episode.last_step)
             plan.starts.append(None)
         else:
+            if continues:  # the previous transition was evicted: store the obs stack the env saw again
+                stack = [np.frombuffer(frame, np.uint8) for frame in episode.frames]
+            else:
+                stack = list(obs)
+                flags |= EPISODE_START
             # A stack's leading repeats of its first frame come back by padding: store that frame once.
             first_distinct = 1
-            while first_distinct < len(obs) and obs[first_distinct].tobytes() == obs[0].tobytes():
+            while first_distinct < len(stack) and stack[first_distinct].tobytes() == stack[0].tobytes():
                 first_distinct += 1
-            frames = [frame.tobytes() for frame in obs[first_distinct - 1 :]]
+            stack = stack[first_distinct - 1 :]
+            frames = [frame.tobytes() for frame in stack]
             steps = list(range(next_step, next_step + len(frames)))
-            plan.payloads.extend(codec.compress(frame) for frame in obs[first_distinct - 1 :])
+            plan.payloads.extend(codec.compress(frame) for frame in stack)
             plan.prev_deltas.extend([0] + [1] * (len(frames) - 1))
             next_step += len(frames)
             obs_steps = [steps[0]] * (episode.stack_size - len(steps)) + steps
             plan.previous_steps.append(None)
             plan.starts.append((frames, steps))
-            flags |= EPISODE_START
         plan.payloads.append(codec.compress(arguments.next_obs[env][-1]))
         plan.prev_deltas.append(next_step - obs_steps[-1])
         plan.next_frames.append(next_step)

@@ -66,7 +66,12 @@ class TransitionReader:
         """Transitions with n-step returns: up to ``n_step`` rewards of the same episode, and the
         next_obs and flags of the last of them (see ``windows``)."""
         window, mask = follow_episodes(
-            steps, n_step, rows_of=self.table.read, newest_exclusive=newest_exclusive
+            steps,
+            n_step,
+            rows_of=self.table.read,
+            newest_exclusive=newest_exclusive,
+            prev_deltas=self.frames.prev_deltas,
+            table_path=self.table.path,
         )
         rows = self._window_rows(window, mask)
         returns, used = n_step_returns(rows["reward"], mask, gamma)

@@ -5,6 +5,9 @@ sampled step and follows each transition's link to the env's next transition whi
 it stops after a transition that terminated or truncated, and before a transition that is not stored
 yet. A link is trusted only after checking it (the target exists, belongs to the same env and does not
 start an episode), because a crash can leave a link to a step that was never committed and later reused.
+A link that passes those checks must also chain frames: the target's obs ends with the frame this
+transition's next_obs ends with. The link is outside the row checksum (it is written when the next
+transition arrives), so this is what catches a corrupt one: it is an error, never a shorter window.
 """
 
 from __future__ import annotations
@@ -14,15 +17,25 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay.transition_table import EPISODE_START, TERMINATED, TRUNCATED
+from mmreplay.transition_table import EPISODE_START, TERMINATED, TRUNCATED, RowChecksumError
 
 RowsOf = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.void]]
+PrevDeltas = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]]
 
 
 def follow_episodes(
-    steps: npt.NDArray[np.int64], length: int, *, rows_of: RowsOf, newest_exclusive: int
+    steps: npt.NDArray[np.int64],
+    length: int,
+    *,
+    rows_of: RowsOf,
+    newest_exclusive: int,
+    prev_deltas: PrevDeltas | None = None,
+    table_path: object = "transitions.tbl",
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
-    """Steps (B, length) of each window and a mask (B, length): False (step 0) past the window's end."""
+    """Steps (B, length) of each window and a mask (B, length): False (step 0) past the window's end.
+
+    ``prev_deltas`` (the frame table's episode links) enables the frame-chain check of each link.
+    """
     window = np.zeros((len(steps), length), np.int64)
     mask = np.zeros((len(steps), length), np.bool_)
     window[:, 0] = steps
@@ -39,10 +52,31 @@ def follow_episodes(
             break
         linked = rows_of(np.where(alive, candidate, current))
         alive &= (linked["env"] == rows["env"]) & ((linked["flags"] & EPISODE_START) == 0)
+        if prev_deltas is not None and alive.any():
+            _check_frame_chain(current[alive], rows[alive], linked[alive], prev_deltas, table_path)
         current = np.where(alive, candidate, current)
         window[:, position] = np.where(alive, candidate, 0)
         mask[:, position] = alive
     return window, mask
+
+
+def _check_frame_chain(
+    steps: npt.NDArray[np.int64],
+    rows: npt.NDArray[np.void],
+    linked: npt.NDArray[np.void],
+    prev_deltas: PrevDeltas,
+    table_path: object,
+) -> None:
+    linked_next = linked["next_frame"].astype(np.int64)
+    linked_obs_newest = linked_next - prev_deltas(linked_next)
+    broken = linked_obs_newest != rows["next_frame"].astype(np.int64)
+    if broken.any():
+        step = int(steps[np.argmax(broken)])
+        raise RowChecksumError(
+            f"{table_path}: the episode link of transition {step} points to a transition that does not "
+            "continue it (corrupt link)",
+            step=step,
+        )
 
 
 def n_step_returns(

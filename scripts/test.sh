@@ -1,6 +1,16 @@
 #!/usr/bin/env bash
 # Set up .venv and run the test suite (this is the command README.md gives and CI runs).
+#   bash scripts/test.sh            # everything: the optional integrations (SB3, ALE, Minari, Pillow) too
+#   bash scripts/test.sh -k hdf5    # extra arguments go to pytest
+# The suite runs twice over the read path: with the compiled batch decoder (mmreplay._lz4batch) and with
+# the pure-Python fallback that installs without a compiler (MMREPLAY_PURE_PYTHON=1 hides the extension).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+bash scripts/setup.sh demo sb3 minari show
+if [ "${MMREPLAY_REQUIRE_EXTENSION:-0}" = "1" ]; then
+  .venv/bin/python -c "import mmreplay.codec as c, sys; sys.exit(0 if c.ACCELERATED else 'the compiled batch decoder did not build')"
+fi
 .venv/bin/python -m pytest tests "$@"
+echo "--- again with the pure-Python decoder (MMREPLAY_PURE_PYTHON=1): store semantics, real frames, corruption"
+MMREPLAY_PURE_PYTHON=1 .venv/bin/python -m pytest -q tests/test_store_model.py tests/test_store_semantics.py \
+  tests/test_real_frames.py tests/test_corruption.py tests/test_codec.py "$@"

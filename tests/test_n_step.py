@@ -215,13 +215,6 @@ def test_n_step_batches_equal_the_reference_for_any_episode_structure(tmp_path_f
         assert_n_step_matches(batch, ref, n_step, gamma)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug (core store, episodes.EnvEpisode.continues_with): when other envs' adds evict an env's "
-    "newest transition, that env's next add starts a new episode although obs equals its previous "
-    "next_obs; the transition's obs stack is then rebuilt from obs alone ([2, 2] instead of the [1, 2] "
-    "the agent saw), contradicting the README's three episode-start rules",
-)
 def test_an_env_whose_previous_transition_was_evicted_by_other_envs_continues_its_episode(make_store):
     store = make_store(frame_shape=(3, 4), capacity=3, stack_size=2, num_envs=3)
     ref = ReferenceStore(frame_shape=(3, 4), capacity=3, stack_size=2, num_envs=3)
