@@ -1,0 +1,187 @@
+"""The ``"minari"`` HDF5 layout: a Minari 0.5.4 dataset directory, written and read.
+
+An export makes ``<dir>/data/main_data.hdf5`` and ``<dir>/data/metadata.json``, loadable with
+``minari.MinariDataset(<dir>/data)``, or ``minari.load_dataset(dataset_id)`` when ``<dir>`` is
+``<datasets root>/<dataset_id>``. Each episode is a group ``episode_{i}`` with ``observations`` of
+length T + 1 (single frames, one per chunk, lossless), ``actions``, ``rewards``, ``terminations`` and
+``truncations`` of length T, and mmreplay's additions: ``mmreplay_initial_stack`` (the episode's first
+obs stack), ``mmreplay_steps`` (each transition's original step) and attributes ``mmreplay_env_index``,
+``mmreplay_ended_by`` and ``mmreplay_complete``.
+
+An import also reads Minari datasets that mmreplay did not write, when their observations are uint8
+single frames: as one env, episode after episode, stacks starting by repeating the first frame.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import h5py  # type: ignore[import-untyped]
+import numpy as np
+import numpy.typing as npt
+
+from mmreplay.episodes import Episode
+from mmreplay.hdf5_datasets import (
+    FORMAT_NAMES,
+    Source,
+    column_dataset,
+    frame_dataset,
+    root_attrs,
+    write_frames,
+)
+from mmreplay.store import ReplayStore
+
+MINARI_VERSION = "0.5.4"
+MINARI_FILE = "main_data.hdf5"
+MINARI_METADATA = "metadata.json"
+DATASET_ID = re.compile(r"^(?:[-_\w][-_\w/]*[-_\w]+/)?[-_\w]+?-v\d+$")  # Minari's rule: [namespace/]name-vN
+# Our column names (hdf5_datasets.COLUMNS) -> Minari's dataset names.
+MINARI_COLUMNS = {"action": "actions", "reward": "rewards", "terminated": "terminations",
+                  "truncated": "truncations", "step": "mmreplay_steps"}
+
+
+class MinariWriter:
+    """Exports to the ``"minari"`` layout (a ``LayoutWriter``): the episode groups, then ``metadata.json``."""
+
+    def __init__(self, directory: Path, store: ReplayStore, episodes: list[Episode], dataset_id: str) -> None:
+        directory.mkdir()
+        self._directory = directory
+        self._store = store
+        self._dataset_id = dataset_id
+        self._total_steps = sum(e.length for e in episodes)
+        self._episodes = len(episodes)
+        self._file = h5py.File(directory / MINARI_FILE, "w", track_order=True)
+        self._file.attrs.update(root_attrs(store, "minari", len(episodes)))
+        self._low: Any = None
+        self._high: Any = None
+        for number, episode in enumerate(episodes):
+            group = self._file.create_group(f"episode_{number}")
+            group.attrs.update({"id": number, "total_steps": episode.length,
+                                "mmreplay_env_index": episode.env_index, "mmreplay_ended_by": episode.ended_by,
+                                "mmreplay_complete": episode.complete})
+            frame_dataset(group, "observations", episode.length + 1, store.frame_shape)
+            frame_dataset(group, "mmreplay_initial_stack", store.stack_size, store.frame_shape)
+            column_dataset(group, "actions", episode.length, store.action_shape, store.action_dtype)
+            column_dataset(group, "rewards", episode.length, (), np.float32)
+            column_dataset(group, "terminations", episode.length, (), bool)
+            column_dataset(group, "truncations", episode.length, (), bool)
+            column_dataset(group, "mmreplay_steps", episode.length, (), np.int64)
+            group.create_group("infos")  # minari's EpisodeData expects a dict of infos, even empty
+
+    def frames(self, episode: int, local: int, frames: npt.NDArray[np.uint8]) -> None:
+        group = self._file[f"episode_{episode}"]
+        stack = self._store.stack_size
+        if local < stack:
+            write_frames(group["mmreplay_initial_stack"], local, frames[: stack - local])
+        if local + len(frames) > stack - 1:
+            skip = max(0, stack - 1 - local)
+            write_frames(group["observations"], local + skip - stack + 1, frames[skip:])
+
+    def columns(self, episode: int, first: int, values: dict[str, np.ndarray]) -> None:
+        group = self._file[f"episode_{episode}"]
+        for name, column in values.items():
+            group[MINARI_COLUMNS[name]][first : first + len(column)] = column
+        action = values["action"]
+        low, high = action.min(axis=0), action.max(axis=0)
+        self._low = low if self._low is None else np.minimum(self._low, low)
+        self._high = high if self._high is None else np.maximum(self._high, high)
+
+    def close(self) -> None:
+        self._file.close()
+        metadata = {
+            "dataset_id": self._dataset_id, "total_episodes": self._episodes,
+            "total_steps": self._total_steps, "data_format": "hdf5", "jpeg_encoding": False,
+            "minari_version": MINARI_VERSION, "observation_space": json.dumps(self._observation_space()),
+            "action_space": json.dumps(self._action_space()),
+        }
+        (self._directory / MINARI_METADATA).write_text(json.dumps(metadata))
+
+    def _observation_space(self) -> dict[str, Any]:
+        shape = list(self._store.frame_shape)
+        size = int(np.prod(shape))
+        return {"type": "Box", "dtype": "uint8", "shape": shape,
+                "low": np.zeros(size, np.uint8).reshape(shape).tolist(),
+                "high": np.full(size, 255, np.uint8).reshape(shape).tolist()}
+
+    def _action_space(self) -> dict[str, Any]:
+        """Discrete(n, start) for scalar integer actions; otherwise a Box spanning the dtype's range."""
+        dtype, shape = self._store.action_dtype, list(self._store.action_shape)
+        if dtype.kind in "iu" and not shape:
+            low = int(self._low) if self._low is not None else 0
+            high = int(self._high) if self._high is not None else 0
+            return {"type": "Discrete", "dtype": "int64", "start": low, "n": high - low + 1}
+        limits = np.iinfo(dtype) if dtype.kind in "iu" else None
+        low = float("-inf") if limits is None else int(limits.min)
+        high = float("inf") if limits is None else int(limits.max)
+        if dtype.kind == "b":
+            dtype, low, high = np.dtype(np.int8), 0, 1
+        return {"type": "Box", "dtype": str(dtype), "shape": shape,
+                "low": np.full(shape, low).tolist(), "high": np.full(shape, high).tolist()}
+
+
+class MinariSource(Source):
+    """Imports a Minari dataset: one written by mmreplay (its layout from the root attributes), or a
+    foreign one with uint8 single-frame observations (one env, ``stack_size`` frames per obs)."""
+
+    def __init__(self, file: h5py.File, name: str, stack_size: int | None) -> None:
+        super().__init__(file, name)
+        count = sum(1 for key in file if key.startswith("episode_"))
+        if count == 0:
+            raise self.fail("holds no episode_{i} groups: not a Minari dataset")
+        self._groups = [file.get(f"episode_{i}") for i in range(count)]
+        if any(group is None for group in self._groups):
+            raise self.fail(f"episode groups are not numbered 0..{count - 1}")
+        ours = file.attrs.get("format") == FORMAT_NAMES["minari"]
+        first = self._groups[0]
+        if ours:
+            self.read_layout(file.attrs)
+        else:
+            observations, actions = first["observations"], first["actions"]
+            if not isinstance(observations, h5py.Dataset) or observations.dtype != np.uint8:
+                raise self.fail("episode_0/observations must be a uint8 dataset (one frame per observation)")
+            self.frame_shape = tuple(observations.shape[1:])
+            self.action_shape = tuple(actions.shape[1:])
+            self.action_dtype = np.dtype(actions.dtype)
+            self.stack_size = stack_size or 4
+        if stack_size is not None and stack_size != self.stack_size:
+            raise ValueError(f"stack_size={stack_size} differs from the dataset's stack_size {self.stack_size}")
+        self.lengths = np.array([len(g["rewards"]) for g in self._groups], np.int64)
+        self.envs = np.array([int(g.attrs.get("mmreplay_env_index", 0)) for g in self._groups], np.int64)
+        self._sequential = not ours
+        starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
+        self._starts = starts
+        self.first_steps = starts if not ours else np.array([g["mmreplay_steps"][0] for g in self._groups])
+        self.capacity = max(self.capacity, int(self.lengths.sum()))
+        for i, group in enumerate(self._groups):
+            length = int(self.lengths[i])
+            if group["observations"].shape != (length + 1, *self.frame_shape):
+                raise self.fail(f"episode_{i}/observations has shape {group['observations'].shape}; expected "
+                                f"{(length + 1, *self.frame_shape)} for {length} transitions")
+            for key in ("actions", "terminations", "truncations"):
+                if len(group[key]) != length:
+                    raise self.fail(f"episode_{i}/{key} has {len(group[key])} entries; expected {length}")
+
+    def frames(self, episode: int, start: int, stop: int) -> npt.NDArray[np.uint8]:
+        group, stack = self._groups[episode], self.stack_size
+        head: npt.NDArray[np.uint8] = np.zeros((0, *self.frame_shape), np.uint8)
+        if start < stack - 1:
+            if "mmreplay_initial_stack" in group:
+                head = np.asarray(group["mmreplay_initial_stack"][start : min(stop, stack - 1)])
+            else:
+                head = np.repeat(group["observations"][0:1], min(stop, stack - 1) - start, axis=0)
+        tail = np.asarray(group["observations"][max(start, stack - 1) - stack + 1 : max(stop, stack - 1) - stack + 1])
+        return np.concatenate([head, tail]) if len(head) else tail
+
+    def columns(self, episode: int, start: int, stop: int) -> dict[str, np.ndarray]:
+        group = self._groups[episode]
+        values = {name: np.asarray(group[key][start:stop]) for name, key in MINARI_COLUMNS.items() if name != "step"}
+        if self._sequential:
+            values["step"] = self._starts[episode] + np.arange(start, stop, dtype=np.int64)
+        else:
+            values["step"] = np.asarray(group["mmreplay_steps"][start:stop])
+        values["terminated"] = values["terminated"].astype(bool)
+        values["truncated"] = values["truncated"].astype(bool)
+        return values

@@ -1,0 +1,102 @@
+"""The ``"mmreplay"`` HDF5 layout: one file, flat columns, episodes one after another.
+
+Datasets (root attributes from ``hdf5_datasets.root_attrs``):
+
+* ``frames`` (F, *frame_shape) uint8, one frame per chunk: an episode of T transitions owns
+  ``stack_size + T`` consecutive frames starting at ``episodes/frame_start``: its first obs stack, then
+  each transition's newest next_obs frame.
+* ``transitions/{action, reward, terminated, truncated, step}``: one row per transition; an episode's
+  T rows are consecutive from ``episodes/transition_start``. ``step`` is the transition's original step.
+* ``episodes/{env_index, length, transition_start, frame_start, first_step, ended_by, complete}``: one
+  entry per episode, in the order of ``ReplayStore.episodes()``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import h5py  # type: ignore[import-untyped]
+import numpy as np
+import numpy.typing as npt
+
+from mmreplay.episodes import Episode
+from mmreplay.hdf5_datasets import (
+    COLUMNS,
+    Source,
+    column_dataset,
+    frame_dataset,
+    root_attrs,
+    write_frames,
+)
+from mmreplay.store import ReplayStore
+
+
+class MmreplayLayoutWriter:
+    """Exports to the ``"mmreplay"`` layout (a ``LayoutWriter``)."""
+
+    def __init__(self, path: Path, store: ReplayStore, episodes: list[Episode]) -> None:
+        self._file = h5py.File(path, "w")
+        lengths = np.array([e.length for e in episodes], np.int64)
+        self._rows = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if len(lengths) else lengths
+        self._frame_starts = self._rows + store.stack_size * np.arange(len(lengths), dtype=np.int64)
+        self._file.attrs.update(root_attrs(store, "mmreplay", len(episodes)))
+        group = self._file.create_group("episodes")
+        group.create_dataset("env_index", data=np.array([e.env_index for e in episodes], np.int64))
+        group.create_dataset("length", data=lengths)
+        group.create_dataset("transition_start", data=self._rows)
+        group.create_dataset("frame_start", data=self._frame_starts)
+        group.create_dataset("first_step", data=np.array([e.first_step for e in episodes], np.int64))
+        group.create_dataset("ended_by", data=np.array([e.ended_by.encode() for e in episodes], "S11"))
+        group.create_dataset("complete", data=np.array([e.complete for e in episodes], bool))
+        total = int(lengths.sum())
+        self._frames = frame_dataset(self._file, "frames", total + store.stack_size * len(episodes),
+                                     store.frame_shape)
+        table = self._file.create_group("transitions")
+        column_dataset(table, "action", total, store.action_shape, store.action_dtype)
+        column_dataset(table, "reward", total, (), np.float32)
+        column_dataset(table, "terminated", total, (), bool)
+        column_dataset(table, "truncated", total, (), bool)
+        column_dataset(table, "step", total, (), np.int64)
+        self._table = table
+
+    def frames(self, episode: int, local: int, frames: npt.NDArray[np.uint8]) -> None:
+        write_frames(self._frames, int(self._frame_starts[episode]) + local, frames)
+
+    def columns(self, episode: int, first: int, values: dict[str, np.ndarray]) -> None:
+        row = int(self._rows[episode]) + first
+        for name, column in values.items():
+            self._table[name][row : row + len(column)] = column
+
+    def close(self) -> None:
+        self._file.close()
+
+
+class MmreplayLayoutSource(Source):
+    """Imports the ``"mmreplay"`` layout; checks that the datasets' lengths agree with the episodes table."""
+
+    def __init__(self, file: h5py.File, name: str) -> None:
+        super().__init__(file, name)
+        self.read_layout(file.attrs)
+        episodes = file["episodes"]
+        self.envs = episodes["env_index"][()]
+        self.lengths = episodes["length"][()]
+        self.first_steps = episodes["first_step"][()]
+        self._rows = episodes["transition_start"][()]
+        self._frame_starts = episodes["frame_start"][()]
+        self._frames = file["frames"]
+        self._table = file["transitions"]
+        total = int(self.lengths.sum())
+        if self._frames.shape != (total + self.stack_size * len(self.lengths), *self.frame_shape):
+            raise self.fail(f"frames has shape {self._frames.shape}; the episodes table needs "
+                            f"{(total + self.stack_size * len(self.lengths), *self.frame_shape)}")
+        for column in COLUMNS:
+            if self._table[column].shape[0] != total:
+                raise self.fail(f"transitions/{column} has {self._table[column].shape[0]} rows; expected {total}")
+
+    def frames(self, episode: int, start: int, stop: int) -> npt.NDArray[np.uint8]:
+        first = int(self._frame_starts[episode])
+        return np.asarray(self._frames[first + start : first + stop])
+
+    def columns(self, episode: int, start: int, stop: int) -> dict[str, np.ndarray]:
+        row = int(self._rows[episode])
+        return {name: np.asarray(self._table[name][row + start : row + stop]) for name in COLUMNS}

@@ -1,0 +1,114 @@
+"""Replaying an HDF5 dataset's episodes into a store in the order of their original steps.
+
+Each episode is read in blocks of ``block`` transitions by a ``Cursor``; a heap merges the cursors by
+step, so the store receives every env's transitions in the order they were first added. Each
+episode's first obs arrives as its whole stack and the rest frame by frame, so the store rebuilds
+stacks exactly as they were. Consecutive transitions of increasing envs share one vector ``add``.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from mmreplay.hdf5_datasets import Source
+from mmreplay.store import ReplayStore
+
+
+class Cursor:
+    """One episode being read in blocks: its transition at ``position`` as obs/next_obs stacks."""
+
+    def __init__(self, source: Source, episode: int, block: int) -> None:
+        self.source, self.episode, self.block = source, episode, block
+        self.length = int(source.lengths[episode])
+        self.position = 0
+        self._load()
+
+    def _load(self) -> None:
+        start, stop = self.position, min(self.length, self.position + self.block)
+        self._start = start
+        self._frames = self.source.frames(self.episode, start, stop + self.source.stack_size)
+        self._columns = self.source.columns(self.episode, start, stop)
+
+    @property
+    def step(self) -> int:
+        return int(self._columns["step"][self.position - self._start])
+
+    def transition(self) -> tuple[Any, ...]:
+        i, stack = self.position - self._start, self.source.stack_size
+        c = self._columns
+        return (int(self.source.envs[self.episode]), self._frames[i : i + stack], c["action"][i], c["reward"][i],
+                self._frames[i + 1 : i + 1 + stack], bool(c["terminated"][i]), bool(c["truncated"][i]))
+
+    def advance(self) -> bool:
+        """Move to the next transition; False at the episode's end."""
+        self.position += 1
+        if self.position >= self.length:
+            return False
+        if self.position - self._start >= len(self._columns["step"]):
+            self._load()
+        return True
+
+
+def merged(source: Source, block: int) -> Iterator[tuple[Any, ...]]:
+    """Every transition of every episode, in the order of their original steps."""
+    order = np.argsort(source.first_steps, kind="stable")
+    heap: list[tuple[int, int, Cursor]] = []
+    admitted = 0
+    while heap or admitted < len(order):
+        if admitted < len(order) and (not heap or source.first_steps[order[admitted]] < heap[0][0]):
+            episode = int(order[admitted])
+            admitted += 1
+            if source.lengths[episode] > 0:
+                cursor = Cursor(source, episode, block)
+                heapq.heappush(heap, (cursor.step, episode, cursor))
+            continue
+        _, episode, cursor = heapq.heappop(heap)
+        yield cursor.transition()
+        if cursor.advance():
+            heapq.heappush(heap, (cursor.step, episode, cursor))
+
+
+class Feeder:
+    """Adds transitions in order; consecutive ones of increasing envs share one vector ``add``."""
+
+    def __init__(self, store: ReplayStore) -> None:
+        self.store = store
+        self.pending: dict[int, tuple[Any, ...]] = {}
+
+    def feed(self, transitions: Iterator[tuple[Any, ...]], bar: Any) -> None:
+        for env, *fields in transitions:
+            if self.store.num_envs == 1:
+                self.store.add(*_reorder(fields))
+                bar.update(1)
+                continue
+            if self.pending and env <= max(self.pending):
+                bar.update(self._flush())
+            self.pending[env] = tuple(fields)
+        bar.update(self._flush())
+
+    def _flush(self) -> int:
+        if not self.pending:
+            return 0
+        store = self.store
+        n, stack = store.num_envs, store.stack_size
+        obs = np.zeros((n, stack, *store.frame_shape), np.uint8)
+        next_obs = np.zeros_like(obs)
+        action = np.zeros((n, *store.action_shape), store.action_dtype)
+        reward = np.zeros(n, np.float32)
+        terminated, truncated, mask = np.zeros(n, bool), np.zeros(n, bool), np.zeros(n, bool)
+        for env, (o, a, r, o2, te, tr) in self.pending.items():
+            obs[env], action[env], reward[env], next_obs[env] = o, a, r, o2
+            terminated[env], truncated[env], mask[env] = te, tr, True
+        store.add(obs, action, reward, next_obs, terminated, truncated, env_mask=mask)
+        count = len(self.pending)
+        self.pending = {}
+        return count
+
+
+def _reorder(fields: list[Any]) -> tuple[Any, ...]:
+    obs, action, reward, next_obs, terminated, truncated = fields
+    return obs, action, reward, next_obs, terminated, truncated
