@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
                "import": _import, "import-dopamine": _import_dopamine}[arguments.command]
     try:
         return handler(arguments)
+    except BrokenPipeError:
+        # The reader went away (``mmreplay episodes STORE | head``): stop quietly, as cat and ls do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except (MmreplayError, OSError, ValueError, TypeError, IndexError, ImportError) as error:
         print(f"{parser.prog}: error: {error}", file=sys.stderr)
         return 1
