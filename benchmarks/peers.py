@@ -89,6 +89,12 @@ class FrameStream:
         """Transitions in one pass over the stream."""
         return len(self.transition_frame)
 
+    def single_frame_inputs(self, i: int) -> tuple[object, ...]:
+        """The i-th add of a cyclic feed as single frames: (obs, action, reward, next_obs, terminated, truncated)."""
+        j = i % len(self)
+        t = self.transition_frame[j]
+        return self.frames[t], self.action[j], self.reward[j], self.frames[t + 1], self.terminated[j], self.truncated[j]
+
     def stack(self, frame_step: int) -> npt.NDArray[np.uint8]:
         return self.frames[self.stack_frames[frame_step]]
 
@@ -204,10 +210,7 @@ class NumpyAdapter:
         self.rng = np.random.default_rng(seed)
 
     def inputs(self, i: int) -> tuple[object, ...]:
-        s = self.stream
-        j = i % len(s)
-        t = s.transition_frame[j]
-        return s.frames[t], s.action[j], s.reward[j], s.frames[t + 1], s.terminated[j], s.truncated[j]
+        return self.stream.single_frame_inputs(i)
 
     def add(self, *inputs: object) -> None:
         self.ring.add(*inputs)

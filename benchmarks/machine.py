@@ -1,0 +1,121 @@
+"""What the benchmarks read about the machine they run on: this process's anonymous memory, the memory
+available, the file system a directory is on, the load, and how to push a file out of the page cache.
+
+Linux only (``/proc``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _proc_field(path: str, field: str) -> int:
+    """A ``kB`` field of a ``/proc`` file (``RssAnon:`` of ``/proc/self/status``), in bytes."""
+    with open(path) as lines:
+        for line in lines:
+            if line.startswith(field):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{field} not found in {path}")
+
+
+def rss_anon() -> int:
+    """This process's anonymous resident memory in bytes (``RssAnon`` in /proc/self/status).
+
+    Memory-mapped files (mmreplay's frames and tables) are file-backed: they count in the page cache,
+    not here. In-RAM buffers (numpy arrays, C++ vectors) count here in full.
+    """
+    return _proc_field("/proc/self/status", "RssAnon:")
+
+
+def mem_available() -> int:
+    return _proc_field("/proc/meminfo", "MemAvailable:")
+
+
+def load_average() -> float:
+    """The one-minute load average: above ~1 on this 2-core machine, timings are shared with others."""
+    return os.getloadavg()[0]
+
+
+def on_tmpfs(path: str) -> bool:
+    """Whether ``path`` is on a RAM file system, where "on disk" figures would mean nothing."""
+    path = os.path.realpath(path)
+    best, fstype = "", ""
+    with open("/proc/mounts") as mounts:
+        for line in mounts:
+            fields = line.split()
+            if (path == fields[1] or path.startswith(fields[1].rstrip("/") + "/")) and len(fields[1]) > len(best):
+                best, fstype = fields[1], fields[2]
+    return fstype in ("tmpfs", "ramfs")
+
+
+def evict_from_page_cache(directory: Path) -> tuple[int, int]:
+    """Ask the kernel to drop every file under ``directory`` from the page cache; (files, bytes) asked.
+
+    ``posix_fadvise(POSIX_FADV_DONTNEED)`` after ``fsync``: the kernel drops the clean cached pages of
+    each file (what ``vmtouch -e`` does), no root needed. Pages a process still has mapped and has
+    touched may stay resident (the kernel does not unmap them), so callers should close their maps first
+    or accept that only unmapped pages go. Dirty pages are written first by the ``fsync``.
+    """
+    files, total = 0, 0
+    for path in sorted(directory.rglob("*")):
+        if not path.is_file():
+            continue
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            try:
+                os.fsync(fd)
+            except OSError:
+                pass  # read-only file systems refuse fsync; nothing is dirty there
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            total += os.fstat(fd).st_size
+            files += 1
+        finally:
+            os.close(fd)
+    return files, total
+
+
+def resident_bytes(directory: Path) -> int:
+    """Bytes of the files under ``directory`` that are in the page cache now (``mincore``, as ``vmtouch``).
+
+    Maps each file copy-on-write (never written, so its pages stay the file's) and asks ``mincore``
+    which pages are resident. -1 where ``mincore`` cannot be called.
+    """
+    import ctypes
+    import mmap
+
+    import numpy as np
+
+    try:
+        mincore = ctypes.CDLL(None, use_errno=True).mincore
+    except (OSError, AttributeError):
+        return -1
+    mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    page = mmap.PAGESIZE
+    resident = 0
+    for path in directory.rglob("*"):
+        if not path.is_file() or path.stat().st_size == 0:
+            continue
+        size = path.stat().st_size
+        pages = np.zeros((size + page - 1) // page, np.uint8)
+        with open(path, "rb") as file, mmap.mmap(file.fileno(), size, access=mmap.ACCESS_COPY) as mapped:
+            view = ctypes.c_char.from_buffer(mapped)
+            try:
+                failed = mincore(ctypes.addressof(view), size, pages.ctypes.data) != 0
+            finally:
+                del view  # the map cannot close while a ctypes view exports its buffer
+        if failed:
+            return -1
+        resident += int(np.count_nonzero(pages & 1)) * page
+    return resident
+
+
+def read_into_page_cache(directory: Path) -> int:
+    """Read every file under ``directory`` once (as ``vmtouch -t`` does) so its pages are cached; bytes read."""
+    total = 0
+    for path in sorted(directory.rglob("*")):
+        if path.is_file():
+            with open(path, "rb", buffering=0) as file:
+                while chunk := file.read(1 << 24):
+                    total += len(chunk)
+    return total
