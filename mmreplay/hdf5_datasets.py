@@ -20,7 +20,6 @@ from mmreplay.store import ReplayStore
 LAYOUTS = ("mmreplay", "minari")
 FORMAT_NAMES = {"mmreplay": "mmreplay-hdf5", "minari": "mmreplay-minari"}
 FORMAT_VERSION = 1
-ENDED_BY = ("terminated", "truncated", "cut", "in progress")
 # The per-transition columns every layout carries; "step" is the transition's original step.
 COLUMNS = ("action", "reward", "terminated", "truncated", "step")
 DEFLATE_LEVEL = 1  # HDF5's "gzip" filter: zlib streams, one per chunk (one frame per chunk)
