@@ -7,7 +7,10 @@ A sampled batch decodes its frames with one call, ``decode_batch``. It runs in t
 ``mmreplay._lz4batch`` (the system's liblz4 and zlib, the GIL released once per batch, large batches
 split over two threads) when that was built, else in a Python loop over python-lz4 with identical
 results; ``ACCELERATED`` says which. One python-lz4 call per frame costs ~3 us of overhead against a
-decode of ~1 us, and holds the GIL, which is why the extension exists.
+decode of ~1 us, and holds the GIL, which is why the extension exists. ``decode_from_table`` is the
+frame ring's fast path: the extension also reads the frame table's entries, so that a sampled batch
+costs one call instead of a dozen numpy calls (each several microseconds once the decoded pixels
+have pushed numpy out of the CPU caches); when it declines, the ring's general path finds the fault.
 """
 
 from __future__ import annotations
@@ -73,27 +76,65 @@ def decode_batch(
     threads share an accelerated batch; by default one, and two from 8 MiB of output (~1,200 Atari
     frames, far above a sampled batch: see ``_SPLIT_MIN_BYTES``).
     """
-    n = _validate(segments, offsets, lengths, checksums, seeds, out, view_count=len(views))
+    n = _validate(segments, offsets, lengths, checksums, seeds, out)
     if n == 0:
         return -1
     frame_nbytes = out.nbytes // n
-    seeds32 = np.asarray(seeds).astype(np.uint32)  # wraps modulo 2**32, like ``& 0xFFFFFFFF``
+    # Conversions copy only what is not already a contiguous array of the type the decoder reads.
     arrays = (
         np.ascontiguousarray(segments, np.int64),
         np.ascontiguousarray(offsets, np.int64),
         np.ascontiguousarray(lengths, np.int64),
         np.ascontiguousarray(checksums, np.uint32),
-        seeds32,
+        np.ascontiguousarray(seeds.astype(np.uint32, copy=False)),  # wraps modulo 2**32, like ``& 0xFFFFFFFF``
     )
     if accelerated and _lz4batch is not None:
         if threads is None:
             threads = 2 if n * frame_nbytes >= _SPLIT_MIN_BYTES else 1
         elif not 1 <= threads <= _MAX_THREADS:
             raise ValueError(f"threads is {threads}; expected 1 to {_MAX_THREADS}")
+        # The extension checks each segment against len(views), with the message below.
         return int(_lz4batch.decode(views, *arrays, out, frame_nbytes, threads))
     if accelerated:
         raise ValueError("accelerated=True but mmreplay._lz4batch is not built (codec.ACCELERATED is False)")
+    _check_segments(arrays[0], len(views))
     return _decode_in_python(views, *arrays, out, frame_nbytes)
+
+
+def decode_from_table(
+    table: npt.NDArray[np.void],
+    frame_steps: npt.NDArray[np.int64],
+    out: npt.NDArray[np.uint8],
+    *,
+    layout: tuple[int, int, int, int, int],
+    seed_multiplier: int,
+    segment_bytes: int,
+    bytes_written: int,
+    views: Sequence[memoryview],
+    base: int,
+) -> bool:
+    """Locate frames through a frame table and decode them in one call: a frame ring's fast path.
+
+    Frame i's entry is ``table[frame_steps[i] % len(table)]``, whose fields ``layout`` gives as
+    (entry size, then the byte offsets of ``position`` u64, ``length`` u32, ``checksum`` u32 and
+    ``link`` u32, little-endian); its bytes are at ``position`` in segment ``position // segment_bytes``,
+    whose view is ``views[segment - base]``, and its seed is ``frame_step * seed_multiplier + link``
+    modulo 2**32. Returns True when every frame lies inside the ``bytes_written`` and inside a view,
+    passes its checksum and decodes into ``out[i]``; else False (``out`` is then unspecified), and
+    always False without the extension: the caller then takes its general path, ``decode_batch``,
+    which finds the frame at fault. Threads as in ``decode_batch``.
+    """
+    if _lz4batch is None or len(frame_steps) == 0:
+        return _lz4batch is not None
+    frame_nbytes = out.nbytes // len(frame_steps)
+    threads = 2 if out.nbytes >= _SPLIT_MIN_BYTES else 1
+    steps = np.ascontiguousarray(frame_steps, np.int64)
+    return bool(
+        _lz4batch.decode_entries(
+            views, base, table, len(table), layout, steps, seed_multiplier, segment_bytes, bytes_written,
+            out, frame_nbytes, threads,
+        )
+    )
 
 
 def _validate(
@@ -103,8 +144,6 @@ def _validate(
     checksums: npt.NDArray[np.uint32],
     seeds: npt.NDArray[np.int64],
     out: npt.NDArray[np.uint8],
-    *,
-    view_count: int,
 ) -> int:
     """Checks the arguments both paths trust; returns the batch size n."""
     if not isinstance(out, np.ndarray) or out.dtype != np.uint8:
@@ -120,10 +159,13 @@ def _validate(
             raise ValueError(f"{name} has shape {array.shape}; expected ({n},) for out of shape {out.shape}")
     if n > 0 and out.nbytes == 0:
         raise ValueError(f"out has shape {out.shape}; expected frames of at least one byte")
-    if n > 0 and (segments.min() < 0 or segments.max() >= view_count):
+    return n
+
+
+def _check_segments(segments: npt.NDArray[np.int64], view_count: int) -> None:
+    if segments.min() < 0 or segments.max() >= view_count:
         i = int(np.flatnonzero((segments < 0) | (segments >= view_count))[0])
         raise ValueError(f"segments[{i}] is {segments[i]}; expected 0 <= segment < {view_count} (len(views))")
-    return n
 
 
 def _decode_in_python(

@@ -17,16 +17,20 @@ from __future__ import annotations
 import mmap
 import os
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import numpy.typing as npt
 
 from mmreplay import codec
 from mmreplay.errors import CorruptStoreError
+from mmreplay.files import BlockReservation, create_sparse, fsync_directory
+from mmreplay.format import SEGMENTS_DIR, frame_table_name, segment_name
 
 
 class FrameChecksumError(CorruptStoreError):
-    """A frame's bytes or its table entry do not match its checksum."""
+    """A frame's bytes or its table entry do not match its checksum, or the entry places the frame
+    outside the bytes written."""
 
     def __init__(self, message: str, *, frame_step: int) -> None:
         super().__init__(message)
@@ -35,14 +39,18 @@ class FrameChecksumError(CorruptStoreError):
 
 class MissingSegmentError(CorruptStoreError):
     """A segment file that a frame needs does not exist (deleted by the writer, or lost)."""
-from mmreplay.files import BlockReservation, create_sparse, fsync_directory
-from mmreplay.format import SEGMENTS_DIR, frame_table_name, segment_name
+
+    def __init__(self, message: str, *, frame_step: int | None = None) -> None:
+        super().__init__(message)
+        self.frame_step = frame_step
 
 _SEED_MULTIPLIER = 2654435761  # Knuth's multiplicative hash constant: spreads steps over 32 bits
 
 FRAME_ENTRY = np.dtype(
     [("position", "<u8"), ("length", "<u4"), ("checksum", "<u4"), ("prev_delta", "<u4")]
 )
+# The entry as codec.decode_from_table reads it: its size and the byte offsets of its fields.
+_ENTRY_LAYOUT = (FRAME_ENTRY.itemsize, *(FRAME_ENTRY.fields[name][1] for name in FRAME_ENTRY.names))
 
 
 class FrameRing:
@@ -70,6 +78,7 @@ class FrameRing:
         self.bytes_written = bytes_written
         self.writable = writable
         self._segments: dict[int, tuple[mmap.mmap, memoryview]] = {}
+        self._view_cache: tuple[int, list[memoryview]] | None = None  # (first segment, views) of the last batch
         self._segment_files: dict[int, int] = {}  # descriptors the writer writes through
         self._dirty_segments: set[int] = set()
         self._mapping = self._map_table(generation, frame_slots)
@@ -195,36 +204,69 @@ class FrameRing:
         return int(self._table["position"][frame_step % self.frame_slots])
 
     def decode_into(self, frame_steps: npt.NDArray[np.int64], out: npt.NDArray[np.uint8]) -> None:
-        """Decode each frame into ``out[i]`` (a C-contiguous (n, *frame_shape) array), checking its CRC."""
-        entries = self._table[frame_steps % self.frame_slots]
-        segments, offsets = np.divmod(entries["position"].astype(np.int64), self.segment_bytes)
-        out_view = memoryview(out.reshape(-1)).cast("B")
-        frame_nbytes = self.frame_nbytes
-        seeds = frame_seed(frame_steps, entries["prev_delta"].astype(np.int64))
-        for i, (segment, offset, length, checksum, seed) in enumerate(
-            zip(
-                segments.tolist(),
-                offsets.tolist(),
-                entries["length"].tolist(),
-                entries["checksum"].tolist(),
-                seeds.tolist(),
-            )
+        """Decode each frame into ``out[i]`` (a C-contiguous (n, *frame_shape) array), checking its CRC.
+
+        The whole batch is decoded by one ``codec.decode_batch`` call (the GIL released once). Before
+        any segment is touched, every entry must place its frame inside the bytes written: a corrupt
+        position would otherwise send the read to a segment that does not exist, and blame it.
+        """
+        if len(frame_steps) == 0:
+            return
+        if self._view_cache is not None and codec.decode_from_table(
+            self._table,
+            frame_steps,
+            out,
+            layout=_ENTRY_LAYOUT,
+            seed_multiplier=_SEED_MULTIPLIER,
+            segment_bytes=self.segment_bytes,
+            bytes_written=self.bytes_written,
+            views=self._view_cache[1],
+            base=self._view_cache[0],
         ):
-            payload = self._segment_view(segment)[offset : offset + length]
-            raw = None
-            if codec.checksum(payload, seed) == checksum:
-                try:
-                    raw = codec.decompress(payload, frame_nbytes)
-                except Exception:  # lz4 raises its own error type for a malformed block
-                    raw = None
-            if raw is None or len(raw) != frame_nbytes:
-                raise FrameChecksumError(
-                    f"frame {int(frame_steps[i])} fails its checksum: {self._segment_path(segment)} or "
-                    f"{self.directory / frame_table_name(self.generation)} is corrupt, or the frame was "
-                    "overwritten since it was located",
-                    frame_step=int(frame_steps[i]),
-                )
-            out_view[i * frame_nbytes : (i + 1) * frame_nbytes] = raw
+            return
+        # The general path: also what finds and names the frame at fault when the fast path fails.
+        # take(mode="wrap") is table[frame_steps % frame_slots] (the table has frame_slots entries),
+        # several times cheaper than indexing a structured array.
+        entries = self._table.take(frame_steps, mode="wrap")
+        positions, lengths = entries["position"], entries["length"]
+        if (positions + lengths).max() > self.bytes_written:
+            self._raise_outside(frame_steps, positions, lengths)
+        # A position of 2**64 - 2**32 or more can wrap the sum above: as int64 it is negative, and so
+        # is its segment, which the check of the first segment catches.
+        segments = positions.view(np.int64) // self.segment_bytes
+        offsets = positions.view(np.int64) - segments * self.segment_bytes
+        first, last = int(segments.min()), int(segments.max())
+        if first < 0:
+            self._raise_outside(frame_steps, positions, lengths)
+        base, views = self._views_covering(first, last, segments, frame_steps)
+        bad = codec.decode_batch(
+            np.subtract(segments, base, out=segments),  # each frame's index into views
+            offsets,
+            lengths.astype(np.int64),
+            entries["checksum"],
+            frame_steps.astype(np.uint32) * np.uint32(_SEED_MULTIPLIER) + entries["prev_delta"],  # frame_seed
+            out.reshape(len(frame_steps), -1),
+            views=views,
+        )
+        if bad >= 0:
+            raise FrameChecksumError(
+                f"frame {int(frame_steps[bad])} fails its checksum: {self._segment_path(base + int(segments[bad]))} or "
+                f"{self._table_path()} is corrupt, or the frame was overwritten since it was located",
+                frame_step=int(frame_steps[bad]),
+            )
+
+    def _raise_outside(
+        self, frame_steps: npt.NDArray[np.int64], positions: npt.NDArray[np.uint64], lengths: npt.NDArray[np.uint32]
+    ) -> NoReturn:
+        """Raise for the first frame whose entry places it beyond the bytes written."""
+        ends = positions.astype(object) + lengths.astype(object)  # exact: no wrap-around near 2**64
+        i = int(np.flatnonzero(ends > self.bytes_written)[0])
+        raise FrameChecksumError(
+            f"frame {int(frame_steps[i])}: its entry in {self._table_path()} places it at bytes "
+            f"[{int(positions[i])}, {int(ends[i])}), beyond the {self.bytes_written} bytes written: the frame "
+            "table is corrupt, or the frame was overwritten since it was located",
+            frame_step=int(frame_steps[i]),
+        )
 
     def close(self) -> None:
         for segment in list(self._segments):
@@ -247,6 +289,9 @@ class FrameRing:
             raise CorruptStoreError(f"{path}: frame table is missing or shorter than {expected} bytes")
         return np.memmap(path, dtype=FRAME_ENTRY, mode="r+" if self.writable else "r", shape=(frame_slots,))
 
+    def _table_path(self) -> Path:
+        return self.directory / frame_table_name(self.generation)
+
     def _segment_path(self, segment: int) -> Path:
         return self.directory / SEGMENTS_DIR / segment_name(segment)
 
@@ -262,27 +307,68 @@ class FrameRing:
             self._segment_files[segment] = descriptor
         return descriptor
 
-    def _segment_view(self, segment: int) -> memoryview:
+    def _views_covering(
+        self, first: int, last: int, segments: npt.NDArray[np.int64], frame_steps: npt.NDArray[np.int64]
+    ) -> tuple[int, list[memoryview]]:
+        """``(base, views)`` where ``views[k - base]`` is the view of segment k, for each k in ``first..last``.
+
+        The list is kept (and widened to cover the last one kept, when that leaves no hole) while its
+        segments stay mapped. A segment in the range that no frame of the batch needs and that is not
+        mapped (deleted, or not looked at yet) holds an empty view, and the list is then not kept.
+        """
+        if self._view_cache is not None:
+            base, views = self._view_cache
+            if base <= first and last < base + len(views):
+                return self._view_cache
+        needed = set(segments.tolist())
+        if self._view_cache is not None:
+            low, high = min(first, base), max(last, base + len(views) - 1)
+            if all(k in self._segments or k in needed for k in range(low, high + 1)):
+                first, last = low, high
+        views = []
+        holes = False
+        for segment in range(first, last + 1):
+            mapped = self._segments.get(segment)
+            if mapped is not None:
+                views.append(mapped[1])
+            elif segment in needed:
+                frame_step = int(frame_steps[np.argmax(segments == segment)])
+                views.append(self._segment_view(segment, frame_step))
+            else:
+                views.append(memoryview(b""))
+                holes = True
+        if not holes:
+            self._view_cache = (first, views)
+        return first, views
+
+    def _segment_view(self, segment: int, frame_step: int | None = None) -> memoryview:
         mapped = self._segments.get(segment)
         if mapped is not None:
             return mapped[1]
         path = self._segment_path(segment)
+        needed_by = "" if frame_step is None else f" (frame {frame_step} is there, by {self._table_path()})"
         try:
             with open(path, "rb") as file:
                 if os.fstat(file.fileno()).st_size < self.segment_bytes:
-                    raise CorruptStoreError(f"{path}: segment file is truncated")
+                    raise CorruptStoreError(f"{path}: segment file is truncated{needed_by}")
                 mapping = mmap.mmap(file.fileno(), self.segment_bytes, access=mmap.ACCESS_READ)
         except FileNotFoundError:
-            raise MissingSegmentError(f"{path}: segment file is missing") from None
+            raise MissingSegmentError(f"{path}: segment file is missing{needed_by}", frame_step=frame_step) from None
         view = memoryview(mapping)
         self._segments[segment] = (mapping, view)
         return view
 
     def _unmap(self, segment: int) -> None:
+        """Close a segment's map and descriptor. A map that something still exports (a memoryview kept
+        alive elsewhere) cannot be closed now: it is dropped, and unmapped when its last user goes."""
+        self._view_cache = None
         mapped = self._segments.pop(segment, None)
         if mapped is not None:
-            mapped[1].release()
-            mapped[0].close()
+            try:
+                mapped[1].release()
+                mapped[0].close()
+            except BufferError:
+                pass
         descriptor = self._segment_files.pop(segment, None)
         if descriptor is not None:
             os.close(descriptor)

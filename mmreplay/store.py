@@ -324,6 +324,8 @@ class ReplayStore:
         envs = parse_env_mask(env_mask, layout.num_envs)
         if not envs:
             return
+        if self._env_frames_pending is not None:
+            self._load_env_frames()
         plan = plan_frames(
             arguments,
             envs,
@@ -437,12 +439,12 @@ class ReplayStore:
                 self.flush()
         finally:
             self._closed = True
-            self._frames.close()
-            self._table.close()
-            self._sampler.close()
-            if self._writer_lock is not None:
-                self._writer_lock.close()
-                self._writer_lock = None
+            _close_all([self._frames.close, self._table.close, self._sampler.close, self._release_writer_lock])
+
+    def _release_writer_lock(self) -> None:
+        if self._writer_lock is not None:
+            self._writer_lock.close()
+            self._writer_lock = None
 
     def __enter__(self) -> ReplayStore:
         return self
@@ -651,8 +653,14 @@ class ReplayStore:
     # -- state -----------------------------------------------------------------------------------
 
     def _load_env_state(self) -> None:
-        """Rebuild each env's episode in progress from its newest stored transition."""
+        """Rebuild each env's episode in progress from its newest stored transition's row.
+
+        Its next_obs pixels (what the next ``add`` compares obs with) are decoded at the first ``add``
+        (``_load_env_frames``), not here: opening decodes no frame, a reader never needs them, and a
+        corrupt newest frame fails the call that needs it instead of ``open``.
+        """
         self._episodes = [EnvEpisode(self.stack_size) for _ in range(self.num_envs)]
+        self._env_frames_pending: npt.NDArray[np.int64] | None = None
         stored = self.stored_steps
         newest = self._table.newest_of_each_env(stored.start, stored.stop, self.num_envs)
         if not newest:
@@ -660,14 +668,22 @@ class ReplayStore:
         steps = np.array(sorted(newest.values()), dtype=np.int64)
         rows = self._table.read(steps)
         frame_steps = self._reader.transition_frames(steps)
-        ones = np.ones(len(steps), np.float32)
-        next_obs = self._reader.transitions(steps, weight=ones, discount=ones).next_obs
         for i, step in enumerate(steps.tolist()):
             episode = self._episodes[int(rows["env"][i])]
-            episode.frames.extend(frame.tobytes() for frame in next_obs[i])
             episode.frame_steps.extend(frame_steps[i, 1:].tolist())
             episode.last_step = step
             episode.open = not rows["flags"][i] & (TERMINATED | TRUNCATED)
+        self._env_frames_pending = steps
+
+    def _load_env_frames(self) -> None:
+        """Decode the newest next_obs of each env that has one (see ``_load_env_state``)."""
+        steps = self._env_frames_pending
+        assert steps is not None
+        ones = np.ones(len(steps), np.float32)
+        batch = self._reader.transitions(steps, weight=ones, discount=ones)
+        for i in range(len(steps)):
+            self._episodes[int(batch.env_index[i])].frames.extend(frame.tobytes() for frame in batch.next_obs[i])
+        self._env_frames_pending = None
 
     def _check_open(self, operation: str) -> None:
         if self._closed:
@@ -681,3 +697,14 @@ class ReplayStore:
                 "open it with mode 'r+' to append"
             )
 
+
+def _close_all(closers: list[Callable[[], None]]) -> None:
+    """Call every closer, even after one fails; then raise the first failure."""
+    first: BaseException | None = None
+    for close in closers:
+        try:
+            close()
+        except BaseException as error:  # noqa: BLE001 - re-raised below, after the others closed
+            first = first or error
+    if first is not None:
+        raise first

@@ -223,3 +223,103 @@ def test_asking_for_the_extension_when_it_is_not_built_is_a_value_error() -> Non
     store = Segments(random_frames(2, seed=14))
     with pytest.raises(ValueError, match=r"^accelerated=True but mmreplay._lz4batch is not built"):
         store.decode(np.arange(2, dtype=np.int64), accelerated=True)
+
+
+# -- checksums of every length, and the frame-table fast path ----------------------------------------
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_checksums_of_payloads_of_every_length_and_alignment_are_zlibs(path: dict[str, object]) -> None:
+    # The extension folds 16 bytes at a time from 64 bytes on: lengths around each multiple of 16
+    # and odd starting offsets exercise its tails.
+    rng = np.random.default_rng(15)
+    for size in [*range(1, 200), 255, 256, 257, 1000, 4095]:
+        frame = rng.integers(0, 256, (1, size), dtype=np.uint8)
+        payload = codec.compress(frame)
+        offset = int(rng.integers(0, 16))
+        view = memoryview(bytes(offset) + payload)
+        step = int(rng.integers(0, 2**40))
+        arrays = [np.array([value], dtype) for value, dtype in [(0, np.int64), (offset, np.int64),
+                  (len(payload), np.int64), (codec.checksum(payload, step), np.uint32), (step, np.int64)]]
+        out = np.zeros((1, size), np.uint8)
+        assert codec.decode_batch(*arrays, out, views=[view], **path) == -1, size  # type: ignore[arg-type]
+        assert out.tobytes() == frame.tobytes()
+        arrays[3] ^= np.uint32(1 << (size % 32))
+        assert codec.decode_batch(*arrays, out, views=[view], **path) == 0, size  # type: ignore[arg-type]
+
+
+ENTRY = np.dtype([("position", "<u8"), ("length", "<u4"), ("checksum", "<u4"), ("prev_delta", "<u4")])
+LAYOUT = (ENTRY.itemsize, 0, 8, 12, 16)
+MULTIPLIER = 2654435761
+
+
+class Table:
+    """Frames in segments of ``segment_bytes`` located by a ring-shaped table, as a frame ring keeps them:
+    frame step s at slot s % slots, seeded with s * MULTIPLIER + prev_delta."""
+
+    def __init__(self, frames: npt.NDArray[np.uint8], *, first_step: int, slots: int, segment_bytes: int) -> None:
+        self.frames = frames
+        self.steps = np.arange(first_step, first_step + len(frames), dtype=np.int64)
+        self.table = np.zeros(slots, ENTRY)
+        self.segment_bytes = segment_bytes
+        contents: dict[int, bytearray] = {}
+        position = 7 + segment_bytes * 3  # segments 0-2 hold nothing this table needs
+        for step, frame in zip(self.steps.tolist(), frames):
+            payload = codec.compress(frame)
+            if position % segment_bytes + len(payload) > segment_bytes:
+                position += segment_bytes - position % segment_bytes
+            segment, offset = divmod(position, segment_bytes)
+            contents.setdefault(segment, bytearray(segment_bytes))[offset : offset + len(payload)] = payload
+            prev_delta = step % 3
+            seed = (step * MULTIPLIER + prev_delta) & 0xFFFFFFFF
+            self.table[step % slots] = (position, len(payload), codec.checksum(payload, seed), prev_delta)
+            position += len(payload)
+        self.bytes_written = position
+        self.base = min(contents)
+        self.views = [memoryview(contents[k]) for k in range(self.base, max(contents) + 1)]
+
+    def decode(self, picks: npt.NDArray[np.int64], **changes: object) -> tuple[bool, npt.NDArray[np.uint8]]:
+        out = np.zeros((len(picks), *self.frames.shape[1:]), np.uint8)
+        arguments: dict[str, object] = dict(
+            layout=LAYOUT, seed_multiplier=MULTIPLIER, segment_bytes=self.segment_bytes,
+            bytes_written=self.bytes_written, views=self.views, base=self.base,
+        )
+        arguments.update(changes)
+        return codec.decode_from_table(self.table, self.steps[picks], out, **arguments), out  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(not codec.ACCELERATED, reason=NOT_BUILT)
+@pytest.mark.parametrize("game", ["pong", "mspacman"])
+def test_frames_located_through_a_table_decode_to_the_original_pixels(game: str) -> None:
+    frames = real_frames(game)
+    table = Table(frames, first_step=2**33 - 50, slots=len(frames) + 13, segment_bytes=40_000)
+    assert len(table.views) > 2
+    picks = np.random.default_rng(16).choice(len(frames), 160)
+    ok, out = table.decode(picks)
+    assert ok
+    np.testing.assert_array_equal(out, frames[picks])
+
+
+@pytest.mark.skipif(not codec.ACCELERATED, reason=NOT_BUILT)
+def test_the_table_fast_path_declines_every_frame_it_cannot_vouch_for() -> None:
+    frames = random_frames(40, seed=17)
+    table = Table(frames, first_step=100, slots=64, segment_bytes=20_000)
+    picks = np.arange(40, dtype=np.int64)
+    assert table.decode(picks)[0]
+    assert not table.decode(picks, bytes_written=table.bytes_written - 1)[0]  # the newest frame is past it
+    assert not table.decode(picks, base=table.base + 1)[0]  # a frame's segment is below the views
+    assert not table.decode(picks, views=table.views[:-1])[0]  # or above them
+    assert not table.decode(picks, seed_multiplier=MULTIPLIER + 1)[0]  # wrong seeds fail the checksum
+    entry = table.table[table.steps[25] % len(table.table)]
+    table.views[int(entry["position"]) // table.segment_bytes - table.base][
+        int(entry["position"]) % table.segment_bytes + 3] ^= 0x40
+    assert not table.decode(picks)[0]
+    assert table.decode(picks[26:])[0]
+    table.table["position"][table.steps[30] % len(table.table)] |= np.uint64(1 << 63)
+    assert not table.decode(picks[26:])[0]
+
+
+@pytest.mark.skipif(codec.ACCELERATED, reason="the extension is built")
+def test_without_the_extension_the_table_fast_path_always_declines() -> None:
+    table = Table(random_frames(4, seed=18), first_step=0, slots=8, segment_bytes=40_000)
+    assert not table.decode(np.arange(4, dtype=np.int64))[0]

@@ -1,0 +1,103 @@
+"""A corrupt frame is reported precisely, through the batch decoder, and never keeps the store from closing.
+
+Frames encode their own step (every pixel of the frame of transition t's next_obs is t % 251), so each
+test knows which frame, transition and file a flipped byte belongs to. The frame table's entries are
+located through the layout README.md documents (20-byte entries: position u64, length u32, checksum
+u32, prev_delta u32; slot = frame step % frame_slots).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mmreplay import CorruptStoreError, ReplayStore
+
+FRAME_SHAPE = (6, 5)
+ENTRY_BYTES = 20
+
+
+def build(path: Path, transitions: int = 40) -> None:
+    with ReplayStore.create(path, frame_shape=FRAME_SHAPE, capacity=100, stack_size=3) as store:
+        for t in range(transitions):
+            obs = np.full(FRAME_SHAPE, t % 251, np.uint8)
+            store.add(obs, 0, 0.0, np.full(FRAME_SHAPE, (t + 1) % 251, np.uint8), False, False)
+
+
+def commit(path: Path) -> dict[str, int]:
+    return json.loads((path / "header.json").read_text())["commit"]
+
+
+def flip_entry_byte(path: Path, frame_step: int, offset: int, mask: int) -> None:
+    header = commit(path)
+    table = path / f"frames-{header['frame_table_generation']}.idx"
+    with open(table, "r+b") as file:
+        file.seek((frame_step % header["frame_slots"]) * ENTRY_BYTES + offset)
+        byte = file.read(1)[0]
+        file.seek(-1, 1)
+        file.write(bytes([byte ^ mask]))
+
+
+@pytest.mark.parametrize("byte", [4, 6, 7])
+def test_a_position_past_the_written_bytes_names_the_frame_table_the_frame_and_the_transition(
+    tmp_path: Path, byte: int
+) -> None:
+    path = tmp_path / "store.mmr"
+    build(path)
+    newest_frame = commit(path)["frames_written"] - 1  # the next_obs frame of transition 39
+    flip_entry_byte(path, newest_frame, byte, 0x80)
+    with ReplayStore.open(path, "r") as store:
+        with pytest.raises(CorruptStoreError) as raised:
+            store.read(np.array([39]))
+    message = str(raised.value)
+    assert f"frame {newest_frame}:" in message and "frames-0.idx" in message, message
+    assert "(read for transition 39)" in message and "beyond the" in message, message
+
+
+def test_a_flipped_segment_byte_names_the_frame_the_segment_and_the_transition(tmp_path: Path) -> None:
+    path = tmp_path / "store.mmr"
+    build(path)
+    newest_frame = commit(path)["frames_written"] - 1
+    with ReplayStore.open(path, "r") as store:
+        store.read(np.array([39]))  # maps the segment: the next read takes the decoder's fast path
+    entry = np.fromfile(path / "frames-0.idx", np.uint8, ENTRY_BYTES, offset=newest_frame * ENTRY_BYTES)
+    position = int(entry[:8].view("<u8")[0])
+    segment = path / "frames" / f"{0:010d}.seg"
+    data = bytearray(segment.read_bytes())
+    data[position + 1] ^= 0x01
+    segment.write_bytes(bytes(data))
+    with ReplayStore.open(path, "r") as store:
+        good = store.read(np.array([10]))
+        assert (good.next_obs[0, -1] == 11).all()
+        with pytest.raises(CorruptStoreError, match=rf"^frame {newest_frame} fails its checksum: .*0000000000\.seg or "
+                           r".*frames-0\.idx is corrupt, .* \(read for transition 39\)$"):
+            store.read(np.array([10, 39]))
+
+
+def test_a_store_closes_all_its_files_while_an_error_from_a_corrupt_frame_is_kept(tmp_path: Path) -> None:
+    path = tmp_path / "store.mmr"
+    build(path)
+    flip_entry_byte(path, commit(path)["frames_written"] - 1, 12, 0x01)  # its checksum
+    store = ReplayStore.open(path, "r")  # opening decodes no frame
+    kept = []
+    for _ in range(2):
+        try:
+            store.sample(64, rng=0)
+        except CorruptStoreError as error:
+            kept.append(error)
+    assert kept
+    store.close()
+    assert store.closed
+
+
+def test_a_writer_with_a_corrupt_newest_frame_opens_and_reports_it_at_the_first_add(tmp_path: Path) -> None:
+    path = tmp_path / "store.mmr"
+    build(path)
+    flip_entry_byte(path, commit(path)["frames_written"] - 1, 12, 0x01)
+    with ReplayStore.open(path, "r+") as store:
+        with pytest.raises(CorruptStoreError, match=r"\(read for transition 39\)"):
+            store.add(np.zeros(FRAME_SHAPE, np.uint8), 0, 0.0, np.ones(FRAME_SHAPE, np.uint8), False, False)
+        assert store.transitions_added == 40
