@@ -73,7 +73,6 @@ class RecordVectorEpisodes(VectorWrapper):
         self.autoreset_mode = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
         self._obs: npt.NDArray[np.uint8] | None = None
         self._resetting = np.zeros(env.num_envs, dtype=bool)  # next-step mode: envs whose next step resets
-        self._stacked = tuple(env.single_observation_space.shape or ()) != store.frame_shape
 
     def reset(
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
@@ -91,9 +90,7 @@ class RecordVectorEpisodes(VectorWrapper):
         obs = self._obs
         if self.autoreset_mode is AutoresetMode.NEXT_STEP:
             recorded = ~self._resetting
-            self.store.add(
-                obs, actions, reward, _fill_unrecorded(obs, next_obs, recorded, stacked=self._stacked), terminated, truncated, env_mask=recorded
-            )
+            self.store.add(obs, actions, reward, next_obs, terminated, truncated, env_mask=recorded)
             self._resetting = np.asarray(terminated | truncated, dtype=bool)
         else:
             self.store.add(obs, actions, reward, _final_obs(next_obs, info), terminated, truncated)
@@ -114,25 +111,6 @@ def _final_obs(next_obs: npt.NDArray[np.uint8], info: dict[str, Any]) -> npt.NDA
     for env in np.flatnonzero(ended):
         real[env] = info["final_obs"][env]
     return real
-
-
-def _fill_unrecorded(
-    obs: npt.NDArray[np.uint8], next_obs: npt.NDArray[np.uint8], recorded: npt.NDArray[np.bool_], *, stacked: bool
-) -> npt.NDArray[np.uint8]:
-    """next_obs with each unrecorded env's entry (its final obs followed by its reset obs) replaced.
-
-    ``add`` checks that every env's next_obs stack is its obs shifted by one frame, masked-out envs
-    included, and a reset stack is not; these entries are never stored, so any valid stack will do:
-    obs shifted by one frame, its newest frame repeated.
-    """
-    if recorded.all():
-        return next_obs
-    filled = next_obs.copy()
-    skipped = ~recorded
-    filled[skipped] = obs[skipped]
-    if stacked:
-        filled[skipped, :-1] = obs[skipped, 1:]
-    return filled
 
 
 def _check_observation_space(space: gym.Space[Any], store: ReplayStore) -> None:

@@ -42,7 +42,6 @@ from mmreplay.validation import (
     AddArguments,
     parse_action_dtype,
     parse_add,
-    parse_env_mask,
     parse_mode,
     parse_number,
     parse_positive_int,
@@ -302,9 +301,10 @@ class ReplayStore:
 
         ``next_obs`` is the true next observation (the final one when the episode ended). While an env's
         episode continues, ``obs`` equals its previous ``next_obs`` and only the new frame is written.
-        ``env_mask`` (bool, one per env) records only the envs marked True: the others' entries are
-        validated but are not transitions (gymnasium's next-step autoreset returns such an entry for an
-        env the step after its episode ended).
+        ``env_mask`` (bool, one per env) records only the envs marked True: the others' entries are not
+        transitions (gymnasium's next-step autoreset returns such an entry for an env the step after its
+        episode ended: its reset obs, which is no shifted stack), so only their shapes and dtypes are
+        checked, not their values.
         """
         self._check_writable("add")
         layout = self._layout
@@ -315,13 +315,14 @@ class ReplayStore:
             next_obs,
             terminated,
             truncated,
+            env_mask,
             frame_shape=layout.frame_shape,
             stack_size=layout.stack_size,
             num_envs=layout.num_envs,
             action_shape=layout.action_shape,
             action_dtype=self._action_dtype,
         )
-        envs = parse_env_mask(env_mask, layout.num_envs)
+        envs = arguments.envs
         if not envs:
             return
         if self._env_frames_pending is not None:

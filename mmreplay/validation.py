@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import math
 import operator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -71,12 +70,12 @@ def parse_mode(mode: object) -> str:
     return str(mode)
 
 
-@dataclass(frozen=True)
-class AddArguments:
+class AddArguments(NamedTuple):
     """One ``add`` call, normalized: every field has a leading env axis; frames are C-contiguous.
 
     ``obs`` and ``next_obs`` have shape (num_envs, k, *frame_shape) with k = 1 when single frames were
-    given, or k = stack_size when stacks were (``stacked``).
+    given, or k = stack_size when stacks were (``stacked``). ``envs`` lists the envs to record (all, or
+    those ``env_mask`` marks); only their values were checked.
     """
 
     obs: npt.NDArray[np.uint8]
@@ -86,6 +85,7 @@ class AddArguments:
     terminated: npt.NDArray[np.bool_]
     truncated: npt.NDArray[np.bool_]
     stacked: bool
+    envs: list[int]
 
 
 def parse_add(
@@ -95,6 +95,7 @@ def parse_add(
     next_obs: object,
     terminated: object,
     truncated: object,
+    env_mask: object = None,
     *,
     frame_shape: tuple[int, ...],
     stack_size: int,
@@ -102,6 +103,10 @@ def parse_add(
     action_shape: tuple[int, ...],
     action_dtype: np.dtype,
 ) -> AddArguments:
+    """Check an ``add`` call: the shape and dtype of every argument for every env, then the values of
+    the envs it records (``env_mask``). A masked-out env's entries are not transitions (gymnasium's
+    next-step autoreset passes its reset observation there, which is no shifted stack, and whatever
+    reward and action), so only their shapes and dtypes must be right."""
     env_axis = () if num_envs == 1 else (num_envs,)
     obs_array, obs_stacked = _parse_frames(obs, "obs", frame_shape, stack_size, env_axis)
     next_array, next_stacked = _parse_frames(next_obs, "next_obs", frame_shape, stack_size, env_axis)
@@ -110,23 +115,31 @@ def parse_add(
             f"obs is {'a stack' if obs_stacked else 'one frame'} but next_obs is "
             f"{'a stack' if next_stacked else 'one frame'}; give both as frames or both as stacks"
         )
+    action_array = _parse_action(action, env_axis, action_shape, action_dtype)
+    reward_array = _parse_reward(reward, env_axis)
+    terminated_array = _parse_flag(terminated, "terminated", env_axis)
+    truncated_array = _parse_flag(truncated, "truncated", env_axis)
+    envs = parse_env_mask(env_mask, num_envs)
+    # Values, of the recorded envs only.
     if obs_stacked and stack_size > 1:
-        for env in range(num_envs):
+        for env in envs:
             if next_array[env, :-1].tobytes() != obs_array[env, 1:].tobytes():
                 where = "" if num_envs == 1 else f" for env {env}"
                 raise ValueError(
                     f"next_obs[:-1] must equal obs[1:] (a frame stack shifted by one frame){where}; "
                     "it differs"
                 )
+    if action_array.dtype != action_dtype:
+        action_array = _cast_action(action_array, action_dtype, envs)
+    _check_rewards(reward_array, envs)
     return AddArguments(
-        obs=obs_array,
-        action=_parse_action(action, env_axis, action_shape, action_dtype),
-        reward=_parse_reward(reward, env_axis),
-        next_obs=next_array,
-        terminated=_parse_flag(terminated, "terminated", env_axis),
-        truncated=_parse_flag(truncated, "truncated", env_axis),
-        stacked=obs_stacked,
+        obs_array, action_array, reward_array, next_array, terminated_array, truncated_array, obs_stacked, envs
     )
+
+
+_TRUE = np.ones(1, np.bool_)
+_FALSE = np.zeros(1, np.bool_)
+_TRUE.flags.writeable = _FALSE.flags.writeable = False
 
 
 def _env_count(env_axis: tuple[int, ...]) -> int:
@@ -144,23 +157,24 @@ def _parse_frames(
     if array.dtype != np.uint8:
         raise TypeError(f"{name} must have dtype uint8; got {array.dtype}")
     frame = env_axis + frame_shape
-    stack = env_axis + (stack_size, *frame_shape)
     if array.shape == frame:
         stacked = False
-    elif array.shape == stack:
+    elif array.shape == env_axis + (stack_size, *frame_shape):
         stacked = True
     else:
         raise ValueError(
-            f"{name} has shape {array.shape}; expected {frame} (one frame) or {stack} "
+            f"{name} has shape {array.shape}; expected {frame} (one frame) or {env_axis + (stack_size, *frame_shape)} "
             f"(a stack of {stack_size}) for {_expected_env_text(env_axis)}"
         )
-    array = np.ascontiguousarray(array)
+    if not array.flags.c_contiguous:
+        array = np.ascontiguousarray(array)
     return array.reshape(_env_count(env_axis), -1, *frame_shape), stacked
 
 
 def _parse_action(
     value: object, env_axis: tuple[int, ...], action_shape: tuple[int, ...], action_dtype: np.dtype
 ) -> npt.NDArray[Any]:
+    """The action's shape and kind; its values are cast by ``_cast_action``."""
     array = np.asarray(value)
     expected = env_axis + action_shape
     if array.shape != expected:
@@ -168,34 +182,45 @@ def _parse_action(
             f"action has shape {array.shape}; expected {expected} for action_shape={action_shape} "
             f"and {_expected_env_text(env_axis)}"
         )
-    if array.dtype == action_dtype:
-        return array.reshape(_env_count(env_axis), *action_shape)
-    if array.dtype.kind not in "iufb" or not np.can_cast(array.dtype, action_dtype, casting="same_kind"):
+    if array.dtype != action_dtype and (
+        array.dtype.kind not in "iufb" or not np.can_cast(array.dtype, action_dtype, casting="same_kind")
+    ):
         raise TypeError(f"action has dtype {array.dtype}; expected values castable to {action_dtype}")
+    return array.reshape(_env_count(env_axis), *action_shape)
+
+
+def _cast_action(array: npt.NDArray[Any], action_dtype: np.dtype, envs: list[int]) -> npt.NDArray[Any]:
     cast = array.astype(action_dtype)
     if not np.can_cast(array.dtype, action_dtype) and not np.array_equal(
-        cast, array, equal_nan=action_dtype.kind == "f"
+        cast[envs], array[envs], equal_nan=action_dtype.kind == "f"
     ):
-        raise ValueError(f"action has values out of range for {action_dtype}: {array.ravel()[:8]}")
-    return cast.reshape(_env_count(env_axis), *action_shape)
+        raise ValueError(f"action has values out of range for {action_dtype}: {array[envs].ravel()[:8]}")
+    return cast
 
 
 def _parse_reward(value: object, env_axis: tuple[int, ...]) -> npt.NDArray[np.float32]:
-    if type(value) is float and not env_axis:  # the common case, without numpy's per-call overhead
-        if not math.isfinite(value):
-            raise ValueError(f"reward must be finite; got {value}")
+    """The reward's shape and kind, as float32 (one per env); its values are checked by ``_check_rewards``."""
+    if not env_axis and isinstance(value, (float, np.floating, np.integer)):  # without np.asarray's overhead
         return np.array([value], np.float32)
     array = np.asarray(value)
     if array.shape != env_axis:
         raise ValueError(f"reward has shape {array.shape}; expected {env_axis} for {_expected_env_text(env_axis)}")
     if array.dtype.kind not in "iuf":
         raise TypeError(f"reward must be a real number; got dtype {array.dtype}")
-    if not np.all(np.isfinite(array)):
-        raise ValueError(f"reward must be finite; got {array}")
     return array.astype(np.float32).reshape(-1)
 
 
+def _check_rewards(rewards: npt.NDArray[np.float32], envs: list[int]) -> None:
+    if len(rewards) == 1:
+        if envs and not math.isfinite(rewards[0]):
+            raise ValueError(f"reward must be finite; got {rewards[0]}")
+    elif envs and not np.isfinite(rewards[envs]).all():
+        raise ValueError(f"reward must be finite; got {rewards[envs]} for envs {envs}")
+
+
 def _parse_flag(value: object, name: str, env_axis: tuple[int, ...]) -> npt.NDArray[np.bool_]:
+    if not env_axis and (value is True or value is False or type(value) is np.bool_):
+        return _TRUE if value else _FALSE
     array = np.asarray(value)
     if array.shape != env_axis:
         raise ValueError(f"{name} has shape {array.shape}; expected {env_axis} for {_expected_env_text(env_axis)}")

@@ -227,6 +227,63 @@ def test_vector_add_bad_only_in_env_3_changes_nothing_for_any_env(primed, case):
     assert_rejected_add_changes_nothing(primed(4), case)
 
 
+def add_with_env_3_masked(pair, args: Args) -> None:
+    """``add`` with env 3 masked out, in the store and in the reference (which records envs 0-2)."""
+    from issue3_reference import add_masked
+
+    mask = np.array([True, True, True, False])
+    pair.store.add(*args.as_tuple(), env_mask=mask)
+    add_masked(pair.ref, args.as_tuple(), mask)
+
+
+# A masked-out env's entry is no transition (gymnasium's next-step autoreset passes the reset obs and
+# whatever reward there): its values are not checked, only its shape and dtype.
+MASKED_VALUE_CASES = {
+    "reward_nan_in_masked_env_3": Case(env3("reward", np.nan), ValueError, "reward"),
+    "reward_inf_in_masked_env_3_with_stacks": Case(env3("reward", np.inf), ValueError, "reward", stacks=True),
+    "next_obs_not_shifted_in_masked_env_3": Case(unshift_env3, ValueError, "next_obs", stacks=True),
+    "next_obs_a_reset_stack_in_masked_env_3": Case(
+        lambda a: a.next_obs.__setitem__(3, 200), ValueError, "next_obs", stacks=True
+    ),
+    "action_out_of_range_in_masked_env_3": Case(
+        lambda a: setattr(a, "action", np.array([0, 1, 2, 2**40], np.int64)), ValueError, "action",
+        kwargs=dict(action_dtype=np.int32),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", MASKED_VALUE_CASES.values(), ids=MASKED_VALUE_CASES.keys())
+def test_values_of_a_masked_out_env_are_not_checked_and_the_other_envs_are_recorded(primed, case):
+    pair = primed(4, **case.kwargs)
+    args = valid_args(pair, stacks=case.stacks)
+    case.spoil(args)
+    with pytest.raises(case.error, match=case.name):  # unmasked, the same add is refused
+        pair.store.add(*args.as_tuple())
+    add_with_env_3_masked(pair, args)
+    pair.check()
+
+
+MASKED_SHAPE_CASES = {
+    "obs_dtype": Case(set_("obs", lambda: np.zeros((4, 3, 4), np.float32)), TypeError, OBS),
+    "next_obs_shape": Case(set_("next_obs", lambda: np.zeros((4, 3, 5), np.uint8)), ValueError, "next_obs"),
+    "reward_shape": Case(set_("reward", lambda: np.zeros(3)), ValueError, "reward"),
+    "reward_kind": Case(set_("reward", lambda: np.array(["a", "b", "c", "d"])), TypeError, "reward"),
+    "action_kind": Case(set_("action", lambda: np.array([0.5, 1, 2, 3])), TypeError, "action"),
+    "terminated_dtype": Case(set_("terminated", lambda: np.zeros(4, np.int8)), TypeError, "terminated"),
+}
+
+
+@pytest.mark.parametrize("case", MASKED_SHAPE_CASES.values(), ids=MASKED_SHAPE_CASES.keys())
+def test_shapes_and_dtypes_are_checked_for_masked_out_envs_too(primed, case):
+    pair = primed(4)
+    args = valid_args(pair, stacks=case.stacks)
+    case.spoil(args)
+    before = snapshot(pair.store)
+    with pytest.raises(case.error, match=case.name):
+        pair.store.add(*args.as_tuple(), env_mask=np.array([True, True, True, False]))
+    assert_same_snapshot(before, snapshot(pair.store))
+
+
 RECEIVED_CASES = {
     **{k: (1, c) for k, c in SINGLE_ENV_CASES.items() if c.received is not None},
     **{f"vector_{k}": (2, c) for k, c in VECTOR_CASES.items() if c.received is not None},
