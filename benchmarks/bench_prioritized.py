@@ -12,6 +12,7 @@ Each figure is the median over ``--repeats`` timed runs of ``--seconds`` each (a
 
     .venv/bin/python benchmarks/bench_prioritized.py                 # ~3 minutes on 2 cores
     .venv/bin/python benchmarks/bench_prioritized.py --repeats 3 --seconds 1
+    .venv/bin/python benchmarks/bench_prioritized.py --no-pong                 # the sampler alone, ~1 minute
 """
 
 from __future__ import annotations
@@ -235,6 +236,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
     parser.add_argument("--tmpdir", default=None, help="where stores live while measured (on disk)")
     parser.add_argument("--no-pong", action="store_true", help="skip the real-frame measurements")
+    parser.add_argument("--no-sequences", action="store_true", help="skip question 2 (sequences)")
     args = parser.parse_args(argv)
     pong = None
     if not args.no_pong:
@@ -248,7 +250,7 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---:|---:|---:|")
     for name, mm, cp in prioritized_rows(args, pong):
         print(f"| {name} | {mm:,.0f} | {cp:,.0f} | {mm / cp:.2f}x |")
-    if pong is not None:
+    if pong is not None and not args.no_sequences:
         seq, uni, valid = sequence_rows(args, pong)
         print(f"\nSequences vs uniform on Pong frames, stack 1, capacity {args.pong_capacity:,}, "
               f"delivered obs frames/s (median of {args.repeats} x {args.seconds:g} s)\n")

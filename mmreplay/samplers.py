@@ -15,9 +15,8 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay.errors import CorruptStoreError
-from mmreplay.files import BlockReservation, create_sparse
-from mmreplay.sum_tree import SumTree, tree_size
+from mmreplay.priorities import Committed, PriorityFile, slot_ranges
+from mmreplay.sum_tree import SumTree
 
 PRIORITIES_NAME = "priorities.tree"
 
@@ -96,8 +95,10 @@ class PrioritizedSampler:
     """Proportional prioritized replay (Schaul et al. 2016): P(i) = p_i^alpha / sum_j p_j^alpha.
 
     New transitions get the largest priority seen so far. Leaves hold ``(priority + epsilon)^alpha`` in a
-    memory-mapped sum tree (file ``priorities.tree``); the leaves of stored transitions are the persistent
-    truth and the internal nodes are rebuilt from them when the store opens.
+    sum tree whose committed leaves live in the file ``priorities.tree`` (see ``mmreplay.priorities``):
+    a commit writes them with an undo journal and the header holds their checksum, so what a commit
+    counts survives a crash and damage is detected. When every stored leaf is 0 (``epsilon=0`` and zero
+    priorities) there is no mass to draw by: steps are drawn uniformly, with weights of 1.
     """
 
     def __init__(self, alpha: float = 0.6, epsilon: float = 1e-6) -> None:
@@ -108,8 +109,8 @@ class PrioritizedSampler:
         self.alpha = float(alpha)
         self.epsilon = float(epsilon)
         self.max_priority = 1.0
+        self._file: PriorityFile | None = None
         self._tree: SumTree | None = None
-        self._mapping: np.memmap | None = None
         self._slots = 0
         self._stored = range(0)
 
@@ -117,75 +118,75 @@ class PrioritizedSampler:
         return {"kind": "prioritized", "alpha": self.alpha, "epsilon": self.epsilon}
 
     def open(self, directory: Path, *, slots: int, stored: range, writable: bool, state: dict[str, object]) -> None:
-        size = tree_size(slots)
-        path = directory / PRIORITIES_NAME
-        if writable:
-            if not path.exists():
-                create_sparse(path, 2 * 2 * size * 8)
-            # The tree is rewritten all over (rebuilt at every open): reserve all of it.
-            reservation = BlockReservation(path)
-            reservation.ensure(2 * 2 * size * 8)
-            reservation.close()
-            mapping = np.memmap(path, dtype="<f8", mode="r+", shape=(2, 2 * size))
-            nodes = mapping.view(np.ndarray)
-        else:
-            # A reader rebuilds its own tree in memory and never writes the writer's file.
-            nodes = np.array(np.memmap(path, dtype="<f8", mode="r", shape=(2, 2 * size)))
-            mapping = None
-        leaves = nodes[0, size:]
-        live = np.zeros(size, np.bool_)
-        live[np.arange(stored.start, stored.stop) % slots] = True
-        if not np.all(np.isfinite(leaves[live]) & (leaves[live] >= 0)):
-            raise CorruptStoreError(f"{path}: priorities of stored transitions are not finite and >= 0")
-        # Leaves beyond the last commit (a crash) or of evicted steps are not stored transitions.
-        leaves[~live] = 0.0
-        self._mapping = mapping
-        self._tree = SumTree(nodes[0], nodes[1])
+        self.close()  # a reader's refresh opens again
+        checksum = state.get("checksum")
+        committed = Committed(
+            sequence=int(state.get("sequence", 0)),  # type: ignore[call-overload]
+            checksum=None if checksum is None else int(checksum),  # type: ignore[call-overload]
+        )
+        self._file = PriorityFile(
+            directory / PRIORITIES_NAME, slots=slots, stored=stored, writable=writable, committed=committed
+        )
+        self._tree = self._file.tree
         self._slots = slots
         self._stored = stored
         self.max_priority = float(state.get("max_priority", 1.0))  # type: ignore[arg-type]
 
     def added(self, steps: range) -> None:
+        tree = self._require_tree()
         value = (self.max_priority + self.epsilon) ** self.alpha
-        slots = np.arange(steps.start, steps.stop, dtype=np.int64) % self._slots
-        self._require_tree().set(slots, np.full(len(slots), value))
+        for start, stop in slot_ranges(steps, self._slots):
+            tree.fill(start, stop, value)
         self._stored = range(self._stored.start, steps.stop)
 
     def evicted(self, steps: range) -> None:
-        slots = np.arange(steps.start, steps.stop, dtype=np.int64) % self._slots
-        self._require_tree().set(slots, np.zeros(len(slots)))
+        tree = self._require_tree()
+        for start, stop in slot_ranges(steps, self._slots):
+            tree.fill(start, stop, 0.0)
         self._stored = range(steps.stop, self._stored.stop)
 
     def sample(self, batch_size: int, *, stored: range, rng: np.random.Generator) -> npt.NDArray[np.int64]:
         tree = self._require_tree()
-        targets = rng.random(batch_size) * tree.total
-        slots = tree.find(targets)
+        total = tree.total
+        if not total > 0:
+            return rng.integers(stored.start, stored.stop, size=batch_size, dtype=np.int64)
+        slots = tree.find(rng.random(batch_size) * total)
         return stored.start + (slots - stored.start) % self._slots
 
     def weights(self, steps: npt.NDArray[np.int64], *, beta: float) -> npt.NDArray[np.float32]:
         """(N P(i))^-beta normalised by its maximum over the stored transitions, i.e. (p_i / p_min)^-beta."""
         tree = self._require_tree()
+        if not tree.total > 0:  # every priority is 0: all are equal, and drawn uniformly
+            return np.ones(len(steps), np.float32)
         leaves = tree.leaves(steps % self._slots)
-        return np.power(leaves / tree.minimum, -beta).astype(np.float32)
+        with np.errstate(divide="ignore"):  # a leaf of 0 is never drawn; its weight would be inf
+            return np.power(leaves / tree.minimum, -beta).astype(np.float32)
 
     def update_priorities(self, steps: npt.NDArray[np.int64], priorities: npt.NDArray[np.float64]) -> None:
         stored = (steps >= self._stored.start) & (steps < self._stored.stop)
-        steps, priorities = steps[stored], priorities[stored]
+        if not stored.all():
+            steps, priorities = steps[stored], priorities[stored]
         if len(steps):
             self._require_tree().set(steps % self._slots, (priorities + self.epsilon) ** self.alpha)
             self.max_priority = max(self.max_priority, float(priorities.max()))
 
     def state(self) -> dict[str, object]:
-        return {"max_priority": self.max_priority}
+        state: dict[str, object] = {"max_priority": self.max_priority}
+        if self._file is not None and self._file.committed.checksum is not None:
+            state["checksum"] = self._file.committed.checksum
+            state["sequence"] = self._file.committed.sequence
+        return state
 
     def sync(self) -> None:
-        if self._mapping is not None:
-            self._mapping.flush()
+        """Commit the stored transitions' priorities; the store then writes ``state()`` into its header."""
+        if self._file is not None and self._file.writable:
+            self._file.commit(self._stored)
 
     def close(self) -> None:
-        self.sync()
         self._tree = None
-        self._mapping = None
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def _require_tree(self) -> SumTree:
         if self._tree is None:

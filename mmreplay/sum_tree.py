@@ -1,16 +1,21 @@
 """A vectorized sum tree (with a min tree beside it) over a fixed number of leaves.
 
 The trees are arrays in heap order: node 1 is the root, node ``i`` has children ``2i`` and ``2i + 1``,
-and leaf ``j`` is node ``size + j`` with ``size`` a power of two. Updates and searches touch one level
-per numpy call for a whole batch, so a batch of B costs O(B log n) work in O(log n) calls, with no
-Python loop over the batch. The arrays may be memory-mapped files (so memory does not grow with
-capacity); they are always rebuilt from the leaves, which are the only persistent truth.
+and leaf ``j`` is node ``size + j`` with ``size`` a power of two. Updates and searches work one level at
+a time for a whole batch (a few numpy calls per level, none per element), so a batch of B costs
+O(B log n) work in O(log n) calls. The arrays may be memory-mapped files (so memory does not grow with
+capacity); they can always be rebuilt from the leaves.
+
+Every internal node is the sum (the minimum) of its two children computed as ``left + right``, whatever
+updated it, so a tree updated leaf by leaf is bit for bit the tree rebuilt from its leaves.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
+
+TOP_LEVEL = 10  # the tree's top (levels up to this one, 2^10 nodes wide) is handled whole, not by paths
 
 
 def tree_size(num_leaves: int) -> int:
@@ -19,64 +24,183 @@ def tree_size(num_leaves: int) -> int:
 
 
 class SumTree:
-    """Sums and minimums of non-negative leaf values; empty leaves are 0 (and +inf in the min tree)."""
+    """Sums and minimums of non-negative leaf values; empty leaves are 0 (and +inf in the min tree).
 
-    def __init__(self, sums: npt.NDArray[np.float64], minimums: npt.NDArray[np.float64]) -> None:
-        """``sums`` and ``minimums`` are arrays of ``2 * size`` nodes whose leaves are already set."""
+    ``fill`` (contiguous leaves to one value: transitions added or evicted) only writes the leaves and
+    defers their ancestors until the tree is next read, so many small adds between two samples cost one
+    update of the ancestors. ``set`` (scattered leaves: new priorities) updates the ancestors at once.
+    """
+
+    def __init__(
+        self, sums: npt.NDArray[np.float64], minimums: npt.NDArray[np.float64], *, top_level: int = TOP_LEVEL
+    ) -> None:
+        """``sums`` and ``minimums`` are arrays of ``2 * size`` nodes; the leaves of ``sums`` are already set.
+
+        Levels up to ``top_level`` are narrow: there one numpy call over a whole level is cheaper than the
+        several calls per level that paths through the tree cost (it changes the speed, not the results).
+        """
         self.size = len(sums) // 2
+        self._depth = self.size.bit_length() - 1
+        self._top = min(self._depth, top_level)
         self._sums = sums
         self._minimums = minimums
+        self._shifts = np.arange(self._depth - self._top + 1, dtype=np.int64)[:, None]
+        self._top_levels = [  # the views that recompute each level of the top from the one below it
+            (sums[first : 2 * first : 2], sums[first + 1 : 2 * first : 2], sums[first // 2 : first],
+             minimums[first : 2 * first : 2], minimums[first + 1 : 2 * first : 2], minimums[first // 2 : first])
+            for first in (1 << level for level in range(self._top, 0, -1))
+        ]
+        self._stale: list[list[int]] = []  # leaf ranges [start, stop) whose ancestors are out of date
         self.rebuild()
 
     def rebuild(self) -> None:
-        """Recompute every internal node from the leaves, one level at a time."""
+        """Recompute the min leaves and every internal node from the leaves, one level at a time."""
         size, sums, minimums = self.size, self._sums, self._minimums
+        np.copyto(minimums[size:], sums[size:])
         minimums[size:][sums[size:] <= 0] = np.inf
-        level = size
-        while level > 1:
-            parents = slice(level // 2, level)
-            sums[parents] = sums[level : 2 * level : 2] + sums[level + 1 : 2 * level : 2]
-            minimums[parents] = np.minimum(minimums[level : 2 * level : 2], minimums[level + 1 : 2 * level : 2])
-            level //= 2
+        first = size
+        while first > 1 << self._top:
+            children = slice(first, 2 * first, 2), slice(first + 1, 2 * first, 2)
+            np.add(sums[children[0]], sums[children[1]], out=sums[first // 2 : first])
+            np.minimum(minimums[children[0]], minimums[children[1]], out=minimums[first // 2 : first])
+            first //= 2
+        self._rebuild_top()
+        self._stale.clear()
+
+    def _rebuild_top(self) -> None:
+        """Recompute the levels above the top level, two numpy calls per level."""
+        for left_sums, right_sums, sums, left_minimums, right_minimums, minimums in self._top_levels:
+            np.add(left_sums, right_sums, out=sums)
+            np.minimum(left_minimums, right_minimums, out=minimums)
 
     @property
     def total(self) -> float:
+        self._settle()
         return float(self._sums[1])
 
     @property
     def minimum(self) -> float:
         """The smallest non-zero leaf (+inf when every leaf is 0)."""
+        self._settle()
         return float(self._minimums[1])
+
+    @property
+    def leaf_values(self) -> npt.NDArray[np.float64]:
+        """The leaves, as a view (read it, never write it)."""
+        return self._sums[self.size :]
 
     def leaves(self, indices: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
         return self._sums[self.size + indices]
+
+    def fill(self, start: int, stop: int, value: float) -> None:
+        """Set leaves ``[start, stop)`` to ``value`` (0 empties them); their ancestors follow lazily."""
+        if start >= stop:
+            return
+        self._sums[self.size + start : self.size + stop] = value
+        self._minimums[self.size + start : self.size + stop] = value if value > 0 else np.inf
+        for stale in self._stale:
+            if start <= stale[1] and stale[0] <= stop:  # overlapping or adjacent: one range
+                stale[0], stale[1] = min(start, stale[0]), max(stop, stale[1])
+                return
+        self._stale.append([start, stop])
 
     def set(self, indices: npt.NDArray[np.int64], values: npt.NDArray[np.float64]) -> None:
         """Set leaves (0 empties a leaf); with repeated indices the last value wins."""
         if len(indices) == 0:
             return
-        reversed_indices = indices[::-1]
-        unique, last = np.unique(reversed_indices, return_index=True)
-        values = np.asarray(values, np.float64)[::-1][last]
-        nodes = unique + self.size
+        self._settle()
+        indices = np.asarray(indices, np.int64)
+        values = np.asarray(values, np.float64)
+        if len(indices) > 1:
+            # Sort once; a stable sort keeps repeats in call order, so the last of each run wins.
+            order = np.argsort(indices, kind="stable")
+            ordered = indices[order]
+            last = np.empty(len(ordered), np.bool_)
+            last[-1] = True
+            np.not_equal(ordered[1:], ordered[:-1], out=last[:-1])
+            indices, values = ordered[last], values[order[last]]
+        nodes = indices + self.size
+        minimums = np.where(values > 0, values, np.inf)
         self._sums[nodes] = values
-        self._minimums[nodes] = np.where(values > 0, values, np.inf)
-        while nodes[0] > 1:
-            nodes = np.unique(nodes // 2)
-            left, right = 2 * nodes, 2 * nodes + 1
-            self._sums[nodes] = self._sums[left] + self._sums[right]
-            self._minimums[nodes] = np.minimum(self._minimums[left], self._minimums[right])
+        self._minimums[nodes] = minimums
+        self._update_ancestors(nodes, values, minimums)
+
+    def _update_ancestors(
+        self, nodes: npt.NDArray[np.int64], sums: npt.NDArray[np.float64], minimums: npt.NDArray[np.float64]
+    ) -> None:
+        """Recompute the ancestors of ``nodes`` (distinct leaves holding ``sums`` and ``minimums``).
+
+        Up to the top level, each parent on a path is its child plus that child's sibling. Where two paths
+        meet, both compute the same parent from children that the level before already wrote, so repeats
+        are harmless. The top is then recomputed whole.
+        """
+        path = nodes >> self._shifts  # row k: the ancestors k levels up (row 0: the nodes themselves)
+        siblings = path[:-1] ^ 1
+        tree_sums, tree_minimums = self._sums, self._minimums
+        for level in range(self._depth - self._top):
+            sums = sums + tree_sums[siblings[level]]
+            tree_sums[path[level + 1]] = sums
+            minimums = np.minimum(minimums, tree_minimums[siblings[level]])
+            tree_minimums[path[level + 1]] = minimums
+        self._rebuild_top()
+
+    def _settle(self) -> None:
+        """Bring the ancestors of filled leaf ranges up to date: two numpy calls per level and range up to
+        the top level, then the top whole."""
+        if not self._stale:
+            return
+        sums, minimums = self._sums, self._minimums
+        top = 1 << self._top
+        for start, stop in self._stale:
+            low, high = self.size + start, self.size + stop - 1  # nodes, inclusive
+            while low >= 2 * top:
+                low, high = low // 2, high // 2
+                children = slice(2 * low, 2 * high + 2, 2), slice(2 * low + 1, 2 * high + 2, 2)
+                np.add(sums[children[0]], sums[children[1]], out=sums[low : high + 1])
+                np.minimum(minimums[children[0]], minimums[children[1]], out=minimums[low : high + 1])
+        self._rebuild_top()
+        self._stale.clear()
 
     def find(self, targets: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
-        """For each target in [0, total), the leaf whose cumulative range holds it (never an empty leaf)."""
+        """For each target in [0, total), the leaf whose cumulative range holds it (never an empty leaf).
+
+        Raises ``ValueError`` when every leaf is empty (there is nothing to find).
+        """
+        self._settle()
+        sums = self._sums
+        if not sums[1] > 0:
+            raise ValueError("cannot search a sum tree whose leaves are all empty")
+        # The top level at once: the cumulative sums of its nodes, searched.
+        top = 1 << self._top
+        cumulative = np.zeros(top + 1)
+        np.cumsum(sums[top : 2 * top], out=cumulative[1:])
+        remaining = np.array(targets, np.float64)
+        found = np.searchsorted(cumulative[1:], remaining, side="right")
+        np.minimum(found, top - 1, out=found)  # a target rounded past the last node (an empty one is redone)
+        remaining -= cumulative[found]
+        nodes = found + top
+        for _ in range(self._depth - self._top):
+            nodes <<= 1
+            left = sums[nodes]
+            go_right = remaining >= left
+            np.subtract(remaining, left, out=remaining, where=go_right)
+            nodes += go_right
+        # Rounding can carry a target past the last non-empty leaf of a subtree, into an empty one:
+        # rare, so those targets alone take the careful descent.
+        empty = sums[nodes] <= 0
+        if empty.any():
+            nodes[empty] = self._find_guarded(np.asarray(targets, np.float64)[empty])
+        return nodes - self.size
+
+    def _find_guarded(self, targets: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+        """The descent that never steps into an empty subtree (nodes, not leaves)."""
         sums = self._sums
         nodes = np.ones(len(targets), np.int64)
         remaining = np.array(targets, np.float64)
-        while nodes[0] < self.size:
+        for _ in range(self._depth):
             left = 2 * nodes
             left_sums = sums[left]
-            # Rounding can put a target past the last non-empty leaf; never step into an empty subtree.
             go_right = ((remaining >= left_sums) & (sums[left + 1] > 0)) | (left_sums <= 0)
             remaining -= np.where(go_right, left_sums, 0.0)
             nodes = left + go_right
-        return nodes - self.size
+        return nodes

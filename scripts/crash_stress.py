@@ -405,8 +405,8 @@ def check_store(path: Path, variant: Variant, data: dict[str, np.ndarray], seed:
         if len(store):
             batch = store.sample(32, rng)
             _compare(batch, _lookup(by_step, batch.index, "sample after the crash"), "sample after the crash")
-            if not np.all(np.isfinite(batch.weight)):
-                raise CheckFailure(f"sample after the crash: weights are not finite: {batch.weight}")
+            if not np.all(np.isfinite(batch.weight) & (batch.weight > 0) & (batch.weight <= 1)):
+                raise CheckFailure(f"sample after the crash: weights are not in (0, 1]: {batch.weight}")
             if variant.prioritized:
                 store.update_priorities(batch.index, rng.exponential(1.0, size=32))
         # Appending continues where the commit left off, and survives a reopen.
@@ -426,6 +426,8 @@ def check_store(path: Path, variant: Variant, data: dict[str, np.ndarray], seed:
         if len(store):
             batch = store.sample(16, rng)
             _compare(batch, _lookup(by_step, batch.index, "sample after reopening"), "sample after reopening")
+            if not np.all(np.isfinite(batch.weight) & (batch.weight > 0) & (batch.weight <= 1)):
+                raise CheckFailure(f"sample after reopening: weights are not in (0, 1]: {batch.weight}")
     return committed, checked
 
 

@@ -431,11 +431,6 @@ def test_a_stored_priority_made_negative_is_detected(prioritized: Built) -> None
     assert_detected(outcomes(prioritized), "priorities.tree")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: priorities.tree has no checksum; a flipped byte in a stored transition's priority that "
-    "leaves it finite and >= 0 is accepted silently and changes what sample() draws",
-)
 def test_a_flipped_byte_in_a_stored_priority_is_detected(prioritized: Built) -> None:
     step = int(prioritized.ref.stored_steps()[10])
     flip(prioritized.path / "priorities.tree", _leaf_offset(prioritized, step) + 6, 0x01)
@@ -448,11 +443,6 @@ def test_a_flipped_byte_in_an_internal_node_of_the_priority_tree_changes_nothing
     assert_exact(before, "internal nodes of the priority tree")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a truncated priorities.tree is not detected as corrupt: mode 'r' raises numpy's bare "
-    "ValueError ('mmap length is greater than file size'), not CorruptStoreError naming the file",
-)
 def test_a_truncated_priority_tree_is_detected(prioritized: Built) -> None:
     path = prioritized.path / "priorities.tree"
     with open(path, "r+b") as file:

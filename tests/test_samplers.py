@@ -144,6 +144,31 @@ def test_prioritized_sampled_batches_equal_the_reference(make_store):
     assert_batch_matches(store.sample(300, rng=8), ref)
 
 
+def test_when_every_priority_is_zero_steps_are_drawn_uniformly_with_weights_of_one(make_store):
+    store = prioritized(make_store, capacity=8, alpha=1.0, epsilon=0.0)
+    fill(store, 12)  # steps 0..3 evicted
+    store.update_priorities(np.arange(4, 12), np.zeros(8))
+    batch = store.sample(8_000, rng=3, beta=0.7)
+    assert_distribution(batch.index, np.arange(4, 12), np.full(8, 1 / 8))
+    np.testing.assert_array_equal(batch.weight, np.ones(8_000, np.float32))
+    store.update_priorities([6], [2.0])  # mass again: only step 6 has any
+    assert set(store.sample(200, rng=4).index.tolist()) == {6}
+
+
+def test_a_large_store_draws_by_priority_after_the_row_ring_wraps(make_store):
+    """Thousands of row slots: the tree is deeper than its whole-level top, so paths are exercised."""
+    store = prioritized(make_store, capacity=3000, alpha=1.0, epsilon=0.0)
+    fill(store, 5000, episode_length=50)  # row slots are 4024: steps wrap round the ring
+    stored = np.arange(2000, 5000)
+    chosen = np.array([2000, 2001, 3333, 4023, 4024, 4999])  # both sides of the slot wrap
+    priorities = np.zeros(3000)
+    priorities[chosen - 2000] = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    store.update_priorities(stored, priorities)
+    batch = store.sample(12_000, rng=5, beta=1.0)
+    assert_distribution(batch.index, chosen, probabilities([1, 2, 3, 4, 5, 6], 1.0, 0.0))
+    np.testing.assert_allclose(batch.weight, 1.0 / priorities[batch.index - 2000], rtol=1e-6)
+
+
 # -- importance weights ----------------------------------------------------------------------------
 
 
@@ -272,14 +297,7 @@ def test_priorities_updated_with_batch_index_change_what_is_drawn(make_store):
     assert set(store.sample(200, rng=1).index.tolist()) == {int(batch.index[0])}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=CorruptStoreError,
-    reason="bug: with epsilon=0 and every stored priority 0 the sum tree's total is 0; "
-    "PrioritizedSampler.sample then walks to an arbitrary empty leaf and returns a step that is not "
-    "stored, so sample() fails with a misleading RowChecksumError ('corrupt') and a weight of inf",
-)
-@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning")
+@pytest.mark.filterwarnings("error::RuntimeWarning")
 def test_sampling_when_every_priority_is_zero_draws_stored_steps_or_says_why_not(make_store):
     store = prioritized(make_store, capacity=8, alpha=1.0, epsilon=0.0)
     fill(store, 8)
@@ -326,12 +344,6 @@ def test_the_largest_priority_seen_survives_close_and_reopen(make_store):
         assert_distribution(reopened.sample(6_000, rng=0).index, np.arange(5), p)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: ReplayStore.refresh reloads the sampler only when the Commit record changed; a flush that "
-    "commits new priorities but no new transitions (and no new max priority) leaves the header's commit "
-    "equal, so an open reader keeps sampling with its stale in-memory copy of the priorities",
-)
 def test_a_reader_sees_priorities_once_the_writer_flushes(make_store):
     store = prioritized(make_store, capacity=8, alpha=1.0, epsilon=0.0)
     fill(store, 8)
@@ -340,6 +352,22 @@ def test_a_reader_sees_priorities_once_the_writer_flushes(make_store):
         store.update_priorities(np.arange(8), [0, 0, 0, 0, 0, 0, 0, 1.0])
         store.flush()
         assert set(reader.sample(100, rng=0).index.tolist()) == {7}
+
+
+def test_a_reader_keeps_the_committed_priorities_until_the_writer_flushes(make_store):
+    store = prioritized(make_store, capacity=8, alpha=1.0, epsilon=0.0)
+    fill(store, 8)
+    store.update_priorities(np.arange(8), [0, 0, 0, 1.0, 0, 0, 0, 0])
+    store.flush()
+    with ReplayStore.open(store.path, "r") as reader:
+        store.update_priorities(np.arange(8), [0, 0, 0, 0, 0, 1.0, 0, 0])  # not flushed
+        assert reader.refresh() is False
+        assert set(reader.sample(100, rng=0).index.tolist()) == {3}
+        store.flush()
+        assert reader.refresh() is True
+        assert set(reader.sample(100, rng=0).index.tolist()) == {5}
+        store.flush()  # nothing changed: the commit is the same
+        assert reader.refresh() is False
 
 
 def test_priorities_committed_by_flush_survive_a_crash(tmp_path: Path):

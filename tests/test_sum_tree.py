@@ -1,5 +1,7 @@
-"""The vectorized sum tree against a plain numpy model: totals, minimums, last-wins updates, and ``find``
-returning the leaf whose cumulative range holds each target (``searchsorted`` over the leaves' cumsum)."""
+"""The vectorized sum tree against a plain numpy model: totals, minimums, last-wins updates, lazily settled
+range fills, and ``find`` returning the leaf whose cumulative range holds each target (``searchsorted``
+over the leaves' cumsum). Trees are checked with the default top level and with small ones, so that both
+the whole-level top and the per-path levels below it are exercised at every size."""
 
 from __future__ import annotations
 
@@ -8,17 +10,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mmreplay.sum_tree import SumTree, tree_size
+from mmreplay.sum_tree import TOP_LEVEL, SumTree, tree_size
 
 
-def make_tree(leaves: np.ndarray) -> SumTree:
-    """A tree over ``leaves`` (padded with empty leaves to a power of two); both trees' leaves are set
-    before construction, as the contract of ``SumTree`` asks."""
+def tree_and_nodes(leaves: np.ndarray, top_level: int = TOP_LEVEL) -> tuple[SumTree, np.ndarray, np.ndarray]:
+    """A tree over ``leaves`` (padded with empty leaves to a power of two) and its two node arrays; the
+    leaves are set before construction, as the contract of ``SumTree`` asks."""
     size = tree_size(len(leaves))
     sums, minimums = np.zeros(2 * size), np.zeros(2 * size)
     sums[size : size + len(leaves)] = leaves
-    minimums[size : size + len(leaves)] = leaves
-    return SumTree(sums, minimums)
+    return SumTree(sums, minimums, top_level=top_level), sums, minimums
+
+
+def make_tree(leaves: np.ndarray, top_level: int = TOP_LEVEL) -> SumTree:
+    return tree_and_nodes(leaves, top_level)[0]
 
 
 def model_find(leaves: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -66,58 +71,116 @@ def test_set_with_no_indices_changes_nothing():
     assert tree.total == 3.0
 
 
-def test_find_returns_the_leaf_whose_cumulative_range_holds_each_target():
+@pytest.mark.parametrize(
+    ("num_leaves", "top_level"), [(1000, TOP_LEVEL), (1000, 3), (5000, TOP_LEVEL), (70_000, TOP_LEVEL)]
+)
+def test_find_returns_the_leaf_whose_cumulative_range_holds_each_target(num_leaves, top_level):
     rng = np.random.default_rng(1)
-    leaves = rng.random(1000) * (rng.random(1000) < 0.7)  # about 30% empty leaves
-    tree = make_tree(leaves)
+    leaves = rng.random(num_leaves) * (rng.random(num_leaves) < 0.7)  # about 30% empty leaves
+    tree = make_tree(leaves, top_level)
     targets = rng.random(5000) * leaves.sum()
-    np.testing.assert_array_equal(tree.find(targets), model_find(leaves, targets))
+    found = tree.find(targets)
+    assert np.all(leaves[found] > 0)
+    # Away from rounding at leaf boundaries, find agrees with the cumulative sums.
+    cumsum = np.cumsum(leaves)
+    position = np.searchsorted(cumsum, targets)
+    gap = np.minimum(np.abs(cumsum[np.minimum(position, len(cumsum) - 1)] - targets),
+                     np.abs(cumsum[np.maximum(position - 1, 0)] - targets))
+    clear = gap > 1e-9 * leaves.sum()
+    assert clear.mean() > 0.99
+    np.testing.assert_array_equal(found[clear], model_find(leaves, targets)[clear])
 
 
-def test_find_at_a_leaf_boundary_goes_to_the_right_leaf():
-    tree = make_tree(np.array([1.0, 2.0, 4.0, 1.0]))
+@pytest.mark.parametrize("top_level", [TOP_LEVEL, 1, 0])
+def test_find_at_a_leaf_boundary_goes_to_the_right_leaf(top_level):
+    tree = make_tree(np.array([1.0, 2.0, 4.0, 1.0]), top_level)
     np.testing.assert_array_equal(tree.find(np.array([0.0, 1.0, 3.0, 7.0, 7.999])), [0, 1, 2, 3, 3])
 
 
-def test_find_never_returns_an_empty_leaf_even_for_targets_rounded_past_the_total():
+@pytest.mark.parametrize("top_level", [TOP_LEVEL, 2, 0])
+def test_find_never_returns_an_empty_leaf_even_for_targets_rounded_past_the_total(top_level):
     leaves = np.zeros(16)
     leaves[[2, 5]] = [0.1, 0.2]  # sums that are not exact in binary
-    tree = make_tree(leaves)
+    tree = make_tree(leaves, top_level)
     top = np.nextafter(tree.total, np.inf)
     targets = np.array([0.0, np.nextafter(0.1, 0), 0.1, np.nextafter(tree.total, 0), tree.total, top])
     found = tree.find(targets)
     assert set(found.tolist()) <= {2, 5}, found
 
 
-def test_rebuild_from_the_leaves_gives_the_same_nodes_as_incremental_sets():
+@pytest.mark.parametrize(("num_leaves", "top_level"), [(100, TOP_LEVEL), (100, 2), (3000, TOP_LEVEL), (3000, 0)])
+def test_a_tree_updated_by_sets_and_fills_is_bit_for_bit_the_tree_rebuilt_from_its_leaves(num_leaves, top_level):
     rng = np.random.default_rng(2)
-    tree = make_tree(np.zeros(100))
-    for _ in range(20):
-        indices = rng.integers(0, 100, 17)
-        tree.set(indices, rng.random(17) * (rng.random(17) < 0.8))
-    leaves = tree.leaves(np.arange(100)).copy()
-    rebuilt = make_tree(leaves)
-    assert tree.total == pytest.approx(rebuilt.total, rel=1e-12)
-    assert tree.minimum == rebuilt.minimum
+    tree, sums, minimums = tree_and_nodes(np.zeros(num_leaves), top_level)
+    for round_ in range(30):
+        if round_ % 3:
+            indices = rng.integers(0, num_leaves, 17)
+            tree.set(indices, rng.random(17) * (rng.random(17) < 0.8))
+        else:
+            start = int(rng.integers(0, num_leaves))
+            tree.fill(start, min(num_leaves, start + int(rng.integers(1, 300))), float(rng.random() * (round_ % 2)))
+    leaves = tree.leaves(np.arange(num_leaves)).copy()
+    rebuilt, rebuilt_sums, rebuilt_minimums = tree_and_nodes(leaves, top_level)
+    assert tree.total == rebuilt.total  # reading the total settles the fills the tree deferred
+    np.testing.assert_array_equal(sums[1:], rebuilt_sums[1:])
+    np.testing.assert_array_equal(minimums[1:], rebuilt_minimums[1:])
     targets = rng.random(2000) * rebuilt.total
     np.testing.assert_array_equal(tree.find(targets), rebuilt.find(targets))
 
 
+def test_filled_ranges_count_once_the_tree_is_read():
+    tree = make_tree(np.ones(3000))
+    tree.fill(10, 20, 0.0)  # emptied (evicted)
+    tree.fill(20, 25, 7.0)
+    tree.fill(25, 26, 0.5)  # adjacent: merged with the range before
+    tree.fill(2990, 3000, 0.0)
+    model = np.ones(3000)
+    model[10:20], model[20:25], model[25], model[2990:] = 0.0, 7.0, 0.5, 0.0
+    assert tree.total == pytest.approx(model.sum())
+    assert tree.minimum == 0.5
+    found = tree.find(np.random.default_rng(3).random(4000) * tree.total)
+    assert np.all(model[found] > 0)
+    np.testing.assert_array_equal(tree.leaves(np.arange(3000)), model)
+
+
+def test_a_set_after_fills_sees_the_filled_leaves():
+    tree = make_tree(np.ones(5000))
+    tree.fill(0, 4000, 0.0)
+    tree.set(np.array([4500, 10]), np.array([3.0, 2.0]))
+    assert tree.total == pytest.approx(999 + 3.0 + 2.0)
+    found = tree.find(np.linspace(0, tree.total, 2000, endpoint=False))
+    assert set(found.tolist()) <= {10} | set(range(4000, 5000))
+
+
+def test_find_in_a_tree_whose_leaves_are_all_empty_is_a_value_error():
+    tree = make_tree(np.ones(8))
+    tree.fill(0, 8, 0.0)
+    with pytest.raises(ValueError, match="^cannot search a sum tree whose leaves are all empty$"):
+        tree.find(np.array([0.0]))
+
+
+values_ = st.floats(0, 1e6) | st.just(0.0)
+a_set = st.lists(st.tuples(st.integers(0, 39), values_), min_size=1, max_size=12)
+a_fill = st.tuples(st.integers(0, 39), st.integers(0, 39), values_)
+
+
 @given(
     num_leaves=st.integers(1, 40),
-    updates=st.lists(
-        st.lists(st.tuples(st.integers(0, 39), st.floats(0, 1e6) | st.just(0.0)), min_size=1, max_size=12),
-        min_size=1,
-        max_size=8,
-    ),
+    top_level=st.integers(0, 6),
+    updates=st.lists(a_set | a_fill, min_size=1, max_size=8),
     fractions=st.lists(st.floats(0, 1, exclude_max=True), min_size=1, max_size=20),
 )
-def test_the_tree_agrees_with_a_plain_array_after_any_batch_of_updates(num_leaves, updates, fractions):
+def test_the_tree_agrees_with_a_plain_array_after_any_batch_of_updates(num_leaves, top_level, updates, fractions):
     model = np.zeros(num_leaves)
-    tree = make_tree(model)
-    for batch in updates:
-        indices = np.array([i % num_leaves for i, _ in batch], np.int64)
-        values = np.array([v for _, v in batch])
+    tree = make_tree(model, top_level)
+    for update in updates:
+        if isinstance(update, tuple):  # a fill of leaves [start, stop)
+            start, stop = sorted((update[0] % num_leaves, update[1] % num_leaves + 1))
+            tree.fill(start, stop, update[2])
+            model[start:stop] = update[2]
+            continue
+        indices = np.array([i % num_leaves for i, _ in update], np.int64)
+        values = np.array([v for _, v in update])
         tree.set(indices, values)
         for i, v in zip(indices.tolist(), values.tolist()):
             model[i] = v  # the last value of a repeated index wins
