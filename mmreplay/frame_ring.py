@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 from pathlib import Path
 from typing import NoReturn
 
@@ -49,6 +50,8 @@ _SEED_MULTIPLIER = 2654435761  # Knuth's multiplicative hash constant: spreads s
 FRAME_ENTRY = np.dtype(
     [("position", "<u8"), ("length", "<u4"), ("checksum", "<u4"), ("prev_delta", "<u4")]
 )
+_ENTRY = struct.Struct("<QIII")  # FRAME_ENTRY, packed by append
+assert _ENTRY.size == FRAME_ENTRY.itemsize
 # The entry as codec.decode_from_table reads it: its size and the byte offsets of its fields.
 _ENTRY_LAYOUT = (FRAME_ENTRY.itemsize, *(FRAME_ENTRY.fields[name][1] for name in FRAME_ENTRY.names))
 
@@ -81,9 +84,12 @@ class FrameRing:
         self._view_cache: tuple[int, list[memoryview]] | None = None  # (first segment, views) of the last batch
         self._segment_files: dict[int, int] = {}  # descriptors the writer writes through
         self._dirty_segments: set[int] = set()
+        self._writing = (-1, -1)  # (segment, descriptor) that append wrote last; its segment is in _dirty_segments
         self._mapping = self._map_table(generation, frame_slots)
         self._table = self._mapping.view(np.ndarray)  # plain indexing, without memmap's per-call overhead
         self._reservation = BlockReservation(self._mapping.filename) if writable else None
+        self._table_reserved = 0  # bytes of the table that _reservation has reserved
+        self._entries = self._entry_view()
 
     @classmethod
     def create(
@@ -108,30 +114,51 @@ class FrameRing:
         """Write compressed frames with their episode links; returns the first new frame step.
 
         The caller guarantees that ``frames_written + len(payloads)`` stays within the table's window
-        (no slot that a committed or stored transition needs is reused).
+        (no slot that a committed or stored transition needs is reused). Consecutive frames of one
+        segment go out in one ``pwritev``.
         """
-        first_step = self.frames_written
+        first_step = step = self.frames_written
         position = self.bytes_written
-        table = self._table
-        if self._reservation is not None:  # slots fill in order on the first lap, then all are reserved
-            self._reservation.ensure(min(first_step + len(payloads), self.frame_slots) * FRAME_ENTRY.itemsize)
-        for i, payload in enumerate(payloads):
+        segment_bytes, frame_slots, entries = self.segment_bytes, self.frame_slots, self._entries
+        assert entries is not None, "append needs a writable frame ring"
+        table_end = min(first_step + len(payloads), frame_slots) * _ENTRY.size
+        if table_end > self._table_reserved:  # slots fill in order on the first lap, then all are reserved
+            self._reservation.ensure(table_end)  # type: ignore[union-attr]
+            self._table_reserved = table_end
+        run: list[bytes] = []  # frames not written yet, consecutive from run_start in the current segment
+        run_start = position
+        for payload, prev_delta in zip(payloads, prev_deltas):
             length = len(payload)
-            if position % self.segment_bytes + length > self.segment_bytes:
-                position += self.segment_bytes - position % self.segment_bytes
-            segment, offset = divmod(position, self.segment_bytes)
-            # pwrite, not a store into the map: a full disk is then an OSError, not a SIGBUS.
-            written = os.pwrite(self._segment_file(segment), payload, offset)
-            if written != length:
-                raise OSError(f"{self._segment_path(segment)}: short write ({written} of {length} bytes)")
-            self._dirty_segments.add(segment)
-            step = first_step + i
-            seed = (step * _SEED_MULTIPLIER + prev_deltas[i]) & 0xFFFFFFFF  # frame_seed, without numpy
-            table[step % self.frame_slots] = (position, length, codec.checksum(payload, seed), prev_deltas[i])
+            if position % segment_bytes + length > segment_bytes:  # frames never straddle segments
+                self._write_run(run, run_start)
+                position += segment_bytes - position % segment_bytes
+                run, run_start = [], position
+            run.append(payload)
+            seed = (step * _SEED_MULTIPLIER + prev_delta) & 0xFFFFFFFF  # frame_seed, without numpy
+            _ENTRY.pack_into(entries, (step % frame_slots) * _ENTRY.size, position, length,
+                             codec.checksum(payload, seed), prev_delta)
             position += length
-        self.frames_written += len(payloads)
+            step += 1
+        self._write_run(run, run_start)
+        self.frames_written = step
         self.bytes_written = position
         return first_step
+
+    def _write_run(self, run: list[bytes], position: int) -> None:
+        """Write frames that lie back to back from ``position``, inside one segment."""
+        if not run:
+            return
+        segment, offset = divmod(position, self.segment_bytes)
+        if segment != self._writing[0]:
+            self._writing = (segment, self._segment_file(segment))
+            self._dirty_segments.add(segment)
+        # pwrite, not a store into the map: a full disk is then an OSError, not a SIGBUS.
+        if len(run) == 1:
+            written, length = os.pwrite(self._writing[1], run[0], offset), len(run[0])
+        else:
+            written, length = os.pwritev(self._writing[1], run, offset), sum(map(len, run))
+        if written != length:
+            raise OSError(f"{self._segment_path(segment)}: short write ({written} of {length} bytes)")
 
     def sync(self) -> None:
         """Make every frame and table entry written so far durable (msync), before a commit."""
@@ -139,6 +166,7 @@ class FrameRing:
             if segment in self._segment_files:
                 os.fdatasync(self._segment_files[segment])
         self._dirty_segments.clear()
+        self._writing = (-1, -1)  # the next append marks its segment dirty again
         self._mapping.flush()
 
     def grow(self, frame_slots: int, frame_tail: int) -> None:
@@ -158,10 +186,14 @@ class FrameRing:
         table[steps % frame_slots] = self._table[steps % self.frame_slots]
         table.flush()
         fsync_directory(self.directory)
+        if self._entries is not None:
+            self._entries.release()
         self._mapping = table
         self._table = table.view(np.ndarray)
-        self._reservation.close()
+        self._entries = self._entry_view()
+        self._reservation.close()  # type: ignore[union-attr]
         self._reservation = reservation
+        self._table_reserved = frame_slots * FRAME_ENTRY.itemsize
         self.generation = generation
         self.frame_slots = frame_slots
 
@@ -276,9 +308,11 @@ class FrameRing:
         self._segment_files.clear()
         if self._reservation is not None:
             self._reservation.close()
+        if self._entries is not None:
+            self._entries.release()
         if self.writable:
             self._mapping.flush()
-        del self._table, self._mapping
+        del self._table, self._mapping, self._entries
 
     # -- files -----------------------------------------------------------------------------------
 
@@ -358,10 +392,16 @@ class FrameRing:
         self._segments[segment] = (mapping, view)
         return view
 
+    def _entry_view(self) -> memoryview | None:
+        """The writer's view of the table's bytes, which ``append`` packs entries into."""
+        return memoryview(self._table.view(np.uint8)) if self.writable else None
+
     def _unmap(self, segment: int) -> None:
         """Close a segment's map and descriptor. A map that something still exports (a memoryview kept
         alive elsewhere) cannot be closed now: it is dropped, and unmapped when its last user goes."""
         self._view_cache = None
+        if segment == self._writing[0]:
+            self._writing = (-1, -1)
         mapped = self._segments.pop(segment, None)
         if mapped is not None:
             try:

@@ -40,6 +40,7 @@ from mmreplay.windows import follow_episodes
 from mmreplay.transition_table import TERMINATED, TRUNCATED, RowChecksumError, TransitionTable, row_dtype
 from mmreplay.validation import (
     AddArguments,
+    AddShapes,
     parse_action_dtype,
     parse_add,
     parse_mode,
@@ -85,6 +86,13 @@ class ReplayStore:
         self._lock = threading.RLock()
         self._prefetchers: weakref.WeakSet[Prefetcher] = weakref.WeakSet()
         self._action_dtype = np.dtype(layout.action_dtype)
+        self._add_shapes = AddShapes.of(
+            frame_shape=layout.frame_shape,
+            stack_size=layout.stack_size,
+            num_envs=layout.num_envs,
+            action_shape=layout.action_shape,
+            action_dtype=self._action_dtype,
+        )
         self._transitions_added = commit.transitions_added
         self._frames = FrameRing(
             directory,
@@ -106,6 +114,7 @@ class ReplayStore:
             self._table, self._frames, stack_size=layout.stack_size, action_dtype=self._action_dtype
         )
         self._closed = False
+        self._set_room_limits()
         self._header_signature = file_signature(directory / format.HEADER_NAME)
         if mode == "r+":
             self._frames.remove_other_generations()
@@ -308,20 +317,7 @@ class ReplayStore:
         """
         self._check_writable("add")
         layout = self._layout
-        arguments = parse_add(
-            obs,
-            action,
-            reward,
-            next_obs,
-            terminated,
-            truncated,
-            env_mask,
-            frame_shape=layout.frame_shape,
-            stack_size=layout.stack_size,
-            num_envs=layout.num_envs,
-            action_shape=layout.action_shape,
-            action_dtype=self._action_dtype,
-        )
+        arguments = parse_add(obs, action, reward, next_obs, terminated, truncated, env_mask, self._add_shapes)
         envs = arguments.envs
         if not envs:
             return
@@ -332,26 +328,29 @@ class ReplayStore:
             envs,
             self._episodes,
             next_frame_step=self._frames.frames_written,
-            oldest_stored_step=self.stored_steps.start,
+            oldest_stored_step=max(0, self._transitions_added - layout.capacity),
         )
         with self._lock:
-            self._write(arguments, envs, plan)
+            self._write(arguments, plan)
 
-    def _write(self, arguments: AddArguments, envs: list[int], plan: FramePlan) -> None:
-        self._make_room(new_rows=len(envs), new_frames=len(plan.payloads))
-        self._frames.append(plan.payloads, plan.prev_deltas)
+    def _write(self, arguments: AddArguments, plan: FramePlan) -> None:
+        envs = arguments.envs
         first_step = self._transitions_added
-        old_stored = self.stored_steps
+        new_frames = self._frames.frames_written + len(plan.payloads)
+        if first_step + len(envs) > self._row_limit or new_frames > self._frame_limit:
+            self._make_room(new_rows=len(envs), new_frames=len(plan.payloads))
+        self._frames.append(plan.payloads, plan.prev_deltas)
+        every_env = len(envs) == len(arguments.reward)
         self._table.write(
             first_step,
             next_frames=plan.next_frames,
             oldest_frames=plan.oldest_frames,
             envs=envs,
-            rewards=arguments.reward[envs],
+            rewards=arguments.reward if every_env else arguments.reward[envs],
             flags=plan.flags,
-            actions=arguments.action[envs],
+            actions=arguments.action if every_env else arguments.action[envs],
         )
-        self._transitions_added += len(envs)
+        self._transitions_added = added = first_step + len(envs)
         for i, env in enumerate(envs):
             episode = self._episodes[env]
             previous = plan.previous_steps[i]
@@ -361,14 +360,16 @@ class ReplayStore:
             if start is not None:
                 episode.start(*start)
             episode.advance(
-                arguments.next_obs[env][-1].tobytes(),
+                arguments.next_obs[env, -1].tobytes(),
                 plan.next_frames[i],
                 step=first_step + i,
                 ended=bool(arguments.terminated[env] or arguments.truncated[env]),
             )
-        self._sampler.added(range(first_step, self._transitions_added))
-        if self.stored_steps.start > old_stored.start:
-            self._sampler.evicted(range(old_stored.start, self.stored_steps.start))
+        self._sampler.added(range(first_step, added))
+        capacity = self._layout.capacity
+        if added > capacity:
+            old_oldest, oldest = max(0, first_step - capacity), added - capacity
+            self._sampler.evicted(range(old_oldest, oldest))
 
     def _make_room(self, *, new_rows: int, new_frames: int) -> None:
         """Commit (and grow the frame table) before an add would reuse a slot the committed header counts."""
@@ -421,6 +422,14 @@ class ReplayStore:
     def _write_commit(self, commit: format.Commit) -> None:
         format.write_header(self._directory, self._layout, commit)
         self._commit = commit
+        self._set_room_limits()
+
+    def _set_room_limits(self) -> None:
+        """The adds may go on without a commit while transitions_added stays within ``_row_limit`` and
+        frames_written within ``_frame_limit``: no ring slot that the committed header counts is reused
+        (``_make_room`` commits first otherwise)."""
+        self._row_limit = self._layout.row_slots + max(0, self._commit.transitions_added - self.capacity)
+        self._frame_limit = self._frames.frame_slots + self._commit.frame_tail
 
     def _frame_tail(self) -> int:
         """The oldest frame step that a stored transition still needs."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import operator
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -88,6 +89,41 @@ class AddArguments(NamedTuple):
     envs: list[int]
 
 
+@dataclass(frozen=True, slots=True)
+class AddShapes:
+    """What ``parse_add`` expects of a store's adds, worked out once per store (``AddShapes.of``).
+
+    ``frame``, ``stack`` and ``action`` are the expected shapes of one env's frame, stack and action,
+    with the env axis in front when ``num_envs > 1`` (``env_axis``).
+    """
+
+    frame_shape: tuple[int, ...]
+    stack_size: int
+    num_envs: int
+    action_shape: tuple[int, ...]
+    action_dtype: np.dtype
+    env_axis: tuple[int, ...]
+    frame: tuple[int, ...]
+    stack: tuple[int, ...]
+    action: tuple[int, ...]
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        frame_shape: tuple[int, ...],
+        stack_size: int,
+        num_envs: int,
+        action_shape: tuple[int, ...],
+        action_dtype: np.dtype,
+    ) -> AddShapes:
+        env_axis = () if num_envs == 1 else (num_envs,)
+        return cls(
+            frame_shape, stack_size, num_envs, action_shape, action_dtype, env_axis,
+            env_axis + frame_shape, (*env_axis, stack_size, *frame_shape), env_axis + action_shape,
+        )
+
+
 def parse_add(
     obs: object,
     action: object,
@@ -95,42 +131,36 @@ def parse_add(
     next_obs: object,
     terminated: object,
     truncated: object,
-    env_mask: object = None,
-    *,
-    frame_shape: tuple[int, ...],
-    stack_size: int,
-    num_envs: int,
-    action_shape: tuple[int, ...],
-    action_dtype: np.dtype,
+    env_mask: object,
+    shapes: AddShapes,
 ) -> AddArguments:
     """Check an ``add`` call: the shape and dtype of every argument for every env, then the values of
     the envs it records (``env_mask``). A masked-out env's entries are not transitions (gymnasium's
     next-step autoreset passes its reset observation there, which is no shifted stack, and whatever
     reward and action), so only their shapes and dtypes must be right."""
-    env_axis = () if num_envs == 1 else (num_envs,)
-    obs_array, obs_stacked = _parse_frames(obs, "obs", frame_shape, stack_size, env_axis)
-    next_array, next_stacked = _parse_frames(next_obs, "next_obs", frame_shape, stack_size, env_axis)
+    obs_array, obs_stacked = _parse_frames(obs, "obs", shapes)
+    next_array, next_stacked = _parse_frames(next_obs, "next_obs", shapes)
     if obs_stacked != next_stacked:
         raise ValueError(
             f"obs is {'a stack' if obs_stacked else 'one frame'} but next_obs is "
             f"{'a stack' if next_stacked else 'one frame'}; give both as frames or both as stacks"
         )
-    action_array = _parse_action(action, env_axis, action_shape, action_dtype)
-    reward_array = _parse_reward(reward, env_axis)
-    terminated_array = _parse_flag(terminated, "terminated", env_axis)
-    truncated_array = _parse_flag(truncated, "truncated", env_axis)
-    envs = parse_env_mask(env_mask, num_envs)
+    action_array = _parse_action(action, shapes)
+    reward_array = _parse_reward(reward, shapes.env_axis)
+    terminated_array = _parse_flag(terminated, "terminated", shapes.env_axis)
+    truncated_array = _parse_flag(truncated, "truncated", shapes.env_axis)
+    envs = parse_env_mask(env_mask, shapes.num_envs)
     # Values, of the recorded envs only.
-    if obs_stacked and stack_size > 1:
+    if obs_stacked and shapes.stack_size > 1:
         for env in envs:
             if next_array[env, :-1].tobytes() != obs_array[env, 1:].tobytes():
-                where = "" if num_envs == 1 else f" for env {env}"
+                where = "" if shapes.num_envs == 1 else f" for env {env}"
                 raise ValueError(
                     f"next_obs[:-1] must equal obs[1:] (a frame stack shifted by one frame){where}; "
                     "it differs"
                 )
-    if action_array.dtype != action_dtype:
-        action_array = _cast_action(action_array, action_dtype, envs)
+    if action_array.dtype != shapes.action_dtype:
+        action_array = _cast_action(action_array, shapes.action_dtype, envs)
     _check_rewards(reward_array, envs)
     return AddArguments(
         obs_array, action_array, reward_array, next_array, terminated_array, truncated_array, obs_stacked, envs
@@ -142,51 +172,43 @@ _FALSE = np.zeros(1, np.bool_)
 _TRUE.flags.writeable = _FALSE.flags.writeable = False
 
 
-def _env_count(env_axis: tuple[int, ...]) -> int:
-    return env_axis[0] if env_axis else 1
-
-
 def _expected_env_text(env_axis: tuple[int, ...]) -> str:
     return f"num_envs={env_axis[0]}" if env_axis else "num_envs=1"
 
 
-def _parse_frames(
-    value: object, name: str, frame_shape: tuple[int, ...], stack_size: int, env_axis: tuple[int, ...]
-) -> tuple[npt.NDArray[np.uint8], bool]:
+def _parse_frames(value: object, name: str, shapes: AddShapes) -> tuple[npt.NDArray[np.uint8], bool]:
     array = np.asarray(value)
     if array.dtype != np.uint8:
         raise TypeError(f"{name} must have dtype uint8; got {array.dtype}")
-    frame = env_axis + frame_shape
-    if array.shape == frame:
+    if array.shape == shapes.frame:
         stacked = False
-    elif array.shape == env_axis + (stack_size, *frame_shape):
+    elif array.shape == shapes.stack:
         stacked = True
     else:
         raise ValueError(
-            f"{name} has shape {array.shape}; expected {frame} (one frame) or {env_axis + (stack_size, *frame_shape)} "
-            f"(a stack of {stack_size}) for {_expected_env_text(env_axis)}"
+            f"{name} has shape {array.shape}; expected {shapes.frame} (one frame) or {shapes.stack} "
+            f"(a stack of {shapes.stack_size}) for {_expected_env_text(shapes.env_axis)}"
         )
     if not array.flags.c_contiguous:
         array = np.ascontiguousarray(array)
-    return array.reshape(_env_count(env_axis), -1, *frame_shape), stacked
+    return array.reshape(shapes.num_envs, -1, *shapes.frame_shape), stacked
 
 
-def _parse_action(
-    value: object, env_axis: tuple[int, ...], action_shape: tuple[int, ...], action_dtype: np.dtype
-) -> npt.NDArray[Any]:
+def _parse_action(value: object, shapes: AddShapes) -> npt.NDArray[Any]:
     """The action's shape and kind; its values are cast by ``_cast_action``."""
+    if type(value) is shapes.action_dtype.type and not shapes.action:  # one env's scalar of the very dtype
+        return np.array([value])
     array = np.asarray(value)
-    expected = env_axis + action_shape
-    if array.shape != expected:
+    if array.shape != shapes.action:
         raise ValueError(
-            f"action has shape {array.shape}; expected {expected} for action_shape={action_shape} "
-            f"and {_expected_env_text(env_axis)}"
+            f"action has shape {array.shape}; expected {shapes.action} for action_shape={shapes.action_shape} "
+            f"and {_expected_env_text(shapes.env_axis)}"
         )
-    if array.dtype != action_dtype and (
-        array.dtype.kind not in "iufb" or not np.can_cast(array.dtype, action_dtype, casting="same_kind")
+    if array.dtype != shapes.action_dtype and (
+        array.dtype.kind not in "iufb" or not np.can_cast(array.dtype, shapes.action_dtype, casting="same_kind")
     ):
-        raise TypeError(f"action has dtype {array.dtype}; expected values castable to {action_dtype}")
-    return array.reshape(_env_count(env_axis), *action_shape)
+        raise TypeError(f"action has dtype {array.dtype}; expected values castable to {shapes.action_dtype}")
+    return array.reshape(shapes.num_envs, *shapes.action_shape)
 
 
 def _cast_action(array: npt.NDArray[Any], action_dtype: np.dtype, envs: list[int]) -> npt.NDArray[Any]:

@@ -7,6 +7,7 @@ Every test runs on each available path: "fallback" always, "extension" (one thre
 from __future__ import annotations
 
 import functools
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -323,3 +324,14 @@ def test_the_table_fast_path_declines_every_frame_it_cannot_vouch_for() -> None:
 def test_without_the_extension_the_table_fast_path_always_declines() -> None:
     table = Table(random_frames(4, seed=18), first_step=0, slots=8, segment_bytes=40_000)
     assert not table.decode(np.arange(4, dtype=np.int64))[0]
+
+
+def test_checksum_is_zlibs_crc32_for_every_length_and_seed() -> None:
+    rng = np.random.default_rng(19)
+    data = rng.integers(0, 256, 700, dtype=np.uint8).tobytes()
+    for length in range(0, 600):
+        for step in (0, 1, 2**32 - 1, 2**32 + 5, int(rng.integers(0, 2**62))):
+            start = length % 13
+            payload = data[start : start + length]
+            assert codec.checksum(payload, step) == zlib.crc32(payload, step & 0xFFFFFFFF), (length, step)
+        assert codec.checksum(memoryview(data)[start : start + length], 3) == zlib.crc32(data[start : start + length], 3)
