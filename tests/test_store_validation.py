@@ -142,6 +142,7 @@ SINGLE_ENV_CASES = {
     "action_none": Case(set_("action", None), TypeError, "action"),
     "reward_nan": Case(set_("reward", float("nan")), ValueError, "reward", "nan"),
     "reward_inf": Case(set_("reward", float("inf")), ValueError, "reward", "inf"),
+    "reward_beyond_float32": Case(set_("reward", np.float64(1e300)), ValueError, "reward", "inf"),
     "reward_minus_inf": Case(set_("reward", np.float32("-inf")), ValueError, "reward", "-inf"),
     "reward_string": Case(set_("reward", "1.0"), TypeError, "reward"),
     "reward_none": Case(set_("reward", None), TypeError, "reward"),
