@@ -193,6 +193,7 @@ def _parse_plain_add(
         or type(action) is not shapes.action_dtype.type
         or shapes.action_shape
         or not isinstance(reward, (float, np.floating))
+        or not -_FLOAT32_MAX <= reward <= _FLOAT32_MAX  # also refuses nan; float32 holds the rest
         or not (terminated is True or terminated is False or type(terminated) is np.bool_)
         or not (truncated is True or truncated is False or type(truncated) is np.bool_)
     ):
@@ -201,8 +202,6 @@ def _parse_plain_add(
     if not stacked and obs.shape != shapes.frame:
         return None
     rewards = np.array([reward], np.float32)
-    if not math.isfinite(rewards[0]):  # also a float64 beyond float32's range
-        return None
     if stacked and shapes.stack_size > 1 and next_obs[:-1].tobytes() != obs[1:].tobytes():
         return None
     return AddArguments(
@@ -217,6 +216,7 @@ def _parse_plain_add(
     )
 
 
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 _TRUE = np.ones(1, np.bool_)
 _FALSE = np.zeros(1, np.bool_)
 _TRUE.flags.writeable = _FALSE.flags.writeable = False
@@ -273,13 +273,15 @@ def _cast_action(array: npt.NDArray[Any], action_dtype: np.dtype, envs: list[int
 def _parse_reward(value: object, env_axis: tuple[int, ...]) -> npt.NDArray[np.float32]:
     """The reward's shape and kind, as float32 (one per env); its values are checked by ``_check_rewards``."""
     if not env_axis and isinstance(value, (float, np.floating, np.integer)):  # without np.asarray's overhead
-        return np.array([value], np.float32)
-    array = np.asarray(value)
+        array = np.array(value)
+    else:
+        array = np.asarray(value)
     if array.shape != env_axis:
         raise ValueError(f"reward has shape {array.shape}; expected {env_axis} for {_expected_env_text(env_axis)}")
     if array.dtype.kind not in "iuf":
         raise TypeError(f"reward must be a real number; got dtype {array.dtype}")
-    return array.astype(np.float32).reshape(-1)
+    with np.errstate(over="ignore"):  # beyond float32's range becomes inf, which _check_rewards refuses
+        return array.astype(np.float32).reshape(-1)
 
 
 def _check_rewards(rewards: npt.NDArray[np.float32], envs: list[int]) -> None:
