@@ -42,6 +42,7 @@ from machine import (
     evict_from_page_cache,
     load_average,
     on_tmpfs,
+    read_ahead_kb,
     read_into_page_cache,
     resident_bytes,
     rss_anon,
@@ -161,7 +162,7 @@ def sample_cold(path: Path, *, batch_size: int, seconds: float) -> dict:
     return {"files": files, "file_bytes": size, "resident_after_evict": resident_after_evict,
             "open_seconds": open_seconds, "batches": len(times), "seconds": times[-1],
             "sample_per_s": len(times) / times[-1], "first_second_batches": first_second,
-            "resident_after_sampling": resident_bytes(path)}
+            "resident_after_sampling": resident_bytes(path), "read_ahead_kb": read_ahead_kb(path)}
 
 
 def report(args: argparse.Namespace, result: dict) -> str:
@@ -204,7 +205,8 @@ def report(args: argparse.Namespace, result: dict) -> str:
         f"each of its {cold['files']} files ({cold['file_bytes'] / 2**30:,.2f} GiB of file size); resident after "
         f"eviction (mincore): {cold['resident_after_evict'] / MiB:,.1f} MiB; after cold sampling: "
         f"{cold['resident_after_sampling'] / MiB:,.1f} MiB. The disk's own cache and the hypervisor's are not "
-        "dropped, so on a VM 'cold' may still be faster than a real disk read"),
+        "dropped, so on a VM 'cold' may still be faster than a real disk read. The disk's read-ahead is "
+         f"{cold.get('read_ahead_kb')} KiB: a page fault on a mapped file reads about that much around it"),
         (f"- load average {result['load_before']:.2f} at the start, {result['load_after']:.2f} at the end "
         f"({os.cpu_count()} CPUs); store in {result['directory']}"),
     ]
