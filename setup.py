@@ -1,4 +1,4 @@
-"""Build of the optional extension mmreplay._lz4batch; all other metadata lives in pyproject.toml.
+"""Build of the optional extensions mmreplay._lz4batch and mmreplay._lz4ref; all other metadata lives in pyproject.toml.
 
 The extension links the system's liblz4 and zlib. It is optional: without a compiler or without
 liblz4 the build prints a warning, skips it, and mmreplay.codec decodes through python-lz4 instead.
@@ -39,6 +39,14 @@ setup(
             libraries=["z"],
             **lz4_link_args(),  # type: ignore[arg-type]
             optional=True,
-        )
+        ),
+        # Frames compressed against a reference frame (mmreplay.reference_codec); optional like the above.
+        Extension(
+            "mmreplay._lz4ref",
+            sources=["mmreplay/_lz4ref.c"],
+            libraries=["z"],
+            **lz4_link_args(),  # type: ignore[arg-type]
+            optional=True,
+        ),
     ]
 )

@@ -530,7 +530,12 @@ class ReplayStore:
                 steps = self._draw(batch_size, generator)
                 weight = self._sampler.weights(steps, beta=beta)
                 window, mask = follow_episodes(
-                    steps, length, rows_of=self._table.read, newest_exclusive=self._transitions_added
+                    steps,
+                    length,
+                    rows_of=self._table.read,
+                    newest_exclusive=self._transitions_added,
+                    prev_deltas=self._frames.prev_deltas,
+                    table_path=self._table.path,
                 )
                 return self._reader.sequences(window, mask, weight)
 

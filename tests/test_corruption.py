@@ -274,12 +274,6 @@ def _linked_step(built: Built) -> int:
     raise AssertionError("no long episode stored")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: the next_delta link of a row is outside the row checksum; a flipped link that still "
-    "points to a later transition of the same env and episode is followed, so sample(n_step=3) and "
-    "sample_sequences serve wrong rewards, next_obs and steps without an error",
-)
 def test_a_flipped_episode_link_in_a_stored_row_is_detected_or_harmless(built: Built) -> None:
     path = built.path / "transitions.tbl"
     step = _linked_step(built)
@@ -325,12 +319,6 @@ def test_a_flipped_byte_in_a_live_frame_entry_is_detected_naming_the_file(built:
     assert_exact(outcomes(built), "the restored frame table")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a flipped high byte of a frame entry's position sends the read to a segment that does not "
-    "exist; the MissingSegmentError names that segment file, not the frame table that is corrupt, and "
-    "names neither the frame nor the transition",
-)
 def test_a_flipped_position_high_byte_names_the_frame_table(built: Built) -> None:
     name = f"frames-{built.commit['frame_table_generation']}.idx"
     frame = int(live_frames(built)[-1])
@@ -454,12 +442,6 @@ def test_a_truncated_priority_tree_is_detected(prioritized: Built) -> None:
     assert_detected(results, "priorities.tree")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a FrameChecksumError keeps (through its traceback and __context__) a memoryview of the "
-    "segment's mmap, so close() raises BufferError ('cannot close exported pointers exist') while the "
-    "caller still holds the error, and leaves the transition table and sampler open",
-)
 def test_a_store_closes_while_a_corrupt_read_error_is_kept(built: Built) -> None:
     segment = _segments(built)[-1]
     entry = frame_table(built)[(built.commit["frames_written"] - 1) % built.commit["frame_slots"]]
