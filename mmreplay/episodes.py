@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import codec
+from mmreplay.frame_encoding import FrameEncoder
 from mmreplay.transition_table import EPISODE_START, TERMINATED, TRUNCATED
 from mmreplay.validation import AddArguments
 
@@ -63,6 +63,7 @@ class FramePlan:
 
     payloads: list[bytes] = field(default_factory=list)
     prev_deltas: list[int] = field(default_factory=list)
+    ref_deltas: list[int] = field(default_factory=list)  # all 0 unless the encoder records references
     next_frames: list[int] = field(default_factory=list)
     oldest_frames: list[int] = field(default_factory=list)
     flags: list[int] = field(default_factory=list)
@@ -77,9 +78,12 @@ def plan_frames(
     *,
     next_frame_step: int,
     oldest_stored_step: int,
+    encoder: FrameEncoder,
 ) -> FramePlan:
-    """Decide which frames each recorded env writes and compress them; nothing is written or changed."""
+    """Decide which frames each recorded env writes and compress them; nothing is written or changed
+    (but the encoder's state, which its ``rollback`` restores if the plan is not written)."""
     plan = FramePlan()
+    payloads, ref_deltas, encode = plan.payloads, plan.ref_deltas, encoder.encode
     next_step = next_frame_step
     for env in envs:
         obs = arguments.obs[env]
@@ -103,13 +107,19 @@ def plan_frames(
             stack = stack[first_distinct - 1 :]
             frames = [frame.tobytes() for frame in stack]
             steps = list(range(next_step, next_step + len(frames)))
-            plan.payloads.extend(codec.compress(frame) for frame in stack)
+            for i, frame in enumerate(stack):
+                # A new episode starts a new group of reference frames (reference_codec).
+                payload, ref_delta = encode(env, next_step + i, frame, restart=i == 0 and bool(flags & EPISODE_START))
+                payloads.append(payload)
+                ref_deltas.append(ref_delta)
             plan.prev_deltas.extend([0] + [1] * (len(frames) - 1))
             next_step += len(frames)
             obs_steps = [steps[0]] * (episode.stack_size - len(steps)) + steps
             plan.previous_steps.append(None)
             plan.starts.append((frames, steps))
-        plan.payloads.append(codec.compress(arguments.next_obs[env][-1]))
+        payload, ref_delta = encode(env, next_step, arguments.next_obs[env][-1], restart=False)
+        payloads.append(payload)
+        ref_deltas.append(ref_delta)
         plan.prev_deltas.append(next_step - obs_steps[-1])
         plan.next_frames.append(next_step)
         plan.oldest_frames.append(obs_steps[0])

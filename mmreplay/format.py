@@ -33,6 +33,11 @@ TRANSITIONS_NAME = "transitions.tbl"
 SEGMENTS_DIR = "frames"
 LOCK_NAME = "writer.lock"
 
+# How frames are compressed (``frame_encoding``): the names a header may give. A header without the
+# field is "lz4", and a plain store's header leaves it out (byte for byte the header it always had).
+FRAME_ENCODINGS = ("lz4", "lz4-reference")
+_PLAIN_LAYOUT = {"frame_encoding": "lz4", "reference_scheme": None}
+
 
 def frame_table_name(generation: int) -> str:
     return f"frames-{generation}.idx"
@@ -55,6 +60,9 @@ class Layout:
     row_slots: int
     segment_bytes: int
     sampler: dict[str, object]
+    # "lz4" or "lz4-reference" (see frame_encoding); the latter's ReferenceScheme fields.
+    frame_encoding: str = "lz4"
+    reference_scheme: dict[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -124,10 +132,14 @@ def _body_checksum(body: dict[str, object]) -> int:
 
 def write_header(directory: Path, layout: Layout, commit: Commit) -> None:
     """Replace the header atomically: write a temporary file, fsync it, rename it over, fsync the directory."""
+    layout_fields = asdict(layout)
+    if layout.frame_encoding == "lz4":
+        for name in _PLAIN_LAYOUT:
+            del layout_fields[name]
     body = {
         "magic": MAGIC,
         "format_version": FORMAT_VERSION,
-        "layout": asdict(layout),
+        "layout": layout_fields,
         "commit": asdict(commit),
     }
     text = json.dumps({**body, "checksum": _body_checksum(body)}, indent=1, sort_keys=True)
@@ -164,6 +176,12 @@ def read_header(directory: Path) -> tuple[Layout, Commit]:
         layout_fields = dict(document["layout"])
         layout_fields["frame_shape"] = tuple(layout_fields["frame_shape"])
         layout_fields["action_shape"] = tuple(layout_fields["action_shape"])
-        return Layout(**layout_fields), Commit(**document["commit"])
+        layout, commit = Layout(**layout_fields), Commit(**document["commit"])
     except (KeyError, TypeError) as error:
         raise CorruptStoreError(f"{path}: header is missing or has unknown fields ({error})") from None
+    if layout.frame_encoding not in FRAME_ENCODINGS:
+        known = ", ".join(repr(name) for name in FRAME_ENCODINGS)
+        raise FormatVersionError(
+            f"{path}: frame encoding {layout.frame_encoding!r}; this mmreplay reads frame encodings {known}"
+        )
+    return layout, commit

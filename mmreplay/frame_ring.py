@@ -7,13 +7,16 @@ frame table is ``frame_step % frame_slots``; its *position* is a never-wrapping 
 Each frame-table entry records where the frame's bytes are, their CRC-32 (seeded with the frame step
 and ``prev_delta``, so a frame read at the wrong step or through a damaged entry fails the check),
 and ``prev_delta``: how many frame steps back the previous frame of the same episode is (0 for an
-episode's first frame). That link is all that stacking needs; this module knows nothing of
+episode's first frame). A ring of frames compressed against reference frames (``reference_ring``) has
+entries of another dtype, ``REFERENCE_ENTRY``, with one more field, ``ref_delta``, also bound into the
+seed; a plain ring's entries and seeds are those of ``ref_delta == 0``. That link is all that stacking needs; this module knows nothing of
 transitions, sampling or commits. It never overwrites bytes at a position below ``bytes_written``,
 and the store decides which table slots may be reused.
 """
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 import struct
@@ -46,6 +49,7 @@ class MissingSegmentError(CorruptStoreError):
         self.frame_step = frame_step
 
 _SEED_MULTIPLIER = 2654435761  # Knuth's multiplicative hash constant: spreads steps over 32 bits
+_REF_SEED_MULTIPLIER = 2246822519  # xxHash's PRIME32_2 (odd: each 16-bit ref_delta moves the seed apart)
 
 FRAME_ENTRY = np.dtype(
     [("position", "<u8"), ("length", "<u4"), ("checksum", "<u4"), ("prev_delta", "<u4")]
@@ -54,6 +58,13 @@ _ENTRY = struct.Struct("<QIII")  # FRAME_ENTRY, packed by append
 assert _ENTRY.size == FRAME_ENTRY.itemsize
 # The entry as codec.decode_from_table reads it: its size and the byte offsets of its fields.
 _ENTRY_LAYOUT = (FRAME_ENTRY.itemsize, *(FRAME_ENTRY.fields[name][1] for name in FRAME_ENTRY.names))
+# A reference-encoded frame's entry: ``ref_delta`` is its step minus its reference's step (0: compressed
+# alone), little-endian u2 after the plain fields (22 bytes, unaligned: numpy and struct read it packed).
+REFERENCE_ENTRY = np.dtype(
+    [("position", "<u8"), ("length", "<u4"), ("checksum", "<u4"), ("prev_delta", "<u4"), ("ref_delta", "<u2")]
+)
+_REFERENCE_ENTRY = struct.Struct("<QIIIH")
+assert _REFERENCE_ENTRY.size == REFERENCE_ENTRY.itemsize
 
 
 class FrameRing:
@@ -70,8 +81,10 @@ class FrameRing:
         frames_written: int,
         bytes_written: int,
         writable: bool,
+        entry: np.dtype = FRAME_ENTRY,
     ) -> None:
         self.directory = directory
+        self.entry = entry  # FRAME_ENTRY, or REFERENCE_ENTRY for a reference_ring
         self.frame_shape = frame_shape
         self.frame_nbytes = int(np.prod(frame_shape))
         self.segment_bytes = segment_bytes
@@ -91,13 +104,18 @@ class FrameRing:
         self._table_reserved = 0  # bytes of the table that _reservation has reserved
         self._entries = self._entry_view()
 
-    @classmethod
+    @staticmethod
     def create(
-        cls, directory: Path, *, frame_shape: tuple[int, ...], segment_bytes: int, frame_slots: int
+        directory: Path,
+        *,
+        frame_shape: tuple[int, ...],
+        segment_bytes: int,
+        frame_slots: int,
+        entry: np.dtype = FRAME_ENTRY,
     ) -> FrameRing:
         (directory / SEGMENTS_DIR).mkdir()
-        create_sparse(directory / frame_table_name(0), frame_slots * FRAME_ENTRY.itemsize)
-        return cls(
+        create_sparse(directory / frame_table_name(0), frame_slots * entry.itemsize)
+        return FrameRing(
             directory,
             frame_shape=frame_shape,
             segment_bytes=segment_bytes,
@@ -106,14 +124,16 @@ class FrameRing:
             frames_written=0,
             bytes_written=0,
             writable=True,
+            entry=entry,
         )
 
     # -- writing ---------------------------------------------------------------------------------
 
-    def append(self, payloads: list[bytes], prev_deltas: list[int]) -> int:
+    def append(self, payloads: list[bytes], prev_deltas: list[int], ref_deltas: list[int] | None = None) -> int:
         """Write compressed frames with their episode links; returns the first new frame step.
 
-        The caller guarantees that ``frames_written + len(payloads)`` stays within the table's window
+        ``ref_deltas`` (one per frame) are the reference links of a ring with ``REFERENCE_ENTRY`` entries,
+        and must be None for a plain one. The caller guarantees that ``frames_written + len(payloads)`` stays within the table's window
         (no slot that a committed or stored transition needs is reused). Consecutive frames of one
         segment go out in one ``pwritev``.
         """
@@ -121,22 +141,31 @@ class FrameRing:
         position = self.bytes_written
         segment_bytes, frame_slots, entries = self.segment_bytes, self.frame_slots, self._entries
         assert entries is not None, "append needs a writable frame ring"
-        table_end = min(first_step + len(payloads), frame_slots) * _ENTRY.size
+        with_refs = "ref_delta" in (self.entry.names or ())
+        assert with_refs == (ref_deltas is not None), "ref_deltas are given exactly for a reference ring"
+        packer = _REFERENCE_ENTRY if with_refs else _ENTRY
+        entry_size, pack_into = packer.size, packer.pack_into
+        table_end = min(first_step + len(payloads), frame_slots) * entry_size
         if table_end > self._table_reserved:  # slots fill in order on the first lap, then all are reserved
             self._reservation.ensure(table_end)  # type: ignore[union-attr]
             self._table_reserved = table_end
         run: list[bytes] = []  # frames not written yet, consecutive from run_start in the current segment
         run_start = position
-        for payload, prev_delta in zip(payloads, prev_deltas):
+        for payload, prev_delta, ref_delta in zip(payloads, prev_deltas, ref_deltas or itertools.repeat(0)):
             length = len(payload)
             if position % segment_bytes + length > segment_bytes:  # frames never straddle segments
                 self._write_run(run, run_start)
                 position += segment_bytes - position % segment_bytes
                 run, run_start = [], position
             run.append(payload)
-            seed = (step * _SEED_MULTIPLIER + prev_delta) & 0xFFFFFFFF  # frame_seed, without numpy
-            _ENTRY.pack_into(entries, (step % frame_slots) * _ENTRY.size, position, length,
-                             codec.checksum(payload, seed), prev_delta)
+            # frame_seed, without numpy
+            seed = (step * _SEED_MULTIPLIER + prev_delta + ref_delta * _REF_SEED_MULTIPLIER) & 0xFFFFFFFF
+            if with_refs:
+                pack_into(entries, (step % frame_slots) * entry_size, position, length,
+                          codec.checksum(payload, seed), prev_delta, ref_delta)
+            else:
+                pack_into(entries, (step % frame_slots) * entry_size, position, length,
+                          codec.checksum(payload, seed), prev_delta)
             position += length
             step += 1
         self._write_run(run, run_start)
@@ -178,10 +207,10 @@ class FrameRing:
         generation = self.generation + 1
         path = self.directory / frame_table_name(generation)
         path.unlink(missing_ok=True)  # left by a crash before the header named it
-        create_sparse(path, frame_slots * FRAME_ENTRY.itemsize)
+        create_sparse(path, frame_slots * self.entry.itemsize)
         reservation = BlockReservation(path)
-        reservation.ensure(frame_slots * FRAME_ENTRY.itemsize)
-        table = np.memmap(path, dtype=FRAME_ENTRY, mode="r+", shape=(frame_slots,))
+        reservation.ensure(frame_slots * self.entry.itemsize)
+        table = np.memmap(path, dtype=self.entry, mode="r+", shape=(frame_slots,))
         steps = np.arange(frame_tail, self.frames_written)
         table[steps % frame_slots] = self._table[steps % self.frame_slots]
         table.flush()
@@ -193,7 +222,7 @@ class FrameRing:
         self._entries = self._entry_view()
         self._reservation.close()  # type: ignore[union-attr]
         self._reservation = reservation
-        self._table_reserved = frame_slots * FRAME_ENTRY.itemsize
+        self._table_reserved = frame_slots * self.entry.itemsize
         self.generation = generation
         self.frame_slots = frame_slots
 
@@ -214,6 +243,11 @@ class FrameRing:
     def prev_deltas(self, frame_steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """The ``prev_delta`` link of each frame (0 at an episode's first frame)."""
         return self._table["prev_delta"][frame_steps % self.frame_slots].astype(np.int64)
+
+    def keep_from(self, oldest_frame: int) -> int:
+        """The oldest frame step to keep so that every frame from ``oldest_frame`` on still decodes:
+        ``oldest_frame`` itself here, where each frame decodes alone (see ``ReferenceFrameRing``)."""
+        return oldest_frame
 
     def reload(self, *, generation: int, frame_slots: int, frames_written: int, bytes_written: int) -> None:
         """Follow a writer's newer commit (readers): counts, and the frame table if it was replaced."""
@@ -318,10 +352,10 @@ class FrameRing:
 
     def _map_table(self, generation: int, frame_slots: int) -> np.memmap:
         path = self.directory / frame_table_name(generation)
-        expected = frame_slots * FRAME_ENTRY.itemsize
+        expected = frame_slots * self.entry.itemsize
         if not path.is_file() or path.stat().st_size < expected:
             raise CorruptStoreError(f"{path}: frame table is missing or shorter than {expected} bytes")
-        return np.memmap(path, dtype=FRAME_ENTRY, mode="r+" if self.writable else "r", shape=(frame_slots,))
+        return np.memmap(path, dtype=self.entry, mode="r+" if self.writable else "r", shape=(frame_slots,))
 
     def _table_path(self) -> Path:
         return self.directory / frame_table_name(self.generation)
@@ -414,6 +448,9 @@ class FrameRing:
             os.close(descriptor)
 
 
-def frame_seed(frame_step: npt.ArrayLike, prev_delta: npt.ArrayLike) -> npt.NDArray[np.int64]:
-    """The CRC seed of a frame: binds its checksum to its step and its episode link."""
-    return (np.asarray(frame_step, np.int64) * _SEED_MULTIPLIER + np.asarray(prev_delta, np.int64)) & 0xFFFFFFFF
+def frame_seed(
+    frame_step: npt.ArrayLike, prev_delta: npt.ArrayLike, ref_delta: npt.ArrayLike = 0
+) -> npt.NDArray[np.int64]:
+    """The CRC seed of a frame: binds its checksum to its step, its episode link and its reference link."""
+    seed = np.asarray(frame_step, np.int64) * _SEED_MULTIPLIER + np.asarray(prev_delta, np.int64)
+    return (seed + np.asarray(ref_delta, np.int64) * _REF_SEED_MULTIPLIER) & 0xFFFFFFFF

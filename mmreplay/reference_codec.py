@@ -35,6 +35,7 @@ dictionary: different bytes, the same frames once decoded.
 from __future__ import annotations
 
 import importlib
+import os
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -46,10 +47,14 @@ import numpy.typing as npt
 
 from mmreplay.errors import CorruptStoreError
 
-try:
-    _lz4ref: ModuleType | None = importlib.import_module("mmreplay._lz4ref")
-except ImportError:  # not built (no compiler, or no liblz4 at build time), or liblz4.so.1 missing now
-    _lz4ref = None
+_lz4ref: ModuleType | None = None
+# MMREPLAY_PURE_PYTHON=1 hides the extension (as codec hides mmreplay._lz4batch), so that the test suite
+# can check the python-lz4 path.
+if os.environ.get("MMREPLAY_PURE_PYTHON", "") in ("", "0"):
+    try:
+        _lz4ref = importlib.import_module("mmreplay._lz4ref")
+    except ImportError:  # not built (no compiler, or no liblz4 at build time), or liblz4.so.1 missing now
+        _lz4ref = None
 
 ACCELERATED: bool = _lz4ref is not None
 
@@ -143,6 +148,13 @@ class EnvReferences:
     def restart(self) -> None:
         self._place = 0
         self._anchors = []
+
+    def copy(self) -> EnvReferences:
+        """An independent copy of this state (a writer's checkpoint); the frames kept are shared, never changed."""
+        twin = EnvReferences(self.scheme)
+        twin._place, twin._key_step, twin._last_step = self._place, self._key_step, self._last_step
+        twin._anchors = list(self._anchors)
+        return twin
 
     def assign(
         self, frame_step: int, frame: npt.NDArray[np.uint8], *, frame_tail: int = 0

@@ -1,0 +1,171 @@
+"""How a store encodes its frames, chosen once at create time and recorded in the header's layout.
+
+- ``"lz4"`` (the default): each frame is one lz4 block, compressed alone; a ``FrameRing`` whose table
+  entries are ``FRAME_ENTRY``. Its header has no encoding fields, exactly as before the choice existed.
+- ``"lz4-reference"``: each frame is compressed against an earlier frame of the same env, its
+  reference (``reference_codec``: groups of ``group_size`` frames per env, a key frame compressed alone
+  at the start of each, references arranged by ``branching``); a ``ReferenceFrameRing`` whose entries
+  also hold ``ref_delta``. About 3x denser on Atari frames; reading a frame decodes at most
+  ``scheme.depth`` other frames, and adding costs a reference-aware encode per frame.
+
+The writer side is a *frame encoder*: ``encode(env, frame_step, frame, restart=...)`` returns a frame's
+payload and ``ref_delta``. The reference encoder keeps each env's ``EnvReferences`` (the frames later
+ones may reference) in memory; ``checkpoint``/``rollback`` undo what a failed add assigned, so that no
+frame is ever encoded against a frame that was not written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from mmreplay import codec, format
+from mmreplay.errors import CorruptStoreError
+from mmreplay.frame_ring import FRAME_ENTRY, REFERENCE_ENTRY, FrameRing
+from mmreplay.reference_codec import EnvReferences, ReferenceScheme, compress_against
+from mmreplay.reference_ring import ReferenceFrameRing
+
+PLAIN = "lz4"
+REFERENCE = "lz4-reference"
+assert format.FRAME_ENCODINGS == (PLAIN, REFERENCE)
+
+
+def parse_frame_encoding(
+    frame_encoding: object, reference_scheme: object
+) -> tuple[str, dict[str, int] | None]:
+    """The layout's ``frame_encoding`` and ``reference_scheme`` fields for ``ReplayStore.create``'s arguments."""
+    if not isinstance(frame_encoding, str):
+        raise TypeError(f"frame_encoding must be a str; got {type(frame_encoding).__name__} {frame_encoding!r}")
+    if frame_encoding not in format.FRAME_ENCODINGS:
+        expected = " or ".join(repr(name) for name in format.FRAME_ENCODINGS)
+        raise ValueError(f"frame_encoding is {frame_encoding!r}; expected {expected}")
+    if reference_scheme is not None and not isinstance(reference_scheme, ReferenceScheme):
+        raise TypeError(
+            f"reference_scheme must be a ReferenceScheme or None; got {type(reference_scheme).__name__}"
+        )
+    if frame_encoding == PLAIN:
+        if reference_scheme is not None:
+            raise ValueError(f"reference_scheme is only for frame_encoding={REFERENCE!r}; got frame_encoding={PLAIN!r}")
+        return PLAIN, None
+    return REFERENCE, asdict(reference_scheme if reference_scheme is not None else ReferenceScheme())
+
+
+def scheme_of(layout: format.Layout, directory: Path) -> ReferenceScheme | None:
+    """The store's reference scheme (None for plain frames), checked as the header gives it."""
+    if layout.frame_encoding == PLAIN:
+        return None
+    fields = layout.reference_scheme
+    try:
+        if not isinstance(fields, dict):
+            raise TypeError(f"expected an object, got {type(fields).__name__}")
+        return ReferenceScheme(**fields)
+    except (TypeError, ValueError) as error:
+        raise CorruptStoreError(
+            f"{directory / format.HEADER_NAME}: reference_scheme {fields!r} is not a valid scheme ({error})"
+        ) from None
+
+
+def table_entry(layout: format.Layout) -> np.dtype:
+    """The frame table's entry dtype for the store's encoding."""
+    return REFERENCE_ENTRY if layout.frame_encoding == REFERENCE else FRAME_ENTRY
+
+
+def open_ring(directory: Path, layout: format.Layout, commit: format.Commit, *, writable: bool) -> FrameRing:
+    """The store's frame ring, of the class its encoding needs, at its committed counts."""
+    counts = dict(
+        frame_shape=layout.frame_shape,
+        segment_bytes=layout.segment_bytes,
+        frame_slots=commit.frame_slots,
+        generation=commit.frame_table_generation,
+        frames_written=commit.frames_written,
+        bytes_written=commit.bytes_written,
+        writable=writable,
+    )
+    scheme = scheme_of(layout, directory)
+    if scheme is None:
+        return FrameRing(directory, **counts)  # type: ignore[arg-type]
+    return ReferenceFrameRing(directory, scheme=scheme, **counts)  # type: ignore[arg-type]
+
+
+class FrameEncoder(Protocol):
+    """Compresses the frames a writer adds, in frame step order; see the module docstring."""
+
+    records_references: bool  # whether payloads come with ref_deltas for the frame table
+    frame_tail: int  # the oldest frame step the store keeps (its last commit's)
+
+    def encode(
+        self, env: int, frame_step: int, frame: npt.NDArray[np.uint8], *, restart: bool
+    ) -> tuple[bytes, int]: ...
+
+    def checkpoint(self) -> None: ...
+
+    def rollback(self) -> None: ...
+
+
+class PlainEncoder:
+    """Each frame alone: ``codec.compress``; no state."""
+
+    records_references = False
+
+    def __init__(self) -> None:
+        self.frame_tail = 0
+
+    def encode(
+        self, env: int, frame_step: int, frame: npt.NDArray[np.uint8], *, restart: bool
+    ) -> tuple[bytes, int]:
+        return codec.compress(frame), 0
+
+    def checkpoint(self) -> None:
+        pass
+
+    def rollback(self) -> None:
+        pass
+
+
+class ReferenceEncoder:
+    """Each frame against its reference in its env's current group (``EnvReferences``).
+
+    A writer that opens a store starts every env with a key frame: the frames an earlier writer kept
+    in memory are gone, and a new group needs nothing from disk.
+    """
+
+    records_references = True
+
+    def __init__(self, scheme: ReferenceScheme, *, num_envs: int, frame_shape: tuple[int, ...]) -> None:
+        self.frame_tail = 0
+        self._frame_shape = frame_shape
+        self._envs = [EnvReferences(scheme) for _ in range(num_envs)]
+        self._saved: dict[int, EnvReferences] = {}  # each env's state at the last checkpoint, once touched
+
+    def encode(
+        self, env: int, frame_step: int, frame: npt.NDArray[np.uint8], *, restart: bool
+    ) -> tuple[bytes, int]:
+        references = self._envs[env]
+        if env not in self._saved:
+            self._saved[env] = references.copy()
+        if restart:
+            references.restart()
+        frame = np.ascontiguousarray(frame, np.uint8).reshape(self._frame_shape)
+        ref_delta, reference = references.assign(frame_step, frame, frame_tail=self.frame_tail)
+        return compress_against(frame, reference), ref_delta
+
+    def checkpoint(self) -> None:
+        """Remember the state: a ``rollback`` returns to it (an add that failed before writing)."""
+        self._saved = {}
+
+    def rollback(self) -> None:
+        for env, references in self._saved.items():
+            self._envs[env] = references
+        self._saved = {}
+
+
+def encoder_for(layout: format.Layout, directory: Path) -> FrameEncoder:
+    """A new writer's frame encoder for the store's encoding."""
+    scheme = scheme_of(layout, directory)
+    if scheme is None:
+        return PlainEncoder()
+    return ReferenceEncoder(scheme, num_envs=layout.num_envs, frame_shape=layout.frame_shape)
