@@ -15,6 +15,7 @@ from mmreplay.errors import (
     StoreLockedError,
     StoreNotFoundError,
 )
+from mmreplay.reference_codec import ReferenceScheme
 from mmreplay.samplers import PrioritizedSampler, Sampler, UniformSampler
 from mmreplay.store import ReplayStore
 from mmreplay.hdf5 import export_hdf5, import_hdf5  # noqa: E402 (they use the store API above)
@@ -29,6 +30,7 @@ __all__ = [
     "FormatVersionError",
     "MmreplayError",
     "ReadOnlyStoreError",
+    "ReferenceScheme",
     "ReplayStore",
     "Sampler",
     "StoreExistsError",

@@ -140,6 +140,8 @@ class TransitionReader:
             self.frames.decode_into(frames.reshape(-1), pixels.reshape(-1, *self.frame_shape))
         except FrameChecksumError as error:
             needing = steps[(frames == error.frame_step).any(axis=1)]
+            if len(needing) == 0:
+                raise
             raise FrameChecksumError(
                 f"{error} (read for transition {int(needing[0])})", frame_step=error.frame_step
             ) from None

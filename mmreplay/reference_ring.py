@@ -110,7 +110,7 @@ class ReferenceFrameRing(FrameRing):
     def _requested_needing(self, frame_steps: npt.NDArray[np.int64], frame_step: int) -> int:
         """A requested frame that is, or depends on, ``frame_step`` (for errors: the frame that failed)."""
         chain = np.asarray(frame_steps, np.int64).copy()
-        for _ in range(self.scheme.depth + 1):
+        for _ in range(self.scheme.depth + 2):  # a damaged chain can name one frame more than depth
             hit = np.flatnonzero(chain == frame_step)
             if hit.size:
                 return int(frame_steps[hit[0]])

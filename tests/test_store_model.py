@@ -31,7 +31,7 @@ from reference import (
 )
 from strategies import SPOILERS, FrameSource, draw_add, spoil, store_configs
 
-from mmreplay import ReplayStore
+from mmreplay import ReferenceScheme, ReplayStore
 from mmreplay.errors import ReadOnlyStoreError
 
 
@@ -41,6 +41,8 @@ def assert_same_batch(a, b) -> None:
 
 
 class StoreMachine(RuleBasedStateMachine):
+    create_options: dict[str, object] = {}  # frame encoding options of ReplayStore.create
+
     def __init__(self) -> None:
         super().__init__()
         self.dir = tempfile.mkdtemp(prefix="mmreplay-model-")
@@ -49,7 +51,7 @@ class StoreMachine(RuleBasedStateMachine):
 
     @initialize(config=store_configs())
     def create(self, config):
-        self.store = ReplayStore.create(self.path, **config)
+        self.store = ReplayStore.create(self.path, **config, **self.create_options)
         self.ref = ReferenceStore(**config)
         self.frames = FrameSource(config["frame_shape"])
 
@@ -143,10 +145,23 @@ class StoreMachine(RuleBasedStateMachine):
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-TestStoreModel = StoreMachine.TestCase
-TestStoreModel.settings = settings(
+class ReferenceStoreMachine(StoreMachine):
+    """The same machine over frames compressed against references: groups of 4 (two levels of references)
+    that restart every 12 frame steps at most, so that every boundary case meets a group boundary."""
+
+    create_options = {
+        "frame_encoding": "lz4-reference",
+        "reference_scheme": ReferenceScheme(group_size=4, branching=2, max_distance=12),
+    }
+
+
+MODEL_SETTINGS = settings(
     max_examples=80,
     stateful_step_count=25,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
+TestStoreModel = StoreMachine.TestCase
+TestStoreModel.settings = MODEL_SETTINGS
+TestReferenceStoreModel = ReferenceStoreMachine.TestCase
+TestReferenceStoreModel.settings = MODEL_SETTINGS

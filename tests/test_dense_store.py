@@ -1,0 +1,325 @@
+"""Stores created with ``frame_encoding="lz4-reference"``: frames compressed against earlier frames of their env.
+
+Real Atari frames (../shared/data) go in one at a time, through one env or a vector of four, and every
+stored transition must come back exactly as the naive reference model (tests/reference.py) has it:
+after eviction, after the ring of frames has wrapped and its oldest segments were deleted, after a
+reopen, through n-step and sequence sampling. A damaged frame, or a damaged link to its reference,
+must raise a ``CorruptStoreError`` naming the frame, never return other pixels.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from issue3_reference import add_masked, assert_n_step_matches, assert_sequences_match
+from reference import ReferenceStore, assert_batch_matches, assert_store_matches
+
+from mmreplay import CorruptStoreError, FormatVersionError, ReferenceScheme, ReplayStore
+from mmreplay.frame_ring import REFERENCE_ENTRY, FrameChecksumError
+
+DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+GAMES = ["pong", "breakout", "mspacman"]
+KEYS = ("frames", "action", "reward", "terminated")
+DENSE = "lz4-reference"
+
+
+@functools.cache
+def stream(game: str) -> dict[str, np.ndarray]:
+    """The first 4,000 frames of a game's frame stream (see ../shared/data/README.md)."""
+    path = DATA_DIR / f"atari_{game}.npz"
+    if not path.is_file():
+        pytest.skip(f"real Atari frames are absent: {path} does not exist (see the project README)")
+    with np.load(path) as data:
+        return {key: np.array(data[key][:4000]) for key in KEYS}
+
+
+def transitions(game: str, first: int = 0) -> list[tuple]:
+    """The stream's transitions from position ``first`` on: (obs frame, action, reward, next frame, terminated,
+    truncated); an episode whose last frame the stream cuts off is marked truncated."""
+    s = stream(game)
+    positions = np.flatnonzero(s["action"][:-1] >= 0)
+    positions = positions[positions >= first]
+    starts = set(positions.tolist())
+    return [
+        (s["frames"][t], int(s["action"][t]), float(s["reward"][t]), s["frames"][t + 1], bool(s["terminated"][t]),
+         bool(t + 1 not in starts and not s["terminated"][t] and t + 1 < len(s["action"]) - 1))
+        for t in positions.tolist()
+    ]  # fmt: skip
+
+
+def make(tmp_path: Path, *, capacity: int, num_envs: int = 1, stack_size: int = 4, name: str = "dense.mmr",
+         scheme: ReferenceScheme | None = None) -> tuple[ReplayStore, ReferenceStore]:  # fmt: skip
+    config = dict(frame_shape=(84, 84), capacity=capacity, stack_size=stack_size, num_envs=num_envs)
+    store = ReplayStore.create(tmp_path / name, **config, frame_encoding=DENSE, reference_scheme=scheme)
+    return store, ReferenceStore(**config)
+
+
+def vector_adds(game: str, num_envs: int, count: int) -> list[tuple]:
+    """``count`` lockstep vector adds: env e plays the stream from its e-th quarter on."""
+    quarter = len(stream(game)["action"]) // num_envs
+    per_env = [transitions(game, first=e * quarter)[:count] for e in range(num_envs)]
+    assert all(len(items) == count for items in per_env), "the stream is too short for this many adds"
+    return [
+        tuple(np.array([per_env[e][k][field] for e in range(num_envs)]) for field in range(6)) for k in range(count)
+    ]
+
+
+def frame_table(path: Path) -> np.ndarray:
+    header = json.loads((path / "header.json").read_text())
+    generation = header["commit"]["frame_table_generation"]
+    return np.fromfile(path / f"frames-{generation}.idx", dtype=REFERENCE_ENTRY)
+
+
+@pytest.mark.parametrize("game", GAMES)
+def test_one_env_of_real_frames_comes_back_exactly_after_eviction(tmp_path: Path, game: str) -> None:
+    store, ref = make(tmp_path, capacity=500)
+    for i, args in enumerate(transitions(game)[:700]):
+        store.add(*args)
+        ref.add(*args)
+        if i % 150 == 149:
+            store.flush()
+    assert len(store) == 500
+    assert_store_matches(store, ref)
+    assert_batch_matches(store.sample(256, rng=1), ref)
+    store.close()
+
+
+@pytest.mark.parametrize("game", GAMES)
+def test_a_vector_of_four_envs_comes_back_exactly(tmp_path: Path, game: str) -> None:
+    store, ref = make(tmp_path, capacity=600, num_envs=4)
+    for args in vector_adds(game, 4, 180):
+        store.add(*args)
+        ref.add(*args)
+    assert_store_matches(store, ref)
+    assert_batch_matches(store.sample(256, rng=2), ref)
+    store.close()
+    with ReplayStore.open(tmp_path / "dense.mmr", "r") as reader:
+        assert_store_matches(reader, ref)
+
+
+def test_a_wrapped_ring_keeps_the_frames_that_its_oldest_frames_are_compressed_against(tmp_path: Path) -> None:
+    # Groups of 256 frames all against their key frame: the oldest stored frames' key frame lies far behind
+    # the oldest frame a stored transition shows. The store commits only when its rings are full (every
+    # ~1,000 adds, as capacity 12 leaves ~1,000 slots of slack), and the slots of the frame table wrap
+    # about three times: were the key frames not kept, their slots would be reused within a lap.
+    store, ref = make(tmp_path, capacity=12, scheme=ReferenceScheme(group_size=256, branching=256))
+    for i, args in enumerate(transitions("mspacman")[:3600]):
+        store.add(*args)
+        ref.add(*args)
+        if i % 5 == 0:
+            assert_batch_matches(store.read(ref.stored_steps()), ref, ref.stored_steps())
+    store.close()
+    header = json.loads((tmp_path / "dense.mmr" / "header.json").read_text())
+    frame_slots, frames_written = header["commit"]["frame_slots"], header["commit"]["frames_written"]
+    assert frames_written > 2 * frame_slots, "the frame table did not wrap"
+    assert not (tmp_path / "dense.mmr" / "frames" / "0000000000.seg").exists(), "no segment was released"
+    with ReplayStore.open(tmp_path / "dense.mmr", "r") as reader:
+        assert_store_matches(reader, ref)
+
+
+def test_a_reopened_store_continues_the_episode_and_its_frames(tmp_path: Path) -> None:
+    items = transitions("pong")[:600]
+    store, ref = make(tmp_path, capacity=1000)
+    for args in items[:300]:
+        store.add(*args)
+        ref.add(*args)
+    store.close()
+    with ReplayStore.open(tmp_path / "dense.mmr", "r+") as store:
+        for args in items[300:]:
+            store.add(*args)
+            ref.add(*args)
+        assert_store_matches(store, ref)
+    with ReplayStore.open(tmp_path / "dense.mmr", "r") as reader:
+        assert reader.episodes()[0].steps[-1] > 300, "the reopened writer did not continue the episode"
+        assert_store_matches(reader, ref)
+
+
+def test_n_step_and_sequence_samples_match_the_reference(tmp_path: Path) -> None:
+    store, ref = make(tmp_path, capacity=400, num_envs=2)
+    for args in vector_adds("breakout", 2, 300):
+        store.add(*args)
+        ref.add(*args)
+    assert_n_step_matches(store.sample(300, rng=3, n_step=3, gamma=0.9), ref, 3, 0.9)
+    assert_sequences_match(store.sample_sequences(100, 6, rng=4), ref, 6)
+    store.close()
+
+
+def test_an_add_that_fails_to_write_leaves_no_frame_compressed_against_its_frames(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, ref = make(tmp_path, capacity=300, num_envs=2)
+    adds = vector_adds("pong", 2, 120)
+    for args in adds[:50]:
+        store.add(*args)
+        ref.add(*args)
+
+    def full_disk(*_: object) -> int:
+        raise OSError(28, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(os, "pwritev", full_disk)
+        patch.setattr(os, "pwrite", full_disk)
+        with pytest.raises(OSError):
+            store.add(*adds[50])
+    # Env 1 alone writes the frame steps that the failed add had given to both envs; then both go on.
+    only_env_1 = np.array([False, True])
+    store.add(*adds[50], env_mask=only_env_1)
+    add_masked(ref, adds[50], only_env_1)
+    for args in adds[51:]:
+        store.add(*args)
+        ref.add(*args)
+    assert_store_matches(store, ref)
+    store.close()
+
+
+def dense_pong_store(tmp_path: Path) -> tuple[Path, ReferenceStore]:
+    """A closed single-env store (stack 1) of Pong's first episode: transition k shows frames k and k + 1."""
+    store, ref = make(tmp_path, capacity=100, stack_size=1, scheme=ReferenceScheme(group_size=8, branching=8))
+    for args in transitions("pong")[:40]:
+        store.add(*args)
+        ref.add(*args)
+    store.close()
+    table = frame_table(tmp_path / "dense.mmr")
+    # Frames 8 to 15 form a group: 8 alone, 9-15 against 8.
+    assert table["ref_delta"][8] == 0 and (table["ref_delta"][9:16] == np.arange(1, 8)).all()
+    return tmp_path / "dense.mmr", ref
+
+
+def flip_frame_byte(path: Path, frame_step: int) -> None:
+    entry = frame_table(path)[frame_step]
+    segment = path / "frames" / "0000000000.seg"
+    data = bytearray(segment.read_bytes())
+    data[int(entry["position"]) + int(entry["length"]) // 2] ^= 0x40
+    segment.write_bytes(bytes(data))
+
+
+def test_a_damaged_reference_frame_fails_the_frames_compressed_against_it(tmp_path: Path) -> None:
+    path, ref = dense_pong_store(tmp_path)
+    flip_frame_byte(path, 8)
+    with ReplayStore.open(path, "r") as store:
+        # Transition 10 shows frames 10 and 11, both compressed against frame 8.
+        with pytest.raises(FrameChecksumError, match=r"frame 8 \(a frame that a requested frame is compressed "
+                           r"against\) fails its checksum or does not decode: .*0000000000\.seg") as info:
+            store.read([10])
+        assert isinstance(info.value, CorruptStoreError) and "transition 10" in str(info.value)
+        with pytest.raises(FrameChecksumError, match=r"^frame 8 fails its checksum"):
+            store.read([7])  # frames 7 and 8
+        assert_batch_matches(store.read(np.arange(0, 7)), ref, np.arange(0, 7))  # the frames before it
+        assert_batch_matches(store.read(np.arange(16, 39)), ref, np.arange(16, 39))  # and the next group
+
+
+def test_a_damaged_reference_link_is_detected(tmp_path: Path) -> None:
+    path, ref = dense_pong_store(tmp_path)
+    # Frame 12 names frame 0 (another key frame) instead of 8 as its reference: a frame that decodes, but
+    # not the frame 12 was compressed against.
+    table_path = path / "frames-0.idx"
+    offset = 12 * REFERENCE_ENTRY.itemsize + REFERENCE_ENTRY.fields["ref_delta"][1]
+    data = bytearray(table_path.read_bytes())
+    data[offset : offset + 2] = (12).to_bytes(2, "little")
+    table_path.write_bytes(bytes(data))
+    with ReplayStore.open(path, "r") as store:
+        with pytest.raises(FrameChecksumError, match=r"frame 12 fails its checksum .*frames-0\.idx is corrupt"):
+            store.read([11])
+        assert_batch_matches(store.read([13, 14]), ref, [13, 14])
+
+
+def test_a_reference_chain_deeper_than_the_scheme_is_reported_as_corrupt(tmp_path: Path) -> None:
+    path, _ = dense_pong_store(tmp_path)
+    table_path = path / "frames-0.idx"
+    data = bytearray(table_path.read_bytes())
+    offset = 8 * REFERENCE_ENTRY.itemsize + REFERENCE_ENTRY.fields["ref_delta"][1]
+    data[offset : offset + 2] = (1).to_bytes(2, "little")  # the key frame 8 now names frame 7
+    table_path.write_bytes(bytes(data))
+    with ReplayStore.open(path, "r") as store:
+        with pytest.raises(FrameChecksumError, match=r"the scheme allows 1.*frames-0\.idx is corrupt"):
+            store.read([12])
+
+
+def test_the_header_records_the_encoding_and_a_plain_header_is_unchanged(tmp_path: Path) -> None:
+    scheme = ReferenceScheme(group_size=16, branching=4, max_distance=1000)
+    ReplayStore.create(tmp_path / "dense.mmr", frame_shape=(4, 4), capacity=10, frame_encoding=DENSE,
+                       reference_scheme=scheme).close()  # fmt: skip
+    ReplayStore.create(tmp_path / "plain.mmr", frame_shape=(4, 4), capacity=10).close()
+    dense = json.loads((tmp_path / "dense.mmr" / "header.json").read_text())["layout"]
+    plain = json.loads((tmp_path / "plain.mmr" / "header.json").read_text())["layout"]
+    assert dense["frame_encoding"] == DENSE
+    assert dense["reference_scheme"] == {"group_size": 16, "branching": 4, "max_distance": 1000}
+    assert "frame_encoding" not in plain and "reference_scheme" not in plain
+    assert (tmp_path / "dense.mmr" / "frames-0.idx").stat().st_size % REFERENCE_ENTRY.itemsize == 0
+
+
+def rewrite_header(path: Path, edit) -> None:  # type: ignore[no-untyped-def]
+    """Edit the header and give it a valid checksum again (a header some other writer made)."""
+    document = json.loads((path / "header.json").read_text())
+    del document["checksum"]
+    edit(document)
+    document["checksum"] = zlib.crc32(json.dumps(document, sort_keys=True).encode())
+    (path / "header.json").write_text(json.dumps(document))
+
+
+def test_an_unknown_frame_encoding_is_refused_naming_the_file_and_the_encoding(tmp_path: Path) -> None:
+    ReplayStore.create(tmp_path / "s.mmr", frame_shape=(4, 4), capacity=10, frame_encoding=DENSE).close()
+    rewrite_header(tmp_path / "s.mmr", lambda h: h["layout"].__setitem__("frame_encoding", "zstd-delta"))
+    for mode in ("r", "r+"):
+        with pytest.raises(FormatVersionError, match=r"s\.mmr/header\.json: frame encoding 'zstd-delta'; this "
+                           r"mmreplay reads frame encodings 'lz4', 'lz4-reference'"):  # fmt: skip
+            ReplayStore.open(tmp_path / "s.mmr", mode)
+
+
+def test_an_invalid_reference_scheme_in_the_header_is_refused(tmp_path: Path) -> None:
+    ReplayStore.create(tmp_path / "s.mmr", frame_shape=(4, 4), capacity=10, frame_encoding=DENSE).close()
+    rewrite_header(tmp_path / "s.mmr", lambda h: h["layout"]["reference_scheme"].__setitem__("branching", 1))
+    with pytest.raises(CorruptStoreError, match=r"header\.json: reference_scheme .* is not a valid scheme"):
+        ReplayStore.open(tmp_path / "s.mmr", "r")
+
+
+@pytest.mark.parametrize(
+    "options, error, message",
+    [
+        ({"frame_encoding": "zstd"}, ValueError, "frame_encoding is 'zstd'; expected 'lz4' or 'lz4-reference'"),
+        ({"frame_encoding": None}, TypeError, "frame_encoding must be a str; got NoneType None"),
+        ({"reference_scheme": ReferenceScheme()}, ValueError,
+         "reference_scheme is only for frame_encoding='lz4-reference'; got frame_encoding='lz4'"),
+        ({"frame_encoding": DENSE, "reference_scheme": {"group_size": 8}}, TypeError,
+         "reference_scheme must be a ReferenceScheme or None; got dict"),
+    ],
+)  # fmt: skip
+def test_create_validates_the_encoding_before_making_anything(tmp_path: Path, options, error, message) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):
+        ReplayStore.create(tmp_path / "s.mmr", frame_shape=(4, 4), capacity=10, **options)
+    assert not any(tmp_path.iterdir())
+
+
+WRITE_WITHOUT_EXTENSION = """
+import sys
+import numpy as np
+from mmreplay import ReplayStore, reference_codec
+assert not reference_codec.ACCELERATED
+data = np.load(sys.argv[2])
+with ReplayStore.create(sys.argv[1], frame_shape=(84, 84), capacity=250, num_envs=2,
+                        frame_encoding="lz4-reference") as store:
+    for k in range(len(data["action"])):
+        store.add(*(data[name][k] for name in ("obs", "action", "reward", "next_obs", "terminated", "truncated")))
+"""
+
+
+def test_a_store_written_without_the_extension_reads_back_exactly(tmp_path: Path) -> None:
+    adds = vector_adds("mspacman", 2, 150)
+    names = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
+    np.savez(tmp_path / "adds.npz", **{name: np.stack([args[i] for args in adds]) for i, name in enumerate(names)})
+    environment = {**os.environ, "MMREPLAY_PURE_PYTHON": "1"}
+    subprocess.run([sys.executable, "-c", WRITE_WITHOUT_EXTENSION, str(tmp_path / "s.mmr"),
+                    str(tmp_path / "adds.npz")], env=environment, check=True)  # fmt: skip
+    ref = ReferenceStore(frame_shape=(84, 84), capacity=250, stack_size=4, num_envs=2)
+    for args in adds:
+        ref.add(*args)
+    with ReplayStore.open(tmp_path / "s.mmr", "r") as store:
+        assert_store_matches(store, ref)
