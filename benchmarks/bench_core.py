@@ -12,6 +12,11 @@ machine-readable (``benchmarks/report.py`` reads that file).
 
     .venv/bin/python benchmarks/bench_core.py                     # pong, capacity 100,000, all peers
     .venv/bin/python benchmarks/bench_core.py --game mspacman --capacity 1000000 --peers numpy
+    .venv/bin/python benchmarks/bench_core.py --frame-encoding lz4-reference --peers numpy --repeats 3
+
+``--frame-encoding`` picks how mmreplay's stores compress frames (``ReplayStore.create``'s option):
+``lz4`` (each frame alone, the default) or ``lz4-reference`` (each frame against an earlier frame of
+its env); issue 7's density targets are checked for the latter.
 
 A peer whose package is missing is skipped with a note; a peer whose arrays would not fit in memory at
 ``--capacity`` is measured at the largest capacity that fits, and the output says so.
@@ -58,6 +63,9 @@ ADD_TARGET_ONE_ENV = 50_000
 ADD_TARGET_VECTOR = 100_000
 VECTOR_TARGET_ENVS = 8
 SAMPLE_TARGET_VS_PEER = {"numpy": 1.0, "cpprb": 1.2, "sb3": 1.2}
+# Issue 7's denser encoding: bytes on disk per transition with frame_encoding="lz4-reference".
+DENSE_BYTES_TARGET = {"pong": 130, "mspacman": 650}
+FRAME_ENCODINGS = ("lz4", "lz4-reference")
 VERIFY_BATCHES = 20  # sampled batches per mmreplay measurement checked against the stream
 # A batch of 4-stacks is ~0.9 MB per array. With glibc's defaults such arrays fall either side of the
 # dynamic mmap threshold and the heap top is trimmed after each batch, so every batch page-faults its
@@ -78,10 +86,11 @@ def label(name: str, vector_envs: int) -> str:
 def make_adapter(args: argparse.Namespace, stream: FrameStream) -> Adapter:
     name = args.worker
     if name == "mmreplay":
-        return MmreplayAdapter(stream, args.capacity, args.seed, tmpdir=args.tmpdir)
+        return MmreplayAdapter(stream, args.capacity, args.seed, tmpdir=args.tmpdir,
+                               frame_encoding=args.frame_encoding)
     if name == "mmreplay-vec":
         return MmreplayVectorAdapter(stream, args.capacity, args.seed, tmpdir=args.tmpdir,
-                                     num_envs=args.vector_envs)
+                                     num_envs=args.vector_envs, frame_encoding=args.frame_encoding)
     return PEERS[name](stream, args.capacity, args.seed)
 
 
@@ -175,7 +184,7 @@ def run_worker(args: argparse.Namespace, name: str, capacity: int, repeat: int) 
         sys.executable, __file__, "--worker", name, "--game", args.game, "--capacity", str(capacity),
         "--batch-size", str(args.batch_size), "--sample-seconds", str(args.sample_seconds),
         "--data-dir", str(args.data_dir), "--seed", str(args.seed + repeat),
-        "--vector-envs", str(args.vector_envs),
+        "--vector-envs", str(args.vector_envs), "--frame-encoding", args.frame_encoding,
     ]
     if args.tmpdir:
         command += ["--tmpdir", args.tmpdir]
@@ -233,6 +242,10 @@ def check_targets(args: argparse.Namespace, results: dict[str, dict[str, object]
             target = BYTES_TARGET[args.game]
             check("core", f"bytes on disk/transition <= {target:,}", _num(mm["bytes_per_transition"]),
                   mm["bytes_per_transition"] <= target)
+        if args.game in DENSE_BYTES_TARGET and args.frame_encoding == "lz4-reference":
+            target = DENSE_BYTES_TARGET[args.game]
+            check("7", f"bytes on disk/transition <= {target:,} with frame_encoding='lz4-reference'",
+                  _num(mm["bytes_per_transition"]), mm["bytes_per_transition"] <= target)
         if "numpy" in results:
             ratio = mm["sample_per_s"] / results["numpy"]["sample_per_s"]
             check("core", f"sample >= {SAMPLE_TARGET_VS_NUMPY}x the numpy ring", f"{ratio:.2f}x",
@@ -265,7 +278,8 @@ def report(args: argparse.Namespace, results: dict[str, dict[str, object]], note
            checks: list[dict[str, object]]) -> str:
     lines = [
         (f"## mmreplay vs peers: {args.game}, capacity {args.capacity:,}, stack {STACK_SIZE}, "
-        f"batch {args.batch_size}, median of {args.repeats} repeats, malloc {args.malloc}"),
+        f"batch {args.batch_size}, median of {args.repeats} repeats, malloc {args.malloc}, "
+        f"frame encoding {args.frame_encoding}"),
         "",
         ("| buffer | capacity | add (transitions/s) | sample (batches/s) | bytes/transition | "
         "anon memory growth (MiB) | anon bytes/transition |"),
@@ -329,6 +343,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="skip checking mmreplay's sampled batches against the stream")
     parser.add_argument("--malloc", choices=("steady", "default"), default="steady",
                         help="glibc allocator settings for the workers (see MALLOC_STEADY_ENV)")
+    parser.add_argument("--frame-encoding", choices=FRAME_ENCODINGS, default="lz4",
+                        help="how mmreplay's stores compress frames (ReplayStore.create's frame_encoding)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--worker", choices=BUFFERS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -379,7 +395,7 @@ def main(argv: list[str] | None = None) -> None:
         payload = {
             "game": args.game, "capacity": args.capacity, "stack_size": STACK_SIZE, "batch_size": args.batch_size,
             "repeats": args.repeats, "sample_seconds": args.sample_seconds, "malloc": args.malloc,
-            "vector_envs": args.vector_envs, "labels": {name: label(name, args.vector_envs) for name in results},
+            "vector_envs": args.vector_envs, "frame_encoding": args.frame_encoding, "labels": {name: label(name, args.vector_envs) for name in results},
             "notes": notes, "targets": checks, "results": results, "runs": runs,
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n")

@@ -26,14 +26,15 @@ class MmreplayAdapter:
     transitions_per_add = 1
 
     def __init__(self, stream: FrameStream, capacity: int, seed: int, *, tmpdir: str | None,
-                 num_envs: int = 1) -> None:
+                 num_envs: int = 1, frame_encoding: str = "lz4") -> None:
         from mmreplay import ReplayStore
 
         self.stream = stream
         self.directory = Path(tempfile.mkdtemp(prefix="mmreplay-bench-", dir=tmpdir))
         try:
             self.store = ReplayStore.create(self.directory / "store", frame_shape=FRAME_SHAPE, capacity=capacity,
-                                            stack_size=STACK_SIZE, num_envs=num_envs)
+                                            stack_size=STACK_SIZE, num_envs=num_envs,
+                                            frame_encoding=frame_encoding)
         except BaseException:
             shutil.rmtree(self.directory, ignore_errors=True)
             raise
@@ -101,8 +102,8 @@ class MmreplayVectorAdapter(MmreplayAdapter):
     name = "mmreplay-vec"
 
     def __init__(self, stream: FrameStream, capacity: int, seed: int, *, tmpdir: str | None,
-                 num_envs: int) -> None:
-        super().__init__(stream, capacity, seed, tmpdir=tmpdir, num_envs=num_envs)
+                 num_envs: int, frame_encoding: str = "lz4") -> None:
+        super().__init__(stream, capacity, seed, tmpdir=tmpdir, num_envs=num_envs, frame_encoding=frame_encoding)
         self.transitions_per_add = num_envs
         first_frames = stream.transition_frame
         starts = np.flatnonzero(stream.stack_frames[first_frames, 0] == first_frames)  # stacks of one frame

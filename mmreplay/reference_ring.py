@@ -50,7 +50,8 @@ class ReferenceFrameRing(FrameRing):
 
     def ref_deltas(self, frame_steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """The ``ref_delta`` link of each frame (0 for a key frame)."""
-        return self._table["ref_delta"].take(frame_steps, mode="wrap").astype(np.int64)
+        # Indexing, not take(mode="wrap"): numpy's take of a strided field view is ~25x slower.
+        return self._table["ref_delta"][frame_steps % self.frame_slots].astype(np.int64)
 
     def keep_from(self, oldest_frame: int) -> int:
         """The oldest frame step to keep so that every frame from ``oldest_frame`` on still decodes."""
