@@ -125,7 +125,8 @@ def _info(arguments: argparse.Namespace) -> int:
             "stack_size": store.stack_size, "capacity": store.capacity, "transitions": len(store),
             "transitions_added": store.transitions_added, "episodes": len(store.episodes()),
             "num_envs": store.num_envs, "action_shape": list(store.action_shape),
-            "action_dtype": str(store.action_dtype), "bytes_on_disk": on_disk,
+            "action_dtype": str(store.action_dtype), "frame_encoding": store.frame_encoding,
+            "bytes_on_disk": on_disk,
             "compression_ratio": round(raw / on_disk, 2) if on_disk else None,
         }
     width = max(len(key) for key in info)

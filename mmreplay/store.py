@@ -268,6 +268,16 @@ class ReplayStore:
         return self._sampler
 
     @property
+    def frame_encoding(self) -> str:
+        """How frames are compressed: ``"lz4"`` or ``"lz4-reference"`` (fixed at create time)."""
+        return self._layout.frame_encoding
+
+    @property
+    def reference_scheme(self) -> ReferenceScheme | None:
+        """The scheme of a ``"lz4-reference"`` store (which frames each is compressed against); else None."""
+        return encodings.scheme_of(self._layout, self._directory)
+
+    @property
     def transitions_added(self) -> int:
         """Transitions ever added (never decreases); ``len(store) == min(transitions_added, capacity)``."""
         return self._transitions_added
@@ -286,7 +296,9 @@ class ReplayStore:
         return (
             f"<ReplayStore {str(self._directory)!r} mode={self._mode!r} "
             f"transitions={len(self):,}/{self.capacity:,} frame_shape={self.frame_shape} "
-            f"stack_size={self.stack_size} num_envs={self.num_envs}>"
+            f"stack_size={self.stack_size} num_envs={self.num_envs}"
+            + ("" if self.frame_encoding == "lz4" else f" frame_encoding={self.frame_encoding!r}")
+            + ">"
         )
 
     def bytes_on_disk(self) -> int:

@@ -13,4 +13,5 @@ fi
 .venv/bin/python -m pytest tests "$@"
 echo "--- again with the pure-Python decoder (MMREPLAY_PURE_PYTHON=1): store semantics, real frames, corruption"
 MMREPLAY_PURE_PYTHON=1 .venv/bin/python -m pytest -q tests/test_store_model.py tests/test_store_semantics.py \
-  tests/test_real_frames.py tests/test_corruption.py tests/test_codec.py "$@"
+  tests/test_real_frames.py tests/test_corruption.py tests/test_codec.py tests/test_dense_store.py \
+  tests/test_reference_codec.py "$@"

@@ -323,3 +323,37 @@ def test_a_store_written_without_the_extension_reads_back_exactly(tmp_path: Path
         ref.add(*args)
     with ReplayStore.open(tmp_path / "s.mmr", "r") as store:
         assert_store_matches(store, ref)
+
+
+def test_the_command_line_and_hdf5_export_read_a_dense_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from mmreplay import export_hdf5, import_hdf5
+    from mmreplay.cli import main, verify_store
+
+    store, ref = make(tmp_path, capacity=300, num_envs=2)
+    for args in vector_adds("pong", 2, 120):
+        store.add(*args)
+        ref.add(*args)
+    assert "frame_encoding='lz4-reference'" in repr(store)
+    store.close()
+    path = tmp_path / "dense.mmr"
+    assert main(["info", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["frame_encoding"] == DENSE
+    report = verify_store(str(path))
+    assert report["problems"] == [] and report["transitions"] == 240
+    with ReplayStore.open(path, "r") as reader:
+        assert reader.reference_scheme == ReferenceScheme(group_size=256, branching=4)
+        assert export_hdf5(reader, tmp_path / "x.h5") == 240
+    assert import_hdf5(tmp_path / "x.h5", tmp_path / "plain.mmr") == 240
+    with ReplayStore.open(tmp_path / "plain.mmr", "r") as copy:
+        assert copy.frame_encoding == "lz4"
+        assert_batch_matches(copy.read(np.arange(240)), ref, np.arange(240))
+
+
+def test_verify_names_the_transitions_that_a_damaged_reference_frame_breaks(tmp_path: Path) -> None:
+    from mmreplay.cli import verify_store
+
+    path, _ = dense_pong_store(tmp_path)
+    flip_frame_byte(path, 8)
+    problems = verify_store(str(path))["problems"]
+    assert [problem.split(":")[0] for problem in problems] == [f"step {step}" for step in range(7, 16)]  # frames 8 to 15 need frame 8
+    assert all("frame 8" in problem for problem in problems)
