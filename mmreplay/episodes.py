@@ -64,7 +64,6 @@ class FramePlan:
     payloads: list[bytes] = field(default_factory=list)
     prev_deltas: list[int] = field(default_factory=list)
     next_frames: list[int] = field(default_factory=list)
-    oldest_frames: list[int] = field(default_factory=list)
     flags: list[int] = field(default_factory=list)
     previous_steps: list[int | None] = field(default_factory=list)
     starts: list[tuple[list[bytes], list[int]] | None] = field(default_factory=list)
@@ -112,7 +111,6 @@ def plan_frames(
         plan.payloads.append(codec.compress(arguments.next_obs[env][-1]))
         plan.prev_deltas.append(next_step - obs_steps[-1])
         plan.next_frames.append(next_step)
-        plan.oldest_frames.append(obs_steps[0])
         plan.flags.append(flags)
         next_step += 1
     return plan

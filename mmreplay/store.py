@@ -27,7 +27,7 @@ from typing import IO, Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import format
+from mmreplay import format, stacking
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.episodes import EnvEpisode, Episode, FramePlan, plan_frames, split_episodes
 from mmreplay.errors import ClosedStoreError, ReadOnlyStoreError, StoreExistsError
@@ -344,7 +344,6 @@ class ReplayStore:
         self._table.write(
             first_step,
             next_frames=plan.next_frames,
-            oldest_frames=plan.oldest_frames,
             envs=envs,
             rewards=arguments.reward if every_env else arguments.reward[envs],
             flags=plan.flags,
@@ -436,7 +435,11 @@ class ReplayStore:
         stored = self.stored_steps
         if not stored:
             return self._frames.frames_written
-        return self._table.oldest_frame(stored.start, stored.stop)
+        return self._table.oldest_frame(stored.start, stored.stop, oldest_frames_of=self._oldest_obs_frames)
+
+    def _oldest_obs_frames(self, next_frames: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The oldest frame step of each obs stack: ``stack_size`` links back from its next_obs frame."""
+        return stacking.transition_frames(next_frames, self._frames.prev_deltas, self._layout.stack_size)[:, 0]
 
     def close(self) -> None:
         """Commit (in ``"r+"``) and release the files. Closing twice is allowed."""
