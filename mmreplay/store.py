@@ -594,21 +594,28 @@ class ReplayStore:
             self._header_signature = signature
             if commit == self._commit:
                 return False
-            self._commit = commit
-            self._transitions_added = commit.transitions_added
-            self._frames.reload(
-                generation=commit.frame_table_generation,
-                frame_slots=commit.frame_slots,
-                frames_written=commit.frames_written,
-                bytes_written=commit.bytes_written,
-            )
-            self._sampler.open(
-                self._directory,
-                slots=self._layout.row_slots,
-                stored=self.stored_steps,
-                writable=False,
-                state=commit.sampler_state,
-            )
+            previous = self._commit
+            try:
+                self._commit = commit
+                self._transitions_added = commit.transitions_added
+                self._frames.reload(
+                    generation=commit.frame_table_generation,
+                    frame_slots=commit.frame_slots,
+                    frames_written=commit.frames_written,
+                    bytes_written=commit.bytes_written,
+                )
+                self._sampler.open(
+                    self._directory,
+                    slots=self._layout.row_slots,
+                    stored=self.stored_steps,
+                    writable=False,
+                    state=commit.sampler_state,
+                )
+            except BaseException:
+                # Half-followed (a corrupt frame table or priorities file): forget the header, so that
+                # every later read tries again and raises the same error rather than reading stale state.
+                self._commit, self._header_signature = previous, None
+                raise
             return True
 
     def _consistent(self, read: Callable[[], T]) -> T:
