@@ -65,7 +65,6 @@ class FramePlan:
     prev_deltas: list[int] = field(default_factory=list)
     ref_deltas: list[int] = field(default_factory=list)  # all 0 unless the encoder records references
     next_frames: list[int] = field(default_factory=list)
-    oldest_frames: list[int] = field(default_factory=list)
     flags: list[int] = field(default_factory=list)
     previous_steps: list[int | None] = field(default_factory=list)
     starts: list[tuple[list[bytes], list[int]] | None] = field(default_factory=list)
@@ -122,7 +121,6 @@ def plan_frames(
         ref_deltas.append(ref_delta)
         plan.prev_deltas.append(next_step - obs_steps[-1])
         plan.next_frames.append(next_step)
-        plan.oldest_frames.append(obs_steps[0])
         plan.flags.append(flags)
         next_step += 1
     return plan

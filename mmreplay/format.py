@@ -26,7 +26,7 @@ from mmreplay.errors import CorruptStoreError, FormatVersionError, StoreNotFound
 from mmreplay.files import fsync_directory
 
 MAGIC = "mmreplay"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: rows without oldest_delta (the frame chain gives it)
 
 HEADER_NAME = "header.json"
 TRANSITIONS_NAME = "transitions.tbl"

@@ -27,7 +27,7 @@ from typing import IO, Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import format, frame_encoding as encodings
+from mmreplay import format, frame_encoding as encodings, stacking
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.episodes import EnvEpisode, Episode, FramePlan, plan_frames, split_episodes
 from mmreplay.errors import ClosedStoreError, ReadOnlyStoreError, StoreExistsError
@@ -373,7 +373,6 @@ class ReplayStore:
         self._table.write(
             first_step,
             next_frames=plan.next_frames,
-            oldest_frames=plan.oldest_frames,
             envs=envs,
             rewards=arguments.reward if every_env else arguments.reward[envs],
             flags=plan.flags,
@@ -465,8 +464,13 @@ class ReplayStore:
         stored = self.stored_steps
         if not stored:
             return self._frames.frames_written
+        oldest = self._table.oldest_frame(stored.start, stored.stop, oldest_frames_of=self._oldest_obs_frames)
         # Reference-encoded frames also need the frames they are compressed against.
-        return self._frames.keep_from(self._table.oldest_frame(stored.start, stored.stop))
+        return self._frames.keep_from(oldest)
+
+    def _oldest_obs_frames(self, next_frames: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The oldest frame step of each obs stack: ``stack_size`` links back from its next_obs frame."""
+        return stacking.transition_frames(next_frames, self._frames.prev_deltas, self._layout.stack_size)[:, 0]
 
     def close(self) -> None:
         """Commit (in ``"r+"``) and release the files. Closing twice is allowed."""
@@ -621,21 +625,28 @@ class ReplayStore:
             self._header_signature = signature
             if commit == self._commit:
                 return False
-            self._commit = commit
-            self._transitions_added = commit.transitions_added
-            self._frames.reload(
-                generation=commit.frame_table_generation,
-                frame_slots=commit.frame_slots,
-                frames_written=commit.frames_written,
-                bytes_written=commit.bytes_written,
-            )
-            self._sampler.open(
-                self._directory,
-                slots=self._layout.row_slots,
-                stored=self.stored_steps,
-                writable=False,
-                state=commit.sampler_state,
-            )
+            previous = self._commit
+            try:
+                self._commit = commit
+                self._transitions_added = commit.transitions_added
+                self._frames.reload(
+                    generation=commit.frame_table_generation,
+                    frame_slots=commit.frame_slots,
+                    frames_written=commit.frames_written,
+                    bytes_written=commit.bytes_written,
+                )
+                self._sampler.open(
+                    self._directory,
+                    slots=self._layout.row_slots,
+                    stored=self.stored_steps,
+                    writable=False,
+                    state=commit.sampler_state,
+                )
+            except BaseException:
+                # Half-followed (a corrupt frame table or priorities file): forget the header, so that
+                # every later read tries again and raises the same error rather than reading stale state.
+                self._commit, self._header_signature = previous, None
+                raise
             return True
 
     def _consistent(self, read: Callable[[], T]) -> T:

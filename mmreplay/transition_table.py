@@ -1,8 +1,7 @@
 """The transition table: a memory-mapped ring of fixed-size rows, one per stored transition.
 
 A row holds what a transition owns besides pixels: the frame step of its next_obs frame (its obs frames
-are reached through the frame table's episode links), how many frame steps back its oldest obs frame
-is, the env that produced it, a forward link to the env's next transition of the same episode (written
+are reached through the frame table's episode links), the env that produced it, a forward link to the env's next transition of the same episode (written
 when that transition arrives; trusted only after checking it, since a crash can leave a link to a step
 that was never committed), the action, the reward and flag bits. The slot of
 transition step ``t`` is ``t % row_slots``; the store keeps ``row_slots`` above ``capacity`` so that rows
@@ -13,6 +12,7 @@ from __future__ import annotations
 
 import operator
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +25,8 @@ TERMINATED = 1
 TRUNCATED = 2
 EPISODE_START = 4  # the first transition of its episode
 
+FramesOf = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]]
+
 _CHUNK = 4096  # rows per cached minimum in ``oldest_frame``
 
 
@@ -35,7 +37,6 @@ def row_dtype(action_shape: tuple[int, ...], action_dtype: np.dtype) -> np.dtype
             ("checksum", "<u4"),  # of the bytes after next_delta, mixed with the step: see _checksums
             ("next_delta", "<u4"),  # steps forward to the env's next transition in this episode; 0: none yet
             ("next_frame", "<u8"),
-            ("oldest_delta", "<u4"),  # next_frame - the oldest frame step its obs stack uses
             ("env", "<u2"),
             ("reward", "<f4"),
             ("flags", "u1"),
@@ -45,7 +46,7 @@ def row_dtype(action_shape: tuple[int, ...], action_dtype: np.dtype) -> np.dtype
 
 
 # The fields between next_delta and action, packed exactly as in row_dtype.
-_MIDDLE = struct.Struct("<QIHfB")
+_MIDDLE = struct.Struct("<QHfB")
 _UNCHECKED_BYTES = 8  # checksum and next_delta
 _STEP_MIX = 2654435761
 
@@ -85,7 +86,6 @@ class TransitionTable:
         first_step: int,
         *,
         next_frames: list[int],
-        oldest_frames: list[int],
         envs: list[int],
         rewards: npt.NDArray[np.float32],
         flags: list[int],
@@ -99,9 +99,7 @@ class TransitionTable:
         self._reservation.ensure(min(first_step + len(next_frames), self.row_slots) * size)
         for i, next_frame in enumerate(next_frames):
             step = first_step + i
-            body = _MIDDLE.pack(
-                next_frame, next_frame - oldest_frames[i], envs[i], float(rewards[i]), flags[i]
-            ) + actions[i].tobytes()
+            body = _MIDDLE.pack(next_frame, envs[i], float(rewards[i]), flags[i]) + actions[i].tobytes()
             checksum = (sum(map(operator.mul, body, self._body_weights)) + step * _STEP_MIX) & 0xFFFFFFFF
             offset = (step % self.row_slots) * size
             self._bytes[offset : offset + size] = struct.pack("<II", checksum, 0) + body
@@ -114,27 +112,29 @@ class TransitionTable:
         """Record that ``next_step`` continues the episode of ``step`` (same env)."""
         self._rows["next_delta"][step % self.row_slots] = next_step - step
 
-    def oldest_frame(self, start: int, stop: int) -> int:
+    def oldest_frame(self, start: int, stop: int, *, oldest_frames_of: FramesOf) -> int:
         """The oldest frame step that any transition in steps ``[start, stop)`` uses.
 
-        Minimums of whole chunks of rows are kept once computed (rows are never rewritten while their
-        steps are stored), so a commit pays for at most two partial chunks and one small ``min``.
+        ``oldest_frames_of`` maps next_obs frame steps to the oldest frame step of each obs stack (the
+        frame ring's episode links know it; the table does not). Minimums of whole chunks of rows are kept
+        once computed (rows and their frames are never rewritten while their steps are stored), so a
+        commit pays for at most two partial chunks and one small ``min``.
         """
         first_chunk, last_chunk = start // _CHUNK, (stop - 1) // _CHUNK
         for chunk in [c for c in self._chunk_minimums if c < first_chunk]:
             del self._chunk_minimums[chunk]
-        minimum = self._oldest_in(start, min(stop, (first_chunk + 1) * _CHUNK))
+        minimum = self._oldest_in(start, min(stop, (first_chunk + 1) * _CHUNK), oldest_frames_of)
         for chunk in range(first_chunk + 1, last_chunk):
             if chunk not in self._chunk_minimums:
-                self._chunk_minimums[chunk] = self._oldest_in(chunk * _CHUNK, (chunk + 1) * _CHUNK)
+                self._chunk_minimums[chunk] = self._oldest_in(chunk * _CHUNK, (chunk + 1) * _CHUNK, oldest_frames_of)
             minimum = min(minimum, self._chunk_minimums[chunk])
         if last_chunk > first_chunk:
-            minimum = min(minimum, self._oldest_in(last_chunk * _CHUNK, stop))
+            minimum = min(minimum, self._oldest_in(last_chunk * _CHUNK, stop, oldest_frames_of))
         return minimum
 
-    def _oldest_in(self, start: int, stop: int) -> int:
+    def _oldest_in(self, start: int, stop: int, oldest_frames_of: FramesOf) -> int:
         rows = self.read(np.arange(start, stop, dtype=np.int64))
-        return int((rows["next_frame"].astype(np.int64) - rows["oldest_delta"]).min())
+        return int(oldest_frames_of(rows["next_frame"].astype(np.int64)).min())
 
     def columns(self, start: int, stop: int, names: tuple[str, ...]) -> dict[str, npt.NDArray[np.generic]]:
         """Whole columns of the rows of steps ``[start, stop)``, read a chunk at a time."""

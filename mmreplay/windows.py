@@ -42,8 +42,8 @@ def follow_episodes(
     mask[:, 0] = True
     current = steps.copy()
     alive = np.ones(len(steps), np.bool_)
+    rows = rows_of(current)
     for position in range(1, length):
-        rows = rows_of(current)
         alive &= (rows["flags"] & (TERMINATED | TRUNCATED)) == 0
         delta = rows["next_delta"].astype(np.int64)
         candidate = current + delta
@@ -57,6 +57,7 @@ def follow_episodes(
         current = np.where(alive, candidate, current)
         window[:, position] = np.where(alive, candidate, 0)
         mask[:, position] = alive
+        rows = linked  # the rows of ``current`` wherever a window is still alive; the rest are never read
     return window, mask
 
 

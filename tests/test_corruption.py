@@ -26,10 +26,10 @@ from mmreplay import CorruptStoreError, PrioritizedSampler, ReplayStore
 DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 FRAME_ENTRY = np.dtype([("position", "<u8"), ("length", "<u4"), ("checksum", "<u4"), ("prev_delta", "<u4")])
 ROW_FIELDS = {  # byte offsets inside a transition row (README, "On-disk layout"), int64 action
-    "checksum": 0, "next_delta": 4, "next_frame": 8, "next_frame high byte": 15, "oldest_delta": 16,
-    "env": 20, "reward": 22, "reward sign": 25, "flags": 26, "action": 27, "action high byte": 34,
+    "checksum": 0, "next_delta": 4, "next_frame": 8, "next_frame high byte": 15,
+    "env": 16, "reward": 18, "reward sign": 21, "flags": 22, "action": 23, "action high byte": 30,
 }
-ROW_BYTES = 35
+ROW_BYTES = 31
 
 
 def _stream(game: str, frames: int) -> dict[str, np.ndarray]:

@@ -208,3 +208,24 @@ def test_readers_sample_by_committed_priorities_while_the_writer_commits_them(tm
     assert writer.exitcode == 0
     assert [r["error"] for r in reports] == [None, None]
     assert all(r["reads"] > 20 for r in reports)
+
+
+def test_a_reader_whose_refresh_meets_corrupt_priorities_keeps_refusing_to_sample(tmp_path: Path) -> None:
+    """The refresh fails after the reader took the new header: the reader must not go on sampling with
+    its priorities left behind, but raise again on every read until the file is sound."""
+    path = tmp_path / "store.mmr"
+    with create(path) as writer:
+        fill(writer, 6)
+        writer.flush()
+        with ReplayStore.open(path, "r") as reader:
+            reader.sample(4, rng=0)
+            fill(writer, 4, first=6)
+            writer.update_priorities(np.arange(2, 10), np.arange(1.0, 9.0))
+            writer.flush()
+            tree = path / "priorities.tree"
+            flip(tree, (size_of(path) + 7) * 8 + 6)  # the committed leaf of step 7
+            for _ in range(3):
+                with pytest.raises(CorruptStoreError, match=r"priorities\.tree"):
+                    reader.sample(4, rng=0)
+            flip(tree, (size_of(path) + 7) * 8 + 6)  # repaired: the reader follows the commit
+            assert set(reader.sample(200, rng=0).index.tolist()) <= set(range(2, 10))
