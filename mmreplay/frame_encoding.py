@@ -80,7 +80,21 @@ def table_entry(layout: format.Layout) -> np.dtype:
 
 def open_ring(directory: Path, layout: format.Layout, commit: format.Commit, *, writable: bool) -> FrameRing:
     """The store's frame ring, of the class its encoding needs, at its committed counts."""
-    counts = dict(
+    scheme = scheme_of(layout, directory)
+    if scheme is None:
+        return FrameRing(
+            directory,
+            frame_shape=layout.frame_shape,
+            segment_bytes=layout.segment_bytes,
+            frame_slots=commit.frame_slots,
+            generation=commit.frame_table_generation,
+            frames_written=commit.frames_written,
+            bytes_written=commit.bytes_written,
+            writable=writable,
+        )
+    return ReferenceFrameRing(
+        directory,
+        scheme=scheme,
         frame_shape=layout.frame_shape,
         segment_bytes=layout.segment_bytes,
         frame_slots=commit.frame_slots,
@@ -89,10 +103,6 @@ def open_ring(directory: Path, layout: format.Layout, commit: format.Commit, *, 
         bytes_written=commit.bytes_written,
         writable=writable,
     )
-    scheme = scheme_of(layout, directory)
-    if scheme is None:
-        return FrameRing(directory, **counts)  # type: ignore[arg-type]
-    return ReferenceFrameRing(directory, scheme=scheme, **counts)  # type: ignore[arg-type]
 
 
 class FrameEncoder(Protocol):
