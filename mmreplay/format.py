@@ -36,7 +36,7 @@ LOCK_NAME = "writer.lock"
 # How frames are compressed (``frame_encoding``): the names a header may give. A header without the
 # field is "lz4", and a plain store's header leaves it out (byte for byte the header it always had).
 FRAME_ENCODINGS = ("lz4", "lz4-reference")
-_PLAIN_LAYOUT = {"frame_encoding": "lz4", "reference_scheme": None}
+_ENCODING_FIELDS = ("frame_encoding", "reference_scheme")  # of Layout, written for other encodings only
 
 
 def frame_table_name(generation: int) -> str:
@@ -134,7 +134,7 @@ def write_header(directory: Path, layout: Layout, commit: Commit) -> None:
     """Replace the header atomically: write a temporary file, fsync it, rename it over, fsync the directory."""
     layout_fields = asdict(layout)
     if layout.frame_encoding == "lz4":
-        for name in _PLAIN_LAYOUT:
+        for name in _ENCODING_FIELDS:
             del layout_fields[name]
     body = {
         "magic": MAGIC,

@@ -7,11 +7,13 @@ frame table is ``frame_step % frame_slots``; its *position* is a never-wrapping 
 Each frame-table entry records where the frame's bytes are, their CRC-32 (seeded with the frame step
 and ``prev_delta``, so a frame read at the wrong step or through a damaged entry fails the check),
 and ``prev_delta``: how many frame steps back the previous frame of the same episode is (0 for an
-episode's first frame). A ring of frames compressed against reference frames (``reference_ring``) has
-entries of another dtype, ``REFERENCE_ENTRY``, with one more field, ``ref_delta``, also bound into the
-seed; a plain ring's entries and seeds are those of ``ref_delta == 0``. That link is all that stacking needs; this module knows nothing of
+episode's first frame). That link is all that stacking needs; this module knows nothing of
 transitions, sampling or commits. It never overwrites bytes at a position below ``bytes_written``,
 and the store decides which table slots may be reused.
+
+A ring of frames compressed against reference frames (``reference_ring``) has entries of another
+dtype, ``REFERENCE_ENTRY``, with one more field, ``ref_delta``, also bound into the seed; a plain
+ring's entries and seeds are those of ``ref_delta == 0``.
 """
 
 from __future__ import annotations
@@ -113,6 +115,11 @@ class FrameRing:
         frame_slots: int,
         entry: np.dtype = FRAME_ENTRY,
     ) -> FrameRing:
+        """Create the empty segments folder and frame table of a new store, and open them for writing.
+
+        A table of ``REFERENCE_ENTRY`` entries is created here too, but read through ``ReferenceFrameRing``
+        (this class decodes every frame alone).
+        """
         (directory / SEGMENTS_DIR).mkdir()
         create_sparse(directory / frame_table_name(0), frame_slots * entry.itemsize)
         return FrameRing(
@@ -132,9 +139,10 @@ class FrameRing:
     def append(self, payloads: list[bytes], prev_deltas: list[int], ref_deltas: list[int] | None = None) -> int:
         """Write compressed frames with their episode links; returns the first new frame step.
 
-        ``ref_deltas`` (one per frame) are the reference links of a ring with ``REFERENCE_ENTRY`` entries,
-        and must be None for a plain one. The caller guarantees that ``frames_written + len(payloads)`` stays within the table's window
-        (no slot that a committed or stored transition needs is reused). Consecutive frames of one
+        ``ref_deltas`` (one per frame) are the reference links of a ring with ``REFERENCE_ENTRY``
+        entries, and must be None for a plain one. The caller guarantees that ``frames_written +
+        len(payloads)`` stays within the table's window (no slot that a committed or stored transition
+        needs is reused). Consecutive frames of one
         segment go out in one ``pwritev``.
         """
         first_step = step = self.frames_written
