@@ -432,7 +432,7 @@ def check_store(path: Path, variant: Variant, data: dict[str, np.ndarray], seed:
 
 
 def run_trial(seed: int, data: dict[str, dict[str, np.ndarray]], work: Path, *, max_delay: float,
-              samplers: list[str], keep_failures: Path | None = None) -> TrialResult:
+              samplers: list[str], keep_failures: Path | None = None, frame_encoding: str = "lz4") -> TrialResult:
     started = time.perf_counter()
     variant = draw_variant(seed, sorted(data), max_delay, samplers)
     game = data[variant.game]
@@ -441,7 +441,7 @@ def run_trial(seed: int, data: dict[str, dict[str, np.ndarray]], work: Path, *, 
     sampler = PrioritizedSampler(alpha=0.6) if variant.prioritized else None
     ReplayStore.create(
         path, frame_shape=game["frames"].shape[1:], capacity=variant.capacity, stack_size=variant.stack_size,
-        num_envs=variant.num_envs, action_dtype=np.int64, sampler=sampler,
+        num_envs=variant.num_envs, action_dtype=np.int64, sampler=sampler, frame_encoding=frame_encoding,
     ).close()
     progress = _Progress()
     sys.stdout.flush()
@@ -553,7 +553,7 @@ class Summary:
 
 def run_trials(trials: int, seed: int, *, games: list[str] | None = None, max_frames: int | None = None,
                max_delay: float = 0.5, samplers: list[str] | None = None, work: Path | None = None,
-               keep_failures: Path | None = None, on_result: Any = None) -> Summary:
+               keep_failures: Path | None = None, on_result: Any = None, frame_encoding: str = "lz4") -> Summary:
     """Run trials with seeds ``seed, seed + 1, ...``; returns the totals."""
     data = load_games(games or ["pong"], max_frames)
     summary = Summary()
@@ -563,6 +563,7 @@ def run_trials(trials: int, seed: int, *, games: list[str] | None = None, max_fr
             result = run_trial(
                 trial_seed, data, Path(directory), max_delay=max_delay,
                 samplers=samplers or ["uniform", "prioritized"], keep_failures=keep_failures,
+                frame_encoding=frame_encoding,
             )
             summary.trials += 1
             summary.killed += result.killed
@@ -594,6 +595,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the first trial (trial i uses seed + i)")
     parser.add_argument("--games", default="pong", help="comma-separated games from ../shared/data (default pong)")
     parser.add_argument("--samplers", default="uniform,prioritized", help="samplers to draw trials from")
+    parser.add_argument("--frame-encoding", choices=("lz4", "lz4-reference"), default="lz4",
+                        help="how the stores compress frames (ReplayStore.create's frame_encoding)")
     parser.add_argument("--max-delay", type=float, default=0.5, help="longest timer delay before the kill, seconds")
     parser.add_argument("--keep-failures", type=Path, help="copy the directory of each failed trial here")
     parser.add_argument("--json", nargs="?", const="-", help="also write the summary as JSON (to PATH, or stdout)")
@@ -612,7 +615,7 @@ def main(argv: list[str] | None = None) -> int:
 
     summary = run_trials(
         args.trials, args.seed, games=args.games.split(","), max_delay=args.max_delay,
-        samplers=args.samplers.split(","),
+        samplers=args.samplers.split(","), frame_encoding=args.frame_encoding,
         keep_failures=args.keep_failures, on_result=report,
     )
     print(f"trials: {summary.trials} ({summary.killed} killed, {summary.trials - summary.killed} finished first)")

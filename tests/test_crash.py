@@ -46,6 +46,20 @@ def test_twenty_kills_of_a_uniform_store_lose_no_committed_transition(tmp_path: 
     assert summary.transitions_checked > 1000
 
 
+def test_kills_of_a_store_of_reference_encoded_frames_lose_no_committed_transition(tmp_path: Path) -> None:
+    """As above with frame_encoding="lz4-reference": a reopened writer starts new reference groups, and no
+    committed frame depends on one that the crash lost."""
+    stress = _crash_stress()
+    summary = stress.run_trials(12, 7000, max_frames=2500, max_delay=0.3, samplers=["uniform"], work=tmp_path,
+                                frame_encoding="lz4-reference")
+    print(f"trials {summary.trials}, transitions checked {summary.transitions_checked}, losses {summary.losses}")
+    assert summary.trials == 12
+    assert summary.losses == 0
+    assert summary.failures == []
+    assert summary.killed >= 8
+    assert summary.transitions_checked > 500
+
+
 def test_kills_of_a_prioritized_store_lose_no_committed_transition(tmp_path: Path) -> None:
     """As above, and sampling by the committed priorities and ``update_priorities`` work after the crash."""
     stress = _crash_stress()
