@@ -357,3 +357,22 @@ def test_verify_names_the_transitions_that_a_damaged_reference_frame_breaks(tmp_
     problems = verify_store(str(path))["problems"]
     assert [problem.split(":")[0] for problem in problems] == [f"step {step}" for step in range(7, 16)]  # frames 8 to 15 need frame 8
     assert all("frame 8" in problem for problem in problems)
+
+
+def test_a_frame_table_that_grows_keeps_the_references(tmp_path: Path) -> None:
+    # One-transition episodes whose obs stacks hold four distinct frames: the five frames of each of 400
+    # stored transitions outnumber the frame table's ~1,500 slots, and the store moves its frame table to
+    # a larger generation.
+    store, ref = make(tmp_path, capacity=400, scheme=ReferenceScheme(group_size=16, branching=4))
+    frames = stream("breakout")["frames"]
+    for k in range(700):
+        t = 5 * k % 3900
+        args = (frames[t : t + 4], k % 4, 1.0, frames[t + 1 : t + 5], True, False)
+        store.add(*args)
+        ref.add(*args)
+        if k % 100 == 99:
+            assert_store_matches(store, ref)
+    store.close()
+    assert json.loads((tmp_path / "dense.mmr" / "header.json").read_text())["commit"]["frame_table_generation"] > 0
+    with ReplayStore.open(tmp_path / "dense.mmr", "r") as reader:
+        assert_store_matches(reader, ref)
