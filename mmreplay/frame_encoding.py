@@ -5,8 +5,9 @@
 - ``"lz4-reference"``: each frame is compressed against an earlier frame of the same env, its
   reference (``reference_codec``: groups of ``group_size`` frames per env, a key frame compressed alone
   at the start of each, references arranged by ``branching``); a ``ReferenceFrameRing`` whose entries
-  also hold ``ref_delta``. About 3x denser on Atari frames; reading a frame decodes at most
-  ``scheme.depth`` other frames, and adding costs a reference-aware encode per frame.
+  also hold ``ref_delta``. 2.3x (Pong) to 5.8x (MsPacman) fewer bytes per transition on Atari;
+  reading a frame decodes at most ``scheme.depth`` other frames, and adding costs a reference-aware
+  encode per frame.
 
 The writer side is a *frame encoder*: ``encode(env, frame_step, frame, restart=...)`` returns a frame's
 payload and ``ref_delta``. The reference encoder keeps each env's ``EnvReferences`` (the frames later
