@@ -11,6 +11,6 @@ if [ "${MMREPLAY_REQUIRE_EXTENSION:-0}" = "1" ]; then
   .venv/bin/python -c "import mmreplay.codec as c, sys; sys.exit(0 if c.ACCELERATED else 'the compiled batch decoder did not build')"
 fi
 .venv/bin/python -m pytest tests "$@"
-echo "--- again with the pure-Python decoder (MMREPLAY_PURE_PYTHON=1): store semantics, real frames, corruption"
+echo "--- again with the pure-Python decoder (MMREPLAY_PURE_PYTHON=1): store semantics, real frames, corruption, sum tree"
 MMREPLAY_PURE_PYTHON=1 .venv/bin/python -m pytest -q tests/test_store_model.py tests/test_store_semantics.py \
-  tests/test_real_frames.py tests/test_corruption.py tests/test_codec.py "$@"
+  tests/test_real_frames.py tests/test_corruption.py tests/test_codec.py tests/test_sum_tree.py "$@"
