@@ -219,7 +219,7 @@ def test_the_extension_is_hidden_under_mmreplay_pure_python():
 @pytest.mark.skipif(ACCELERATED, reason="mmreplay._sumtree is built")
 def test_asking_for_the_extension_when_it_is_missing_is_a_value_error():
     with pytest.raises(ValueError, match="^accelerated=True but mmreplay._sumtree is not built"):
-        make_tree(np.ones(5), accelerated=True)  # type: ignore[call-arg]
+        tree_and_nodes(np.ones(5), accelerated=True)
 
 
 @compiled_only
