@@ -64,11 +64,12 @@ class SumTree:
         Levels up to ``top_level`` are narrow: there one numpy call over a whole level is cheaper than the
         several calls per level that paths through the tree cost (it changes the speed, not the results).
         ``accelerated=False`` keeps to the numpy code; otherwise the extension runs the hot loops where the
-        arrays allow it (``self.accelerated`` says whether it does), with the same results.
+        arrays allow it (``accelerated`` says whether it does), with the same results.
         """
         if accelerated and _sumtree is None:
             raise ValueError("accelerated=True but mmreplay._sumtree is not built (sum_tree.ACCELERATED is False)")
-        self.accelerated = accelerated and all(_compiled_layout(nodes) for nodes in (sums, minimums))
+        usable = accelerated and all(_compiled_layout(nodes) for nodes in (sums, minimums))
+        self._compiled = _sumtree if usable else None  # the extension, when this tree runs on it
         self.size = len(sums) // 2
         self._depth = self.size.bit_length() - 1
         self._top = min(self._depth, top_level)
@@ -102,6 +103,11 @@ class SumTree:
         for left_sums, right_sums, sums, left_minimums, right_minimums, minimums in self._top_levels:
             np.add(left_sums, right_sums, out=sums)
             np.minimum(left_minimums, right_minimums, out=minimums)
+
+    @property
+    def accelerated(self) -> bool:
+        """Whether ``find``, ``set`` and settling run in the extension (else in numpy, with the same results)."""
+        return self._compiled is not None
 
     @property
     def total(self) -> float:
@@ -139,9 +145,9 @@ class SumTree:
         if len(indices) == 0:
             return
         self._settle()
-        if self.accelerated:
+        if self._compiled is not None:
             # In call order, so the last of repeated indices wins; then every path up to the root.
-            _sumtree.set(  # type: ignore[union-attr]
+            self._compiled.set(
                 self._sums,
                 self._minimums,
                 np.ascontiguousarray(indices, np.int64),
@@ -189,9 +195,9 @@ class SumTree:
         if not self._stale:
             return
         sums, minimums = self._sums, self._minimums
-        if self.accelerated:
+        if self._compiled is not None:
             for start, stop in self._stale:  # each range's ancestors up to the root, level by level
-                _sumtree.settle(sums, minimums, start, stop)  # type: ignore[union-attr]
+                self._compiled.settle(sums, minimums, start, stop)
             self._stale.clear()
             return
         top = 1 << self._top
@@ -214,10 +220,10 @@ class SumTree:
         sums = self._sums
         if not sums[1] > 0:
             raise ValueError("cannot search a sum tree whose leaves are all empty")
-        if self.accelerated:
+        if self._compiled is not None:
             targets = np.ascontiguousarray(targets, np.float64)
             leaves = np.empty(targets.shape, np.int64)
-            _sumtree.find(sums, targets, leaves, self._top)  # type: ignore[union-attr]
+            self._compiled.find(sums, targets, leaves, self._top)
             return leaves
         # The top level at once: the cumulative sums of its nodes, searched.
         top = 1 << self._top
