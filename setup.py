@@ -1,5 +1,4 @@
-"""Build of the optional extensions mmreplay._lz4batch, mmreplay._lz4ref and mmreplay._sumtree; all other
-metadata lives in pyproject.toml.
+"""Build of the optional extensions mmreplay._lz4batch and mmreplay._lz4ref; all other metadata lives in pyproject.toml.
 
 The extension links the system's liblz4 and zlib. It is optional: without a compiler or without
 liblz4 the build prints a warning, skips it, and mmreplay.codec decodes through python-lz4 instead.
