@@ -247,8 +247,9 @@ recompute(double *sums, double *minimums, Py_ssize_t node)
 
 /* Every leaf is written before any ancestor, and a chunk of paths climbs one level at a time: then the
  * last chunk to pass through a node recomputes it after everything below it is final, so repeats and
- * crossing paths leave each node left + right of its final children, as the numpy code's paths and
- * top rebuild do. */
+ * crossing paths leave each node left + right of its final children, as the numpy code's paths (child +
+ * sibling: IEEE addition commutes) and its rebuild of the whole top do. Nodes off the paths keep their
+ * values, already left + right of children that did not change (SumTree settles before a set). */
 static void
 set_all(const Tree *tree, double *minimums, const int64_t *indices, const double *values, Py_ssize_t n)
 {
