@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 
-def _proc_field(path: str, field: str) -> int:
+def proc_field(path: str, field: str) -> int:
     """A ``kB`` field of a ``/proc`` file (``RssAnon:`` of ``/proc/self/status``), in bytes."""
     with open(path) as lines:
         for line in lines:
@@ -25,11 +25,11 @@ def rss_anon() -> int:
     Memory-mapped files (mmreplay's frames and tables) are file-backed: they count in the page cache,
     not here. In-RAM buffers (numpy arrays, C++ vectors) count here in full.
     """
-    return _proc_field("/proc/self/status", "RssAnon:")
+    return proc_field("/proc/self/status", "RssAnon:")
 
 
 def mem_available() -> int:
-    return _proc_field("/proc/meminfo", "MemAvailable:")
+    return proc_field("/proc/meminfo", "MemAvailable:")
 
 
 def load_average() -> float:
