@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh demo sb3 minari show
 if [ "${MMREPLAY_REQUIRE_EXTENSION:-0}" = "1" ]; then
-  .venv/bin/python -c "import mmreplay.codec as c, sys; sys.exit(0 if c.ACCELERATED else 'the compiled batch decoder did not build')"
+  .venv/bin/python -c "import mmreplay.codec as c, mmreplay.sum_tree as t, sys; sys.exit(0 if c.ACCELERATED and t.ACCELERATED else 'a compiled extension (_lz4batch, _sumtree) did not build')"
 fi
 .venv/bin/python -m pytest tests "$@"
 echo "--- again with the pure-Python decoder (MMREPLAY_PURE_PYTHON=1): store semantics, real frames, corruption, sum tree"
