@@ -48,5 +48,7 @@ setup(
             **lz4_link_args(),  # type: ignore[arg-type]
             optional=True,
         ),
+        # The sum tree's hot loops (mmreplay.sum_tree); no libraries; optional like the above.
+        Extension("mmreplay._sumtree", sources=["mmreplay/_sumtree.c"], optional=True),
     ]
 )

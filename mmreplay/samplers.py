@@ -150,8 +150,14 @@ class PrioritizedSampler:
         total = tree.total
         if not total > 0:
             return rng.integers(stored.start, stored.stop, size=batch_size, dtype=np.int64)
-        slots = tree.find(rng.random(batch_size) * total)
-        return stored.start + (slots - stored.start) % self._slots
+        targets = rng.random(batch_size)
+        targets *= total  # in place: the same products as rng.random(batch_size) * total, one array fewer
+        steps = tree.find(targets)
+        # A slot's step is the one in stored whose slot it is; in place, as the found leaves are ours.
+        steps -= stored.start
+        steps %= self._slots
+        steps += stored.start
+        return steps
 
     def weights(self, steps: npt.NDArray[np.int64], *, beta: float) -> npt.NDArray[np.float32]:
         """(N P(i))^-beta normalised by its maximum over the stored transitions, i.e. (p_i / p_min)^-beta."""

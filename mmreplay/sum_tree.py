@@ -8,14 +8,34 @@ capacity); they can always be rebuilt from the leaves.
 
 Every internal node is the sum (the minimum) of its two children computed as ``left + right``, whatever
 updated it, so a tree updated leaf by leaf is bit for bit the tree rebuilt from its leaves.
+
+At a batch of 32 the numpy calls cost far more than the work (one set per level, 20 levels at a million
+leaves), so ``find``, ``set`` and the settling of filled ranges run in the compiled extension
+``mmreplay._sumtree`` when it was built and the arrays are native, aligned, C-contiguous float64. It
+makes the same double operations as the numpy code here, which stays as the fallback: both give the same
+nodes and find the same leaves, bit for bit. ``ACCELERATED`` says whether the extension is there.
 """
 
 from __future__ import annotations
+
+import importlib
+import os
+from types import ModuleType
 
 import numpy as np
 import numpy.typing as npt
 
 TOP_LEVEL = 10  # the tree's top (levels up to this one, 2^10 nodes wide) is handled whole, not by paths
+
+_sumtree: ModuleType | None = None
+# MMREPLAY_PURE_PYTHON=1 hides the extension, so that the test suite can check the numpy path.
+if os.environ.get("MMREPLAY_PURE_PYTHON", "") in ("", "0"):
+    try:
+        _sumtree = importlib.import_module("mmreplay._sumtree")
+    except ImportError:  # not built (no compiler at build time)
+        _sumtree = None
+
+ACCELERATED: bool = _sumtree is not None
 
 
 def tree_size(num_leaves: int) -> int:
@@ -32,13 +52,24 @@ class SumTree:
     """
 
     def __init__(
-        self, sums: npt.NDArray[np.float64], minimums: npt.NDArray[np.float64], *, top_level: int = TOP_LEVEL
+        self,
+        sums: npt.NDArray[np.float64],
+        minimums: npt.NDArray[np.float64],
+        *,
+        top_level: int = TOP_LEVEL,
+        accelerated: bool = ACCELERATED,
     ) -> None:
         """``sums`` and ``minimums`` are arrays of ``2 * size`` nodes; the leaves of ``sums`` are already set.
 
         Levels up to ``top_level`` are narrow: there one numpy call over a whole level is cheaper than the
         several calls per level that paths through the tree cost (it changes the speed, not the results).
+        ``accelerated=False`` keeps to the numpy code; otherwise the extension runs the hot loops where the
+        arrays allow it (``accelerated`` says whether it does), with the same results.
         """
+        if accelerated and _sumtree is None:
+            raise ValueError("accelerated=True but mmreplay._sumtree is not built (sum_tree.ACCELERATED is False)")
+        usable = accelerated and all(_compiled_layout(nodes) for nodes in (sums, minimums))
+        self._compiled = _sumtree if usable else None  # the extension, when this tree runs on it
         self.size = len(sums) // 2
         self._depth = self.size.bit_length() - 1
         self._top = min(self._depth, top_level)
@@ -72,6 +103,11 @@ class SumTree:
         for left_sums, right_sums, sums, left_minimums, right_minimums, minimums in self._top_levels:
             np.add(left_sums, right_sums, out=sums)
             np.minimum(left_minimums, right_minimums, out=minimums)
+
+    @property
+    def accelerated(self) -> bool:
+        """Whether ``find``, ``set`` and settling run in the extension (else in numpy, with the same results)."""
+        return self._compiled is not None
 
     @property
     def total(self) -> float:
@@ -109,6 +145,15 @@ class SumTree:
         if len(indices) == 0:
             return
         self._settle()
+        if self._compiled is not None:
+            # In call order, so the last of repeated indices wins; then every path up to the root.
+            self._compiled.set(
+                self._sums,
+                self._minimums,
+                np.ascontiguousarray(indices, np.int64),
+                np.ascontiguousarray(values, np.float64),
+            )
+            return
         indices = np.asarray(indices, np.int64)
         values = np.asarray(values, np.float64)
         if len(indices) > 1:
@@ -150,6 +195,11 @@ class SumTree:
         if not self._stale:
             return
         sums, minimums = self._sums, self._minimums
+        if self._compiled is not None:
+            for start, stop in self._stale:  # each range's ancestors up to the root, level by level
+                self._compiled.settle(sums, minimums, start, stop)
+            self._stale.clear()
+            return
         top = 1 << self._top
         for start, stop in self._stale:
             low, high = self.size + start, self.size + stop - 1  # nodes, inclusive
@@ -170,6 +220,11 @@ class SumTree:
         sums = self._sums
         if not sums[1] > 0:
             raise ValueError("cannot search a sum tree whose leaves are all empty")
+        if self._compiled is not None:
+            targets = np.ascontiguousarray(targets, np.float64)
+            leaves = np.empty(targets.shape, np.int64)
+            self._compiled.find(sums, targets, leaves, self._top)
+            return leaves
         # The top level at once: the cumulative sums of its nodes, searched.
         top = 1 << self._top
         cumulative = np.zeros(top + 1)
@@ -204,3 +259,9 @@ class SumTree:
             remaining -= np.where(go_right, left_sums, 0.0)
             nodes = left + go_right
         return nodes
+
+
+def _compiled_layout(nodes: npt.NDArray[np.float64]) -> bool:
+    """Whether the extension can take ``nodes`` as it is: native, aligned, C-contiguous, writable float64."""
+    flags = nodes.flags
+    return nodes.dtype == np.float64 and flags.c_contiguous and flags.aligned and flags.writeable

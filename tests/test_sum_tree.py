@@ -1,25 +1,32 @@
 """The vectorized sum tree against a plain numpy model: totals, minimums, last-wins updates, lazily settled
 range fills, and ``find`` returning the leaf whose cumulative range holds each target (``searchsorted``
 over the leaves' cumsum). Trees are checked with the default top level and with small ones, so that both
-the whole-level top and the per-path levels below it are exercised at every size."""
+the whole-level top and the per-path levels below it are exercised at every size.
+
+These tests run on the compiled extension (mmreplay._sumtree) when it is built, and again on the numpy
+code under MMREPLAY_PURE_PYTHON=1 (scripts/test.sh); the last ones compare the two bit for bit."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mmreplay.sum_tree import TOP_LEVEL, SumTree, tree_size
+from mmreplay.sum_tree import ACCELERATED, TOP_LEVEL, SumTree, tree_size
 
 
-def tree_and_nodes(leaves: np.ndarray, top_level: int = TOP_LEVEL) -> tuple[SumTree, np.ndarray, np.ndarray]:
+def tree_and_nodes(
+    leaves: np.ndarray, top_level: int = TOP_LEVEL, *, accelerated: bool = ACCELERATED
+) -> tuple[SumTree, np.ndarray, np.ndarray]:
     """A tree over ``leaves`` (padded with empty leaves to a power of two) and its two node arrays; the
     leaves are set before construction, as the contract of ``SumTree`` asks."""
     size = tree_size(len(leaves))
     sums, minimums = np.zeros(2 * size), np.zeros(2 * size)
     sums[size : size + len(leaves)] = leaves
-    return SumTree(sums, minimums, top_level=top_level), sums, minimums
+    return SumTree(sums, minimums, top_level=top_level, accelerated=accelerated), sums, minimums
 
 
 def make_tree(leaves: np.ndarray, top_level: int = TOP_LEVEL) -> SumTree:
@@ -195,3 +202,126 @@ def test_the_tree_agrees_with_a_plain_array_after_any_batch_of_updates(num_leave
         cumsum = np.cumsum(model)
         clear = np.min(np.abs(targets[:, None] - np.concatenate([[0.0], cumsum])[None]), axis=1) > 1e-6 * tree.total
         np.testing.assert_array_equal(found[clear], model_find(model, targets)[clear])
+
+
+# -- the compiled extension against the numpy code, bit for bit ------------------------------------------
+
+compiled_only = pytest.mark.skipif(not ACCELERATED, reason="mmreplay._sumtree is not built or is hidden")
+
+
+def test_the_extension_is_hidden_under_mmreplay_pure_python():
+    hidden = os.environ.get("MMREPLAY_PURE_PYTHON", "") not in ("", "0")
+    assert make_tree(np.ones(5)).accelerated == (ACCELERATED and not hidden)
+    if hidden:
+        assert not ACCELERATED
+
+
+@pytest.mark.skipif(ACCELERATED, reason="mmreplay._sumtree is built")
+def test_asking_for_the_extension_when_it_is_missing_is_a_value_error():
+    with pytest.raises(ValueError, match="^accelerated=True but mmreplay._sumtree is not built"):
+        tree_and_nodes(np.ones(5), accelerated=True)
+
+
+@compiled_only
+def test_arrays_the_extension_cannot_take_keep_to_the_numpy_code():
+    sums, minimums = np.zeros((2, 16)), np.zeros((2, 16))
+    sums[0, 8:] = 1.0
+    strided = SumTree(sums[0], minimums[0], accelerated=True)
+    assert strided.accelerated
+    assert not SumTree(np.zeros(32)[::2], np.zeros(32)[::2], accelerated=True).accelerated
+    assert not SumTree(np.zeros(16, ">f8"), np.zeros(16, ">f8"), accelerated=True).accelerated
+
+
+@compiled_only
+def test_a_compiled_set_of_a_leaf_out_of_range_is_an_index_error_and_changes_nothing():
+    tree, sums, minimums = tree_and_nodes(np.arange(5.0), accelerated=True)
+    before = sums.copy(), minimums.copy()
+    with pytest.raises(IndexError, match="^leaf index 8 is out of range for 8 leaves$"):
+        tree.set(np.array([1, 8]), np.array([3.0, 4.0]))
+    with pytest.raises(IndexError, match="^leaf index -1 is out of range for 8 leaves$"):
+        tree.set(np.array([-1]), np.array([3.0]))
+    np.testing.assert_array_equal(sums, before[0])
+    np.testing.assert_array_equal(minimums, before[1])
+
+
+def twin_trees(leaves: np.ndarray, top_level: int) -> tuple[tuple[SumTree, np.ndarray, np.ndarray], ...]:
+    """The same tree twice: on the numpy code, and on the extension."""
+    return tree_and_nodes(leaves, top_level, accelerated=False), tree_and_nodes(leaves, top_level, accelerated=True)
+
+
+def assert_same_bits(numpy_tree: tuple[SumTree, np.ndarray, np.ndarray], compiled: tuple[SumTree, ...]) -> None:
+    """The same nodes, bit for bit (-0.0 is not 0.0 here), once both have settled their fills."""
+    assert numpy_tree[0].total == compiled[0].total or np.isnan(numpy_tree[0].total)
+    assert numpy_tree[1].tobytes() == compiled[1].tobytes(), "sums differ"
+    assert numpy_tree[2].tobytes() == compiled[2].tobytes(), "minimums differ"
+
+
+def boundary_targets(tree: SumTree, leaves: np.ndarray, fractions: list[float]) -> np.ndarray:
+    """Targets where rounding decides: the cumulative sums of the leaves and of the top level's nodes, the
+    total, each with its neighbours, and 0, -0.0, a negative one, +inf and NaN."""
+    total = tree.total
+    top = 1 << min(tree.size.bit_length() - 1, TOP_LEVEL)
+    edges = np.concatenate([np.cumsum(leaves), np.cumsum(tree._sums[top : 2 * top]), [total]])
+    near = np.concatenate([edges, np.nextafter(edges, -np.inf), np.nextafter(edges, np.inf)])
+    special = np.array([0.0, -0.0, -1.0, np.inf, np.nan])
+    return np.concatenate([np.array(fractions) * total, near, special])
+
+
+leaf_values = st.sampled_from([0.0, 0.1, 0.2, 0.3, 0.7, 1.0, 3.0, 5e-324, 1e300]) | st.floats(0, 1e6)
+
+
+@compiled_only
+@given(
+    leaves=st.lists(leaf_values, min_size=1, max_size=300),
+    top_level=st.integers(0, 10),
+    updates=st.lists(
+        st.tuples(st.integers(0, 299), st.integers(0, 299), leaf_values)
+        | st.lists(st.tuples(st.integers(0, 299), leaf_values), min_size=1, max_size=40),
+        max_size=6,
+    ),
+    fractions=st.lists(st.floats(0, 1, exclude_max=True), max_size=20),
+)
+def test_the_extension_builds_the_same_nodes_and_finds_the_same_leaves_as_numpy(leaves, top_level, updates, fractions):
+    model = np.array(leaves)
+    numpy_tree, compiled = twin_trees(model, top_level)
+    for update in updates:
+        if isinstance(update, tuple):  # a fill of leaves [start, stop)
+            start, stop = sorted((update[0] % len(model), update[1] % len(model) + 1))
+            for tree in (numpy_tree[0], compiled[0]):
+                tree.fill(start, stop, update[2])
+            model[start:stop] = update[2]
+        else:
+            indices = np.array([i % len(model) for i, _ in update], np.int64)
+            values = np.array([v for _, v in update])
+            for tree in (numpy_tree[0], compiled[0]):
+                tree.set(indices, values)
+            model[indices] = values  # numpy's last-wins for repeats, as the trees promise
+        assert_same_bits(numpy_tree, compiled)
+    if not numpy_tree[0].total > 0:
+        return
+    targets = boundary_targets(numpy_tree[0], model, fractions)
+    np.testing.assert_array_equal(compiled[0].find(targets), numpy_tree[0].find(targets))
+
+
+@compiled_only
+@pytest.mark.parametrize(("num_leaves", "top_level"), [(70_000, TOP_LEVEL), (5000, 3), (3000, 0)])
+def test_large_trees_agree_bit_for_bit_after_sets_and_fills(num_leaves, top_level):
+    rng = np.random.default_rng(4)
+    leaves = np.round(rng.random(num_leaves), 1) * (rng.random(num_leaves) < 0.7)  # many equal, 30% empty
+    numpy_tree, compiled = twin_trees(leaves, top_level)
+    for round_ in range(12):
+        if round_ % 3:
+            indices = rng.integers(0, num_leaves, 300)
+            values = np.round(rng.random(300), 1) * (rng.random(300) < 0.8)
+            for tree in (numpy_tree[0], compiled[0]):
+                tree.set(indices, values)
+        else:
+            start = int(rng.integers(0, num_leaves))
+            stop, value = min(num_leaves, start + int(rng.integers(1, 5000))), float(rng.random() * (round_ % 2))
+            for tree in (numpy_tree[0], compiled[0]):
+                tree.fill(start, stop, value)
+                tree.fill(0, 64, 0.3)  # a second range, as ring wraps make
+        assert_same_bits(numpy_tree, compiled)
+    model = numpy_tree[0].leaf_values[:num_leaves].copy()
+    targets = boundary_targets(numpy_tree[0], model, rng.random(20_000).tolist())
+    np.testing.assert_array_equal(compiled[0].find(targets), numpy_tree[0].find(targets))
