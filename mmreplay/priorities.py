@@ -159,6 +159,12 @@ class PriorityFile:
             if raced:
                 continue  # a reader raced the writer's next commit: look again
             journal = self._read_journal(before)
+            # The writer may have rewritten the journal between the check above and the read of its body
+            # (a torn journal, or another commit's): only a journal whose header still reads the same was
+            # read whole.
+            raced = self._read_journal_header() != before
+            if raced:
+                continue
             undone = self._undo(leaves, journal)
             if undone is not None:
                 return undone
