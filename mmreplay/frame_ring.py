@@ -162,8 +162,11 @@ class FrameRing:
         for payload, prev_delta, ref_delta in zip(payloads, prev_deltas, ref_deltas or itertools.repeat(0)):
             length = len(payload)
             if position % segment_bytes + length > segment_bytes:  # frames never straddle segments
-                self._write_run(run, run_start)
                 position += segment_bytes - position % segment_bytes
+            # A run stays inside one segment: a frame that opens the next one, also when the frames before
+            # it filled theirs exactly, starts a new run (else it would be written past the old file's end).
+            if position // segment_bytes != run_start // segment_bytes:
+                self._write_run(run, run_start)
                 run, run_start = [], position
             run.append(payload)
             # frame_seed, without numpy

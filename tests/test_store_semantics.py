@@ -903,3 +903,28 @@ def test_reference_model_agrees_with_itself_on_a_vector_run():
         want = singles[e].expected(range(4))
         np.testing.assert_array_equal(got["obs"], want["obs"])
         np.testing.assert_array_equal(got["next_obs"], want["next_obs"])
+
+
+@pytest.mark.parametrize("frame_encoding", ["lz4", "lz4-reference"])
+def test_a_frame_that_starts_exactly_at_a_segment_boundary_goes_into_that_segment(tmp_path: Path, frame_encoding: str) -> None:
+    """Random 1,019-byte frames compress to exactly 1,024 bytes, so frame 1,024 starts exactly where the
+    first 1 MiB segment ends; with three envs it is in the middle of an add's frames. It must be written
+    into the second segment (it was once written past the first segment's end, and then was missing)."""
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 256, (3 * 420 + 3, 1019), dtype=np.uint8)
+    with ReplayStore.create(tmp_path / "s", frame_shape=(1019,), capacity=2000, stack_size=2, num_envs=3,
+                            frame_encoding=frame_encoding) as store:
+        obs = frames[:3]
+        for t in range(420):
+            next_obs = frames[3 * (t + 1) : 3 * (t + 2)]
+            store.add(obs, np.zeros(3, np.int64), np.zeros(3, np.float32), next_obs,
+                      np.zeros(3, bool), np.zeros(3, bool))
+            obs = next_obs
+        segment_bytes = store._layout.segment_bytes
+        assert segment_bytes == 1 << 20 and store._frames.bytes_written > segment_bytes
+        batch = store.read(np.arange(len(store)))
+        env, t = np.arange(len(store)) % 3, np.arange(len(store)) // 3
+        np.testing.assert_array_equal(batch.next_obs[:, -1], frames[3 * (t + 1) + env])
+        np.testing.assert_array_equal(batch.obs[:, -1], frames[3 * t + env])
+    for segment in (tmp_path / "s" / "frames").glob("*.seg"):
+        assert segment.stat().st_size == segment_bytes, segment
