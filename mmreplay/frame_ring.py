@@ -383,6 +383,10 @@ class FrameRing:
                 create_sparse(path, self.segment_bytes)
                 fsync_directory(path.parent)
             descriptor = os.open(path, os.O_RDWR)
+            if os.fstat(descriptor).st_size < self.segment_bytes:
+                # A writer killed between creating the file and sizing it left it short; no commit counts
+                # anything in a segment that has never been written, so sizing it now loses nothing.
+                os.ftruncate(descriptor, self.segment_bytes)
             self._segment_files[segment] = descriptor
         return descriptor
 

@@ -145,3 +145,19 @@ def test_a_crash_inside_a_priority_commit_leaves_the_committed_priorities(tmp_pa
     np.testing.assert_array_equal(_raw_leaves(path, range(1, 9)), after)
     with ReplayStore.open(path, "r") as store:
         assert_distribution(store.sample(8_000, rng=2).index, np.arange(1, 9), after / after.sum())
+
+
+def test_a_segment_file_left_empty_by_a_crash_during_its_creation_is_sized_when_written(tmp_path: Path) -> None:
+    """SIGKILL between creating a segment file and setting its size leaves an empty file that no commit
+    counts; the next writer must size it, not write into it as it is (it read back as truncated)."""
+    path = tmp_path / "store.mmr"
+    frames = np.arange(12 * 4, dtype=np.uint8).reshape(12, 2, 2)
+    ReplayStore.create(path, frame_shape=(2, 2), capacity=8, stack_size=2).close()
+    (path / "frames" / "0000000000.seg").write_bytes(b"")
+    with ReplayStore.open(path, "r+") as store:
+        for t in range(10):
+            store.add(frames[t], t, 0.0, frames[t + 1], False, False)
+    with ReplayStore.open(path) as store:
+        batch = store.read(np.arange(2, 10))
+        np.testing.assert_array_equal(batch.next_obs[:, -1], frames[3:11])
+        np.testing.assert_array_equal(batch.action, np.arange(2, 10))
