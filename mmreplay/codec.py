@@ -15,8 +15,6 @@ have pushed numpy out of the CPU caches); when it declines, the ring's general p
 
 from __future__ import annotations
 
-import importlib
-import os
 import zlib
 from collections.abc import Sequence
 from types import ModuleType
@@ -25,13 +23,9 @@ import lz4.block
 import numpy as np
 import numpy.typing as npt
 
-_lz4batch: ModuleType | None = None
-# MMREPLAY_PURE_PYTHON=1 hides the extension, so that the test suite can check the python-lz4 path.
-if os.environ.get("MMREPLAY_PURE_PYTHON", "") in ("", "0"):
-    try:
-        _lz4batch = importlib.import_module("mmreplay._lz4batch")
-    except ImportError:  # not built (no compiler, or no liblz4 at build time), or liblz4.so.1 missing now
-        _lz4batch = None
+from mmreplay import extensions
+
+_lz4batch: ModuleType | None = extensions.load("_lz4batch")
 
 ACCELERATED: bool = _lz4batch is not None
 

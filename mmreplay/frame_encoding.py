@@ -17,6 +17,7 @@ frame is ever encoded against a frame that was not written.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict
 from pathlib import Path
 from typing import Protocol
@@ -82,20 +83,9 @@ def table_entry(layout: format.Layout) -> np.dtype:
 def open_ring(directory: Path, layout: format.Layout, commit: format.Commit, *, writable: bool) -> FrameRing:
     """The store's frame ring, of the class its encoding needs, at its committed counts."""
     scheme = scheme_of(layout, directory)
-    if scheme is None:
-        return FrameRing(
-            directory,
-            frame_shape=layout.frame_shape,
-            segment_bytes=layout.segment_bytes,
-            frame_slots=commit.frame_slots,
-            generation=commit.frame_table_generation,
-            frames_written=commit.frames_written,
-            bytes_written=commit.bytes_written,
-            writable=writable,
-        )
-    return ReferenceFrameRing(
+    make = FrameRing if scheme is None else functools.partial(ReferenceFrameRing, scheme=scheme)
+    return make(
         directory,
-        scheme=scheme,
         frame_shape=layout.frame_shape,
         segment_bytes=layout.segment_bytes,
         frame_slots=commit.frame_slots,

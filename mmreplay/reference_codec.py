@@ -34,8 +34,6 @@ dictionary: different bytes, the same frames once decoded.
 
 from __future__ import annotations
 
-import importlib
-import os
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,16 +43,10 @@ import lz4.block
 import numpy as np
 import numpy.typing as npt
 
+from mmreplay import extensions
 from mmreplay.errors import CorruptStoreError
 
-_lz4ref: ModuleType | None = None
-# MMREPLAY_PURE_PYTHON=1 hides the extension (as codec hides mmreplay._lz4batch), so that the test suite
-# can check the python-lz4 path.
-if os.environ.get("MMREPLAY_PURE_PYTHON", "") in ("", "0"):
-    try:
-        _lz4ref = importlib.import_module("mmreplay._lz4ref")
-    except ImportError:  # not built (no compiler, or no liblz4 at build time), or liblz4.so.1 missing now
-        _lz4ref = None
+_lz4ref: ModuleType | None = extensions.load("_lz4ref")
 
 ACCELERATED: bool = _lz4ref is not None
 

@@ -10,6 +10,7 @@ once per batch, in the same compiled call). A commit keeps every frame that a ke
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -22,30 +23,9 @@ from mmreplay.reference_codec import CorruptFrameError, ReferenceScheme
 class ReferenceFrameRing(FrameRing):
     """A ``FrameRing`` of reference-encoded frames: ``append`` takes ``ref_deltas``, reads decode chains."""
 
-    def __init__(
-        self,
-        directory: Path,
-        *,
-        scheme: ReferenceScheme,
-        frame_shape: tuple[int, ...],
-        segment_bytes: int,
-        frame_slots: int,
-        generation: int,
-        frames_written: int,
-        bytes_written: int,
-        writable: bool,
-    ) -> None:
-        super().__init__(
-            directory,
-            frame_shape=frame_shape,
-            segment_bytes=segment_bytes,
-            frame_slots=frame_slots,
-            generation=generation,
-            frames_written=frames_written,
-            bytes_written=bytes_written,
-            writable=writable,
-            entry=REFERENCE_ENTRY,
-        )
+    def __init__(self, directory: Path, *, scheme: ReferenceScheme, **ring: Any) -> None:
+        """``ring``: ``FrameRing``'s keyword arguments (its counts and sizes), less ``entry``."""
+        super().__init__(directory, entry=REFERENCE_ENTRY, **ring)
         self.scheme = scheme
 
     def ref_deltas(self, frame_steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:

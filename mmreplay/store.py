@@ -369,7 +369,8 @@ class ReplayStore:
         new_frames = self._frames.frames_written + len(plan.payloads)
         if first_step + len(envs) > self._row_limit or new_frames > self._frame_limit:
             self._make_room(new_rows=len(envs), new_frames=len(plan.payloads))
-        self._frames.append(plan.payloads, plan.prev_deltas, plan.ref_deltas if self._encoder.records_references else None)
+        ref_deltas = plan.ref_deltas if self._encoder.records_references else None
+        self._frames.append(plan.payloads, plan.prev_deltas, ref_deltas)
         every_env = len(envs) == len(arguments.reward)
         self._table.write(
             first_step,

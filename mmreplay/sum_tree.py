@@ -18,22 +18,16 @@ nodes and find the same leaves, bit for bit. ``ACCELERATED`` says whether the ex
 
 from __future__ import annotations
 
-import importlib
-import os
 from types import ModuleType
 
 import numpy as np
 import numpy.typing as npt
 
+from mmreplay import extensions
+
 TOP_LEVEL = 10  # the tree's top (levels up to this one, 2^10 nodes wide) is handled whole, not by paths
 
-_sumtree: ModuleType | None = None
-# MMREPLAY_PURE_PYTHON=1 hides the extension, so that the test suite can check the numpy path.
-if os.environ.get("MMREPLAY_PURE_PYTHON", "") in ("", "0"):
-    try:
-        _sumtree = importlib.import_module("mmreplay._sumtree")
-    except ImportError:  # not built (no compiler at build time)
-        _sumtree = None
+_sumtree: ModuleType | None = extensions.load("_sumtree")
 
 ACCELERATED: bool = _sumtree is not None
 

@@ -1,11 +1,12 @@
 """The transition table: a memory-mapped ring of fixed-size rows, one per stored transition.
 
 A row holds what a transition owns besides pixels: the frame step of its next_obs frame (its obs frames
-are reached through the frame table's episode links), the env that produced it, a forward link to the env's next transition of the same episode (written
-when that transition arrives; trusted only after checking it, since a crash can leave a link to a step
-that was never committed), the action, the reward and flag bits. The slot of
-transition step ``t`` is ``t % row_slots``; the store keeps ``row_slots`` above ``capacity`` so that rows
-a committed header still counts are never overwritten before the next commit.
+are reached through the frame table's episode links), the env that produced it, a forward link to the
+env's next transition of the same episode (written when that transition arrives; trusted only after
+checking it, since a crash can leave a link to a step that was never committed), the action, the reward
+and flag bits. The slot of transition step ``t`` is ``t % row_slots``; the store keeps ``row_slots``
+above ``capacity`` so that rows a committed header still counts are never overwritten before the next
+commit.
 """
 
 from __future__ import annotations
@@ -126,7 +127,8 @@ class TransitionTable:
         minimum = self._oldest_in(start, min(stop, (first_chunk + 1) * _CHUNK), oldest_frames_of)
         for chunk in range(first_chunk + 1, last_chunk):
             if chunk not in self._chunk_minimums:
-                self._chunk_minimums[chunk] = self._oldest_in(chunk * _CHUNK, (chunk + 1) * _CHUNK, oldest_frames_of)
+                whole = (chunk * _CHUNK, (chunk + 1) * _CHUNK)
+                self._chunk_minimums[chunk] = self._oldest_in(*whole, oldest_frames_of)
             minimum = min(minimum, self._chunk_minimums[chunk])
         if last_chunk > first_chunk:
             minimum = min(minimum, self._oldest_in(last_chunk * _CHUNK, stop, oldest_frames_of))

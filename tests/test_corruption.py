@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from reference import BATCH_FIELDS, ReferenceStore, assert_batch_matches
+from atari_data import load_stream
+from reference import ReferenceStore, assert_batch_matches
 
 from mmreplay import CorruptStoreError, PrioritizedSampler, ReplayStore
 
-DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 FRAME_ENTRY = np.dtype([("position", "<u8"), ("length", "<u4"), ("checksum", "<u4"), ("prev_delta", "<u4")])
 ROW_FIELDS = {  # byte offsets inside a transition row (README, "On-disk layout"), int64 action
     "checksum": 0, "next_delta": 4, "next_frame": 8, "next_frame high byte": 15,
@@ -33,11 +33,7 @@ ROW_BYTES = 31
 
 
 def _stream(game: str, frames: int) -> dict[str, np.ndarray]:
-    path = DATA_DIR / f"atari_{game}.npz"
-    if not path.is_file():
-        pytest.skip(f"real Atari frames are absent: {path} does not exist")
-    with np.load(path) as data:
-        return {key: np.array(data[key][:frames]) for key in ("frames", "action", "reward", "terminated")}
+    return load_stream(game, ("frames", "action", "reward", "terminated"), frames)
 
 
 class Built:

@@ -35,29 +35,24 @@ def _crash_stress():
     return module
 
 
-def test_twenty_kills_of_a_uniform_store_lose_no_committed_transition(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("trials", "seed", "frame_encoding", "least_killed", "least_checked"),
+    [(20, 5000, "lz4", 15, 1000), (12, 7000, "lz4-reference", 8, 500)],
+)
+def test_kills_of_a_uniform_store_lose_no_committed_transition(
+    tmp_path: Path, trials: int, seed: int, frame_encoding: str, least_killed: int, least_checked: int
+) -> None:
+    """With "lz4-reference" too: a reopened writer starts new reference groups, and no committed frame
+    depends on one that the crash lost."""
     stress = _crash_stress()
-    summary = stress.run_trials(20, 5000, max_frames=2500, max_delay=0.3, samplers=["uniform"], work=tmp_path)
+    summary = stress.run_trials(trials, seed, max_frames=2500, max_delay=0.3, samplers=["uniform"], work=tmp_path,
+                                frame_encoding=frame_encoding)
     print(f"trials {summary.trials}, transitions checked {summary.transitions_checked}, losses {summary.losses}")
-    assert summary.trials == 20
+    assert summary.trials == trials
     assert summary.losses == 0
     assert summary.failures == []
-    assert summary.killed >= 15
-    assert summary.transitions_checked > 1000
-
-
-def test_kills_of_a_store_of_reference_encoded_frames_lose_no_committed_transition(tmp_path: Path) -> None:
-    """As above with frame_encoding="lz4-reference": a reopened writer starts new reference groups, and no
-    committed frame depends on one that the crash lost."""
-    stress = _crash_stress()
-    summary = stress.run_trials(12, 7000, max_frames=2500, max_delay=0.3, samplers=["uniform"], work=tmp_path,
-                                frame_encoding="lz4-reference")
-    print(f"trials {summary.trials}, transitions checked {summary.transitions_checked}, losses {summary.losses}")
-    assert summary.trials == 12
-    assert summary.losses == 0
-    assert summary.failures == []
-    assert summary.killed >= 8
-    assert summary.transitions_checked > 500
+    assert summary.killed >= least_killed
+    assert summary.transitions_checked > least_checked
 
 
 def test_kills_of_a_prioritized_store_lose_no_committed_transition(tmp_path: Path) -> None:

@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from issue3_reference import add_masked, assert_n_step_matches, assert_sequences_match
+from atari_data import load_stream
 from reference import ReferenceStore, assert_batch_matches, assert_store_matches
 
 from mmreplay import CorruptStoreError, FormatVersionError, ReferenceScheme, ReplayStore
 from mmreplay.frame_ring import REFERENCE_ENTRY, FrameChecksumError
 
-DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 GAMES = ["pong", "breakout", "mspacman"]
 KEYS = ("frames", "action", "reward", "terminated")
 DENSE = "lz4-reference"
@@ -34,11 +34,7 @@ DENSE = "lz4-reference"
 @functools.cache
 def stream(game: str) -> dict[str, np.ndarray]:
     """The first 4,000 frames of a game's frame stream (see ../shared/data/README.md)."""
-    path = DATA_DIR / f"atari_{game}.npz"
-    if not path.is_file():
-        pytest.skip(f"real Atari frames are absent: {path} does not exist (see the project README)")
-    with np.load(path) as data:
-        return {key: np.array(data[key][:4000]) for key in KEYS}
+    return load_stream(game, KEYS, 4000)
 
 
 def transitions(game: str, first: int = 0) -> list[tuple]:

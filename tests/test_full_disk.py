@@ -10,27 +10,22 @@ from __future__ import annotations
 
 import errno
 import multiprocessing
-import os
 import resource
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
+from atari_data import load_stream
 from reference import ReferenceStore, assert_batch_matches
 
 from mmreplay import ReplayStore
 
-DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 CAPACITY = 200
 
 
 def _frames(game: str) -> dict[str, np.ndarray]:
-    path = DATA_DIR / f"atari_{game}.npz"
-    if not path.is_file():
-        pytest.skip(f"real Atari frames are absent: {path} does not exist")
-    with np.load(path) as data:
-        return {key: np.array(data[key][:4000]) for key in ("frames", "action", "reward", "terminated")}
+    return load_stream(game, ("frames", "action", "reward", "terminated"), 4000)
 
 
 def _transitions(data: dict[str, np.ndarray]) -> list[tuple]:

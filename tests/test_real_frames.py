@@ -9,16 +9,15 @@ start on its own (``episode_start``) and rebuild every 4-frame stack from stored
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 
 import lz4.block
 import numpy as np
 import pytest
+from atari_data import load_stream
 from reference import ReferenceStore, assert_batch_matches, assert_store_matches
 
 from mmreplay import ReplayStore
 
-DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 GAMES = ["pong", "mspacman"]
 STACK = 4
 MAX_FRAMES = 3000  # per game: enough for several episode ends, fast to record
@@ -28,11 +27,7 @@ KEYS = ("frames", "episode_start", "action", "reward", "terminated", "truncated"
 @functools.cache
 def stream(game: str) -> dict[str, np.ndarray]:
     """The first MAX_FRAMES of a game's frame stream."""
-    path = DATA_DIR / f"atari_{game}.npz"
-    if not DATA_DIR.is_dir():
-        pytest.skip(f"real Atari frames are absent: {DATA_DIR} does not exist (see the project README)")
-    with np.load(path) as data:
-        return {key: np.array(data[key][:MAX_FRAMES]) for key in KEYS}
+    return load_stream(game, KEYS, MAX_FRAMES)
 
 
 def transition_positions(s: dict[str, np.ndarray], stop: int) -> np.ndarray:
