@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay import codec, format, reference_codec
-from mmreplay.frame_ring import FRAME_ENTRY
+from mmreplay.frame_ring import frame_entry
 from mmreplay.reference_codec import EnvReferences, ReferenceScheme
 from mmreplay.transition_table import row_dtype
 
@@ -194,8 +194,8 @@ def overhead_per_transition(ref_field_bytes: int) -> float:
     capacity = 1_000_000
     layout, commit = format.new_store(frame_shape=(84, 84), capacity=capacity, stack_size=4, num_envs=1,
                                       action_shape=(), action_dtype=np.dtype("int64"), sampler={})  # fmt: skip
-    rows = row_dtype((), np.dtype("int64")).itemsize * layout.row_slots
-    table = (FRAME_ENTRY.itemsize + ref_field_bytes) * commit.frame_slots
+    rows = row_dtype((), np.dtype("int64"), 1).itemsize * layout.row_slots
+    table = (frame_entry(84 * 84).itemsize + ref_field_bytes) * commit.frame_slots
     return (rows + table) / capacity
 
 

@@ -22,8 +22,8 @@
  * decode_entries(views, base, table, frame_slots, layout, steps, seed_multiplier, segment_bytes,
  *                bytes_written, out, frame_nbytes, threads) -> bool
  *   The frame ring's fast path (codec.decode_from_table): frame i's entry is table entry
- *   steps[i] % frame_slots, whose fields layout = (entry size, offsets of position u64, length u32,
- *   checksum u32, link u32; little-endian) gives; its bytes lie at position, in view
+ *   steps[i] % frame_slots, whose fields layout = (entry size, offsets of position u64, length,
+ *   checksum u32, link u32, then the width of length: 2 or 4 bytes; little-endian) gives; its bytes lie at position, in view
  *   position / segment_bytes - base, and its seed is steps[i] * seed_multiplier + link (mod 2**32).
  *   True when every frame lies below bytes_written and inside its view and decodes as decode() checks;
  *   False otherwise, with nothing said about which frame: the caller's general path finds it.
@@ -411,7 +411,7 @@ done:
 
 /* The frame table entry fields decode_entries reads, little-endian (the frame ring's layout, passed in). */
 typedef struct {
-    Py_ssize_t size, position, length, checksum, link;
+    Py_ssize_t size, position, length, checksum, link, length_bytes;
 } EntryLayout;
 
 static uint64_t
@@ -452,7 +452,7 @@ locate_entries(PyObject *views, long long base, const Py_buffer *table, long lon
         }
         const unsigned char *entry = entries + (size_t)(steps[i] % frame_slots) * (size_t)layout->size;
         uint64_t position = read_le(entry + layout->position, 8);
-        uint64_t length = read_le(entry + layout->length, 4);
+        uint64_t length = read_le(entry + layout->length, (int)layout->length_bytes);
         if (position > (uint64_t)bytes_written || length > (uint64_t)bytes_written - position) {
             status = 1;
             break;
@@ -496,8 +496,9 @@ lz4batch_decode_entries(PyObject *module, PyObject *args)
     unsigned long seed_multiplier;
     Py_ssize_t frame_nbytes;
     int threads;
-    if (!PyArg_ParseTuple(args, "OLy*L(nnnnn)y*kLLw*ni:decode_entries", &views_arg, &base, &table, &frame_slots,
-                          &layout.size, &layout.position, &layout.length, &layout.checksum, &layout.link, &steps,
+    if (!PyArg_ParseTuple(args, "OLy*L(nnnnnn)y*kLLw*ni:decode_entries", &views_arg, &base, &table, &frame_slots,
+                          &layout.size, &layout.position, &layout.length, &layout.checksum, &layout.link,
+                          &layout.length_bytes, &steps,
                           &seed_multiplier, &segment_bytes, &bytes_written, &out, &frame_nbytes, &threads)) {
         return NULL;
     }
@@ -511,7 +512,8 @@ lz4batch_decode_entries(PyObject *module, PyObject *args)
 
     if (frame_nbytes <= 0 || frame_nbytes > INT_MAX || threads < 1 || threads > MAX_THREADS || frame_slots <= 0
         || segment_bytes <= 0 || bytes_written < 0 || layout.size <= 0 || layout.position < 0
-        || layout.position + 8 > layout.size || layout.length < 0 || layout.length + 4 > layout.size
+        || layout.position + 8 > layout.size || (layout.length_bytes != 2 && layout.length_bytes != 4)
+        || layout.length < 0 || layout.length + layout.length_bytes > layout.size
         || layout.checksum < 0 || layout.checksum + 4 > layout.size || layout.link < 0
         || layout.link + 4 > layout.size) {
         PyErr_SetString(PyExc_ValueError, "decode_entries: frame_nbytes, threads, sizes or entry layout out of range");

@@ -26,7 +26,9 @@ from mmreplay.errors import CorruptStoreError, FormatVersionError, StoreNotFound
 from mmreplay.files import fsync_directory
 
 MAGIC = "mmreplay"
-FORMAT_VERSION = 2  # 2: rows without oldest_delta (the frame chain gives it)
+# 2: rows without oldest_delta (the frame chain gives it). 3: rows hold frame_lead (u4) for next_frame
+# (u8) and a one-byte env in stores of at most 256 envs; frame entries a u2 length for frames of 84x84.
+FORMAT_VERSION = 3
 
 HEADER_NAME = "header.json"
 TRANSITIONS_NAME = "transitions.tbl"

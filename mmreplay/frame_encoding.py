@@ -1,7 +1,6 @@
 """How a store encodes its frames, chosen once at create time and recorded in the header's layout.
 
-- ``"lz4"`` (the default): each frame is one lz4 block, compressed alone; a ``FrameRing`` whose table
-  entries are ``FRAME_ENTRY``. Its header has no encoding fields, exactly as before the choice existed.
+- ``"lz4"`` (the default): each frame is one lz4 block, compressed alone; a plain ``FrameRing``. Its header has no encoding fields, exactly as before the choice existed.
 - ``"lz4-reference"``: each frame is compressed against an earlier frame of the same env, its
   reference (``reference_codec``: groups of ``group_size`` frames per env, a key frame compressed alone
   at the start of each, references arranged by ``branching``); a ``ReferenceFrameRing`` whose entries
@@ -27,7 +26,7 @@ import numpy.typing as npt
 
 from mmreplay import codec, format
 from mmreplay.errors import CorruptStoreError
-from mmreplay.frame_ring import FRAME_ENTRY, REFERENCE_ENTRY, FrameRing
+from mmreplay.frame_ring import FrameRing
 from mmreplay.reference_codec import EnvReferences, ReferenceScheme, compress_against
 from mmreplay.reference_ring import ReferenceFrameRing
 
@@ -75,9 +74,9 @@ def scheme_of(layout: format.Layout, directory: Path) -> ReferenceScheme | None:
         ) from None
 
 
-def table_entry(layout: format.Layout) -> np.dtype:
-    """The frame table's entry dtype for the store's encoding."""
-    return REFERENCE_ENTRY if layout.frame_encoding == REFERENCE else FRAME_ENTRY
+def has_references(layout: format.Layout) -> bool:
+    """Whether the store's frame table entries hold ``ref_delta`` (see ``frame_ring.frame_entry``)."""
+    return layout.frame_encoding == REFERENCE
 
 
 def open_ring(directory: Path, layout: format.Layout, commit: format.Commit, *, writable: bool) -> FrameRing:

@@ -11,9 +11,9 @@ episode's first frame). That link is all that stacking needs; this module knows 
 transitions, sampling or commits. It never overwrites bytes at a position below ``bytes_written``,
 and the store decides which table slots may be reused.
 
-A ring of frames compressed against reference frames (``reference_ring``) has entries of another
-dtype, ``REFERENCE_ENTRY``, with one more field, ``ref_delta``, also bound into the seed; a plain
-ring's entries and seeds are those of ``ref_delta == 0``.
+A ring of frames compressed against reference frames (``reference_ring``) has entries with one more
+field, ``ref_delta``, also bound into the seed; a plain ring's entries and seeds are those of
+``ref_delta == 0``. See ``frame_entry`` for the fields' widths.
 """
 
 from __future__ import annotations
@@ -53,20 +53,39 @@ class MissingSegmentError(CorruptStoreError):
 _SEED_MULTIPLIER = 2654435761  # Knuth's multiplicative hash constant: spreads steps over 32 bits
 _REF_SEED_MULTIPLIER = 2246822519  # xxHash's PRIME32_2 (odd: each 16-bit ref_delta moves the seed apart)
 
-FRAME_ENTRY = np.dtype(
-    [("position", "<u8"), ("length", "<u4"), ("checksum", "<u4"), ("prev_delta", "<u4")]
-)
-_ENTRY = struct.Struct("<QIII")  # FRAME_ENTRY, packed by append
-assert _ENTRY.size == FRAME_ENTRY.itemsize
-# The entry as codec.decode_from_table reads it: its size and the byte offsets of its fields.
-_ENTRY_LAYOUT = (FRAME_ENTRY.itemsize, *(FRAME_ENTRY.fields[name][1] for name in FRAME_ENTRY.names))
-# A reference-encoded frame's entry: ``ref_delta`` is its step minus its reference's step (0: compressed
-# alone), little-endian u2 after the plain fields (22 bytes, unaligned: numpy and struct read it packed).
-REFERENCE_ENTRY = np.dtype(
-    [("position", "<u8"), ("length", "<u4"), ("checksum", "<u4"), ("prev_delta", "<u4"), ("ref_delta", "<u2")]
-)
-_REFERENCE_ENTRY = struct.Struct("<QIIIH")
-assert _REFERENCE_ENTRY.size == REFERENCE_ENTRY.itemsize
+_U2_LIMIT = 1 << 16
+
+
+def frame_entry(frame_nbytes: int, *, references: bool = False) -> np.dtype:
+    """The frame table's entry dtype for frames of ``frame_nbytes`` bytes (packed, little-endian).
+
+    ``length`` is a u2 where every compressed frame fits one (lz4's worst case, n + n/255 + 16 bytes,
+    also bounds the reference encoder's blocks: 84x84 frames), else a u4. A reference ring's entry adds
+    ``ref_delta``, the frame's step minus its reference's step (0: compressed alone).
+    """
+    worst_case = frame_nbytes + frame_nbytes // 255 + 16
+    fields = [
+        ("position", "<u8"),
+        ("length", "<u2" if worst_case < _U2_LIMIT else "<u4"),
+        ("checksum", "<u4"),
+        ("prev_delta", "<u4"),
+    ]
+    return np.dtype(fields + [("ref_delta", "<u2")] if references else fields)
+
+
+def _entry_packer(entry: np.dtype) -> struct.Struct:
+    """The struct that packs one entry exactly as ``entry`` lays it out."""
+    codes = {"<u8": "Q", "<u4": "I", "<u2": "H"}
+    packer = struct.Struct("<" + "".join(codes[entry[name].str] for name in entry.names))
+    assert packer.size == entry.itemsize
+    return packer
+
+
+def _entry_layout(entry: np.dtype) -> tuple[int, ...]:
+    """The entry as codec.decode_from_table reads it: its size, the byte offsets of position, length,
+    checksum and prev_delta, and the width of length."""
+    offsets = [entry.fields[name][1] for name in ("position", "length", "checksum", "prev_delta")]
+    return (entry.itemsize, *offsets, entry["length"].itemsize)
 
 
 class FrameRing:
@@ -83,12 +102,15 @@ class FrameRing:
         frames_written: int,
         bytes_written: int,
         writable: bool,
-        entry: np.dtype = FRAME_ENTRY,
+        references: bool = False,
     ) -> None:
+        """``references``: the entries have ``ref_delta`` (a ``ReferenceFrameRing``'s table)."""
         self.directory = directory
-        self.entry = entry  # FRAME_ENTRY, or REFERENCE_ENTRY for a reference_ring
         self.frame_shape = frame_shape
         self.frame_nbytes = int(np.prod(frame_shape))
+        self.entry = frame_entry(self.frame_nbytes, references=references)
+        self._packer = _entry_packer(self.entry)
+        self._layout = _entry_layout(self.entry)
         self.segment_bytes = segment_bytes
         self.frame_slots = frame_slots
         self.generation = generation
@@ -113,14 +135,15 @@ class FrameRing:
         frame_shape: tuple[int, ...],
         segment_bytes: int,
         frame_slots: int,
-        entry: np.dtype = FRAME_ENTRY,
+        references: bool = False,
     ) -> FrameRing:
         """Create the empty segments folder and frame table of a new store, and open them for writing.
 
-        A table of ``REFERENCE_ENTRY`` entries is created here too, but read through ``ReferenceFrameRing``
+        A table of entries with ``references`` is created here too, but read through ``ReferenceFrameRing``
         (this class decodes every frame alone).
         """
         (directory / SEGMENTS_DIR).mkdir()
+        entry = frame_entry(int(np.prod(frame_shape)), references=references)
         create_sparse(directory / frame_table_name(0), frame_slots * entry.itemsize)
         return FrameRing(
             directory,
@@ -131,7 +154,7 @@ class FrameRing:
             frames_written=0,
             bytes_written=0,
             writable=True,
-            entry=entry,
+            references=references,
         )
 
     # -- writing ---------------------------------------------------------------------------------
@@ -139,8 +162,8 @@ class FrameRing:
     def append(self, payloads: list[bytes], prev_deltas: list[int], ref_deltas: list[int] | None = None) -> int:
         """Write compressed frames with their episode links; returns the first new frame step.
 
-        ``ref_deltas`` (one per frame) are the reference links of a ring with ``REFERENCE_ENTRY``
-        entries, and must be None for a plain one. The caller guarantees that ``frames_written +
+        ``ref_deltas`` (one per frame) are the reference links of a ring whose entries have
+        ``ref_delta``, and must be None for a plain one. The caller guarantees that ``frames_written +
         len(payloads)`` stays within the table's window (no slot that a committed or stored transition
         needs is reused). Consecutive frames of one
         segment go out in one ``pwritev``.
@@ -151,8 +174,7 @@ class FrameRing:
         assert entries is not None, "append needs a writable frame ring"
         with_refs = "ref_delta" in (self.entry.names or ())
         assert with_refs == (ref_deltas is not None), "ref_deltas are given exactly for a reference ring"
-        packer = _REFERENCE_ENTRY if with_refs else _ENTRY
-        entry_size, pack_into = packer.size, packer.pack_into
+        entry_size, pack_into = self._packer.size, self._packer.pack_into
         table_end = min(first_step + len(payloads), frame_slots) * entry_size
         if table_end > self._table_reserved:  # slots fill in order on the first lap, then all are reserved
             self._reservation.ensure(table_end)  # type: ignore[union-attr]
@@ -293,7 +315,7 @@ class FrameRing:
             self._table,
             frame_steps,
             out,
-            layout=_ENTRY_LAYOUT,
+            layout=self._layout,
             seed_multiplier=_SEED_MULTIPLIER,
             segment_bytes=self.segment_bytes,
             bytes_written=self.bytes_written,

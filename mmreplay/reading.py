@@ -12,7 +12,7 @@ import numpy.typing as npt
 from mmreplay import stacking
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.frame_ring import FrameChecksumError, FrameRing
-from mmreplay.transition_table import TERMINATED, TRUNCATED, TransitionTable
+from mmreplay.transition_table import TERMINATED, TRUNCATED, TransitionTable, next_frame_steps
 from mmreplay.windows import follow_episodes, n_step_returns
 
 
@@ -27,7 +27,7 @@ class TransitionReader:
         self.action_dtype = action_dtype
 
     def transition_frames(self, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        next_frames = self.table.read(steps)["next_frame"].astype(np.int64)
+        next_frames = next_frame_steps(self.table.read(steps), steps)
         return stacking.transition_frames(next_frames, self.frames.prev_deltas, self.stack_size)
 
     def transitions(
@@ -35,9 +35,7 @@ class TransitionReader:
     ) -> Batch:
         """The transitions with these steps (assumed stored)."""
         rows = self.table.read(steps)
-        frames = stacking.transition_frames(
-            rows["next_frame"].astype(np.int64), self.frames.prev_deltas, self.stack_size
-        )
+        frames = stacking.transition_frames(next_frame_steps(rows, steps), self.frames.prev_deltas, self.stack_size)
         # obs and next_obs are two views of one (B, stack_size + 1) array of frames: they share
         # stack_size - 1 frames, so each is decoded once, straight into the memory the batch returns.
         pixels = self._decode(frames, steps)
@@ -75,12 +73,13 @@ class TransitionReader:
         )
         rows = self._window_rows(window, mask)
         returns, used = n_step_returns(rows["reward"], mask, gamma)
-        first, last = rows[:, 0], rows[np.arange(len(steps)), used - 1]
+        last_column = used - 1
+        first, last = rows[:, 0], rows[np.arange(len(steps)), last_column]
         obs_frames = stacking.transition_frames(
-            first["next_frame"].astype(np.int64), self.frames.prev_deltas, self.stack_size
+            next_frame_steps(first, steps), self.frames.prev_deltas, self.stack_size
         )[:, stacking.obs_columns(self.stack_size)]
         next_frames = stacking.transition_frames(
-            last["next_frame"].astype(np.int64), self.frames.prev_deltas, self.stack_size
+            next_frame_steps(last, window[np.arange(len(steps)), last_column]), self.frames.prev_deltas, self.stack_size
         )[:, stacking.next_obs_columns(self.stack_size)]
         pixels = self._decode(np.concatenate([obs_frames, next_frames], axis=1), steps)
         return Batch(
@@ -106,8 +105,9 @@ class TransitionReader:
         # decode straight into the batch, one pass, which beats decoding each distinct frame once and
         # copying it into place (the copies of a (B, length) batch cost twice the decode).
         filled = np.where(mask, window, window[:, :1])
-        next_frames = np.where(mask, rows["next_frame"], rows["next_frame"][:, :1]).reshape(-1)
-        frames = stacking.transition_frames(next_frames.astype(np.int64), self.frames.prev_deltas, self.stack_size)
+        next_frames = next_frame_steps(rows, window)
+        next_frames = np.where(mask, next_frames, next_frames[:, :1]).reshape(-1)
+        frames = stacking.transition_frames(next_frames, self.frames.prev_deltas, self.stack_size)
         pixels = self._decode(frames, filled.reshape(-1))
         pixels[~mask.reshape(-1)] = 0
         pixels = pixels.reshape(batch_size, length, self.stack_size + 1, *self.frame_shape)

@@ -1,6 +1,6 @@
 """A frame ring whose frames are compressed against earlier frames of their env (``reference_codec``).
 
-Its frame table entries are ``REFERENCE_ENTRY``: a plain entry plus ``ref_delta``, the frame's step minus
+Its frame table entries are a plain entry plus ``ref_delta``, the frame's step minus
 its reference's step (0 for a key frame, compressed alone), bound into the frame's CRC seed like
 ``prev_delta``. Reading a frame also decodes the frames it depends on (at most ``scheme.depth``, each
 once per batch, in the same compiled call). A commit keeps every frame that a kept frame depends on
@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay import reference_codec
-from mmreplay.frame_ring import REFERENCE_ENTRY, FrameChecksumError, FrameRing, frame_seed
+from mmreplay.frame_ring import FrameChecksumError, FrameRing, frame_seed
 from mmreplay.reference_codec import CorruptFrameError, ReferenceScheme
 
 
@@ -24,8 +24,8 @@ class ReferenceFrameRing(FrameRing):
     """A ``FrameRing`` of reference-encoded frames: ``append`` takes ``ref_deltas``, reads decode chains."""
 
     def __init__(self, directory: Path, *, scheme: ReferenceScheme, **ring: Any) -> None:
-        """``ring``: ``FrameRing``'s keyword arguments (its counts and sizes), less ``entry``."""
-        super().__init__(directory, entry=REFERENCE_ENTRY, **ring)
+        """``ring``: ``FrameRing``'s keyword arguments (its counts and sizes), less ``references``."""
+        super().__init__(directory, references=True, **ring)
         self.scheme = scheme
 
     def ref_deltas(self, frame_steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:

@@ -38,7 +38,7 @@ from mmreplay.reference_codec import ReferenceScheme
 from mmreplay.reading import TransitionReader
 from mmreplay.samplers import Sampler, UniformSampler, sampler_from_config
 from mmreplay.windows import follow_episodes
-from mmreplay.transition_table import TERMINATED, TRUNCATED, RowChecksumError, TransitionTable, row_dtype
+from mmreplay.transition_table import MAX_ENVS, TERMINATED, TRUNCATED, RowChecksumError, TransitionTable, row_dtype
 from mmreplay.validation import (
     AddArguments,
     AddShapes,
@@ -99,7 +99,7 @@ class ReplayStore:
         self._encoder = encodings.encoder_for(layout, directory)
         self._table = TransitionTable(
             directory / format.TRANSITIONS_NAME,
-            dtype=row_dtype(layout.action_shape, self._action_dtype),
+            dtype=row_dtype(layout.action_shape, self._action_dtype, layout.num_envs),
             row_slots=layout.row_slots,
             writable=mode == "r+",
         )
@@ -154,6 +154,8 @@ class ReplayStore:
         dtype = parse_action_dtype(action_dtype)
         encoding, scheme = encodings.parse_frame_encoding(frame_encoding, reference_scheme)
         sampler = UniformSampler() if sampler is None else sampler
+        if num_envs > MAX_ENVS:
+            raise ValueError(f"num_envs must be <= {MAX_ENVS}; got {num_envs}")
         if capacity < num_envs:
             raise ValueError(f"capacity must be >= num_envs ({num_envs}); got {capacity}")
         directory = Path(path)
@@ -180,11 +182,11 @@ class ReplayStore:
                 frame_shape=frame_shape,
                 segment_bytes=layout.segment_bytes,
                 frame_slots=frame_slots,
-                entry=encodings.table_entry(layout),
+                references=encodings.has_references(layout),
             ).close()
             TransitionTable.create(
                 building / format.TRANSITIONS_NAME,
-                dtype=row_dtype(action_shape, dtype),
+                dtype=row_dtype(action_shape, dtype, num_envs),
                 row_slots=layout.row_slots,
             ).close()
             format.write_header(building, layout, commit)

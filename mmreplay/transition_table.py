@@ -1,7 +1,8 @@
 """The transition table: a memory-mapped ring of fixed-size rows, one per stored transition.
 
-A row holds what a transition owns besides pixels: the frame step of its next_obs frame (its obs frames
-are reached through the frame table's episode links), the env that produced it, a forward link to the
+A row holds what a transition owns besides pixels: the frame step of its next_obs frame, stored as
+``frame_lead``, its lead over the transition step (its obs frames are reached through the frame table's
+episode links), the env that produced it, a forward link to the
 env's next transition of the same episode (written when that transition arrives; trusted only after
 checking it, since a crash can leave a link to a step that was never committed), the action, the reward
 and flag bits. The slot of transition step ``t`` is ``t % row_slots``; the store keeps ``row_slots``
@@ -31,14 +32,21 @@ FramesOf = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]]
 _CHUNK = 4096  # rows per cached minimum in ``oldest_frame``
 
 
-def row_dtype(action_shape: tuple[int, ...], action_dtype: np.dtype) -> np.dtype:
-    """The packed little-endian row layout for a given action field."""
+MAX_ENVS = 1 << 16  # env indices fit a u2 field
+_ONE_BYTE_ENVS = 1 << 8  # stores of at most this many envs keep env in one byte
+_MAX_LEAD = (1 << 32) - 1
+
+
+def row_dtype(action_shape: tuple[int, ...], action_dtype: np.dtype, num_envs: int) -> np.dtype:
+    """The packed little-endian row layout for a given action field and number of envs."""
     return np.dtype(
         [
             ("checksum", "<u4"),  # of the bytes after next_delta, mixed with the step: see _checksums
             ("next_delta", "<u4"),  # steps forward to the env's next transition in this episode; 0: none yet
-            ("next_frame", "<u8"),
-            ("env", "<u2"),
+            # next_obs frame step minus transition step: every transition writes its next_obs frame, so
+            # the lead is never negative; it grows by one per episode start (that episode's reset frame).
+            ("frame_lead", "<u4"),
+            ("env", "u1" if num_envs <= _ONE_BYTE_ENVS else "<u2"),
             ("reward", "<f4"),
             ("flags", "u1"),
             ("action", action_dtype.newbyteorder("<"), action_shape),
@@ -46,8 +54,11 @@ def row_dtype(action_shape: tuple[int, ...], action_dtype: np.dtype) -> np.dtype
     )
 
 
-# The fields between next_delta and action, packed exactly as in row_dtype.
-_MIDDLE = struct.Struct("<QHfB")
+def next_frame_steps(rows: npt.NDArray[np.void], steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The next_obs frame step of each row, read at these transition steps."""
+    return steps + rows["frame_lead"].astype(np.int64)
+
+
 _UNCHECKED_BYTES = 8  # checksum and next_delta
 _STEP_MIX = 2654435761
 
@@ -72,6 +83,8 @@ class TransitionTable:
         self._chunk_minimums: dict[int, int] = {}
         self._weights = np.arange(1, 2 * (dtype.itemsize - _UNCHECKED_BYTES), 2, dtype=np.uint64)
         self._body_weights = self._weights.tolist()
+        # The fields between next_delta and action, packed exactly as in row_dtype.
+        self._middle = struct.Struct("<I" + ("B" if dtype["env"].itemsize == 1 else "H") + "fB")
         self._mapping = np.memmap(path, dtype=dtype, mode="r+" if writable else "r", shape=(row_slots,))
         self._rows = self._mapping.view(np.ndarray)  # plain indexing, without memmap's per-call overhead
         self._bytes = memoryview(self._rows.view(np.uint8).reshape(-1)) if writable else None
@@ -98,9 +111,15 @@ class TransitionTable:
         size = self._rows.dtype.itemsize
         assert self._reservation is not None and self._bytes is not None
         self._reservation.ensure(min(first_step + len(next_frames), self.row_slots) * size)
+        if next_frames and next_frames[-1] - (first_step + len(next_frames) - 1) > _MAX_LEAD:  # leads never shrink
+            raise OverflowError(
+                f"{self.path}: frame steps ran more than {_MAX_LEAD} ahead of transition steps (one more per "
+                "episode start); this store cannot hold more episodes"
+            )
+        pack = self._middle.pack
         for i, next_frame in enumerate(next_frames):
             step = first_step + i
-            body = _MIDDLE.pack(next_frame, envs[i], float(rewards[i]), flags[i]) + actions[i].tobytes()
+            body = pack(next_frame - step, envs[i], float(rewards[i]), flags[i]) + actions[i].tobytes()
             checksum = (sum(map(operator.mul, body, self._body_weights)) + step * _STEP_MIX) & 0xFFFFFFFF
             offset = (step % self.row_slots) * size
             self._bytes[offset : offset + size] = struct.pack("<II", checksum, 0) + body
@@ -135,8 +154,8 @@ class TransitionTable:
         return minimum
 
     def _oldest_in(self, start: int, stop: int, oldest_frames_of: FramesOf) -> int:
-        rows = self.read(np.arange(start, stop, dtype=np.int64))
-        return int(oldest_frames_of(rows["next_frame"].astype(np.int64)).min())
+        steps = np.arange(start, stop, dtype=np.int64)
+        return int(oldest_frames_of(next_frame_steps(self.read(steps), steps)).min())
 
     def columns(self, start: int, stop: int, names: tuple[str, ...]) -> dict[str, npt.NDArray[np.generic]]:
         """Whole columns of the rows of steps ``[start, stop)``, read a chunk at a time."""

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay.transition_table import EPISODE_START, TERMINATED, TRUNCATED, RowChecksumError
+from mmreplay.transition_table import EPISODE_START, TERMINATED, TRUNCATED, RowChecksumError, next_frame_steps
 
 RowsOf = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.void]]
 PrevDeltas = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]]
@@ -53,7 +53,7 @@ def follow_episodes(
         linked = rows_of(np.where(alive, candidate, current))
         alive &= (linked["env"] == rows["env"]) & ((linked["flags"] & EPISODE_START) == 0)
         if prev_deltas is not None and alive.any():
-            _check_frame_chain(current[alive], rows[alive], linked[alive], prev_deltas, table_path)
+            _check_frame_chain(current[alive], candidate[alive], rows[alive], linked[alive], prev_deltas, table_path)
         current = np.where(alive, candidate, current)
         window[:, position] = np.where(alive, candidate, 0)
         mask[:, position] = alive
@@ -63,14 +63,15 @@ def follow_episodes(
 
 def _check_frame_chain(
     steps: npt.NDArray[np.int64],
+    linked_steps: npt.NDArray[np.int64],
     rows: npt.NDArray[np.void],
     linked: npt.NDArray[np.void],
     prev_deltas: PrevDeltas,
     table_path: object,
 ) -> None:
-    linked_next = linked["next_frame"].astype(np.int64)
+    linked_next = next_frame_steps(linked, linked_steps)
     linked_obs_newest = linked_next - prev_deltas(linked_next)
-    broken = linked_obs_newest != rows["next_frame"].astype(np.int64)
+    broken = linked_obs_newest != next_frame_steps(rows, steps)
     if broken.any():
         step = int(steps[np.argmax(broken)])
         raise RowChecksumError(

@@ -249,8 +249,13 @@ def test_checksums_of_payloads_of_every_length_and_alignment_are_zlibs(path: dic
         assert codec.decode_batch(*arrays, out, views=[view], **path) == 0, size  # type: ignore[arg-type]
 
 
-ENTRY = np.dtype([("position", "<u8"), ("length", "<u4"), ("checksum", "<u4"), ("prev_delta", "<u4")])
-LAYOUT = (ENTRY.itemsize, 0, 8, 12, 16)
+# Frame table entries with a u4 and with a u2 length (frame_ring.frame_entry), and the layout of each as
+# decode_from_table reads it: size, offsets of position, length, checksum and prev_delta, length's width.
+ENTRIES = {
+    width: np.dtype([("position", "<u8"), ("length", f"<u{width}"), ("checksum", "<u4"), ("prev_delta", "<u4")])
+    for width in (4, 2)
+}
+LAYOUTS = {4: (20, 0, 8, 12, 16, 4), 2: (18, 0, 8, 10, 14, 2)}
 MULTIPLIER = 2654435761
 
 
@@ -258,10 +263,13 @@ class Table:
     """Frames in segments of ``segment_bytes`` located by a ring-shaped table, as a frame ring keeps them:
     frame step s at slot s % slots, seeded with s * MULTIPLIER + prev_delta."""
 
-    def __init__(self, frames: npt.NDArray[np.uint8], *, first_step: int, slots: int, segment_bytes: int) -> None:
+    def __init__(
+        self, frames: npt.NDArray[np.uint8], *, first_step: int, slots: int, segment_bytes: int, length_bytes: int = 4
+    ) -> None:
         self.frames = frames
         self.steps = np.arange(first_step, first_step + len(frames), dtype=np.int64)
-        self.table = np.zeros(slots, ENTRY)
+        self.table = np.zeros(slots, ENTRIES[length_bytes])
+        self.layout = LAYOUTS[length_bytes]
         self.segment_bytes = segment_bytes
         contents: dict[int, bytearray] = {}
         position = 7 + segment_bytes * 3  # segments 0-2 hold nothing this table needs
@@ -282,7 +290,7 @@ class Table:
     def decode(self, picks: npt.NDArray[np.int64], **changes: object) -> tuple[bool, npt.NDArray[np.uint8]]:
         out = np.zeros((len(picks), *self.frames.shape[1:]), np.uint8)
         arguments: dict[str, object] = dict(
-            layout=LAYOUT, seed_multiplier=MULTIPLIER, segment_bytes=self.segment_bytes,
+            layout=self.layout, seed_multiplier=MULTIPLIER, segment_bytes=self.segment_bytes,
             bytes_written=self.bytes_written, views=self.views, base=self.base,
         )
         arguments.update(changes)
@@ -291,9 +299,10 @@ class Table:
 
 @pytest.mark.skipif(not codec.ACCELERATED, reason=NOT_BUILT)
 @pytest.mark.parametrize("game", ["pong", "mspacman"])
-def test_frames_located_through_a_table_decode_to_the_original_pixels(game: str) -> None:
+@pytest.mark.parametrize("length_bytes", [4, 2])
+def test_frames_located_through_a_table_decode_to_the_original_pixels(game: str, length_bytes: int) -> None:
     frames = real_frames(game)
-    table = Table(frames, first_step=2**33 - 50, slots=len(frames) + 13, segment_bytes=40_000)
+    table = Table(frames, first_step=2**33 - 50, slots=len(frames) + 13, segment_bytes=40_000, length_bytes=length_bytes)
     assert len(table.views) > 2
     picks = np.random.default_rng(16).choice(len(frames), 160)
     ok, out = table.decode(picks)
@@ -302,15 +311,18 @@ def test_frames_located_through_a_table_decode_to_the_original_pixels(game: str)
 
 
 @pytest.mark.skipif(not codec.ACCELERATED, reason=NOT_BUILT)
-def test_the_table_fast_path_declines_every_frame_it_cannot_vouch_for() -> None:
+@pytest.mark.parametrize("length_bytes", [4, 2])
+def test_the_table_fast_path_declines_every_frame_it_cannot_vouch_for(length_bytes: int) -> None:
     frames = random_frames(40, seed=17)
-    table = Table(frames, first_step=100, slots=64, segment_bytes=20_000)
+    table = Table(frames, first_step=100, slots=64, segment_bytes=20_000, length_bytes=length_bytes)
     picks = np.arange(40, dtype=np.int64)
     assert table.decode(picks)[0]
     assert not table.decode(picks, bytes_written=table.bytes_written - 1)[0]  # the newest frame is past it
     assert not table.decode(picks, base=table.base + 1)[0]  # a frame's segment is below the views
     assert not table.decode(picks, views=table.views[:-1])[0]  # or above them
     assert not table.decode(picks, seed_multiplier=MULTIPLIER + 1)[0]  # wrong seeds fail the checksum
+    with pytest.raises(ValueError, match="entry layout"):
+        table.decode(picks, layout=(*table.layout[:-1], 3))  # a length is 2 or 4 bytes wide
     entry = table.table[table.steps[25] % len(table.table)]
     table.views[int(entry["position"]) // table.segment_bytes - table.base][
         int(entry["position"]) % table.segment_bytes + 3] ^= 0x40

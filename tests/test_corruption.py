@@ -24,12 +24,14 @@ from reference import ReferenceStore, assert_batch_matches
 
 from mmreplay import CorruptStoreError, PrioritizedSampler, ReplayStore
 
-FRAME_ENTRY = np.dtype([("position", "<u8"), ("length", "<u4"), ("checksum", "<u4"), ("prev_delta", "<u4")])
-ROW_FIELDS = {  # byte offsets inside a transition row (README, "On-disk layout"), int64 action
-    "checksum": 0, "next_delta": 4, "next_frame": 8, "next_frame high byte": 15,
-    "env": 16, "reward": 18, "reward sign": 21, "flags": 22, "action": 23, "action high byte": 30,
+# The frame entry of 84x84 frames (a u2 length) and the byte offsets inside a transition row of a store
+# of one env with an int64 action (README, "On-disk layout").
+FRAME_ENTRY = np.dtype([("position", "<u8"), ("length", "<u2"), ("checksum", "<u4"), ("prev_delta", "<u4")])
+ROW_FIELDS = {
+    "checksum": 0, "next_delta": 4, "frame_lead": 8, "frame_lead high byte": 11,
+    "env": 12, "reward": 13, "reward sign": 16, "flags": 17, "action": 18, "action high byte": 25,
 }
-ROW_BYTES = 31
+ROW_BYTES = 26
 
 
 def _stream(game: str, frames: int) -> dict[str, np.ndarray]:
@@ -286,7 +288,7 @@ def test_a_flipped_byte_in_a_row_that_is_not_stored_changes_nothing(built: Built
     evicted = int(built.ref.stored_steps()[0]) - 1  # its slot is free until the ring comes round
     never = built.ref.transitions_added + 5  # a slot not written yet on this lap
     for step in (evicted, never):
-        for field in ("checksum", "next_frame", "reward"):
+        for field in ("checksum", "frame_lead", "reward"):
             flip(path, (step % row_slots) * ROW_BYTES + ROW_FIELDS[field], 0x01)
     assert_exact(outcomes(built, links=True), "rows of unstored steps")
 
@@ -301,8 +303,8 @@ def test_a_truncated_transition_table_is_detected(built: Built) -> None:
 # -- the frame table -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("field,offset", [("position", 0), ("position", 2), ("length", 8), ("checksum", 12),
-                                          ("prev_delta", 16)])
+@pytest.mark.parametrize("field,offset", [("position", 0), ("position", 2), ("length", 8), ("checksum", 10),
+                                          ("prev_delta", 14)])
 def test_a_flipped_byte_in_a_live_frame_entry_is_detected_naming_the_file(built: Built, field: str,
                                                                           offset: int) -> None:
     name = f"frames-{built.commit['frame_table_generation']}.idx"
@@ -327,7 +329,7 @@ def test_a_flipped_byte_in_a_frame_entry_that_is_not_live_changes_nothing(built:
     slots = built.commit["frame_slots"]
     unused = [built.commit["frame_tail"] - 1, built.commit["frames_written"] + 3]
     for frame in unused:
-        flip(built.path / name, (frame % slots) * FRAME_ENTRY.itemsize + 12, 0x01)
+        flip(built.path / name, (frame % slots) * FRAME_ENTRY.itemsize + FRAME_ENTRY.fields["checksum"][1], 0x01)
     assert_exact(outcomes(built), "frame entries that are not live")
 
 

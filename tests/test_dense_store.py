@@ -24,7 +24,7 @@ from atari_data import load_stream
 from reference import ReferenceStore, assert_batch_matches, assert_store_matches
 
 from mmreplay import CorruptStoreError, FormatVersionError, ReferenceScheme, ReplayStore
-from mmreplay.frame_ring import REFERENCE_ENTRY, FrameChecksumError
+from mmreplay.frame_ring import FrameChecksumError, frame_entry
 
 GAMES = ["pong", "breakout", "mspacman"]
 KEYS = ("frames", "action", "reward", "terminated")
@@ -56,6 +56,8 @@ def make(tmp_path: Path, *, capacity: int, num_envs: int = 1, stack_size: int = 
     config = dict(frame_shape=(84, 84), capacity=capacity, stack_size=stack_size, num_envs=num_envs)
     store = ReplayStore.create(tmp_path / name, **config, frame_encoding=DENSE, reference_scheme=scheme)
     return store, ReferenceStore(**config)
+
+REFERENCE_ENTRY = frame_entry(84 * 84, references=True)  # this file's stores hold 84x84 frames
 
 
 def vector_adds(game: str, num_envs: int, count: int) -> list[tuple]:

@@ -2,8 +2,8 @@
 
 Frames encode their own step (every pixel of the frame of transition t's next_obs is t % 251), so each
 test knows which frame, transition and file a flipped byte belongs to. The frame table's entries are
-located through the layout README.md documents (20-byte entries: position u64, length u32, checksum
-u32, prev_delta u32; slot = frame step % frame_slots).
+located through the layout README.md documents (18-byte entries for frames this small: position u64,
+length u2, checksum u32, prev_delta u32; slot = frame step % frame_slots).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from mmreplay import CorruptStoreError, ReplayStore
 
 FRAME_SHAPE = (6, 5)
-ENTRY_BYTES = 20
+ENTRY_BYTES = 18
 
 
 def build(path: Path, transitions: int = 40) -> None:
