@@ -159,12 +159,12 @@ typedef struct {
 /* Shared by the caller and its helpers. Threads claim blocks of frames from next_block until none is
  * left; the caller returns once every block is done, so a helper that starts late (its core busy with
  * another process) claims nothing and never touches the batch after the caller has returned. The job
- * itself lives until its last user drops it. */
+ * itself lives until its last user drops it. At most helper_slots helpers join it. */
 typedef struct {
     Batch batch;
     Py_ssize_t blocks;
     _Atomic Py_ssize_t next_block, blocks_done, first_bad; /* first_bad: n when none */
-    atomic_int users;
+    atomic_int users, helper_slots;
     pthread_mutex_t lock;
     pthread_cond_t all_done;
 } Job;
@@ -220,16 +220,89 @@ job_work(Job *job)
     }
 }
 
+/* The helper threads, started once and kept: creating a thread per batch costs more than decoding a
+ * sampled batch's share (~20 us here against ~60 us for 80 Pong frames). A caller posts its job and
+ * bumps generation; each helper that wakes takes a reference to the posted job and works on it. */
+#define SPIN_ROUNDS 2000 /* polls (~1 ns each) of generation before a helper sleeps: batches come in bursts */
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    Job *job; /* the newest job (a reference), or NULL */
+    _Atomic unsigned long generation;
+    int helpers;
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0};
+
 static void *
-helper_main(void *arg)
+pool_helper(void *unused)
 {
-    job_work((Job *)arg);
-    job_release((Job *)arg);
+    (void)unused;
+    unsigned long seen = atomic_load(&pool.generation);
+    for (;;) {
+        for (int spin = 0; spin < SPIN_ROUNDS && atomic_load(&pool.generation) == seen; spin++) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+        }
+        pthread_mutex_lock(&pool.lock);
+        while (atomic_load(&pool.generation) == seen) {
+            pthread_cond_wait(&pool.wake, &pool.lock);
+        }
+        seen = atomic_load(&pool.generation);
+        Job *job = pool.job;
+        if (job != NULL) {
+            atomic_fetch_add(&job->users, 1);
+        }
+        pthread_mutex_unlock(&pool.lock);
+        if (job != NULL) {
+            if (atomic_fetch_sub(&job->helper_slots, 1) > 0) {
+                job_work(job);
+            }
+            job_release(job);
+        }
+    }
     return NULL;
 }
 
-/* Decodes the batch on the calling thread plus threads - 1 helpers; the GIL must be released.
- * Returns the first bad index or -1; -2 when out of memory. */
+/* A forked child has none of its parent's threads: it starts its own helpers when it needs them. */
+static void
+pool_after_fork_in_child(void)
+{
+    pthread_mutex_init(&pool.lock, NULL);
+    pthread_cond_init(&pool.wake, NULL);
+    pool.job = NULL; /* the parent's reference: leaked in the child, never freed twice */
+    pool.helpers = 0;
+}
+
+/* Starts helpers until there are `wanted` (under pool.lock); returns how many there are. */
+static int
+pool_grow(int wanted)
+{
+    static int fork_handler_set = 0;
+    if (!fork_handler_set) {
+        fork_handler_set = pthread_atfork(NULL, NULL, pool_after_fork_in_child) == 0;
+        if (!fork_handler_set) {
+            return pool.helpers; /* without the handler a forked child would wait on helpers it lacks */
+        }
+    }
+    pthread_attr_t attr;
+    if (pool.helpers >= wanted || pthread_attr_init(&attr) != 0) {
+        return pool.helpers;
+    }
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    while (pool.helpers < wanted) {
+        pthread_t id;
+        if (pthread_create(&id, &attr, pool_helper, NULL) != 0) {
+            break; /* fewer helpers: the caller decodes their share */
+        }
+        pool.helpers++;
+    }
+    pthread_attr_destroy(&attr);
+    return pool.helpers;
+}
+
+/* Decodes the batch on the calling thread plus up to threads - 1 pool helpers; the GIL must be
+ * released. Returns the first bad index or -1; -2 when out of memory. */
 static Py_ssize_t
 decode_all(const Batch *batch, int threads)
 {
@@ -245,25 +318,22 @@ decode_all(const Batch *batch, int threads)
     atomic_init(&job->next_block, 0);
     atomic_init(&job->blocks_done, 0);
     atomic_init(&job->first_bad, batch->n);
-    atomic_init(&job->users, 1);
+    atomic_init(&job->users, 2); /* the caller's reference and the pool's */
+    atomic_init(&job->helper_slots, threads - 1);
     pthread_mutex_init(&job->lock, NULL);
     pthread_cond_init(&job->all_done, NULL);
-    pthread_attr_t attr;
-    int detached = pthread_attr_init(&attr) == 0;
-    if (detached) {
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+
+    pthread_mutex_lock(&pool.lock);
+    pool_grow(threads - 1);
+    Job *previous = pool.job;
+    pool.job = job;
+    atomic_fetch_add(&pool.generation, 1);
+    pthread_cond_broadcast(&pool.wake);
+    pthread_mutex_unlock(&pool.lock);
+    if (previous != NULL) {
+        job_release(previous);
     }
-    for (int t = 1; t < threads && detached; t++) {
-        pthread_t id;
-        atomic_fetch_add(&job->users, 1);
-        if (pthread_create(&id, &attr, helper_main, job) != 0) {
-            atomic_fetch_sub(&job->users, 1); /* no helper: the caller decodes its share */
-            break;
-        }
-    }
-    if (detached) {
-        pthread_attr_destroy(&attr);
-    }
+
     job_work(job);
     if (atomic_load(&job->blocks_done) < job->blocks) {
         pthread_mutex_lock(&job->lock);
@@ -273,6 +343,17 @@ decode_all(const Batch *batch, int threads)
         pthread_mutex_unlock(&job->lock);
     }
     Py_ssize_t bad = atomic_load(&job->first_bad);
+
+    /* Take the job back from the pool, unless a newer one replaced it (which released it then). */
+    pthread_mutex_lock(&pool.lock);
+    int posted = pool.job == job;
+    if (posted) {
+        pool.job = NULL;
+    }
+    pthread_mutex_unlock(&pool.lock);
+    if (posted) {
+        job_release(job);
+    }
     job_release(job);
     return bad < batch->n ? bad : -1;
 }
@@ -479,6 +560,11 @@ locate_entries(PyObject *views, long long base, const Py_buffer *table, long lon
         }
         sources[i] = (const char *)buffers[slot].buf + offset;
         lengths[i] = (int64_t)length;
+        /* Sampled frames lie far apart: start fetching each frame's first bytes now, so that their
+         * cache misses overlap instead of stalling the decode loop one frame at a time. */
+        for (uint64_t line = 0; line < length && line < 512; line += 64) {
+            __builtin_prefetch(sources[i] + line, 0, 0);
+        }
         checksums[i] = (uint32_t)read_le(entry + layout->checksum, 4);
         seeds[i] = (uint32_t)((uint64_t)steps[i] * seed_multiplier + read_le(entry + layout->link, 4));
     }
@@ -596,6 +682,109 @@ lz4batch_crc32(PyObject *module, PyObject *args)
     return PyLong_FromUnsignedLong(crc);
 }
 
+/* gather_rows(table, row_slots, steps, out) -> int: copies the row of each step (slot step mod
+ * row_slots, as Python's % gives it) from table into out, n packed rows of out's row size, and checks
+ * each copy as transition_table._checksums does: -1 when every row matches its checksum, else the first index that
+ * does not. Checking the copy, not the table, keeps a writer's later overwrite out of what is returned. */
+static PyObject *
+lz4batch_gather_rows(PyObject *module, PyObject *args)
+{
+    Py_buffer table, steps, out;
+    long long row_slots;
+    if (!PyArg_ParseTuple(args, "y*Ly*w*:gather_rows", &table, &row_slots, &steps, &out)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t n = steps.len / 8;
+    Py_ssize_t row_size = row_slots > 0 ? table.len / row_slots : 0;
+    if (row_slots <= 0 || row_size <= 8 || table.len != row_slots * row_size || out.len != n * row_size) {
+        PyErr_Format(PyExc_ValueError, "gather_rows: table of %zd bytes, %lld slots and out of %zd bytes for %zd rows",
+                     table.len, row_slots, out.len, n);
+        goto done;
+    }
+    if (check_array(&steps, "steps", n, 8) < 0) {
+        goto done;
+    }
+    const unsigned char *rows = (const unsigned char *)table.buf;
+    const int64_t *step = (const int64_t *)steps.buf;
+    unsigned char *copy = (unsigned char *)out.buf;
+    Py_ssize_t bad = -1;
+    for (Py_ssize_t i = 0; i < n; i++, copy += row_size) {
+        int64_t slot = step[i] % row_slots;
+        if (slot < 0) {
+            slot += row_slots;
+        }
+        memcpy(copy, rows + slot * row_size, (size_t)row_size);
+        uint64_t sum = (uint64_t)step[i] * 2654435761u;
+        for (Py_ssize_t j = 8; j < row_size; j++) {
+            sum += (uint64_t)copy[j] * (uint64_t)(2 * (j - 8) + 1);
+        }
+        if (bad < 0 && (uint32_t)sum != (uint32_t)read_le(copy, 4)) {
+            bad = i;
+        }
+    }
+    result = PyLong_FromSsize_t(bad);
+done:
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&steps);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+/* follow_links(table, frame_slots, entry_size, link_offset, next_frames, out): out is (n, columns)
+ * int64; out[i, columns - 1] = next_frames[i] and each column before it is the one after it minus
+ * that frame's u32 link (its entry, at slot frame step mod frame_slots as Python's % gives it). */
+static PyObject *
+lz4batch_follow_links(PyObject *module, PyObject *args)
+{
+    Py_buffer table, next_frames, out;
+    long long frame_slots;
+    Py_ssize_t entry_size, link_offset;
+    if (!PyArg_ParseTuple(args, "y*Lnny*w*:follow_links", &table, &frame_slots, &entry_size, &link_offset,
+                          &next_frames, &out)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t n = next_frames.len / 8;
+    if (frame_slots <= 0 || entry_size <= 0 || link_offset < 0 || link_offset + 4 > entry_size
+        || table.len != frame_slots * entry_size) {
+        PyErr_SetString(PyExc_ValueError, "follow_links: table size or entry layout out of range");
+        goto done;
+    }
+    if (check_array(&next_frames, "next_frames", n, 8) < 0) {
+        goto done;
+    }
+    Py_ssize_t columns = n > 0 ? out.len / 8 / n : 0;
+    if (n > 0 && (columns < 1 || check_array(&out, "out", n * columns, 8) < 0)) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "out must hold at least one column per frame");
+        }
+        goto done;
+    }
+    const unsigned char *entries = (const unsigned char *)table.buf;
+    const int64_t *next = (const int64_t *)next_frames.buf;
+    int64_t *frames = (int64_t *)out.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t *stack = frames + i * columns;
+        int64_t frame = next[i];
+        stack[columns - 1] = frame;
+        for (Py_ssize_t c = columns - 2; c >= 0; c--) {
+            int64_t slot = frame % frame_slots;
+            if (slot < 0) {
+                slot += frame_slots;
+            }
+            frame -= (int64_t)read_le(entries + slot * entry_size + link_offset, 4);
+            stack[c] = frame;
+        }
+    }
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&next_frames);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 static PyMethodDef lz4batch_methods[] = {
     {"decode", lz4batch_decode, METH_VARARGS,
      "decode(views, segments, offsets, lengths, checksums, seeds, out, frame_nbytes, threads) -> int\n\n"
@@ -607,6 +796,12 @@ static PyMethodDef lz4batch_methods[] = {
      "               bytes_written, out, frame_nbytes, threads) -> bool\n\n"
      "Locate frames through a frame table and decode them into out with the GIL released; True when every\n"
      "frame lies in the bytes written and in a view and is good, else False (out is then unspecified)."},
+    {"gather_rows", lz4batch_gather_rows, METH_VARARGS,
+     "gather_rows(table, row_slots, steps, out) -> int\n\n"
+     "Copy the rows of these steps into out and check the copies: -1, or the first index that fails."},
+    {"follow_links", lz4batch_follow_links, METH_VARARGS,
+     "follow_links(table, frame_slots, entry_size, link_offset, next_frames, out) -> None\n\n"
+     "Frame stacks: each row of out (int64, n x columns) ends with next_frames[i] and steps back by links."},
     {NULL, NULL, 0, NULL},
 };
 

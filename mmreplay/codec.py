@@ -34,7 +34,7 @@ ACCELERATED: bool = _lz4batch is not None
 # threads lose at 160 and 640 frames (Pong 243 -> 292 us, MsPacman 608 -> 648 us for 160) and win
 # x1.4 from 2,560 Pong frames. A sampled batch (~160 frames) therefore decodes on one thread, which
 # also leaves the other core to the learner while the prefetch thread decodes.
-_SPLIT_MIN_BYTES = 8 << 20
+_SPLIT_MIN_BYTES = int(__import__("os").environ.get("MMREPLAY_SPLIT", 8 << 20))
 _MAX_THREADS = 16
 
 

@@ -28,7 +28,7 @@ from typing import NoReturn
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import codec
+from mmreplay import codec, extensions, stacking
 from mmreplay.errors import CorruptStoreError
 from mmreplay.files import BlockReservation, create_sparse, fsync_directory
 from mmreplay.format import SEGMENTS_DIR, frame_table_name, segment_name
@@ -54,6 +54,7 @@ _SEED_MULTIPLIER = 2654435761  # Knuth's multiplicative hash constant: spreads s
 _REF_SEED_MULTIPLIER = 2246822519  # xxHash's PRIME32_2 (odd: each 16-bit ref_delta moves the seed apart)
 
 _U2_LIMIT = 1 << 16
+_lz4batch = extensions.load("_lz4batch")  # its follow_links is stacking.transition_frames over this table
 
 
 def frame_entry(frame_nbytes: int, *, references: bool = False) -> np.dtype:
@@ -276,6 +277,17 @@ class FrameRing:
     def prev_deltas(self, frame_steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """The ``prev_delta`` link of each frame (0 at an episode's first frame)."""
         return self._table["prev_delta"][frame_steps % self.frame_slots].astype(np.int64)
+
+    def stacks(self, next_frames: npt.NDArray[np.int64], stack_size: int) -> npt.NDArray[np.int64]:
+        """``stacking.transition_frames`` through this ring's episode links: frame steps (B, stack_size + 1)."""
+        if _lz4batch is None:
+            return stacking.transition_frames(next_frames, self.prev_deltas, stack_size)
+        frames = np.empty((len(next_frames), stack_size + 1), np.int64)
+        size, link_offset = self._layout[0], self._layout[4]
+        _lz4batch.follow_links(
+            self._table, self.frame_slots, size, link_offset, np.ascontiguousarray(next_frames, np.int64), frames
+        )
+        return frames
 
     def keep_from(self, oldest_frame: int) -> int:
         """The oldest frame step to keep so that every frame from ``oldest_frame`` on still decodes:

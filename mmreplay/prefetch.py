@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -10,6 +11,20 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 _STOP_POLL_SECONDS = 0.05
+
+
+def recycling(produce: Callable[[T | None], T], *, buffers: int) -> Callable[[], T]:
+    """Calls ``produce(out)``, where ``out`` is the result of ``buffers`` calls before (None for the
+    first ``buffers`` calls): ``produce`` refills its results in place, ``buffers`` of them in turn."""
+    results: dict[int, T] = {}
+    calls = itertools.count()
+
+    def produce_next() -> T:
+        turn = next(calls) % buffers
+        results[turn] = result = produce(results.get(turn))
+        return result
+
+    return produce_next
 
 
 class Prefetcher(Generic[T]):

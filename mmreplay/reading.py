@@ -1,10 +1,14 @@
 """Reading stored transitions back: rows, rebuilt stacks and decoded pixels, assembled into batches.
 
 Frames are located through the transition rows and the frame table's episode links (``stacking``),
-then decoded in one call per batch straight into the arrays the batch returns.
+then decoded in one call per batch straight into the arrays the batch returns: new arrays, or those of
+an ``out`` batch that an earlier call returned, refilled in place (no allocation, no page faults).
 """
 
 from __future__ import annotations
+
+from dataclasses import fields
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -14,6 +18,8 @@ from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.frame_ring import FrameChecksumError, FrameRing
 from mmreplay.transition_table import TERMINATED, TRUNCATED, TransitionTable, next_frame_steps
 from mmreplay.windows import follow_episodes, n_step_returns
+
+T = TypeVar("T", Batch, SequenceBatch)
 
 
 class TransitionReader:
@@ -28,18 +34,23 @@ class TransitionReader:
 
     def transition_frames(self, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         next_frames = next_frame_steps(self.table.read(steps), steps)
-        return stacking.transition_frames(next_frames, self.frames.prev_deltas, self.stack_size)
+        return self.frames.stacks(next_frames, self.stack_size)
 
     def transitions(
-        self, steps: npt.NDArray[np.int64], *, weight: npt.NDArray[np.float32], discount: npt.NDArray[np.float32]
+        self,
+        steps: npt.NDArray[np.int64],
+        *,
+        weight: npt.NDArray[np.float32],
+        discount: npt.NDArray[np.float32],
+        out: Batch | None = None,
     ) -> Batch:
-        """The transitions with these steps (assumed stored)."""
+        """The transitions with these steps (assumed stored); in ``out``'s arrays when given."""
         rows = self.table.read(steps)
-        frames = stacking.transition_frames(next_frame_steps(rows, steps), self.frames.prev_deltas, self.stack_size)
+        frames = self.frames.stacks(next_frame_steps(rows, steps), self.stack_size)
         # obs and next_obs are two views of one (B, stack_size + 1) array of frames: they share
         # stack_size - 1 frames, so each is decoded once, straight into the memory the batch returns.
-        pixels = self._decode(frames, steps)
-        return Batch(
+        pixels = self._decode(frames, steps, self._pixels_of(out, frames.shape, steps.shape))
+        return _filled(out, Batch(
             obs=pixels[:, stacking.obs_columns(self.stack_size)],
             action=rows["action"].astype(self.action_dtype),
             reward=rows["reward"].astype(np.float32),
@@ -50,7 +61,7 @@ class TransitionReader:
             env_index=rows["env"].astype(np.int64),
             weight=weight,
             discount=discount,
-        )
+        ))
 
     def n_step(
         self,
@@ -60,6 +71,7 @@ class TransitionReader:
         gamma: float,
         weight: npt.NDArray[np.float32],
         newest_exclusive: int,
+        out: Batch | None = None,
     ) -> Batch:
         """Transitions with n-step returns: up to ``n_step`` rewards of the same episode, and the
         next_obs and flags of the last of them (see ``windows``)."""
@@ -75,14 +87,16 @@ class TransitionReader:
         returns, used = n_step_returns(rows["reward"], mask, gamma)
         last_column = used - 1
         first, last = rows[:, 0], rows[np.arange(len(steps)), last_column]
-        obs_frames = stacking.transition_frames(
-            next_frame_steps(first, steps), self.frames.prev_deltas, self.stack_size
-        )[:, stacking.obs_columns(self.stack_size)]
-        next_frames = stacking.transition_frames(
-            next_frame_steps(last, window[np.arange(len(steps)), last_column]), self.frames.prev_deltas, self.stack_size
-        )[:, stacking.next_obs_columns(self.stack_size)]
-        pixels = self._decode(np.concatenate([obs_frames, next_frames], axis=1), steps)
-        return Batch(
+        obs_frames = self.frames.stacks(next_frame_steps(first, steps), self.stack_size)[
+            :, stacking.obs_columns(self.stack_size)
+        ]
+        last_steps = window[np.arange(len(steps)), last_column]
+        next_frames = self.frames.stacks(next_frame_steps(last, last_steps), self.stack_size)[
+            :, stacking.next_obs_columns(self.stack_size)
+        ]
+        frames = np.concatenate([obs_frames, next_frames], axis=1)
+        pixels = self._decode(frames, steps, self._pixels_of(out, frames.shape, steps.shape))
+        return _filled(out, Batch(
             obs=pixels[:, : self.stack_size],
             action=first["action"].astype(self.action_dtype),
             reward=returns,
@@ -93,12 +107,17 @@ class TransitionReader:
             env_index=first["env"].astype(np.int64),
             weight=weight,
             discount=np.power(gamma, used).astype(np.float32),
-        )
+        ))
 
     def sequences(
-        self, window: npt.NDArray[np.int64], mask: npt.NDArray[np.bool_], weight: npt.NDArray[np.float32]
+        self,
+        window: npt.NDArray[np.int64],
+        mask: npt.NDArray[np.bool_],
+        weight: npt.NDArray[np.float32],
+        out: SequenceBatch | None = None,
     ) -> SequenceBatch:
-        """Windows of transitions (from ``windows.follow_episodes``) with their pixels."""
+        """Windows of transitions (from ``windows.follow_episodes``) with their pixels; in ``out``'s
+        arrays when given."""
         batch_size, length = window.shape
         rows = self._window_rows(window, mask)
         # Positions past a window's end read its first transition's frames, then are zeroed: the frames
@@ -107,11 +126,11 @@ class TransitionReader:
         filled = np.where(mask, window, window[:, :1])
         next_frames = next_frame_steps(rows, window)
         next_frames = np.where(mask, next_frames, next_frames[:, :1]).reshape(-1)
-        frames = stacking.transition_frames(next_frames, self.frames.prev_deltas, self.stack_size)
-        pixels = self._decode(frames, filled.reshape(-1))
+        frames = self.frames.stacks(next_frames, self.stack_size)
+        pixels = self._decode(frames, filled.reshape(-1), self._pixels_of(out, frames.shape, window.shape))
         pixels[~mask.reshape(-1)] = 0
         pixels = pixels.reshape(batch_size, length, self.stack_size + 1, *self.frame_shape)
-        return SequenceBatch(
+        return _filled(out, SequenceBatch(
             obs=pixels[:, :, stacking.obs_columns(self.stack_size)],
             action=rows["action"].astype(self.action_dtype),
             reward=rows["reward"].astype(np.float32),
@@ -122,7 +141,7 @@ class TransitionReader:
             index=np.where(mask, window, -1),
             env_index=rows["env"][:, 0].astype(np.int64),
             weight=weight,
-        )
+        ))
 
     def _window_rows(self, window: npt.NDArray[np.int64], mask: npt.NDArray[np.bool_]) -> npt.NDArray[np.void]:
         """Rows (B, length) of a window's transitions; zero where the mask is False."""
@@ -130,9 +149,41 @@ class TransitionReader:
         rows[mask] = self.table.read(window[mask])
         return rows
 
-    def _decode(self, frames: npt.NDArray[np.int64], steps: npt.NDArray[np.int64]) -> npt.NDArray[np.uint8]:
-        """Pixels (*frames.shape, *frame_shape) of the frames (one row per transition in ``steps``)."""
-        pixels = np.empty((*frames.shape, *self.frame_shape), np.uint8)
+    def _pixels_of(
+        self, out: Batch | SequenceBatch | None, frames_shape: tuple[int, ...], batch_shape: tuple[int, ...]
+    ) -> npt.NDArray[np.uint8] | None:
+        """The array that ``out.obs`` and ``out.next_obs`` view, checked to hold frames of this shape, as
+        an array of that shape; ``out.index`` must have ``batch_shape``."""
+        if out is None:
+            return None
+        shape = (*frames_shape, *self.frame_shape)
+        pixels = out.obs.base if isinstance(out.obs, np.ndarray) else None
+        usable = (
+            getattr(out.index, "shape", None) == batch_shape
+            and isinstance(pixels, np.ndarray)
+            and getattr(out.next_obs, "base", None) is pixels
+            and pixels.dtype == np.uint8
+            and pixels.size == int(np.prod(shape))
+            and pixels.flags.c_contiguous
+            and pixels.flags.writeable
+        )
+        if not usable:
+            raise ValueError(
+                f"out must be a {type(out).__name__} that this store returned for the same call: index of "
+                f"shape {batch_shape}, obs and next_obs viewing one writeable uint8 array of {shape} frames"
+            )
+        return pixels.reshape(shape)
+
+    def _decode(
+        self,
+        frames: npt.NDArray[np.int64],
+        steps: npt.NDArray[np.int64],
+        pixels: npt.NDArray[np.uint8] | None = None,
+    ) -> npt.NDArray[np.uint8]:
+        """Pixels (*frames.shape, *frame_shape) of the frames (one row per transition in ``steps``),
+        decoded into ``pixels`` when given."""
+        if pixels is None:
+            pixels = np.empty((*frames.shape, *self.frame_shape), np.uint8)
         try:
             self.frames.decode_into(frames.reshape(-1), pixels.reshape(-1, *self.frame_shape))
         except FrameChecksumError as error:
@@ -144,3 +195,19 @@ class TransitionReader:
             ) from None
         return pixels
 
+
+
+def _filled(out: T | None, batch: T) -> T:
+    """``batch``, or, with ``out``, ``out`` with every field overwritten by ``batch``'s (whose pixels
+    were already decoded into ``out``'s memory)."""
+    if out is None:
+        return batch
+    for item in fields(batch):  # type: ignore[arg-type]
+        target, value = getattr(out, item.name), getattr(batch, item.name)
+        if target.shape != value.shape or target.dtype != value.dtype:
+            raise ValueError(
+                f"out.{item.name} has {target.dtype}{list(target.shape)}; expected {value.dtype}{list(value.shape)}"
+            )
+        if not np.may_share_memory(target, value):  # obs and next_obs: decoded in place already
+            np.copyto(target, value)
+    return out

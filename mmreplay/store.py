@@ -13,6 +13,7 @@ commit: when an add would need one, the store commits first (an automatic flush)
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
@@ -27,13 +28,13 @@ from typing import IO, Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import format, frame_encoding as encodings, stacking
+from mmreplay import format, frame_encoding as encodings
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.episodes import EnvEpisode, Episode, FramePlan, plan_frames, split_episodes
 from mmreplay.errors import ClosedStoreError, ReadOnlyStoreError, StoreExistsError
 from mmreplay.files import acquire_writer_lock, file_signature, fsync_directory
 from mmreplay.frame_ring import FrameChecksumError, FrameRing, MissingSegmentError
-from mmreplay.prefetch import Prefetcher
+from mmreplay.prefetch import Prefetcher, recycling
 from mmreplay.reference_codec import ReferenceScheme
 from mmreplay.reading import TransitionReader
 from mmreplay.samplers import Sampler, UniformSampler, sampler_from_config
@@ -42,6 +43,7 @@ from mmreplay.transition_table import MAX_ENVS, TERMINATED, TRUNCATED, RowChecks
 from mmreplay.validation import (
     AddArguments,
     AddShapes,
+    check_out,
     parse_action_dtype,
     parse_add,
     parse_mode,
@@ -474,7 +476,7 @@ class ReplayStore:
 
     def _oldest_obs_frames(self, next_frames: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """The oldest frame step of each obs stack: ``stack_size`` links back from its next_obs frame."""
-        return stacking.transition_frames(next_frames, self._frames.prev_deltas, self._layout.stack_size)[:, 0]
+        return self._frames.stacks(next_frames, self._layout.stack_size)[:, 0]
 
     def close(self) -> None:
         """Commit (in ``"r+"``) and release the files. Closing twice is allowed."""
@@ -515,6 +517,7 @@ class ReplayStore:
         beta: float = 0.4,
         n_step: int = 1,
         gamma: float = 0.99,
+        out: Batch | None = None,
     ) -> Batch:
         """``batch_size`` stored transitions drawn by the store's sampler (uniform by default).
 
@@ -522,8 +525,13 @@ class ReplayStore:
         ``n_step > 1``, ``reward`` is the discounted sum of up to ``n_step`` rewards of the same episode,
         ``next_obs`` and the flags are those of the last of them, and ``discount`` is gamma^m for the m
         steps used. The same contents and seed give the same batch, also after close and reopen.
+
+        ``out``, a batch that an earlier call with the same ``batch_size`` and ``n_step`` returned, is
+        refilled in place and returned: no new arrays (their allocation and first-touch page faults cost
+        as much as decoding a batch). Its previous contents are gone, also where the call raises.
         """
         self._check_open("sample")
+        check_out(out, Batch)
         batch_size = parse_positive_int(batch_size, "batch_size")
         n_step = parse_positive_int(n_step, "n_step")
         beta = parse_number(beta, "beta", low=0.0)
@@ -536,9 +544,9 @@ class ReplayStore:
                 weight = self._sampler.weights(steps, beta=beta)
                 if n_step == 1:
                     discount = np.full(batch_size, gamma, np.float32)
-                    return self._reader.transitions(steps, weight=weight, discount=discount)
+                    return self._reader.transitions(steps, weight=weight, discount=discount, out=out)
                 return self._reader.n_step(
-                    steps, n_step=n_step, gamma=gamma, weight=weight, newest_exclusive=self._transitions_added
+                    steps, n_step=n_step, gamma=gamma, weight=weight, newest_exclusive=self._transitions_added, out=out
                 )
 
         return self._consistent(draw_and_read)
@@ -550,14 +558,17 @@ class ReplayStore:
         rng: np.random.Generator | int | None = None,
         *,
         beta: float = 0.4,
+        out: SequenceBatch | None = None,
     ) -> SequenceBatch:
         """Windows of ``length`` consecutive transitions of one env and episode, for recurrent agents.
 
         Fields have a (batch_size, length, ...) shape; ``mask`` is False (and the fields zero) past the
         episode's end or past the env's newest transition. A window may start at any stored transition;
-        with a prioritized sampler it is drawn by the priority of its first transition.
+        with a prioritized sampler it is drawn by the priority of its first transition. ``out``: as in
+        ``sample``, a batch an earlier call with the same sizes returned, refilled in place.
         """
         self._check_open("sample_sequences")
+        check_out(out, SequenceBatch)
         batch_size = parse_positive_int(batch_size, "batch_size")
         length = parse_positive_int(length, "length")
         beta = parse_number(beta, "beta", low=0.0)
@@ -575,7 +586,7 @@ class ReplayStore:
                     prev_deltas=self._frames.prev_deltas,
                     table_path=self._table.path,
                 )
-                return self._reader.sequences(window, mask, weight)
+                return self._reader.sequences(window, mask, weight, out)
 
         return self._consistent(draw_and_read)
 
@@ -585,6 +596,7 @@ class ReplayStore:
         *,
         prefetch: int = 2,
         rng: np.random.Generator | int | None = None,
+        reuse: bool = False,
         **sample_kwargs: Any,
     ) -> Prefetcher:
         """An endless iterator of ``sample(batch_size, rng, **sample_kwargs)`` batches, prepared ahead in a
@@ -592,14 +604,26 @@ class ReplayStore:
 
         It yields exactly what successive ``sample`` calls with the same generator would, in order;
         errors in the thread are raised in the caller; ``close()`` (or garbage collection, or closing
-        the store) stops it.
+        the store) stops it. With ``reuse=True`` the batches are refilled in place (``sample``'s
+        ``out``), ``prefetch + 2`` of them in turn: a batch stays valid until the next ``next()``
+        (copy what must outlive it).
         """
         self._check_open("batches")
         batch_size = parse_positive_int(batch_size, "batch_size")
         prefetch = parse_positive_int(prefetch, "prefetch")
         generator = parse_rng(rng)
+        if "out" in sample_kwargs:
+            raise TypeError("batches() takes no out: reuse=True refills its own batches in place")
         self.sample(1, np.random.default_rng(0), **sample_kwargs)  # invalid arguments fail here, not later
-        prefetcher = Prefetcher(lambda: self.sample(batch_size, generator, **sample_kwargs), depth=prefetch)
+        if reuse:
+            # The caller holds one batch, ``prefetch`` wait in the queue and the thread fills one more:
+            # the batch filled prefetch + 2 calls ago has been released by the caller's next().
+            produce = recycling(
+                lambda out: self.sample(batch_size, generator, out=out, **sample_kwargs), buffers=prefetch + 2
+            )
+        else:
+            produce = functools.partial(self.sample, batch_size, generator, **sample_kwargs)
+        prefetcher = Prefetcher(produce, depth=prefetch)
         self._prefetchers.add(prefetcher)
         return prefetcher
 

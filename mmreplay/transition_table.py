@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from mmreplay import extensions
 from mmreplay.errors import CorruptStoreError
 from mmreplay.files import BlockReservation, create_sparse
 
@@ -60,6 +61,7 @@ def next_frame_steps(rows: npt.NDArray[np.void], steps: npt.NDArray[np.int64]) -
 
 
 _UNCHECKED_BYTES = 8  # checksum and next_delta
+_lz4batch = extensions.load("_lz4batch")  # its gather_rows is read's copy and _checksums, compiled
 _STEP_MIX = 2654435761
 
 
@@ -181,10 +183,16 @@ class TransitionTable:
 
     def read(self, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.void]:
         """A copy of the rows of these transition steps, each checked against its checksum."""
-        rows = self._rows[steps % self.row_slots]
-        bad = rows["checksum"] != self._checksums(rows, steps)
-        if bad.any():
-            step = int(steps[np.argmax(bad)])
+        if _lz4batch is not None:
+            steps = np.ascontiguousarray(steps, np.int64)
+            rows = np.empty(len(steps), self._rows.dtype)
+            first_bad = _lz4batch.gather_rows(self._rows, self.row_slots, steps, rows)
+        else:
+            rows = self._rows[steps % self.row_slots]
+            bad = rows["checksum"] != self._checksums(rows, steps)
+            first_bad = int(np.argmax(bad)) if bad.any() else -1
+        if first_bad >= 0:
+            step = int(steps[first_bad])
             raise RowChecksumError(
                 f"{self.path}: the row of transition {step} fails its checksum (corrupt, or overwritten "
                 "since it was located)",

@@ -65,6 +65,12 @@ def parse_rng(rng: object) -> np.random.Generator:
     raise TypeError(f"rng must be a numpy Generator, an int seed or None; got {type(rng).__name__}")
 
 
+def check_out(out: object, kind: type) -> None:
+    """``out`` is None or a batch of ``kind`` (its arrays are checked where they are filled)."""
+    if out is not None and not isinstance(out, kind):
+        raise TypeError(f"out must be a {kind.__name__} returned by an earlier call, or None; got {type(out).__name__}")
+
+
 def parse_mode(mode: object) -> str:
     if mode not in ("r", "r+"):
         raise ValueError(f"mode must be 'r' (read-only) or 'r+' (read and append); got {mode!r}")
