@@ -29,12 +29,15 @@ _lz4batch: ModuleType | None = extensions.load("_lz4batch")
 
 ACCELERATED: bool = _lz4batch is not None
 
-# A second thread pays only when the batch outweighs its start and the other core is idle. Measured on
-# the 2-core development machine with its other core busy: a thread start costs 30-45 us and two
-# threads lose at 160 and 640 frames (Pong 243 -> 292 us, MsPacman 608 -> 648 us for 160) and win
-# x1.4 from 2,560 Pong frames. A sampled batch (~160 frames) therefore decodes on one thread, which
-# also leaves the other core to the learner while the prefetch thread decodes.
-_SPLIT_MIN_BYTES = int(__import__("os").environ.get("MMREPLAY_SPLIT", 8 << 20))
+# A second thread pays for batches larger than a default sampled one. The extension keeps its helper
+# threads (starting one cost 20-45 us, as much as decoding half a sampled batch). Measured on the 2-core
+# development machine, whose speed varies from run to run (benchmarks/bench_decode.py, Pong, one thread
+# -> two): 160 frames 117 -> 98 us and 195 -> 132 us, 320 frames 225 -> 204 us, 640 frames 829 -> 467
+# us and 495 -> 383 us. Yet a loop of store.sample(32) calls (160 frames a batch) gained 1% (3,860 ->
+# 3,901 batches/s, medians of 12 interleaved rounds): between batches the helper goes back to sleep and
+# waking it costs what it saves. So batches from 2 MiB (~300 frames: batch size 64 and up, sequences,
+# exports) split; a batch of 32 decodes on one thread and leaves the other core to the learner.
+_SPLIT_MIN_BYTES = 2 << 20
 _MAX_THREADS = 16
 
 
@@ -74,8 +77,8 @@ def decode_batch(
     ``checksums[i]``, and they decode to exactly one frame. ``out`` is a C-contiguous (n, *frame_shape)
     uint8 array; when the result is not -1, its content is unspecified (the caller raises).
     ``accelerated=False`` forces the python-lz4 loop (tests compare both). ``threads`` is how many
-    threads share an accelerated batch; by default one, and two from 8 MiB of output (~1,200 Atari
-    frames, far above a sampled batch: see ``_SPLIT_MIN_BYTES``).
+    threads share an accelerated batch; by default one, and two from 2 MiB of output (~300 Atari
+    frames, above a default sampled batch of 160: see ``_SPLIT_MIN_BYTES``).
     """
     n = _validate(segments, offsets, lengths, checksums, seeds, out)
     if n == 0:

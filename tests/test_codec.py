@@ -7,6 +7,9 @@ Every test runs on each available path: "fallback" always, "extension" (one thre
 from __future__ import annotations
 
 import functools
+import os
+import threading
+import time
 import zlib
 from pathlib import Path
 
@@ -347,3 +350,49 @@ def test_checksum_is_zlibs_crc32_for_every_length_and_seed() -> None:
             payload = data[start : start + length]
             assert codec.checksum(payload, step) == zlib.crc32(payload, step & 0xFFFFFFFF), (length, step)
         assert codec.checksum(memoryview(data)[start : start + length], 3) == zlib.crc32(data[start : start + length], 3)
+
+
+@pytest.mark.skipif(not codec.ACCELERATED, reason=NOT_BUILT)
+def test_batches_decoded_at_once_from_several_threads_each_get_their_own_frames() -> None:
+    """The extension's helper threads take the newest posted batch: batches posted by four Python
+    threads at once replace one another there, and each must still come back whole and right."""
+    segments = Segments(real_frames("pong"), count=2)
+    failures: list[str] = []
+
+    def decode_many(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for _ in range(60):
+            picks = rng.choice(len(segments.frames), int(rng.integers(8, 200)))
+            bad, out = segments.decode(picks, accelerated=True, threads=int(rng.integers(2, 5)))
+            if bad != -1 or not np.array_equal(out, segments.frames[picks]):
+                failures.append(f"thread {seed}: bad={bad}")
+
+    threads = [threading.Thread(target=decode_many, args=(seed,)) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+
+
+@pytest.mark.skipif(not codec.ACCELERATED, reason=NOT_BUILT)
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_decodes_on_two_threads_after_its_parent_did() -> None:
+    """A child has none of its parent's helper threads (it starts its own, or decodes alone): its
+    two-thread decode must finish, and be right."""
+    segments = Segments(random_frames(64, seed=21))
+    picks = np.arange(64, dtype=np.int64)
+    assert segments.decode(picks, accelerated=True, threads=2)[0] == -1  # the parent's helpers exist now
+    pid = os.fork()
+    if pid == 0:  # the child: exit code 0 only when its two-thread decode is right
+        bad, out = segments.decode(picks, accelerated=True, threads=2)
+        os._exit(0 if bad == -1 and np.array_equal(out, segments.frames) else 1)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.01)
+    os.kill(pid, 9)
+    pytest.fail("the forked child never finished its decode (waiting on its parent's helpers)")
