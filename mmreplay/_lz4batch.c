@@ -23,8 +23,8 @@
  *                bytes_written, out, frame_nbytes, threads) -> bool
  *   The frame ring's fast path (codec.decode_from_table): frame i's entry is table entry
  *   steps[i] % frame_slots, whose fields layout = (entry size, offsets of position u64, length,
- *   checksum u32, link u32, then the width of length: 2 or 4 bytes; little-endian) gives; its bytes lie at position, in view
- *   position / segment_bytes - base, and its seed is steps[i] * seed_multiplier + link (mod 2**32).
+ *   checksum u32, link u32, then the width of length: 2 or 4 bytes; little-endian) gives; its bytes
+ *   lie at position, in view position / segment_bytes - base, and its seed is steps[i] * seed_multiplier + link (mod 2**32).
  *   True when every frame lies below bytes_written and inside its view and decodes as decode() checks;
  *   False otherwise, with nothing said about which frame: the caller's general path finds it.
  */
@@ -684,8 +684,9 @@ lz4batch_crc32(PyObject *module, PyObject *args)
 
 /* gather_rows(table, row_slots, steps, out) -> int: copies the row of each step (slot step mod
  * row_slots, as Python's % gives it) from table into out, n packed rows of out's row size, and checks
- * each copy as transition_table._checksums does: -1 when every row matches its checksum, else the first index that
- * does not. Checking the copy, not the table, keeps a writer's later overwrite out of what is returned. */
+ * each copy as transition_table._checksums does: -1 when every row matches its checksum, else the
+ * first index that does not. Checking the copy, not the table, keeps a writer's later overwrite out of
+ * what is returned. */
 static PyObject *
 lz4batch_gather_rows(PyObject *module, PyObject *args)
 {
@@ -709,6 +710,10 @@ lz4batch_gather_rows(PyObject *module, PyObject *args)
     const int64_t *step = (const int64_t *)steps.buf;
     unsigned char *copy = (unsigned char *)out.buf;
     Py_ssize_t bad = -1;
+    for (Py_ssize_t i = 0; i < n; i++) { /* sampled rows lie far apart: overlap their cache misses */
+        int64_t slot = step[i] % row_slots;
+        __builtin_prefetch(rows + (slot < 0 ? slot + row_slots : slot) * row_size, 0, 0);
+    }
     for (Py_ssize_t i = 0; i < n; i++, copy += row_size) {
         int64_t slot = step[i] % row_slots;
         if (slot < 0) {
@@ -764,6 +769,10 @@ lz4batch_follow_links(PyObject *module, PyObject *args)
     const unsigned char *entries = (const unsigned char *)table.buf;
     const int64_t *next = (const int64_t *)next_frames.buf;
     int64_t *frames = (int64_t *)out.buf;
+    for (Py_ssize_t i = 0; i < n; i++) { /* the newest entry of each stack; the older ones lie beside it */
+        int64_t slot = next[i] % frame_slots;
+        __builtin_prefetch(entries + (slot < 0 ? slot + frame_slots : slot) * entry_size, 0, 0);
+    }
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t *stack = frames + i * columns;
         int64_t frame = next[i];

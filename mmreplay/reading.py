@@ -7,6 +7,7 @@ an ``out`` batch that an earlier call returned, refilled in place (no allocation
 
 from __future__ import annotations
 
+import math
 from dataclasses import fields
 from typing import TypeVar
 
@@ -163,7 +164,7 @@ class TransitionReader:
             and isinstance(pixels, np.ndarray)
             and getattr(out.next_obs, "base", None) is pixels
             and pixels.dtype == np.uint8
-            and pixels.size == int(np.prod(shape))
+            and pixels.size == math.prod(shape)
             and pixels.flags.c_contiguous
             and pixels.flags.writeable
         )

@@ -305,7 +305,9 @@ class Table:
 @pytest.mark.parametrize("length_bytes", [4, 2])
 def test_frames_located_through_a_table_decode_to_the_original_pixels(game: str, length_bytes: int) -> None:
     frames = real_frames(game)
-    table = Table(frames, first_step=2**33 - 50, slots=len(frames) + 13, segment_bytes=40_000, length_bytes=length_bytes)
+    table = Table(
+        frames, first_step=2**33 - 50, slots=len(frames) + 13, segment_bytes=40_000, length_bytes=length_bytes
+    )
     assert len(table.views) > 2
     picks = np.random.default_rng(16).choice(len(frames), 160)
     ok, out = table.decode(picks)

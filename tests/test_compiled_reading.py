@@ -34,7 +34,9 @@ def row_checksums(rows: np.ndarray, steps: np.ndarray) -> np.ndarray:
     seed=st.integers(0, 2**32 - 1),
     valid=st.floats(0, 1),
 )
-def test_gather_rows_copies_each_steps_row_and_finds_the_first_that_fails(row_size, slots, steps, seed, valid) -> None:
+def test_gather_rows_copies_each_steps_row_and_finds_the_first_that_fails(
+    row_size, slots, steps, seed, valid
+) -> None:
     rng = np.random.default_rng(seed)
     table = rng.integers(0, 256, (slots, row_size), dtype=np.uint8)
     step_array = np.array(steps, np.int64)
@@ -42,7 +44,8 @@ def test_gather_rows_copies_each_steps_row_and_finds_the_first_that_fails(row_si
     fix = rng.random(len(step_array)) < valid
     for i in np.flatnonzero(fix):
         slot = step_array[i] % slots
-        table[slot, :4] = np.frombuffer(row_checksums(table[slot : slot + 1], step_array[i : i + 1]).tobytes(), np.uint8)
+        checksum = row_checksums(table[slot : slot + 1], step_array[i : i + 1])
+        table[slot, :4] = np.frombuffer(checksum.tobytes(), np.uint8)
     expected = table[step_array % slots]
     out = np.full((len(step_array), row_size), 0xEE, np.uint8)
     first_bad = _lz4batch.gather_rows(table, slots, step_array, out)
@@ -59,7 +62,9 @@ def test_gather_rows_copies_each_steps_row_and_finds_the_first_that_fails(row_si
     seed=st.integers(0, 2**32 - 1),
     big_links=st.booleans(),
 )
-def test_follow_links_equals_transition_frames_over_the_same_table(slots, columns, next_frames, seed, big_links) -> None:
+def test_follow_links_equals_transition_frames_over_the_same_table(
+    slots, columns, next_frames, seed, big_links
+) -> None:
     rng = np.random.default_rng(seed)
     entry = np.dtype([("position", "<u8"), ("length", "<u2"), ("checksum", "<u4"), ("prev_delta", "<u4")])
     table = np.zeros(slots, entry)

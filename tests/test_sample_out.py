@@ -36,7 +36,8 @@ def assert_equal(a, b) -> None:
 )
 @pytest.mark.parametrize("prioritized", [False, True], ids=["uniform", "prioritized"])
 def test_a_batch_refilled_in_place_equals_a_fresh_one(make_store, kwargs, prioritized) -> None:
-    store = make_store(frame_shape=FRAME, capacity=40, stack_size=3, sampler=PrioritizedSampler() if prioritized else None)
+    sampler = PrioritizedSampler() if prioritized else None
+    store = make_store(frame_shape=FRAME, capacity=40, stack_size=3, sampler=sampler)
     fill(store, 60)
     if prioritized:
         store.update_priorities(np.arange(20, 60), np.linspace(0.1, 5, 40))
