@@ -5,7 +5,7 @@
 - ``"lz4-reference"``: each frame is compressed against an earlier frame of the same env, its
   reference (``reference_codec``: groups of ``group_size`` frames per env, a key frame compressed alone
   at the start of each, references arranged by ``branching``); a ``ReferenceFrameRing`` whose entries
-  also hold ``ref_delta``. 2.3x (Pong) to 5.8x (MsPacman) fewer bytes per transition on Atari;
+  also hold ``ref_delta``. 2.4x (Pong) to 5.9x (MsPacman) fewer bytes per transition on Atari;
   reading a frame decodes at most ``scheme.depth`` other frames, and adding costs a reference-aware
   encode per frame.
 

@@ -145,8 +145,8 @@ class ReplayStore:
         one frame (e.g. ``(84, 84)``); obs stacks hold ``stack_size`` frames. ``frame_encoding`` is
         ``"lz4"`` (each frame alone) or ``"lz4-reference"`` (each frame against an earlier frame of its
         env, arranged by ``reference_scheme``, by default groups of 256 frames with branching 4: on
-        Atari 2.3x (Pong) to 5.8x (MsPacman) fewer bytes per transition, ~1.5x slower adds, and samples
-        up to 2x slower (Pong; as fast on MsPacman); see ``mmreplay.frame_encoding`` and the README).
+        Atari 2.4x (Pong) to 5.9x (MsPacman) fewer bytes per transition, 1.1x to 1.7x slower adds, and
+        samples 1.2x (MsPacman) to 2.9x (Pong) slower; see ``mmreplay.frame_encoding`` and the README).
         """
         frame_shape = parse_shape(frame_shape, "frame_shape", allow_empty=False)
         capacity = parse_positive_int(capacity, "capacity")
