@@ -206,7 +206,8 @@ def write_figure(args: argparse.Namespace, cores: list[dict]) -> str | None:
     size.set_ylabel("bytes per transition (log)")
     size.set_title("kept per transition: mmreplay on disk, peers in RAM (lower is better)")
     size.title.set_fontsize(10)
-    figure.suptitle(f"{cores[0]['game']}: median of {cores[0]['repeats']} repeats")
+    repeats = ", ".join(f"{core['repeats']} at {core['capacity']:,}" for core in cores)
+    figure.suptitle(f"{cores[0]['game']}: medians of repeats ({repeats})")
     figure.tight_layout()
     path = args.out / "report.png"
     figure.savefig(path, dpi=120)
