@@ -87,10 +87,11 @@ def make_adapter(args: argparse.Namespace, stream: FrameStream) -> Adapter:
     name = args.worker
     if name == "mmreplay":
         return MmreplayAdapter(stream, args.capacity, args.seed, tmpdir=args.tmpdir,
-                               frame_encoding=args.frame_encoding)
+                               frame_encoding=args.frame_encoding, reuse_out=args.reuse_out)
     if name == "mmreplay-vec":
         return MmreplayVectorAdapter(stream, args.capacity, args.seed, tmpdir=args.tmpdir,
-                                     num_envs=args.vector_envs, frame_encoding=args.frame_encoding)
+                                     num_envs=args.vector_envs, frame_encoding=args.frame_encoding,
+                                     reuse_out=args.reuse_out)
     return PEERS[name](stream, args.capacity, args.seed)
 
 
@@ -190,6 +191,8 @@ def run_worker(args: argparse.Namespace, name: str, capacity: int, repeat: int) 
         command += ["--tmpdir", args.tmpdir]
     if not args.verify:
         command.append("--no-verify")
+    if args.reuse_out:
+        command.append("--reuse-out")
     env = dict(os.environ)
     if args.malloc == "steady":
         env.update(MALLOC_STEADY_ENV)
@@ -279,7 +282,7 @@ def report(args: argparse.Namespace, results: dict[str, dict[str, object]], note
     lines = [
         (f"## mmreplay vs peers: {args.game}, capacity {args.capacity:,}, stack {STACK_SIZE}, "
         f"batch {args.batch_size}, median of {args.repeats} repeats, malloc {args.malloc}, "
-        f"frame encoding {args.frame_encoding}"),
+        f"frame encoding {args.frame_encoding}" + (", mmreplay samples with out=" if args.reuse_out else "")),
         "",
         ("| buffer | capacity | add (transitions/s) | sample (batches/s) | bytes/transition | "
         "anon memory growth (MiB) | anon bytes/transition |"),
@@ -345,6 +348,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="glibc allocator settings for the workers (see MALLOC_STEADY_ENV)")
     parser.add_argument("--frame-encoding", choices=FRAME_ENCODINGS, default="lz4",
                         help="how mmreplay's stores compress frames (ReplayStore.create's frame_encoding)")
+    parser.add_argument("--reuse-out", action="store_true",
+                        help="mmreplay samples into the previous batch's arrays (sample(out=...))")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--worker", choices=BUFFERS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -395,7 +400,8 @@ def main(argv: list[str] | None = None) -> None:
         payload = {
             "game": args.game, "capacity": args.capacity, "stack_size": STACK_SIZE, "batch_size": args.batch_size,
             "repeats": args.repeats, "sample_seconds": args.sample_seconds, "malloc": args.malloc,
-            "vector_envs": args.vector_envs, "frame_encoding": args.frame_encoding, "labels": {name: label(name, args.vector_envs) for name in results},
+            "vector_envs": args.vector_envs, "frame_encoding": args.frame_encoding, "reuse_out": args.reuse_out,
+            "labels": {name: label(name, args.vector_envs) for name in results},
             "notes": notes, "targets": checks, "results": results, "runs": runs,
         }
         args.json.write_text(json.dumps(payload, indent=2) + "\n")

@@ -26,7 +26,7 @@ class MmreplayAdapter:
     transitions_per_add = 1
 
     def __init__(self, stream: FrameStream, capacity: int, seed: int, *, tmpdir: str | None,
-                 num_envs: int = 1, frame_encoding: str = "lz4") -> None:
+                 num_envs: int = 1, frame_encoding: str = "lz4", reuse_out: bool = False) -> None:
         from mmreplay import ReplayStore
 
         self.stream = stream
@@ -39,6 +39,8 @@ class MmreplayAdapter:
             shutil.rmtree(self.directory, ignore_errors=True)
             raise
         self.rng = np.random.default_rng(seed)
+        self.reuse_out = reuse_out  # sample into the previous batch's arrays (``sample(out=...)``)
+        self.last_batch = None
 
     def inputs(self, i: int) -> tuple[object, ...]:
         return self.stream.single_frame_inputs(i)
@@ -50,7 +52,8 @@ class MmreplayAdapter:
         self.store.flush()
 
     def sample(self, batch_size: int) -> object:
-        return self.store.sample(batch_size, rng=self.rng)
+        self.last_batch = self.store.sample(batch_size, rng=self.rng, out=self.last_batch if self.reuse_out else None)
+        return self.last_batch
 
     def __len__(self) -> int:
         return len(self.store)
@@ -102,8 +105,9 @@ class MmreplayVectorAdapter(MmreplayAdapter):
     name = "mmreplay-vec"
 
     def __init__(self, stream: FrameStream, capacity: int, seed: int, *, tmpdir: str | None,
-                 num_envs: int, frame_encoding: str = "lz4") -> None:
-        super().__init__(stream, capacity, seed, tmpdir=tmpdir, num_envs=num_envs, frame_encoding=frame_encoding)
+                 num_envs: int, frame_encoding: str = "lz4", reuse_out: bool = False) -> None:
+        super().__init__(stream, capacity, seed, tmpdir=tmpdir, num_envs=num_envs, frame_encoding=frame_encoding,
+                         reuse_out=reuse_out)
         self.transitions_per_add = num_envs
         first_frames = stream.transition_frame
         starts = np.flatnonzero(stream.stack_frames[first_frames, 0] == first_frames)  # stacks of one frame
