@@ -29,15 +29,14 @@ _lz4batch: ModuleType | None = extensions.load("_lz4batch")
 
 ACCELERATED: bool = _lz4batch is not None
 
-# A second thread pays for batches larger than a default sampled one. The extension keeps its helper
-# threads (starting one cost 20-45 us, as much as decoding half a sampled batch). Measured on the 2-core
-# development machine, whose speed varies from run to run (benchmarks/bench_decode.py, Pong, one thread
-# -> two): 160 frames 117 -> 98 us and 195 -> 132 us, 320 frames 225 -> 204 us, 640 frames 829 -> 467
-# us and 495 -> 383 us. Yet a loop of store.sample(32) calls (160 frames a batch) gained 1% (3,860 ->
-# 3,901 batches/s, medians of 12 interleaved rounds): between batches the helper goes back to sleep and
-# waking it costs what it saves. So batches from 2 MiB (~300 frames: batch size 64 and up, sequences,
-# exports) split; a batch of 32 decodes on one thread and leaves the other core to the learner.
-_SPLIT_MIN_BYTES = 2 << 20
+# A second thread pays from about half a sampled batch. The extension keeps its helper threads (starting
+# one cost 20-45 us, as much as decoding half a sampled batch) and a helper polls for the next batch for
+# 200 us before it sleeps (_lz4batch.c, SPIN_NANOSECONDS). Measured on the 2-core development machine, a
+# loop of store.sample(32) calls on a 100k Pong store (medians of 12 interleaved rounds of 500 batches):
+# one thread 5,263 batches/s, two 6,581 (+25%); with a 56 us poll two threads gained 1% (the helper
+# slept between batches, and waking it cost what it saved). The price: while batches keep coming,
+# the helper holds the other core, up to 200 us after each.
+_SPLIT_MIN_BYTES = 512 << 10
 _MAX_THREADS = 16
 
 
@@ -77,8 +76,8 @@ def decode_batch(
     ``checksums[i]``, and they decode to exactly one frame. ``out`` is a C-contiguous (n, *frame_shape)
     uint8 array; when the result is not -1, its content is unspecified (the caller raises).
     ``accelerated=False`` forces the python-lz4 loop (tests compare both). ``threads`` is how many
-    threads share an accelerated batch; by default one, and two from 2 MiB of output (~300 Atari
-    frames, above a default sampled batch of 160: see ``_SPLIT_MIN_BYTES``).
+    threads share an accelerated batch; by default one, and two from 512 KiB of output (~75 Atari
+    frames: a sampled batch of 32 x 5 frames splits; see ``_SPLIT_MIN_BYTES``).
     """
     n = _validate(segments, offsets, lengths, checksums, seeds, out)
     if n == 0:
