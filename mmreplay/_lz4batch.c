@@ -223,11 +223,13 @@ job_work(Job *job)
 
 /* The helper threads, started once and kept: creating a thread per batch costs more than decoding a
  * sampled batch's share (~20 us here against ~60 us for 80 Pong frames). A caller posts its job and
- * bumps generation; each helper that wakes takes a reference to the posted job and works on it. */
-/* How long a helper polls for the next job before it sleeps. A loop of store.sample(32) calls spends
- * ~70-100 us in Python between two decodes; a helper that slept in that gap took as long to wake as it
- * saved (1% faster with a 56 us poll; 25% with this one, on the 2-core development machine: see
- * codec._SPLIT_MIN_BYTES). So a helper keeps its core for up to 200 us after each batch. */
+ * bumps generation; each helper that wakes takes a reference to the posted job and works on it.
+ *
+ * SPIN_NANOSECONDS: how long a helper polls for the next job before it sleeps. A loop of
+ * store.sample(32) calls spends ~70-100 us in Python between two decodes; a helper that slept in that
+ * gap took as long to wake as it saved (1% faster with a 56 us poll; 25% with this one, on the 2-core
+ * development machine: see codec._SPLIT_MIN_BYTES). So a helper keeps its core for up to 200 us after
+ * each batch. */
 #define SPIN_NANOSECONDS 200000
 
 static struct {
