@@ -283,10 +283,9 @@ class FrameRing:
         if _lz4batch is None:
             return stacking.transition_frames(next_frames, self.prev_deltas, stack_size)
         frames = np.empty((len(next_frames), stack_size + 1), np.int64)
-        size, link_offset = self._layout[0], self._layout[4]
-        _lz4batch.follow_links(
-            self._table, self.frame_slots, size, link_offset, np.ascontiguousarray(next_frames, np.int64), frames
-        )
+        link_offset = self.entry.fields["prev_delta"][1]
+        next_frames = np.ascontiguousarray(next_frames, np.int64)
+        _lz4batch.follow_links(self._table, self.frame_slots, self.entry.itemsize, link_offset, next_frames, frames)
         return frames
 
     def keep_from(self, oldest_frame: int) -> int:
