@@ -46,6 +46,7 @@ from mmreplay.validation import (
     check_out,
     parse_action_dtype,
     parse_add,
+    parse_single_frames,
     parse_mode,
     parse_number,
     parse_positive_int,
@@ -109,6 +110,8 @@ class ReplayStore:
             self._table, self._frames, stack_size=layout.stack_size, action_dtype=self._action_dtype
         )
         self._closed = False
+        # ``add`` may take its fast path (``_add_single_frames``): a writer of plain lz4 frames, still open.
+        self._fast_add = mode == "r+" and not self._encoder.records_references
         self._set_room_limits()
         self._header_signature = file_signature(directory / format.HEADER_NAME)
         if mode == "r+":
@@ -336,6 +339,10 @@ class ReplayStore:
         episode ended: its reset obs, which is no shifted stack), so only their shapes and dtypes are
         checked, not their values.
         """
+        if env_mask is None and self._fast_add and self._env_frames_pending is None and self._add_single_frames(
+            obs, action, reward, next_obs, terminated, truncated
+        ):
+            return
         self._check_writable("add")
         layout = self._layout
         arguments = parse_add(obs, action, reward, next_obs, terminated, truncated, env_mask, self._add_shapes)
@@ -366,6 +373,54 @@ class ReplayStore:
         except BaseException:
             encoder.rollback()  # no frame may be encoded against one that was not written
             raise
+
+    def _add_single_frames(
+        self,
+        obs: npt.ArrayLike,
+        action: npt.ArrayLike,
+        reward: npt.ArrayLike,
+        next_obs: npt.ArrayLike,
+        terminated: npt.ArrayLike,
+        truncated: npt.ArrayLike,
+    ) -> bool:
+        """``add``'s fast path, for the add a training loop makes at nearly every step: each env continues
+        its episode with one new frame, and no commit is due. It writes exactly what the general path
+        writes (test_fast_add checks the files byte for byte), in a third of the time; False, with nothing
+        written, when any of that does not hold."""
+        parsed = parse_single_frames(
+            obs, action, reward, next_obs, terminated, truncated, self._add_shapes,
+            terminated_bit=TERMINATED, truncated_bit=TRUNCATED,
+        )
+        if parsed is None:
+            return False
+        envs = range(len(parsed.flags))
+        first_step = self._transitions_added
+        first_frame = self._frames.frames_written
+        if first_step + len(envs) > self._row_limit or first_frame + len(envs) > self._frame_limit:
+            return False
+        oldest_stored = first_step - self._layout.capacity
+        episodes = self._episodes
+        for env in envs:
+            episode = episodes[env]
+            if not episode.open or episode.last_step < oldest_stored or episode.frames[-1] != parsed.obs[env]:
+                return False
+        previous_steps = [episodes[env].last_step for env in envs]
+        prev_deltas = [first_frame + env - episodes[env].frame_steps[-1] for env in envs]
+        with self._lock:
+            self._frames.append_frames(parsed.new_frames, prev_deltas)
+            self._table.write_continuations(
+                first_step, frame_lead=first_frame - first_step, previous_steps=previous_steps,
+                rewards=parsed.reward, flags=parsed.flags, actions=parsed.action,
+            )
+            for env in envs:
+                episodes[env].advance(
+                    parsed.next_obs[env], first_frame + env, step=first_step + env, ended=parsed.flags[env] != 0
+                )
+            self._transitions_added = added = first_step + len(envs)
+            self._sampler.added(range(first_step, added))
+            if oldest_stored + len(envs) > 0:
+                self._sampler.evicted(range(max(0, oldest_stored), oldest_stored + len(envs)))
+        return True
 
     def _write(self, arguments: AddArguments, plan: FramePlan) -> None:
         envs = arguments.envs
@@ -489,6 +544,7 @@ class ReplayStore:
                 self.flush()
         finally:
             self._closed = True
+            self._fast_add = False
             _close_all([self._frames.close, self._table.close, self._sampler.close, self._release_writer_lock])
 
     def _release_writer_lock(self) -> None:

@@ -126,6 +126,42 @@ class TransitionTable:
             offset = (step % self.row_slots) * size
             self._bytes[offset : offset + size] = struct.pack("<II", checksum, 0) + body
 
+    def write_continuations(
+        self,
+        first_step: int,
+        *,
+        frame_lead: int,
+        previous_steps: list[int],
+        rewards: list[float],
+        flags: list[int],
+        actions: bytes,
+    ) -> None:
+        """``write`` and ``link`` for the rows of envs 0, 1, ... that each continue their env's transition
+        at ``previous_steps[env]``, with next_obs frames ``frame_lead`` steps ahead (add's fast path).
+        ``actions`` holds the envs' actions back to back, as the row stores them. One compiled call
+        where the extension is built."""
+        if frame_lead > _MAX_LEAD:
+            raise OverflowError(f"{self.path}: frame steps ran more than {_MAX_LEAD} ahead of transition steps")
+        assert self._reservation is not None
+        self._reservation.ensure(min(first_step + len(flags), self.row_slots) * self._rows.dtype.itemsize)
+        if _lz4batch is not None:
+            env_bytes = self._rows.dtype["env"].itemsize
+            _lz4batch.write_rows(
+                self._bytes, self.row_slots, first_step, frame_lead, env_bytes, rewards, flags, actions, previous_steps
+            )
+            return
+        envs = range(len(flags))
+        self.write(
+            first_step,
+            next_frames=[first_step + env + frame_lead for env in envs],
+            envs=list(envs),
+            rewards=np.array(rewards, np.float32),
+            flags=flags,
+            actions=np.frombuffer(actions, self._rows.dtype["action"].base).reshape(len(envs), -1),
+        )
+        for env in envs:
+            self.link(previous_steps[env], first_step + env)
+
     @property
     def dtype(self) -> np.dtype:
         return self._rows.dtype

@@ -222,7 +222,90 @@ def _parse_plain_add(
     )
 
 
+class SingleFrames(NamedTuple):
+    """An add of one new frame per env, for ``ReplayStore.add``'s fast path (``parse_single_frames``).
+
+    ``obs`` and ``next_obs`` hold each env's frame as bytes, ``new_frames`` the next_obs frames as given
+    (contiguous); ``action`` holds the envs' actions back to back as the store's dtype (little-endian);
+    ``reward`` the rewards as float32 values; ``flags`` each env's TERMINATED/TRUNCATED bits.
+    """
+
+    obs: list[bytes]
+    next_obs: list[bytes]
+    new_frames: npt.NDArray[np.uint8]
+    action: bytes
+    reward: list[float]
+    flags: list[int]
+
+
+def parse_single_frames(
+    obs: object,
+    action: object,
+    reward: object,
+    next_obs: object,
+    terminated: object,
+    truncated: object,
+    shapes: AddShapes,
+    *,
+    terminated_bit: int,
+    truncated_bit: int,
+) -> SingleFrames | None:
+    """The add that a training loop makes at nearly every step, checked with a few comparisons: single
+    frames (no stacks) as contiguous uint8 arrays, actions of the store's dtype, finite rewards, bool
+    flags, no env mask. None for anything else, valid or not: ``parse_add`` then decides, and names what is
+    wrong. Accepts nothing that ``parse_add`` refuses, and gives the same values."""
+    if (
+        type(obs) is not np.ndarray
+        or type(next_obs) is not np.ndarray
+        or obs.dtype != np.uint8
+        or next_obs.dtype != np.uint8
+        or obs.shape != shapes.frame
+        or next_obs.shape != shapes.frame
+        or not (obs.flags.c_contiguous and next_obs.flags.c_contiguous)
+    ):
+        return None
+    if not shapes.env_axis:
+        if type(action) is not shapes.action_dtype.type or shapes.action_shape:
+            return None
+        if type(reward) is float or isinstance(reward, (np.float32, np.float64)):
+            reward = float(np.float32(reward)) if -_FLOAT32_MAX <= reward <= _FLOAT32_MAX else math.nan
+        if type(reward) is not float or not math.isfinite(reward):  # anything else, nan and beyond float32
+            return None
+        if not (terminated is True or terminated is False or type(terminated) is np.bool_):
+            return None
+        if not (truncated is True or truncated is False or type(truncated) is np.bool_):
+            return None
+        return SingleFrames(
+            [obs.tobytes()], [next_obs.tobytes()], next_obs, action.tobytes(), [reward],  # type: ignore[union-attr]
+            [terminated_bit * bool(terminated) | truncated_bit * bool(truncated)],
+        )
+    if (
+        type(action) is not np.ndarray
+        or action.dtype != shapes.action_dtype
+        or action.shape != shapes.action
+        or type(reward) is not np.ndarray
+        or reward.dtype not in _FLOAT_DTYPES
+        or reward.shape != shapes.env_axis
+        or type(terminated) is not np.ndarray
+        or type(truncated) is not np.ndarray
+        or terminated.dtype != np.bool_
+        or truncated.dtype != np.bool_
+        or terminated.shape != shapes.env_axis
+        or truncated.shape != shapes.env_axis
+    ):
+        return None
+    with np.errstate(over="ignore"):  # beyond float32's range becomes inf, refused below
+        rewards = reward.astype(np.float32)
+    if not np.isfinite(rewards).all():
+        return None
+    flags = (terminated * terminated_bit | truncated * truncated_bit).tolist()
+    return SingleFrames(
+        list(map(bytes, obs)), list(map(bytes, next_obs)), next_obs, action.tobytes(), rewards.tolist(), flags
+    )
+
+
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+_FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _TRUE = np.ones(1, np.bool_)
 _FALSE = np.zeros(1, np.bool_)
 _TRUE.flags.writeable = _FALSE.flags.writeable = False

@@ -1,0 +1,111 @@
+"""``add``'s fast path (``ReplayStore._add_single_frames``: each env continues its episode with one new
+frame) writes exactly what the general path writes: a store fed with it on and one fed the same adds
+with it off hold the same files, byte for byte, and both equal the in-memory reference model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lz4
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from atari_data import load_stream
+from reference import ReferenceStore, assert_store_matches
+from strategies import FrameSource, draw_add, store_configs
+
+from mmreplay import ReplayStore, extensions
+
+_lz4batch = extensions.load("_lz4batch")
+# Byte-identical segments need the system's liblz4 (the extension's compressor) and python-lz4's
+# bundled one to compress alike; the rows and the decoded frames must agree whatever they are.
+SAME_COMPRESSOR = _lz4batch is None or _lz4batch.LZ4_VERSION == lz4.library_version_number()
+
+
+class CountingStore:
+    """Two stores fed the same adds, the first with the fast path on and the second with it off."""
+
+    def __init__(self, directory: Path, **config: Any) -> None:
+        self.fast = ReplayStore.create(directory / "fast.mmr", **config)
+        self.general = ReplayStore.create(directory / "general.mmr", **config)
+        self.general._fast_add = False
+        self.fast_adds = 0
+        take_fast_path = self.fast._add_single_frames
+
+        def counted(*args: Any) -> bool:
+            taken = take_fast_path(*args)
+            self.fast_adds += taken
+            return taken
+
+        self.fast._add_single_frames = counted  # type: ignore[method-assign]
+
+    def add(self, *args: Any) -> None:
+        self.fast.add(*args)
+        self.general.add(*args)
+
+    def close_and_compare(self) -> None:
+        self.fast.close()
+        self.general.close()
+        fast_files, general_files = files_of(self.fast.path), files_of(self.general.path)
+        assert fast_files.keys() == general_files.keys()
+        for name in fast_files:
+            if SAME_COMPRESSOR or name == "transitions.tbl":
+                assert fast_files[name] == general_files[name], f"{name} differs"
+
+
+def files_of(path: Path) -> dict[str, bytes]:
+    return {str(file.relative_to(path)): file.read_bytes() for file in sorted(path.rglob("*")) if file.is_file()}
+
+
+def fast_path_form(args: tuple[Any, ...], num_envs: int) -> tuple[Any, ...]:
+    """One env's drawn add with a numpy scalar action and a float reward, the form the fast path takes."""
+    obs, action, reward, next_obs, terminated, truncated = args
+    if num_envs == 1 and np.ndim(action) == 0:
+        action = action[()]
+    return obs, action, float(reward) if num_envs == 1 else reward, next_obs, terminated, truncated
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=store_configs(), data=st.data())
+def test_the_fast_path_writes_what_the_general_path_writes(tmp_path_factory, config, data) -> None:
+    pair = CountingStore(tmp_path_factory.mktemp("fast"), **config)
+    ref = ReferenceStore(**config)
+    frames = FrameSource(config["frame_shape"])
+    try:
+        for _ in range(data.draw(st.integers(1, 40), label="adds")):
+            args = fast_path_form(draw_add(data, ref, frames).as_tuple(), config["num_envs"])
+            pair.add(*args)
+            ref.add(*args)
+        assert_store_matches(pair.fast, ref)
+    finally:
+        pair.close_and_compare()
+
+
+@pytest.mark.parametrize("num_envs", [1, 8, 300])
+def test_real_frames_take_the_fast_path_across_segments_eviction_and_episode_ends(tmp_path: Path, num_envs: int) -> None:
+    """Pong frames and noise (which does not compress: a 1 MiB segment fills every ~150 frames), evicted
+    many times over, with episode ends."""
+    frames = load_stream("pong", ("frames",), 600)["frames"]
+    noise = np.random.default_rng(num_envs).integers(0, 256, (400, *frames.shape[1:]), dtype=np.uint8)
+    frames = np.concatenate([frames, noise])
+    capacity = 40 * num_envs
+    pair = CountingStore(tmp_path, frame_shape=frames.shape[1:], capacity=capacity, num_envs=num_envs)
+    rng = np.random.default_rng(0)
+    position = rng.integers(0, len(frames) - 1, num_envs)
+    adds = 1200 if num_envs == 1 else 300
+    for _ in range(adds):
+        ended = rng.random(num_envs) < 0.05 / num_envs  # an env's new episode takes the general path
+        terminated, truncated = ended & (rng.random(num_envs) < 0.5), ended & (rng.random(num_envs) >= 0.5)
+        obs, next_obs = frames[position], frames[position + 1]
+        if num_envs == 1:
+            pair.add(obs[0], np.int64(rng.integers(6)), float(rng.random()), next_obs[0], terminated[0], truncated[0])
+        else:
+            pair.add(obs, rng.integers(0, 6, num_envs), rng.random(num_envs), next_obs, terminated, truncated)
+        position = np.where(ended | (position + 2 >= len(frames)), rng.integers(0, len(frames) - 1, num_envs),
+                            position + 1)
+    assert pair.fast_adds > adds // 2, pair.fast_adds  # the rest: new episodes, segment ends, commits
+    assert pair.fast._frames.bytes_written > 3 * pair.fast._frames.segment_bytes  # crossed segment ends
+    pair.close_and_compare()
