@@ -53,6 +53,33 @@ class EnvEpisode:
         self.open = not ended
 
 
+def continuations(
+    episodes: list[EnvEpisode], obs: bytes, *, first_frame: int, oldest_stored_step: int
+) -> tuple[list[int], list[int]] | None:
+    """When every env's obs (``obs``: one frame per env, back to back) continues its open episode, whose
+    newest transition is still stored: each env's newest transition step and the prev_delta of its new
+    frame, numbered from ``first_frame`` in env order; else None (``add``'s fast path)."""
+    previous_steps, prev_deltas = [], []
+    size = len(obs) // len(episodes)
+    for env, episode in enumerate(episodes):
+        # startswith at an offset compares in place: slicing obs would copy each frame first.
+        if not (episode.open and episode.last_step >= oldest_stored_step and obs.startswith(episode.frames[-1], env * size)):
+            return None
+        previous_steps.append(episode.last_step)
+        prev_deltas.append(first_frame + env - episode.frame_steps[-1])
+    return previous_steps, prev_deltas
+
+
+def advance_all(episodes: list[EnvEpisode], frames: list[bytes], flags: list[int], *, first_frame: int, first_step: int) -> None:
+    """``EnvEpisode.advance`` for every env, whose transitions are ``first_step + env`` with next_obs frames
+    ``frames[env]`` at frame steps ``first_frame + env`` (``add``'s fast path)."""
+    for env, episode in enumerate(episodes):
+        episode.frames.append(frames[env])
+        episode.frame_steps.append(first_frame + env)
+        episode.last_step = first_step + env
+        episode.open = not flags[env]
+
+
 @dataclass
 class FramePlan:
     """What one ``add`` will write: compressed frames with their episode links, and each row's fields.

@@ -110,6 +110,7 @@ class FrameRing:
         self.frame_shape = frame_shape
         self.frame_nbytes = int(np.prod(frame_shape))
         self.entry = frame_entry(self.frame_nbytes, references=references)
+        self._with_refs = references
         self._packer = _entry_packer(self.entry)
         self._layout = _entry_layout(self.entry)
         self.segment_bytes = segment_bytes
@@ -173,7 +174,7 @@ class FrameRing:
         position = self.bytes_written
         segment_bytes, frame_slots, entries = self.segment_bytes, self.frame_slots, self._entries
         assert entries is not None, "append needs a writable frame ring"
-        with_refs = "ref_delta" in (self.entry.names or ())
+        with_refs = self._with_refs
         assert with_refs == (ref_deltas is not None), "ref_deltas are given exactly for a reference ring"
         entry_size, pack_into = self._packer.size, self._packer.pack_into
         self._reserve_entries(first_step + len(payloads))
@@ -208,7 +209,7 @@ class FrameRing:
         """``append`` for a plain ring, given the frames uncompressed (``len(prev_deltas)`` contiguous
         frames): the compiled extension compresses and writes them in one call, which costs less than a
         Python loop over them; the same bytes as compressing them with ``codec.compress`` for ``append``."""
-        assert self.entry.names is not None and "ref_delta" not in self.entry.names, "a plain ring's frames"
+        assert not self._with_refs, "append_frames writes a plain ring's frames"
         if _lz4batch is not None:
             first_step, position = self.frames_written, self.bytes_written
             segment, offset = divmod(position, self.segment_bytes)

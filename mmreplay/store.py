@@ -30,7 +30,9 @@ import numpy.typing as npt
 
 from mmreplay import format, frame_encoding as encodings
 from mmreplay.batch import Batch, SequenceBatch
-from mmreplay.episodes import EnvEpisode, Episode, FramePlan, plan_frames, split_episodes
+from mmreplay.episodes import (
+    EnvEpisode, Episode, FramePlan, advance_all, continuations, plan_frames, split_episodes
+)
 from mmreplay.errors import ClosedStoreError, ReadOnlyStoreError, StoreExistsError
 from mmreplay.files import acquire_writer_lock, file_signature, fsync_directory
 from mmreplay.frame_ring import FrameChecksumError, FrameRing, MissingSegmentError
@@ -393,33 +395,27 @@ class ReplayStore:
         )
         if parsed is None:
             return False
-        envs = range(len(parsed.flags))
+        count = len(parsed.flags)
         first_step = self._transitions_added
         first_frame = self._frames.frames_written
-        if first_step + len(envs) > self._row_limit or first_frame + len(envs) > self._frame_limit:
+        if first_step + count > self._row_limit or first_frame + count > self._frame_limit:
             return False
         oldest_stored = first_step - self._layout.capacity
-        episodes = self._episodes
-        for env in envs:
-            episode = episodes[env]
-            if not episode.open or episode.last_step < oldest_stored or episode.frames[-1] != parsed.obs[env]:
-                return False
-        previous_steps = [episodes[env].last_step for env in envs]
-        prev_deltas = [first_frame + env - episodes[env].frame_steps[-1] for env in envs]
+        links = continuations(self._episodes, parsed.obs, first_frame=first_frame, oldest_stored_step=oldest_stored)
+        if links is None:
+            return False
+        previous_steps, prev_deltas = links
         with self._lock:
             self._frames.append_frames(parsed.new_frames, prev_deltas)
             self._table.write_continuations(
                 first_step, frame_lead=first_frame - first_step, previous_steps=previous_steps,
                 rewards=parsed.reward, flags=parsed.flags, actions=parsed.action,
             )
-            for env in envs:
-                episodes[env].advance(
-                    parsed.next_obs[env], first_frame + env, step=first_step + env, ended=parsed.flags[env] != 0
-                )
-            self._transitions_added = added = first_step + len(envs)
+            advance_all(self._episodes, parsed.next_obs, parsed.flags, first_frame=first_frame, first_step=first_step)
+            self._transitions_added = added = first_step + count
             self._sampler.added(range(first_step, added))
-            if oldest_stored + len(envs) > 0:
-                self._sampler.evicted(range(max(0, oldest_stored), oldest_stored + len(envs)))
+            if oldest_stored + count > 0:
+                self._sampler.evicted(range(max(0, oldest_stored), oldest_stored + count))
         return True
 
     def _write(self, arguments: AddArguments, plan: FramePlan) -> None:

@@ -86,6 +86,7 @@ class TransitionTable:
         self._weights = np.arange(1, 2 * (dtype.itemsize - _UNCHECKED_BYTES), 2, dtype=np.uint64)
         self._body_weights = self._weights.tolist()
         # The fields between next_delta and action, packed exactly as in row_dtype.
+        self._row_size, self._env_bytes = dtype.itemsize, dtype["env"].itemsize
         self._middle = struct.Struct("<I" + ("B" if dtype["env"].itemsize == 1 else "H") + "fB")
         self._mapping = np.memmap(path, dtype=dtype, mode="r+" if writable else "r", shape=(row_slots,))
         self._rows = self._mapping.view(np.ndarray)  # plain indexing, without memmap's per-call overhead
@@ -143,11 +144,11 @@ class TransitionTable:
         if frame_lead > _MAX_LEAD:
             raise OverflowError(f"{self.path}: frame steps ran more than {_MAX_LEAD} ahead of transition steps")
         assert self._reservation is not None
-        self._reservation.ensure(min(first_step + len(flags), self.row_slots) * self._rows.dtype.itemsize)
+        self._reservation.ensure(min(first_step + len(flags), self.row_slots) * self._row_size)
         if _lz4batch is not None:
-            env_bytes = self._rows.dtype["env"].itemsize
             _lz4batch.write_rows(
-                self._bytes, self.row_slots, first_step, frame_lead, env_bytes, rewards, flags, actions, previous_steps
+                self._bytes, self.row_slots, first_step, frame_lead, self._env_bytes, rewards, flags, actions,
+                previous_steps,
             )
             return
         envs = range(len(flags))
