@@ -46,20 +46,20 @@ class TransitionReader:
         out: Batch | None = None,
     ) -> Batch:
         """The transitions with these steps (assumed stored); in ``out``'s arrays when given."""
-        rows = self.table.read(steps)
-        frames = self.frames.stacks(next_frame_steps(rows, steps), self.stack_size)
+        fields = self.table.read_fields(steps)
+        frames = self.frames.stacks(fields.next_frames, self.stack_size)
         # obs and next_obs are two views of one (B, stack_size + 1) array of frames: they share
         # stack_size - 1 frames, so each is decoded once, straight into the memory the batch returns.
         pixels = self._decode(frames, steps, self._pixels_of(out, frames.shape, steps.shape))
         return _filled(out, Batch(
             obs=pixels[:, stacking.obs_columns(self.stack_size)],
-            action=rows["action"].astype(self.action_dtype),
-            reward=rows["reward"].astype(np.float32),
+            action=fields.action,
+            reward=fields.reward,
             next_obs=pixels[:, stacking.next_obs_columns(self.stack_size)],
-            terminated=(rows["flags"] & TERMINATED) != 0,
-            truncated=(rows["flags"] & TRUNCATED) != 0,
+            terminated=fields.terminated,
+            truncated=fields.truncated,
             index=steps,
-            env_index=rows["env"].astype(np.int64),
+            env_index=fields.env_index,
             weight=weight,
             discount=discount,
         ))

@@ -51,6 +51,20 @@ class Sampler(Protocol):
     def close(self) -> None: ...
 
 
+def uniform_steps(batch_size: int, stored: range, rng: np.random.Generator) -> npt.NDArray[np.int64]:
+    """``batch_size`` steps drawn uniformly from ``stored``, with replacement.
+
+    floor(u * n) for u uniform in [0, 1) with 53 random bits: each step's probability is 1/n within a
+    relative n / 2**53 (1e-7 at a billion stored transitions), and u * n stays below n (rounded to
+    nearest, n * (1 - 2**-53) is n minus at least half an ulp). ``rng.integers`` is exactly uniform,
+    but costs ~25 us a call once a decoded batch has pushed numpy out of the CPU caches, against ~15 us
+    for these calls: 5% of a sampled batch.
+    """
+    draws = rng.random(batch_size)
+    draws *= len(stored)
+    return draws.astype(np.int64) + stored.start
+
+
 class UniformSampler:
     """Every stored transition equally likely, drawn with replacement; O(batch_size), no files."""
 
@@ -67,7 +81,7 @@ class UniformSampler:
         pass
 
     def sample(self, batch_size: int, *, stored: range, rng: np.random.Generator) -> npt.NDArray[np.int64]:
-        return rng.integers(stored.start, stored.stop, size=batch_size, dtype=np.int64)
+        return uniform_steps(batch_size, stored, rng)
 
     def weights(self, steps: npt.NDArray[np.int64], *, beta: float) -> npt.NDArray[np.float32]:
         return np.ones(len(steps), np.float32)
@@ -149,7 +163,7 @@ class PrioritizedSampler:
         tree = self._require_tree()
         total = tree.total
         if not total > 0:
-            return rng.integers(stored.start, stored.stop, size=batch_size, dtype=np.int64)
+            return uniform_steps(batch_size, stored, rng)
         targets = rng.random(batch_size)
         targets *= total  # in place: the same products as rng.random(batch_size) * total, one array fewer
         steps = tree.find(targets)

@@ -16,6 +16,7 @@ import operator
 import struct
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple, NoReturn
 
 import numpy as np
 import numpy.typing as npt
@@ -55,6 +56,17 @@ def row_dtype(action_shape: tuple[int, ...], action_dtype: np.dtype, num_envs: i
     )
 
 
+class RowFields(NamedTuple):
+    """The fields of rows read for a batch (``TransitionTable.read_fields``), one entry per step."""
+
+    next_frames: npt.NDArray[np.int64]  # next_obs frame steps
+    action: npt.NDArray[np.generic]
+    reward: npt.NDArray[np.float32]
+    terminated: npt.NDArray[np.bool_]
+    truncated: npt.NDArray[np.bool_]
+    env_index: npt.NDArray[np.int64]
+
+
 def next_frame_steps(rows: npt.NDArray[np.void], steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """The next_obs frame step of each row, read at these transition steps."""
     return steps + rows["frame_lead"].astype(np.int64)
@@ -87,6 +99,10 @@ class TransitionTable:
         self._body_weights = self._weights.tolist()
         # The fields between next_delta and action, packed exactly as in row_dtype.
         self._row_size, self._env_bytes = dtype.itemsize, dtype["env"].itemsize
+        self._action = dtype["action"]  # its base in native byte order is the batches' action dtype
+        self._action = np.dtype((self._action.base.newbyteorder("="), self._action.shape))
+        # gather_fields copies the action's little-endian bytes: right where they are native.
+        self._gather_fields = _lz4batch is not None and dtype.itemsize <= 256 and self._action.base == dtype["action"].base
         self._middle = struct.Struct("<I" + ("B" if dtype["env"].itemsize == 1 else "H") + "fB")
         self._mapping = np.memmap(path, dtype=dtype, mode="r+" if writable else "r", shape=(row_slots,))
         self._rows = self._mapping.view(np.ndarray)  # plain indexing, without memmap's per-call overhead
@@ -229,13 +245,35 @@ class TransitionTable:
             bad = rows["checksum"] != self._checksums(rows, steps)
             first_bad = int(np.argmax(bad)) if bad.any() else -1
         if first_bad >= 0:
-            step = int(steps[first_bad])
-            raise RowChecksumError(
-                f"{self.path}: the row of transition {step} fails its checksum (corrupt, or overwritten "
-                "since it was located)",
-                step=step,
-            )
+            self._raise_checksum_error(int(steps[first_bad]))
         return rows
+
+    def _raise_checksum_error(self, step: int) -> NoReturn:
+        raise RowChecksumError(
+            f"{self.path}: the row of transition {step} fails its checksum (corrupt, or overwritten since it "
+            "was located)",
+            step=step,
+        )
+
+    def read_fields(self, steps: npt.NDArray[np.int64]) -> RowFields:
+        """``read``, unpacked into a batch's fields; one compiled call where the extension is built."""
+        steps = np.ascontiguousarray(steps, np.int64)
+        action = np.empty((len(steps), *self._action.shape), self._action.base)
+        if self._gather_fields:
+            fields = RowFields(
+                np.empty(len(steps), np.int64), action, np.empty(len(steps), np.float32),
+                np.empty(len(steps), np.bool_), np.empty(len(steps), np.bool_), np.empty(len(steps), np.int64),
+            )
+            first_bad = _lz4batch.gather_fields(self._rows, self.row_slots, steps, self._env_bytes, *fields)
+            if first_bad >= 0:
+                self._raise_checksum_error(int(steps[first_bad]))
+            return fields
+        rows = self.read(steps)
+        action[...] = rows["action"]
+        return RowFields(
+            next_frame_steps(rows, steps), action, rows["reward"].astype(np.float32),
+            (rows["flags"] & TERMINATED) != 0, (rows["flags"] & TRUNCATED) != 0, rows["env"].astype(np.int64),
+        )
 
     def _checksums(self, rows: npt.NDArray[np.void], steps: npt.NDArray[np.int64]) -> npt.NDArray[np.uint32]:
         """A position-weighted sum of each row's bytes after next_delta, mixed with its step, mod 2^32.

@@ -78,3 +78,43 @@ def test_follow_links_equals_transition_frames_over_the_same_table(
     out = np.empty((len(frames), columns), np.int64)
     _lz4batch.follow_links(table, slots, entry.itemsize, entry.fields["prev_delta"][1], frames, out)
     np.testing.assert_array_equal(out, expected)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    spec=st.sampled_from([((), "<i8", 256), ((2,), "<f4", 300), ((), "u1", 3), ((3, 2), "<i2", 70_000)]),
+    slots=st.integers(1, 50),
+    steps=st.lists(st.integers(0, 2**40), min_size=0, max_size=40),
+    seed=st.integers(0, 2**32 - 1),
+    valid=st.floats(0, 1),
+)
+def test_read_fields_unpacks_what_read_gives_and_fails_at_the_same_row(tmp_path_factory, spec, slots, steps, seed, valid) -> None:
+    """``TransitionTable.read_fields`` through ``gather_fields`` against its numpy definition (``read``,
+    then the fields), on rows of random bytes that mostly match their checksums."""
+    from mmreplay.transition_table import RowChecksumError, TransitionTable, row_dtype
+
+    action_shape, action_dtype, num_envs = spec
+    dtype = row_dtype(action_shape, np.dtype(action_dtype), num_envs)
+    table = TransitionTable.create(tmp_path_factory.mktemp("rows") / "t.tbl", dtype=dtype, row_slots=slots)
+    rng = np.random.default_rng(seed)
+    raw = table._rows.view(np.uint8).reshape(slots, dtype.itemsize)
+    raw[...] = rng.integers(0, 256, raw.shape, dtype=np.uint8)
+    step_array = np.array(steps, np.int64)
+    for i in np.flatnonzero(rng.random(len(step_array)) < valid):
+        slot = step_array[i] % slots
+        raw[slot, :4] = np.frombuffer(row_checksums(raw[slot : slot + 1], step_array[i : i + 1]).tobytes(), np.uint8)
+    assert table._gather_fields
+    try:
+        rows = table.read(step_array)
+    except RowChecksumError as error:
+        with pytest.raises(RowChecksumError, match=f"transition {error.step} fails"):
+            table.read_fields(step_array)
+        return
+    fields = table.read_fields(step_array)
+    np.testing.assert_array_equal(fields.next_frames, step_array + rows["frame_lead"])
+    np.testing.assert_array_equal(fields.action.view(np.uint8), rows["action"].astype(fields.action.dtype).view(np.uint8))
+    np.testing.assert_array_equal(fields.reward.view(np.uint32), rows["reward"].view(np.uint32))  # nan bits too
+    np.testing.assert_array_equal(fields.terminated, (rows["flags"] & 1) != 0)
+    np.testing.assert_array_equal(fields.truncated, (rows["flags"] & 2) != 0)
+    np.testing.assert_array_equal(fields.env_index, rows["env"].astype(np.int64))
+    table.close()

@@ -444,3 +444,18 @@ def test_a_negative_beta_is_rejected_naming_beta(make_store, beta):
     fill(store, 2)
     with pytest.raises(ValueError, match=r"^beta must be >= 0; got"):
         store.sample(4, rng=0, beta=beta)
+
+
+@pytest.mark.parametrize("stored", [range(0, 1), range(5, 8), range(3, 3 + 2**40 + 1), range(7, 7 + 10**9)])
+def test_uniform_draws_stay_inside_the_stored_steps_at_both_ends_of_the_unit_interval(stored: range) -> None:
+    """u = 0 draws the oldest step and the largest u below 1 the newest, never one past it."""
+    from mmreplay.samplers import uniform_steps
+
+    class Extremes:
+        def random(self, size: int) -> np.ndarray:
+            return np.array([0.0, np.nextafter(1.0, 0.0), 0.5])
+
+    steps = uniform_steps(3, stored, Extremes())  # type: ignore[arg-type]
+    assert steps[0] == stored.start
+    assert steps[1] == stored.stop - 1
+    assert stored.start <= steps[2] < stored.stop
