@@ -204,12 +204,16 @@ class Stream:
                 env.position = (env.position + 1) % len(self.starts)
         self.steps += len(recorded)
         self.adds += 1
+        # Every other add in the form add's fast path takes (a numpy action, no env_mask when every env
+        # records): the crash must not lose what either path committed.
+        fast_form = self.adds % 2 == 0
         if v.num_envs == 1:
-            return columns[0], None, recorded
+            obs, step, reward, next_obs, terminated, truncated = columns[0]
+            return (obs, np.int64(step) if fast_form else step, reward, next_obs, terminated, truncated), None, recorded
         stacked = tuple(np.stack([c[i] for c in columns]) for i in (0, 1, 2, 3))
         flags = tuple(np.array([c[i] for c in columns]) for i in (4, 5))
         arguments = (stacked[0], stacked[1].astype(np.int64), stacked[2].astype(np.float32), stacked[3], *flags)
-        return arguments, mask, recorded
+        return arguments, None if fast_form and mask.all() else mask, recorded
 
 
 # -- the writer ----------------------------------------------------------------------------------
