@@ -30,9 +30,14 @@
  *   False otherwise, with nothing said about which frame: the caller's general path finds it.
  *
  * gather_rows(table, row_slots, steps, out) -> int: the transition table's read (see below).
+ * gather_fields(...) -> int: the same, unpacked into a batch's arrays (TransitionTable.read_fields).
  * follow_links(table, frame_slots, entry_size, link_offset, next_frames, out) -> None: the frame ring's
- *   stacks (stacking.transition_frames over its table). Both are index work of a sampled batch, compiled
+ *   stacks (stacking.transition_frames over its table). These are index work of a sampled batch, compiled
  *   because in numpy they cost ~33 us a batch, a quarter of its decode (12 us compiled).
+ *
+ * append_frames(...) -> int and write_rows(...) -> None: add's fast path (ReplayStore._add_single_frames):
+ *   compress frames and write them with their frame-table entries (FrameRing.append_frames), and write
+ *   transition rows with their links (TransitionTable.write_continuations), each in one call.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1155,7 +1160,7 @@ static PyMethodDef lz4batch_methods[] = {
 
 static struct PyModuleDef lz4batch_module = {
     PyModuleDef_HEAD_INIT, "mmreplay._lz4batch",
-    "Batch lz4 decoding for mmreplay.codec, and the index work of reading a sampled batch.", -1, lz4batch_methods,
+    "Batch lz4 decoding for mmreplay.codec, the index work of reading a sampled batch, and add's fast path.", -1, lz4batch_methods,
 };
 
 PyMODINIT_FUNC
