@@ -54,16 +54,19 @@ class EnvEpisode:
 
 
 def continuations(
-    episodes: list[EnvEpisode], obs: bytes, *, first_frame: int, oldest_stored_step: int
+    episodes: list[EnvEpisode], obs: bytes, *, stacked: bool, first_frame: int, oldest_stored_step: int
 ) -> tuple[list[int], list[int]] | None:
-    """When every env's obs (``obs``: one frame per env, back to back) continues its open episode, whose
-    newest transition is still stored: each env's newest transition step and the prev_delta of its new
-    frame, numbered from ``first_frame`` in env order; else None (``add``'s fast path)."""
+    """When every env's obs (``obs``: one frame or stack per env, back to back) continues its open
+    episode, whose newest transition is still stored: each env's newest transition step and the
+    prev_delta of its new frame, numbered from ``first_frame`` in env order; else None (``add``'s fast
+    path). The comparison is ``EnvEpisode.continues_with``'s."""
     previous_steps, prev_deltas = [], []
     size = len(obs) // len(episodes)
     for env, episode in enumerate(episodes):
-        # startswith at an offset compares in place: slicing obs would copy each frame first.
-        if not (episode.open and episode.last_step >= oldest_stored_step and obs.startswith(episode.frames[-1], env * size)):
+        if not (episode.open and episode.last_step >= oldest_stored_step):
+            return None
+        # startswith at an offset compares in place: slicing obs would copy each env's part first.
+        if not obs.startswith(b"".join(episode.frames) if stacked else episode.frames[-1], env * size):
             return None
         previous_steps.append(episode.last_step)
         prev_deltas.append(first_frame + env - episode.frame_steps[-1])

@@ -386,7 +386,7 @@ class ReplayStore:
         truncated: npt.ArrayLike,
     ) -> bool:
         """``add``'s fast path, for the add a training loop makes at nearly every step: each env continues
-        its episode with one new frame, and no commit is due. It writes exactly what the general path
+        its episode with one new frame (given alone, or as the newest of a stack), and no commit is due. It writes exactly what the general path
         writes (test_fast_add checks the files byte for byte), in a third of the time; False, with nothing
         written, when any of that does not hold."""
         parsed = parse_single_frames(
@@ -401,7 +401,9 @@ class ReplayStore:
         if first_step + count > self._row_limit or first_frame + count > self._frame_limit:
             return False
         oldest_stored = first_step - self._layout.capacity
-        links = continuations(self._episodes, parsed.obs, first_frame=first_frame, oldest_stored_step=oldest_stored)
+        links = continuations(
+            self._episodes, parsed.obs, stacked=parsed.stacked, first_frame=first_frame, oldest_stored_step=oldest_stored
+        )
         if links is None:
             return False
         previous_steps, prev_deltas = links

@@ -223,15 +223,16 @@ def _parse_plain_add(
 
 
 class SingleFrames(NamedTuple):
-    """An add of one new frame per env, for ``ReplayStore.add``'s fast path (``parse_single_frames``).
+    """An add that brings one new frame per env, for ``ReplayStore.add``'s fast path (``parse_single_frames``).
 
-    ``obs`` holds the envs' obs frames back to back, ``next_obs`` each env's next_obs frame as bytes,
-    ``new_frames`` the next_obs frames as given
-    (contiguous); ``action`` holds the envs' actions back to back as the store's dtype (little-endian);
-    ``reward`` the rewards as float32 values; ``flags`` each env's TERMINATED/TRUNCATED bits.
+    ``obs`` holds the envs' obs back to back (frames, or stacks when ``stacked``), ``next_obs`` each env's
+    new frame (next_obs's newest) as bytes, ``new_frames`` the same frames as one contiguous array;
+    ``action`` holds the envs' actions back to back as the store's dtype (little-endian); ``reward`` the
+    rewards as float32 values; ``flags`` each env's TERMINATED/TRUNCATED bits.
     """
 
     obs: bytes
+    stacked: bool
     next_obs: list[bytes]
     new_frames: npt.NDArray[np.uint8]
     action: bytes
@@ -251,19 +252,13 @@ def parse_single_frames(
     terminated_bit: int,
     truncated_bit: int,
 ) -> SingleFrames | None:
-    """The add that a training loop makes at nearly every step, checked with a few comparisons: single
-    frames (no stacks) as contiguous uint8 arrays, actions of the store's dtype, finite rewards, bool
-    flags, no env mask. None for anything else, valid or not: ``parse_add`` then decides, and names what is
-    wrong. Accepts nothing that ``parse_add`` refuses, and gives the same values."""
-    if (
-        type(obs) is not np.ndarray
-        or type(next_obs) is not np.ndarray
-        or obs.dtype != np.uint8
-        or next_obs.dtype != np.uint8
-        or obs.shape != shapes.frame
-        or next_obs.shape != shapes.frame
-        or not (obs.flags.c_contiguous and next_obs.flags.c_contiguous)
-    ):
+    """The add that a training loop makes at nearly every step, checked with a few comparisons: frames or
+    stacks as contiguous uint8 arrays (a next_obs stack shifted by one frame from obs), actions of the
+    store's dtype, finite rewards, bool flags, no env mask. None for anything else, valid or not:
+    ``parse_add`` then decides, and names what is wrong. Accepts nothing that ``parse_add`` refuses, and
+    gives the same values."""
+    frames = _new_frames(obs, next_obs, shapes)
+    if frames is None:
         return None
     if not shapes.env_axis:
         if type(action) is not shapes.action_dtype.type or shapes.action_shape:
@@ -276,10 +271,8 @@ def parse_single_frames(
             return None
         if not (truncated is True or truncated is False or type(truncated) is np.bool_):
             return None
-        return SingleFrames(
-            obs.tobytes(), [next_obs.tobytes()], next_obs, action.tobytes(), [reward],  # type: ignore[union-attr]
-            [terminated_bit * bool(terminated) | truncated_bit * bool(truncated)],
-        )
+        flag = terminated_bit * bool(terminated) | truncated_bit * bool(truncated)
+        return SingleFrames(*frames, action.tobytes(), [reward], [flag])  # type: ignore[union-attr]
     if (
         type(action) is not np.ndarray
         or action.dtype != shapes.action_dtype
@@ -303,14 +296,39 @@ def parse_single_frames(
     flags = [
         terminated_bit * ended | truncated_bit * cut for ended, cut in zip(terminated.tolist(), truncated.tolist())
     ]
-    # One copy of next_obs, then a slice per env: a third of the cost of bytes() of each env's view.
-    size = obs.nbytes // len(flags)
-    next_bytes = next_obs.tobytes()
-    return SingleFrames(
-        obs.tobytes(),
-        [next_bytes[i : i + size] for i in range(0, len(next_bytes), size)],
-        next_obs, action.tobytes(), rewards, flags,
-    )
+    return SingleFrames(*frames, action.tobytes(), rewards, flags)
+
+
+def _new_frames(
+    obs: object, next_obs: object, shapes: AddShapes
+) -> tuple[bytes, bool, list[bytes], npt.NDArray[np.uint8]] | None:
+    """``parse_single_frames``'s frames: (obs bytes, stacked, each env's new frame, the new frames as one
+    contiguous array), or None."""
+    if (
+        type(obs) is not np.ndarray
+        or type(next_obs) is not np.ndarray
+        or obs.dtype != np.uint8
+        or next_obs.dtype != np.uint8
+        or obs.shape != next_obs.shape
+        or not (obs.flags.c_contiguous and next_obs.flags.c_contiguous)
+    ):
+        return None
+    stacked = obs.shape == shapes.stack
+    if not stacked and obs.shape != shapes.frame:
+        return None
+    obs_bytes, next_bytes = obs.tobytes(), next_obs.tobytes()
+    # One copy of each array, then a slice per env: a third of the cost of bytes() of each env's view.
+    envs = shapes.num_envs
+    size = len(obs_bytes) // envs  # an env's obs: a frame, or a stack
+    frame = size // shapes.stack_size if stacked else size
+    if not stacked:
+        return obs_bytes, False, [next_bytes[i : i + size] for i in range(0, len(next_bytes), size)], next_obs
+    obs_view = memoryview(obs_bytes)
+    for start in range(0, len(obs_bytes), size):  # next_obs[:-1] == obs[1:], compared in place
+        if not next_bytes.startswith(obs_view[start + frame : start + size], start):
+            return None
+    new = [next_bytes[start + size - frame : start + size] for start in range(0, len(next_bytes), size)]
+    return obs_bytes, True, new, next_obs[-1] if envs == 1 else np.ascontiguousarray(next_obs[:, -1])
 
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)

@@ -1,6 +1,7 @@
 """``add``'s fast path (``ReplayStore._add_single_frames``: each env continues its episode with one new
-frame) writes exactly what the general path writes: a store fed with it on and one fed the same adds
-with it off hold the same files, byte for byte, and both equal the in-memory reference model.
+frame, given alone or as the newest of a stack) writes exactly what the general path writes: a store fed
+with it on and one fed the same adds with it off hold the same files, byte for byte, and both equal the
+in-memory reference model.
 """
 
 from __future__ import annotations
@@ -84,10 +85,13 @@ def test_the_fast_path_writes_what_the_general_path_writes(tmp_path_factory, con
         pair.close_and_compare()
 
 
-@pytest.mark.parametrize("num_envs", [1, 8, 300])
-def test_real_frames_take_the_fast_path_across_segments_eviction_and_episode_ends(tmp_path: Path, num_envs: int) -> None:
+@pytest.mark.parametrize("num_envs,stacked", [(1, False), (8, False), (300, False), (1, True), (8, True)])
+def test_real_frames_take_the_fast_path_across_segments_eviction_and_episode_ends(
+    tmp_path: Path, num_envs: int, stacked: bool
+) -> None:
     """Pong frames and noise (which does not compress: a 1 MiB segment fills every ~150 frames), evicted
-    many times over, with episode ends."""
+    many times over, with episode ends; given as single frames or as stacks of 4 (an episode's first
+    stack repeats its first frame, as gymnasium's FrameStackObservation pads it)."""
     frames = load_stream("pong", ("frames",), 600)["frames"]
     noise = np.random.default_rng(num_envs).integers(0, 256, (400, *frames.shape[1:]), dtype=np.uint8)
     frames = np.concatenate([frames, noise])
@@ -95,17 +99,25 @@ def test_real_frames_take_the_fast_path_across_segments_eviction_and_episode_end
     pair = CountingStore(tmp_path, frame_shape=frames.shape[1:], capacity=capacity, num_envs=num_envs)
     rng = np.random.default_rng(0)
     position = rng.integers(0, len(frames) - 1, num_envs)
+    episode_start = position.copy()
+
+    def observed(at: np.ndarray) -> np.ndarray:
+        if not stacked:
+            return frames[at]
+        return frames[np.maximum(at[:, None] + np.arange(-3, 1), episode_start[:, None])]
+
     adds = 1200 if num_envs == 1 else 300
     for _ in range(adds):
         ended = rng.random(num_envs) < 0.05 / num_envs  # an env's new episode takes the general path
         terminated, truncated = ended & (rng.random(num_envs) < 0.5), ended & (rng.random(num_envs) >= 0.5)
-        obs, next_obs = frames[position], frames[position + 1]
+        obs, next_obs = observed(position), observed(position + 1)
         if num_envs == 1:
             pair.add(obs[0], np.int64(rng.integers(6)), float(rng.random()), next_obs[0], terminated[0], truncated[0])
         else:
             pair.add(obs, rng.integers(0, 6, num_envs), rng.random(num_envs), next_obs, terminated, truncated)
-        position = np.where(ended | (position + 2 >= len(frames)), rng.integers(0, len(frames) - 1, num_envs),
-                            position + 1)
+        restart = ended | (position + 2 >= len(frames))
+        position = np.where(restart, rng.integers(0, len(frames) - 1, num_envs), position + 1)
+        episode_start = np.where(restart, position, episode_start)
     assert pair.fast_adds > adds // 2, pair.fast_adds  # the rest: new episodes, segment ends, commits
     assert pair.fast._frames.bytes_written > 3 * pair.fast._frames.segment_bytes  # crossed segment ends
     pair.close_and_compare()
