@@ -144,10 +144,6 @@ def parse_add(
     the envs it records (``env_mask``). A masked-out env's entries are not transitions (gymnasium's
     next-step autoreset passes its reset observation there, which is no shifted stack, and whatever
     reward and action), so only their shapes and dtypes must be right."""
-    if shapes.num_envs == 1 and env_mask is None:
-        fast = _parse_plain_add(obs, action, reward, next_obs, terminated, truncated, shapes)
-        if fast is not None:
-            return fast
     obs_array, obs_stacked = _parse_frames(obs, "obs", shapes)
     next_array, next_stacked = _parse_frames(next_obs, "next_obs", shapes)
     if obs_stacked != next_stacked:
@@ -174,51 +170,6 @@ def parse_add(
     _check_rewards(reward_array, envs)
     return AddArguments(
         obs_array, action_array, reward_array, next_array, terminated_array, truncated_array, obs_stacked, envs
-    )
-
-
-def _parse_plain_add(
-    obs: object,
-    action: object,
-    reward: object,
-    next_obs: object,
-    terminated: object,
-    truncated: object,
-    shapes: AddShapes,
-) -> AddArguments | None:
-    """``parse_add``'s fast path: one env's add of contiguous uint8 arrays, an action scalar of the store's
-    dtype, a float reward and bool flags, every value valid. None for anything else, valid or not: the
-    general path then decides, and names what is wrong."""
-    if (
-        type(obs) is not np.ndarray
-        or type(next_obs) is not np.ndarray
-        or obs.dtype != np.uint8
-        or next_obs.dtype != np.uint8
-        or obs.shape != next_obs.shape
-        or not (obs.flags.c_contiguous and next_obs.flags.c_contiguous)
-        or type(action) is not shapes.action_dtype.type
-        or shapes.action_shape
-        or not isinstance(reward, (float, np.floating))
-        or not -_FLOAT32_MAX <= reward <= _FLOAT32_MAX  # also refuses nan; float32 holds the rest
-        or not (terminated is True or terminated is False or type(terminated) is np.bool_)
-        or not (truncated is True or truncated is False or type(truncated) is np.bool_)
-    ):
-        return None
-    stacked = obs.shape == shapes.stack
-    if not stacked and obs.shape != shapes.frame:
-        return None
-    rewards = np.array([reward], np.float32)
-    if stacked and shapes.stack_size > 1 and next_obs[:-1].tobytes() != obs[1:].tobytes():
-        return None
-    return AddArguments(
-        obs.reshape(1, -1, *shapes.frame_shape),
-        np.array([action]),
-        rewards,
-        next_obs.reshape(1, -1, *shapes.frame_shape),
-        _TRUE if terminated else _FALSE,
-        _TRUE if truncated else _FALSE,
-        stacked,
-        [0],
     )
 
 

@@ -18,7 +18,7 @@ from atari_data import load_stream
 from reference import ReferenceStore, assert_store_matches
 from strategies import FrameSource, draw_add, store_configs
 
-from mmreplay import ReplayStore, extensions
+from mmreplay import PrioritizedSampler, ReplayStore, extensions
 
 _lz4batch = extensions.load("_lz4batch")
 # Byte-identical segments need the system's liblz4 (the extension's compressor) and python-lz4's
@@ -29,9 +29,10 @@ SAME_COMPRESSOR = _lz4batch is None or _lz4batch.LZ4_VERSION == lz4.library_vers
 class CountingStore:
     """Two stores fed the same adds, the first with the fast path on and the second with it off."""
 
-    def __init__(self, directory: Path, **config: Any) -> None:
-        self.fast = ReplayStore.create(directory / "fast.mmr", **config)
-        self.general = ReplayStore.create(directory / "general.mmr", **config)
+    def __init__(self, directory: Path, *, prioritized: bool = False, **config: Any) -> None:
+        sampler = (lambda: PrioritizedSampler(alpha=0.6)) if prioritized else (lambda: None)
+        self.fast = ReplayStore.create(directory / "fast.mmr", sampler=sampler(), **config)
+        self.general = ReplayStore.create(directory / "general.mmr", sampler=sampler(), **config)
         self.general._fast_add = False
         self.fast_adds = 0
         take_fast_path = self.fast._add_single_frames
@@ -85,9 +86,12 @@ def test_the_fast_path_writes_what_the_general_path_writes(tmp_path_factory, con
         pair.close_and_compare()
 
 
-@pytest.mark.parametrize("num_envs,stacked", [(1, False), (8, False), (300, False), (1, True), (8, True)])
+@pytest.mark.parametrize(
+    "num_envs,stacked,prioritized",
+    [(1, False, False), (8, False, False), (300, False, False), (1, True, False), (8, True, False), (8, False, True)],
+)
 def test_real_frames_take_the_fast_path_across_segments_eviction_and_episode_ends(
-    tmp_path: Path, num_envs: int, stacked: bool
+    tmp_path: Path, num_envs: int, stacked: bool, prioritized: bool
 ) -> None:
     """Pong frames and noise (which does not compress: a 1 MiB segment fills every ~150 frames), evicted
     many times over, with episode ends; given as single frames or as stacks of 4 (an episode's first
@@ -96,7 +100,8 @@ def test_real_frames_take_the_fast_path_across_segments_eviction_and_episode_end
     noise = np.random.default_rng(num_envs).integers(0, 256, (400, *frames.shape[1:]), dtype=np.uint8)
     frames = np.concatenate([frames, noise])
     capacity = 40 * num_envs
-    pair = CountingStore(tmp_path, frame_shape=frames.shape[1:], capacity=capacity, num_envs=num_envs)
+    pair = CountingStore(tmp_path, frame_shape=frames.shape[1:], capacity=capacity, num_envs=num_envs,
+                         prioritized=prioritized)
     rng = np.random.default_rng(0)
     position = rng.integers(0, len(frames) - 1, num_envs)
     episode_start = position.copy()
