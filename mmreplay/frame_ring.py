@@ -526,9 +526,10 @@ class FrameRing:
         read-ahead window around the page (8 MiB on the development VM): a store that fits in memory is
         then cached after a few seconds of sampling, but in one that does not, each fault reads megabytes
         to use one frame and evicts what the next faults need, about a batch a second. Such a store's
-        segments are mapped with MADV_RANDOM, which reads just the pages a frame lies on (on a 3M-
-        transition Pong store cold: 165-178 batches in the first second against 7-88 with read-around,
-        which overtakes it once the store is cached).
+        segments are mapped with MADV_RANDOM, which reads just the pages a frame lies on. On a cold
+        3M-transition Pong store (0.9 GB): 143-166 batches in the first second against 5-96 with
+        read-around, which had cached the whole store after about two seconds and then ran 15x faster;
+        with MADV_RANDOM it stayed near 200 batches/s, the rate a store larger than memory keeps.
         """
         available = _available_memory()
         if available is None or not hasattr(mmap, "MADV_RANDOM"):
