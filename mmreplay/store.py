@@ -49,6 +49,7 @@ from mmreplay.validation import (
     parse_action_dtype,
     parse_add,
     parse_single_frames,
+    records_every_env,
     parse_mode,
     parse_number,
     parse_positive_int,
@@ -341,8 +342,11 @@ class ReplayStore:
         episode ended: its reset obs, which is no shifted stack), so only their shapes and dtypes are
         checked, not their values.
         """
-        if env_mask is None and self._fast_add and self._env_frames_pending is None and self._add_single_frames(
-            obs, action, reward, next_obs, terminated, truncated
+        if (
+            self._fast_add
+            and self._env_frames_pending is None
+            and records_every_env(env_mask, self._add_shapes.num_envs)
+            and self._add_single_frames(obs, action, reward, next_obs, terminated, truncated)
         ):
             return
         self._check_writable("add")

@@ -205,7 +205,8 @@ def parse_single_frames(
 ) -> SingleFrames | None:
     """The add that a training loop makes at nearly every step, checked with a few comparisons: frames or
     stacks as contiguous uint8 arrays (a next_obs stack shifted by one frame from obs), actions of the
-    store's dtype, finite rewards, bool flags, no env mask. None for anything else, valid or not:
+    store's dtype, finite rewards, bool flags (the caller checks that no env is masked out). None for
+    anything else, valid or not:
     ``parse_add`` then decides, and names what is wrong. Accepts nothing that ``parse_add`` refuses, and
     gives the same values."""
     frames = _new_frames(obs, next_obs, shapes)
@@ -383,6 +384,18 @@ def parse_env_mask(value: object, num_envs: int) -> list[int]:
     if array.shape != (num_envs,):
         raise ValueError(f"env_mask has shape {array.shape}; expected ({num_envs},) for num_envs={num_envs}")
     return np.flatnonzero(array).tolist()
+
+
+def records_every_env(env_mask: object, num_envs: int) -> bool:
+    """Whether an ``env_mask`` leaves every env in: None, or a bool array of them all True (gymnasium's
+    next-step autoreset recipe passes one at every step; it masks an env only the step after its
+    episode ended)."""
+    return env_mask is None or (
+        type(env_mask) is np.ndarray
+        and env_mask.dtype == np.bool_
+        and env_mask.shape == (num_envs,)
+        and bool(env_mask.all())
+    )
 
 
 def parse_steps(value: object, name: str) -> npt.NDArray[np.int64]:
