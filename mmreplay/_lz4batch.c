@@ -531,6 +531,16 @@ typedef struct {
     Py_ssize_t size, position, length, checksum, link, length_bytes;
 } EntryLayout;
 
+/* Whether every field lies inside the entry, and length is 2 or 4 bytes wide. */
+static int
+layout_fits(const EntryLayout *layout)
+{
+    return layout->size > 0 && layout->position >= 0 && layout->position + 8 <= layout->size
+           && (layout->length_bytes == 2 || layout->length_bytes == 4) && layout->length >= 0
+           && layout->length + layout->length_bytes <= layout->size && layout->checksum >= 0
+           && layout->checksum + 4 <= layout->size && layout->link >= 0 && layout->link + 4 <= layout->size;
+}
+
 static uint64_t
 read_le(const unsigned char *p, int bytes)
 {
@@ -642,11 +652,7 @@ lz4batch_decode_entries(PyObject *module, PyObject *args)
     Py_ssize_t n = steps.len / 8;
 
     if (frame_nbytes <= 0 || frame_nbytes > INT_MAX || threads < 1 || threads > MAX_THREADS || frame_slots <= 0
-        || segment_bytes <= 0 || bytes_written < 0 || layout.size <= 0 || layout.position < 0
-        || layout.position + 8 > layout.size || (layout.length_bytes != 2 && layout.length_bytes != 4)
-        || layout.length < 0 || layout.length + layout.length_bytes > layout.size
-        || layout.checksum < 0 || layout.checksum + 4 > layout.size || layout.link < 0
-        || layout.link + 4 > layout.size) {
+        || segment_bytes <= 0 || bytes_written < 0 || !layout_fits(&layout)) {
         PyErr_SetString(PyExc_ValueError, "decode_entries: frame_nbytes, threads, sizes or entry layout out of range");
         goto done;
     }
@@ -966,6 +972,7 @@ lz4batch_append_frames(PyObject *module, PyObject *args)
     PyObject *result = NULL, *deltas = NULL;
     char *scratch = NULL;
     int *lengths = NULL;
+    uint32_t *prev = NULL;
     LZ4_stream_t *stream = NULL;
     deltas = PySequence_Fast(deltas_arg, "prev_deltas must be a sequence of ints");
     if (deltas == NULL) {
@@ -975,27 +982,22 @@ lz4batch_append_frames(PyObject *module, PyObject *args)
     Py_ssize_t frame_nbytes = n > 0 ? frames.len / n : 0;
     if (n <= 0 || frame_nbytes <= 0 || frame_nbytes > INT_MAX / 2 || frames.len != n * frame_nbytes
         || frame_slots <= 0 || first_step < 0 || segment_bytes <= 0 || offset < 0 || offset > segment_bytes
-        || segment_start < 0 || layout.size <= 0 || table.len != frame_slots * layout.size || layout.position < 0
-        || layout.position + 8 > layout.size || (layout.length_bytes != 2 && layout.length_bytes != 4)
-        || layout.length < 0 || layout.length + layout.length_bytes > layout.size || layout.checksum < 0
-        || layout.checksum + 4 > layout.size || layout.link < 0 || layout.link + 4 > layout.size) {
+        || segment_start < 0 || !layout_fits(&layout) || table.len != frame_slots * layout.size) {
         PyErr_SetString(PyExc_ValueError, "append_frames: frames, sizes or entry layout out of range");
         goto done;
     }
-    uint32_t *prev = PyMem_Malloc((size_t)n * sizeof(uint32_t));
-    lengths = (int *)prev == NULL ? NULL : PyMem_Malloc((size_t)n * sizeof(int));
     int bound = LZ4_compressBound((int)frame_nbytes);
-    scratch = lengths == NULL ? NULL : PyMem_Malloc((size_t)n * (size_t)bound);
-    stream = scratch == NULL ? NULL : LZ4_createStream();
-    if (stream == NULL) {
-        PyMem_Free(prev);
+    prev = PyMem_Malloc((size_t)n * sizeof(uint32_t));
+    lengths = PyMem_Malloc((size_t)n * sizeof(int));
+    scratch = PyMem_Malloc((size_t)n * (size_t)bound);
+    stream = LZ4_createStream();
+    if (prev == NULL || lengths == NULL || scratch == NULL || stream == NULL) {
         PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         unsigned long delta = PyLong_AsUnsignedLong(PySequence_Fast_GET_ITEM(deltas, i));
         if (delta == (unsigned long)-1 && PyErr_Occurred()) {
-            PyMem_Free(prev);
             goto done;
         }
         prev[i] = (uint32_t)delta;
@@ -1021,12 +1023,10 @@ lz4batch_append_frames(PyObject *module, PyObject *args)
     }
     Py_END_ALLOW_THREADS
     if (failed == 2) {
-        PyMem_Free(prev);
         PyErr_SetFromErrno(PyExc_OSError);
         goto done;
     }
     if (failed || offset + total > segment_bytes) {
-        PyMem_Free(prev);
         result = PyLong_FromLong(-1);
         goto done;
     }
@@ -1044,7 +1044,6 @@ lz4batch_append_frames(PyObject *module, PyObject *args)
         position += lengths[i];
         payload += lengths[i];
     }
-    PyMem_Free(prev);
     result = PyLong_FromLongLong(total);
 done:
     if (stream != NULL) {
@@ -1052,6 +1051,7 @@ done:
     }
     PyMem_Free(scratch);
     PyMem_Free(lengths);
+    PyMem_Free(prev);
     Py_XDECREF(deltas);
     PyBuffer_Release(&frames);
     PyBuffer_Release(&table);
@@ -1086,7 +1086,7 @@ lz4batch_write_rows(PyObject *module, PyObject *args)
     Py_ssize_t n = PySequence_Fast_GET_SIZE(rewards);
     Py_ssize_t row_size = row_slots > 0 ? table.len / row_slots : 0;
     Py_ssize_t action_bytes = n > 0 ? actions.len / n : 0;
-    Py_ssize_t action_offset = 12 + env_bytes + 4 + 1; /* checksum, next_delta, frame_lead, env, reward, flags */
+    Py_ssize_t action_offset = 17 + env_bytes; /* checksum, next_delta, frame_lead, env, reward, flags */
     if (n <= 0 || row_slots <= 0 || first_step < 0 || (env_bytes != 1 && env_bytes != 2)
         || table.len != row_slots * row_size || actions.len != n * action_bytes
         || row_size != action_offset + action_bytes || PySequence_Fast_GET_SIZE(flags) != n

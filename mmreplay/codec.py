@@ -126,8 +126,9 @@ def decode_from_table(
     (entry size, then the byte offsets of ``position`` u64, ``length``, ``checksum`` u32 and ``link``
     u32, then the width of ``length``, 2 or 4 bytes; little-endian); its bytes are at ``position`` in
     segment ``position // segment_bytes``, whose view is ``views[segment - base]``, and its seed is
-    ``frame_step * seed_multiplier + link`` modulo 2**32. Returns True when every frame lies inside the ``bytes_written`` and inside a view,
-    passes its checksum and decodes into ``out[i]``; else False (``out`` is then unspecified), and
+    ``frame_step * seed_multiplier + link`` modulo 2**32. Returns True when every frame lies inside the
+    ``bytes_written`` and inside a view, passes its checksum and decodes into ``out[i]``; else False
+    (``out`` is then unspecified), and
     always False without the extension: the caller then takes its general path, ``decode_batch``,
     which finds the frame at fault. Threads as in ``decode_batch``.
     """

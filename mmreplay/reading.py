@@ -197,7 +197,6 @@ class TransitionReader:
         return pixels
 
 
-
 def _filled(out: T | None, batch: T) -> T:
     """``batch``, or, with ``out``, ``out`` with every field overwritten by ``batch``'s (whose pixels
     were already decoded into ``out``'s memory)."""

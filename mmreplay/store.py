@@ -48,15 +48,15 @@ from mmreplay.validation import (
     check_out,
     parse_action_dtype,
     parse_add,
-    parse_single_frames,
-    records_every_env,
     parse_mode,
     parse_number,
     parse_positive_int,
     parse_priorities,
-    parse_steps,
     parse_rng,
     parse_shape,
+    parse_single_frames,
+    parse_steps,
+    records_every_env,
 )
 
 PathLike = str | os.PathLike[str]
@@ -418,10 +418,7 @@ class ReplayStore:
                 rewards=parsed.reward, flags=parsed.flags, actions=parsed.action,
             )
             advance_all(self._episodes, parsed.next_obs, parsed.flags, first_frame=first_frame, first_step=first_step)
-            self._transitions_added = added = first_step + count
-            self._sampler.added(range(first_step, added))
-            if oldest_stored + count > 0:
-                self._sampler.evicted(range(max(0, oldest_stored), oldest_stored + count))
+            self._count_added(first_step, count)
         return True
 
     def _write(self, arguments: AddArguments, plan: FramePlan) -> None:
@@ -441,7 +438,7 @@ class ReplayStore:
             flags=plan.flags,
             actions=arguments.action if every_env else arguments.action[envs],
         )
-        self._transitions_added = added = first_step + len(envs)
+        self._count_added(first_step, len(envs))
         for i, env in enumerate(envs):
             episode = self._episodes[env]
             previous = plan.previous_steps[i]
@@ -456,11 +453,15 @@ class ReplayStore:
                 step=first_step + i,
                 ended=bool(arguments.terminated[env] or arguments.truncated[env]),
             )
+
+    def _count_added(self, first_step: int, count: int) -> None:
+        """Count the transitions just written from ``first_step`` on, and tell the sampler which came in
+        and which they evicted."""
+        self._transitions_added = added = first_step + count
         self._sampler.added(range(first_step, added))
         capacity = self._layout.capacity
         if added > capacity:
-            old_oldest, oldest = max(0, first_step - capacity), added - capacity
-            self._sampler.evicted(range(old_oldest, oldest))
+            self._sampler.evicted(range(max(0, first_step - capacity), added - capacity))
 
     def _make_room(self, *, new_rows: int, new_frames: int) -> None:
         """Commit (and grow the frame table) before an add would reuse a slot the committed header counts."""

@@ -97,13 +97,14 @@ class TransitionTable:
         self._chunk_minimums: dict[int, int] = {}
         self._weights = np.arange(1, 2 * (dtype.itemsize - _UNCHECKED_BYTES), 2, dtype=np.uint64)
         self._body_weights = self._weights.tolist()
-        # The fields between next_delta and action, packed exactly as in row_dtype.
         self._row_size, self._env_bytes = dtype.itemsize, dtype["env"].itemsize
-        self._action = dtype["action"]  # its base in native byte order is the batches' action dtype
-        self._action = np.dtype((self._action.base.newbyteorder("="), self._action.shape))
+        stored_action = dtype["action"]
+        # A batch's action: the stored field in native byte order.
+        self._action = np.dtype((stored_action.base.newbyteorder("="), stored_action.shape))
         # gather_fields copies the action's little-endian bytes: right where they are native.
-        self._gather_fields = _lz4batch is not None and dtype.itemsize <= 256 and self._action.base == dtype["action"].base
-        self._middle = struct.Struct("<I" + ("B" if dtype["env"].itemsize == 1 else "H") + "fB")
+        self._gather_fields = _lz4batch is not None and self._row_size <= 256 and self._action.base == stored_action.base
+        # The fields between next_delta and action, packed exactly as in row_dtype.
+        self._middle = struct.Struct("<I" + ("B" if self._env_bytes == 1 else "H") + "fB")
         self._mapping = np.memmap(path, dtype=dtype, mode="r+" if writable else "r", shape=(row_slots,))
         self._rows = self._mapping.view(np.ndarray)  # plain indexing, without memmap's per-call overhead
         self._bytes = memoryview(self._rows.view(np.uint8).reshape(-1)) if writable else None
@@ -127,14 +128,11 @@ class TransitionTable:
         """Write rows for transition steps ``first_step, first_step + 1, ...``."""
         # Packed with struct, one row per env: for one or a few rows this is several times cheaper than
         # building a structured array.
-        size = self._rows.dtype.itemsize
+        size = self._row_size
         assert self._reservation is not None and self._bytes is not None
         self._reservation.ensure(min(first_step + len(next_frames), self.row_slots) * size)
-        if next_frames and next_frames[-1] - (first_step + len(next_frames) - 1) > _MAX_LEAD:  # leads never shrink
-            raise OverflowError(
-                f"{self.path}: frame steps ran more than {_MAX_LEAD} ahead of transition steps (one more per "
-                "episode start); this store cannot hold more episodes"
-            )
+        if next_frames:
+            self._check_lead(next_frames[-1] - (first_step + len(next_frames) - 1))  # leads never shrink
         pack = self._middle.pack
         for i, next_frame in enumerate(next_frames):
             step = first_step + i
@@ -157,8 +155,7 @@ class TransitionTable:
         at ``previous_steps[env]``, with next_obs frames ``frame_lead`` steps ahead (add's fast path).
         ``actions`` holds the envs' actions back to back, as the row stores them. One compiled call
         where the extension is built."""
-        if frame_lead > _MAX_LEAD:
-            raise OverflowError(f"{self.path}: frame steps ran more than {_MAX_LEAD} ahead of transition steps")
+        self._check_lead(frame_lead)
         assert self._reservation is not None
         self._reservation.ensure(min(first_step + len(flags), self.row_slots) * self._row_size)
         if _lz4batch is not None:
@@ -178,6 +175,14 @@ class TransitionTable:
         )
         for env in envs:
             self.link(previous_steps[env], first_step + env)
+
+    def _check_lead(self, frame_lead: int) -> None:
+        """A row's frame_lead must fit its u32 field."""
+        if frame_lead > _MAX_LEAD:
+            raise OverflowError(
+                f"{self.path}: frame steps ran more than {_MAX_LEAD} ahead of transition steps (one more per "
+                "episode start); this store cannot hold more episodes"
+            )
 
     @property
     def dtype(self) -> np.dtype:

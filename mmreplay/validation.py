@@ -206,9 +206,8 @@ def parse_single_frames(
     """The add that a training loop makes at nearly every step, checked with a few comparisons: frames or
     stacks as contiguous uint8 arrays (a next_obs stack shifted by one frame from obs), actions of the
     store's dtype, finite rewards, bool flags (the caller checks that no env is masked out). None for
-    anything else, valid or not:
-    ``parse_add`` then decides, and names what is wrong. Accepts nothing that ``parse_add`` refuses, and
-    gives the same values."""
+    anything else, valid or not: ``parse_add`` then decides, and names what is wrong. Accepts nothing
+    that ``parse_add`` refuses, and gives the same values."""
     frames = _new_frames(obs, next_obs, shapes)
     if frames is None:
         return None
