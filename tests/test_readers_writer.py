@@ -26,6 +26,7 @@ CAPACITY = 300
 WRITE_SECONDS = 5.0
 READERS = 3
 MAX_STEPS = 200_000
+COMMIT_DEADLINE = 60.0
 
 
 def _load() -> dict[str, np.ndarray]:
@@ -123,6 +124,14 @@ def _second_writer(path: Path, results: multiprocessing.Queue) -> None:
         results.put(f"other error: {type(error).__name__}: {error}")
 
 
+def _wait_for_commits(writes: multiprocessing.Value, count: int, not_before: float) -> None:
+    """Sleep until ``not_before`` (a perf_counter time) and until the writer has committed more than
+    ``count`` transitions, or at most COMMIT_DEADLINE seconds; the test's asserts then report a slow writer."""
+    deadline = time.perf_counter() + COMMIT_DEADLINE
+    while time.perf_counter() < not_before or (writes.value <= count and time.perf_counter() < deadline):
+        time.sleep(0.05)
+
+
 # Frames compressed against reference frames (a commit keeps the references of stored frames; a reader
 # behind the writer finds a released reference like a released frame) get a shorter run.
 @pytest.mark.parametrize("frame_encoding, write_seconds", [("lz4", WRITE_SECONDS), ("lz4-reference", 3.0)])
@@ -145,7 +154,9 @@ def test_readers_see_exact_committed_data_while_one_writer_appends(
     readers = [context.Process(target=_reader, args=(path, stream, stop, results, i)) for i in range(READERS)]
     for reader in readers:
         reader.start()
-    time.sleep(write_seconds / 2)
+    # Timed phases, each stretched until the writer has made its progress: fsync (every commit) costs
+    # milliseconds on some disks, and readers share the cores with the writer.
+    _wait_for_commits(writes, CAPACITY, started + write_seconds / 2)
 
     refusals = context.Queue()
     second = context.Process(target=_second_writer, args=(path, refusals))
@@ -155,7 +166,7 @@ def test_readers_see_exact_committed_data_while_one_writer_appends(
     assert refusal.startswith("refused: "), refusal
     assert "already open for writing" in refusal
 
-    time.sleep(write_seconds / 2)
+    _wait_for_commits(writes, 2 * CAPACITY + 50, started + write_seconds)
     os.kill(writer.pid, signal.SIGKILL)
     writer.join(10)
     committed_by_writer = writes.value
