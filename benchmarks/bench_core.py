@@ -361,6 +361,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--vector-envs must be in [0, 1024]; got {args.vector_envs}")
     if args.capacity < 1_000:
         parser.error(f"--capacity must be >= 1,000; got {args.capacity}")
+    if args.tmpdir is not None and not Path(args.tmpdir).is_dir():
+        parser.error(f"--tmpdir: {args.tmpdir} is not a directory")
     return args
 
 

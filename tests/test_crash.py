@@ -35,9 +35,11 @@ def _crash_stress():
     return module
 
 
+# least_checked only shows that the trials wrote something: this machine checks ~20x as many, and a
+# machine whose fsync is slow (CI's) commits several times fewer.
 @pytest.mark.parametrize(
     ("trials", "seed", "frame_encoding", "least_killed", "least_checked"),
-    [(20, 5000, "lz4", 15, 1000), (12, 7000, "lz4-reference", 8, 500)],
+    [(20, 5000, "lz4", 15, 400), (12, 7000, "lz4-reference", 8, 200)],
 )
 def test_kills_of_a_uniform_store_lose_no_committed_transition(
     tmp_path: Path, trials: int, seed: int, frame_encoding: str, least_killed: int, least_checked: int
