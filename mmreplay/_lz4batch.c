@@ -194,22 +194,25 @@ typedef struct {
 static Py_ssize_t
 decode_range(const Batch *b, Py_ssize_t start, Py_ssize_t stop)
 {
-    /* Sampled frames lie far apart: start fetching the first bytes of every frame of the range, so that
-     * their cache misses overlap instead of stalling the decode one frame at a time. Done here, by each
-     * thread for its blocks, rather than while the caller locates the frames alone (~5% faster). */
-    for (Py_ssize_t i = start; i < stop; i++) {
-        for (int64_t line = 0; b->sources[i] != NULL && line < b->lengths[i] && line < 512; line += 64) {
-            __builtin_prefetch(b->sources[i] + line, 0, 0);
+    for (Py_ssize_t block = start; block < stop; block += BLOCK_FRAMES) {
+        Py_ssize_t end = block + BLOCK_FRAMES < stop ? block + BLOCK_FRAMES : stop;
+        /* Sampled frames lie far apart: start fetching the first bytes of each frame of the block, so
+         * that their cache misses overlap instead of stalling the decode one frame at a time. Done by
+         * each thread for its blocks, not by the caller while it locates the frames alone (~5% faster). */
+        for (Py_ssize_t i = block; i < end; i++) {
+            for (int64_t line = 0; b->sources[i] != NULL && line < b->lengths[i] && line < 512; line += 64) {
+                __builtin_prefetch(b->sources[i] + line, 0, 0);
+            }
         }
-    }
-    for (Py_ssize_t i = start; i < stop; i++) {
-        const char *src = b->sources[i];
-        int length = (int)b->lengths[i]; /* range-checked when sources[i] was set */
-        if (src == NULL
-            || frame_crc32(b->seeds[i], (const unsigned char *)src, (size_t)length) != b->checksums[i]
-            || LZ4_decompress_safe(src, b->out + (size_t)i * (size_t)b->frame_nbytes, length,
-                                   b->frame_nbytes) != b->frame_nbytes) {
-            return i;
+        for (Py_ssize_t i = block; i < end; i++) {
+            const char *src = b->sources[i];
+            int length = (int)b->lengths[i]; /* range-checked when sources[i] was set */
+            if (src == NULL
+                || frame_crc32(b->seeds[i], (const unsigned char *)src, (size_t)length) != b->checksums[i]
+                || LZ4_decompress_safe(src, b->out + (size_t)i * (size_t)b->frame_nbytes, length,
+                                       b->frame_nbytes) != b->frame_nbytes) {
+                return i;
+            }
         }
     }
     return -1;
