@@ -447,15 +447,52 @@ def test_a_negative_beta_is_rejected_naming_beta(make_store, beta):
 
 
 @pytest.mark.parametrize("stored", [range(0, 1), range(5, 8), range(3, 3 + 2**40 + 1), range(7, 7 + 10**9)])
-def test_uniform_draws_stay_inside_the_stored_steps_at_both_ends_of_the_unit_interval(stored: range) -> None:
-    """u = 0 draws the oldest step and the largest u below 1 the newest, never one past it."""
-    from mmreplay.samplers import uniform_steps
+def test_uniform_draws_stay_inside_the_stored_steps_at_both_ends_of_the_unit_interval(
+    stored: range, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """u = 0 draws the oldest step and the largest u below 1 the newest, never one past it (the numpy
+    code; the compiled draws equal it, below)."""
+    from mmreplay import samplers
 
     class Extremes:
         def random(self, size: int) -> np.ndarray:
             return np.array([0.0, np.nextafter(1.0, 0.0), 0.5])
 
-    steps = uniform_steps(3, stored, Extremes())  # type: ignore[arg-type]
+    monkeypatch.setattr(samplers, "_sumtree", None)
+    steps = samplers.uniform_steps(3, stored, Extremes())  # type: ignore[arg-type]
     assert steps[0] == stored.start
     assert steps[1] == stored.stop - 1
     assert stored.start <= steps[2] < stored.stop
+
+
+@pytest.mark.parametrize("bit_generator", [np.random.PCG64, np.random.PCG64DXSM, np.random.MT19937, np.random.Philox,
+                                           np.random.SFC64])
+def test_compiled_uniform_draws_equal_the_numpy_draws_bit_for_bit(
+    bit_generator: type, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same seed gives the same steps with and without the extension, and leaves the generator in the
+    same state, at every size of store up to 2^53 transitions."""
+    from mmreplay import samplers
+
+    if samplers._sumtree is None:
+        pytest.skip("mmreplay._sumtree is not built")
+    stores = [range(0, 1), range(5, 8), range(0, 100_000), range(3, 3 + 2**40 + 1), range(7, 7 + 10**9 + 7),
+              range(2**60, 2**60 + 2**53)]
+    for seed, stored in enumerate(stores):
+        compiled, plain = np.random.Generator(bit_generator(seed)), np.random.Generator(bit_generator(seed))
+        for batch_size in (1, 32, 5_000):
+            expected_steps = _numpy_uniform_steps(batch_size, stored, plain, monkeypatch)
+            steps = samplers.uniform_steps(batch_size, stored, compiled)
+            assert steps.dtype == np.int64
+            np.testing.assert_array_equal(steps, expected_steps, err_msg=f"{bit_generator.__name__}, {stored}")
+            assert stored.start <= steps.min() and steps.max() < stored.stop
+        assert compiled.random() == plain.random()  # the same number of draws was taken
+
+
+def _numpy_uniform_steps(batch_size: int, stored: range, rng: np.random.Generator,
+                         monkeypatch: pytest.MonkeyPatch) -> np.ndarray:
+    from mmreplay import samplers
+
+    with monkeypatch.context() as patch:
+        patch.setattr(samplers, "_sumtree", None)
+        return samplers.uniform_steps(batch_size, stored, rng)
