@@ -1,5 +1,5 @@
-"""One command for the benchmark report: run bench_core (and optionally bench_scale), then write
-``benchmarks/results/REPORT.md`` (tables, ratios, targets) and ``benchmarks/results/report.png``
+"""One command for the benchmark report: run bench_core and bench_paired (and optionally bench_scale),
+then write ``benchmarks/results/REPORT.md`` (tables, ratios, targets) and ``benchmarks/results/report.png``
 (sample batches/s and bytes per transition of mmreplay and each peer).
 
     .venv/bin/python benchmarks/report.py                        # pong at 100,000 and 1,000,000, 5 repeats
@@ -7,9 +7,10 @@
     .venv/bin/python benchmarks/report.py --capacity 100000 --repeats 3 --scale
     .venv/bin/python benchmarks/report.py --render-only          # redraw from the JSON files already there
 
-The raw figures stay beside the report: ``core-<game>-<capacity>.json`` (bench_core's ``--json``) and
-``scale-<game>.json`` (bench_scale's). The figure needs matplotlib (``pip install -e '.[plot]'``);
-without it the report is written without the figure, with a note.
+The raw figures stay beside the report: ``core-<game>-<capacity>.json`` (bench_core's ``--json``),
+``paired-<game>-<capacity>.json`` (bench_paired's) and ``scale-<game>.json`` (bench_scale's). The figure
+needs matplotlib (``pip install -e '.[plot]'``); without it the report is written without the figure,
+with a note.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_OUT = HERE / "results"
-QUICK = {"capacity": [20_000], "repeats": 1, "sample_seconds": 0.5, "scale_transitions": 200_000}
+QUICK = {"capacity": [20_000], "repeats": 1, "sample_seconds": 0.5, "scale_transitions": 200_000, "rounds": 3}
 MMREPLAY = "mmreplay"  # the one-env store every ratio is taken against
 
 
@@ -49,6 +50,14 @@ def run_benchmarks(args: argparse.Namespace) -> None:
         if args.tmpdir:
             command += ["--tmpdir", args.tmpdir]
         run(command)
+        if args.paired:
+            command = [sys.executable, str(HERE / "bench_paired.py"), "--game", args.game, "--capacity", str(capacity),
+                       "--rounds", str(args.rounds), "--json", str(paired_json(args, capacity))]
+            if args.peers is not None:
+                command += ["--peers", args.peers]
+            if args.tmpdir:
+                command += ["--tmpdir", args.tmpdir]
+            run(command)
     if args.scale:
         command = [sys.executable, str(HERE / "bench_scale.py"), "--game", args.game,
                    "--transitions", str(args.scale_transitions), "--json", str(scale_json(args))]
@@ -59,6 +68,10 @@ def run_benchmarks(args: argparse.Namespace) -> None:
 
 def core_json(args: argparse.Namespace, capacity: int) -> Path:
     return args.out / f"core-{args.game}-{capacity}.json"
+
+
+def paired_json(args: argparse.Namespace, capacity: int) -> Path:
+    return args.out / f"paired-{args.game}-{capacity}.json"
 
 
 def scale_json(args: argparse.Namespace) -> Path:
@@ -123,6 +136,10 @@ def core_section(core: dict) -> list[str]:
     return lines
 
 
+def paired_section(paired: dict) -> list[str]:
+    return ["", paired["markdown"].replace("## mmreplay vs peers, sampling in turns:", "### Sampling in turns:")]
+
+
 def scale_section(scale: dict) -> list[str]:
     return ["", scale["markdown"].replace("## mmreplay at scale", "## Scale")]
 
@@ -141,19 +158,25 @@ def machine_line() -> str:
             f"commit {commit}")
 
 
-def write_markdown(args: argparse.Namespace, cores: list[dict], scale: dict | None, figure: str | None) -> Path:
+def write_markdown(
+    args: argparse.Namespace, cores: list[dict], paired: dict[int, dict], scale: dict | None, figure: str | None
+) -> Path:
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         "# mmreplay benchmark report",
         "",
         (f"Written {now} by `{' '.join(['benchmarks/report.py', *sys.argv[1:]])}` on {machine_line()}. "
         "Real Atari frames (`../shared/data`), peers measured in the same run. Timings are wall-clock and "
-        "move with the machine's load (see each section's notes): compare ratios within a section."),
+        "move with the machine's load (see each section's notes): compare ratios within a section. The "
+        "sampling ratios of the \"sampling in turns\" tables (bench_paired) are the steadier ones: there "
+        "mmreplay and one peer, both built, sample in alternating half-second windows."),
     ]
     if figure:
         lines += ["", f"![sample batches/s and bytes per transition]({figure})"]
     for core in cores:
         lines += [""] + core_section(core)
+        if core["capacity"] in paired:
+            lines += paired_section(paired[core["capacity"]])
     if scale:
         lines += scale_section(scale)
     path = args.out / "REPORT.md"
@@ -222,6 +245,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5, help="bench_core repeats per buffer")
     parser.add_argument("--sample-seconds", type=float, default=1.0)
     parser.add_argument("--peers", help="bench_core's --peers (default: all)")
+    parser.add_argument("--no-paired", dest="paired", action="store_false",
+                        help="skip bench_paired (sampling ratios measured in alternating windows)")
+    parser.add_argument("--rounds", type=int, default=20, help="bench_paired's rounds per peer")
     parser.add_argument("--scale", action="store_true", help="also run bench_scale (10,000,000 transitions)")
     parser.add_argument("--scale-transitions", type=int, default=10_000_000)
     parser.add_argument("--quick", action="store_true",
@@ -234,6 +260,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.quick:
         args.capacity, args.repeats = QUICK["capacity"], QUICK["repeats"]
         args.sample_seconds, args.scale_transitions = QUICK["sample_seconds"], QUICK["scale_transitions"]
+        args.rounds = QUICK["rounds"]
     return args
 
 
@@ -246,8 +273,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(f"no bench_core results in {args.out} for capacities {args.capacity}")
     scale = json.loads(scale_json(args).read_text()) if scale_json(args).exists() and (
         args.scale or args.render_only) else None
+    paired = {c: json.loads(paired_json(args, c).read_text()) for c in args.capacity if paired_json(args, c).exists()}
     figure = write_figure(args, cores)
-    path = write_markdown(args, cores, scale, figure)
+    path = write_markdown(args, cores, paired, scale, figure)
     print(f"wrote {path}" + (f" and {args.out / figure}" if figure else ""), file=sys.stderr)
 
 

@@ -214,7 +214,7 @@ def parse_single_frames(
     if not shapes.env_axis:
         if type(action) is not shapes.action_dtype.type or shapes.action_shape:
             return None
-        if isinstance(reward, (np.float32, np.float64)):
+        if type(reward) in _NUMPY_FLOATS:
             reward = float(reward)  # exact; the row stores it as float32, as parse_add's astype rounds it
         if type(reward) is not float or not -_FLOAT32_MAX <= reward <= _FLOAT32_MAX:  # also refuses nan
             return None
@@ -223,7 +223,7 @@ def parse_single_frames(
         if not (truncated is True or truncated is False or type(truncated) is np.bool_):
             return None
         flag = terminated_bit * bool(terminated) | truncated_bit * bool(truncated)
-        return SingleFrames(*frames, action.tobytes(), [reward], [flag])  # type: ignore[union-attr]
+        return _single_frames((*frames, action.tobytes(), [reward], [flag]))  # type: ignore[union-attr]
     if (
         type(action) is not np.ndarray
         or action.dtype != shapes.action_dtype
@@ -247,7 +247,13 @@ def parse_single_frames(
     flags = [
         terminated_bit * ended | truncated_bit * cut for ended, cut in zip(terminated.tolist(), truncated.tolist())
     ]
-    return SingleFrames(*frames, action.tobytes(), rewards, flags)
+    return _single_frames((*frames, action.tobytes(), rewards, flags))
+
+
+def _single_frames(fields: tuple) -> SingleFrames:  # type: ignore[type-arg]
+    """``SingleFrames(*fields)`` through tuple's own constructor: a NamedTuple's generated ``__new__`` is
+    Python code, which costs ~0.5 us of the fast path's ~15 us."""
+    return tuple.__new__(SingleFrames, fields)  # type: ignore[type-var]
 
 
 def _new_frames(
@@ -258,8 +264,8 @@ def _new_frames(
     if (
         type(obs) is not np.ndarray
         or type(next_obs) is not np.ndarray
-        or obs.dtype != np.uint8
-        or next_obs.dtype != np.uint8
+        or obs.dtype is not _UINT8  # numpy's builtin dtypes are singletons: an equal other one goes the long way
+        or next_obs.dtype is not _UINT8
         or obs.shape != next_obs.shape
         or not (obs.flags.c_contiguous and next_obs.flags.c_contiguous)
     ):
@@ -287,6 +293,8 @@ def _new_frames(
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+_NUMPY_FLOATS = (np.float32, np.float64)
+_UINT8 = np.dtype(np.uint8)
 _TRUE = np.ones(1, np.bool_)
 _FALSE = np.zeros(1, np.bool_)
 _TRUE.flags.writeable = _FALSE.flags.writeable = False
