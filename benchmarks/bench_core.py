@@ -353,17 +353,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--worker", choices=BUFFERS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    check_shared_args(parser, args)
+    if not 0 <= args.vector_envs <= 1024:
+        parser.error(f"--vector-envs must be in [0, 1024]; got {args.vector_envs}")
+    return args
+
+
+def check_shared_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """--peers (made a list), --capacity and --tmpdir, as bench_core and bench_paired take them."""
     args.peers = [p for p in (s.strip() for s in args.peers.split(",")) if p]
     unknown = sorted(set(args.peers) - set(PEERS))
     if unknown:
         parser.error(f"--peers: unknown {unknown}; choose from {list(PEERS)}")
-    if not 0 <= args.vector_envs <= 1024:
-        parser.error(f"--vector-envs must be in [0, 1024]; got {args.vector_envs}")
     if args.capacity < 1_000:
         parser.error(f"--capacity must be >= 1,000; got {args.capacity}")
     if args.tmpdir is not None and not Path(args.tmpdir).is_dir():
         parser.error(f"--tmpdir: {args.tmpdir} is not a directory")
-    return args
 
 
 def main(argv: list[str] | None = None) -> None:

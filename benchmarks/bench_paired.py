@@ -27,7 +27,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_core import DEFAULT_DATA, MALLOC_STEADY_ENV, SAMPLE_TARGET_VS_PEER, make_adapter, plan_buffers
+from bench_core import (
+    DEFAULT_DATA,
+    MALLOC_STEADY_ENV,
+    SAMPLE_TARGET_VS_PEER,
+    check_shared_args,
+    make_adapter,
+    plan_buffers,
+)
 from machine import load_average
 from peers import PEERS, FrameStream
 from timing import batches_per_second
@@ -162,16 +169,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--worker", choices=("mmreplay", *PEERS), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    args.peers = [p for p in (s.strip() for s in args.peers.split(",")) if p]
-    unknown = sorted(set(args.peers) - set(PEERS))
-    if unknown:
-        parser.error(f"--peers: unknown {unknown}; choose from {list(PEERS)}")
+    check_shared_args(parser, args)
     if args.rounds < 1 or args.window <= 0:
         parser.error(f"--rounds must be >= 1 and --window > 0; got {args.rounds} and {args.window}")
-    if args.capacity < 1_000:
-        parser.error(f"--capacity must be >= 1,000; got {args.capacity}")
-    if args.tmpdir is not None and not Path(args.tmpdir).is_dir():
-        parser.error(f"--tmpdir: {args.tmpdir} is not a directory")
     return args
 
 
