@@ -33,11 +33,13 @@ class EnvEpisode:
         self.frames = deque(maxlen=self.stack_size)
         self.frame_steps = deque(maxlen=self.stack_size)
 
-    def continues_with(self, obs_bytes: bytes, stacked: bool) -> bool:
-        """Whether an obs (one frame, or a whole stack) continues this env's episode."""
+    def continues_with(self, obs_bytes: bytes, stacked: bool, offset: int = 0) -> bool:
+        """Whether an obs (one frame, or a whole stack), at ``offset`` in ``obs_bytes`` (which the caller
+        sized to hold exactly that), continues this env's episode."""
         if not self.open:
             return False
-        return obs_bytes == (b"".join(self.frames) if stacked else self.frames[-1])
+        # startswith at an offset compares in place: slicing several envs' obs would copy each part first.
+        return obs_bytes.startswith(b"".join(self.frames) if stacked else self.frames[-1], offset)
 
     def start(self, frames: list[bytes], frame_steps: list[int]) -> None:
         """A new episode whose obs stack is these frames (padded by repeating the first one)."""
@@ -59,14 +61,11 @@ def continuations(
     """When every env's obs (``obs``: one frame or stack per env, back to back) continues its open
     episode, whose newest transition is still stored: each env's newest transition step and the
     prev_delta of its new frame, numbered from ``first_frame`` in env order; else None (``add``'s fast
-    path). The comparison is ``EnvEpisode.continues_with``'s."""
+    path)."""
     previous_steps, prev_deltas = [], []
     size = len(obs) // len(episodes)
     for env, episode in enumerate(episodes):
-        if not (episode.open and episode.last_step >= oldest_stored_step):
-            return None
-        # startswith at an offset compares in place: slicing obs would copy each env's part first.
-        if not obs.startswith(b"".join(episode.frames) if stacked else episode.frames[-1], env * size):
+        if episode.last_step < oldest_stored_step or not episode.continues_with(obs, stacked, env * size):
             return None
         previous_steps.append(episode.last_step)
         prev_deltas.append(first_frame + env - episode.frame_steps[-1])
@@ -77,10 +76,7 @@ def advance_all(episodes: list[EnvEpisode], frames: list[bytes], flags: list[int
     """``EnvEpisode.advance`` for every env, whose transitions are ``first_step + env`` with next_obs frames
     ``frames[env]`` at frame steps ``first_frame + env`` (``add``'s fast path)."""
     for env, episode in enumerate(episodes):
-        episode.frames.append(frames[env])
-        episode.frame_steps.append(first_frame + env)
-        episode.last_step = first_step + env
-        episode.open = not flags[env]
+        episode.advance(frames[env], first_frame + env, step=first_step + env, ended=bool(flags[env]))
 
 
 @dataclass
