@@ -416,7 +416,9 @@ sumtree_uniform_steps(PyObject *module, PyObject *args)
         goto done; /* the error is set: not a numpy BitGenerator */
     }
     if (out.len % (Py_ssize_t)sizeof(int64_t) != 0 || (uintptr_t)out.buf % sizeof(int64_t) != 0 || count < 1) {
-        PyErr_SetString(PyExc_ValueError, "uniform_steps: out must be an aligned int64 array and count >= 1");
+        PyErr_Format(PyExc_ValueError,
+                     "uniform_steps: expected an aligned int64 out and count >= 1; got %zd bytes of out and count %lld",
+                     out.len, count);
         goto done;
     }
     int64_t *steps = (int64_t *)out.buf;
