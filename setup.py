@@ -36,6 +36,7 @@ setup(
         Extension(
             "mmreplay._lz4batch",
             sources=["mmreplay/_lz4batch.c"],
+            depends=["mmreplay/_frames_common.h"],
             libraries=["z"],
             **lz4_link_args(),  # type: ignore[arg-type]
             optional=True,
@@ -44,6 +45,7 @@ setup(
         Extension(
             "mmreplay._lz4ref",
             sources=["mmreplay/_lz4ref.c"],
+            depends=["mmreplay/_frames_common.h"],
             libraries=["z"],
             **lz4_link_args(),  # type: ignore[arg-type]
             optional=True,

@@ -46,19 +46,7 @@
 #include <emmintrin.h>
 #endif
 
-#if defined(__has_include)
-#if __has_include(<lz4.h>)
-#include <lz4.h>
-#define MMREPLAY_HAVE_LZ4_H 1
-#endif
-#endif
-#ifndef MMREPLAY_HAVE_LZ4_H
-/* liblz4's stable API (lz4.h since r129 / 1.7); declared here because Debian ships the header only in
- * liblz4-dev while the shared library liblz4.so.1 is always present. */
-int LZ4_decompress_safe(const char *src, char *dst, int compressedSize, int dstCapacity);
-int LZ4_decompress_safe_usingDict(const char *src, char *dst, int compressedSize, int dstCapacity,
-                                  const char *dictStart, int dictSize);
-#endif
+#include "_frames_common.h"
 
 /* The lz4 block format's rules (lz4_Block_format.md): a match is at least 4 bytes and reaches back at
  * most 65,535 bytes; the last 5 bytes are literals and the last match starts at least 12 bytes before
@@ -108,17 +96,6 @@ decode_plan(const Plan *p)
     return -1;
 }
 
-static int
-check_array(const Py_buffer *view, const char *name, Py_ssize_t n, Py_ssize_t itemsize)
-{
-    if (view->len != n * itemsize || ((uintptr_t)view->buf % (uintptr_t)itemsize) != 0) {
-        PyErr_Format(PyExc_ValueError, "%s must be %zd aligned items of %zd bytes; got %zd bytes", name, n,
-                     itemsize, view->len);
-        return -1;
-    }
-    return 0;
-}
-
 /* refs must point backwards and rows inside out and scratch, each row written once, so that a
  * frame's reference is never overwritten before its dependents are decoded. */
 static int
@@ -147,50 +124,6 @@ check_plan(const int64_t *refs, const int64_t *rows, Py_ssize_t m, Py_ssize_t to
         }
     }
     PyMem_Free(written);
-    return status;
-}
-
-/* Acquires the buffers of the views the plan uses (each once) and fills sources[]. */
-static int
-locate_frames(PyObject *views, const int64_t *segments, const int64_t *offsets, const int64_t *lengths,
-              Py_ssize_t m, const char **sources, Py_buffer *buffers, Py_ssize_t *acquired)
-{
-    Py_ssize_t view_count = PySequence_Fast_GET_SIZE(views);
-    PyObject **items = PySequence_Fast_ITEMS(views);
-    Py_ssize_t *slot_of_view = PyMem_Malloc((size_t)(view_count > 0 ? view_count : 1) * sizeof(Py_ssize_t));
-    if (slot_of_view == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (Py_ssize_t v = 0; v < view_count; v++) {
-        slot_of_view[v] = -1;
-    }
-    int status = 0;
-    for (Py_ssize_t i = 0; i < m; i++) {
-        int64_t segment = segments[i];
-        if (segment < 0 || segment >= view_count) {
-            PyErr_Format(PyExc_ValueError, "segments[%zd] is %lld; expected 0 <= segment < %zd (len(views))", i,
-                         (long long)segment, view_count);
-            status = -1;
-            break;
-        }
-        Py_ssize_t slot = slot_of_view[segment];
-        if (slot < 0) {
-            slot = *acquired;
-            if (PyObject_GetBuffer(items[segment], &buffers[slot], PyBUF_SIMPLE) < 0) {
-                status = -1;
-                break;
-            }
-            *acquired = slot + 1;
-            slot_of_view[segment] = slot;
-        }
-        const Py_buffer *buffer = &buffers[slot];
-        int64_t offset = offsets[i], length = lengths[i];
-        int in_range = offset >= 0 && length >= 0 && length <= INT_MAX && offset <= buffer->len
-                       && length <= buffer->len - offset;
-        sources[i] = in_range ? (const char *)buffer->buf + offset : NULL;
-    }
-    PyMem_Free(slot_of_view);
     return status;
 }
 
