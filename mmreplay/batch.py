@@ -3,21 +3,27 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
+
+if TYPE_CHECKING:
+    import torch
 
 
 class _Record:
     """Shared behaviour of the batch records: a readable repr and conversion to torch tensors."""
 
-    def to_torch(self, device: object = None, *, pin_memory: bool = False) -> dict[str, object]:
+    def to_torch(
+        self, device: torch.device | str | int | None = None, *, pin_memory: bool = False
+    ) -> dict[str, torch.Tensor]:
         """The fields as torch tensors (torch is imported only here). On the CPU no pixels are copied:
         ``obs`` and ``next_obs`` share the batch's memory; ``pin_memory`` copies into page-locked memory
         for faster transfers to a GPU ``device``."""
         import torch
 
-        tensors: dict[str, object] = {}
+        tensors: dict[str, torch.Tensor] = {}
         for item in fields(self):  # type: ignore[arg-type]
             tensor = torch.from_numpy(getattr(self, item.name))
             if pin_memory:

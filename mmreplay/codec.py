@@ -48,7 +48,8 @@ _MAX_THREADS = 16
 
 def compress(frame: npt.NDArray[np.uint8]) -> bytes:
     """Compress one contiguous frame; the uncompressed size is not stored (the store knows it)."""
-    return lz4.block.compress(frame, store_size=False)
+    payload: bytes = lz4.block.compress(frame, store_size=False)
+    return payload
 
 
 def checksum(payload: bytes | memoryview, frame_step: int) -> int:
@@ -59,7 +60,8 @@ def checksum(payload: bytes | memoryview, frame_step: int) -> int:
 
 
 def decompress(payload: bytes | memoryview, frame_nbytes: int) -> bytes:
-    return lz4.block.decompress(payload, uncompressed_size=frame_nbytes)
+    frame: bytes = lz4.block.decompress(payload, uncompressed_size=frame_nbytes)
+    return frame
 
 
 def decode_batch(
@@ -160,7 +162,7 @@ def _validate(
         raise TypeError(f"out must be a numpy uint8 array; got {type(out).__name__} {getattr(out, 'dtype', '')}")
     if out.ndim < 1 or not out.flags.c_contiguous or not out.flags.writeable:
         raise ValueError(f"out must be a writeable C-contiguous (n, *frame_shape) array; got shape {out.shape}")
-    n = out.shape[0]
+    n: int = out.shape[0]
     named = {"segments": segments, "offsets": offsets, "lengths": lengths, "checksums": checksums, "seeds": seeds}
     for name, array in named.items():
         if not isinstance(array, np.ndarray) or array.dtype.kind not in "iu":
@@ -189,7 +191,7 @@ def _decode_in_python(
     frame_nbytes: int,
 ) -> int:
     """The fallback: the same checks as the extension, in the same order, one python-lz4 call a frame."""
-    out_bytes = memoryview(out).cast("B")
+    out_bytes = out.data.cast("B")
     crc32, decompress_block = zlib.crc32, lz4.block.decompress
     start = 0
     columns = zip(segments.tolist(), offsets.tolist(), lengths.tolist(), checksums.tolist(), seeds.tolist())

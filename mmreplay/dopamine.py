@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -225,7 +225,7 @@ def _spans(found: list[Checkpoint]) -> list[tuple[Checkpoint, int, int]]:
 Slot = tuple[int, npt.NDArray[np.uint8], int, float, bool]  # written slot number, frame, action, reward, terminal
 
 
-def _slots(folder: Path, spans: list[tuple[Checkpoint, int, int]], block: int, bar: tqdm) -> Iterator[Slot]:
+def _slots(folder: Path, spans: list[tuple[Checkpoint, int, int]], block: int, bar: tqdm[Any]) -> Iterator[Slot]:
     """Every slot to import, in written order; each ring is read in at most two passes (it may wrap)."""
     for checkpoint, start, stop in spans:
         capacity = checkpoint.capacity

@@ -90,6 +90,7 @@ def frame_entry(frame_nbytes: int, *, references: bool = False) -> np.dtype:
 def _entry_packer(entry: np.dtype) -> struct.Struct:
     """The struct that packs one entry exactly as ``entry`` lays it out."""
     codes = {"<u8": "Q", "<u4": "I", "<u2": "H"}
+    assert entry.names is not None
     packer = struct.Struct("<" + "".join(codes[entry[name].str] for name in entry.names))
     assert packer.size == entry.itemsize
     return packer
@@ -98,6 +99,7 @@ def _entry_packer(entry: np.dtype) -> struct.Struct:
 def _entry_layout(entry: np.dtype) -> tuple[int, ...]:
     """The entry as codec.decode_from_table reads it: its size, the byte offsets of position, length,
     checksum and prev_delta, and the width of length."""
+    assert entry.fields is not None
     offsets = [entry.fields[name][1] for name in ("position", "length", "checksum", "prev_delta")]
     return (entry.itemsize, *offsets, entry["length"].itemsize)
 
@@ -139,7 +141,7 @@ class FrameRing:
         self._writing = (-1, -1)  # (segment, descriptor) that append wrote last; its segment is in _dirty_segments
         self._mapping = self._map_table(generation, frame_slots)
         self._table = self._mapping.view(np.ndarray)  # plain indexing, without memmap's per-call overhead
-        self._reservation = BlockReservation(self._mapping.filename) if writable else None
+        self._reservation = BlockReservation(self._table_path()) if writable else None
         self._table_reserved = 0  # bytes of the table that _reservation has reserved
         self._entries = self._entry_view()
 
@@ -326,7 +328,7 @@ class FrameRing:
         if _lz4batch is None:
             return stacking.transition_frames(next_frames, self.prev_deltas, stack_size)
         frames = np.empty((len(next_frames), stack_size + 1), np.int64)
-        link_offset = self.entry.fields["prev_delta"][1]
+        link_offset = self._layout[4]  # prev_delta's byte offset in an entry (_entry_layout)
         next_frames = np.ascontiguousarray(next_frames, np.int64)
         _lz4batch.follow_links(self._table, self.frame_slots, self.entry.itemsize, link_offset, next_frames, frames)
         return frames
@@ -539,7 +541,7 @@ class FrameRing:
 
     def _entry_view(self) -> memoryview | None:
         """The writer's view of the table's bytes, which ``append`` packs entries into."""
-        return memoryview(self._table.view(np.uint8)) if self.writable else None
+        return self._table.view(np.uint8).data if self.writable else None
 
     def _unmap(self, segment: int) -> None:
         """Close a segment's map and descriptor. A map that something still exports (a memoryview kept

@@ -114,12 +114,12 @@ class MinariWriter:
             high = int(self._high) if self._high is not None else 0
             return {"type": "Discrete", "dtype": "int64", "start": low, "n": high - low + 1}
         limits = np.iinfo(dtype) if dtype.kind in "iu" else None
-        low = float("-inf") if limits is None else int(limits.min)
-        high = float("inf") if limits is None else int(limits.max)
+        box_low: float = float("-inf") if limits is None else int(limits.min)
+        box_high: float = float("inf") if limits is None else int(limits.max)
         if dtype.kind == "b":
-            dtype, low, high = np.dtype(np.int8), 0, 1
+            dtype, box_low, box_high = np.dtype(np.int8), 0, 1
         return {"type": "Box", "dtype": str(dtype), "shape": shape,
-                "low": np.full(shape, low).tolist(), "high": np.full(shape, high).tolist()}
+                "low": np.full(shape, box_low).tolist(), "high": np.full(shape, box_high).tolist()}
 
 
 class MinariSource(Source):

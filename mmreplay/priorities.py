@@ -74,7 +74,7 @@ def leaf_checksum(*parts: npt.NDArray[np.float64]) -> int:
     """CRC-32 of the little-endian bytes of the leaves, the parts one after the other."""
     crc = 0
     for part in parts:
-        crc = zlib.crc32(np.ascontiguousarray(part, "<f8"), crc)
+        crc = zlib.crc32(np.ascontiguousarray(part, "<f8").data, crc)
     return crc
 
 
@@ -202,7 +202,7 @@ class PriorityFile:
         again since the reader read the header; for a writer, a commit after one whose header was never
         written. The leaves are then newer than the checksum, not damaged."""
         sequence, checksum = astuple(self.committed)
-        return journal.sequence > sequence or (journal.sequence == sequence and journal.checksum != checksum)
+        return bool(journal.sequence > sequence or (journal.sequence == sequence and journal.checksum != checksum))
 
     def _adopt(self, leaves: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         """Take leaves newer than the commit as they are; the writer's next commit then undoes back to them."""

@@ -159,16 +159,16 @@ class TransitionReader:
             return None
         shape = (*frames_shape, *self.frame_shape)
         pixels = out.obs.base if isinstance(out.obs, np.ndarray) else None
-        usable = (
-            getattr(out.index, "shape", None) == batch_shape
+        shared = pixels is not None and getattr(out.next_obs, "base", None) is pixels
+        if not (
+            shared
             and isinstance(pixels, np.ndarray)
-            and getattr(out.next_obs, "base", None) is pixels
+            and getattr(out.index, "shape", None) == batch_shape
             and pixels.dtype == np.uint8
             and pixels.size == math.prod(shape)
             and pixels.flags.c_contiguous
             and pixels.flags.writeable
-        )
-        if not usable:
+        ):
             raise ValueError(
                 f"out must be a {type(out).__name__} that this store returned for the same call: index of "
                 f"shape {batch_shape}, obs and next_obs viewing one writeable uint8 array of {shape} frames"
@@ -202,7 +202,7 @@ def _filled(out: T | None, batch: T) -> T:
     were already decoded into ``out``'s memory)."""
     if out is None:
         return batch
-    for item in fields(batch):  # type: ignore[arg-type]
+    for item in fields(batch):
         target, value = getattr(out, item.name), getattr(batch, item.name)
         if target.shape != value.shape or target.dtype != value.dtype:
             raise ValueError(

@@ -77,7 +77,8 @@ class RecordVectorEpisodes(VectorWrapper):
     def reset(
         self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
-        obs, info = self.env.reset(seed=seed, options=options)
+        # gymnasium types VectorEnv.reset's seed as an int, but its vector envs also take one seed per env.
+        obs, info = self.env.reset(seed=seed, options=options)  # type: ignore[arg-type]
         mask = None if options is None else options.get("reset_mask")
         self._resetting[slice(None) if mask is None else np.asarray(mask, dtype=bool)] = False
         self._obs = obs

@@ -192,7 +192,8 @@ def compress_against(
     if not isinstance(frame, np.ndarray) or frame.dtype != np.uint8 or not frame.flags.c_contiguous:
         raise TypeError(f"frame must be a C-contiguous numpy uint8 array; got {type(frame).__name__}")
     if reference is None:
-        return lz4.block.compress(frame, store_size=False, mode="high_compression", compression=KEY_LEVEL)
+        key_frame: bytes = lz4.block.compress(frame, store_size=False, mode="high_compression", compression=KEY_LEVEL)
+        return key_frame
     if not isinstance(reference, np.ndarray) or reference.dtype != np.uint8 or reference.shape != frame.shape:
         got = getattr(reference, "shape", type(reference).__name__)
         raise ValueError(f"reference must be a uint8 array of the frame's shape {frame.shape}; got {got}")
@@ -201,9 +202,10 @@ def compress_against(
         return bytes(_lz4ref.encode(frame, np.ascontiguousarray(reference), row_nbytes))
     if accelerated:
         raise ValueError("accelerated=True but mmreplay._lz4ref is not built (reference_codec.ACCELERATED is False)")
-    return lz4.block.compress(
+    dependent: bytes = lz4.block.compress(
         frame, store_size=False, mode="high_compression", compression=FALLBACK_LEVEL, dict=reference.tobytes()
     )
+    return dependent
 
 
 @dataclass(frozen=True)

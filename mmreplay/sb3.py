@@ -56,8 +56,8 @@ class MmreplayBuffer(ReplayBuffer):
     def __init__(
         self,
         buffer_size: int,
-        observation_space: spaces.Space,
-        action_space: spaces.Space,
+        observation_space: spaces.Space[Any],
+        action_space: spaces.Space[Any],
         device: th.device | str = "auto",
         n_envs: int = 1,
         optimize_memory_usage: bool = False,
@@ -151,15 +151,15 @@ class MmreplayBuffer(ReplayBuffer):
 
     def steps_at(self, positions: npt.ArrayLike, env_indices: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """The store's steps of the transitions at these positions (SB3 row indices) and envs."""
-        positions = np.asarray(positions, dtype=np.int64)
-        env_indices = np.asarray(env_indices, dtype=np.int64)
+        position_array = np.asarray(positions, dtype=np.int64)
+        env_array = np.asarray(env_indices, dtype=np.int64)
         rows_added = self.store.transitions_added // self.n_envs
         if self.full:
             # The newest ``buffer_size`` rows; row r sits at position r % buffer_size.
-            rows = rows_added - self.buffer_size + (positions - rows_added) % self.buffer_size
+            rows = rows_added - self.buffer_size + (position_array - rows_added) % self.buffer_size
         else:
-            rows = positions
-        return rows * self.n_envs + env_indices
+            rows = position_array
+        return rows * self.n_envs + env_array
 
     def to_samples(self, batch: Batch, env: VecNormalize | None = None) -> ReplayBufferSamples:
         """A store batch as SB3's ``ReplayBufferSamples`` on this buffer's device: observations in
@@ -174,7 +174,8 @@ class MmreplayBuffer(ReplayBuffer):
             self._normalize_reward(batch.reward.reshape(-1, 1), env),
         )
         # The batch's arrays are fresh: no copy on the CPU (obs and next_obs share frames: read only).
-        return ReplayBufferSamples(*(self.to_torch(array, copy=False) for array in data))
+        # _normalize_obs is typed to return a dict too (for dict observation spaces, which this buffer refuses).
+        return ReplayBufferSamples(*(self.to_torch(array, copy=False) for array in data))  # type: ignore[arg-type]
 
     def reset(self) -> None:
         raise NotImplementedError("an MmreplayBuffer cannot be emptied; create a new one at another path")
@@ -196,7 +197,7 @@ class MmreplayBuffer(ReplayBuffer):
         self.store = ReplayStore.open(state["store"], "r+")
 
 
-def _parse_observation_space(space: spaces.Space, stack_size: int | None) -> tuple[tuple[int, ...], int]:
+def _parse_observation_space(space: spaces.Space[Any], stack_size: int | None) -> tuple[tuple[int, ...], int]:
     """(frame_shape, stack_size) of a uint8 Box observation space."""
     if not isinstance(space, spaces.Box):
         raise TypeError(f"observation_space must be a gymnasium Box of images; got {space}")

@@ -91,7 +91,7 @@ class ReplayStore:
         self._writer_lock = lock
         # Serializes adds, commits and reads between the caller and a prefetching thread.
         self._lock = threading.RLock()
-        self._prefetchers: weakref.WeakSet[Prefetcher] = weakref.WeakSet()
+        self._prefetchers: weakref.WeakSet[Prefetcher[Any]] = weakref.WeakSet()
         self._action_dtype = np.dtype(layout.action_dtype)
         self._add_shapes = AddShapes.of(
             frame_shape=layout.frame_shape,
@@ -116,7 +116,7 @@ class ReplayStore:
         # ``add`` may take its fast path (``_add_single_frames``): a writer of plain lz4 frames, still open.
         self._fast_add = mode == "r+" and not self._encoder.records_references
         self._set_room_limits()
-        self._header_signature = file_signature(directory / format.HEADER_NAME)
+        self._header_signature: tuple[int, int, int] | None = file_signature(directory / format.HEADER_NAME)
         if mode == "r+":
             self._frames.remove_other_generations()
         self._load_env_state()
@@ -386,7 +386,7 @@ class ReplayStore:
         newest of a stack), and no commit is due. It writes exactly what the general path writes
         (test_fast_add checks the files byte for byte), in a third to a half of the time; False, with
         nothing written, when any of that does not hold."""
-        parsed = parse_single_frames(*transition, self._add_shapes, terminated_bit=TERMINATED, truncated_bit=TRUNCATED)
+        parsed = parse_single_frames(self._add_shapes, *transition, terminated_bit=TERMINATED, truncated_bit=TRUNCATED)
         if parsed is None:
             return False
         count = len(parsed.flags)
@@ -647,7 +647,7 @@ class ReplayStore:
         rng: np.random.Generator | int | None = None,
         reuse: bool = False,
         **sample_kwargs: Any,
-    ) -> Prefetcher:
+    ) -> Prefetcher[Batch]:
         """An endless iterator of ``sample(batch_size, rng, **sample_kwargs)`` batches, prepared ahead in a
         background thread (decoding releases the GIL) while the caller trains.
 

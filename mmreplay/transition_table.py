@@ -16,7 +16,7 @@ import operator
 import struct
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 import numpy.typing as npt
@@ -106,8 +106,9 @@ class TransitionTable:
         # The fields between next_delta and action, packed exactly as in row_dtype.
         self._middle = struct.Struct("<I" + ("B" if self._env_bytes == 1 else "H") + "fB")
         self._mapping = np.memmap(path, dtype=dtype, mode="r+" if writable else "r", shape=(row_slots,))
-        self._rows = self._mapping.view(np.ndarray)  # plain indexing, without memmap's per-call overhead
-        self._bytes = memoryview(self._rows.view(np.uint8).reshape(-1)) if writable else None
+        # Plain indexing, without memmap's per-call overhead.
+        self._rows: npt.NDArray[np.void] = self._mapping.view(np.ndarray)
+        self._bytes = self._rows.view(np.uint8).reshape(-1).data if writable else None
         self._reservation = BlockReservation(path) if writable else None
 
     @classmethod
@@ -217,7 +218,7 @@ class TransitionTable:
         steps = np.arange(start, stop, dtype=np.int64)
         return int(oldest_frames_of(next_frame_steps(self.read(steps), steps)).min())
 
-    def columns(self, start: int, stop: int, names: tuple[str, ...]) -> dict[str, npt.NDArray[np.generic]]:
+    def columns(self, start: int, stop: int, names: tuple[str, ...]) -> dict[str, npt.NDArray[Any]]:
         """Whole columns of the rows of steps ``[start, stop)``, read a chunk at a time."""
         parts: dict[str, list[npt.NDArray[np.generic]]] = {name: [] for name in names}
         for chunk_start in range(start, stop, _CHUNK):
@@ -265,6 +266,7 @@ class TransitionTable:
         steps = np.ascontiguousarray(steps, np.int64)
         action = np.empty((len(steps), *self._action.shape), self._action.base)
         if self._gather_fields:
+            assert _lz4batch is not None
             fields = RowFields(
                 np.empty(len(steps), np.int64), action, np.empty(len(steps), np.float32),
                 np.empty(len(steps), np.bool_), np.empty(len(steps), np.bool_), np.empty(len(steps), np.int64),
