@@ -530,15 +530,9 @@ locate_entries(PyObject *views, long long base, const Py_buffer *table, long lon
                long long segment_bytes, long long bytes_written, const char **sources, int64_t *lengths,
                uint32_t *checksums, uint32_t *seeds, Py_buffer *buffers, Py_ssize_t *acquired)
 {
-    Py_ssize_t view_count = PySequence_Fast_GET_SIZE(views);
-    PyObject **items = PySequence_Fast_ITEMS(views);
-    Py_ssize_t *slot_of_view = PyMem_Malloc((size_t)(view_count > 0 ? view_count : 1) * sizeof(Py_ssize_t));
-    if (slot_of_view == NULL) {
-        PyErr_NoMemory();
+    BatchViews batch;
+    if (batch_views_open(&batch, views, buffers, acquired) < 0) {
         return -1;
-    }
-    for (Py_ssize_t v = 0; v < view_count; v++) {
-        slot_of_view[v] = -1;
     }
     const unsigned char *entries = (const unsigned char *)table->buf;
     int status = 0;
@@ -556,30 +550,25 @@ locate_entries(PyObject *views, long long base, const Py_buffer *table, long lon
         }
         long long view = (long long)(position / (uint64_t)segment_bytes) - base;
         uint64_t offset = position % (uint64_t)segment_bytes;
-        if (view < 0 || view >= view_count) {
+        if (view < 0 || view >= batch.count) {
             status = 1;
             break;
         }
-        Py_ssize_t slot = slot_of_view[view];
-        if (slot < 0) {
-            slot = *acquired;
-            if (PyObject_GetBuffer(items[view], &buffers[slot], PyBUF_SIMPLE) < 0) {
-                status = -1;
-                break;
-            }
-            *acquired = slot + 1;
-            slot_of_view[view] = slot;
+        const Py_buffer *buffer = batch_views_get(&batch, (Py_ssize_t)view);
+        if (buffer == NULL) {
+            status = -1;
+            break;
         }
-        if (offset > (uint64_t)buffers[slot].len || length > (uint64_t)buffers[slot].len - offset) {
+        if (offset > (uint64_t)buffer->len || length > (uint64_t)buffer->len - offset) {
             status = 1;
             break;
         }
-        sources[i] = (const char *)buffers[slot].buf + offset;
+        sources[i] = (const char *)buffer->buf + offset;
         lengths[i] = (int64_t)length;
         checksums[i] = (uint32_t)read_le(entry + layout->checksum, 4);
         seeds[i] = (uint32_t)((uint64_t)steps[i] * seed_multiplier + read_le(entry + layout->link, 4));
     }
-    PyMem_Free(slot_of_view);
+    batch_views_close(&batch);
     return status;
 }
 
