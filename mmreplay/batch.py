@@ -46,7 +46,8 @@ class Batch(_Record):
     pass it back to ``update_priorities``. ``env_index`` says which env produced it. ``weight`` is the
     importance weight (1 under uniform sampling) and ``discount`` the factor for bootstrapping from
     ``next_obs`` (gamma^m after m reward steps; 1 from ``read``). ``obs`` and ``next_obs`` are views of
-    one array and share ``stack_size - 1`` frames.
+    one array and share ``stack_size - 1`` frames, but in a batch that holds a transition whose final
+    next_obs was stored as given (not obs shifted), and in n-step batches, they share none.
     """
 
     obs: npt.NDArray[np.uint8]

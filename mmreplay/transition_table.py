@@ -5,9 +5,9 @@ A row holds what a transition owns besides pixels: the frame step of its next_ob
 episode links), the env that produced it, a forward link to the
 env's next transition of the same episode (written when that transition arrives; trusted only after
 checking it, since a crash can leave a link to a step that was never committed), the action, the reward
-and flag bits (``TERMINATED``, ``TRUNCATED``, ``EPISODE_START``, ``DETACHED``). The slot of transition step ``t`` is ``t % row_slots``; the store keeps ``row_slots``
-above ``capacity`` so that rows a committed header still counts are never overwritten before the next
-commit.
+and flag bits (``TERMINATED``, ``TRUNCATED``, ``EPISODE_START``, ``DETACHED``). The slot of
+transition step ``t`` is ``t % row_slots``; the store keeps ``row_slots`` above ``capacity`` so that
+rows a committed header still counts are never overwritten before the next commit.
 """
 
 from __future__ import annotations
@@ -75,7 +75,8 @@ class RowFields(NamedTuple):
 
 def detached_rows(rows: npt.NDArray[np.void]) -> npt.NDArray[np.bool_]:
     """Which rows carry the DETACHED flag."""
-    return (rows["flags"] & DETACHED) != 0
+    detached: npt.NDArray[np.bool_] = (rows["flags"] & DETACHED) != 0
+    return detached
 
 
 def next_frame_steps(rows: npt.NDArray[np.void], steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
