@@ -96,7 +96,7 @@ def test_mmreplay_layout_is_readable_with_plain_h5py(tmp_path: Path) -> None:
         store.add(stack(7, 8), 2, 1.0, stack(8, 9), False, True)
         export_hdf5(store, tmp_path / "x.h5")
     with h5py.File(tmp_path / "x.h5", "r") as file:
-        assert file.attrs["format"] == "mmreplay-hdf5" and file.attrs["format_version"] == 1
+        assert file.attrs["format"] == "mmreplay-hdf5" and file.attrs["format_version"] == 2
         frames = file["frames"]
         assert frames.chunks == (1, 3, 4) and frames.compression == "gzip"
         assert frames[:, 0, 0].tolist() == [1, 1, 2, 3, 7, 8, 9]
@@ -206,8 +206,8 @@ def test_a_newer_format_version_is_refused_with_both_versions(tmp_path: Path) ->
         store.add(frame(1), 0, 0.0, frame(2), False, False)
         export_hdf5(store, tmp_path / "x.h5")
     with h5py.File(tmp_path / "x.h5", "r+") as file:
-        file.attrs["format_version"] = 2
-    with pytest.raises(FormatVersionError, match=r"x\.h5: format version 2; this mmreplay reads 1"):
+        file.attrs["format_version"] = 3
+    with pytest.raises(FormatVersionError, match=r"x\.h5: format version 3; this mmreplay reads 1 and 2"):
         import_hdf5(tmp_path / "x.h5", tmp_path / "b.mmr")
 
 
