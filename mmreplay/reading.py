@@ -35,6 +35,7 @@ class TransitionReader:
         self.frames = frames
         self.stack_size = stack_size
         self.frame_shape = frames.frame_shape
+        self.frame_dtype = frames.frame_dtype
         self.action_dtype = action_dtype
 
     def transition_frames(self, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -173,7 +174,7 @@ class TransitionReader:
         out: Batch | SequenceBatch | None,
         batch_shape: tuple[int, ...],
         detached: npt.NDArray[np.bool_] | None,
-    ) -> tuple[npt.NDArray[np.uint8] | None, bool]:
+    ) -> tuple[npt.NDArray[np.generic] | None, bool]:
         """Where to decode a batch's frames, and whether its obs and next_obs are separate stacks.
 
         ``detached`` marks the batch's rows (flattened) whose obs is not the next_obs chain shifted; None
@@ -194,7 +195,7 @@ class TransitionReader:
             shared
             and isinstance(pixels, np.ndarray)
             and getattr(out.index, "shape", None) == batch_shape
-            and pixels.dtype == np.uint8
+            and pixels.dtype == self.frame_dtype
             and pixels.size in [frame_count * count for count in columns]
             and pixels.flags.c_contiguous
             and pixels.flags.writeable
@@ -202,7 +203,7 @@ class TransitionReader:
             shapes = " or ".join(str((*batch_shape, count, *self.frame_shape)) for count in columns)
             raise ValueError(
                 f"out must be a {type(out).__name__} that this store returned for the same call: index of "
-                f"shape {batch_shape}, obs and next_obs viewing one writeable uint8 array of {shapes} frames"
+                f"shape {batch_shape}, obs and next_obs viewing one writeable {self.frame_dtype} array of {shapes} frames"
             )
         assert isinstance(pixels, np.ndarray)
         separate = pixels.size == frame_count * 2 * size
@@ -218,12 +219,12 @@ class TransitionReader:
         self,
         frames: npt.NDArray[np.int64],
         steps: npt.NDArray[np.int64],
-        pixels: npt.NDArray[np.uint8] | None = None,
-    ) -> npt.NDArray[np.uint8]:
+        pixels: npt.NDArray[np.generic] | None = None,
+    ) -> npt.NDArray[np.generic]:
         """Pixels (*frames.shape, *frame_shape) of the frames (one row per transition in ``steps``),
         decoded into ``pixels`` when given."""
         if pixels is None:
-            pixels = np.empty((*frames.shape, *self.frame_shape), np.uint8)
+            pixels = np.empty((*frames.shape, *self.frame_shape), self.frame_dtype)
         try:
             self.frames.decode_into(frames.reshape(-1), pixels.reshape(-1, *self.frame_shape))
         except FrameChecksumError as error:

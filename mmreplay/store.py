@@ -48,6 +48,7 @@ from mmreplay.validation import (
     check_out,
     parse_action_dtype,
     parse_add,
+    parse_frame_dtype,
     parse_mode,
     parse_number,
     parse_positive_int,
@@ -101,6 +102,7 @@ class ReplayStore:
             num_envs=layout.num_envs,
             action_shape=layout.action_shape,
             action_dtype=self._action_dtype,
+            frame_dtype=np.dtype(layout.frame_dtype),
         )
         self._transitions_added = commit.transitions_added
         self._frames = encodings.open_ring(directory, layout, commit, writable=mode == "r+")
@@ -153,6 +155,7 @@ class ReplayStore:
         reference_scheme: ReferenceScheme | None = None,
         commit_every: int | None = None,
         commit_interval_s: float | None = 5.0,
+        frame_dtype: npt.DTypeLike = np.uint8,
     ) -> ReplayStore:
         """Create an empty store at ``path`` (a directory the store owns) and open it for appending.
 
@@ -162,7 +165,10 @@ class ReplayStore:
         env, arranged by ``reference_scheme``, by default groups of 256 frames with branching 4: on
         Atari 2.4x (Pong) to 5.9x (MsPacman) fewer bytes per transition, 1.1x to 1.7x slower adds, and
         samples 1.2x (MsPacman) to 2.9x (Pong) slower; see ``mmreplay.frame_encoding`` and the README).
-        ``commit_every`` and ``commit_interval_s``: see ``open``.
+        ``commit_every`` and ``commit_interval_s``: see ``open``. ``frame_dtype`` is any numpy numeric or
+        bool dtype (CartPole's float32 state, a robot's joint angles); frames are stored bit-exact
+        (NaN payloads included), little-endian: a big-endian ``frame_dtype`` is taken as its little-endian
+        equal, and big-endian frames are converted (the same values). ``"lz4-reference"`` takes uint8 only.
         """
         schedule = CommitSchedule(commit_every=commit_every, commit_interval_s=commit_interval_s)
         frame_shape = parse_shape(frame_shape, "frame_shape", allow_empty=False)
@@ -171,8 +177,11 @@ class ReplayStore:
         num_envs = parse_positive_int(num_envs, "num_envs")
         action_shape = parse_shape(action_shape, "action_shape", allow_empty=True)
         dtype = parse_action_dtype(action_dtype)
+        frames_dtype = parse_frame_dtype(frame_dtype)
         encoding, scheme = encodings.parse_frame_encoding(frame_encoding, reference_scheme)
         sampler = UniformSampler() if sampler is None else sampler
+        if encoding != "lz4" and frames_dtype != np.uint8:
+            raise ValueError(f"frame_encoding={encoding!r} takes uint8 frames only; got frame_dtype={frames_dtype}")
         if num_envs > MAX_ENVS:
             raise ValueError(f"num_envs must be <= {MAX_ENVS}; got {num_envs}")
         if capacity < num_envs:
@@ -188,6 +197,7 @@ class ReplayStore:
             action_shape=action_shape,
             action_dtype=dtype,
             sampler=sampler.config(),
+            frame_dtype=frames_dtype,
         )
         layout = replace(layout, frame_encoding=encoding, reference_scheme=scheme)
         frame_slots = commit.frame_slots
@@ -202,6 +212,7 @@ class ReplayStore:
                 segment_bytes=layout.segment_bytes,
                 frame_slots=frame_slots,
                 references=encodings.has_references(layout),
+                frame_dtype=frames_dtype,
             ).close()
             TransitionTable.create(
                 building / format.TRANSITIONS_NAME,
@@ -285,6 +296,11 @@ class ReplayStore:
         return self._layout.frame_shape
 
     @property
+    def frame_dtype(self) -> np.dtype:
+        """The frames' dtype (uint8 unless ``create`` was given another); obs and next_obs have it."""
+        return self._frames.frame_dtype
+
+    @property
     def capacity(self) -> int:
         return self._layout.capacity
 
@@ -357,6 +373,7 @@ class ReplayStore:
             f"<ReplayStore {str(self._directory)!r} mode={self._mode!r} "
             f"transitions={len(self):,}/{self.capacity:,} frame_shape={self.frame_shape} "
             f"stack_size={self.stack_size} num_envs={self.num_envs}"
+            + ("" if self.frame_dtype == np.uint8 else f" frame_dtype={self.frame_dtype}")
             + ("" if self.frame_encoding == "lz4" else f" frame_encoding={self.frame_encoding!r}")
             + ">"
         )
