@@ -51,9 +51,11 @@ class StoreMachine(RuleBasedStateMachine):
 
     @initialize(config=store_configs())
     def create(self, config):
+        if "frame_encoding" in self.create_options:  # frames compressed against references are uint8
+            config = {**config, "frame_dtype": np.uint8}
         self.store = ReplayStore.create(self.path, **config, **self.create_options)
         self.ref = ReferenceStore(**config)
-        self.frames = FrameSource(config["frame_shape"])
+        self.frames = FrameSource.of(config)
 
     @rule(data=st.data())
     def add(self, data):
@@ -87,7 +89,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.store = ReplayStore.open(self.path, mode="r")
         assert self.store.mode == "r"
         assert_store_matches(self.store, self.ref)
-        args = draw_add(data, self.ref, FrameSource(self.ref.frame_shape))
+        args = draw_add(data, self.ref, FrameSource(self.ref.frame_shape, self.ref.frame_dtype))
         with pytest.raises(ReadOnlyStoreError):
             self.store.add(*args.as_tuple())
         assert_store_matches(self.store, self.ref)
