@@ -33,4 +33,5 @@ def _stream(game: str, frames: int) -> dict[str, np.ndarray]:
     try:
         return atari_frames.load(game, frames)
     except ModuleNotFoundError as error:
-        pytest.fail(str(error), pytrace=False)
+        missing = str(error)
+    pytest.fail(missing, pytrace=False)  # outside the except: the message alone, no chained traceback
