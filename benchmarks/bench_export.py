@@ -1,7 +1,8 @@
 """How fast do HDF5 export and import run, how big are the files, and does memory stay flat?
 
 Records ``--transitions`` real Atari transitions (a 20,000-frame stream recorded with ALE, see
-``frame_streams.py``; fed cyclically, one add per env step) into a store, then measures, each in a fresh subprocess so peak RSS
+``frame_streams.py``; fed cyclically, one add per env step) into a store, then measures, each in a fresh
+subprocess so peak RSS
 (``VmHWM``) belongs to that phase alone:
 
 * export to the ``mmreplay`` layout and to the ``minari`` layout, and import of each back into a store;

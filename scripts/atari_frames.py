@@ -2,15 +2,15 @@
 
 A *frame stream* is every observation a uniform random policy saw, in order, with what it did:
 
-| key | shape, dtype | meaning |
-|---|---|---|
-| ``frames`` | (N, 84, 84) uint8 | an episode's reset observation, one frame per agent step including the episode's final observation, then the next episode's reset frame, ... |
-| ``episode_start`` | (N,) bool | True where ``frames[t]`` is a reset observation |
-| ``action`` | (N,) int16 | action taken in ``frames[t]``; -1 where none was taken (an episode's final frame, the stream's last frame) |
-| ``reward`` | (N,) float32 | reward for that action (0 where action == -1) |
-| ``terminated`` | (N,) bool | the step from ``frames[t]`` to ``frames[t+1]`` ended the episode |
-| ``truncated`` | (N,) bool | the step from ``frames[t]`` to ``frames[t+1]`` hit a time limit |
-| ``meta`` | 0-d str | JSON: game, env id, seed, wrapper settings, versions |
+- ``frames`` (N, 84, 84) uint8: an episode's reset observation, one frame per agent step including the
+  episode's final observation, then the next episode's reset frame, ...
+- ``episode_start`` (N,) bool: True where ``frames[t]`` is a reset observation
+- ``action`` (N,) int16: the action taken in ``frames[t]``; -1 where none was taken (an episode's final
+  frame, the stream's last frame)
+- ``reward`` (N,) float32: the reward for that action (0 where action == -1)
+- ``terminated``, ``truncated`` (N,) bool: the step from ``frames[t]`` to ``frames[t+1]`` ended the episode,
+  or hit a time limit
+- ``meta`` 0-d str: JSON of the game, env id, seed, wrapper settings and package versions
 
 Transition t is ``(frames[t], action[t], reward[t], frames[t+1], terminated[t], truncated[t])`` for every
 t with ``action[t] >= 0``. The env is ``ALE/<Game>-v5`` made with ``frameskip=1`` and sticky actions
