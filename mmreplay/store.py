@@ -439,7 +439,8 @@ class ReplayStore:
             if start is not None:
                 episode.start(*start)
             if arguments.detached[env]:
-                episode.detach([frame.tobytes() for frame in arguments.next_obs[env]], plan.next_frames[i], step=first_step + i)
+                frames = [frame.tobytes() for frame in arguments.next_obs[env]]
+                episode.detach(frames, plan.next_frames[i], step=first_step + i)
                 continue
             episode.advance(
                 arguments.next_obs[env, -1].tobytes(),
