@@ -15,13 +15,14 @@ import json
 import os
 import subprocess
 import sys
+import zlib
 from dataclasses import fields
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
-from reference import ReferenceStore, assert_batch_matches, assert_store_matches, snapshot, assert_same_snapshot
+from reference import ReferenceStore, assert_batch_matches, assert_same_snapshot, snapshot
 from strategies import frame, stack
 
 import mmreplay
@@ -215,8 +216,6 @@ def test_a_version_3_store_opens_and_its_next_commit_writes_version_4(make_store
     header = json.loads((path / "header.json").read_text())
     body = {key: value for key, value in header.items() if key != "checksum"}
     body["format_version"] = 3
-    import zlib
-
     body["checksum"] = zlib.crc32(json.dumps(body, sort_keys=True).encode())
     (path / "header.json").write_text(json.dumps(body))
     with ReplayStore.open(path, "r") as reader:
@@ -277,19 +276,17 @@ def test_sequences_crossing_a_detached_transition_return_its_obs_and_given_next_
     for b in range(40):
         window = expected_window(pair.ref, int(batch.index[b, 0]), 4)
         assert batch.mask[b].tolist() == [True] * len(window) + [False] * (4 - len(window))
-        assert_batch_matches(_row(batch, b, len(window)), pair.ref, window)
+        assert_batch_matches(WindowRows(batch, b, len(window)), pair.ref, window)
         assert not batch.obs[b, len(window):].any() and not batch.next_obs[b, len(window):].any()
 
 
-class _Row:
+class WindowRows:
+    """The first ``count`` transitions of window ``b`` of a SequenceBatch, as a Batch's fields."""
+
     def __init__(self, batch, b: int, count: int) -> None:
         for name in ("obs", "action", "reward", "next_obs", "terminated", "truncated", "index"):
             setattr(self, name, getattr(batch, name)[b, :count])
         self.env_index = np.full(count, batch.env_index[b])
-
-
-def _row(batch, b: int, count: int) -> _Row:
-    return _Row(batch, b, count)
 
 
 # -- out= refills ----------------------------------------------------------------------------------
