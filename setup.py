@@ -1,17 +1,49 @@
-"""Build of the optional extensions mmreplay._lz4batch and mmreplay._lz4ref; all other metadata lives in pyproject.toml.
+"""Build of the optional extensions mmreplay._lz4batch, _lz4ref and _sumtree; all other metadata lives in pyproject.toml.
 
-The extension links the system's liblz4 and zlib. It is optional: without a compiler or without
-liblz4 the build prints a warning, skips it, and mmreplay.codec decodes through python-lz4 instead.
-Development build: ``python setup.py build_ext --inplace``.
+The lz4 extensions link the system's liblz4 and zlib. Each is optional: without a compiler or without
+liblz4 the build skips it, prints at the end what is slower and how to fix it, and mmreplay runs its
+pure-Python code instead (and warns at import). Development build: ``python setup.py build_ext --inplace``.
 """
 
 from __future__ import annotations
 
 import ctypes.util
 import os
+import runpy
 import sys
+from pathlib import Path
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+# What is slower and how to fix it: the same words as the import-time warning (mmreplay/extensions.py,
+# standard library only, read without importing the package and its dependencies).
+EXTENSIONS = runpy.run_path(str(Path(__file__).resolve().parent / "mmreplay" / "extensions.py"))
+
+
+class build_optional_ext(build_ext):
+    """build_ext that, after building, says clearly which optional extensions failed and how to fix it.
+
+    setuptools only warns in the middle of the compiler's output, which pip hides; this banner is the
+    last thing the build prints (``pip install -v`` shows it; scripts/setup.sh prints the import warning).
+    """
+
+    def run(self) -> None:
+        self.failed: list[str] = []
+        super().run()
+        if self.failed:
+            rule = "*" * 100
+            print(f"\n{rule}\nmmreplay: the compiled extension(s) {', '.join(self.failed)} could not be built. "
+                  f"mmreplay works without them, with the same results,\nbut {EXTENSIONS['SLOWER']}.\n"
+                  f"{EXTENSIONS['FIX']}\n{rule}\n", file=sys.stderr)
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception:
+            if ext.optional:
+                self.failed.append(ext.name.rpartition(".")[2])
+            raise
 
 
 def lz4_link_args() -> dict[str, list[str]]:
@@ -32,6 +64,7 @@ def lz4_link_args() -> dict[str, list[str]]:
 
 
 setup(
+    cmdclass={"build_ext": build_optional_ext},
     ext_modules=[
         Extension(
             "mmreplay._lz4batch",

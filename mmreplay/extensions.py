@@ -23,13 +23,12 @@ HIDE_VARIABLE = "MMREPLAY_PURE_PYTHON"
 SLOWER = "adding transitions is about 4x slower and sampling about 3x slower"
 
 FIX = """\
-To build them, install a C compiler and the lz4 library's development package, then reinstall mmreplay:
-  Debian/Ubuntu:  sudo apt-get install build-essential liblz4-dev
-  Fedora:         sudo dnf install gcc lz4-devel
+To build them, install a C compiler and the lz4 and zlib libraries' development packages, then reinstall mmreplay:
+  Debian/Ubuntu:  sudo apt-get install build-essential liblz4-dev zlib1g-dev
+  Fedora:         sudo dnf install gcc lz4-devel zlib-devel
   macOS:          xcode-select --install && brew install lz4
   then, in the clone:  pip install --force-reinstall --no-deps -e .   (or: bash scripts/setup.sh)
-'python -m mmreplay --version' says whether compiled code is in use. Setting MMREPLAY_PURE_PYTHON=1 hides
-the extensions on purpose, and this warning with them."""
+'python -m mmreplay --version' says whether compiled code is in use."""
 
 
 class PerformanceWarning(UserWarning):
@@ -92,7 +91,8 @@ def warn_if_not_built() -> None:
     if not errors:
         return
     message = (f"mmreplay is using its pure-Python code: the compiled extension(s) {', '.join(errors)} "
-               f"could not be imported ({_reasons(errors)}). Results are identical, but {SLOWER}.\n{FIX}")
+               f"could not be imported ({_reasons(errors)}). Results are identical, but {SLOWER}.\n{FIX}\n"
+               f"(Setting {HIDE_VARIABLE}=1 hides the extensions on purpose, and this warning with them.)")
     warnings.warn(message, PerformanceWarning, stacklevel=3)
 
 
