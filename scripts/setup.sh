@@ -50,7 +50,8 @@ case ",$extras," in
     .venv/bin/python -m pip install --quiet "torch==2.13.0" ;;
 esac
 echo "setup: installing mmreplay[$extras] (editable; compiling its C extensions)"
-.venv/bin/python -m pip install --quiet -e ".[$extras]"
+# (setuptools prints an information-only banner about editable installs; it says nothing to act on)
+PYTHONWARNINGS="ignore:Editable installation" .venv/bin/python -m pip install --quiet -e ".[$extras]"
 # The import warns (PerformanceWarning, with the fix) when a compiled extension could not be built.
 .venv/bin/python -c "import mmreplay.extensions as e; print('setup: done; mmreplay', __import__('mmreplay').__version__ + ':', e.summary())"
 printf '%s\n%s\n' "$hash" "$extras" > "$stamp"
