@@ -11,6 +11,7 @@ import ctypes.util
 import os
 import runpy
 import sys
+import warnings
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -24,18 +25,18 @@ EXTENSIONS = runpy.run_path(str(Path(__file__).resolve().parent / "mmreplay" / "
 class build_optional_ext(build_ext):
     """build_ext that, after building, says clearly which optional extensions failed and how to fix it.
 
-    setuptools only warns in the middle of the compiler's output, which pip hides; this banner is the
-    last thing the build prints (``pip install -v`` shows it; scripts/setup.sh prints the import warning).
+    setuptools only mentions a failed optional extension in the middle of the compiler's output, which
+    pip hides unless ``-v``. This says it last, as a ``UserWarning``: pip (25.1 and later) shows the
+    build backend's warnings at the end of even a quiet install, and ``python setup.py`` prints it.
     """
 
     def run(self) -> None:
         self.failed: list[str] = []
         super().run()
         if self.failed:
-            rule = "*" * 100
-            print(f"\n{rule}\nmmreplay: the compiled extension(s) {', '.join(self.failed)} could not be built. "
-                  f"mmreplay works without them, with the same results,\nbut {EXTENSIONS['SLOWER']}.\n"
-                  f"{EXTENSIONS['FIX']}\n{rule}\n", file=sys.stderr)
+            warnings.warn(f"\nmmreplay: the compiled extension(s) {', '.join(self.failed)} could not be built. "
+                          f"mmreplay works without them, with the same results, but {EXTENSIONS['SLOWER']}.\n"
+                          f"{EXTENSIONS['FIX']}", UserWarning, stacklevel=1)
 
     def build_extension(self, ext: Extension) -> None:
         try:
