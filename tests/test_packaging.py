@@ -19,7 +19,8 @@ import pytest
 import mmreplay
 from mmreplay import ReplayStore
 
-REPO = Path(mmreplay.__file__).resolve().parent.parent
+REPO = Path(mmreplay.__file__).resolve().parent.parent  # where the package under test is imported from
+SOURCES = Path(__file__).resolve().parent.parent  # the checkout or unpacked sdist holding these tests
 EXTENSIONS = ("mmreplay._lz4batch", "mmreplay._lz4ref", "mmreplay._sumtree")
 
 # Run before anything else in the child: the named extensions fail to import, with the given error.
@@ -158,7 +159,7 @@ def test_info_says_whether_compiled_code_is_in_use(tmp_path: Path) -> None:
 
 def test_the_version_is_written_once_in_the_package_and_read_by_pyproject() -> None:
     tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    project = tomllib.loads((SOURCES / "pyproject.toml").read_text())
     assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
     assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "mmreplay.__version__"}
     assert isinstance(mmreplay.__version__, str) and mmreplay.__version__.count(".") == 2
