@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes.util
 import os
 import runpy
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -51,9 +52,17 @@ def lz4_link_args() -> dict[str, list[str]]:
     """How to link liblz4 when only its runtime library is installed (no liblz4.so dev symlink).
 
     ``-llz4`` needs the development symlink (Debian's liblz4-dev); without it, GNU ld, gold and lld
-    accept ``-l:liblz4.so.1`` (the soname that ``find_library`` reports); on macOS ``find_library``
-    reports a full path, which links as an object.
+    accept ``-l:liblz4.so.1`` (the soname that ``find_library`` reports); on macOS Homebrew's lz4 is
+    linked from ``brew --prefix lz4``, else ``find_library`` reports a full path, which links as an object.
     """
+    if sys.platform == "darwin":
+        # Homebrew on Apple silicon keeps its libraries in /opt/homebrew/lib, which the linker does not search.
+        try:
+            prefix = subprocess.run(["brew", "--prefix", "lz4"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            prefix = None
+        if prefix is not None and prefix.returncode == 0 and os.path.isdir(f"{prefix.stdout.strip()}/lib"):
+            return {"libraries": ["lz4"], "library_dirs": [f"{prefix.stdout.strip()}/lib"]}
     found = ctypes.util.find_library("lz4")
     if found is None or sys.platform == "win32":
         return {"libraries": ["lz4"]}  # the link fails and the optional extension is skipped
