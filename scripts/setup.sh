@@ -41,8 +41,10 @@ if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv ($(python3 --version))"
   python3 -m venv .venv
 fi
-echo "setup: upgrading pip"
-.venv/bin/python -m pip install --quiet --upgrade pip
+echo "setup: upgrading pip and setuptools"
+# setuptools too: "python setup.py build_ext --inplace" (the development build) needs the version
+# pyproject.toml asks for, which the venv module's bundled one may predate.
+.venv/bin/python -m pip install --quiet --upgrade pip "setuptools>=77"
 case ",$extras," in
   *,peers,*|*,sb3,*)
     # The CPU build of PyTorch; a bare 'torch' requirement would pull a multi-GB CUDA build.
