@@ -27,7 +27,7 @@ To build them, install a C compiler and the lz4 and zlib libraries' development 
   Debian/Ubuntu:  sudo apt-get install build-essential liblz4-dev zlib1g-dev
   Fedora:         sudo dnf install gcc lz4-devel zlib-devel
   macOS:          xcode-select --install && brew install lz4
-  then, in the clone:  pip install --force-reinstall --no-deps -e .   (or: bash scripts/setup.sh)
+  then, in the clone:  pip install --force-reinstall --no-deps -e .   (or: bash scripts/setup.sh --force)
 'python -m mmreplay --version' says whether compiled code is in use."""
 
 

@@ -5,7 +5,8 @@
 #   bash scripts/setup.sh --force    # reinstall even when nothing changed
 # Returns at once when nothing changed since the last install: .venv/.mmreplay-setup records a hash of
 # what the install depends on (pyproject.toml, setup.py, the C sources, the Python version, the C
-# compiler and liblz4 found) and the extras installed; an install for extras already installed is skipped.
+# compiler, liblz4 and headers found) and the extras installed; a run for extras already installed is
+# skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 force=0
@@ -18,8 +19,10 @@ inputs_hash() {
   {
     cat pyproject.toml setup.py mmreplay/*.c mmreplay/*.h
     python3 -c 'import sys; print(sys.version)'
-    command -v cc gcc clang || true  # a compiler installed since: build the extensions this time
+    # A compiler, liblz4 or a header installed since the last run: build the extensions this time.
+    command -v cc gcc clang || true
     { ldconfig -p 2>/dev/null || true; } | grep -F liblz4 || true
+    ls /usr/include/lz4.h /usr/include/zlib.h /usr/local/include/lz4.h /usr/local/include/zlib.h 2>/dev/null || true
   } | sha256sum | cut -d' ' -f1
 }
 hash=$(inputs_hash)
