@@ -27,7 +27,7 @@ class build_optional_ext(build_ext):
     """build_ext that, after building, says clearly which optional extensions failed and how to fix it.
 
     setuptools only mentions a failed optional extension in the middle of the compiler's output, which
-    pip hides unless ``-v``. This says it last, as a ``UserWarning``: pip (25.1 and later) shows the
+    pip hides unless ``-v``. This says it last, as a ``UserWarning``: a recent pip (26.3 here) shows the
     build backend's warnings at the end of even a quiet install, and ``python setup.py`` prints it.
     """
 
