@@ -40,7 +40,7 @@ wheel=$(ls "$work"/dist/mmreplay-*.whl)
 echo "  $(basename "$sdist"), $(basename "$wheel")"
 
 echo "check_package: twine check --strict"
-NO_COLOR=1 "$work/tools/bin/twine" check --strict "$sdist" "$wheel"
+"$work/tools/bin/twine" --no-color check --strict "$sdist" "$wheel"
 
 echo "check_package: the sdist's and the wheel's contents"
 prefix=$(basename "$sdist" .tar.gz)
