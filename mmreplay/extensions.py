@@ -17,10 +17,12 @@ from types import ModuleType
 NAMES = ("_lz4batch", "_lz4ref", "_sumtree")
 HIDE_VARIABLE = "MMREPLAY_PURE_PYTHON"
 
-# Measured with benchmarks/bench_core.py (Pong frames, capacity 30,000, 3 repeats, one env), compiled
-# against MMREPLAY_PURE_PYTHON=1: add 76,005 against 19,283 transitions/s, sample(32) 4,578 against
-# 1,597 batches/s.
-SLOWER = "adding transitions is about 4x slower and sampling about 3x slower"
+# Measured on this project's machine (2 vCPUs shared with other jobs), compiled against
+# MMREPLAY_PURE_PYTHON=1 on real Pong frames, one env: benchmarks/bench_core.py at capacity 30,000 on a
+# quiet machine, add 76,005 against 19,283 transitions/s (3.9x), sample(32) 4,578 against 1,597
+# batches/s (2.9x); in alternating fresh processes on a loaded one, medians of 4 rounds, add 1.8x,
+# sample 2.6x (the compiled code's threads gain less when the cores are busy).
+SLOWER = "adding transitions is about 2-4x slower and sampling about 2-3x slower"
 
 FIX = """\
 To build them, install a C compiler and the lz4 and zlib libraries' development packages, then reinstall mmreplay:
