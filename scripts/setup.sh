@@ -23,7 +23,7 @@ inputs_hash() {
     command -v cc gcc clang || true
     { ldconfig -p 2>/dev/null || true; } | grep -F liblz4 || true
     ls /usr/include/lz4.h /usr/include/zlib.h /usr/local/include/lz4.h /usr/local/include/zlib.h 2>/dev/null || true
-  } | sha256sum | cut -d' ' -f1
+  } | python3 -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())'
 }
 hash=$(inputs_hash)
 if [ -x .venv/bin/python ] && [ -f "$stamp" ]; then
