@@ -133,9 +133,11 @@ def _print(arguments: argparse.Namespace, value: Any, text: str) -> None:
 def _info(arguments: argparse.Namespace) -> int:
     with ReplayStore.open(arguments.store, "r") as store:
         on_disk = store.bytes_on_disk()
-        raw = len(store) * int(np.prod(store.frame_shape))  # one uncompressed frame per transition
+        # One uncompressed frame per transition.
+        raw = len(store) * int(np.prod(store.frame_shape)) * store.frame_dtype.itemsize
         info = {
             "path": str(store.path), "format_version": format.FORMAT_VERSION, "frame_shape": list(store.frame_shape),
+            "frame_dtype": str(store.frame_dtype),
             "stack_size": store.stack_size, "capacity": store.capacity, "transitions": len(store),
             "transitions_added": store.transitions_added, "episodes": len(store.episodes()),
             "num_envs": store.num_envs, "action_shape": list(store.action_shape),
@@ -186,6 +188,9 @@ def _show(arguments: argparse.Namespace) -> int:
         if getattr(arguments, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1; got {getattr(arguments, name)}")
     with ReplayStore.open(arguments.store, "r") as store:
+        if store.frame_dtype != np.uint8:
+            raise ValueError(f"show draws uint8 image frames; this store's frames are {store.frame_dtype} "
+                             f"{store.frame_shape} (read them with ReplayStore.read, or export them)")
         frames = _episode_frames(store, arguments.episode)
     if not (frames.ndim == 3 or (frames.ndim == 4 and frames.shape[-1] in (1, 3))):
         raise ValueError(f"cannot draw frames of shape {frames.shape[1:]}: expected (H, W), (H, W, 1) or (H, W, 3)")
@@ -286,11 +291,12 @@ def _verify_chunk(store: ReplayStore, steps: np.ndarray, episode_of: np.ndarray,
         episode = episodes[number]
         if batch.env_index[i] != episode.env_index:
             problems.append(f"step {step}: env {batch.env_index[i]} but its episode {number} is env {episode.env_index}")
-        if number in last_next and not np.array_equal(last_next[number], batch.obs[i]):
+        # Frames compare by their bytes, as the store compares them (a NaN frame equals itself).
+        if number in last_next and last_next[number].tobytes() != batch.obs[i].tobytes():
             problems.append(f"step {step}: obs does not continue the previous next_obs of episode {number}")
         last = step == int(episode.steps[-1])
         ended = "terminated" if batch.terminated[i] else "truncated" if batch.truncated[i] else None
-        if not ended and not np.array_equal(batch.next_obs[i, :-1], batch.obs[i, 1:]):
+        if not ended and batch.next_obs[i, :-1].tobytes() != batch.obs[i, 1:].tobytes():
             problems.append(f"step {step}: next_obs is not obs shifted by one frame, though it did not end its episode")
         if ended and not last:
             problems.append(f"step {step}: {ended} inside episode {number}, which goes on")

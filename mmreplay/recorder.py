@@ -31,7 +31,7 @@ class RecordEpisodes(gym.Wrapper[Any, Any, Any, Any]):
         _check_observation_space(env.observation_space, store)
         super().__init__(env)
         self.store = store
-        self._obs: npt.NDArray[np.uint8] | None = None
+        self._obs: npt.NDArray[np.generic] | None = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
@@ -71,7 +71,7 @@ class RecordVectorEpisodes(VectorWrapper):
         super().__init__(env)
         self.store = store
         self.autoreset_mode = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
-        self._obs: npt.NDArray[np.uint8] | None = None
+        self._obs: npt.NDArray[np.generic] | None = None
         self._resetting = np.zeros(env.num_envs, dtype=bool)  # next-step mode: envs whose next step resets
 
     def reset(
@@ -103,7 +103,7 @@ class RecordVectorEpisodes(VectorWrapper):
         super().close(**kwargs)
 
 
-def _final_obs(next_obs: npt.NDArray[np.uint8], info: dict[str, Any]) -> npt.NDArray[np.uint8]:
+def _final_obs(next_obs: npt.NDArray[np.generic], info: dict[str, Any]) -> npt.NDArray[np.generic]:
     """next_obs with each ended env's entry replaced by its final observation (same-step autoreset)."""
     ended = info.get("_final_obs")
     if ended is None or not np.any(ended):
@@ -121,5 +121,7 @@ def _check_observation_space(space: gym.Space[Any], store: ReplayStore) -> None:
         raise ValueError(
             f"observation_space has shape {shape}; expected {frame} (one frame) or {stack} (a stack) for the store"
         )
-    if getattr(space, "dtype", None) != np.uint8:
-        raise TypeError(f"observation_space must have dtype uint8; got {getattr(space, 'dtype', None)}")
+    if getattr(space, "dtype", None) != store.frame_dtype:
+        raise TypeError(
+            f"observation_space must have the store's frame dtype {store.frame_dtype}; got {getattr(space, 'dtype', None)}"
+        )
