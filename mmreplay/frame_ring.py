@@ -376,8 +376,7 @@ class FrameRing:
         if len(frame_steps) == 0:
             return
         assert out.dtype == self.frame_dtype and out.nbytes == len(frame_steps) * self.frame_nbytes
-        out = out.reshape(len(frame_steps), -1).view(np.uint8)  # lz4 writes bytes
-        if self._view_cache is not None and codec.decode_from_table(
+        if self._view_cache is not None and codec.decode_from_table(  # writes bytes into any dtype
             self._table,
             frame_steps,
             out,
@@ -410,7 +409,7 @@ class FrameRing:
             lengths.astype(np.int64),
             entries["checksum"],
             frame_steps.astype(np.uint32) * np.uint32(_SEED_MULTIPLIER) + entries["prev_delta"],  # frame_seed
-            out,
+            out.reshape(len(frame_steps), -1).view(np.uint8),  # lz4 writes bytes
             views=views,
         )
         if bad >= 0:
