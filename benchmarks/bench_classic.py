@@ -19,7 +19,8 @@ training loop hands it (obs and next_obs as float32 (4,) arrays, the action as t
 ``action_space.sample()`` returns, the reward as a float, the flags as bools), and a new array for
 every next_obs, as an env makes one per step. Each buffer runs in its own process: insertion of
 ``--transitions`` into ``--capacity`` (transitions/s, timed as one loop), then ``--repeats`` rounds of
-``--batches`` batches of ``--batch-size`` (batches/s, the median round), RSS growth (VmRSS from just
+``--batches`` batches of ``--batch-size`` (batches/s, the median round; the deque, at ~50 batches/s
+for 1,000,000 transitions, runs ``--deque-repeats``), RSS growth (VmRSS from just
 before the buffer is made to after insertion; file-backed pages of mmreplay's maps count here too)
 and bytes on disk. For mmreplay it then profiles insertion on a fresh store (``--profile-transitions``):
 the share of add spent in validation, frame compression, checksums and the rest.
@@ -31,10 +32,8 @@ the share of add spent in validation, frame compression, checksums and the rest.
 from __future__ import annotations
 
 import argparse
-import cProfile
 import json
 import os
-import pstats
 import random
 import shutil
 import statistics
@@ -244,6 +243,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 sample(args.batch_size)
             rounds.append(args.batches / (time.perf_counter() - start))
         check = _check(buffer, data, args) if args.worker == "mmreplay" else None
+        paired = _paired_with_numpy(buffer, data, args) if args.worker == "mmreplay" else None
     finally:
         buffer.close()
         shutil.rmtree(directory, ignore_errors=True)
@@ -252,6 +252,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "insert_per_s": args.transitions / insert_seconds, "feed_per_s": args.transitions / feed_seconds,
         "sample_per_s": statistics.median(rounds),
         "sample_rounds": rounds, "rss_growth": rss_growth, "bytes_on_disk": disk, "check": check,
+        "paired_ratios": paired,
     }
     if args.worker == "mmreplay":
         result["profile"] = profile_adds(data, args)
@@ -268,70 +269,83 @@ def _check(buffer: Any, data: dict[str, np.ndarray], args: argparse.Namespace) -
     return "the newest 1,000 transitions read back bit-exact" if ok else "MISMATCH in the newest 1,000 transitions"
 
 
-def profile_adds(data: dict[str, np.ndarray], args: argparse.Namespace) -> dict[str, float]:
-    """Microseconds per add on a fresh store, split by what it does.
+def _paired_with_numpy(buffer: Any, data: dict[str, np.ndarray], args: argparse.Namespace) -> list[float]:
+    """mmreplay's batches/s over the numpy buffer's, both holding the same transitions in this process
+    and sampling in alternating rounds of ``--batches // 10``: the load of other processes on the
+    machine then weighs on both alike. One ratio per pair of rounds."""
+    peer = NumpyBuffer(args.capacity, args.seed, Path())
+    for transition in replay(data):
+        peer.add(*transition)
+    batches = max(1, args.batches // 10)
+    ratios = []
+    for _ in range(2 * args.repeats + 5):
+        rates = []
+        for sample in (buffer.sample, peer.sample):
+            start = time.perf_counter()
+            for _ in range(batches):
+                sample(args.batch_size)
+            rates.append(batches / (time.perf_counter() - start))
+        ratios.append(rates[0] / rates[1])
+    return ratios
 
-    cProfile attributes the time of each function (its own time): ``parse_single_frames`` (validation),
-    ``append_frames`` (the compiled call that compresses each frame, computes its CRC-32 and writes it
-    with its frame-table entry), ``write_rows`` (the compiled call that writes the rows with their
-    checksums), and the rest (episode bookkeeping, the Python glue). Compression and the frame CRC
-    inside ``append_frames`` are then estimated by timing liblz4 (python-lz4) and the extension's
-    CRC-32 on the same frames, minus each call's cost on an empty input (the Python call itself).
+
+def profile_adds(data: dict[str, np.ndarray], args: argparse.Namespace) -> dict[str, float]:
+    """Microseconds per add on a fresh store, and what its parts cost when each is timed alone on the
+    same transitions (CPU time of this thread, so other processes on the machine count less).
+
+    ``validation``: ``parse_single_frames``, the check add's fast path makes. ``frame write``: the
+    frame ring's ``append_frames`` of each new frame alone (one compiled call: lz4 compression, the
+    frame's CRC-32, its frame-table entry and the ``pwrite`` of its bytes), on a scratch store.
+    ``compression`` and ``frame CRC-32``: liblz4 (through python-lz4) and the extension's CRC-32 on the
+    same frames, minus each call's cost on an empty input (the Python call itself). The rest of an add
+    is the transition row (with its checksum), episode bookkeeping, the commits every 5 s and the
+    Python between them.
     """
     import lz4.block
 
     from mmreplay import ReplayStore, codec
+    from mmreplay.transition_table import TERMINATED, TRUNCATED
+    from mmreplay.validation import parse_single_frames
 
     count = min(args.profile_transitions, len(data["action"]))
     feed = list(replay({name: values[:count] for name, values in data.items()}))
+    frames = [transition[3] for transition in feed]
     directory = Path(tempfile.mkdtemp(prefix="classic-profile-", dir=args.tmpdir))
+    clock = time.thread_time
+
+    def per_item(function: Any, inputs: list[Any]) -> float:
+        start = clock()
+        for value in inputs:
+            function(value)
+        return (clock() - start) / len(inputs) * 1e6
+
     try:
         store = ReplayStore.create(directory / "p.mmr", frame_shape=(4,), capacity=args.capacity, stack_size=1,
                                    frame_dtype=np.float32, action_dtype=np.int64)
-        start = time.perf_counter()
-        for transition in feed[: count // 2]:
-            store.add(*transition)
-        plain = (time.perf_counter() - start) / (count // 2)
-        profiler = cProfile.Profile()
-        profiler.enable()
-        for transition in feed[count // 2 :]:
-            store.add(*transition)
-        profiler.disable()
+        add = store.add
+        add_us = per_item(lambda transition: add(*transition), feed)
+        shapes = store._add_shapes
+        validation_us = per_item(lambda transition: parse_single_frames(
+            shapes, *transition, terminated_bit=TERMINATED, truncated_bit=TRUNCATED), feed)
         store.close()
+        scratch = ReplayStore.create(directory / "scratch.mmr", frame_shape=(4,), capacity=args.capacity,
+                                     stack_size=1, frame_dtype=np.float32)
+        ring, one = scratch._frames, [1]
+        write_us = per_item(lambda frame: ring.append_frames(frame, one), frames)
+        scratch.close()
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-    profiled = count - count // 2
-    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
-    total = sum(entry[2] for entry in stats.values())
-    own = {}
-    for (_, _, name), entry in stats.items():
-        own[name] = own.get(name, 0.0) + entry[2]
-    frames = [transition[3] for transition in feed]
     payloads = [codec.compress(frame) for frame in frames]
     empty = np.zeros(0, np.float32)
-
-    def per_call(function: Any, inputs: list[Any]) -> float:
-        start = time.perf_counter()
-        for value in inputs:
-            function(value)
-        return (time.perf_counter() - start) / len(inputs)
-
-    compress = per_call(lambda f: lz4.block.compress(f, store_size=False), frames)
-    compress -= per_call(lambda f: lz4.block.compress(f, store_size=False), [empty] * len(frames))
-    crc = per_call(lambda p: codec.checksum(p, 12345), payloads) - per_call(lambda p: codec.checksum(p, 12345), [b""] * len(payloads))
-    scale = 1e6 / profiled
-    parts = {
-        "add_us_unprofiled": plain * 1e6,
-        "add_us_profiled": total * scale,
-        "validation_us": own.get("parse_single_frames", 0.0) * scale + own.get("_new_frames", 0.0) * scale,
-        "append_frames_us": sum(v for k, v in own.items() if "append_frames" in k) * scale,
-        "write_rows_us": sum(v for k, v in own.items() if "write_rows" in k) * scale,
-        "compression_us_estimate": max(compress, 0.0) * 1e6,
-        "frame_crc_us_estimate": max(crc, 0.0) * 1e6,
+    compress = per_item(lambda f: lz4.block.compress(f, store_size=False), frames)
+    compress -= per_item(lambda f: lz4.block.compress(f, store_size=False), [empty] * len(frames))
+    crc = per_item(lambda p: codec.checksum(p, 12345), payloads) - per_item(lambda p: codec.checksum(p, 12345), [b""] * len(payloads))
+    return {
+        "add_us": add_us, "validation_us": validation_us, "frame_write_us": write_us,
+        "compression_us": max(compress, 0.0), "frame_crc_us": max(crc, 0.0),
+        "rest_us": add_us - validation_us - write_us,
         "payload_bytes": float(np.mean([len(p) for p in payloads])),
     }
-    parts["rest_us"] = parts["add_us_profiled"] - parts["validation_us"] - parts["append_frames_us"] - parts["write_rows_us"]
-    return parts
 
 
 # -- the driver ------------------------------------------------------------------------------------
@@ -340,7 +354,7 @@ def profile_adds(data: dict[str, np.ndarray], args: argparse.Namespace) -> dict[
 def run_worker(args: argparse.Namespace, name: str, data: Path, tmpdir: str) -> dict[str, Any]:
     command = [sys.executable, __file__, "--worker", name, "--data", str(data), "--tmpdir", tmpdir,
                "--transitions", str(args.transitions), "--capacity", str(args.capacity),
-               "--batches", str(args.batches), "--batch-size", str(args.batch_size), "--repeats", str(args.repeats),
+               "--batches", str(args.batches), "--batch-size", str(args.batch_size), "--repeats", str(args.deque_repeats if name == "deque" else args.repeats),
                "--seed", str(args.seed), "--profile-transitions", str(args.profile_transitions)]
     done = subprocess.run(command, check=False, capture_output=True, text=True)
     if done.returncode != 0:
@@ -351,7 +365,7 @@ def run_worker(args: argparse.Namespace, name: str, data: Path, tmpdir: str) -> 
 def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, recorded_s: float) -> str:
     lines = [
         f"CartPole-v1, {args.transitions:,} transitions into capacity {args.capacity:,}, "
-        f"{args.batches:,} batches of {args.batch_size} (median of {args.repeats} rounds); "
+        f"{args.batches:,} batches of {args.batch_size} (median of {args.repeats} rounds, the deque's of {args.deque_repeats}); "
         f"recording took {recorded_s:.1f} s; load average {load_average():.2f} at the end; the feed alone "
         f"(making each step's arrays, no buffer) runs at {statistics.median(r['feed_per_s'] for r in results.values()):,.0f}"
         " transitions/s and is included in every insert rate",
@@ -370,15 +384,20 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace, recorde
                 ratio = mine["sample_per_s"] / results[peer]["sample_per_s"]
                 verdict = "met" if ratio >= target else "NOT met"
                 lines.append(f"- mmreplay samples {ratio:.2f}x the {peer} buffer's batches/s (target >= {target}x: {verdict})")
+        ratios = sorted(mine["paired_ratios"])
+        lines.append(f"- paired (mmreplay and a numpy buffer of the same transitions in one process, sampling in "
+                     f"alternating rounds): mmreplay at {statistics.median(ratios):.2f}x the numpy buffer's batches/s "
+                     f"(median of {len(ratios)} pairs; quartiles {ratios[len(ratios) // 4]:.2f}-{ratios[3 * len(ratios) // 4]:.2f})")
         lines.append(f"- check: {mine['check']}")
         p = mine["profile"]
         lines.append(
-            f"- mmreplay's add, profiled on {args.profile_transitions:,} transitions: {p['add_us_unprofiled']:.1f} us "
-            f"unprofiled ({p['add_us_profiled']:.1f} us under cProfile): validation {p['validation_us']:.1f} us, "
-            f"append_frames {p['append_frames_us']:.1f} us (compression ~{p['compression_us_estimate']:.2f} us and "
-            f"frame CRC-32 ~{p['frame_crc_us_estimate']:.2f} us of it, estimated; {p['payload_bytes']:.0f}-byte "
-            f"payloads), write_rows with row checksums {p['write_rows_us']:.1f} us, the rest (episode "
-            f"bookkeeping, Python glue) {p['rest_us']:.1f} us")
+            f"- mmreplay's add, timed part by part on {args.profile_transitions:,} transitions (thread CPU time): "
+            f"{p['add_us']:.1f} us an add; validation {p['validation_us']:.1f} us "
+            f"({p['validation_us'] / p['add_us']:.0%}); the frame write {p['frame_write_us']:.1f} us "
+            f"({p['frame_write_us'] / p['add_us']:.0%}), of which lz4 compression ~{p['compression_us']:.2f} us and the "
+            f"frame CRC-32 ~{p['frame_crc_us']:.2f} us ({p['payload_bytes']:.0f}-byte payloads; the rest of it is the "
+            f"pwrite and the entry); the rest {p['rest_us']:.1f} us ({p['rest_us'] / p['add_us']:.0%}: the row with its "
+            "checksum, episode bookkeeping, commits, Python)")
     return "\n".join(lines)
 
 
@@ -389,6 +408,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10_000, help="batches per sampling round (default %(default)s)")
     parser.add_argument("--batch-size", type=int, default=50, help="transitions per batch (default %(default)s)")
     parser.add_argument("--repeats", type=int, default=3, help="sampling rounds; the median is reported")
+    parser.add_argument("--deque-repeats", type=int, default=1, help="the deque's sampling rounds (default %(default)s)")
     parser.add_argument("--buffers", nargs="+", choices=BUFFERS, default=list(BUFFERS))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--profile-transitions", type=int, default=200_000,
