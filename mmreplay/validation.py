@@ -270,14 +270,15 @@ def _new_frames(
         return obs.tobytes(), False, [next_bytes[i : i + size] for i in range(0, len(next_bytes), size)], next_obs
     if obs.shape != shapes.stack:
         return None
-    obs_bytes, next_bytes = obs.tobytes(), next_obs.tobytes()  # tobytes is C order, contiguous or not
+    obs_bytes = obs.tobytes()  # C order, contiguous or not
+    # next_obs is read in place: only its newest frames are copied.
+    next_view = memoryview(next_obs).cast("B")
     size = len(obs_bytes) // envs  # an env's stack
     frame = size // shapes.stack_size
-    obs_view = memoryview(obs_bytes)
     for start in range(0, len(obs_bytes), size):  # next_obs[:-1] == obs[1:], compared in place
-        if not next_bytes.startswith(obs_view[start + frame : start + size], start):
+        if not obs_bytes.startswith(next_view[start : start + size - frame], start + frame):
             return None
-    new = [next_bytes[start + size - frame : start + size] for start in range(0, len(next_bytes), size)]
+    new = [next_view[start + size - frame : start + size].tobytes() for start in range(0, len(obs_bytes), size)]
     return obs_bytes, True, new, next_obs[-1] if envs == 1 else np.ascontiguousarray(next_obs[:, -1])
 
 
