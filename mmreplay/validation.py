@@ -224,8 +224,8 @@ def parse_single_frames(
         value = _one_reward(reward)
         if value is None:
             return None
-        ended = terminated is True or (terminated is not False and _one_flag(terminated, "terminated"))
-        cut = truncated is True or (truncated is not False and _one_flag(truncated, "truncated"))
+        ended = terminated if terminated is True or terminated is False else _one_flag(terminated, "terminated")
+        cut = truncated if truncated is True or truncated is False else _one_flag(truncated, "truncated")
         if ended is None or cut is None:
             return None
         return _single_frames((*frames, action_bytes, [value], [terminated_bit * ended | truncated_bit * cut]))
@@ -275,11 +275,15 @@ def _new_frames(
     next_view = memoryview(next_obs).cast("B")
     size = len(obs_bytes) // envs  # an env's stack
     frame = size // shapes.stack_size
-    for start in range(0, len(obs_bytes), size):  # next_obs[:-1] == obs[1:], compared in place
+    if envs == 1:  # next_obs[:-1] == obs[1:], compared in place
+        if not obs_bytes.startswith(next_view[: size - frame], frame):
+            return None
+        return obs_bytes, True, [next_view[size - frame :].tobytes()], next_obs[-1]
+    for start in range(0, len(obs_bytes), size):
         if not obs_bytes.startswith(next_view[start : start + size - frame], start + frame):
             return None
     new = [next_view[start + size - frame : start + size].tobytes() for start in range(0, len(obs_bytes), size)]
-    return obs_bytes, True, new, next_obs[-1] if envs == 1 else np.ascontiguousarray(next_obs[:, -1])
+    return obs_bytes, True, new, np.ascontiguousarray(next_obs[:, -1])
 
 
 def _action_bytes(action: object, shapes: AddShapes) -> bytes | None:
