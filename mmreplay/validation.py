@@ -281,7 +281,7 @@ def _new_frames(
         return None
     obs_bytes = obs.tobytes()  # C order, contiguous or not
     # next_obs is read in place: only its newest frames are copied.
-    next_view = memoryview(next_obs).cast("B")
+    next_view = next_obs.data.cast("B")
     size = len(obs_bytes) // envs  # an env's stack
     frame = size // shapes.stack_size
     if envs == 1:  # next_obs[:-1] == obs[1:], compared in place
@@ -300,22 +300,21 @@ def _action_bytes(action: object, shapes: AddShapes) -> bytes | None:
     ``parse_add`` would refuse it. A numpy scalar of the store's dtype or a Python ``int`` for a signed
     integer dtype (as ``np.asarray`` makes an int64 of it, which casts only to signed integers and floats
     with the same kind) is packed directly; any other kind goes through ``parse_add``'s checks."""
-    kind = type(action)
     if not shapes.action:  # one env, one number
-        if kind is shapes.action_dtype.type:
-            return action.tobytes()  # type: ignore[attr-defined]
-        if kind is int:
+        if type(action) is shapes.action_dtype.type:
+            return cast(np.generic, action).tobytes()
+        if type(action) is int:
             bounds = _SIGNED_BOUNDS.get(shapes.action_dtype.type)
             if bounds is not None:
                 low, high, size = bounds
-                return action.to_bytes(size, "little", signed=True) if low <= action <= high else None  # type: ignore[attr-defined]
+                return action.to_bytes(size, "little", signed=True) if low <= action <= high else None
     elif (
-        kind is np.ndarray
-        and action.dtype == shapes.action_dtype  # type: ignore[attr-defined]
-        and action.dtype.isnative  # type: ignore[attr-defined]
-        and action.shape == shapes.action  # type: ignore[attr-defined]
+        type(action) is np.ndarray
+        and action.dtype == shapes.action_dtype
+        and action.dtype.isnative
+        and action.shape == shapes.action
     ):
-        return action.tobytes()  # type: ignore[attr-defined]
+        return action.tobytes()
     try:
         array = _parse_action(action, shapes)
         if array.dtype != shapes.action_dtype:
@@ -328,12 +327,13 @@ def _action_bytes(action: object, shapes: AddShapes) -> bytes | None:
 def _one_reward(reward: object) -> float | None:
     """One env's reward as the float32 value the row stores (a Python float holding it exactly once the
     row casts it), or None where ``parse_add`` would refuse it."""
-    kind = type(reward)
-    if kind is float or kind in _EXACT_FLOATS:
-        value = float(reward)  # type: ignore[arg-type]
-    elif kind is int and -_EXACT_INT <= reward <= _EXACT_INT:  # type: ignore[operator]
+    if type(reward) is float:
+        value = reward
+    elif type(reward) in _EXACT_FLOATS:
+        value = float(cast(np.floating[Any], reward))
+    elif type(reward) is int and -_EXACT_INT <= reward <= _EXACT_INT:
         # Exact as a float64, so the row's float32 cast rounds once, as numpy's int64 -> float32 does.
-        value = float(reward)  # type: ignore[arg-type]
+        value = float(reward)
     else:
         value = math.nan
     if -_FLOAT32_MAX <= value <= _FLOAT32_MAX:  # also refuses nan
@@ -345,7 +345,7 @@ def _one_reward(reward: object) -> float | None:
 def _rewards(reward: object, env_axis: tuple[int, ...]) -> list[float] | None:
     """Every env's reward, rounded to float32 as ``parse_add`` rounds it, or None where it would refuse them."""
     if type(reward) is np.ndarray and reward.dtype in _FLOAT_DTYPES and reward.shape == env_axis and env_axis:
-        rewards = reward.tolist()
+        rewards: list[float] = reward.tolist()
         if all(-_FLOAT32_MAX <= value <= _FLOAT32_MAX for value in rewards):  # also refuses nan
             return rewards if reward.dtype == np.float32 else reward.astype(np.float32).tolist()
     try:
