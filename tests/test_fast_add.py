@@ -173,8 +173,9 @@ reward_values = st.one_of(
 
 
 def stored_action(form: Any, dtype: np.dtype) -> bytes | None:
-    """The bytes ``add`` stores for an action given as ``form``, by numpy's casting rules as the API tour
-    states them (values castable with the same kind, and equal after the cast); None if it refuses it."""
+    """The bytes ``add`` stores for an action given as ``form``: numpy's "same_kind" casts (an int64 goes
+    to signed integers and floats, not to unsigned ones), and only values the cast keeps equal; None
+    where ``add`` refuses it."""
     array = np.asarray(form)
     if array.dtype.kind not in "iufb" or not np.can_cast(array.dtype, dtype, "same_kind"):
         return None
