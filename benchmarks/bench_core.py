@@ -3,11 +3,11 @@
 Feeds a real Atari frame stream (20,000 frames recorded with ALE, see ``frame_streams.py``; episode
 boundaries from the stream) cyclically into each buffer, one add per env step, until it holds
 ``--capacity`` transitions; then samples uniform batches of ``--batch-size`` 4-frame stacks. mmreplay
-is measured twice: fed by one env, and by ``--vector-envs`` envs (8) that play the stream from
-different episode starts, one vector add of ``(8, 84, 84)`` arrays per env step. Each buffer is
+is fed by one env (its adds in three forms, below), and by ``--vector-envs`` envs (8) that play the
+stream from different episode starts, one vector add of ``(8, 84, 84)`` arrays per env step. Each buffer is
 measured in a fresh subprocess per repeat, so its anonymous memory (``RssAnon``) starts clean and one
 buffer's memory never weighs on another's. Prints medians over ``--repeats``, mmreplay's ratio against
-each peer, and the core issue's and issue 7's targets as markdown; ``--json`` also writes them
+each peer, and the targets of the core issue and issues 7 and 14 as markdown; ``--json`` also writes them
 machine-readable (``benchmarks/report.py`` reads that file).
 
     .venv/bin/python benchmarks/bench_core.py                     # pong, capacity 100,000, all peers
