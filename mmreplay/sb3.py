@@ -54,10 +54,12 @@ class MmreplayBuffer(ReplayBuffer):
     ``DQN.load`` from another directory would create a new store, so give an absolute one). Present:
     it is reopened with the transitions it holds, for training or inference, when its layout (frame
     shape, stack size, envs, action shape and dtype, capacity) is the one these arguments make; else
-    a ``ValueError`` names the field that differs. The buffer appends when it can take the store's
-    writer lock; while another writer holds it (a deepcopy's original, the model a checkpoint was
-    loaded beside, another process) it reads the last commit, and becomes the writer at its first
-    ``add`` if that writer has been closed by then (else ``StoreLockedError`` says who holds it).
+    a ``ValueError`` names the field that differs. One writer appends to a store at a time: a buffer
+    that cannot take the store's writer lock at construction (a deepcopy beside its original, a model
+    loaded beside the one that trained it, another process writing) reads the store's last commit, and
+    takes the lock at its first ``add``. Buffers of one process hand it over (the holder commits and
+    reads from then on); a writer in another process, or a ``ReplayStore`` opened with ``"r+"`` by
+    hand, keeps it, and that ``add`` raises ``StoreLockedError`` saying which.
 
     **Pickling** (``save_replay_buffer``, ``copy.deepcopy``, ``CheckpointCallback``) commits the store
     and keeps its absolute path and the counters, with the transitions added so far. Unpickling
@@ -147,6 +149,14 @@ class MmreplayBuffer(ReplayBuffer):
         unclosed or the interpreter exits."""
         self.store = store
         self._finalizer = weakref.finalize(self, store.close)
+        if store.mode == "r+":
+            _WRITERS[str(self.path)] = self
+
+    def _yield_writer(self) -> None:
+        """Commit and hand the store's writer lock over to another buffer of this process: this one
+        reads the store from now on (and takes the lock back at its next ``add``)."""
+        self._finalizer()
+        self._attach(ReplayStore.open(self.path, "r"))
 
     def _set_count(self, transitions: int) -> None:
         """Set the transitions this buffer holds (``pos`` and ``full`` follow from it)."""
@@ -164,11 +174,14 @@ class MmreplayBuffer(ReplayBuffer):
         """The store, opened for appending if this buffer has so far only read it."""
         if self.store.mode == "r+":
             return self.store
+        holder = _WRITERS.get(str(self.path))
+        if holder is not None and holder is not self and not holder.store.closed and holder.store.mode == "r+":
+            holder._yield_writer()
         try:
             writer = ReplayStore.open(self.path, "r+")
         except StoreLockedError as error:
             raise StoreLockedError(
-                f"this MmreplayBuffer was opened while another writer held its store, and cannot add: {error}"
+                f"this MmreplayBuffer cannot add: {error}"
             ) from None
         try:
             transitions = _reconcile(writer, self._transitions)
@@ -179,6 +192,11 @@ class MmreplayBuffer(ReplayBuffer):
         self._attach(writer)
         self._set_count(transitions)
         return writer
+
+    def flush(self) -> None:
+        """Commit the transitions added so far: a buffer reading the store (``DQN.load`` beside this
+        model, a deepcopy) sees the store's last commit."""
+        self.store.flush()
 
     def close(self) -> None:
         """Commit and close the store (its directory stays; ``ReplayStore.open`` reads it)."""
@@ -228,8 +246,8 @@ class MmreplayBuffer(ReplayBuffer):
         done = np.asarray(done).reshape(self.n_envs).astype(bool)
         truncated = done & self._timeouts(infos)
         obs_shape = (self.n_envs, self._layout["stack_size"], *self._layout["frame_shape"])
-        obs_array = np.asarray(obs).reshape(obs_shape)
-        next_obs_array = np.asarray(next_obs).reshape(obs_shape)
+        obs_array = self._parse_obs(obs, "obs").reshape(obs_shape)
+        next_obs_array = self._parse_obs(next_obs, "next_obs").reshape(obs_shape)
         if self._stacking is not None and self._stacking.check(obs_array, next_obs_array):
             self._stacking = None
         first = 0 if self.n_envs == 1 else slice(None)
@@ -242,6 +260,16 @@ class MmreplayBuffer(ReplayBuffer):
             truncated[first],
         )
         self._set_count(self._transitions + self.n_envs)
+
+    def _parse_obs(self, obs: npt.ArrayLike, name: str) -> npt.NDArray[Any]:
+        """``obs`` as SB3 gives it: (n_envs, *obs_shape), or obs_shape alone with one env."""
+        array = np.asarray(obs)
+        if array.shape != (self.n_envs, *self.obs_shape) and (self.n_envs > 1 or array.shape != self.obs_shape):
+            raise ValueError(
+                f"{name} has shape {array.shape}; expected {(self.n_envs, *self.obs_shape)} "
+                f"(n_envs={self.n_envs}, observation_space shape {self.obs_shape})"
+            )
+        return array
 
     def _timeouts(self, infos: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> npt.NDArray[np.bool_]:
         """Which envs SB3's ``TimeLimit.truncated`` marks. Gymnasium's dict of arrays (CleanRL passes
@@ -410,6 +438,13 @@ class MmreplayBuffer(ReplayBuffer):
 
     def reset(self) -> None:
         raise NotImplementedError("an MmreplayBuffer cannot be emptied; create a new one at another path")
+
+
+# The buffer of this process that holds each store's writer lock, by the store's absolute path. Buffers
+# over one store in one process (a deepcopy, a loaded pickle or checkpoint beside the model that saved
+# it) hand the lock to the one that adds: SB3 keeps replaced buffers alive (its callbacks hold the
+# locals of its rollout loop), so waiting for the holder to be collected would fail such flows.
+_WRITERS: weakref.WeakValueDictionary[str, MmreplayBuffer] = weakref.WeakValueDictionary()
 
 
 def _open(path: Path) -> ReplayStore:

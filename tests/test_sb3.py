@@ -236,3 +236,184 @@ def test_sb3_dqn_trains_on_real_pong_with_the_mmreplay_buffer(tmp_path, request)
     env.close()
     with ReplayStore.open(path) as reopened:
         assert len(reopened) == 300
+
+
+# -- models on image envs: load, save, pickles, second learn, observation layouts --------------------
+
+SCREEN = 36  # the smallest screen SB3's NatureCNN takes
+
+
+@pytest.fixture
+def one_torch_thread(request):
+    threads = th.get_num_threads()
+    th.set_num_threads(1)  # a CNN this small trains faster on one thread than on contended cores
+    request.addfinalizer(lambda: th.set_num_threads(threads))
+
+
+def image_env(*, n_channels: int = 1, discrete: bool = True, n_stack: int | None = 4, n_envs: int = 1):
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.envs import FakeImageEnv
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    kwargs = {"screen_height": SCREEN, "screen_width": SCREEN, "n_channels": n_channels, "discrete": discrete}
+    env = make_vec_env(FakeImageEnv, n_envs=n_envs, seed=0, env_kwargs=kwargs)
+    return env if n_stack is None else VecFrameStack(env, n_stack=n_stack)
+
+
+def image_model(model_class, path: Path, *, env=None, buffer_size: int = 200, **kwargs):
+    env = image_env(discrete=model_class.__name__ == "DQN") if env is None else env
+    replay_buffer_kwargs = {"path": path, **kwargs.pop("replay_buffer_kwargs", {})}
+    extra = {"target_update_interval": 50} if model_class.__name__ == "DQN" else {}
+    return model_class(
+        "CnnPolicy", env, buffer_size=buffer_size, learning_starts=50, batch_size=16, train_freq=4,
+        device="cpu", seed=0, replay_buffer_class=MmreplayBuffer, replay_buffer_kwargs=replay_buffer_kwargs,
+        **extra, **kwargs,
+    )
+
+
+def stored_transitions(buffer: MmreplayBuffer):
+    positions = np.repeat(np.arange(buffer.size()), buffer.n_envs)
+    return buffer.samples_at(positions, np.tile(np.arange(buffer.n_envs), buffer.size()))
+
+
+def assert_same_transitions(a: MmreplayBuffer, b: MmreplayBuffer) -> None:
+    assert (a.pos, a.full, a.size()) == (b.pos, b.full, b.size())
+    for name, x, y in zip(ReplayBufferFields, stored_transitions(a), stored_transitions(b)):
+        assert th.equal(x, y), name
+
+
+ReplayBufferFields = ("observations", "actions", "next_observations", "dones", "rewards")
+
+
+def test_dqn_load_reopens_the_store_it_trained_with_while_the_trained_model_still_holds_it(tmp_path, one_torch_thread):
+    from stable_baselines3 import DQN
+
+    model = image_model(DQN, tmp_path / "dqn.mmr")
+    model.learn(120)
+    model.save(tmp_path / "m.zip")
+    model.replay_buffer.flush()  # what a reader of the store sees: the writer's last commit
+    loaded = DQN.load(tmp_path / "m.zip", env=image_env())
+    buffer = loaded.replay_buffer
+    assert buffer.store.path == (tmp_path / "dqn.mmr") and buffer.store.mode == "r"  # the trained model writes
+    assert_same_transitions(model.replay_buffer, buffer)
+    loaded.predict(np.zeros((1, 4, SCREEN, SCREEN), np.uint8))
+    model.replay_buffer.close()
+    loaded.learn(40, reset_num_timesteps=False)  # takes over the store: its first add opens it for writing
+    assert buffer.store.mode == "r+" and buffer.store.transitions_added == 160
+
+
+def test_dqn_load_from_another_working_directory_reopens_the_store_by_its_absolute_path(tmp_path, monkeypatch, one_torch_thread):
+    from stable_baselines3 import DQN
+
+    (tmp_path / "train").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "train")
+    with pytest.warns(UserWarning, match=r"MmreplayBuffer path 'dqn.mmr' is relative: the store is created at '.*/train/dqn.mmr'"):
+        relative = image_model(DQN, Path("dqn.mmr"))
+    relative.replay_buffer.close()
+    model = image_model(DQN, tmp_path / "train" / "abs.mmr")
+    model.learn(60)
+    model.save(tmp_path / "m.zip")
+    model.replay_buffer.close()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    loaded = DQN.load(tmp_path / "m.zip")
+    assert loaded.replay_buffer.store.path == tmp_path / "train" / "abs.mmr"
+    assert loaded.replay_buffer.size() == 60 and not list((tmp_path / "elsewhere").iterdir())
+    loaded.replay_buffer.close()
+
+
+def test_a_store_whose_layout_differs_from_the_buffers_is_refused_naming_the_field(tmp_path):
+    space = spaces.Box(0, 255, (N_STACK, *FRAME), np.uint8)
+    MmreplayBuffer(40, space, spaces.Discrete(2), device="cpu", path=tmp_path / "b.mmr").close()
+    cases = [
+        ((3, *FRAME), spaces.Discrete(2), 40, r"has frame_shape=\(6, 7\); this MmreplayBuffer needs frame_shape=\(3, 6, 7\)"),
+        ((2, *FRAME), spaces.Discrete(2), 40, r"has stack_size=4; this MmreplayBuffer needs stack_size=2"),
+        ((N_STACK, *FRAME), spaces.Discrete(2), 80, r"has capacity=40; this MmreplayBuffer needs capacity=80"),
+        ((N_STACK, *FRAME), spaces.Box(-1, 1, (2,), np.float32), 40, r"has action_shape=\(1,\); this MmreplayBuffer needs action_shape=\(2,\)"),
+    ]
+    for shape, action_space, buffer_size, message in cases:
+        with pytest.raises(ValueError, match=message):
+            MmreplayBuffer(buffer_size, spaces.Box(0, 255, shape, np.uint8), action_space, device="cpu", path=tmp_path / "b.mmr")
+    with pytest.raises(ValueError, match=r"has num_envs=1; this MmreplayBuffer needs num_envs=2"):
+        MmreplayBuffer(40, space, spaces.Discrete(2), device="cpu", n_envs=2, path=tmp_path / "b.mmr")
+    with ReplayStore.open(tmp_path / "b.mmr", "r+"):  # not left locked by the refused buffers
+        pass
+
+
+@pytest.mark.parametrize("model_name", ["DQN", "SAC", "TD3"])
+def test_save_and_load_of_the_replay_buffer_in_one_process_as_sb3s_own_test_does(tmp_path, model_name, one_torch_thread):
+    """SB3's test_save_load_replay_buffer, on an image env: deepcopy, save, load twice, extend."""
+    import stable_baselines3
+    from copy import deepcopy
+
+    model_class = getattr(stable_baselines3, model_name)
+    path = tmp_path / "logs" / "replay_buffer.pkl"
+    path.parent.mkdir()
+    model = image_model(model_class, tmp_path / "buffer.mmr", env=image_env(discrete=model_name == "DQN"))
+    model.learn(72)
+    old_replay_buffer = deepcopy(model.replay_buffer)
+    model.save_replay_buffer(path)
+    model.replay_buffer = None
+    for device in ["cpu", "cuda"]:
+        model.device = th.device(device)
+        model.load_replay_buffer(path)
+        assert model.replay_buffer.device.type == model.device.type
+    model.device = model.replay_buffer.device = th.device("cpu")
+    assert_same_transitions(old_replay_buffer, model.replay_buffer)
+    rows = stored_transitions(old_replay_buffer)
+    model.replay_buffer.extend(
+        rows.observations.numpy()[:, None],
+        rows.next_observations.numpy()[:, None],
+        rows.actions.numpy()[:, None],
+        rows.rewards.numpy(),
+        rows.dones.numpy(),
+        [[{}]] * len(rows.rewards),
+    )
+    assert model.replay_buffer.store.transitions_added == 144
+    np.random.seed(0)
+    model.replay_buffer.sample(8)
+
+
+@pytest.mark.filterwarnings("error")
+def test_saving_and_loading_the_replay_buffer_leaves_no_resource_warning(tmp_path, one_torch_thread):
+    """SB3's test_no_resource_warning (its replay buffer part), on an image env, warnings as errors."""
+    import tempfile
+
+    from stable_baselines3 import SAC
+
+    model = image_model(SAC, tmp_path / "buffer.mmr", env=image_env(discrete=False))
+    model.save_replay_buffer(tmp_path / "replay")
+    model.load_replay_buffer(tmp_path / "replay")
+    model.save_replay_buffer(str(tmp_path / "replay"))
+    model.load_replay_buffer(str(tmp_path / "replay"))
+    with tempfile.TemporaryFile() as fp:
+        model.save_replay_buffer(fp)
+        fp.seek(0)
+        model.load_replay_buffer(fp)
+        assert not fp.closed
+    del model
+    import gc
+
+    gc.collect()
+
+
+def test_a_checkpoint_loads_beside_the_model_that_saved_it(tmp_path, one_torch_thread):
+    """SB3's test_checkpoint_additional_info, on an image env: the model is still alive at DQN.load."""
+    from stable_baselines3 import DQN
+    from stable_baselines3.common.callbacks import CheckpointCallback
+    from stable_baselines3.common.vec_env import VecNormalize, VecTransposeImage
+
+    # Channel-first under VecNormalize (SB3 would transpose outside it, and store its untransposed
+    # original observations); normalized observations would be float32: rewards only.
+    env = VecNormalize(VecTransposeImage(image_env()), norm_obs=False)
+    checkpoint_dir = tmp_path / "checkpoints"
+    callback = CheckpointCallback(save_freq=100, save_path=checkpoint_dir, save_replay_buffer=True, save_vecnormalize=True)
+    model = image_model(DQN, tmp_path / "dqn.mmr", env=env)
+    model.learn(100, callback=callback)
+    model.learn(32, callback=callback, reset_num_timesteps=False)  # the store goes on past the checkpoint (at 99)
+    loaded = DQN.load(checkpoint_dir / "rl_model_100_steps.zip")
+    with pytest.warns(UserWarning, match=r"has 132 transitions, 33 more than this buffer was pickled with .* continues from the store's 132"):
+        model.replay_buffer.close()  # commits the 130
+        loaded.load_replay_buffer(checkpoint_dir / "rl_model_replay_buffer_100_steps.pkl")
+    assert loaded.replay_buffer.size() == 132
+    VecNormalize.load(checkpoint_dir / "rl_model_vecnormalize_100_steps.pkl", VecTransposeImage(image_env()))
