@@ -457,7 +457,8 @@ def _open(path: Path) -> ReplayStore:
 
 
 def _reconcile(store: ReplayStore, pickled: int) -> int:
-    """The transitions a buffer pickled with ``pickled`` transitions holds over ``store``'s commit."""
+    """The transitions a buffer that holds ``pickled`` transitions (as pickled, or before it takes the
+    writer lock) holds over ``store``'s commit: the store's, when it went on; never fewer."""
     committed = store.transitions_added
     if committed < pickled:
         raise ValueError(
@@ -468,8 +469,8 @@ def _reconcile(store: ReplayStore, pickled: int) -> int:
     if committed > pickled:
         warnings.warn(
             f"the store at {str(store.path)!r} has {committed} transitions, {committed - pickled} more than "
-            f"this buffer was pickled with (an older checkpoint): the buffer continues from the store's "
-            f"{committed}",
+            "this buffer holds (it was pickled before they were added, or another buffer of the store "
+            f"added them since): the buffer continues from the store's {committed}",
             UserWarning,
             stacklevel=3,
         )

@@ -17,7 +17,7 @@ import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.buffers import ReplayBuffer
 
-from mmreplay import ReplayStore
+from mmreplay import ReplayStore, StoreLockedError
 from mmreplay.sb3 import MmreplayBuffer
 
 FRAME = (6, 7)
@@ -412,8 +412,136 @@ def test_a_checkpoint_loads_beside_the_model_that_saved_it(tmp_path, one_torch_t
     model.learn(100, callback=callback)
     model.learn(32, callback=callback, reset_num_timesteps=False)  # the store goes on past the checkpoint (at 99)
     loaded = DQN.load(checkpoint_dir / "rl_model_100_steps.zip")
-    with pytest.warns(UserWarning, match=r"has 132 transitions, 33 more than this buffer was pickled with .* continues from the store's 132"):
+    with pytest.warns(UserWarning, match=r"has 132 transitions, 33 more than this buffer holds .* continues from the store's 132"):
         model.replay_buffer.close()  # commits the 130
         loaded.load_replay_buffer(checkpoint_dir / "rl_model_replay_buffer_100_steps.pkl")
     assert loaded.replay_buffer.size() == 132
     VecNormalize.load(checkpoint_dir / "rl_model_vecnormalize_100_steps.pkl", VecTransposeImage(image_env()))
+
+
+# -- pickles: counts, other processes, the writer lock -------------------------------------------------
+
+
+def filled_buffer(path: Path, rows: int, *, buffer_size: int = 40, n_envs: int = 2, seed: int = 0, **kwargs) -> MmreplayBuffer:
+    space = spaces.Box(0, 255, (N_STACK, *FRAME), np.uint8)
+    buffer = MmreplayBuffer(buffer_size, space, spaces.Discrete(3), device="cpu", n_envs=n_envs, path=path, **kwargs)
+    source = FakeFrameStackRows(n_envs, np.random.default_rng(seed), action_space=spaces.Discrete(3))
+    for _ in range(rows):
+        buffer.add(*source.row())
+    return buffer
+
+
+def test_a_deepcopy_reads_the_same_transitions_and_the_original_keeps_writing(tmp_path):
+    import copy
+
+    original = filled_buffer(tmp_path / "b.mmr", 12)
+    copied = copy.deepcopy(original)
+    assert copied.store.mode == "r" and copied.path == original.path
+    assert_same_transitions(original, copied)
+    source = FakeFrameStackRows(2, np.random.default_rng(9), action_space=spaces.Discrete(3))
+    original.add(*source.row())
+    assert (original.size(), copied.size()) == (13, 12)  # the copy keeps the rows it was made with
+    original.close()
+    copied.close()
+
+
+def test_an_older_pickle_adopts_the_stores_newer_transitions_and_a_store_with_fewer_is_refused(tmp_path):
+    import pickle
+
+    buffer = filled_buffer(tmp_path / "b.mmr", 10)
+    old = pickle.dumps(buffer)
+    source = FakeFrameStackRows(2, np.random.default_rng(7), action_space=spaces.Discrete(3))
+    for _ in range(5):
+        buffer.add(*source.row())
+    newer = pickle.dumps(buffer)
+    buffer.close()
+    with pytest.warns(UserWarning, match=r"has 30 transitions, 10 more than this buffer holds \(it was pickled before they were added.*\): the buffer continues from the store's 30"):
+        loaded = pickle.loads(old)
+    assert (loaded.pos, loaded.full, loaded.size()) == (15, False, 15)
+    loaded.close()
+    filled_buffer(tmp_path / "other.mmr", 3).close()
+    (tmp_path / "b.mmr").rename(tmp_path / "moved.mmr")
+    (tmp_path / "other.mmr").rename(tmp_path / "b.mmr")
+    with pytest.raises(ValueError, match=r"has committed 6 transitions, fewer than the 30 this buffer was pickled with: it is not the store"):
+        pickle.loads(newer)
+    with ReplayStore.open(tmp_path / "b.mmr", "r+"):  # the refused unpickling left it unlocked
+        pass
+
+
+def test_a_pickled_buffer_loads_in_another_process_from_another_working_directory(tmp_path, monkeypatch):
+    import pickle
+    import subprocess
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.warns(UserWarning, match="is relative"):
+        buffer = filled_buffer(Path("b.mmr"), 25)  # wraps: 25 rows in 20 positions
+    (tmp_path / "b.pkl").write_bytes(pickle.dumps(buffer))
+    np.random.seed(3)
+    expected = buffer.sample(16)
+    script = (
+        "import pickle, sys, numpy as np, torch\n"
+        "buffer = pickle.loads(open(sys.argv[1], 'rb').read())\n"
+        "print(buffer.store.mode, buffer.pos, buffer.full)\n"
+        "np.random.seed(3)\n"
+        "torch.save(buffer.sample(16), sys.argv[2])\n"
+    )
+    (tmp_path / "elsewhere").mkdir()
+    run = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "b.pkl"), str(tmp_path / "s.pt")],
+        cwd=tmp_path / "elsewhere", capture_output=True, text=True, check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["r", "5", "True"]  # this process still holds the writer lock
+    assert_samples_equal(expected, th.load(tmp_path / "s.pt", weights_only=False))
+    buffer.close()
+
+
+def test_a_buffer_cannot_add_while_another_process_writes_its_store_and_says_so(tmp_path):
+    import pickle
+    import subprocess
+    import sys
+
+    buffer = filled_buffer(tmp_path / "b.mmr", 4)
+    (tmp_path / "b.pkl").write_bytes(pickle.dumps(buffer))
+    buffer.close()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from mmreplay import ReplayStore; s = ReplayStore.open(sys.argv[1], 'r+'); "
+         "print('held', flush=True); sys.stdin.read()", str(tmp_path / "b.mmr")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**__import__("os").environ},
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        loaded = pickle.loads((tmp_path / "b.pkl").read_bytes())
+        loaded.sample(4)
+        source = FakeFrameStackRows(2, np.random.default_rng(1), action_space=spaces.Discrete(3))
+        with pytest.raises(StoreLockedError, match=r"this MmreplayBuffer cannot add: the store at '.*b.mmr' is already open for writing by another process"):
+            loaded.add(*source.row())
+        loaded.close()
+    finally:
+        holder.communicate("")
+
+
+def test_a_second_writer_in_the_same_process_is_told_it_is_this_process(tmp_path):
+    buffer = filled_buffer(tmp_path / "b.mmr", 2)
+    with pytest.raises(StoreLockedError, match=r"already open for writing in this process \(close that store first"):
+        ReplayStore.open(tmp_path / "b.mmr", "r+")
+    buffer.close()
+    with ReplayStore.open(tmp_path / "b.mmr", "r+"):  # closed: free again
+        pass
+
+
+def test_a_buffer_takes_the_writer_lock_from_another_buffer_of_this_process_at_its_first_add(tmp_path):
+    import pickle
+
+    first = filled_buffer(tmp_path / "b.mmr", 6)
+    second = pickle.loads(pickle.dumps(first))
+    assert (first.store.mode, second.store.mode) == ("r+", "r")
+    source = FakeFrameStackRows(2, np.random.default_rng(5), action_space=spaces.Discrete(3))
+    second.add(*source.row())
+    assert (first.store.mode, second.store.mode) == ("r", "r+") and second.size() == 7
+    with pytest.warns(UserWarning, match=r"has 14 transitions, 2 more than this buffer holds"):
+        first.add(*FakeFrameStackRows(2, np.random.default_rng(6), action_space=spaces.Discrete(3)).row())
+    assert (first.store.mode, second.store.mode, first.size()) == ("r+", "r", 8)
+    first.close()
+    second.close()
