@@ -370,13 +370,15 @@ class MmreplayBuffer(ReplayBuffer):
             step_batch = self.store.read(steps)
             # The env's next transition continues the episode only if its obs is this next_obs.
             continues = (step_batch.obs == next_obs[rows]).reshape(len(rows), -1).all(axis=1)
+            step_terminal = self._terminal(step_batch, steps)[continues]
+            step_ended = (step_batch.terminated | step_batch.truncated | self._cut(steps))[continues]
             going_on[:] = False
-            rows, steps = rows[continues], steps[continues]
+            rows = rows[continues]
             rewards[rows, k] = step_batch.reward[continues]
             next_obs[rows] = step_batch.next_obs[continues]
-            terminal[rows] = self._terminal(step_batch, steps)[continues]
+            terminal[rows] = step_terminal
             steps_used[rows] = k + 1
-            going_on[rows] = ~(step_batch.terminated | step_batch.truncated | self._cut(steps))[continues]
+            going_on[rows] = ~step_ended
         # SB3's arithmetic, in its order and float32, so that the sums are the same to the bit.
         mask = np.arange(n).reshape(1, -1) < steps_used[:, None]
         discounted = self._normalize_reward(rewards, env) * (self.gamma ** np.arange(n, dtype=np.float32).reshape(1, -1)) * mask

@@ -545,3 +545,167 @@ def test_a_buffer_takes_the_writer_lock_from_another_buffer_of_this_process_at_i
     assert (first.store.mode, second.store.mode, first.size()) == ("r+", "r", 8)
     first.close()
     second.close()
+
+
+# -- SB3's dones, second learn(), observation layouts, n-step returns, independent tensors -------------
+
+
+def test_a_second_learn_with_optimize_memory_usage_ends_the_newest_episodes_through_dones(tmp_path, one_torch_thread):
+    from stable_baselines3 import DQN
+
+    model = image_model(DQN, tmp_path / "dqn.mmr", env=image_env(n_envs=2), optimize_memory_usage=True)
+    model.learn(24)  # 12 rows; FakeImageEnv truncates every 10 steps
+    buffer = model.replay_buffer
+    newest = buffer.pos - 1
+    assert buffer.dones[newest].tolist() == [0.0, 0.0]
+    with pytest.warns(UserWarning, match="The last trajectory in the replay buffer will be truncated"):
+        model.learn(24)  # SB3 writes replay_buffer.dones[pos - 1] = True first
+    assert buffer.dones[newest].tolist() == [1.0, 1.0] and buffer.dones[newest, 1] == 1.0
+    assert buffer.store.transitions_added == 48
+    got = buffer.samples_at([newest, newest], [0, 1])
+    assert got.dones[:, 0].tolist() == [0.0, 0.0]  # a truncation by the caller: bootstrap from the true next obs
+    flags = np.asarray(buffer.dones)
+    assert flags.shape == (buffer.buffer_size, 2) and flags.dtype == np.float32
+    assert flags[:24].sum() == 2 + 2 * 2  # the two marked, and each env's truncation at step 10 and 20
+    buffer.close()
+
+
+def test_dones_marks_the_ended_episodes_for_sampling_and_refuses_what_it_cannot_mean(tmp_path):
+    buffer = filled_buffer(tmp_path / "b.mmr", 6, seed=4, handle_timeout_termination=False)
+    before = np.asarray(buffer.dones).copy()
+    target = np.flatnonzero(before[:6, 1] == 0)[0]
+    buffer.dones[target, 1] = True
+    after = np.asarray(buffer.dones)
+    assert after[target, 1] == 1.0 and (np.delete(after.ravel(), target * 2 + 1) == np.delete(before.ravel(), target * 2 + 1)).all()
+    assert buffer.samples_at([target], [1]).dones.item() == 1.0  # handle_timeout_termination=False: done
+    with pytest.raises(ValueError, match=r"dones: position 7 holds no transition yet \(pos=6\)"):
+        buffer.dones[7] = True
+    ended = np.argwhere(before[:6] == 1)
+    if len(ended):
+        with pytest.raises(ValueError, match="cannot be marked as not done"):
+            buffer.dones[ended[0][0], ended[0][1]] = False
+    buffer.close()
+
+
+def frame_rows(frames: np.ndarray, n_stack: int | None, channels: int):
+    """obs and next_obs of one env as SB3 gives them, from a sequence of (channels, h, w) frames."""
+    if n_stack is None:
+        return frames[:-1][:, None], frames[1:][:, None]
+    stacks = np.stack([frames[i : i + n_stack].reshape(n_stack * channels, *frames.shape[2:]) for i in range(len(frames) - n_stack + 1)])
+    return stacks[:-1][:, None], stacks[1:][:, None]
+
+
+@pytest.mark.parametrize(
+    ("shape", "frame_shape", "stack_size"),
+    [
+        pytest.param((3, 20, 24), (3, 20, 24), 1, id="rgb"),
+        pytest.param((12, 20, 24), (3, 20, 24), 4, id="rgb-vecframestack-4"),
+        pytest.param((4, 20, 24), (20, 24), 4, id="gray-vecframestack-4"),
+        pytest.param((20, 24, 3), (20, 24, 3), 1, id="rgb-channel-last"),
+        pytest.param((4, 20, 24, 3), (20, 24, 3), 4, id="framestackobservation-of-rgb"),
+        pytest.param((20, 24), (20, 24), 1, id="gray"),
+    ],
+)
+def test_the_stack_is_inferred_from_the_observation_space_with_no_hand_set_stack_size(tmp_path, shape, frame_shape, stack_size):
+    space = spaces.Box(0, 255, shape, np.uint8)
+    buffer = MmreplayBuffer(16, space, spaces.Discrete(2), device="cpu", path=tmp_path / "b.mmr")
+    assert (buffer.store.frame_shape, buffer.store.stack_size) == (frame_shape, stack_size)
+    frame = (shape[0] // stack_size, *shape[1:]) if len(shape) == 3 else shape[1:] if len(shape) == 4 else shape
+    frames = np.random.default_rng(0).integers(0, 256, (12, *frame), dtype=np.uint8)
+    if len(shape) == 3 and stack_size > 1:
+        obs, next_obs = frame_rows(frames, stack_size, frame[0])
+    elif len(shape) == 4:
+        obs, next_obs = frame_rows(frames[:, None], stack_size, 1)
+        obs, next_obs = obs.reshape(-1, 1, *shape), next_obs.reshape(-1, 1, *shape)
+    else:
+        obs, next_obs = frames[:-1][:, None], frames[1:][:, None]
+    for o, n in zip(obs, next_obs):
+        buffer.add(o, n, np.array([1]), np.array([0.5], np.float32), np.array([False]), [{}])
+    got = buffer.samples_at(np.arange(len(obs)), np.zeros(len(obs), int))
+    assert np.array_equal(got.observations.numpy(), obs[:, 0]) and np.array_equal(got.next_observations.numpy(), next_obs[:, 0])
+    buffer.close()
+
+
+def test_grayscale_stacks_mistaken_for_rgb_frames_are_refused_naming_the_stack_size_that_fits(tmp_path):
+    space = spaces.Box(0, 255, (6, 10, 12), np.uint8)  # VecFrameStack(n_stack=6) of grayscale: read as 2 RGB frames
+    buffer = MmreplayBuffer(16, space, spaces.Discrete(2), device="cpu", path=tmp_path / "b.mmr")
+    frames = np.random.default_rng(0).integers(0, 256, (8, 1, 10, 12), dtype=np.uint8)
+    obs, next_obs = frame_rows(frames, 6, 1)
+    with pytest.raises(ValueError, match=r"inferred stack_size=2 \(frames of shape \(3, 10, 12\)\) from the observation space, but next_obs is not obs shifted by one such frame; pass stack_size= to MmreplayBuffer: the data fit stack_size=6, stack_size=1"):
+        buffer.add(obs[0], next_obs[0], np.array([1]), np.array([0.5], np.float32), np.array([False]), [{}])
+    assert buffer.store.transitions_added == 0
+    buffer.close()
+
+
+@pytest.mark.parametrize(("n_channels", "n_stack"), [(3, None), (3, 2)], ids=["rgb", "rgb-vecframestack-2"])
+def test_dqn_trains_on_rgb_images_with_and_without_vecframestack(tmp_path, n_channels, n_stack, one_torch_thread):
+    from stable_baselines3 import DQN
+
+    model = image_model(DQN, tmp_path / "dqn.mmr", env=image_env(n_channels=3, n_stack=n_stack))
+    model.learn(80)
+    store = model.replay_buffer.store
+    assert (store.frame_shape, store.stack_size) == ((3, SCREEN, SCREEN), n_stack or 1)
+    assert store.transitions_added == 80
+    model.replay_buffer.close()
+
+
+def make_n_step_pair(tmp_path, *, n_steps: int, gamma: float, n_envs: int, handle_timeout_termination: bool, buffer_size: int = 30):
+    from stable_baselines3.common.buffers import NStepReplayBuffer
+
+    space = spaces.Box(0, 255, (N_STACK, *FRAME), np.uint8)
+    common = {"device": "cpu", "n_envs": n_envs, "handle_timeout_termination": handle_timeout_termination}
+    theirs = NStepReplayBuffer(buffer_size, space, spaces.Discrete(4), n_steps=n_steps, gamma=gamma, **common)
+    ours = MmreplayBuffer(buffer_size, space, spaces.Discrete(4), path=tmp_path / "n.mmr", n_steps=n_steps, gamma=gamma, **common)
+    return theirs, ours
+
+
+@pytest.mark.parametrize("n_envs", [1, 2])
+@pytest.mark.parametrize("handle_timeout_termination", [True, False])
+@pytest.mark.parametrize("n_steps", [3, 5])
+def test_n_step_samples_equal_sb3s_n_step_replay_buffer(tmp_path, n_envs, handle_timeout_termination, n_steps):
+    theirs, ours = make_n_step_pair(tmp_path, n_steps=n_steps, gamma=0.97, n_envs=n_envs, handle_timeout_termination=handle_timeout_termination)
+    for rows in (9, 40):  # before and after the first wrap of 30 // n_envs rows
+        fill(theirs, ours, rows - ours.store.transitions_added // n_envs, seed=rows, action_space=spaces.Discrete(4))
+        for seed in range(3):
+            np.random.seed(seed)
+            expected = theirs.sample(64)
+            np.random.seed(seed)
+            got = ours.sample(64)
+            for name in ("observations", "actions", "next_observations", "dones", "rewards", "discounts"):
+                want, have = getattr(expected, name), getattr(got, name)
+                assert have.dtype == want.dtype and have.shape == want.shape, name
+                assert th.equal(have, want), name
+    ours.close()
+
+
+def test_n_step_windows_stop_where_the_next_transition_starts_another_episode(tmp_path):
+    """SB3's buffer would sum rewards across an episode start that no done marks (a new learn() without
+    optimize_memory_usage resets the env); the store knows the episodes apart by their observations."""
+    space = spaces.Box(0, 255, (N_STACK, *FRAME), np.uint8)
+    buffer = MmreplayBuffer(20, space, spaces.Discrete(2), device="cpu", path=tmp_path / "b.mmr", n_steps=3, gamma=0.5)
+    first = FakeFrameStackRows(1, np.random.default_rng(0), action_space=spaces.Discrete(2))
+    second = FakeFrameStackRows(1, np.random.default_rng(1), action_space=spaces.Discrete(2))
+    rows = []
+    for source in (first, second):  # no done between them: the second's obs is not the first's next_obs
+        obs, next_obs, action, _, _, _ = source.row()
+        rows.append((obs, next_obs))
+        buffer.add(obs, next_obs, action, np.array([1.0], np.float32), np.array([False]), [{}])
+    got = buffer.n_step_samples_at([0], [0])
+    assert got.rewards.item() == 1.0 and got.discounts.item() == 0.5 and got.dones.item() == 0.0
+    assert np.array_equal(got.next_observations.numpy(), rows[0][1])
+    buffer.close()
+
+
+def test_sampled_observations_and_next_observations_are_independent_tensors(tmp_path):
+    buffer = filled_buffer(tmp_path / "b.mmr", 10)
+    for n_steps in (1, 3):
+        buffer.n_steps = n_steps
+        np.random.seed(0)
+        samples = buffer.sample(16)
+        next_before = samples.next_observations.clone()
+        samples.observations.add_(1)  # an in-place augmentation
+        assert th.equal(samples.next_observations, next_before)
+        samples.next_observations.zero_()
+        np.random.seed(0)
+        assert th.equal(buffer.sample(16).observations + 1, samples.observations)
+    buffer.close()
