@@ -20,6 +20,7 @@ Stable-Baselines3 and torch are imported by this module only (and ``mmreplay.sb3
 from __future__ import annotations
 
 import os
+import shutil
 import warnings
 import weakref
 from collections.abc import Mapping, Sequence
@@ -36,7 +37,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 from mmreplay.batch import Batch
 from mmreplay.errors import StoreLockedError
-from mmreplay.sb3_observations import DoneFlags, FrameLayout, StackingCheck, check_layout, frame_layout
+from mmreplay.sb3_observations import DoneFlags, StackingCheck, StackMismatch, check_layout, frame_layout
 from mmreplay.store import ReplayStore
 from mmreplay.validation import parse_number, parse_positive_int
 
@@ -126,9 +127,16 @@ class MmreplayBuffer(ReplayBuffer):
         self._stacking = StackingCheck(frames) if frames.inferred and frames.stack_size > 1 else None
         # Steps whose episode the caller ended by writing ``dones`` (kept outside the store's rows).
         self._cut_steps: set[int] = set()
+        self._inferred = frames.inferred
         if self.path.exists():
             store = _open(self.path)
-            check_layout(store, self._layout, observation_space=observation_space)
+            try:
+                self._layout = check_layout(store, self._layout, observation_space=observation_space, inferred=self._inferred)
+            except BaseException:
+                store.close()
+                raise
+            if (store.stack_size, store.frame_shape) != (frames.stack_size, frames.frame_shape):
+                self._stacking = None  # the store's split was chosen from data, or by hand
         else:
             if not Path(path).is_absolute():
                 warnings.warn(
@@ -221,7 +229,7 @@ class MmreplayBuffer(ReplayBuffer):
         self.path = Path(state["path"])
         store = _open(self.path)
         try:
-            check_layout(store, self._layout, observation_space=self.observation_space)
+            self._layout = check_layout(store, self._layout, observation_space=self.observation_space, inferred=self._inferred)
             transitions = _reconcile(store, self._transitions)
         except BaseException:
             store.close()
@@ -245,11 +253,11 @@ class MmreplayBuffer(ReplayBuffer):
         store = self._writer()
         done = np.asarray(done).reshape(self.n_envs).astype(bool)
         truncated = done & self._timeouts(infos)
+        obs_array, next_obs_array = self._parse_obs(obs, "obs"), self._parse_obs(next_obs, "next_obs")
+        if self._stacking is not None:
+            store = self._check_stacking(obs_array, next_obs_array)
         obs_shape = (self.n_envs, self._layout["stack_size"], *self._layout["frame_shape"])
-        obs_array = self._parse_obs(obs, "obs").reshape(obs_shape)
-        next_obs_array = self._parse_obs(next_obs, "next_obs").reshape(obs_shape)
-        if self._stacking is not None and self._stacking.check(obs_array, next_obs_array):
-            self._stacking = None
+        obs_array, next_obs_array = obs_array.reshape(obs_shape), next_obs_array.reshape(obs_shape)
         first = 0 if self.n_envs == 1 else slice(None)
         store.add(
             obs_array[first],
@@ -260,6 +268,27 @@ class MmreplayBuffer(ReplayBuffer):
             truncated[first],
         )
         self._set_count(self._transitions + self.n_envs)
+
+    def _check_stacking(self, obs: npt.NDArray[Any], next_obs: npt.NDArray[Any]) -> ReplayStore:
+        """Check the inferred stack against this add (see ``StackingCheck``). While the store is empty,
+        a refuted split is replaced: the store is made again with the largest stack the data fit
+        (SB3's ``FakeImageEnv`` has 2 channel-first channels that are no frame stack)."""
+        assert self._stacking is not None
+        shape = (self.n_envs, self._layout["stack_size"], *self._layout["frame_shape"])
+        try:
+            if self._stacking.check(obs.reshape(shape), next_obs.reshape(shape)):
+                self._stacking = None
+        except StackMismatch as error:
+            if self._transitions or self.store.transitions_added:
+                raise
+            frames = frame_layout(self.observation_space, error.fits[0])
+            self._finalizer()
+            shutil.rmtree(self.path)
+            self._layout = {**self._layout, "frame_shape": frames.frame_shape, "stack_size": frames.stack_size}
+            self._attach(ReplayStore.create(self.path, **self._layout))
+            self._stacking = StackingCheck(frames) if frames.stack_size > 1 else None
+            return self._check_stacking(obs, next_obs) if self._stacking is not None else self.store
+        return self.store
 
     def _parse_obs(self, obs: npt.ArrayLike, name: str) -> npt.NDArray[Any]:
         """``obs`` as SB3 gives it: (n_envs, *obs_shape), or obs_shape alone with one env."""

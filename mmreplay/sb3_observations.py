@@ -76,12 +76,21 @@ def _frame_shape(shape: tuple[int, ...], channels: int) -> tuple[int, ...]:
     return shape[1:]
 
 
+class StackMismatch(ValueError):
+    """The observations added refute an inferred stack; ``fits`` are the stack sizes they fit, largest
+    first (1, whole observations, always fits)."""
+
+    def __init__(self, fits: list[int], message: str) -> None:
+        super().__init__(message)
+        self.fits = fits
+
+
 class StackingCheck:
     """Checks an inferred stack against the observations added: within a transition, next_obs is obs
     shifted by one frame (SB3's ``VecFrameStack`` makes every next_obs so, the terminal one included).
 
-    ``check`` raises when the data refute the inferred split, naming the ``stack_size`` values they
-    fit, and returns True once a transition confirms it (no other split fits it), after which the
+    ``check`` raises ``StackMismatch`` when the data refute the inferred split, naming the
+    ``stack_size`` values they fit, and returns True once a transition confirms it (no other split fits it), after which the
     buffer stops checking: real frames confirm at the first or second add.
     """
 
@@ -100,7 +109,7 @@ class StackingCheck:
         channels = observations // stack_size
         if channels not in fits:
             options = ", ".join(f"stack_size={observations // c}" for c in fits)
-            raise ValueError(
+            raise StackMismatch([observations // c for c in fits], 
                 f"MmreplayBuffer inferred stack_size={stack_size} (frames of shape {self.layout.frame_shape}) "
                 f"from the observation space, but next_obs is not obs shifted by one such frame; pass "
                 f"stack_size= to MmreplayBuffer: the data fit {options}"
@@ -117,8 +126,19 @@ def _shifted(obs: npt.NDArray[np.uint8], next_obs: npt.NDArray[np.uint8], channe
     return bool(np.array_equal(next_obs[:, :-channels], obs[:, channels:]))
 
 
-def check_layout(store: ReplayStore, layout: dict[str, Any], *, observation_space: spaces.Space[Any]) -> None:
-    """Refuse a store whose layout is not the one a buffer's arguments make, naming the field."""
+def check_layout(
+    store: ReplayStore, layout: dict[str, Any], *, observation_space: spaces.Space[Any], inferred: bool
+) -> dict[str, Any]:
+    """The layout of a store a buffer reopens: the buffer's, else a ``ValueError`` naming the field that
+    differs. With an inferred stack, the store may split the observation space another way (chosen
+    from the data by the buffer that created it; see ``MmreplayBuffer``)."""
+    if inferred and (store.frame_shape, store.stack_size) != (layout["frame_shape"], layout["stack_size"]):
+        try:
+            split = frame_layout(observation_space, store.stack_size)
+        except ValueError:
+            split = None
+        if split is not None and split.frame_shape == store.frame_shape:
+            layout = {**layout, "frame_shape": split.frame_shape, "stack_size": split.stack_size}
     for field, expected in layout.items():
         actual = getattr(store, field)
         if actual != expected:
@@ -127,6 +147,7 @@ def check_layout(store: ReplayStore, layout: dict[str, Any], *, observation_spac
                 f"{field}={expected!r} (from observation_space {observation_space}, buffer_size, n_envs, "
                 "action_space and stack_size): pass the arguments it was made with, or another path"
             )
+    return layout
 
 
 class DoneFlags:

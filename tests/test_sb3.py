@@ -626,15 +626,28 @@ def test_the_stack_is_inferred_from_the_observation_space_with_no_hand_set_stack
     buffer.close()
 
 
-def test_grayscale_stacks_mistaken_for_rgb_frames_are_refused_naming_the_stack_size_that_fits(tmp_path):
+def test_a_misread_stack_is_replaced_while_the_store_is_empty_and_refused_naming_stack_size_after(tmp_path):
     space = spaces.Box(0, 255, (6, 10, 12), np.uint8)  # VecFrameStack(n_stack=6) of grayscale: read as 2 RGB frames
-    buffer = MmreplayBuffer(16, space, spaces.Discrete(2), device="cpu", path=tmp_path / "b.mmr")
     frames = np.random.default_rng(0).integers(0, 256, (8, 1, 10, 12), dtype=np.uint8)
     obs, next_obs = frame_rows(frames, 6, 1)
-    with pytest.raises(ValueError, match=r"inferred stack_size=2 \(frames of shape \(3, 10, 12\)\) from the observation space, but next_obs is not obs shifted by one such frame; pass stack_size= to MmreplayBuffer: the data fit stack_size=6, stack_size=1"):
-        buffer.add(obs[0], next_obs[0], np.array([1]), np.array([0.5], np.float32), np.array([False]), [{}])
-    assert buffer.store.transitions_added == 0
+    args = (np.array([1]), np.array([0.5], np.float32), np.array([False]), [{}])
+    buffer = MmreplayBuffer(16, space, spaces.Discrete(2), device="cpu", path=tmp_path / "b.mmr")
+    assert (buffer.store.frame_shape, buffer.store.stack_size) == ((3, 10, 12), 2)
+    buffer.add(obs[0], next_obs[0], *args)  # refutes it: the empty store is made again
+    assert (buffer.store.frame_shape, buffer.store.stack_size) == ((10, 12), 6)
+    assert np.array_equal(buffer.samples_at([0], [0]).next_observations.numpy(), next_obs[0])
     buffer.close()
+    reopened = MmreplayBuffer(16, space, spaces.Discrete(2), device="cpu", path=tmp_path / "b.mmr")
+    assert reopened.store.stack_size == 6 and reopened.size() == 1  # the store's split is kept
+    reopened.close()
+
+    blank = np.zeros((1, 6, 10, 12), np.uint8)  # fits every split: decides nothing
+    other = MmreplayBuffer(16, space, spaces.Discrete(2), device="cpu", path=tmp_path / "c.mmr")
+    other.add(blank, blank, *args)
+    with pytest.raises(ValueError, match=r"inferred stack_size=2 \(frames of shape \(3, 10, 12\)\) from the observation space, but next_obs is not obs shifted by one such frame; pass stack_size= to MmreplayBuffer: the data fit stack_size=6, stack_size=1"):
+        other.add(obs[0], next_obs[0], *args)
+    assert other.store.transitions_added == 1
+    other.close()
 
 
 @pytest.mark.parametrize(("n_channels", "n_stack"), [(3, None), (3, 2)], ids=["rgb", "rgb-vecframestack-2"])
