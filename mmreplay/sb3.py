@@ -37,7 +37,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 from mmreplay.batch import Batch
 from mmreplay.errors import StoreLockedError
-from mmreplay.sb3_observations import DoneFlags, StackingCheck, StackMismatch, check_layout, frame_layout
+from mmreplay.sb3_observations import DoneFlags, StackingCheck, StackMismatch, StoreLayout, check_layout, frame_layout
 from mmreplay.store import ReplayStore
 from mmreplay.validation import parse_number, parse_positive_int
 
@@ -116,14 +116,14 @@ class MmreplayBuffer(ReplayBuffer):
         self.optimize_memory_usage = False
         self.handle_timeout_termination = handle_timeout_termination
         self.path = Path(os.path.abspath(path))
-        self._layout = {
-            "frame_shape": frames.frame_shape,
-            "stack_size": frames.stack_size,
-            "num_envs": n_envs,
-            "action_shape": (self.action_dim,),
-            "action_dtype": action_dtype,
-            "capacity": self.buffer_size * n_envs,
-        }
+        self._layout = StoreLayout(
+            frame_shape=frames.frame_shape,
+            stack_size=frames.stack_size,
+            num_envs=n_envs,
+            action_shape=(self.action_dim,),
+            action_dtype=action_dtype,
+            capacity=self.buffer_size * n_envs,
+        )
         self._stacking = StackingCheck(frames) if frames.inferred and frames.stack_size > 1 else None
         # Steps whose episode the caller ended by writing ``dones`` (kept outside the store's rows).
         self._cut_steps: set[int] = set()
@@ -146,7 +146,7 @@ class MmreplayBuffer(ReplayBuffer):
                     UserWarning,
                     stacklevel=2,
                 )
-            store = ReplayStore.create(self.path, **self._layout)
+            store = self._layout.create(self.path)
         self._attach(store)
         self._set_count(store.transitions_added)
 
@@ -256,7 +256,7 @@ class MmreplayBuffer(ReplayBuffer):
         obs_array, next_obs_array = self._parse_obs(obs, "obs"), self._parse_obs(next_obs, "next_obs")
         if self._stacking is not None:
             store = self._check_stacking(obs_array, next_obs_array)
-        obs_shape = (self.n_envs, self._layout["stack_size"], *self._layout["frame_shape"])
+        obs_shape = (self.n_envs, self._layout.stack_size, *self._layout.frame_shape)
         obs_array, next_obs_array = obs_array.reshape(obs_shape), next_obs_array.reshape(obs_shape)
         first = 0 if self.n_envs == 1 else slice(None)
         store.add(
@@ -274,7 +274,7 @@ class MmreplayBuffer(ReplayBuffer):
         a refuted split is replaced: the store is made again with the largest stack the data fit
         (SB3's ``FakeImageEnv`` has 2 channel-first channels that are no frame stack)."""
         assert self._stacking is not None
-        shape = (self.n_envs, self._layout["stack_size"], *self._layout["frame_shape"])
+        shape = (self.n_envs, self._layout.stack_size, *self._layout.frame_shape)
         try:
             if self._stacking.check(obs.reshape(shape), next_obs.reshape(shape)):
                 self._stacking = None
@@ -284,8 +284,8 @@ class MmreplayBuffer(ReplayBuffer):
             frames = frame_layout(self.observation_space, error.fits[0])
             self._finalizer()
             shutil.rmtree(self.path)
-            self._layout = {**self._layout, "frame_shape": frames.frame_shape, "stack_size": frames.stack_size}
-            self._attach(ReplayStore.create(self.path, **self._layout))
+            self._layout = self._layout.with_frames(frames)
+            self._attach(self._layout.create(self.path))
             self._stacking = StackingCheck(frames) if frames.stack_size > 1 else None
             return self._check_stacking(obs, next_obs) if self._stacking is not None else self.store
         return self.store
@@ -317,7 +317,7 @@ class MmreplayBuffer(ReplayBuffer):
     # -- SB3's dones -------------------------------------------------------------------------------
 
     @property
-    def dones(self) -> DoneFlags:
+    def dones(self) -> DoneFlags:  # type: ignore[override]  # SB3's is an array this buffer does not keep
         """SB3's ``dones`` array, (buffer_size, n_envs) float32, read from the store (see ``DoneFlags``)."""
         return DoneFlags(self)
 

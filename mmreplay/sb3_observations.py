@@ -6,7 +6,8 @@ have, and SB3's ``dones`` array as a view of the store.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -126,20 +127,43 @@ def _shifted(obs: npt.NDArray[np.uint8], next_obs: npt.NDArray[np.uint8], channe
     return bool(np.array_equal(next_obs[:, :-channels], obs[:, channels:]))
 
 
+@dataclass(frozen=True)
+class StoreLayout:
+    """What a buffer's arguments make of its store: ``ReplayStore.create``'s arguments, and what a store
+    it reopens must have."""
+
+    frame_shape: tuple[int, ...]
+    stack_size: int
+    num_envs: int
+    action_shape: tuple[int, ...]
+    action_dtype: np.dtype[Any]
+    capacity: int
+
+    def create(self, path: Path) -> ReplayStore:
+        return ReplayStore.create(
+            path, frame_shape=self.frame_shape, stack_size=self.stack_size, num_envs=self.num_envs,
+            action_shape=self.action_shape, action_dtype=self.action_dtype, capacity=self.capacity,
+        )
+
+    def with_frames(self, frames: FrameLayout) -> StoreLayout:
+        return replace(self, frame_shape=frames.frame_shape, stack_size=frames.stack_size)
+
+
 def check_layout(
-    store: ReplayStore, layout: dict[str, Any], *, observation_space: spaces.Space[Any], inferred: bool
-) -> dict[str, Any]:
+    store: ReplayStore, layout: StoreLayout, *, observation_space: spaces.Space[Any], inferred: bool
+) -> StoreLayout:
     """The layout of a store a buffer reopens: the buffer's, else a ``ValueError`` naming the field that
     differs. With an inferred stack, the store may split the observation space another way (chosen
     from the data by the buffer that created it; see ``MmreplayBuffer``)."""
-    if inferred and (store.frame_shape, store.stack_size) != (layout["frame_shape"], layout["stack_size"]):
+    if inferred and (store.frame_shape, store.stack_size) != (layout.frame_shape, layout.stack_size):
         try:
-            split = frame_layout(observation_space, store.stack_size)
+            split: FrameLayout | None = frame_layout(observation_space, store.stack_size)
         except ValueError:
             split = None
         if split is not None and split.frame_shape == store.frame_shape:
-            layout = {**layout, "frame_shape": split.frame_shape, "stack_size": split.stack_size}
-    for field, expected in layout.items():
+            layout = layout.with_frames(split)
+    for item in fields(layout):
+        field, expected = item.name, getattr(layout, item.name)
         actual = getattr(store, field)
         if actual != expected:
             raise ValueError(
@@ -175,7 +199,7 @@ class DoneFlags:
     def __getitem__(self, key: Any) -> npt.NDArray[np.float32] | np.float32:
         rows, env_key = self._split(key)
         ended = self._buffer.ended_at(np.atleast_1d(rows).reshape(-1))
-        return ended.astype(np.float32).reshape(np.shape(rows) + (self.shape[1],))[(Ellipsis, env_key)]  # type: ignore[no-any-return]
+        return ended.astype(np.float32).reshape(np.shape(rows) + (self.shape[1],))[(Ellipsis, env_key)]
 
     def __setitem__(self, key: Any, value: npt.ArrayLike) -> None:
         rows, env_key = self._split(key)
@@ -193,7 +217,7 @@ class DoneFlags:
         if len(row):
             buffer.end_episodes_at(positions[row], env)
 
-    def __array__(self, dtype: npt.DTypeLike = None, copy: bool | None = None) -> npt.NDArray[Any]:
+    def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> npt.NDArray[Any]:
         flags = self[:]
         assert isinstance(flags, np.ndarray)
         return flags if dtype is None else flags.astype(dtype)
