@@ -14,6 +14,7 @@ repository. Prints one row per test case:
 
     .venv/bin/python benchmarks/sb3_own_tests.py                            # into /tmp/mmreplay-sb3-own-tests
     .venv/bin/python benchmarks/sb3_own_tests.py --workdir /work/scratch/sb3 --markdown table.md
+    .venv/bin/python benchmarks/sb3_own_tests.py --workdir /work/scratch/sb3 --render-only
 """
 
 from __future__ import annotations
@@ -69,9 +70,10 @@ def verdict(test: dict) -> tuple[str, str]:
         if outcome == "passed":
             return "pass", f"{test['mmreplay']} MmreplayBuffer(s){mixed}"
         return "fail", f"{outcome}: {message}"
+    ran = outcome if outcome == "passed" else f"{outcome}: {message}"
     if test["sb3"]:
-        return "n/a", f"{', '.join(test['sb3'])}: mmreplay stores uint8 frames (SB3's buffer ran: {outcome})"
-    return "n/a", f"builds no replay buffer ({outcome})"
+        return "n/a", f"{', '.join(test['sb3'])}: mmreplay stores uint8 images (SB3's buffer ran: {ran})"
+    return "n/a", f"builds no ReplayBuffer (on-policy, or Dict observations: DictReplayBuffer is not swapped) ({ran})"
 
 
 def table(results: dict[str, dict]) -> str:
@@ -86,19 +88,39 @@ def table(results: dict[str, dict]) -> str:
     return "\n".join(lines) + f"\n\n{len(results)} test cases: {summary}\n"
 
 
+def grouped(results: dict[str, dict]) -> str:
+    """The table with the cases of one test function that share a result and reason on one row."""
+    groups: dict[tuple[str, str, str], int] = {}
+    for nodeid, test in results.items():
+        result, why = verdict(test)
+        if result == "pass":
+            why = "MmreplayBuffer"
+        key = (nodeid.split("[")[0], result, why)
+        groups[key] = groups.get(key, 0) + 1
+    lines = ["| test | cases | result | why |", "|---|---:|---|---|"]
+    lines += [f"| `{name}` | {count} | {result} | {why.replace('|', '/')} |" for (name, result, why), count in groups.items()]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "mmreplay-sb3-own-tests",
                         help="where the sdist is downloaded and unpacked")
     parser.add_argument("--markdown", type=Path, help="also write the table here")
+    parser.add_argument("--render-only", action="store_true", help="print the tables of the last run in --workdir")
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (e.g. -k save_load)")
     args = parser.parse_args()
     import stable_baselines3
 
-    source = sdist_tests(stable_baselines3.__version__, args.workdir)
     report = args.workdir / "outcomes.json"
-    run_tests(source, report, args.pytest_args)
-    text = f"stable-baselines3 {stable_baselines3.__version__}, {', '.join(TEST_FILES)}\n\n" + table(json.loads(report.read_text()))
+    if not args.render_only:
+        source = sdist_tests(stable_baselines3.__version__, args.workdir)
+        run_tests(source, report, args.pytest_args)
+    results = json.loads(report.read_text())
+    text = (
+        f"stable-baselines3 {stable_baselines3.__version__}, {', '.join(TEST_FILES)}\n\n"
+        + table(results) + "\nBy test function:\n\n" + grouped(results)
+    )
     print(text)
     if args.markdown:
         args.markdown.write_text(text)

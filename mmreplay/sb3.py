@@ -14,7 +14,8 @@ stored as they happened; ``handle_timeout_termination`` only decides what ``samp
 The store outlives the buffer: a buffer made at a path that holds a store reopens it (SB3 builds the
 buffer again at ``DQN.load`` from the ``replay_buffer_kwargs`` saved in the zip), a pickled buffer is
 the store's absolute path and the counters, and unpickling reopens it. See ``MmreplayBuffer``.
-Stable-Baselines3 and torch are imported by this module only (and ``mmreplay.sb3_observations``).
+Stable-Baselines3 and torch are imported by this module only; ``mmreplay.sb3_observations`` maps
+observation spaces onto frames and SB3's ``dones`` onto the store.
 """
 
 from __future__ import annotations

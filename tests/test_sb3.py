@@ -2,7 +2,10 @@
 
 The differential tests feed both buffers identical rows made the way SB3's ``VecFrameStack`` makes
 them (zero-padded stacks at an episode's start, the terminal stack substituted into next_obs of a done
-env, ``TimeLimit.truncated`` in infos) and compare every stored position and seeded samples.
+env, ``TimeLimit.truncated`` in infos) and compare every stored position and seeded samples (n-step
+ones against ``NStepReplayBuffer``). The model tests run SB3's algorithms on its ``FakeImageEnv``:
+``DQN.load`` beside and away from the store, SB3's own save/load, resource-warning and checkpoint flows
+on image observations, a second ``learn()``, RGB images with and without ``VecFrameStack``.
 """
 
 from __future__ import annotations
@@ -271,6 +274,9 @@ def image_model(model_class, path: Path, *, env=None, buffer_size: int = 200, **
     )
 
 
+ReplayBufferFields = ("observations", "actions", "next_observations", "dones", "rewards")
+
+
 def stored_transitions(buffer: MmreplayBuffer):
     positions = np.repeat(np.arange(buffer.size()), buffer.n_envs)
     return buffer.samples_at(positions, np.tile(np.arange(buffer.n_envs), buffer.size()))
@@ -280,9 +286,6 @@ def assert_same_transitions(a: MmreplayBuffer, b: MmreplayBuffer) -> None:
     assert (a.pos, a.full, a.size()) == (b.pos, b.full, b.size())
     for name, x, y in zip(ReplayBufferFields, stored_transitions(a), stored_transitions(b)):
         assert th.equal(x, y), name
-
-
-ReplayBufferFields = ("observations", "actions", "next_observations", "dones", "rewards")
 
 
 def test_dqn_load_reopens_the_store_it_trained_with_while_the_trained_model_still_holds_it(tmp_path, one_torch_thread):
