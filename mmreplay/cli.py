@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from mmreplay import format
+from mmreplay import __version__, extensions, format
 from mmreplay.errors import CorruptStoreError, MmreplayError, StoreNotFoundError
 from mmreplay.store import ReplayStore
 
@@ -34,10 +34,24 @@ EXAMPLES = {
 }
 
 
+class _PrintVersion(argparse.Action):
+    """``--version``: argparse's own action would rewrap the line; this one prints it as it is."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"mmreplay {__version__}: {extensions.summary()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mmreplay", description="Inspect, check, draw, export and import mmreplay stores.",
         epilog="Run 'mmreplay COMMAND --help' for a command's options and an example.")
+    parser.add_argument("--version", action=_PrintVersion,
+                        help="print the version and whether compiled code is in use, then exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
@@ -128,6 +142,7 @@ def _info(arguments: argparse.Namespace) -> int:
             "action_dtype": str(store.action_dtype), "frame_encoding": store.frame_encoding,
             "bytes_on_disk": on_disk,
             "compression_ratio": round(raw / on_disk, 2) if on_disk else None,
+            "compiled_code": extensions.summary(),
         }
     width = max(len(key) for key in info)
     _print(arguments, info, "\n".join(f"{key.replace('_', ' '):<{width}}  {value}" for key, value in info.items()))
@@ -208,8 +223,9 @@ def verify_store(path: str, *, progress: bool = False, max_problems: int = 100) 
     """Decode every stored transition and check it against the episode table; returns what is wrong.
 
     Checks: every frame decodes (checksums), each transition's step and env are what was asked, rewards
-    are finite, each obs continues the previous next_obs of its episode, and terminated/truncated only
-    end an episode, matching how the episode table says it ended.
+    are finite, each obs continues the previous next_obs of its episode, each next_obs is its obs
+    shifted by one frame unless the transition ended its episode (then it was stored as given), and
+    terminated/truncated only end an episode, matching how the episode table says it ended.
     """
     report: dict[str, Any] = {"path": path, "transitions": 0, "episodes": 0, "frames_decoded": 0, "problems": []}
     problems: list[str] = report["problems"]
@@ -274,6 +290,8 @@ def _verify_chunk(store: ReplayStore, steps: np.ndarray, episode_of: np.ndarray,
             problems.append(f"step {step}: obs does not continue the previous next_obs of episode {number}")
         last = step == int(episode.steps[-1])
         ended = "terminated" if batch.terminated[i] else "truncated" if batch.truncated[i] else None
+        if not ended and not np.array_equal(batch.next_obs[i, :-1], batch.obs[i, 1:]):
+            problems.append(f"step {step}: next_obs is not obs shifted by one frame, though it did not end its episode")
         if ended and not last:
             problems.append(f"step {step}: {ended} inside episode {number}, which goes on")
         if last and ended and episode.ended_by != ended:
