@@ -74,8 +74,9 @@ class MmreplayBuffer(ReplayBuffer):
     ``c // 3`` RGB frames of ``(3, h, w)`` when 3 divides ``c`` (so an RGB image alone is one frame and
     ``VecFrameStack(n_stack=n)`` of RGB is ``n``), else ``c`` grayscale frames of ``(h, w)``
     (``VecFrameStack`` of Atari's grayscale frames); ``(n, h, w, c)`` is ``n`` frames; any other shape
-    is one frame. An inferred stack is checked against the first adds (next_obs must be obs shifted by
-    one frame); a ``ValueError`` says which ``stack_size`` the data fit.
+    is one frame. An inferred stack is checked against the first adds of envs that go on (next_obs must
+    be obs shifted by one frame): while the store is empty, a refuted split is replaced by the largest
+    stack the data fit; later a ``ValueError`` says which ``stack_size`` values the data fit.
 
     **n-step returns**: ``n_steps``, ``gamma`` (what SB3 says to pass for a custom buffer) give SB3's
     ``NStepReplayBuffer`` samples: ``rewards`` sums ``gamma**k`` times the k-th reward of the sampled
@@ -255,8 +256,10 @@ class MmreplayBuffer(ReplayBuffer):
         done = np.asarray(done).reshape(self.n_envs).astype(bool)
         truncated = done & self._timeouts(infos)
         obs_array, next_obs_array = self._parse_obs(obs, "obs"), self._parse_obs(next_obs, "next_obs")
-        if self._stacking is not None:
-            store = self._check_stacking(obs_array, next_obs_array)
+        going_on = ~done.reshape(-1)
+        if self._stacking is not None and going_on.any():
+            # A done env's next_obs may be anything (CleanRL passes the reset obs at termination).
+            store = self._check_stacking(obs_array.reshape(self.n_envs, -1)[going_on], next_obs_array.reshape(self.n_envs, -1)[going_on])
         obs_shape = (self.n_envs, self._layout.stack_size, *self._layout.frame_shape)
         obs_array, next_obs_array = obs_array.reshape(obs_shape), next_obs_array.reshape(obs_shape)
         first = 0 if self.n_envs == 1 else slice(None)
@@ -271,11 +274,12 @@ class MmreplayBuffer(ReplayBuffer):
         self._set_count(self._transitions + self.n_envs)
 
     def _check_stacking(self, obs: npt.NDArray[Any], next_obs: npt.NDArray[Any]) -> ReplayStore:
-        """Check the inferred stack against this add (see ``StackingCheck``). While the store is empty,
+        """Check the inferred stack against the observations of this add's envs that go on (one row
+        each; see ``StackingCheck``). While the store is empty,
         a refuted split is replaced: the store is made again with the largest stack the data fit
         (SB3's ``FakeImageEnv`` has 2 channel-first channels that are no frame stack)."""
         assert self._stacking is not None
-        shape = (self.n_envs, self._layout.stack_size, *self._layout.frame_shape)
+        shape = (len(obs), self._layout.stack_size, *self._layout.frame_shape)
         try:
             if self._stacking.check(obs.reshape(shape), next_obs.reshape(shape)):
                 self._stacking = None

@@ -653,6 +653,18 @@ def test_a_misread_stack_is_replaced_while_the_store_is_empty_and_refused_naming
     other.close()
 
 
+def test_a_terminating_transition_whose_next_obs_is_the_reset_obs_does_not_refute_the_inferred_stack(tmp_path):
+    """CleanRL passes the next episode's reset obs as next_obs at a termination; the store keeps it as given."""
+    space = spaces.Box(0, 255, (4, 20, 24), np.uint8)
+    rng = np.random.default_rng(0)
+    obs, reset = rng.integers(0, 256, (2, 1, 4, 20, 24), dtype=np.uint8)
+    buffer = MmreplayBuffer(16, space, spaces.Discrete(2), device="cpu", path=tmp_path / "b.mmr", handle_timeout_termination=False)
+    buffer.add(obs, reset, np.array([1]), np.array([1.0], np.float32), np.array([True]), {})
+    assert (buffer.store.frame_shape, buffer.store.stack_size) == ((20, 24), 4)
+    assert np.array_equal(buffer.samples_at([0], [0]).next_observations.numpy(), reset)
+    buffer.close()
+
+
 @pytest.mark.parametrize(("n_channels", "n_stack"), [(3, None), (3, 2)], ids=["rgb", "rgb-vecframestack-2"])
 def test_dqn_trains_on_rgb_images_with_and_without_vecframestack(tmp_path, n_channels, n_stack, one_torch_thread):
     from stable_baselines3 import DQN
