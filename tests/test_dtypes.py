@@ -297,3 +297,38 @@ def test_the_recorder_refuses_an_observation_space_of_another_dtype(store_path: 
     with ReplayStore.create(store_path, frame_shape=(4,), capacity=8, stack_size=1) as store:
         with pytest.raises(TypeError, match=r"^observation_space must have the store's frame dtype uint8; got float32$"):
             RecordEpisodes(gym.make("CartPole-v1"), store)
+
+
+def test_sb3_buffer_takes_a_float32_box_and_samples_it_back(tmp_path: Path) -> None:
+    pytest.importorskip("stable_baselines3")
+    torch = pytest.importorskip("torch")
+    from gymnasium import spaces
+
+    from mmreplay.sb3 import MmreplayBuffer
+
+    space = spaces.Box(-np.inf, np.inf, (4,), np.float32)
+    buffer = MmreplayBuffer(64, space, spaces.Discrete(2), device="cpu", path=tmp_path / "cartpole.mmr")
+    states = cartpole_states(6)
+    states[2] = special_floats()
+    for i in range(5):
+        buffer.add(states[i][None], states[i + 1][None], np.array([i % 2]), np.array([1.0], np.float32),
+                   np.array([False]), [{}])
+    assert buffer.store.frame_dtype == np.float32 and buffer.store.stack_size == 1
+    got = buffer.samples_at(list(range(5)), [0] * 5)
+    assert got.observations.dtype == torch.float32
+    np.testing.assert_array_equal(bits(got.observations.numpy()), bits(states[:5]))
+    np.testing.assert_array_equal(bits(got.next_observations.numpy()), bits(states[1:]))
+    buffer.close()
+
+
+def test_sb3_dqn_learns_on_cartpole_with_the_buffer(tmp_path: Path) -> None:
+    pytest.importorskip("stable_baselines3")
+    from stable_baselines3 import DQN
+
+    from mmreplay.sb3 import MmreplayBuffer
+
+    model = DQN("MlpPolicy", "CartPole-v1", buffer_size=1000, learning_starts=64, batch_size=32, train_freq=4,
+                replay_buffer_class=MmreplayBuffer, replay_buffer_kwargs=dict(path=tmp_path / "dqn.mmr"), seed=0)
+    model.learn(total_timesteps=300)
+    assert model.replay_buffer.store.frame_dtype == np.float32
+    assert model.replay_buffer.store.transitions_added == 300
