@@ -189,7 +189,7 @@ class TransitionReader:
         """
         size = self.stack_size
         if out is None:
-            return None, detached is None or np.count_nonzero(detached) > 0
+            return None, detached is None or bool(np.count_nonzero(detached))
         pixels = out.obs.base if isinstance(out.obs, np.ndarray) else None
         shared = pixels is not None and getattr(out.next_obs, "base", None) is pixels
         frame_count = math.prod(batch_shape) * math.prod(self.frame_shape)

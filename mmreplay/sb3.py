@@ -448,7 +448,7 @@ class MmreplayBuffer(ReplayBuffer):
     def _samples(
         self,
         batch: Batch,
-        next_obs: npt.NDArray[np.uint8],
+        next_obs: npt.NDArray[Any],
         terminal: npt.NDArray[np.bool_],
         rewards: npt.NDArray[np.float32],
         *,
