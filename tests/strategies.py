@@ -241,10 +241,14 @@ def spoil(args: AddArgs, how: str, ref: ReferenceStore) -> AddArgs | None:
         if not as_stack or ref.stack_size < 2:
             return None
         target = next_obs if n == 1 else next_obs[-1]
-        # next_obs[:-1] no longer equals obs[1:]: every bit of its oldest frame flipped (bools negated)
+        source = obs if n == 1 else obs[-1]
+        # next_obs[:-1] no longer equals obs[1:]: its oldest frame is obs[1] with every bit flipped (bools
+        # negated), which differs from obs[1] whatever the frames are (flipping next_obs[0] itself would
+        # not do: a final stack that was not shifted can become shifted, as 1-pixel bool frames showed).
         if ref.frame_dtype == np.bool_:
-            target[0] = ~target[0]
+            target[0] = ~source[1]
         else:
+            target[0] = source[1]
             target[0].view(np.uint8)[...] ^= 0xFF
         # ... in a transition that goes on (one that ends may carry any next_obs).
         truncated = np.array(args.truncated, dtype=bool)
