@@ -33,7 +33,7 @@ from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.episodes import (
     EnvEpisode, Episode, FramePlan, advance_all, continuations, plan_frames, split_episodes
 )
-from mmreplay.errors import ClosedStoreError, ReadOnlyStoreError, StoreExistsError
+from mmreplay.errors import ClosedStoreError, FormatVersionError, ReadOnlyStoreError, StoreExistsError
 from mmreplay.files import acquire_writer_lock, file_signature, fsync_directory, make_sibling_directory
 from mmreplay.frame_ring import FrameChecksumError, FrameRing, MissingSegmentError
 from mmreplay.prefetch import Prefetcher, recycling
@@ -83,6 +83,7 @@ class ReplayStore:
         sampler: Sampler,
         lock: IO[bytes] | None,
         schedule: CommitSchedule,
+        format_version: int = format.FORMAT_VERSION,
     ) -> None:
         self._constructed = False  # until the end: a store whose opening failed is never committed
         self._directory = directory
@@ -110,6 +111,7 @@ class ReplayStore:
             dtype=row_dtype(layout.action_shape, self._action_dtype, layout.num_envs),
             row_slots=layout.row_slots,
             writable=mode == "r+",
+            version_3=format_version == 3,
         )
         self._reader = TransitionReader(
             self._table, self._frames, stack_size=layout.stack_size, action_dtype=self._action_dtype
@@ -247,7 +249,12 @@ class ReplayStore:
     def _open(cls, path: PathLike, mode: str, *, sampler: Sampler | None, schedule: CommitSchedule) -> ReplayStore:
         mode = parse_mode(mode)
         directory = Path(path)
-        layout, commit = format.read_header(directory)
+        layout, commit, version = format.read_versioned_header(directory)
+        if mode == "r+" and version != format.FORMAT_VERSION:
+            raise FormatVersionError(
+                f"{directory / format.HEADER_NAME}: format version {version} opens read-only (mode 'r'): its "
+                f"rows carry version {version}'s checksum; to append, export it and import it into a new store"
+            )
         lock = acquire_writer_lock(directory / format.LOCK_NAME) if mode == "r+" else None
         try:
             if lock is not None:
@@ -260,7 +267,10 @@ class ReplayStore:
                     f"sampler {sampler.config()} does not match the store's sampler {layout.sampler}; "
                     "open without sampler= to use the store's own"
                 )
-            return cls(directory, layout, commit, mode=mode, sampler=sampler, lock=lock, schedule=schedule)
+            return cls(
+                directory, layout, commit, mode=mode, sampler=sampler, lock=lock, schedule=schedule,
+                format_version=version,
+            )
         except BaseException:
             if lock is not None:
                 lock.close()
