@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.episodes import Episode
+from mmreplay.hdf5_checks import close_file
 from mmreplay.hdf5_datasets import (
     FORMAT_NAMES,
     Source,
@@ -112,7 +113,7 @@ class MinariWriter:
         self._high = high if self._high is None else np.maximum(self._high, high)
 
     def close(self) -> None:
-        self._file.close()
+        close_file(self._file, str(self._file.filename))
         metadata = {
             "dataset_id": self._dataset_id, "total_episodes": self._episodes,
             "total_steps": self._total_steps, "data_format": "hdf5", "jpeg_encoding": False,
