@@ -181,6 +181,10 @@ class MinariSource(Source):
         self.capacity = max(self.capacity, int(self.lengths.sum()))
         for i, group in enumerate(self._groups):
             length = int(self.lengths[i])
+            head = group.get("mmreplay_initial_stack") if ours else None
+            if ours and (not isinstance(head, h5py.Dataset) or head.shape != (self.stack_size, *self.frame_shape)):
+                raise self.fail(f"episode_{i}/mmreplay_initial_stack has shape {getattr(head, 'shape', None)}; "
+                                f"expected {(self.stack_size, *self.frame_shape)} for stack_size {self.stack_size}")
             if group["observations"].shape != (length + 1, *self.frame_shape):
                 raise self.fail(f"episode_{i}/observations has shape {group['observations'].shape}; expected "
                                 f"{(length + 1, *self.frame_shape)} for {length} transitions")

@@ -157,5 +157,16 @@ def parse_commit_fields(path: Path, value: object, layout: dict[str, object]) ->
     stack_size, num_envs = layout["stack_size"], layout["num_envs"]
     assert isinstance(stack_size, int) and isinstance(num_envs, int)
     parse_int(path, "frame_slots", fields["frame_slots"], low=stack_size + 1, high=MAX_SLOTS)
-    parse_sampler_state(path, fields["sampler_state"])
+    state = parse_sampler_state(path, fields["sampler_state"])
+    sampler = layout["sampler"]
+    assert isinstance(sampler, dict)
+    if "max_priority" in state and sampler.get("kind") == "prioritized":
+        # New transitions get (max_priority + epsilon) ** alpha: it must be a finite float.
+        try:
+            leaf = (float(state["max_priority"]) + float(sampler["epsilon"])) ** float(sampler["alpha"])  # type: ignore[arg-type]
+        except OverflowError:
+            leaf = math.inf
+        if not math.isfinite(leaf):
+            raise _fail(path, "sampler_state.max_priority", "a priority whose leaf (p + epsilon) ** alpha is finite",
+                        state["max_priority"])
     return fields
