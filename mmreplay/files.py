@@ -5,6 +5,8 @@ from __future__ import annotations
 import fcntl
 import os
 import secrets
+import struct
+import weakref
 from pathlib import Path
 from typing import IO
 
@@ -73,17 +75,58 @@ class BlockReservation:
 
 
 def acquire_writer_lock(path: Path) -> IO[bytes]:
-    """Hold an exclusive lock on ``path`` for the store's one writer; the OS releases it if the process dies."""
+    """Hold an exclusive lock on ``path`` for the store's one writer; the OS releases it if the process dies.
+
+    The lock belongs to this process only: an open file description's lock (OFD lock, or flock where
+    there are none) is shared by every descriptor of it, and a forked child (a ``multiprocessing`` env
+    worker, a data loader) inherits one, so the lock would outlive the writer for as long as the child
+    lives. After a fork the child's copy of each held lock's descriptor is pointed at /dev/null
+    (``_drop_inherited_locks``): only the writer holds it. (Close-on-exec covers exec, not fork.)
+    """
     lock = open(path, "ab")
     try:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _lock_exclusive(lock.fileno())
     except BlockingIOError:
         lock.close()
         raise StoreLockedError(
             f"the store at {str(path.parent)!r} is already open for writing by another process "
             "(open it with mode 'r' to read)"
         ) from None
+    _HELD.add(lock)
     return lock
+
+
+def _lock_exclusive(descriptor: int) -> None:
+    """An exclusive, non-blocking lock of the whole file; ``BlockingIOError`` if it is held elsewhere."""
+    if hasattr(fcntl, "F_OFD_SETLK"):
+        # struct flock: l_type, l_whence (short), l_start, l_len (off_t), l_pid (0 for OFD locks), padding.
+        request = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+        try:
+            fcntl.fcntl(descriptor, fcntl.F_OFD_SETLK, request)
+        except OSError as error:
+            if error.errno in (11, 13):  # EAGAIN, EACCES: held by another open file description
+                raise BlockingIOError(error.errno, error.strerror) from None
+            raise
+    else:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+# The writer locks this process holds; a forked child lets go of its copies (see acquire_writer_lock).
+_HELD: weakref.WeakSet[IO[bytes]] = weakref.WeakSet()
+
+
+def _drop_inherited_locks() -> None:
+    for lock in list(_HELD):
+        if not lock.closed:
+            # dup2 keeps the descriptor number valid (the child's file object may close it later) while
+            # dropping the child's reference to the locked open file description.
+            null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+            os.dup2(null, lock.fileno())
+            os.close(null)
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_drop_inherited_locks)
 
 
 def file_signature(path: Path) -> tuple[int, int, int]:

@@ -211,6 +211,8 @@ class ReplayStore:
                 row_slots=layout.row_slots,
             ).close()
             format.write_header(building, layout, commit)
+            # Locked before it becomes visible: no other writer can open it between the rename and ours.
+            lock = acquire_writer_lock(building / format.LOCK_NAME)
             try:
                 os.rename(building, directory)
             except OSError:
@@ -220,10 +222,16 @@ class ReplayStore:
                     ) from None
                 raise
         except BaseException:
+            if "lock" in locals():
+                lock.close()
             shutil.rmtree(building, ignore_errors=True)
             raise
-        fsync_directory(directory.parent)
-        return cls._open(directory, "r+", sampler=sampler, schedule=schedule)
+        try:
+            fsync_directory(directory.parent)
+        except BaseException:
+            lock.close()
+            raise
+        return cls._open(directory, "r+", sampler=sampler, schedule=schedule, lock=lock)
 
     @classmethod
     def open(
@@ -246,7 +254,11 @@ class ReplayStore:
         return cls._open(path, mode, sampler=sampler, schedule=schedule)
 
     @classmethod
-    def _open(cls, path: PathLike, mode: str, *, sampler: Sampler | None, schedule: CommitSchedule) -> ReplayStore:
+    def _open(
+        cls, path: PathLike, mode: str, *, sampler: Sampler | None, schedule: CommitSchedule,
+        lock: IO[bytes] | None = None,
+    ) -> ReplayStore:
+        """Open the store at ``path``; ``lock``: the writer lock, already held (by ``create``)."""
         mode = parse_mode(mode)
         directory = Path(path)
         layout, commit, version = format.read_versioned_header(directory)
@@ -255,7 +267,8 @@ class ReplayStore:
                 f"{directory / format.HEADER_NAME}: format version {version} opens read-only (mode 'r'): its "
                 f"rows carry version {version}'s checksum; to append, export it and import it into a new store"
             )
-        lock = acquire_writer_lock(directory / format.LOCK_NAME) if mode == "r+" else None
+        if lock is None and mode == "r+":
+            lock = acquire_writer_lock(directory / format.LOCK_NAME)
         try:
             if lock is not None:
                 # A writer that died may have left newer, uncommitted files: reread under the lock.
