@@ -567,9 +567,9 @@ class ReplayStore:
             self._frames.sync()
             self._table.sync()
             self._sampler.sync()
-            frame_tail = self._frame_tail()
-            self._write_commit(
-                format.Commit(
+            try:
+                frame_tail = self._frame_tail()
+                commit = format.Commit(
                     transitions_added=self._transitions_added,
                     frames_written=self._frames.frames_written,
                     bytes_written=self._frames.bytes_written,
@@ -578,9 +578,22 @@ class ReplayStore:
                     frame_slots=self._frames.frame_slots,
                     sampler_state=self._sampler.state(),
                 )
-            )
+                self._write_commit(commit)
+            except BaseException:
+                # Priorities commit with the header or not at all; the header may have been replaced
+                # before the error (its directory's fsync failed).
+                self._sampler.settle(self._header_holds(commit) if "commit" in locals() else False)
+                raise
+            self._sampler.settle(True)
             self._frames.release_segments_before(self._frames.position_of(frame_tail))
             self._schedule.committed(self._transitions_added)
+
+    def _header_holds(self, commit: format.Commit) -> bool:
+        """Whether the header on disk is ``commit`` (after a failed write: did the rename happen?)."""
+        try:
+            return format.read_header(self._directory)[1] == commit
+        except (OSError, ValueError):
+            return False
 
     def _write_commit(self, commit: format.Commit) -> None:
         format.write_header(self._directory, self._layout, commit)
