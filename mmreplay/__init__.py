@@ -14,6 +14,7 @@ from mmreplay.errors import (
     StoreExistsError,
     StoreLockedError,
     StoreNotFoundError,
+    StepsEvictedError,
 )
 from mmreplay.reference_codec import ReferenceScheme
 from mmreplay.samplers import PrioritizedSampler, Sampler, UniformSampler
@@ -36,6 +37,7 @@ __all__ = [
     "StoreExistsError",
     "StoreLockedError",
     "StoreNotFoundError",
+    "StepsEvictedError",
     "UniformSampler",
     "export_hdf5",
     "import_dopamine",

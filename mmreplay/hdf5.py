@@ -82,7 +82,10 @@ def export_hdf5(
     episodes = store.episodes()
     final_stacks = _final_stacks(store, episodes, chunk_steps)
     final_steps = np.array([int(episode.steps[-1]) for episode in episodes], np.int64)
-    stored = store.stored_steps
+    # The steps the episodes cover (a live writer may commit between the two calls; what it evicts
+    # meanwhile fails the export with a StepsEvictedError naming the steps).
+    stored = store.stored_steps if not episodes else range(
+        min(int(episode.steps[0]) for episode in episodes), max(int(episode.steps[-1]) for episode in episodes) + 1)
     episode_of = np.empty(len(stored), np.int64)
     position_of = np.empty(len(stored), np.int64)
     for number, episode in enumerate(episodes):

@@ -33,7 +33,14 @@ from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.episodes import (
     EnvEpisode, Episode, FramePlan, advance_all, continuations, plan_frames, split_episodes
 )
-from mmreplay.errors import ClosedStoreError, FormatVersionError, ReadOnlyStoreError, StoreExistsError
+from mmreplay.errors import (
+    ClosedStoreError,
+    CorruptStoreError,
+    FormatVersionError,
+    ReadOnlyStoreError,
+    StepsEvictedError,
+    StoreExistsError,
+)
 from mmreplay.files import acquire_writer_lock, file_signature, fsync_directory, make_sibling_directory
 from mmreplay.frame_ring import FrameChecksumError, FrameRing, MissingSegmentError
 from mmreplay.prefetch import Prefetcher, recycling
@@ -63,6 +70,11 @@ PathLike = str | os.PathLike[str]
 T = TypeVar("T")
 
 _READ_ATTEMPTS = 4  # a reader behind the writer retries this often before calling data corrupt
+
+
+def _span_text(steps: list[int]) -> str:
+    """``5``, or ``5..9`` for the smallest and largest of several steps."""
+    return str(steps[0]) if len(steps) == 1 else f"{steps[0]}..{steps[-1]}"
 
 
 class ReplayStore:
@@ -121,6 +133,7 @@ class ReplayStore:
         self._fast_add = mode == "r+" and not self._encoder.records_references
         self._set_room_limits()
         self._header_signature: tuple[int, int, int] | None = file_signature(directory / format.HEADER_NAME)
+        self._read_signature = self._header_signature  # of the header refresh read last
         if mode == "r+":
             self._frames.remove_other_generations()
         self._load_env_state()
@@ -258,8 +271,29 @@ class ReplayStore:
         cls, path: PathLike, mode: str, *, sampler: Sampler | None, schedule: CommitSchedule,
         lock: IO[bytes] | None = None,
     ) -> ReplayStore:
-        """Open the store at ``path``; ``lock``: the writer lock, already held (by ``create``)."""
+        """Open the store at ``path``; ``lock``: the writer lock, already held (by ``create``).
+
+        A reader retries when the header changed while it opened (a descheduled reader finds the files its
+        header names reused or replaced by a live writer's later commits): only an error under a header
+        that stayed the same is corruption."""
         mode = parse_mode(mode)
+        if mode == "r+":
+            return cls._open_once(path, mode, sampler=sampler, schedule=schedule, lock=lock)
+        header = Path(path) / format.HEADER_NAME
+        for _ in range(_READ_ATTEMPTS - 1):
+            signature = file_signature(header)
+            try:
+                return cls._open_once(path, mode, sampler=sampler, schedule=schedule, lock=None)
+            except CorruptStoreError:
+                if file_signature(header) == signature:
+                    raise
+        return cls._open_once(path, mode, sampler=sampler, schedule=schedule, lock=None)
+
+    @classmethod
+    def _open_once(
+        cls, path: PathLike, mode: str, *, sampler: Sampler | None, schedule: CommitSchedule,
+        lock: IO[bytes] | None,
+    ) -> ReplayStore:
         directory = Path(path)
         layout, commit, version = format.read_versioned_header(directory)
         if mode == "r+" and version != format.FORMAT_VERSION:
@@ -389,7 +423,10 @@ class ReplayStore:
         total = 0
         for root, _, files in os.walk(self._directory):
             for name in files:
-                total += os.stat(os.path.join(root, name)).st_blocks * 512
+                try:
+                    total += os.stat(os.path.join(root, name)).st_blocks * 512
+                except FileNotFoundError:  # a live writer released a segment or replaced a file meanwhile
+                    pass
         return total
 
     # -- adding ----------------------------------------------------------------------------------
@@ -835,35 +872,49 @@ class ReplayStore:
         if self._mode == "r+":
             return False
         with self._lock:
-            signature = file_signature(self._directory / format.HEADER_NAME)
-            _, commit = format.read_header(self._directory)
-            self._header_signature = signature
-            if commit == self._commit:
-                return False
-            previous = self._commit
-            try:
-                self._commit = commit
-                self._transitions_added = commit.transitions_added
-                self._frames.reload(
-                    generation=commit.frame_table_generation,
-                    frame_slots=commit.frame_slots,
-                    frames_written=commit.frames_written,
-                    bytes_written=commit.bytes_written,
-                )
-                self._sampler.open(
-                    self._directory,
-                    slots=self._layout.row_slots,
-                    stored=self._stored(),
-                    writable=False,
-                    state=commit.sampler_state,
-                )
-                self._load_env_state()  # which episodes are still in progress, for ``episodes()``
-            except BaseException:
-                # Half-followed (a corrupt frame table or priorities file): forget the header, so that
-                # every later read tries again and raises the same error rather than reading stale state.
-                self._commit, self._header_signature = previous, None
-                raise
-            return True
+            for _ in range(_READ_ATTEMPTS - 1):
+                try:
+                    return self._follow_header()
+                except CorruptStoreError:
+                    # A reader that was descheduled between reading the header and the files it names finds
+                    # them reused or replaced by the writer's later commits: only a header that stayed the
+                    # same makes that corruption.
+                    if file_signature(self._directory / format.HEADER_NAME) == self._read_signature:
+                        raise
+            return self._follow_header()
+
+    def _follow_header(self) -> bool:
+        """``refresh``, once: follow the header as it is now."""
+        signature = file_signature(self._directory / format.HEADER_NAME)
+        self._read_signature = signature
+        _, commit = format.read_header(self._directory)
+        self._header_signature = signature
+        if commit == self._commit:
+            return False
+        previous = self._commit
+        try:
+            self._commit = commit
+            self._transitions_added = commit.transitions_added
+            self._frames.reload(
+                generation=commit.frame_table_generation,
+                frame_slots=commit.frame_slots,
+                frames_written=commit.frames_written,
+                bytes_written=commit.bytes_written,
+            )
+            self._sampler.open(
+                self._directory,
+                slots=self._layout.row_slots,
+                stored=self._stored(),
+                writable=False,
+                state=commit.sampler_state,
+            )
+            self._load_env_state()  # which episodes are still in progress, for ``episodes()``
+        except BaseException:
+            # Half-followed (a corrupt frame table or priorities file): forget the header, so that
+            # every later read tries again and raises the same error rather than reading stale state.
+            self._commit, self._header_signature = previous, None
+            raise
+        return True
 
     def _consistent(self, read: Callable[[], T]) -> T:
         """Run a read; a reader whose data was replaced under it by the writer refreshes and retries.
@@ -901,10 +952,16 @@ class ReplayStore:
                 stored = self._stored()
                 outside = (array < stored.start) | (array >= stored.stop)
                 if outside.any():
-                    raise IndexError(
-                        f"step {int(array[outside][0])} is not stored; stored steps are "
-                        f"[{stored.start}, {stored.stop})"
+                    message = (
+                        f"step {int(array[outside][0])} is not stored; stored steps are [{stored.start}, {stored.stop})"
                     )
+                    if ((array >= 0) & (array < stored.stop))[outside].all():
+                        evicted = np.unique(array[outside]).tolist()
+                        raise StepsEvictedError(
+                            f"{message}: step(s) {_span_text(evicted)} were evicted (the writer wrapped past them)",
+                            steps=evicted,
+                        )
+                    raise IndexError(message)
                 return self._reader.transitions(array, weight=ones, discount=ones)
 
         return self._consistent(check_and_read)
@@ -912,16 +969,21 @@ class ReplayStore:
     def episodes(self) -> list[Episode]:
         """The stored episodes, oldest first: env, steps, return, how each ended, whether it is complete."""
         self._check_open("list episodes")
-        stored = self.stored_steps
-        columns = self._table.columns(stored.start, stored.stop, ("env", "flags", "reward"))
-        open_envs = {env for env, episode in enumerate(self._episodes) if episode.open}
-        return split_episodes(
-            np.arange(stored.start, stored.stop, dtype=np.int64),
-            columns["env"],
-            columns["flags"],
-            columns["reward"],
-            open_envs=open_envs,
-        )
+
+        def list_episodes() -> list[Episode]:
+            with self._lock:
+                stored = self._stored()
+                columns = self._table.columns(stored.start, stored.stop, ("env", "flags", "reward"))
+                open_envs = {env for env, episode in enumerate(self._episodes) if episode.open}
+                return split_episodes(
+                    np.arange(stored.start, stored.stop, dtype=np.int64),
+                    columns["env"],
+                    columns["flags"],
+                    columns["reward"],
+                    open_envs=open_envs,
+                )
+
+        return self._consistent(list_episodes)
 
     # -- state -----------------------------------------------------------------------------------
 
