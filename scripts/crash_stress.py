@@ -14,11 +14,17 @@ the committed count to a side file outside the store (fsync'd). The writer is ki
   file primitive the store uses (``fsync``, ``fdatasync``, ``pwrite``, ``posix_fallocate``, ``replace``,
   ``unlink``, ``memmap.flush``), so every step of a commit is hit, not only the long ones.
 
+* ``errors``: in about half the trials of either kind, chosen flushes get an injected ``ENOSPC`` or
+  ``EIO`` from one of the file primitives they call (the flush raises; the writer goes on adding and
+  flushing), so kills also follow failed flushes.
+
 The checker then opens the store with ``"r+"`` and requires: the open succeeds; ``transitions_added`` is
 at least the last count in the side file (a shortfall is counted as *lost* committed transitions); the
 count falls on an add boundary; every stored transition (obs, next_obs, action, reward, flags, env,
 step) is bit-exact against the regenerated stream; ``sample`` (and for a prioritized store
-``update_priorities``) works on what is stored; a few more adds go in and, after close and reopen,
+``update_priorities``) works on what is stored; a prioritized store's committed priorities are
+exactly those of the header it reopened at (their CRC is the header's: none from a commit whose header
+was never written survive); a few more adds go in and, after close and reopen,
 everything stored is again bit-exact.
 
     python scripts/crash_stress.py --trials 1000 --seed 0 [--json [PATH]]
@@ -27,6 +33,7 @@ everything stored is again bit-exact.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import mmap
 import os
@@ -89,6 +96,9 @@ class Variant:
     inject_after: bool  # kill after the call returned, not before it
     inject_commits_only: bool  # count only the primitives of a commit (not the pwrite of each frame)
     history_starts: bool  # stacked input: an episode starts with a stack of distinct frames (more frames than rows)
+    fail_flushes: tuple[int, ...] = ()  # the flushes (1 = the first) that get an injected error
+    fail_primitive: int = 1  # which primitive call inside such a flush raises it
+    fail_errno: int = errno.ENOSPC
 
 
 def draw_variant(seed: int, games: list[str], max_delay: float, samplers: list[str]) -> Variant:
@@ -111,6 +121,11 @@ def draw_variant(seed: int, games: list[str], max_delay: float, samplers: list[s
         inject_after=bool(rng.random() < 0.5),
         inject_commits_only=bool(rng.random() < 0.5),
         history_starts=bool(rng.random() < 0.7),
+        # Drawn last, so that the draws above (and the trials of earlier versions of this script) stay as they were.
+        fail_flushes=tuple(sorted(int(n) for n in rng.choice(np.arange(1, 40), 4, replace=False)))
+        if rng.random() < 0.5 else (),
+        fail_primitive=int(rng.integers(1, 9)),
+        fail_errno=int(rng.choice([errno.ENOSPC, errno.EIO])),
     )
 
 
@@ -265,6 +280,32 @@ def _install_injection(variant: Variant, progress: _Progress) -> None:
     wrap(np.memmap, "flush", "memmap.flush")
 
 
+class _Errors:
+    """Arms an injected ``OSError``: the ``countdown``-th primitive call from now raises it (0: none armed)."""
+
+    countdown = 0
+    injected = 0
+
+
+def _install_errors(variant: Variant, errors: _Errors) -> None:
+    def wrap(owner: Any, name: str) -> None:
+        original = getattr(owner, name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if errors.countdown > 0:
+                errors.countdown -= 1
+                if errors.countdown == 0:
+                    errors.injected += 1
+                    raise OSError(variant.fail_errno, f"{os.strerror(variant.fail_errno)} (injected into {name})")
+            return original(*args, **kwargs)
+
+        setattr(owner, name, wrapper)
+
+    for name in ("fsync", "fdatasync", "pwrite", "posix_fallocate", "replace", "unlink"):
+        wrap(os, name)
+    wrap(np.memmap, "flush")
+
+
 def run_writer(path: Path, side_path: Path, variant: Variant, data: dict[str, np.ndarray], seed: int,
                progress: _Progress) -> None:
     """The writer process's whole life (it never returns normally: it is killed, or it exits)."""
@@ -273,6 +314,10 @@ def run_writer(path: Path, side_path: Path, variant: Variant, data: dict[str, np
     write, fsync = os.write, os.fsync
     if variant.kill == "inject":
         _install_injection(variant, progress)
+    errors = _Errors()
+    if variant.fail_flushes:
+        _install_errors(variant, errors)
+    flushes = 0
     progress.set(1, 0)
     store = ReplayStore.open(path, "r+")
     stream = Stream(variant, data, seed)
@@ -283,7 +328,16 @@ def run_writer(path: Path, side_path: Path, variant: Variant, data: dict[str, np
         store.add(*arguments, env_mask=mask)
         if rng.random() < variant.flush_probability:
             progress.set(4, store.transitions_added)
-            store.flush()
+            flushes += 1
+            errors.countdown = variant.fail_primitive if flushes in variant.fail_flushes else 0
+            try:
+                store.flush()
+            except OSError:
+                if not errors.injected:
+                    raise
+                continue  # a failed flush: the writer goes on, as a training loop that logs it would
+            finally:
+                errors.countdown, errors.injected = 0, 0
             progress.set(5, store.transitions_added)
             write(side, b"%d\n" % store.transitions_added)
             fsync(side)
@@ -382,12 +436,34 @@ class TrialResult:
     seconds: float
 
 
+def _check_committed_priorities(path: Path, store: ReplayStore) -> None:
+    """The committed priorities of the stored slots (``priorities.tree``, see mmreplay.priorities) have the
+    CRC the header commits: the store reopened with exactly the header's priorities."""
+    from mmreplay.priorities import leaf_checksum, slot_ranges
+    from mmreplay.sum_tree import tree_size
+
+    state = json.loads((path / "header.json").read_text())["commit"]["sampler_state"]
+    if "checksum" not in state:
+        return  # nothing committed with priorities yet
+    row_slots = json.loads((path / "header.json").read_text())["layout"]["row_slots"]
+    size = tree_size(row_slots)
+    leaves = np.fromfile(path / "priorities.tree", "<f8", count=2 * size)
+    stored = store.stored_steps
+    parts = [leaves[size + start : size + stop] for start, stop in slot_ranges(stored, row_slots)]
+    if leaf_checksum(*parts) != state["checksum"]:
+        raise CheckFailure("the committed priorities are not the header's (priorities of a commit that never "
+                           "reached the header survived)")
+
+
 def check_store(path: Path, variant: Variant, data: dict[str, np.ndarray], seed: int, recorded: int,
                 added_before_kill: int, stage: _Stage) -> tuple[int, int]:
     """Open the crashed store and check it; returns (committed count, transitions checked)."""
     stage.name = "open"
     store = ReplayStore.open(path, "r+")
     try:
+        if variant.prioritized:
+            stage.name = "priorities"
+            _check_committed_priorities(path, store)
         stage.name = "contents"
         committed = store.transitions_added
         if committed < recorded:
