@@ -122,7 +122,7 @@ def draw_variant(seed: int, games: list[str], max_delay: float, samplers: list[s
         inject_commits_only=bool(rng.random() < 0.5),
         history_starts=bool(rng.random() < 0.7),
         # Drawn last, so that the draws above (and the trials of earlier versions of this script) stay as they were.
-        fail_flushes=tuple(sorted(int(n) for n in rng.choice(np.arange(1, 40), 4, replace=False)))
+        fail_flushes=tuple(sorted(int(n) for n in rng.choice(np.arange(1, 12), 3, replace=False)))
         if rng.random() < 0.5 else (),
         fail_primitive=int(rng.integers(1, 9)),
         fail_errno=int(rng.choice([errno.ENOSPC, errno.EIO])),
@@ -311,6 +311,7 @@ def run_writer(path: Path, side_path: Path, variant: Variant, data: dict[str, np
     """The writer process's whole life (it never returns normally: it is killed, or it exits)."""
     # The side file is written with the primitives as they are before any injection.
     side = os.open(side_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    failed = os.open(side_path.with_name("failed_flushes.txt"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     write, fsync = os.write, os.fsync
     if variant.kill == "inject":
         _install_injection(variant, progress)
@@ -335,6 +336,7 @@ def run_writer(path: Path, side_path: Path, variant: Variant, data: dict[str, np
             except OSError:
                 if not errors.injected:
                     raise
+                write(failed, b"%d\n" % store.transitions_added)
                 continue  # a failed flush: the writer goes on, as a training loop that logs it would
             finally:
                 errors.countdown, errors.injected = 0, 0
@@ -434,6 +436,7 @@ class TrialResult:
     evicted: bool
     failure: str | None
     seconds: float
+    failed_flushes: int = 0  # flushes that raised an injected error before the kill
 
 
 def _check_committed_priorities(path: Path, store: ReplayStore) -> None:
@@ -518,6 +521,7 @@ def run_trial(seed: int, data: dict[str, dict[str, np.ndarray]], work: Path, *, 
     game = data[variant.game]
     trial_dir = Path(tempfile.mkdtemp(prefix=f"trial{seed}-", dir=work))
     path, side_path = trial_dir / "store.mmr", trial_dir / "committed.txt"
+    failed_path = trial_dir / "failed_flushes.txt"
     sampler = PrioritizedSampler(alpha=0.6) if variant.prioritized else None
     ReplayStore.create(
         path, frame_shape=game["frames"].shape[1:], capacity=variant.capacity, stack_size=variant.stack_size,
@@ -590,6 +594,7 @@ def run_trial(seed: int, data: dict[str, dict[str, np.ndarray]], work: Path, *, 
         evicted=max(committed, added_before_kill) > variant.capacity,
         failure=failure,
         seconds=time.perf_counter() - started,
+        failed_flushes=len(failed_path.read_bytes().splitlines()) if failed_path.exists() else 0,
     )
     if (failure or result.lost) and keep_failures is not None:
         keep_failures.mkdir(parents=True, exist_ok=True)
@@ -663,6 +668,8 @@ def run_trials(trials: int, seed: int, *, games: list[str] | None = None, max_fr
             summary.variants["frame table grew"] += result.frame_table_generation > 0
             summary.variants["segments released"] += result.segments_released
             summary.variants["finished before the kill"] += not result.killed
+            summary.variants["killed after a failed flush (ENOSPC/EIO injected)"] += result.failed_flushes > 0
+            summary.variants["failed flushes"] += result.failed_flushes
             if on_result is not None:
                 on_result(result)
     summary.seconds = time.perf_counter() - started
