@@ -15,8 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.errors import CorruptStoreError, FormatVersionError
-from mmreplay.hdf5_checks import close_file
-from mmreplay.header_fields import ACTION_KINDS, MAX_ACTION_BYTES, MAX_FRAME_BYTES, MAX_SLOTS
+from mmreplay.hdf5_checks import ACTION_KINDS, MAX_ACTION_BYTES, MAX_FRAME_BYTES, MAX_SLOTS, close_file
 from mmreplay.store import ReplayStore
 
 LAYOUTS = ("mmreplay", "minari")
