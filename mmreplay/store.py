@@ -210,6 +210,7 @@ class ReplayStore:
         # half-made store at ``path``.
         directory.parent.mkdir(parents=True, exist_ok=True)
         building = make_sibling_directory(directory, "creating")
+        lock: IO[bytes] | None = None
         try:
             FrameRing.create(
                 building,
@@ -234,15 +235,12 @@ class ReplayStore:
                         f"cannot create a store at {str(directory)!r}: the path already exists"
                     ) from None
                 raise
-        except BaseException:
-            if "lock" in locals():
-                lock.close()
-            shutil.rmtree(building, ignore_errors=True)
-            raise
-        try:
             fsync_directory(directory.parent)
         except BaseException:
-            lock.close()
+            if lock is not None:
+                lock.close()
+            if building.exists():
+                shutil.rmtree(building, ignore_errors=True)
             raise
         return cls._open(directory, "r+", sampler=sampler, schedule=schedule, lock=lock)
 
