@@ -16,7 +16,8 @@ the committed count to a side file outside the store (fsync'd). The writer is ki
 
 * ``errors``: in about half the trials of either kind, chosen flushes get an injected ``ENOSPC`` or
   ``EIO`` from one of the file primitives they call (the flush raises; the writer goes on adding and
-  flushing), so kills also follow failed flushes.
+  flushing), so kills also follow failed flushes; in half of those, the commit after a failed flush
+  (the writer's next flush, or a commit an add makes) is killed just before its header's rename.
 
 The checker then opens the store with ``"r+"`` and requires: the open succeeds; ``transitions_added`` is
 at least the last count in the side file (a shortfall is counted as *lost* committed transitions); the
@@ -99,6 +100,7 @@ class Variant:
     fail_flushes: tuple[int, ...] = ()  # the flushes (1 = the first) that get an injected error
     fail_primitive: int = 1  # which primitive call inside such a flush raises it
     fail_errno: int = errno.ENOSPC
+    kill_after_failure: bool = False  # the flush after a failed one is killed just before its header's rename
 
 
 def draw_variant(seed: int, games: list[str], max_delay: float, samplers: list[str]) -> Variant:
@@ -126,6 +128,7 @@ def draw_variant(seed: int, games: list[str], max_delay: float, samplers: list[s
         if rng.random() < 0.5 else (),
         fail_primitive=int(rng.integers(1, 9)),
         fail_errno=int(rng.choice([errno.ENOSPC, errno.EIO])),
+        kill_after_failure=bool(rng.random() < 0.5),
     )
 
 
@@ -285,6 +288,7 @@ class _Errors:
 
     countdown = 0
     injected = 0
+    kill_at_replace = False  # armed after a failed flush (``Variant.kill_after_failure``)
 
 
 def _install_errors(variant: Variant, errors: _Errors) -> None:
@@ -292,6 +296,8 @@ def _install_errors(variant: Variant, errors: _Errors) -> None:
         original = getattr(owner, name)
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if name == "replace" and errors.kill_at_replace:
+                os.kill(os.getpid(), signal.SIGKILL)
             if errors.countdown > 0:
                 errors.countdown -= 1
                 if errors.countdown == 0:
@@ -337,6 +343,7 @@ def run_writer(path: Path, side_path: Path, variant: Variant, data: dict[str, np
                 if not errors.injected:
                     raise
                 write(failed, b"%d\n" % store.transitions_added)
+                errors.kill_at_replace = variant.kill_after_failure
                 continue  # a failed flush: the writer goes on, as a training loop that logs it would
             finally:
                 errors.countdown, errors.injected = 0, 0
