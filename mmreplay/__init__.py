@@ -16,6 +16,7 @@ from mmreplay.errors import (
     StoreNotFoundError,
     StepsEvictedError,
 )
+from mmreplay.extensions import PerformanceWarning, warn_if_not_built
 from mmreplay.reference_codec import ReferenceScheme
 from mmreplay.samplers import PrioritizedSampler, Sampler, UniformSampler
 from mmreplay.store import ReplayStore
@@ -30,6 +31,7 @@ __all__ = [
     "CorruptStoreError",
     "FormatVersionError",
     "MmreplayError",
+    "PerformanceWarning",
     "ReadOnlyStoreError",
     "ReferenceScheme",
     "ReplayStore",
@@ -44,4 +46,7 @@ __all__ = [
     "import_hdf5",
 ]
 
+# The one place the version is written: pyproject.toml reads it (``[tool.setuptools.dynamic]``).
 __version__ = "0.1.0"
+
+warn_if_not_built()  # one PerformanceWarning per process when a compiled extension could not be imported

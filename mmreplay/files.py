@@ -82,17 +82,28 @@ def acquire_writer_lock(path: Path) -> IO[bytes]:
     worker, a data loader) inherits one, so the lock would outlive the writer for as long as the child
     lives. After a fork the child's copy of each held lock's descriptor is pointed at /dev/null
     (``_drop_inherited_locks``): only the writer holds it. (Close-on-exec covers exec, not fork.)
+
+    A refused lock says truthfully who holds it: the lock also refuses a second open file of the same
+    process, so the locks this process holds are remembered (``_HELD_HERE``) to tell "this process" from
+    "another process".
     """
     lock = open(path, "ab")
     try:
         _lock_exclusive(lock.fileno())
     except BlockingIOError:
+        identity = _identity(lock)
         lock.close()
+        holder = _HELD_HERE.get(identity)
+        if holder is not None and not holder.closed:
+            raise StoreLockedError(
+                f"the store at {str(path.parent)!r} is already open for writing in this process "
+                "(close that store first, or open this one with mode 'r' to read)"
+            ) from None
         raise StoreLockedError(
             f"the store at {str(path.parent)!r} is already open for writing by another process "
             "(open it with mode 'r' to read)"
         ) from None
-    _HELD.add(lock)
+    _HELD_HERE[_identity(lock)] = lock
     return lock
 
 
@@ -111,19 +122,25 @@ def _lock_exclusive(descriptor: int) -> None:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
-# The writer locks this process holds; a forked child lets go of its copies (see acquire_writer_lock).
-_HELD: weakref.WeakSet[IO[bytes]] = weakref.WeakSet()
+def _identity(file: IO[bytes]) -> tuple[int, int]:
+    status = os.fstat(file.fileno())
+    return (status.st_dev, status.st_ino)
+
+
+# The writer locks this process holds, by the lock file's (device, inode); an entry goes away with its
+# file object (closed explicitly, or dropped with an unclosed store). A forked child lets go of them.
+_HELD_HERE: weakref.WeakValueDictionary[tuple[int, int], IO[bytes]] = weakref.WeakValueDictionary()
 
 
 def _drop_inherited_locks() -> None:
-    for lock in list(_HELD):
+    for lock in list(_HELD_HERE.values()):
         if not lock.closed:
             # dup2 keeps the descriptor number valid (the child's file object may close it later) while
             # dropping the child's reference to the locked open file description.
             null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
             os.dup2(null, lock.fileno())
             os.close(null)
-    _HELD.clear()
+    _HELD_HERE.clear()
 
 
 os.register_at_fork(after_in_child=_drop_inherited_locks)

@@ -116,7 +116,8 @@ class Source:
         version = int(version) if isinstance(version, (int, np.integer)) else repr(version)
         if version not in READABLE_VERSIONS:
             raise FormatVersionError(
-                f"{self.name}: format version {version}; this mmreplay reads {' and '.join(map(str, READABLE_VERSIONS))}"
+                f"{self.name}: format version {version}; this mmreplay reads "
+                f"{' and '.join(map(str, READABLE_VERSIONS))}"
             )
         self.frame_shape = self.shape_attribute(attrs, "frame_shape", low=1, most=MAX_FRAME_BYTES)
         self.stack_size = self.int_attribute(attrs, "stack_size", low=1)
@@ -172,7 +173,9 @@ def check_episode_table(source: Source, rows: npt.NDArray[Any], frame_starts: np
         raise source.fail("episodes/transition_start or frame_start do not follow from the episodes' lengths")
 
 
-def frame_counts(lengths: npt.NDArray[np.int64], final_stacks: npt.NDArray[np.bool_], stack_size: int) -> npt.NDArray[np.int64]:
+def frame_counts(
+    lengths: npt.NDArray[np.int64], final_stacks: npt.NDArray[np.bool_], stack_size: int
+) -> npt.NDArray[np.int64]:
     """The frames each episode owns (``LayoutWriter``'s numbering): stack_size + T, and stack_size - 1
     more for a final stack."""
     return (lengths + stack_size + (stack_size - 1) * final_stacks).astype(np.int64)

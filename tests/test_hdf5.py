@@ -12,13 +12,13 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from atari_data import load_stream
 from strategies import frame, stack
 
 from mmreplay import ReplayStore
 from mmreplay.errors import CorruptStoreError, FormatVersionError
 from mmreplay.hdf5 import export_hdf5, import_hdf5
 
-DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 FIELDS = ("obs", "next_obs", "action", "reward", "terminated", "truncated", "env_index")
 LAYOUTS = ("mmreplay", "minari")
 
@@ -109,11 +109,7 @@ def test_mmreplay_layout_is_readable_with_plain_h5py(tmp_path: Path) -> None:
 
 @functools.cache
 def pong(limit: int) -> dict[str, np.ndarray]:
-    path = DATA_DIR / "atari_pong.npz"
-    if not path.is_file():
-        pytest.skip(f"real Atari frames are absent: {path} does not exist (see the project README)")
-    with np.load(path) as data:
-        return {key: np.array(data[key][:limit]) for key in ("frames", "action", "reward", "terminated", "truncated")}
+    return load_stream("pong", ("frames", "action", "reward", "terminated", "truncated"), limit)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
