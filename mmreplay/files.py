@@ -13,6 +13,7 @@ from typing import IO
 from mmreplay.errors import StoreLockedError
 
 RESERVE_STEP = 1 << 16  # bytes reserved at a time ahead of the writes into a memory map
+RESERVE_WINDOW = 1 << 24  # at most this many bytes before a write are reserved with it
 
 
 def create_sparse(path: Path, nbytes: int) -> None:
@@ -67,7 +68,12 @@ class BlockReservation:
         if end <= self._reserved:
             return
         new_end = min(self._size, max(end, self._reserved + RESERVE_STEP))
-        os.posix_fallocate(self._descriptor, self._reserved, new_end - self._reserved)
+        # Bytes before the window were written before this process opened the file (a writer resumes
+        # where the last commit ended): only the window is reserved, never a span a header could make
+        # as large as a sparse file (a crafted header must not allocate terabytes of disk).
+        start = max(self._reserved, end - RESERVE_WINDOW)
+        if new_end > start:
+            os.posix_fallocate(self._descriptor, start, new_end - start)
         self._reserved = new_end
 
     def close(self) -> None:

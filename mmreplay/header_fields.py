@@ -130,7 +130,9 @@ def parse_layout_fields(path: Path, value: object) -> dict[str, object]:
     )
     parse_int(path, "row_slots", fields["row_slots"], low=capacity + 1, high=MAX_SLOTS)
     frame_nbytes = math.prod(frame_shape)
-    parse_int(path, "segment_bytes", fields["segment_bytes"], low=max(1 << 12, frame_nbytes), high=1 << 40)
+    # As format.new_store sizes it: at most 256 MiB, or room for 4 incompressible frames.
+    most = max(1 << 28, 4 * frame_nbytes + 64)
+    parse_int(path, "segment_bytes", fields["segment_bytes"], low=max(1 << 12, frame_nbytes), high=most)
     parse_sampler(path, fields["sampler"])
     encoding = fields.get("frame_encoding", "lz4")
     if not isinstance(encoding, str):

@@ -144,6 +144,8 @@ NAMED_CASES = [
     (("commit", "frames_written"), -1),
     (("layout", "sampler"), {"kind": "prioritized"}),
     (("commit", "sampler_state"), {"max_priority": 1e308}),
+    (("layout", "segment_bytes"), 2**40),  # a writer must not reserve a terabyte of disk
+    (("commit", "bytes_written"), 2**45),
 ]
 VALUES = st.one_of(
     st.sampled_from(NAMED_VALUES),
@@ -218,7 +220,7 @@ def header_cases(root: Path, examples: int) -> list[str]:
     def case(base: int, where: tuple[str, ...], edit: tuple[str, object]) -> None:
         outcome = run_case(base, where, edit)
         if outcome is not None:
-            outcomes.append(outcome)
+            outcomes.append(f"{'.'.join(where)} {edit[0]} {edit[1]!r} => {outcome}")
 
     case()
     return outcomes
