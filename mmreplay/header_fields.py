@@ -152,13 +152,14 @@ def parse_commit_fields(path: Path, value: object, layout: dict[str, object]) ->
     # Every transition writes its next_obs frame: frames never fall behind transitions.
     written = parse_int(path, "frames_written", fields["frames_written"], low=added, high=MAX_COUNT)
     parse_int(path, "bytes_written", fields["bytes_written"], low=0, high=MAX_COUNT)
-    parse_int(path, "frame_tail", fields["frame_tail"], low=0, high=written)
     # An integer only: the frame table's file name is built from it (frames-<G>.idx), never a path.
     parse_int(path, "frame_table_generation", fields["frame_table_generation"], low=0, high=MAX_COUNT)
     # A stack and the frames of the envs' open episodes must fit the frame ring.
     stack_size, num_envs = layout["stack_size"], layout["num_envs"]
     assert isinstance(stack_size, int) and isinstance(num_envs, int)
-    parse_int(path, "frame_slots", fields["frame_slots"], low=stack_size + 1, high=MAX_SLOTS)
+    slots = parse_int(path, "frame_slots", fields["frame_slots"], low=stack_size + 1, high=MAX_SLOTS)
+    # The frames still needed lie in the frame ring: at most frame_slots behind the newest.
+    parse_int(path, "frame_tail", fields["frame_tail"], low=max(0, written - slots), high=written)
     state = parse_sampler_state(path, fields["sampler_state"])
     sampler = layout["sampler"]
     assert isinstance(sampler, dict)
