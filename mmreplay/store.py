@@ -605,6 +605,9 @@ class ReplayStore:
             self._frames.sync()
             self._table.sync()
             self._sampler.sync()
+            # A sampler written before Sampler.settle existed has nothing to settle.
+            settle: Callable[[bool], None] = getattr(self._sampler, "settle", lambda committed: None)
+            commit: format.Commit | None = None
             try:
                 frame_tail = self._frame_tail()
                 commit = format.Commit(
@@ -620,9 +623,9 @@ class ReplayStore:
             except BaseException:
                 # Priorities commit with the header or not at all; the header may have been replaced
                 # before the error (its directory's fsync failed).
-                self._sampler.settle(self._header_holds(commit) if "commit" in locals() else False)
+                settle(commit is not None and self._header_holds(commit))
                 raise
-            self._sampler.settle(True)
+            settle(True)
             self._frames.release_segments_before(self._frames.position_of(frame_tail))
             self._schedule.committed(self._transitions_added)
 
