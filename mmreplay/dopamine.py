@@ -28,6 +28,7 @@ Import rules (documented in the README):
 from __future__ import annotations
 
 import gzip
+import math
 import itertools
 import os
 import re
@@ -58,6 +59,12 @@ def checkpoint_file(directory: Path, name: str, checkpoint: int) -> Path:
     return directory / f"{name}_ckpt.{checkpoint}.gz"
 
 
+_MAX_ROW_BYTES = 1 << 30  # one row (a frame) of a .npy array
+_MAX_ELEMENTS = 1 << 40  # declared elements: far beyond any file, far below int64's limit
+_READ_BLOCK_BYTES = 1 << 26  # rows are read at most this many bytes at a time
+_SMALL_BYTES = 1 << 20  # add_count, invalid_range
+
+
 @dataclass(frozen=True)
 class NpyHeader:
     """The header of a ``.npy`` stream: its shape and dtype, and where its data starts."""
@@ -79,14 +86,22 @@ def read_npy_header(stream: IO[bytes], name: str) -> NpyHeader:
         raise CorruptStoreError(f"{name}: not a gzip'd .npy array ({error})") from None
     if fortran:
         raise CorruptStoreError(f"{name}: a Fortran-ordered .npy array; Dopamine writes C order")
-    return NpyHeader(tuple(shape), np.dtype(dtype), stream.tell())
+    dtype = np.dtype(dtype)
+    # Sizes are checked before any read: a negative size would read the whole stream, a huge one allocate it.
+    if (len(shape) > 8 or any(not isinstance(n, int) or n < 0 for n in shape) or dtype.kind not in "biuf"
+            or dtype.fields is not None or dtype.subdtype is not None
+            or dtype.itemsize * math.prod(shape[1:]) > _MAX_ROW_BYTES or math.prod(shape) > _MAX_ELEMENTS):
+        raise CorruptStoreError(f"{name}: a .npy header declaring shape {shape} of {dtype}; expected sizes >= 0, "
+                                f"rows of at most {_MAX_ROW_BYTES} bytes, numbers")
+    return NpyHeader(tuple(shape), dtype, stream.tell())
 
 
 def stream_rows(path: Path, start: int, stop: int, block: int) -> Iterator[np.ndarray]:
     """Rows ``[start, stop)`` of a gzip'd ``.npy`` array, ``block`` rows at a time, never all at once."""
     with gzip.open(path, "rb") as stream:
         header = read_npy_header(stream, str(path))  # type: ignore[arg-type]
-        row_bytes = header.dtype.itemsize * int(np.prod(header.shape[1:], dtype=np.int64))
+        row_bytes = header.dtype.itemsize * math.prod(header.shape[1:])
+        block = max(1, min(block, _READ_BLOCK_BYTES // max(1, row_bytes)))  # reads stay bounded in bytes
         try:
             stream.seek(header.offset + start * row_bytes)  # gzip seeks forward by decompressing
             for first in range(start, stop, block):
@@ -104,7 +119,9 @@ def read_small(path: Path) -> np.ndarray:
     """A small gzip'd ``.npy`` array (``add_count``, ``invalid_range``), read whole."""
     with gzip.open(path, "rb") as stream:
         header = read_npy_header(stream, str(path))  # type: ignore[arg-type]
-        size = header.dtype.itemsize * int(np.prod(header.shape, dtype=np.int64))
+        size = header.dtype.itemsize * math.prod(header.shape)
+        if size > _SMALL_BYTES:
+            raise CorruptStoreError(f"{path}: declares {size} bytes (shape {header.shape}); expected a small array")
         try:
             data = stream.read(size)
         except (OSError, EOFError, zlib.error) as error:
@@ -148,6 +165,9 @@ def check_checkpoint(directory: Path, number: int) -> Checkpoint:
         raise CorruptStoreError(f"{checkpoint_file(directory, ARRAYS[0], number)}: expected uint8 frames "
                                 f"(capacity, *frame_shape); got {observation.dtype} {observation.shape}")
     capacity = observation.shape[0]
+    if capacity < 1 or 0 in observation.shape:
+        raise CorruptStoreError(f"{checkpoint_file(directory, ARRAYS[0], number)}: frames of shape "
+                                f"{observation.shape}; expected no empty dimension")
     for name, kinds in zip(ARRAYS[1:], ("iu", "f", "iub")):
         header = headers[name]
         if header.shape != (capacity,) or header.dtype.kind not in kinds:

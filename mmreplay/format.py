@@ -24,13 +24,16 @@ import numpy as np
 
 from mmreplay.errors import CorruptStoreError, FormatVersionError, StoreNotFoundError
 from mmreplay.files import fsync_directory
+from mmreplay.header_fields import parse_commit_fields, parse_layout_fields
 
 MAGIC = "mmreplay"
 # 2: rows without oldest_delta (the frame chain gives it). 3: rows hold frame_lead (u4) for next_frame
 # (u8) and a one-byte env in stores of at most 256 envs; frame entries a u2 length for frames of 84x84.
-# 4: row flag 8 (DETACHED: a whole next_obs stack stored as given), which a version 3 reader would misread.
+# 4: row flag 8 (DETACHED: a whole next_obs stack stored as given), which a version 3 reader would misread,
+# and rows checked by a CRC-32 mixed with the step (mmreplay.row_checksum) instead of a weighted byte sum.
 FORMAT_VERSION = 4
-# Version 3 stores are version 4 stores without the flag: read as they are; a commit writes version 4.
+# Version 3 stores are read as they are (rows checked by their byte sum); they open read-only, since
+# rows with a version 4 checksum would not match the version 3 header.
 READABLE_VERSIONS = (3, 4)
 
 HEADER_NAME = "header.json"
@@ -43,7 +46,6 @@ LOCK_NAME = "writer.lock"
 FRAME_ENCODINGS = ("lz4", "lz4-reference")
 _ENCODING_FIELDS = ("frame_encoding", "reference_scheme")  # of Layout, written for other encodings only
 UINT8_FRAMES = np.dtype(np.uint8).str  # Layout.frame_dtype's default, left out of the header
-FRAME_DTYPE_KINDS = "biufc"  # numpy's bool, signed, unsigned, float and complex kinds
 
 
 def frame_table_name(generation: int) -> str:
@@ -168,6 +170,12 @@ def write_header(directory: Path, layout: Layout, commit: Commit) -> None:
 
 def read_header(directory: Path) -> tuple[Layout, Commit]:
     """Read and check the header: magic and format version first, then its checksum, then its fields."""
+    layout, commit, _ = read_versioned_header(directory)
+    return layout, commit
+
+
+def read_versioned_header(directory: Path) -> tuple[Layout, Commit, int]:
+    """``read_header``, and the format version the header gives."""
     path = directory / HEADER_NAME
     if not directory.is_dir() or not path.is_file():
         raise StoreNotFoundError(f"no mmreplay store at {str(directory)!r} (missing {HEADER_NAME})")
@@ -187,28 +195,13 @@ def read_header(directory: Path) -> tuple[Layout, Commit]:
     checksum = document.pop("checksum", None)
     if checksum != _body_checksum(document):
         raise CorruptStoreError(f"{path}: header checksum mismatch (the header was modified or torn)")
-    try:
-        layout_fields = dict(document["layout"])
-        layout_fields["frame_shape"] = tuple(layout_fields["frame_shape"])
-        layout_fields["action_shape"] = tuple(layout_fields["action_shape"])
-        layout, commit = Layout(**layout_fields), Commit(**document["commit"])
-    except (KeyError, TypeError) as error:
-        raise CorruptStoreError(f"{path}: header is missing or has unknown fields ({error})") from None
+    layout_fields = parse_layout_fields(path, document.get("layout"))
+    layout = Layout(**layout_fields)  # type: ignore[arg-type]
+    commit = Commit(**parse_commit_fields(path, document.get("commit"), layout_fields))  # type: ignore[arg-type]
     if layout.frame_encoding not in FRAME_ENCODINGS:
         known = ", ".join(repr(name) for name in FRAME_ENCODINGS)
         raise FormatVersionError(
             f"{path}: frame encoding {layout.frame_encoding!r}; this mmreplay reads frame encodings {known}"
         )
-    if not is_frame_dtype(layout.frame_dtype):
-        raise CorruptStoreError(f"{path}: frame_dtype {layout.frame_dtype!r} is not a little-endian numeric or bool dtype")
-    return layout, commit
-
-
-def is_frame_dtype(text: object) -> bool:
-    """Whether a header's ``frame_dtype`` names a dtype frames may have: numeric or bool, little-endian
-    (or of one byte), as ``dtype.str`` spells it."""
-    try:
-        dtype = np.dtype(text)  # type: ignore[call-overload]
-    except (TypeError, ValueError):
-        return False
-    return isinstance(text, str) and dtype.kind in FRAME_DTYPE_KINDS and dtype.str == text and dtype.byteorder != ">"
+    assert isinstance(version, int)
+    return layout, commit, version

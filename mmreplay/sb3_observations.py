@@ -40,7 +40,7 @@ def frame_layout(space: spaces.Space[Any], stack_size: int | None) -> FrameLayou
     channels, else grayscale frames; a 4-d space is a stack along its first axis; else one frame)."""
     if not isinstance(space, spaces.Box):
         raise TypeError(f"observation_space must be a gymnasium Box; got {space}")
-    if space.dtype is None or space.dtype.kind not in "biufc":
+    if space.dtype is None or space.dtype.kind not in "biuf":
         raise TypeError(f"observation_space must have a numeric or bool dtype; got {space.dtype}")
     shape = tuple(int(n) for n in space.shape)
     inferred = stack_size is None

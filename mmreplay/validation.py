@@ -65,8 +65,8 @@ def parse_frame_dtype(value: object) -> np.dtype:
         dtype: np.dtype[Any] = np.dtype(value)  # type: ignore[call-overload]
     except TypeError:
         raise TypeError(f"frame_dtype must be a numpy dtype; got {value!r}") from None
-    if dtype.kind not in "biufc" or dtype.fields is not None or dtype.subdtype is not None:
-        raise TypeError(f"frame_dtype must be a numeric or bool dtype (uint8, float32, bool, ...); got {dtype}")
+    if dtype.kind not in "biuf" or dtype.fields is not None or dtype.subdtype is not None:
+        raise TypeError(f"frame_dtype must be a bool, integer or float dtype (uint8, float32, bool, ...); got {dtype}")
     return dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
 
 
