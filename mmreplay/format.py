@@ -5,6 +5,7 @@ A store is a directory::
     header.json            the commit record (replaced atomically; everything else is only trusted
                            up to the counts it holds)
     transitions.tbl        the transition table: a ring of fixed-size rows, slot = step % row_slots
+    fields.tbl             stores with user fields only: their ring of checksummed rows, slot = step % row_slots
     frames-<G>.idx         the frame table, generation G: a ring of fixed-size entries, slot = frame step % frame_slots
     frames/<K>.seg         frame segment K: compressed frames at byte positions [K * segment_bytes, (K+1) * segment_bytes)
 
@@ -35,6 +36,7 @@ READABLE_VERSIONS = (3, 4)
 
 HEADER_NAME = "header.json"
 TRANSITIONS_NAME = "transitions.tbl"
+FIELDS_NAME = "fields.tbl"
 SEGMENTS_DIR = "frames"
 LOCK_NAME = "writer.lock"
 
@@ -42,6 +44,11 @@ LOCK_NAME = "writer.lock"
 # field is "lz4", and a plain store's header leaves it out (byte for byte the header it always had).
 FRAME_ENCODINGS = ("lz4", "lz4-reference")
 _ENCODING_FIELDS = ("frame_encoding", "reference_scheme")  # of Layout, written for other encodings only
+
+# A user field: (name, shape, little-endian dtype string), in declaration order. A store without user
+# fields leaves the header's "fields" key out (byte for byte the header it always had); version 3
+# headers never have it.
+FieldSpec = tuple[str, tuple[int, ...], str]
 
 
 def frame_table_name(generation: int) -> str:
@@ -68,6 +75,8 @@ class Layout:
     # "lz4" or "lz4-reference" (see frame_encoding); the latter's ReferenceScheme fields.
     frame_encoding: str = "lz4"
     reference_scheme: dict[str, int] | None = None
+    # The user fields (see FieldSpec), kept in fields.tbl; empty for a store without any.
+    fields: tuple[FieldSpec, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -141,6 +150,8 @@ def write_header(directory: Path, layout: Layout, commit: Commit) -> None:
     if layout.frame_encoding == "lz4":
         for name in _ENCODING_FIELDS:
             del layout_fields[name]
+    if not layout.fields:
+        del layout_fields["fields"]
     body = {
         "magic": MAGIC,
         "format_version": FORMAT_VERSION,
@@ -182,8 +193,9 @@ def read_header(directory: Path) -> tuple[Layout, Commit]:
         layout_fields = dict(document["layout"])
         layout_fields["frame_shape"] = tuple(layout_fields["frame_shape"])
         layout_fields["action_shape"] = tuple(layout_fields["action_shape"])
+        layout_fields["fields"] = _field_specs(layout_fields.get("fields", ()))
         layout, commit = Layout(**layout_fields), Commit(**document["commit"])
-    except (KeyError, TypeError) as error:
+    except (KeyError, TypeError, ValueError) as error:
         raise CorruptStoreError(f"{path}: header is missing or has unknown fields ({error})") from None
     if layout.frame_encoding not in FRAME_ENCODINGS:
         known = ", ".join(repr(name) for name in FRAME_ENCODINGS)
@@ -191,3 +203,14 @@ def read_header(directory: Path) -> tuple[Layout, Commit]:
             f"{path}: frame encoding {layout.frame_encoding!r}; this mmreplay reads frame encodings {known}"
         )
     return layout, commit
+
+
+def _field_specs(value: object) -> tuple[FieldSpec, ...]:
+    """The header's "fields" list as FieldSpecs; a malformed entry raises TypeError or ValueError."""
+    specs: list[FieldSpec] = []
+    for entry in value:  # type: ignore[attr-defined]
+        name, shape, dtype = entry
+        if not isinstance(name, str) or not isinstance(dtype, str) or np.dtype(dtype).kind not in "biuf":
+            raise ValueError(f"field {entry!r} is not [name, shape, numeric or bool dtype]")
+        specs.append((name, tuple(int(n) for n in shape), dtype))
+    return tuple(specs)

@@ -34,6 +34,7 @@ from mmreplay.episodes import (
     EnvEpisode, Episode, FramePlan, advance_all, continuations, plan_frames, split_episodes
 )
 from mmreplay.errors import ClosedStoreError, ReadOnlyStoreError, StoreExistsError
+from mmreplay.field_table import FieldChecksumError, FieldTable
 from mmreplay.files import acquire_writer_lock, file_signature, fsync_directory, make_sibling_directory
 from mmreplay.frame_ring import FrameChecksumError, FrameRing, MissingSegmentError
 from mmreplay.prefetch import Prefetcher, recycling
@@ -48,6 +49,9 @@ from mmreplay.validation import (
     check_out,
     parse_action_dtype,
     parse_add,
+    parse_field_specs,
+    parse_fields,
+    parse_env_mask,
     parse_mode,
     parse_number,
     parse_positive_int,
@@ -111,8 +115,21 @@ class ReplayStore:
             row_slots=layout.row_slots,
             writable=mode == "r+",
         )
+        self._field_table = (
+            FieldTable(
+                directory / format.FIELDS_NAME, specs=layout.fields, row_slots=layout.row_slots, writable=mode == "r+"
+            )
+            if layout.fields
+            else None
+        )
+        # Which files this object maps: a ``clear`` by the writer replaces them (see ``refresh``).
+        self._table_inode = os.stat(directory / format.TRANSITIONS_NAME).st_ino
         self._reader = TransitionReader(
-            self._table, self._frames, stack_size=layout.stack_size, action_dtype=self._action_dtype
+            self._table,
+            self._frames,
+            stack_size=layout.stack_size,
+            action_dtype=self._action_dtype,
+            field_table=self._field_table,
         )
         self._closed = False
         # ``add`` may take its fast path (``_add_single_frames``): a writer of plain lz4 frames, still open.
@@ -153,6 +170,7 @@ class ReplayStore:
         reference_scheme: ReferenceScheme | None = None,
         commit_every: int | None = None,
         commit_interval_s: float | None = 5.0,
+        fields: dict[str, tuple[tuple[int, ...], npt.DTypeLike]] | None = None,
     ) -> ReplayStore:
         """Create an empty store at ``path`` (a directory the store owns) and open it for appending.
 
@@ -162,7 +180,10 @@ class ReplayStore:
         env, arranged by ``reference_scheme``, by default groups of 256 frames with branching 4: on
         Atari 2.4x (Pong) to 5.9x (MsPacman) fewer bytes per transition, 1.1x to 1.7x slower adds, and
         samples 1.2x (MsPacman) to 2.9x (Pong) slower; see ``mmreplay.frame_encoding`` and the README).
-        ``commit_every`` and ``commit_interval_s``: see ``open``.
+        ``commit_every`` and ``commit_interval_s``: see ``open``. ``fields`` declares user fields stored
+        beside each transition, ``{"name": (shape, dtype)}`` (a fixed shape; a numeric or bool dtype), such
+        as a recurrent state or a legal-action mask: every ``add`` then takes them (``add(..., fields=)``)
+        and every batch gives them (``batch.fields``).
         """
         schedule = CommitSchedule(commit_every=commit_every, commit_interval_s=commit_interval_s)
         frame_shape = parse_shape(frame_shape, "frame_shape", allow_empty=False)
@@ -171,6 +192,7 @@ class ReplayStore:
         num_envs = parse_positive_int(num_envs, "num_envs")
         action_shape = parse_shape(action_shape, "action_shape", allow_empty=True)
         dtype = parse_action_dtype(action_dtype)
+        field_specs = parse_field_specs(fields)
         encoding, scheme = encodings.parse_frame_encoding(frame_encoding, reference_scheme)
         sampler = UniformSampler() if sampler is None else sampler
         if num_envs > MAX_ENVS:
@@ -189,26 +211,13 @@ class ReplayStore:
             action_dtype=dtype,
             sampler=sampler.config(),
         )
-        layout = replace(layout, frame_encoding=encoding, reference_scheme=scheme)
-        frame_slots = commit.frame_slots
+        layout = replace(layout, frame_encoding=encoding, reference_scheme=scheme, fields=field_specs)
         # Build the store beside its final path, then rename it into place: a crash never leaves a
         # half-made store at ``path``.
         directory.parent.mkdir(parents=True, exist_ok=True)
         building = make_sibling_directory(directory, "creating")
         try:
-            FrameRing.create(
-                building,
-                frame_shape=frame_shape,
-                segment_bytes=layout.segment_bytes,
-                frame_slots=frame_slots,
-                references=encodings.has_references(layout),
-            ).close()
-            TransitionTable.create(
-                building / format.TRANSITIONS_NAME,
-                dtype=row_dtype(action_shape, dtype, num_envs),
-                row_slots=layout.row_slots,
-            ).close()
-            format.write_header(building, layout, commit)
+            _build_empty(building, layout, commit)
             try:
                 os.rename(building, directory)
             except OSError:
@@ -309,6 +318,11 @@ class ReplayStore:
         return self._sampler
 
     @property
+    def fields(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """The user fields, name -> (shape, dtype), in declaration order (empty for a store without any)."""
+        return {name: (shape, np.dtype(dtype).newbyteorder("=")) for name, shape, dtype in self._layout.fields}
+
+    @property
     def frame_encoding(self) -> str:
         """How frames are compressed: ``"lz4"`` or ``"lz4-reference"`` (fixed at create time)."""
         return self._layout.frame_encoding
@@ -358,6 +372,7 @@ class ReplayStore:
             f"transitions={len(self):,}/{self.capacity:,} frame_shape={self.frame_shape} "
             f"stack_size={self.stack_size} num_envs={self.num_envs}"
             + ("" if self.frame_encoding == "lz4" else f" frame_encoding={self.frame_encoding!r}")
+            + ("" if not self._layout.fields else f" fields={[name for name, _, _ in self._layout.fields]}")
             + ">"
         )
 
@@ -381,6 +396,7 @@ class ReplayStore:
         truncated: npt.ArrayLike,
         *,
         env_mask: npt.ArrayLike | None = None,
+        fields: dict[str, npt.ArrayLike] | None = None,
     ) -> None:
         """Record one transition per env (with ``num_envs > 1`` every argument has a leading env axis).
 
@@ -392,12 +408,21 @@ class ReplayStore:
         transitions (gymnasium's next-step autoreset returns such an entry for an env the step after its
         episode ended: its reset obs, which is no shifted stack), so only their shapes and dtypes are
         checked, not their values.
+
+        ``fields`` (a store created with ``fields=``): one array per user field, each with the env axis in
+        front when ``num_envs > 1``, castable to the field's dtype without overflow (bool from bool only);
+        a missing, extra, mis-shaped or mis-typed field is refused before anything is written.
         """
+        values = None
+        if fields is not None or self._field_table is not None:
+            self._check_writable("add")
+            recorded = None if env_mask is None else parse_env_mask(env_mask, self._add_shapes.num_envs)
+            values = parse_fields(fields, self._layout.fields, self._add_shapes, recorded)
         if (
             self._fast_add
             and self._env_frames_pending is None
             and records_every_env(env_mask, self._add_shapes.num_envs)
-            and self._add_single_frames(obs, action, reward, next_obs, terminated, truncated)
+            and self._add_single_frames(obs, action, reward, next_obs, terminated, truncated, fields=values)
         ):
             if self._schedule.due(self._transitions_added):
                 self.flush()
@@ -429,14 +454,14 @@ class ReplayStore:
                 encoder=encoder,
             )
             with self._lock:
-                self._write(arguments, plan)
+                self._write(arguments, plan, values)
         except BaseException:
             encoder.rollback()  # no frame may be encoded against one that was not written
             raise
         if self._schedule.due(self._transitions_added):
             self.flush()
 
-    def _add_single_frames(self, *transition: object) -> bool:
+    def _add_single_frames(self, *transition: object, fields: dict[str, npt.NDArray[Any]] | None = None) -> bool:
         """``add``'s fast path, given ``add``'s six transition arguments, for the add a training loop makes
         at nearly every step: each env continues its episode with one new frame (given alone, or as the
         newest of a stack), and no commit is due. It writes exactly what the general path writes
@@ -458,6 +483,8 @@ class ReplayStore:
             return False
         previous_steps, prev_deltas = links
         with self._lock:
+            if fields:
+                self._field_table.write(first_step, fields)  # type: ignore[union-attr]
             self._frames.append_frames(parsed.new_frames, prev_deltas)
             self._table.write_continuations(
                 first_step, frame_lead=first_frame - first_step, previous_steps=previous_steps,
@@ -467,12 +494,14 @@ class ReplayStore:
             self._count_added(first_step, count)
         return True
 
-    def _write(self, arguments: AddArguments, plan: FramePlan) -> None:
+    def _write(self, arguments: AddArguments, plan: FramePlan, fields: dict[str, npt.NDArray[Any]] | None) -> None:
         envs = arguments.envs
         first_step = self._transitions_added
         new_frames = self._frames.frames_written + len(plan.payloads)
         if first_step + len(envs) > self._row_limit or new_frames > self._frame_limit:
             self._make_room(new_rows=len(envs), new_frames=len(plan.payloads))
+        if fields:
+            self._field_table.write(first_step, {name: array[envs] for name, array in fields.items()})  # type: ignore[union-attr]
         ref_deltas = plan.ref_deltas if self._encoder.records_references else None
         self._frames.append(plan.payloads, plan.prev_deltas, ref_deltas)
         every_env = len(envs) == len(arguments.reward)
@@ -546,6 +575,8 @@ class ReplayStore:
         with self._lock:
             self._frames.sync()
             self._table.sync()
+            if self._field_table is not None:
+                self._field_table.sync()
             self._sampler.sync()
             frame_tail = self._frame_tail()
             self._write_commit(
@@ -604,7 +635,10 @@ class ReplayStore:
             self._closed = True
             self._fast_add = False
             autocommit.forget(self)
-            _close_all([self._frames.close, self._table.close, self._sampler.close, self._release_writer_lock])
+            closers = [self._frames.close, self._table.close, self._sampler.close, self._release_writer_lock]
+            if self._field_table is not None:
+                closers.insert(2, self._field_table.close)
+            _close_all(closers)
 
     def __del__(self) -> None:
         """A dropped store commits (``"r+"``) and releases its files, as ``close`` does."""
@@ -846,7 +880,7 @@ class ReplayStore:
         for _ in range(_READ_ATTEMPTS - 1):
             try:
                 return read()
-            except (RowChecksumError, FrameChecksumError, MissingSegmentError):
+            except (RowChecksumError, FieldChecksumError, FrameChecksumError, MissingSegmentError):
                 if not self.refresh():
                     raise
         return read()
@@ -936,6 +970,25 @@ class ReplayStore:
                 f"cannot {operation}: the store at {str(self._directory)!r} is open read-only (mode 'r'); "
                 "open it with mode 'r+' to append"
             )
+
+
+def _build_empty(building: Path, layout: format.Layout, commit: format.Commit) -> None:
+    """The files of an empty store with this layout and empty commit, in the directory ``building``."""
+    FrameRing.create(
+        building,
+        frame_shape=layout.frame_shape,
+        segment_bytes=layout.segment_bytes,
+        frame_slots=commit.frame_slots,
+        references=encodings.has_references(layout),
+    ).close()
+    TransitionTable.create(
+        building / format.TRANSITIONS_NAME,
+        dtype=row_dtype(layout.action_shape, np.dtype(layout.action_dtype), layout.num_envs),
+        row_slots=layout.row_slots,
+    ).close()
+    if layout.fields:
+        FieldTable.create(building / format.FIELDS_NAME, specs=layout.fields, row_slots=layout.row_slots).close()
+    format.write_header(building, layout, commit)
 
 
 def _close_all(closers: list[Callable[[], None]]) -> None:
