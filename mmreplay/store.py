@@ -21,13 +21,13 @@ import weakref
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import IO, Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import autocommit, format, frame_encoding as encodings, stacking
+from mmreplay import autocommit, directory_swap, format, frame_encoding as encodings, stacking
 from mmreplay.autocommit import CommitSchedule
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.episodes import (
@@ -838,6 +838,11 @@ class ReplayStore:
         with self._lock:
             signature = file_signature(self._directory / format.HEADER_NAME)
             _, commit = format.read_header(self._directory)
+            if os.stat(self._directory / format.TRANSITIONS_NAME).st_ino != self._table_inode:
+                raise ClosedStoreError(
+                    f"cannot refresh: the store at {str(self._directory)!r} was cleared by its writer since this "
+                    "reader opened it; open it again"
+                )
             self._header_signature = signature
             if commit == self._commit:
                 return False
@@ -910,6 +915,71 @@ class ReplayStore:
 
         return self._consistent(check_and_read)
 
+    def iterate(self, batch_size: int, *, start: int | None = None, stop: int | None = None) -> Iterator[Batch]:
+        """Every stored transition of steps ``[start, stop)`` exactly once, in step order, in batches of
+        ``batch_size`` (the last one shorter) as ``read`` gives them: an ordered pass, epoch by epoch.
+
+        The pass covers the transitions stored when it is called (``start`` and ``stop`` default to
+        ``stored_steps``' ends and must lie within them): what a writer appends later is not in it, and
+        what it holds is what that commit held (stored rows never change). Memory stays that of one
+        batch. A writer that evicts a step before the pass reaches it makes the next batch raise
+        ``IndexError`` naming the steps lost (a capacity larger than what is added during a pass
+        avoids it).
+        """
+        self._check_open("iterate")
+        batch_size = parse_positive_int(batch_size, "batch_size")
+        snapshot = self.stored_steps
+        first = snapshot.start if start is None else _parse_step(start, "start")
+        last = snapshot.stop if stop is None else _parse_step(stop, "stop")
+        if not snapshot.start <= first <= last <= snapshot.stop:
+            raise ValueError(
+                f"start and stop must satisfy {snapshot.start} <= start <= stop <= {snapshot.stop} (the stored "
+                f"steps); got start={first}, stop={last}"
+            )
+        return self._ordered_pass(batch_size, first, last)
+
+    def _ordered_pass(self, batch_size: int, start: int, stop: int) -> Iterator[Batch]:
+        for first in range(start, stop, batch_size):
+            steps = np.arange(first, min(stop, first + batch_size), dtype=np.int64)
+            ones = np.ones(len(steps), np.float32)
+
+            def check_and_read() -> Batch:
+                with self._lock:
+                    self._check_open("iterate")
+                    oldest = self._stored().start
+                    if first < oldest:
+                        raise IndexError(
+                            f"iterate: steps [{first}, {min(oldest, stop)}) of the pass over [{start}, {stop}) "
+                            f"were evicted by the writer's adds before the pass reached them (stored steps are "
+                            f"now [{oldest}, {self._transitions_added}))"
+                        )
+                    return self._reader.transitions(steps, weight=ones, discount=ones)
+
+            yield self._consistent(check_and_read)
+
+    def sample_episodes(
+        self, n: int, rng: np.random.Generator | int | None = None, *, weighting: str = "uniform"
+    ) -> list[Batch]:
+        """``n`` whole episodes drawn with replacement from the stored episodes whose transitions are all
+        stored and which have ended (terminated, truncated, or cut by a new episode of their env), each
+        as one ``Batch`` of its transitions in step order (``read`` of its steps).
+
+        ``weighting="uniform"`` draws every such episode with the same probability (Minari's
+        ``sample_episodes``); ``"length"`` draws each with probability proportional to its number of
+        transitions (the episode of a uniformly drawn transition). ``rng``: as in ``sample``.
+        """
+        self._check_open("sample_episodes")
+        n = parse_positive_int(n, "n")
+        if weighting not in ("uniform", "length"):
+            raise ValueError(f"weighting must be 'uniform' or 'length'; got {weighting!r}")
+        generator = parse_rng(rng)
+        whole = [episode for episode in self.episodes() if episode.complete and episode.ended_by != "in progress"]
+        if not whole:
+            raise ValueError("cannot sample episodes: no stored episode is complete and ended")
+        lengths = np.array([len(episode.steps) for episode in whole], np.float64)
+        chosen = generator.choice(len(whole), size=n, p=None if weighting == "uniform" else lengths / lengths.sum())
+        return [self.read(whole[i].steps) for i in chosen.tolist()]
+
     def episodes(self) -> list[Episode]:
         """The stored episodes, oldest first: env, steps, return, how each ended, whether it is complete."""
         self._check_open("list episodes")
@@ -923,6 +993,54 @@ class ReplayStore:
             columns["reward"],
             open_envs=open_envs,
         )
+
+    # -- starting over ---------------------------------------------------------------------------
+
+    def clear(self) -> None:
+        """Remove every transition: the store becomes an empty store with the same layout (and sampler),
+        its steps numbered from 0 again.
+
+        Atomic: the empty store is built beside the directory and exchanged with it in one step, so a
+        crash leaves either the old store or the empty one at the path (at worst with the other left in a
+        hidden sibling directory ``.NAME.clearing-XXXXXXXX``, which may be deleted). Readers open on the
+        old store raise ``ClosedStoreError`` at their next refresh: open them again.
+        """
+        self._check_writable("clear")
+        for prefetcher in list(self._prefetchers):
+            prefetcher.close()
+        with self._lock:
+            layout = self._layout
+            _, commit = format.new_store(
+                frame_shape=layout.frame_shape, capacity=layout.capacity, stack_size=layout.stack_size,
+                num_envs=layout.num_envs, action_shape=layout.action_shape,
+                action_dtype=np.dtype(layout.action_dtype), sampler=layout.sampler,
+            )
+            building = make_sibling_directory(self._directory, "clearing")
+            try:
+                _build_empty(building, layout, commit)
+                lock = acquire_writer_lock(building / format.LOCK_NAME)
+            except BaseException:
+                shutil.rmtree(building, ignore_errors=True)
+                raise
+            try:
+                directory_swap.exchange(self._directory, building)
+            except BaseException:
+                lock.close()
+                shutil.rmtree(building, ignore_errors=True)
+                raise
+            # The old store's files now live at ``building``: release them, then delete them.
+            self._closed = True
+            closers = [self._frames.close, self._table.close, self._sampler.close, self._release_writer_lock]
+            if self._field_table is not None:
+                closers.append(self._field_table.close)
+            try:
+                _close_all(closers)
+            finally:
+                shutil.rmtree(building, ignore_errors=True)
+                ReplayStore.__init__(
+                    self, self._directory, layout, commit, mode="r+", sampler=self._sampler, lock=lock,
+                    schedule=self._schedule,
+                )
 
     # -- state -----------------------------------------------------------------------------------
 
@@ -970,6 +1088,15 @@ class ReplayStore:
                 f"cannot {operation}: the store at {str(self._directory)!r} is open read-only (mode 'r'); "
                 "open it with mode 'r+' to append"
             )
+
+
+def _parse_step(value: object, name: str) -> int:
+    import operator
+
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{name} must be an int step; got {type(value).__name__} {value!r}") from None
 
 
 def _build_empty(building: Path, layout: format.Layout, commit: format.Commit) -> None:
