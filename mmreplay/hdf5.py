@@ -38,7 +38,7 @@ from tqdm import tqdm
 from mmreplay.episodes import Episode
 from mmreplay.errors import CorruptStoreError
 from mmreplay.files import make_sibling_directory
-from mmreplay.hdf5_datasets import FORMAT_NAMES, LAYOUTS, LayoutWriter, Source
+from mmreplay.hdf5_datasets import FIELD_PREFIX, FORMAT_NAMES, LAYOUTS, LayoutWriter, Source
 from mmreplay.hdf5_minari import DATASET_ID, MINARI_FILE, MinariSource, MinariWriter
 from mmreplay.hdf5_mmreplay_layout import MmreplayLayoutSource, MmreplayLayoutWriter
 from mmreplay.hdf5_replay import Feeder, merged
@@ -139,7 +139,8 @@ def _export_chunk(writer: LayoutWriter, store: ReplayStore, steps: npt.NDArray[n
             writer.frames(episode, store.stack_size + int(position_of[last]), batch.next_obs[last])
         writer.columns(episode, first, {
             "action": batch.action[rows], "reward": batch.reward[rows], "terminated": batch.terminated[rows],
-            "truncated": batch.truncated[rows], "step": batch.index[rows]})
+            "truncated": batch.truncated[rows], "step": batch.index[rows],
+            **{FIELD_PREFIX + name: values[rows] for name, values in batch.fields.items()}})
 
 
 def import_hdf5(
@@ -170,7 +171,7 @@ def import_hdf5(
         store = ReplayStore.create(
             target, frame_shape=source.frame_shape, capacity=capacity or max(source.capacity, total, source.num_envs),
             stack_size=source.stack_size, num_envs=source.num_envs, action_shape=source.action_shape,
-            action_dtype=source.action_dtype)
+            action_dtype=source.action_dtype, fields=dict(source.fields) or None)
         try:
             with tqdm(total=total, disable=not progress, file=sys.stderr, unit="transition", desc="import") as bar:
                 Feeder(store).feed(merged(source, chunk_steps), bar)

@@ -7,6 +7,7 @@ level 1, present in every HDF5 build); columns are gzip-compressed in chunks of 
 
 from __future__ import annotations
 
+import json
 import zlib
 from typing import Any, Protocol
 
@@ -26,6 +27,8 @@ READABLE_VERSIONS = (1, 2)  # version 1 files have no final stacks
 # The per-transition columns every layout carries; "step" is the transition's original step.
 COLUMNS = ("action", "reward", "terminated", "truncated", "step")
 DEFLATE_LEVEL = 1  # HDF5's "gzip" filter: zlib streams, one per chunk (one frame per chunk)
+# A user field's column key (``LayoutWriter.columns``, ``Source.columns``): "fields/<name>".
+FIELD_PREFIX = "fields/"
 
 
 def root_attrs(store: ReplayStore, layout: str, episodes: int) -> dict[str, Any]:
@@ -36,6 +39,10 @@ def root_attrs(store: ReplayStore, layout: str, episodes: int) -> dict[str, Any]
         "num_envs": store.num_envs, "capacity": store.capacity,
         "action_shape": np.array(store.action_shape, np.int64), "action_dtype": store.action_dtype.str,
         "transitions": len(store), "episodes": episodes, "first_step": store.stored_steps.start,
+        # User fields, only where the store has any (an export without them is unchanged): JSON
+        # [[name, shape, dtype string], ...] in declaration order.
+        **({"fields": json.dumps([[name, list(shape), dtype.str] for name, (shape, dtype) in store.fields.items()])}
+           if store.fields else {}),
     }
 
 
@@ -96,6 +103,7 @@ class Source:
         self.lengths = np.zeros(0, np.int64)
         self.first_steps = np.zeros(0, np.int64)
         self.final_stacks = np.zeros(0, np.bool_)  # per episode: its last next_obs is a whole stack
+        self.fields: dict[str, tuple[tuple[int, ...], np.dtype]] = {}  # user fields: name -> (shape, dtype)
 
     def frames(self, episode: int, start: int, stop: int) -> npt.NDArray[np.uint8]:
         raise NotImplementedError
@@ -123,6 +131,12 @@ class Source:
         self.capacity = int(attrs["capacity"])
         self.action_shape = tuple(int(n) for n in attrs["action_shape"])
         self.action_dtype = np.dtype(attrs["action_dtype"])
+        if "fields" in attrs:
+            try:
+                entries = json.loads(attrs["fields"])
+                self.fields = {str(name): (tuple(int(n) for n in shape), np.dtype(dtype)) for name, shape, dtype in entries}
+            except (TypeError, ValueError) as error:
+                raise self.fail(f"root attribute fields is not [[name, shape, dtype], ...] ({error})") from None
 
 
 
