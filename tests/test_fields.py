@@ -340,7 +340,6 @@ def test_a_writer_killed_at_any_moment_keeps_every_committed_field(tmp_path: Pat
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     committed = int(log.read_text().split()[-1]) if log.exists() and log.read_text().split() else 0
-    print(f"trial {trial}: {committed} committed")
     with ReplayStore.open(path, "r+") as store:
         assert store.transitions_added >= committed
         stored = store.stored_steps
