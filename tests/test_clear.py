@@ -119,6 +119,6 @@ def test_a_crash_during_clear_leaves_the_old_store_or_the_new_one(tmp_path: Path
         else:  # the new one, with at least what its flushes committed
             committed = int(lines[-1]) if len(lines) > 1 else 0
             assert store.transitions_added >= committed
-            assert batch.action.tolist() == list(range(1000, 1000 + store.transitions_added))
+            assert batch.action.tolist() == [1000 + step for step in store.stored_steps]
         np.testing.assert_array_equal(batch.fields["h"][:, 0], batch.action.astype(np.float32))
         add(store, range(1), base=5000)  # appending goes on
