@@ -422,7 +422,11 @@ class ReplayStore:
             self._fast_add
             and self._env_frames_pending is None
             and records_every_env(env_mask, self._add_shapes.num_envs)
-            and self._add_single_frames(obs, action, reward, next_obs, terminated, truncated, fields=values)
+            and (
+                self._add_single_frames(obs, action, reward, next_obs, terminated, truncated)
+                if values is None
+                else self._add_single_frames(obs, action, reward, next_obs, terminated, truncated, fields=values)
+            )
         ):
             if self._schedule.due(self._transitions_added):
                 self.flush()
