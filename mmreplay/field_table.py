@@ -31,15 +31,12 @@ FieldArrays = dict[str, npt.NDArray[np.generic]]
 
 
 def record_checksums(records: npt.NDArray[np.uint8], steps: npt.NDArray[np.int64]) -> npt.NDArray[np.uint32]:
-    """The CRC-32 of each record (an ``(n, width)`` byte array: the bytes a row's checksum covers)
-    preceded by its step as 8 little-endian bytes. One small function, so that a compiled CRC can
+    """The CRC-32 of each record (an ``(n, width)`` C-contiguous byte array: the bytes a row's checksum
+    covers) preceded by its step as 8 little-endian bytes. One small function, so that a compiled CRC can
     replace it; the values are those of the transition rows' checksum of format version 4."""
-    prefixes = np.ascontiguousarray(steps, "<i8").tobytes()
-    return np.fromiter(
-        (zlib.crc32(records[i].tobytes(), zlib.crc32(prefixes[8 * i : 8 * i + 8])) for i in range(len(steps))),
-        np.uint32,
-        count=len(steps),
-    )
+    prefixes = np.ascontiguousarray(steps, "<i8").view(np.uint8).reshape(-1, 8)
+    crc32 = zlib.crc32
+    return np.array([crc32(record, crc32(prefix)) for record, prefix in zip(records, prefixes)], np.uint32)
 
 
 class FieldChecksumError(CorruptStoreError):
@@ -75,7 +72,8 @@ class FieldTable:
         self.path = path
         self.row_slots = row_slots
         self._mapping = np.memmap(path, dtype=self.dtype, mode="r+" if writable else "r", shape=(row_slots,))
-        self._rows: npt.NDArray[np.void] = self._mapping.view(np.ndarray)
+        # The rows as bytes, (row_slots, row size): plain indexing, without memmap's per-call overhead.
+        self._bytes: npt.NDArray[np.uint8] = self._mapping.view(np.ndarray).view(np.uint8).reshape(row_slots, -1)
         self._reservation = BlockReservation(path) if writable else None
 
     @classmethod
@@ -88,23 +86,42 @@ class FieldTable:
         per step (already checked against the field's shape and dtype)."""
         assert self._reservation is not None
         count = len(next(iter(values.values())))
-        rows = np.zeros(count, self.dtype)
-        for name, shape, dtype in self.specs:
-            if np.dtype(dtype) == np.bool_:
-                rows[name] = np.packbits(values[name].reshape(count, -1), axis=1)
+        if count == 1:  # one env's add: bytes and one CRC, a third of the numpy path's cost
+            body = b"".join(
+                np.packbits(values[name]).tobytes() if dtype == "|b1" else values[name].astype(dtype, copy=False).tobytes()
+                for name, _, dtype in self.specs
+            )
+            checksum = zlib.crc32(body, zlib.crc32(first_step.to_bytes(8, "little", signed=True)))
+            slot = first_step % self.row_slots
+            self._reservation.ensure(min(first_step + 1, self.row_slots) * self.dtype.itemsize)
+            self._bytes[slot] = np.frombuffer(checksum.to_bytes(4, "little") + body, np.uint8)
+            return
+        parts = [np.empty((count, 4), np.uint8)]
+        for name, _, dtype in self.specs:
+            value = values[name].reshape(count, -1)
+            if value.dtype == np.bool_:
+                parts.append(np.packbits(value, axis=1))
             else:
-                rows[name] = values[name]
+                parts.append(value.astype(dtype, copy=False).view(np.uint8).reshape(count, -1))
+        rows = np.concatenate(parts, axis=1) if len(parts) > 2 or count > 1 else None
+        if rows is None:  # one row of one field: no concatenation
+            rows = np.empty((1, self.dtype.itemsize), np.uint8)
+            rows[:, 4:] = parts[1]
         steps = np.arange(first_step, first_step + count, dtype=np.int64)
-        rows["checksum"] = record_checksums(_checked_bytes(rows), steps)
+        rows[:, :4] = record_checksums(rows[:, 4:], steps).astype("<u4").view(np.uint8).reshape(count, 4)
         self._reservation.ensure(min(first_step + count, self.row_slots) * self.dtype.itemsize)
-        self._rows[steps % self.row_slots] = rows
+        slot = first_step % self.row_slots
+        if slot + count <= self.row_slots:
+            self._bytes[slot : slot + count] = rows
+        else:
+            self._bytes[steps % self.row_slots] = rows
 
     def read(self, steps: npt.NDArray[np.int64]) -> FieldArrays:
         """Each field of the rows of these steps (any shape of steps: the fields get it as leading axes),
         in native byte order, every row checked against its checksum."""
         flat = np.ascontiguousarray(steps, np.int64).reshape(-1)
-        rows = self._rows[flat % self.row_slots]
-        bad = rows["checksum"] != record_checksums(_checked_bytes(rows), flat)
+        rows = self._bytes[flat % self.row_slots]
+        bad = rows[:, :4].copy().view("<u4").reshape(-1) != record_checksums(rows[:, 4:], flat)
         if bad.any():
             step = int(flat[int(np.argmax(bad))])
             raise FieldChecksumError(
@@ -112,7 +129,7 @@ class FieldTable:
                 "since it was located)",
                 step=step,
             )
-        return self.unpack(rows, np.shape(steps))
+        return self.unpack(rows.view(self.dtype).reshape(-1), np.shape(steps))
 
     def unpack(self, rows: npt.NDArray[np.void], batch_shape: tuple[int, ...]) -> FieldArrays:
         """The fields of packed rows, shaped ``(*batch_shape, *field_shape)``."""
@@ -132,10 +149,4 @@ class FieldTable:
         self._mapping.flush()
         if self._reservation is not None:
             self._reservation.close()
-        del self._rows, self._mapping
-
-
-def _checked_bytes(rows: npt.NDArray[np.void]) -> npt.NDArray[np.uint8]:
-    """The bytes of each row after its checksum, as an ``(n, width)`` array."""
-    data = np.ascontiguousarray(rows).view(np.uint8).reshape(len(rows), rows.dtype.itemsize)
-    return data[:, 4:]
+        del self._bytes, self._mapping
