@@ -14,6 +14,7 @@ commit: when an add would need one, the store commits first (an automatic flush)
 from __future__ import annotations
 
 import functools
+import operator
 import os
 import shutil
 import threading
@@ -1095,8 +1096,7 @@ class ReplayStore:
 
 
 def _parse_step(value: object, name: str) -> int:
-    import operator
-
+    """A step bound of ``iterate``: an int (or a numpy integer)."""
     try:
         return operator.index(value)  # type: ignore[arg-type]
     except TypeError:
