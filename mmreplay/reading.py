@@ -82,7 +82,7 @@ class TransitionReader:
             env_index=fields.env_index,
             weight=weight,
             discount=discount,
-            fields=self._fields(steps),
+            user_fields=self._fields(steps),
         ))
 
     def n_step(
@@ -131,7 +131,7 @@ class TransitionReader:
             weight=weight,
             # gamma^m, and 0 when the window ended by termination: r + discount * Q(next_obs) is the target.
             discount=(np.power(gamma, used) * ((last["flags"] & TERMINATED) == 0)).astype(np.float32),
-            fields=self._fields(steps),  # the window's first transition's, as obs and action
+            user_fields=self._fields(steps),  # the window's first transition's, as obs and action
         ))
 
     def sequences(
@@ -171,7 +171,7 @@ class TransitionReader:
             index=np.where(mask, window, -1),
             env_index=rows["env"][:, 0].astype(np.int64),
             weight=weight,
-            fields=self._fields(window, mask),
+            user_fields=self._fields(window, mask),
         ))
 
     def _fields(self, steps: npt.NDArray[np.int64], mask: npt.NDArray[np.bool_] | None = None) -> FieldArrays:
@@ -267,7 +267,7 @@ def _filled(out: T | None, batch: T) -> T:
         return batch
     if out.fields.keys() != batch.fields.keys():
         raise ValueError(f"out.fields has keys {list(out.fields)}; expected {list(batch.fields)}")
-    pairs = [(item.name, getattr(out, item.name), getattr(batch, item.name)) for item in fields(batch) if item.name != "fields"]
+    pairs = [(item.name, getattr(out, item.name), getattr(batch, item.name)) for item in fields(batch)]
     pairs += [(f"fields[{name!r}]", out.fields[name], value) for name, value in batch.fields.items()]
     for name, target, value in pairs:
         if target.shape != value.shape or target.dtype != value.dtype:
