@@ -419,7 +419,10 @@ def _parse_action(value: object, shapes: AddShapes) -> npt.NDArray[Any]:
             f"action has shape {array.shape}; expected {shapes.action} for action_shape={shapes.action_shape} "
             f"and {_expected_env_text(shapes.env_axis)}"
         )
-    if array.dtype != shapes.action_dtype and (
+    # Any integer kind goes into any integer dtype (a Python int is int64 to numpy, and an unsigned action
+    # dtype must take it): ``_cast_action`` then refuses the values that do not fit.
+    integers = array.dtype.kind in "iu" and shapes.action_dtype.kind in "iu"
+    if array.dtype != shapes.action_dtype and not integers and (
         array.dtype.kind not in "iufb" or not np.can_cast(array.dtype, shapes.action_dtype, casting="same_kind")
     ):
         raise TypeError(f"action has dtype {array.dtype}; expected values castable to {shapes.action_dtype}")
