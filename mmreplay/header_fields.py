@@ -20,6 +20,8 @@ from mmreplay.errors import CorruptStoreError
 MAX_DIMENSIONS = 8
 MAX_FRAME_BYTES = 1 << 30  # one frame; lz4 blocks hold at most about 2 GiB
 MAX_ACTION_BYTES = 1 << 12  # one action (rows of the compiled paths hold at most 256 bytes)
+MAX_FIELDS = 64  # user fields of a store
+MAX_FIELD_BYTES = 1 << 24  # one transition's value of one user field
 MAX_COUNT = 1 << 62  # never-wrapping steps and byte positions
 MAX_SLOTS = 1 << 40  # ring sizes: far beyond any disk, far below int64 arithmetic's limits
 MAX_ENVS = 1 << 16  # as transition_table.MAX_ENVS: env indices fit a u2 field
@@ -27,7 +29,7 @@ ACTION_KINDS = "biuf"  # bool, signed, unsigned, float: what bytes can never tur
 
 _LAYOUT_FIELDS = {
     "frame_shape", "capacity", "stack_size", "num_envs", "action_shape", "action_dtype", "row_slots",
-    "segment_bytes", "sampler", "frame_encoding", "reference_scheme",
+    "segment_bytes", "sampler", "frame_encoding", "reference_scheme", "fields",
 }
 _COMMIT_FIELDS = {
     "transitions_added", "frames_written", "bytes_written", "frame_tail", "frame_table_generation",
@@ -67,17 +69,22 @@ def parse_dimensions(path: Path, name: str, value: object, *, low: int, high_byt
 
 
 def parse_action_dtype(path: Path, value: object) -> np.dtype:
+    """The action's dtype (``parse_plain_dtype``)."""
+    return parse_plain_dtype(path, "action_dtype", value)
+
+
+def parse_plain_dtype(path: Path, name: str, value: object) -> np.dtype:
     """A plain numeric or bool dtype: never objects, datetimes, records or subarrays, whose bytes a
     store must not reinterpret."""
     expected = f"a numeric or bool dtype string (kinds {ACTION_KINDS})"
     if not isinstance(value, str) or len(value) > 16:
-        raise _fail(path, "action_dtype", expected, value)
+        raise _fail(path, name, expected, value)
     try:
         dtype = np.dtype(value)
     except (TypeError, ValueError, SyntaxError):
-        raise _fail(path, "action_dtype", expected, value) from None
+        raise _fail(path, name, expected, value) from None
     if dtype.kind not in ACTION_KINDS or dtype.fields is not None or dtype.subdtype is not None:
-        raise _fail(path, "action_dtype", expected, value)
+        raise _fail(path, name, expected, value)
     return dtype
 
 
@@ -117,7 +124,7 @@ def check_fields(path: Path, section: str, value: object, names: set[str], optio
 
 def parse_layout_fields(path: Path, value: object) -> dict[str, object]:
     """The layout section's fields, each checked, with shapes as tuples (``format.Layout``'s arguments)."""
-    fields = check_fields(path, "layout", value, _LAYOUT_FIELDS, {"frame_encoding", "reference_scheme"})
+    fields = check_fields(path, "layout", value, _LAYOUT_FIELDS, {"frame_encoding", "reference_scheme", "fields"})
     frame_shape = parse_dimensions(path, "frame_shape", fields["frame_shape"], low=1, high_bytes=MAX_FRAME_BYTES)
     if not frame_shape:
         raise _fail(path, "frame_shape", "at least one dimension", fields["frame_shape"])
@@ -142,7 +149,27 @@ def parse_layout_fields(path: Path, value: object) -> dict[str, object]:
         isinstance(scheme, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in scheme.values())
     ):
         raise _fail(path, "reference_scheme", "an object of integers", scheme)
-    return {**fields, "frame_shape": frame_shape, "action_shape": action_shape}
+    specs = parse_field_specs(path, fields.get("fields", []))
+    return {**fields, "frame_shape": frame_shape, "action_shape": action_shape, "fields": specs}
+
+
+def parse_field_specs(path: Path, value: object) -> tuple[tuple[str, tuple[int, ...], str], ...]:
+    """The user fields: a list of distinct [name, shape, numeric or bool dtype] (``format.FieldSpec``)."""
+    expected = f"a list of at most {MAX_FIELDS} [name, shape, dtype] entries with distinct names"
+    if not isinstance(value, list) or len(value) > MAX_FIELDS:
+        raise _fail(path, "fields", expected, value)
+    specs = []
+    for entry in value:
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str) and 0 < len(entry[0]) <= 64):
+            raise _fail(path, "fields", expected, entry)
+        name = entry[0]
+        dtype = parse_plain_dtype(path, f"fields[{name!r}] dtype", entry[2])
+        shape = parse_dimensions(path, f"fields[{name!r}] shape", entry[1], low=1,
+                                 high_bytes=MAX_FIELD_BYTES // dtype.itemsize)
+        specs.append((name, shape, entry[2]))
+    if len({name for name, _, _ in specs}) != len(specs):
+        raise _fail(path, "fields", expected, value)
+    return tuple(specs)
 
 
 def parse_commit_fields(path: Path, value: object, layout: dict[str, object]) -> dict[str, object]:
