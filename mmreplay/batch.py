@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import InitVar, dataclass, fields
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,21 +20,38 @@ class _Record:
     ) -> dict[str, torch.Tensor]:
         """The fields as torch tensors (torch is imported only here). On the CPU no pixels are copied:
         ``obs`` and ``next_obs`` share the batch's memory; ``pin_memory`` copies into page-locked memory
-        for faster transfers to a GPU ``device``."""
+        for faster transfers to a GPU ``device``. User fields come as ``"fields.<name>"`` keys (one flat
+        dict of tensors, as ``torch.save`` and a ``TensorDict`` take it)."""
         import torch
 
         tensors: dict[str, torch.Tensor] = {}
-        for item in fields(self):  # type: ignore[arg-type]
-            tensor = torch.from_numpy(getattr(self, item.name))
+        for name, array in self._arrays():
+            tensor = torch.from_numpy(array)
             if pin_memory:
                 tensor = tensor.pin_memory()
             if device is not None:
                 tensor = tensor.to(device, non_blocking=pin_memory)
-            tensors[item.name] = tensor
+            tensors[name] = tensor
         return tensors
 
+    def _arrays(self) -> list[tuple[str, np.ndarray]]:
+        """Every array of the record by name, user fields as ``"fields.<name>"``."""
+        arrays = [(item.name, getattr(self, item.name)) for item in fields(self)]  # type: ignore[arg-type]
+        return arrays + [(f"fields.{name}", array) for name, array in self.fields.items()]
+
+    @property
+    def fields(self) -> dict[str, npt.NDArray[np.generic]]:
+        """The user fields (``ReplayStore.create(fields=...)``) by name, each with the record's leading
+        axes; empty for a store without any. Not a dataclass field, so ``dataclasses.fields`` of a record
+        lists its arrays only (the constructor takes them as ``user_fields``)."""
+        user: dict[str, npt.NDArray[np.generic]] = getattr(self, "user_fields")
+        return user
+
+    def _keep_user_fields(self, user_fields: dict[str, npt.NDArray[np.generic]] | None) -> None:
+        object.__setattr__(self, "user_fields", {} if user_fields is None else dict(user_fields))
+
     def __repr__(self) -> str:
-        parts = [f"{item.name}={_describe(getattr(self, item.name))}" for item in fields(self)]  # type: ignore[arg-type]
+        parts = [f"{name}={_describe(array)}" for name, array in self._arrays()]
         return f"{type(self).__name__}({', '.join(parts)})"
 
 
@@ -62,6 +79,12 @@ class Batch(_Record):
     env_index: npt.NDArray[np.int64]
     weight: npt.NDArray[np.float32]
     discount: npt.NDArray[np.float32]
+    # User fields (``create(fields=...)``) by name, each with the batch axis in front, read as
+    # ``batch.fields``; n-step windows give their first transition's.
+    user_fields: InitVar[dict[str, npt.NDArray[np.generic]] | None] = None
+
+    def __post_init__(self, user_fields: dict[str, npt.NDArray[np.generic]] | None) -> None:
+        self._keep_user_fields(user_fields)
 
     def __len__(self) -> int:
         return len(self.index)
@@ -85,6 +108,11 @@ class SequenceBatch(_Record):
     index: npt.NDArray[np.int64]
     env_index: npt.NDArray[np.int64]
     weight: npt.NDArray[np.float32]
+    # User fields by name, (B, length, *shape), zero where ``mask`` is False; read as ``batch.fields``.
+    user_fields: InitVar[dict[str, npt.NDArray[np.generic]] | None] = None
+
+    def __post_init__(self, user_fields: dict[str, npt.NDArray[np.generic]] | None) -> None:
+        self._keep_user_fields(user_fields)
 
     def __len__(self) -> int:
         return len(self.index)

@@ -145,6 +145,7 @@ def _info(arguments: argparse.Namespace) -> int:
             "transitions_added": store.transitions_added, "episodes": len(store.episodes()),
             "num_envs": store.num_envs, "action_shape": list(store.action_shape),
             "action_dtype": str(store.action_dtype), "frame_encoding": store.frame_encoding,
+            "fields": {name: f"{dtype}{list(shape)}" for name, (shape, dtype) in store.fields.items()},
             "bytes_on_disk": on_disk,
             "compression_ratio": round(raw / on_disk, 2) if on_disk else None,
             "compiled_code": extensions.summary(),
@@ -222,7 +223,8 @@ def _verify(arguments: argparse.Namespace) -> int:
     text = "\n".join([f"{len(report['problems'])} problem(s) in {arguments.store}:"] +
                      [f"  - {problem}" for problem in report["problems"]]) if report["problems"] else (
         f"ok: {arguments.store}: {report['transitions']} transitions, {report['episodes']} episodes, "
-        f"{report['frames_decoded']} frames decoded")
+        f"{report['frames_decoded']} frames decoded"
+        + (f", fields {', '.join(report['fields'])} checked" if report["fields"] else ""))
     _print(arguments, report, text)
     return 1 if report["problems"] else 0
 
@@ -233,9 +235,13 @@ def verify_store(path: str, *, progress: bool = False, max_problems: int = 100) 
     Checks: every frame decodes (checksums), each transition's step and env are what was asked, rewards
     are finite, each obs continues the previous next_obs of its episode, each next_obs is its obs
     shifted by one frame unless the transition ended its episode (then it was stored as given), and
-    terminated/truncated only end an episode, matching how the episode table says it ended.
+    terminated/truncated only end an episode, matching how the episode table says it ended. User fields
+    (``report["fields"]`` names them) are read with every transition: each field row must match its
+    checksum, or the step is reported.
     """
-    report: dict[str, Any] = {"path": path, "transitions": 0, "episodes": 0, "frames_decoded": 0, "problems": []}
+    report: dict[str, Any] = {
+        "path": path, "transitions": 0, "episodes": 0, "frames_decoded": 0, "fields": [], "problems": []
+    }
     problems: list[str] = report["problems"]
     try:
         store = ReplayStore.open(path, "r")
@@ -245,6 +251,7 @@ def verify_store(path: str, *, progress: bool = False, max_problems: int = 100) 
         problems.append(f"cannot open the store: {error}")
         return report
     with store:
+        report["fields"] = list(store.fields)
         try:
             episodes = store.episodes()
         except CorruptStoreError as error:

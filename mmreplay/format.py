@@ -5,6 +5,7 @@ A store is a directory::
     header.json            the commit record (replaced atomically; everything else is only trusted
                            up to the counts it holds)
     transitions.tbl        the transition table: a ring of fixed-size rows, slot = step % row_slots
+    fields.tbl             stores with user fields only: their ring of checksummed rows, slot = step % row_slots
     frames-<G>.idx         the frame table, generation G: a ring of fixed-size entries, slot = frame step % frame_slots
     frames/<K>.seg         frame segment K: compressed frames at byte positions [K * segment_bytes, (K+1) * segment_bytes)
 
@@ -38,6 +39,7 @@ READABLE_VERSIONS = (3, 4)
 
 HEADER_NAME = "header.json"
 TRANSITIONS_NAME = "transitions.tbl"
+FIELDS_NAME = "fields.tbl"
 SEGMENTS_DIR = "frames"
 LOCK_NAME = "writer.lock"
 
@@ -46,6 +48,11 @@ LOCK_NAME = "writer.lock"
 FRAME_ENCODINGS = ("lz4", "lz4-reference")
 _ENCODING_FIELDS = ("frame_encoding", "reference_scheme")  # of Layout, written for other encodings only
 UINT8_FRAMES = np.dtype(np.uint8).str  # Layout.frame_dtype's default, left out of the header
+
+# A user field: (name, shape, little-endian dtype string), in declaration order. A store without user
+# fields leaves the header's "fields" key out (byte for byte the header it always had); version 3
+# headers never have it.
+FieldSpec = tuple[str, tuple[int, ...], str]
 
 
 def frame_table_name(generation: int) -> str:
@@ -75,6 +82,8 @@ class Layout:
     # The frames' numpy dtype string, little-endian ("<f4", "|b1"); a header without it (every uint8
     # store's, byte for byte the header it always had, and every version 3 store's) holds uint8 frames.
     frame_dtype: str = UINT8_FRAMES
+    # The user fields (see FieldSpec), kept in fields.tbl; empty for a store without any.
+    fields: tuple[FieldSpec, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -152,6 +161,8 @@ def write_header(directory: Path, layout: Layout, commit: Commit) -> None:
             del layout_fields[name]
     if layout.frame_dtype == UINT8_FRAMES:
         del layout_fields["frame_dtype"]
+    if not layout.fields:
+        del layout_fields["fields"]
     body = {
         "magic": MAGIC,
         "format_version": FORMAT_VERSION,

@@ -38,7 +38,7 @@ from mmreplay.episodes import Episode
 from mmreplay.errors import CorruptStoreError
 from mmreplay.files import make_sibling_directory
 from mmreplay.hdf5_checks import READ_BLOCK_BYTES, check_input, close_file
-from mmreplay.hdf5_datasets import FORMAT_NAMES, LAYOUTS, LayoutWriter, Source
+from mmreplay.hdf5_datasets import FIELD_PREFIX, FORMAT_NAMES, LAYOUTS, LayoutWriter, Source
 from mmreplay.hdf5_minari import DATASET_ID, MINARI_FILE, MinariSource, MinariWriter
 from mmreplay.hdf5_mmreplay_layout import MmreplayLayoutSource, MmreplayLayoutWriter
 from mmreplay.hdf5_replay import Feeder, merged
@@ -150,7 +150,8 @@ def _export_chunk(writer: LayoutWriter, store: ReplayStore, steps: npt.NDArray[n
             writer.frames(episode, store.stack_size + int(position_of[last]), batch.next_obs[last])
         writer.columns(episode, first, {
             "action": batch.action[rows], "reward": batch.reward[rows], "terminated": batch.terminated[rows],
-            "truncated": batch.truncated[rows], "step": batch.index[rows]})
+            "truncated": batch.truncated[rows], "step": batch.index[rows],
+            **{FIELD_PREFIX + name: values[rows] for name, values in batch.fields.items()}})
 
 
 def import_hdf5(
@@ -191,7 +192,7 @@ def import_hdf5(
                 target, frame_shape=source.frame_shape,
                 capacity=capacity or max(source.capacity, total, source.num_envs), stack_size=source.stack_size,
                 num_envs=source.num_envs, action_shape=source.action_shape, action_dtype=source.action_dtype,
-                frame_dtype=source.frame_dtype)
+                frame_dtype=source.frame_dtype, fields=dict(source.fields) or None)
         except (TypeError, ValueError) as error:  # the layout came from the file
             raise CorruptStoreError(f"{source.name}: its layout cannot make a store ({error})") from None
         frame_nbytes = int(np.prod(source.frame_shape)) * source.frame_dtype.itemsize

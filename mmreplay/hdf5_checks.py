@@ -26,6 +26,7 @@ READ_BLOCK_BYTES = 1 << 26  # frames are read at most this many bytes at a time 
 # An imported layout's bounds, as a store header's (mmreplay.header_fields): a frame, an action, a count.
 MAX_FRAME_BYTES = 1 << 30
 MAX_ACTION_BYTES = 1 << 12
+MAX_FIELD_BYTES = 1 << 24  # one transition's value of one user field (as header_fields)
 MAX_SLOTS = 1 << 40
 ACTION_KINDS = "biuf"
 DATA_KINDS = "biufSU"  # numbers and fixed-length strings (variable-length strings too, below)

@@ -7,6 +7,8 @@ level 1, present in every HDF5 build); columns are gzip-compressed in chunks of 
 
 from __future__ import annotations
 
+import json
+import math
 import zlib
 from typing import Any, Protocol
 
@@ -15,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.errors import CorruptStoreError, FormatVersionError
-from mmreplay.hdf5_checks import ACTION_KINDS, MAX_ACTION_BYTES, MAX_FRAME_BYTES, MAX_SLOTS, close_file
+from mmreplay.hdf5_checks import ACTION_KINDS, MAX_ACTION_BYTES, MAX_FIELD_BYTES, MAX_FRAME_BYTES, MAX_SLOTS, close_file
 from mmreplay.store import ReplayStore
 
 LAYOUTS = ("mmreplay", "minari")
@@ -27,6 +29,8 @@ READABLE_VERSIONS = (1, 2)  # version 1 files have no final stacks
 # The per-transition columns every layout carries; "step" is the transition's original step.
 COLUMNS = ("action", "reward", "terminated", "truncated", "step")
 DEFLATE_LEVEL = 1  # HDF5's "gzip" filter: zlib streams, one per chunk (one frame per chunk)
+# A user field's column key (``LayoutWriter.columns``, ``Source.columns``): "fields/<name>".
+FIELD_PREFIX = "fields/"
 
 
 def root_attrs(store: ReplayStore, layout: str, episodes: int) -> dict[str, Any]:
@@ -38,6 +42,10 @@ def root_attrs(store: ReplayStore, layout: str, episodes: int) -> dict[str, Any]
         "action_shape": np.array(store.action_shape, np.int64), "action_dtype": store.action_dtype.str,
         "transitions": len(store), "episodes": episodes, "first_step": store.stored_steps.start,
         "frame_dtype": store.frame_dtype.str,  # absent from older files: uint8
+        # User fields, only where the store has any (an export without them is unchanged): JSON
+        # [[name, shape, dtype string], ...] in declaration order.
+        **({"fields": json.dumps([[name, list(shape), dtype.str] for name, (shape, dtype) in store.fields.items()])}
+           if store.fields else {}),
     }
 
 
@@ -103,6 +111,7 @@ class Source:
         self.lengths = np.zeros(0, np.int64)
         self.first_steps = np.zeros(0, np.int64)
         self.final_stacks = np.zeros(0, np.bool_)  # per episode: its last next_obs is a whole stack
+        self.fields: dict[str, tuple[tuple[int, ...], np.dtype]] = {}  # user fields: name -> (shape, dtype)
 
     def frames(self, episode: int, start: int, stop: int) -> npt.NDArray[np.generic]:
         raise NotImplementedError
@@ -139,17 +148,46 @@ class Source:
         )
         if not self.frame_shape:
             raise self.fail("attribute frame_shape is empty; expected at least one dimension")
+        if "fields" in attrs:
+            self.fields = self.fields_attribute(attrs)
 
     def dtype_attribute(self, attrs: Any, name: str) -> np.dtype:
-        value = attrs[name]
+        return self.dtype_value(attrs[name], f"attribute {name}")
+
+    def dtype_value(self, value: object, name: str) -> np.dtype:
+        """A numeric or bool dtype from its string (``name`` says where it was found)."""
         value = value.decode(errors="replace") if isinstance(value, bytes) else value
         try:
             dtype = np.dtype(value) if isinstance(value, str) and len(value) <= 16 else None
         except (TypeError, ValueError, SyntaxError):
             dtype = None
         if dtype is None or dtype.kind not in ACTION_KINDS or dtype.fields is not None or dtype.subdtype is not None:
-            raise self.fail(f"attribute {name} is {value!r}; expected a numeric or bool dtype string")
+            raise self.fail(f"{name} is {value!r}; expected a numeric or bool dtype string")
         return dtype
+
+    def fields_attribute(self, attrs: Any) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """The root attribute ``fields``: JSON ``[[name, shape, dtype], ...]``, each checked (distinct
+        names, numeric or bool dtypes, shapes of at most MAX_FIELD_BYTES per transition)."""
+        expected = "JSON [[name, shape, numeric or bool dtype], ...] with distinct names"
+        try:
+            entries = json.loads(attrs["fields"])
+        except (TypeError, ValueError):
+            raise self.fail(f"root attribute fields is not {expected}") from None
+        fields: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+        if not isinstance(entries, list):
+            raise self.fail(f"root attribute fields is not {expected}")
+        for entry in entries:
+            if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str) and entry[0]
+                    and entry[0] not in fields and isinstance(entry[1], list) and isinstance(entry[2], str)):
+                raise self.fail(f"root attribute fields has entry {entry!r}; expected {expected}")
+            name, shape, dtype = entry[0], entry[1], self.dtype_value(entry[2], f"fields[{entry[0]!r}] dtype")
+            if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in shape) or (
+                math.prod(shape) * dtype.itemsize > MAX_FIELD_BYTES
+            ):
+                raise self.fail(f"root attribute fields has shape {shape!r} for {name!r}; expected positive sizes "
+                                f"of at most {MAX_FIELD_BYTES} bytes")
+            fields[name] = (tuple(shape), dtype)
+        return fields
 
     def int_attribute(self, attrs: Any, name: str, *, low: int) -> int:
         value = attrs[name]

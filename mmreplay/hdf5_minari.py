@@ -9,7 +9,10 @@ obs stack), ``mmreplay_steps`` (each transition's original step) and attributes 
 ``mmreplay_ended_by`` and ``mmreplay_complete``. An episode whose last transition terminated or
 truncated with a next_obs that is not its obs shifted (stored as given: the reset observation that
 CleanRL and SB3 pass) has ``mmreplay_final_stack``, that whole next_obs stack; its ``observations[T]``
-is the stack's newest frame.
+is the stack's newest frame. A store's user fields go in the episode's ``infos`` group, as Minari keeps
+per-step extras: ``infos/<name>`` has T + 1 entries aligned with ``observations`` (entry t is transition
+t's field, which belongs to its obs; entry T, at the final observation, is zero), and the root attribute
+``fields`` names them for the import.
 
 An import also reads Minari datasets that mmreplay did not write, when their observations are numeric
 or bool single frames: as one env, episode after episode, stacks starting by repeating the first frame.
@@ -29,6 +32,7 @@ import numpy.typing as npt
 from mmreplay.episodes import Episode
 from mmreplay.hdf5_checks import close_file
 from mmreplay.hdf5_datasets import (
+    FIELD_PREFIX,
     FORMAT_NAMES,
     Source,
     column_dataset,
@@ -84,7 +88,9 @@ class MinariWriter:
             column_dataset(group, "terminations", episode.length, (), bool)
             column_dataset(group, "truncations", episode.length, (), bool)
             column_dataset(group, "mmreplay_steps", episode.length, (), np.int64)
-            group.create_group("infos")  # minari's EpisodeData expects a dict of infos, even empty
+            infos = group.create_group("infos")  # minari's EpisodeData expects a dict of infos, even empty
+            for name, (shape, dtype) in store.fields.items():
+                column_dataset(infos, name, episode.length + 1, shape, dtype)
 
     def frames(self, episode: int, local: int, frames: npt.NDArray[np.generic]) -> None:
         group = self._file[f"episode_{episode}"]
@@ -106,7 +112,8 @@ class MinariWriter:
     def columns(self, episode: int, first: int, values: dict[str, np.ndarray]) -> None:
         group = self._file[f"episode_{episode}"]
         for name, column in values.items():
-            group[MINARI_COLUMNS[name]][first : first + len(column)] = column
+            key = "infos/" + name[len(FIELD_PREFIX) :] if name.startswith(FIELD_PREFIX) else MINARI_COLUMNS[name]
+            group[key][first : first + len(column)] = column
         action = values["action"]
         low, high = action.min(axis=0), action.max(axis=0)
         self._low = low if self._low is None else np.minimum(self._low, low)
@@ -200,6 +207,10 @@ class MinariSource(Source):
             for key in ("actions", "terminations", "truncations"):
                 if len(group[key]) != length:
                     raise self.fail(f"episode_{i}/{key} has {len(group[key])} entries; expected {length}")
+            for name in self.fields:
+                key = f"infos/{name}"
+                if key not in group or len(group[key]) != length + 1:
+                    raise self.fail(f"episode_{i}/{key} is missing or has other than {length + 1} entries")
 
     def frames(self, episode: int, start: int, stop: int) -> npt.NDArray[np.generic]:
         if self.final_stacks[episode]:
@@ -230,6 +241,8 @@ class MinariSource(Source):
             values["step"] = self._starts[episode] + np.arange(start, stop, dtype=np.int64)
         else:
             values["step"] = np.asarray(group["mmreplay_steps"][start:stop])
+        for name in self.fields:
+            values[FIELD_PREFIX + name] = np.asarray(group["infos"][name][start:stop])
         values["terminated"] = values["terminated"].astype(bool)
         values["truncated"] = values["truncated"].astype(bool)
         return values

@@ -10,6 +10,8 @@ Datasets (root attributes from ``hdf5_datasets.root_attrs``):
   transition brings its whole next_obs stack.
 * ``transitions/{action, reward, terminated, truncated, step}``: one row per transition; an episode's
   T rows are consecutive from ``episodes/transition_start``. ``step`` is the transition's original step.
+  A store with user fields adds ``transitions/fields/<name>`` (T, *shape) of the field's dtype, rows as
+  the other columns, and the root attribute ``fields`` (``hdf5_datasets.root_attrs``).
 * ``episodes/{env_index, length, transition_start, frame_start, first_step, ended_by, complete,
   final_stack}``: one entry per episode, in the order of ``ReplayStore.episodes()`` (``final_stack``
   since format version 2; a version 1 file has none).
@@ -28,6 +30,7 @@ from mmreplay.hdf5_checks import close_file
 from mmreplay.hdf5_datasets import (
     COLUMNS,
     check_episode_table,
+    FIELD_PREFIX,
     Source,
     column_dataset,
     frame_counts,
@@ -67,6 +70,8 @@ class MmreplayLayoutWriter:
         column_dataset(table, "terminated", total, (), bool)
         column_dataset(table, "truncated", total, (), bool)
         column_dataset(table, "step", total, (), np.int64)
+        for name, (shape, dtype) in store.fields.items():
+            column_dataset(table, FIELD_PREFIX + name, total, shape, dtype)
         self._table = table
 
     def frames(self, episode: int, local: int, frames: npt.NDArray[np.generic]) -> None:
@@ -107,9 +112,11 @@ class MmreplayLayoutSource(Source):
                             f"{(frames, *self.frame_shape)}")
         if self._frames.dtype.newbyteorder("<") != self.frame_dtype.newbyteorder("<"):
             raise self.fail(f"frames has dtype {self._frames.dtype}; the root attributes say {self.frame_dtype}")
-        for column in COLUMNS:
-            if self._table[column].shape[0] != total:
-                raise self.fail(f"transitions/{column} has {self._table[column].shape[0]} rows; expected {total}")
+        self._columns = COLUMNS + tuple(FIELD_PREFIX + name for name in self.fields)
+        for column in self._columns:
+            if column not in self._table or self._table[column].shape[0] != total:
+                rows = self._table[column].shape[0] if column in self._table else "no"
+                raise self.fail(f"transitions/{column} has {rows} rows; expected {total}")
 
     def frames(self, episode: int, start: int, stop: int) -> npt.NDArray[np.generic]:
         first = int(self._frame_starts[episode])
@@ -117,4 +124,4 @@ class MmreplayLayoutSource(Source):
 
     def columns(self, episode: int, start: int, stop: int) -> dict[str, np.ndarray]:
         row = int(self._rows[episode])
-        return {name: np.asarray(self._table[name][row + start : row + stop]) for name in COLUMNS}
+        return {name: np.asarray(self._table[name][row + start : row + stop]) for name in self._columns}

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from mmreplay.hdf5_datasets import Source
+from mmreplay.hdf5_datasets import FIELD_PREFIX, Source
 from mmreplay.store import ReplayStore
 
 
@@ -45,8 +45,9 @@ class Cursor:
         # A final stack follows the last obs whole; any other next_obs is the obs shifted by one frame.
         final = self.position == self.length - 1 and self.source.final_stacks[self.episode]
         next_obs = self._frames[i + stack : i + 2 * stack] if final else self._frames[i + 1 : i + 1 + stack]
+        fields = {name: c[FIELD_PREFIX + name][i] for name in self.source.fields}
         return (int(self.source.envs[self.episode]), self._frames[i : i + stack], c["action"][i], c["reward"][i],
-                next_obs, bool(c["terminated"][i]), bool(c["truncated"][i]))
+                next_obs, bool(c["terminated"][i]), bool(c["truncated"][i]), fields)
 
     def advance(self) -> bool:
         """Move to the next transition; False at the episode's end."""
@@ -87,7 +88,7 @@ class Feeder:
     def feed(self, transitions: Iterator[tuple[Any, ...]], bar: Any) -> None:
         for env, *fields in transitions:
             if self.store.num_envs == 1:
-                self.store.add(*_reorder(fields))
+                self.store.add(*_reorder(fields[:-1]), fields=fields[-1] or None)
                 bar.update(1)
                 continue
             if self.pending and env <= max(self.pending):
@@ -105,10 +106,13 @@ class Feeder:
         action = np.zeros((n, *store.action_shape), store.action_dtype)
         reward = np.zeros(n, np.float32)
         terminated, truncated, mask = np.zeros(n, bool), np.zeros(n, bool), np.zeros(n, bool)
-        for env, (o, a, r, o2, te, tr) in self.pending.items():
+        fields = {name: np.zeros((n, *shape), dtype) for name, (shape, dtype) in store.fields.items()}
+        for env, (o, a, r, o2, te, tr, values) in self.pending.items():
             obs[env], action[env], reward[env], next_obs[env] = o, a, r, o2
             terminated[env], truncated[env], mask[env] = te, tr, True
-        store.add(obs, action, reward, next_obs, terminated, truncated, env_mask=mask)
+            for name, value in values.items():
+                fields[name][env] = value
+        store.add(obs, action, reward, next_obs, terminated, truncated, env_mask=mask, fields=fields or None)
         count = len(self.pending)
         self.pending = {}
         return count

@@ -20,6 +20,8 @@ from mmreplay.errors import CorruptStoreError
 MAX_DIMENSIONS = 8
 MAX_FRAME_BYTES = 1 << 30  # one frame; lz4 blocks hold at most about 2 GiB
 MAX_ACTION_BYTES = 1 << 12  # one action (rows of the compiled paths hold at most 256 bytes)
+MAX_FIELDS = 64  # user fields of a store
+MAX_FIELD_BYTES = 1 << 24  # one transition's value of one user field
 MAX_COUNT = 1 << 62  # never-wrapping steps and byte positions
 MAX_SLOTS = 1 << 40  # ring sizes: far beyond any disk, far below int64 arithmetic's limits
 MAX_ENVS = 1 << 16  # as transition_table.MAX_ENVS: env indices fit a u2 field
@@ -27,7 +29,7 @@ ACTION_KINDS = "biuf"  # bool, signed, unsigned, float: what bytes can never tur
 
 _LAYOUT_FIELDS = {
     "frame_shape", "capacity", "stack_size", "num_envs", "action_shape", "action_dtype", "row_slots",
-    "segment_bytes", "sampler", "frame_encoding", "reference_scheme", "frame_dtype",
+    "segment_bytes", "sampler", "frame_encoding", "reference_scheme", "fields", "frame_dtype",
 }
 _COMMIT_FIELDS = {
     "transitions_added", "frames_written", "bytes_written", "frame_tail", "frame_table_generation",
@@ -67,16 +69,21 @@ def parse_dimensions(path: Path, name: str, value: object, *, low: int, high_byt
 
 
 def parse_frame_dtype(path: Path, value: object) -> np.dtype:
-    """The frames' dtype (absent: uint8): numeric or bool as ``parse_action_dtype`` takes them, and
+    """The frames' dtype (absent: uint8): numeric or bool as ``parse_plain_dtype`` takes them, and
     spelled little-endian as ``dtype.str`` spells it (frames are stored little-endian)."""
     expected = f"a little-endian numeric or bool dtype string (kinds {ACTION_KINDS})"
-    dtype = parse_action_dtype(path, value, name="frame_dtype", expected=expected)
+    dtype = parse_plain_dtype(path, "frame_dtype", value, expected=expected)
     if dtype.str != value or dtype.byteorder == ">":
         raise _fail(path, "frame_dtype", expected, value)
     return dtype
 
 
-def parse_action_dtype(path: Path, value: object, *, name: str = "action_dtype", expected: str = "") -> np.dtype:
+def parse_action_dtype(path: Path, value: object) -> np.dtype:
+    """The action's dtype (``parse_plain_dtype``)."""
+    return parse_plain_dtype(path, "action_dtype", value)
+
+
+def parse_plain_dtype(path: Path, name: str, value: object, *, expected: str = "") -> np.dtype:
     """A plain numeric or bool dtype: never objects, datetimes, records or subarrays, whose bytes a
     store must not reinterpret."""
     expected = expected or f"a numeric or bool dtype string (kinds {ACTION_KINDS})"
@@ -127,7 +134,9 @@ def check_fields(path: Path, section: str, value: object, names: set[str], optio
 
 def parse_layout_fields(path: Path, value: object) -> dict[str, object]:
     """The layout section's fields, each checked, with shapes as tuples (``format.Layout``'s arguments)."""
-    fields = check_fields(path, "layout", value, _LAYOUT_FIELDS, {"frame_encoding", "reference_scheme", "frame_dtype"})
+    fields = check_fields(
+        path, "layout", value, _LAYOUT_FIELDS, {"frame_encoding", "reference_scheme", "fields", "frame_dtype"}
+    )
     itemsize = parse_frame_dtype(path, fields.get("frame_dtype", "|u1")).itemsize
     frame_shape = parse_dimensions(
         path, "frame_shape", fields["frame_shape"], low=1, high_bytes=MAX_FRAME_BYTES // itemsize
@@ -155,7 +164,27 @@ def parse_layout_fields(path: Path, value: object) -> dict[str, object]:
         isinstance(scheme, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in scheme.values())
     ):
         raise _fail(path, "reference_scheme", "an object of integers", scheme)
-    return {**fields, "frame_shape": frame_shape, "action_shape": action_shape}
+    specs = parse_field_specs(path, fields.get("fields", []))
+    return {**fields, "frame_shape": frame_shape, "action_shape": action_shape, "fields": specs}
+
+
+def parse_field_specs(path: Path, value: object) -> tuple[tuple[str, tuple[int, ...], str], ...]:
+    """The user fields: a list of distinct [name, shape, numeric or bool dtype] (``format.FieldSpec``)."""
+    expected = f"a list of at most {MAX_FIELDS} [name, shape, dtype] entries with distinct names"
+    if not isinstance(value, list) or len(value) > MAX_FIELDS:
+        raise _fail(path, "fields", expected, value)
+    specs = []
+    for entry in value:
+        if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str) and 0 < len(entry[0]) <= 64):
+            raise _fail(path, "fields", expected, entry)
+        name = entry[0]
+        dtype = parse_plain_dtype(path, f"fields[{name!r}] dtype", entry[2])
+        shape = parse_dimensions(path, f"fields[{name!r}] shape", entry[1], low=1,
+                                 high_bytes=MAX_FIELD_BYTES // dtype.itemsize)
+        specs.append((name, shape, entry[2]))
+    if len({name for name, _, _ in specs}) != len(specs):
+        raise _fail(path, "fields", expected, value)
+    return tuple(specs)
 
 
 def parse_commit_fields(path: Path, value: object, layout: dict[str, object]) -> dict[str, object]:

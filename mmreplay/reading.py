@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from mmreplay import stacking
 from mmreplay.batch import Batch, SequenceBatch
+from mmreplay.field_table import FieldArrays, FieldTable
 from mmreplay.frame_ring import FrameChecksumError, FrameRing
 from mmreplay.transition_table import TERMINATED, TRUNCATED, TransitionTable, detached_rows, next_frame_steps
 from mmreplay.windows import follow_episodes, n_step_returns
@@ -30,8 +31,17 @@ class SharedOutError(ValueError):
 class TransitionReader:
     """Builds batches from a store's transition table and frame ring."""
 
-    def __init__(self, table: TransitionTable, frames: FrameRing, *, stack_size: int, action_dtype: np.dtype) -> None:
+    def __init__(
+        self,
+        table: TransitionTable,
+        frames: FrameRing,
+        *,
+        stack_size: int,
+        action_dtype: np.dtype,
+        field_table: FieldTable | None = None,
+    ) -> None:
         self.table = table
+        self.field_table = field_table
         self.frames = frames
         self.stack_size = stack_size
         self.frame_shape = frames.frame_shape
@@ -77,6 +87,7 @@ class TransitionReader:
             env_index=fields.env_index,
             weight=weight,
             discount=discount,
+            user_fields=self._fields(steps),
         ))
 
     def n_step(
@@ -125,6 +136,7 @@ class TransitionReader:
             weight=weight,
             # gamma^m, and 0 when the window ended by termination: r + discount * Q(next_obs) is the target.
             discount=(np.power(gamma, used) * ((last["flags"] & TERMINATED) == 0)).astype(np.float32),
+            user_fields=self._fields(steps),  # the window's first transition's, as obs and action
         ))
 
     def sequences(
@@ -164,7 +176,20 @@ class TransitionReader:
             index=np.where(mask, window, -1),
             env_index=rows["env"][:, 0].astype(np.int64),
             weight=weight,
+            user_fields=self._fields(window, mask),
         ))
+
+    def _fields(self, steps: npt.NDArray[np.int64], mask: npt.NDArray[np.bool_] | None = None) -> FieldArrays:
+        """The user fields of these steps (zero where ``mask`` is False); empty without a field table."""
+        if self.field_table is None:
+            return {}
+        if mask is None:
+            return self.field_table.read(steps)
+        # Masked positions read the window's first step (always stored), then are zeroed.
+        values = self.field_table.read(np.where(mask, steps, steps[:, :1]))
+        for array in values.values():
+            array[~mask] = 0
+        return values
 
     def _window_rows(self, window: npt.NDArray[np.int64], mask: npt.NDArray[np.bool_]) -> npt.NDArray[np.void]:
         """Rows (B, length) of a window's transitions; zero where the mask is False."""
@@ -245,11 +270,14 @@ def _filled(out: T | None, batch: T) -> T:
     were already decoded into ``out``'s memory)."""
     if out is None:
         return batch
-    for item in fields(batch):
-        target, value = getattr(out, item.name), getattr(batch, item.name)
+    if out.fields.keys() != batch.fields.keys():
+        raise ValueError(f"out.fields has keys {list(out.fields)}; expected {list(batch.fields)}")
+    pairs = [(item.name, getattr(out, item.name), getattr(batch, item.name)) for item in fields(batch)]
+    pairs += [(f"fields[{name!r}]", out.fields[name], value) for name, value in batch.fields.items()]
+    for name, target, value in pairs:
         if target.shape != value.shape or target.dtype != value.dtype:
             raise ValueError(
-                f"out.{item.name} has {target.dtype}{list(target.shape)}; expected {value.dtype}{list(value.shape)}"
+                f"out.{name} has {target.dtype}{list(target.shape)}; expected {value.dtype}{list(value.shape)}"
             )
         if not np.may_share_memory(target, value):  # obs and next_obs: decoded in place already
             np.copyto(target, value)

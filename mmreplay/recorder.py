@@ -6,10 +6,17 @@ Both record the *true* next_obs of every transition: the final observation when 
 (terminated or truncated), never the reset one. The caller owns the store: the wrappers add to it and
 ``close()`` commits it (``flush``), but only the caller closes it. Gymnasium is imported by this
 module only.
+
+A store with user fields (``ReplayStore.create(fields=...)``) takes them from ``fields_from_info``, a
+function from an ``info`` dict to the fields (for a vector env: gymnasium's vector info, to fields with
+the env axis). A transition's fields come from the info returned *with its obs* (by ``reset``, or by the
+step before), as an action mask or ``lives`` describe the observation the action was chosen on; this
+is also how Minari's ``infos`` line up with ``observations``, and how the Minari export writes them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
@@ -19,31 +26,39 @@ from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 
 from mmreplay.store import ReplayStore
 
+FieldsFromInfo = Callable[[dict[str, Any]], dict[str, npt.ArrayLike]]
+
 
 class RecordEpisodes(gym.Wrapper[Any, Any, Any, Any]):
     """Records each ``step`` of one env as a transition (obs, action, reward, next_obs, terminated,
     truncated) in ``store``; ``reset`` starts a new episode. Observations may be single frames or
     stacks (``FrameStackObservation``), matching the store's ``frame_shape`` and ``stack_size``."""
 
-    def __init__(self, env: gym.Env[Any, Any], store: ReplayStore) -> None:
+    def __init__(
+        self, env: gym.Env[Any, Any], store: ReplayStore, *, fields_from_info: FieldsFromInfo | None = None
+    ) -> None:
         if store.num_envs != 1:
             raise ValueError(f"store has num_envs={store.num_envs}; expected 1 for a single env (use RecordVectorEpisodes)")
         _check_observation_space(env.observation_space, store)
+        _check_fields_from_info(fields_from_info, store)
         super().__init__(env)
         self.store = store
+        self.fields_from_info = fields_from_info
         self._obs: npt.NDArray[np.generic] | None = None
+        self._info: dict[str, Any] = {}  # the info returned with _obs
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
-        self._obs = obs
+        self._obs, self._info = obs, info
         return obs, info
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         if self._obs is None:
             raise RuntimeError("cannot step: call reset() first, so that the first transition has an obs")
         next_obs, reward, terminated, truncated, info = self.env.step(action)
-        self.store.add(self._obs, action, float(reward), next_obs, bool(terminated), bool(truncated))
-        self._obs = next_obs
+        fields = None if self.fields_from_info is None else self.fields_from_info(self._info)
+        self.store.add(self._obs, action, float(reward), next_obs, bool(terminated), bool(truncated), fields=fields)
+        self._obs, self._info = next_obs, info
         return next_obs, reward, terminated, truncated, info
 
     def close(self) -> None:
@@ -64,12 +79,17 @@ class RecordVectorEpisodes(VectorWrapper):
     - disabled: the ending step's next_obs is the final observation and the caller resets.
     """
 
-    def __init__(self, env: VectorEnv[Any, Any, Any], store: ReplayStore) -> None:
+    def __init__(
+        self, env: VectorEnv[Any, Any, Any], store: ReplayStore, *, fields_from_info: FieldsFromInfo | None = None
+    ) -> None:
         if store.num_envs != env.num_envs:
             raise ValueError(f"store has num_envs={store.num_envs}; expected {env.num_envs} like the vector env")
         _check_observation_space(env.single_observation_space, store)
+        _check_fields_from_info(fields_from_info, store)
         super().__init__(env)
         self.store = store
+        self.fields_from_info = fields_from_info
+        self._info: dict[str, Any] = {}  # the vector info returned with _obs
         self.autoreset_mode = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
         self._obs: npt.NDArray[np.generic] | None = None
         self._resetting = np.zeros(env.num_envs, dtype=bool)  # next-step mode: envs whose next step resets
@@ -81,7 +101,7 @@ class RecordVectorEpisodes(VectorWrapper):
         obs, info = self.env.reset(seed=seed, options=options)  # type: ignore[arg-type]
         mask = None if options is None else options.get("reset_mask")
         self._resetting[slice(None) if mask is None else np.asarray(mask, dtype=bool)] = False
-        self._obs = obs
+        self._obs, self._info = obs, info
         return obs, info
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
@@ -89,13 +109,14 @@ class RecordVectorEpisodes(VectorWrapper):
             raise RuntimeError("cannot step: call reset() first, so that the first transitions have an obs")
         next_obs, reward, terminated, truncated, info = self.env.step(actions)
         obs = self._obs
+        fields = None if self.fields_from_info is None else self.fields_from_info(self._info)
         if self.autoreset_mode is AutoresetMode.NEXT_STEP:
             recorded = ~self._resetting
-            self.store.add(obs, actions, reward, next_obs, terminated, truncated, env_mask=recorded)
+            self.store.add(obs, actions, reward, next_obs, terminated, truncated, env_mask=recorded, fields=fields)
             self._resetting = np.asarray(terminated | truncated, dtype=bool)
         else:
-            self.store.add(obs, actions, reward, _final_obs(next_obs, info), terminated, truncated)
-        self._obs = next_obs
+            self.store.add(obs, actions, reward, _final_obs(next_obs, info), terminated, truncated, fields=fields)
+        self._obs, self._info = next_obs, info
         return next_obs, reward, terminated, truncated, info
 
     def close(self, **kwargs: Any) -> None:
@@ -112,6 +133,16 @@ def _final_obs(next_obs: npt.NDArray[np.generic], info: dict[str, Any]) -> npt.N
     for env in np.flatnonzero(ended):
         real[env] = info["final_obs"][env]
     return real
+
+
+def _check_fields_from_info(fields_from_info: object, store: ReplayStore) -> None:
+    """A store with user fields needs the function that makes them; one without takes none."""
+    if fields_from_info is not None and not callable(fields_from_info):
+        raise TypeError(f"fields_from_info must be a function from info to fields; got {type(fields_from_info).__name__}")
+    if store.fields and fields_from_info is None:
+        raise ValueError(f"store has fields {list(store.fields)}; pass fields_from_info, a function from info to them")
+    if fields_from_info is not None and not store.fields:
+        raise ValueError("fields_from_info was given, but the store has no fields (create it with fields=...)")
 
 
 def _check_observation_space(space: gym.Space[Any], store: ReplayStore) -> None:

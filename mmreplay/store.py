@@ -14,6 +14,7 @@ commit: when an add would need one, the store commits first (an automatic flush)
 from __future__ import annotations
 
 import functools
+import operator
 import os
 import shutil
 import threading
@@ -21,13 +22,13 @@ import weakref
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import IO, Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import autocommit, format, frame_encoding as encodings, stacking
+from mmreplay import autocommit, directory_swap, format, frame_encoding as encodings, stacking
 from mmreplay.autocommit import CommitSchedule
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.episodes import (
@@ -41,6 +42,7 @@ from mmreplay.errors import (
     StepsEvictedError,
     StoreExistsError,
 )
+from mmreplay.field_table import FieldChecksumError, FieldTable
 from mmreplay.files import acquire_writer_lock, file_signature, fsync_directory, make_sibling_directory
 from mmreplay.frame_ring import FrameChecksumError, FrameRing, MissingSegmentError
 from mmreplay.prefetch import Prefetcher, recycling
@@ -56,6 +58,9 @@ from mmreplay.validation import (
     parse_action_dtype,
     parse_add,
     parse_frame_dtype,
+    parse_field_specs,
+    parse_fields,
+    parse_env_mask,
     parse_mode,
     parse_number,
     parse_positive_int,
@@ -127,8 +132,21 @@ class ReplayStore:
             writable=mode == "r+",
             version_3=format_version == 3,
         )
+        self._field_table = (
+            FieldTable(
+                directory / format.FIELDS_NAME, specs=layout.fields, row_slots=layout.row_slots, writable=mode == "r+"
+            )
+            if layout.fields
+            else None
+        )
+        # Which files this object maps: a ``clear`` by the writer replaces them (see ``refresh``).
+        self._table_inode = os.stat(directory / format.TRANSITIONS_NAME).st_ino
         self._reader = TransitionReader(
-            self._table, self._frames, stack_size=layout.stack_size, action_dtype=self._action_dtype
+            self._table,
+            self._frames,
+            stack_size=layout.stack_size,
+            action_dtype=self._action_dtype,
+            field_table=self._field_table,
         )
         self._closed = False
         # ``add`` may take its fast path (``_add_single_frames``): a writer of plain lz4 frames, still open.
@@ -170,6 +188,7 @@ class ReplayStore:
         reference_scheme: ReferenceScheme | None = None,
         commit_every: int | None = None,
         commit_interval_s: float | None = 5.0,
+        fields: dict[str, tuple[tuple[int, ...], npt.DTypeLike]] | None = None,
         frame_dtype: npt.DTypeLike = np.uint8,
     ) -> ReplayStore:
         """Create an empty store at ``path`` (a directory the store owns) and open it for appending.
@@ -180,10 +199,14 @@ class ReplayStore:
         env, arranged by ``reference_scheme``, by default groups of 256 frames with branching 4: on
         Atari 2.4x (Pong) to 5.9x (MsPacman) fewer bytes per transition, 1.1x to 1.7x slower adds, and
         samples 1.2x (MsPacman) to 2.9x (Pong) slower; see ``mmreplay.frame_encoding`` and the README).
-        ``commit_every`` and ``commit_interval_s``: see ``open``. ``frame_dtype`` is any numpy numeric or
-        bool dtype (CartPole's float32 state, a robot's joint angles); frames are stored bit-exact
-        (NaN payloads included), little-endian: a big-endian ``frame_dtype`` is taken as its little-endian
-        equal, and big-endian frames are converted (the same values). ``"lz4-reference"`` takes uint8 only.
+        ``commit_every`` and ``commit_interval_s``: see ``open``. ``fields`` declares user fields stored
+        beside each transition, ``{"name": (shape, dtype)}`` (a fixed shape; a numeric or bool dtype), such
+        as a recurrent state or a legal-action mask: every ``add`` then takes them (``add(..., fields=)``)
+        and every batch gives them (``batch.fields``).
+        ``frame_dtype`` is any numpy bool, integer or float dtype (CartPole's float32 state, a robot's
+        joint angles); frames are stored bit-exact (NaN payloads included), little-endian: a big-endian
+        ``frame_dtype`` is taken as its little-endian equal, and big-endian frames are converted (the same
+        values). ``"lz4-reference"`` takes uint8 only.
         """
         schedule = CommitSchedule(commit_every=commit_every, commit_interval_s=commit_interval_s)
         frame_shape = parse_shape(frame_shape, "frame_shape", allow_empty=False)
@@ -193,6 +216,7 @@ class ReplayStore:
         action_shape = parse_shape(action_shape, "action_shape", allow_empty=True)
         dtype = parse_action_dtype(action_dtype)
         frames_dtype = parse_frame_dtype(frame_dtype)
+        field_specs = parse_field_specs(fields)
         encoding, scheme = encodings.parse_frame_encoding(frame_encoding, reference_scheme)
         sampler = UniformSampler() if sampler is None else sampler
         if encoding != "lz4" and frames_dtype != np.uint8:
@@ -214,28 +238,14 @@ class ReplayStore:
             sampler=sampler.config(),
             frame_dtype=frames_dtype,
         )
-        layout = replace(layout, frame_encoding=encoding, reference_scheme=scheme)
-        frame_slots = commit.frame_slots
+        layout = replace(layout, frame_encoding=encoding, reference_scheme=scheme, fields=field_specs)
         # Build the store beside its final path, then rename it into place: a crash never leaves a
         # half-made store at ``path``.
         directory.parent.mkdir(parents=True, exist_ok=True)
         building = make_sibling_directory(directory, "creating")
         lock: IO[bytes] | None = None
         try:
-            FrameRing.create(
-                building,
-                frame_shape=frame_shape,
-                segment_bytes=layout.segment_bytes,
-                frame_slots=frame_slots,
-                references=encodings.has_references(layout),
-                frame_dtype=frames_dtype,
-            ).close()
-            TransitionTable.create(
-                building / format.TRANSITIONS_NAME,
-                dtype=row_dtype(action_shape, dtype, num_envs),
-                row_slots=layout.row_slots,
-            ).close()
-            format.write_header(building, layout, commit)
+            _build_empty(building, layout, commit)
             # Locked before it becomes visible: no other writer can open it between the rename and ours.
             lock = acquire_writer_lock(building / format.LOCK_NAME)
             try:
@@ -380,6 +390,11 @@ class ReplayStore:
         return self._sampler
 
     @property
+    def fields(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+        """The user fields, name -> (shape, dtype), in declaration order (empty for a store without any)."""
+        return {name: (shape, np.dtype(dtype).newbyteorder("=")) for name, shape, dtype in self._layout.fields}
+
+    @property
     def frame_encoding(self) -> str:
         """How frames are compressed: ``"lz4"`` or ``"lz4-reference"`` (fixed at create time)."""
         return self._layout.frame_encoding
@@ -430,6 +445,7 @@ class ReplayStore:
             f"stack_size={self.stack_size} num_envs={self.num_envs}"
             + ("" if self.frame_dtype == np.uint8 else f" frame_dtype={self.frame_dtype}")
             + ("" if self.frame_encoding == "lz4" else f" frame_encoding={self.frame_encoding!r}")
+            + ("" if not self._layout.fields else f" fields={[name for name, _, _ in self._layout.fields]}")
             + ">"
         )
 
@@ -456,6 +472,7 @@ class ReplayStore:
         truncated: npt.ArrayLike,
         *,
         env_mask: npt.ArrayLike | None = None,
+        fields: dict[str, npt.ArrayLike] | None = None,
     ) -> None:
         """Record one transition per env (with ``num_envs > 1`` every argument has a leading env axis).
 
@@ -467,12 +484,25 @@ class ReplayStore:
         transitions (gymnasium's next-step autoreset returns such an entry for an env the step after its
         episode ended: its reset obs, which is no shifted stack), so only their shapes and dtypes are
         checked, not their values.
+
+        ``fields`` (a store created with ``fields=``): one array per user field, each with the env axis in
+        front when ``num_envs > 1``, castable to the field's dtype without overflow (bool from bool only);
+        a missing, extra, mis-shaped or mis-typed field is refused before anything is written.
         """
+        values = None
+        if fields is not None or self._field_table is not None:
+            self._check_writable("add")
+            recorded = None if env_mask is None else parse_env_mask(env_mask, self._add_shapes.num_envs)
+            values = parse_fields(fields, self._layout.fields, self._add_shapes, recorded)
         if (
             self._fast_add
             and self._env_frames_pending is None
             and records_every_env(env_mask, self._add_shapes.num_envs)
-            and self._add_single_frames(obs, action, reward, next_obs, terminated, truncated)
+            and (
+                self._add_single_frames(obs, action, reward, next_obs, terminated, truncated)
+                if values is None
+                else self._add_single_frames(obs, action, reward, next_obs, terminated, truncated, fields=values)
+            )
         ):
             if self._schedule.due(self._transitions_added):
                 self.flush()
@@ -504,14 +534,14 @@ class ReplayStore:
                 encoder=encoder,
             )
             with self._lock:
-                self._write(arguments, plan)
+                self._write(arguments, plan, values)
         except BaseException:
             encoder.rollback()  # no frame may be encoded against one that was not written
             raise
         if self._schedule.due(self._transitions_added):
             self.flush()
 
-    def _add_single_frames(self, *transition: object) -> bool:
+    def _add_single_frames(self, *transition: object, fields: dict[str, npt.NDArray[Any]] | None = None) -> bool:
         """``add``'s fast path, given ``add``'s six transition arguments, for the add a training loop makes
         at nearly every step: each env continues its episode with one new frame (given alone, or as the
         newest of a stack), and no commit is due. It writes exactly what the general path writes
@@ -533,6 +563,8 @@ class ReplayStore:
             return False
         previous_steps, prev_deltas = links
         with self._lock:
+            if fields:
+                self._field_table.write(first_step, fields)  # type: ignore[union-attr]
             self._frames.append_frames(parsed.new_frames, prev_deltas)
             self._table.write_continuations(
                 first_step, frame_lead=first_frame - first_step, previous_steps=previous_steps,
@@ -542,12 +574,14 @@ class ReplayStore:
             self._count_added(first_step, count)
         return True
 
-    def _write(self, arguments: AddArguments, plan: FramePlan) -> None:
+    def _write(self, arguments: AddArguments, plan: FramePlan, fields: dict[str, npt.NDArray[Any]] | None) -> None:
         envs = arguments.envs
         first_step = self._transitions_added
         new_frames = self._frames.frames_written + len(plan.payloads)
         if first_step + len(envs) > self._row_limit or new_frames > self._frame_limit:
             self._make_room(new_rows=len(envs), new_frames=len(plan.payloads))
+        if fields:
+            self._field_table.write(first_step, {name: array[envs] for name, array in fields.items()})  # type: ignore[union-attr]
         ref_deltas = plan.ref_deltas if self._encoder.records_references else None
         self._frames.append(plan.payloads, plan.prev_deltas, ref_deltas)
         every_env = len(envs) == len(arguments.reward)
@@ -621,6 +655,8 @@ class ReplayStore:
         with self._lock:
             self._frames.sync()
             self._table.sync()
+            if self._field_table is not None:
+                self._field_table.sync()
             self._sampler.sync()
             # A sampler written before Sampler.settle existed has nothing to settle.
             settle: Callable[[bool], None] = getattr(self._sampler, "settle", lambda committed: None)
@@ -695,7 +731,10 @@ class ReplayStore:
             self._closed = True
             self._fast_add = False
             autocommit.forget(self)
-            _close_all([self._frames.close, self._table.close, self._sampler.close, self._release_writer_lock])
+            closers = [self._frames.close, self._table.close, self._sampler.close, self._release_writer_lock]
+            if self._field_table is not None:
+                closers.insert(2, self._field_table.close)
+            _close_all(closers)
 
     def __del__(self) -> None:
         """A dropped store commits (``"r+"``) and releases its files, as ``close`` does."""
@@ -910,6 +949,11 @@ class ReplayStore:
         signature = file_signature(self._directory / format.HEADER_NAME)
         self._read_signature = signature
         _, commit = format.read_header(self._directory)
+        if os.stat(self._directory / format.TRANSITIONS_NAME).st_ino != self._table_inode:
+            raise ClosedStoreError(
+                f"cannot refresh: the store at {str(self._directory)!r} was cleared by its writer since this "
+                "reader opened it; open it again"
+            )
         self._header_signature = signature
         if commit == self._commit:
             return False
@@ -952,7 +996,7 @@ class ReplayStore:
         for _ in range(_READ_ATTEMPTS - 1):
             try:
                 return read()
-            except (RowChecksumError, FrameChecksumError, MissingSegmentError):
+            except (RowChecksumError, FieldChecksumError, FrameChecksumError, MissingSegmentError):
                 if not self.refresh():
                     raise
         return read()
@@ -988,6 +1032,71 @@ class ReplayStore:
 
         return self._consistent(check_and_read)
 
+    def iterate(self, batch_size: int, *, start: int | None = None, stop: int | None = None) -> Iterator[Batch]:
+        """Every stored transition of steps ``[start, stop)`` exactly once, in step order, in batches of
+        ``batch_size`` (the last one shorter) as ``read`` gives them: an ordered pass, epoch by epoch.
+
+        The pass covers the transitions stored when it is called (``start`` and ``stop`` default to
+        ``stored_steps``' ends and must lie within them): what a writer appends later is not in it, and
+        what it holds is what that commit held (stored rows never change). Memory stays that of one
+        batch. A writer that evicts a step before the pass reaches it makes the next batch raise
+        ``IndexError`` naming the steps lost (a capacity larger than what is added during a pass
+        avoids it).
+        """
+        self._check_open("iterate")
+        batch_size = parse_positive_int(batch_size, "batch_size")
+        snapshot = self.stored_steps
+        first = snapshot.start if start is None else _parse_step(start, "start")
+        last = snapshot.stop if stop is None else _parse_step(stop, "stop")
+        if not snapshot.start <= first <= last <= snapshot.stop:
+            raise ValueError(
+                f"start and stop must satisfy {snapshot.start} <= start <= stop <= {snapshot.stop} (the stored "
+                f"steps); got start={first}, stop={last}"
+            )
+        return self._ordered_pass(batch_size, first, last)
+
+    def _ordered_pass(self, batch_size: int, start: int, stop: int) -> Iterator[Batch]:
+        for first in range(start, stop, batch_size):
+            steps = np.arange(first, min(stop, first + batch_size), dtype=np.int64)
+            ones = np.ones(len(steps), np.float32)
+
+            def check_and_read() -> Batch:
+                with self._lock:
+                    self._check_open("iterate")
+                    oldest = self._stored().start
+                    if first < oldest:
+                        raise IndexError(
+                            f"iterate: steps [{first}, {min(oldest, stop)}) of the pass over [{start}, {stop}) "
+                            f"were evicted by the writer's adds before the pass reached them (stored steps are "
+                            f"now [{oldest}, {self._transitions_added}))"
+                        )
+                    return self._reader.transitions(steps, weight=ones, discount=ones)
+
+            yield self._consistent(check_and_read)
+
+    def sample_episodes(
+        self, n: int, rng: np.random.Generator | int | None = None, *, weighting: str = "uniform"
+    ) -> list[Batch]:
+        """``n`` whole episodes drawn with replacement from the stored episodes whose transitions are all
+        stored and which have ended (terminated, truncated, or cut by a new episode of their env), each
+        as one ``Batch`` of its transitions in step order (``read`` of its steps).
+
+        ``weighting="uniform"`` draws every such episode with the same probability (Minari's
+        ``sample_episodes``); ``"length"`` draws each with probability proportional to its number of
+        transitions (the episode of a uniformly drawn transition). ``rng``: as in ``sample``.
+        """
+        self._check_open("sample_episodes")
+        n = parse_positive_int(n, "n")
+        if weighting not in ("uniform", "length"):
+            raise ValueError(f"weighting must be 'uniform' or 'length'; got {weighting!r}")
+        generator = parse_rng(rng)
+        whole = [episode for episode in self.episodes() if episode.complete and episode.ended_by != "in progress"]
+        if not whole:
+            raise ValueError("cannot sample episodes: no stored episode is complete and ended")
+        lengths = np.array([len(episode.steps) for episode in whole], np.float64)
+        chosen = generator.choice(len(whole), size=n, p=None if weighting == "uniform" else lengths / lengths.sum())
+        return [self.read(whole[i].steps) for i in chosen.tolist()]
+
     def episodes(self) -> list[Episode]:
         """The stored episodes, oldest first: env, steps, return, how each ended, whether it is complete."""
         self._check_open("list episodes")
@@ -1006,6 +1115,54 @@ class ReplayStore:
                 )
 
         return self._consistent(list_episodes)
+
+    # -- starting over ---------------------------------------------------------------------------
+
+    def clear(self) -> None:
+        """Remove every transition: the store becomes an empty store with the same layout (and sampler),
+        its steps numbered from 0 again.
+
+        Atomic: the empty store is built beside the directory and exchanged with it in one step, so a
+        crash leaves either the old store or the empty one at the path (at worst with the other left in a
+        hidden sibling directory ``.NAME.clearing-XXXXXXXX``, which may be deleted). Readers open on the
+        old store raise ``ClosedStoreError`` at their next refresh: open them again.
+        """
+        self._check_writable("clear")
+        for prefetcher in list(self._prefetchers):
+            prefetcher.close()
+        with self._lock:
+            layout = self._layout
+            _, commit = format.new_store(
+                frame_shape=layout.frame_shape, capacity=layout.capacity, stack_size=layout.stack_size,
+                num_envs=layout.num_envs, action_shape=layout.action_shape,
+                action_dtype=np.dtype(layout.action_dtype), sampler=layout.sampler,
+            )
+            building = make_sibling_directory(self._directory, "clearing")
+            try:
+                _build_empty(building, layout, commit)
+                lock = acquire_writer_lock(building / format.LOCK_NAME)
+            except BaseException:
+                shutil.rmtree(building, ignore_errors=True)
+                raise
+            try:
+                directory_swap.exchange(self._directory, building)
+            except BaseException:
+                lock.close()
+                shutil.rmtree(building, ignore_errors=True)
+                raise
+            # The old store's files now live at ``building``: release them, then delete them.
+            self._closed = True
+            closers = [self._frames.close, self._table.close, self._sampler.close, self._release_writer_lock]
+            if self._field_table is not None:
+                closers.append(self._field_table.close)
+            try:
+                _close_all(closers)
+            finally:
+                shutil.rmtree(building, ignore_errors=True)
+                ReplayStore.__init__(
+                    self, self._directory, layout, commit, mode="r+", sampler=self._sampler, lock=lock,
+                    schedule=self._schedule,
+                )
 
     # -- state -----------------------------------------------------------------------------------
 
@@ -1053,6 +1210,34 @@ class ReplayStore:
                 f"cannot {operation}: the store at {str(self._directory)!r} is open read-only (mode 'r'); "
                 "open it with mode 'r+' to append"
             )
+
+
+def _parse_step(value: object, name: str) -> int:
+    """A step bound of ``iterate``: an int (or a numpy integer)."""
+    try:
+        return operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"{name} must be an int step; got {type(value).__name__} {value!r}") from None
+
+
+def _build_empty(building: Path, layout: format.Layout, commit: format.Commit) -> None:
+    """The files of an empty store with this layout and empty commit, in the directory ``building``."""
+    FrameRing.create(
+        building,
+        frame_shape=layout.frame_shape,
+        segment_bytes=layout.segment_bytes,
+        frame_slots=commit.frame_slots,
+        references=encodings.has_references(layout),
+        frame_dtype=np.dtype(layout.frame_dtype),
+    ).close()
+    TransitionTable.create(
+        building / format.TRANSITIONS_NAME,
+        dtype=row_dtype(layout.action_shape, np.dtype(layout.action_dtype), layout.num_envs),
+        row_slots=layout.row_slots,
+    ).close()
+    if layout.fields:
+        FieldTable.create(building / format.FIELDS_NAME, specs=layout.fields, row_slots=layout.row_slots).close()
+    format.write_header(building, layout, commit)
 
 
 def _close_all(closers: list[Callable[[], None]]) -> None:

@@ -533,3 +533,91 @@ def parse_priorities(value: object, *, like: npt.NDArray[np.int64]) -> npt.NDArr
     if bad.any():
         raise ValueError(f"priority must be finite and >= 0; got {priorities[bad][0]!r}")
     return priorities
+
+
+# Names a user field may not take: the batch records' own fields, and what to_torch names them by.
+RESERVED_FIELD_NAMES = frozenset(
+    {"obs", "action", "reward", "next_obs", "terminated", "truncated", "index", "env_index", "weight", "discount",
+     "mask", "fields"}
+)
+
+
+def parse_field_specs(value: object) -> tuple[tuple[str, tuple[int, ...], str], ...]:
+    """``create``'s ``fields``: a dict of name -> (shape, dtype), as (name, shape, little-endian dtype string)
+    in the dict's order. Names are Python identifiers other than the batch records' own fields; dtypes
+    numeric (signed, unsigned, float) or bool."""
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise TypeError(f"fields must be a dict of name -> (shape, dtype); got {type(value).__name__}")
+    specs = []
+    for name, entry in value.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"field names must be Python identifiers; got {name!r}")
+        if name in RESERVED_FIELD_NAMES:
+            raise ValueError(f"field name {name!r} is taken by a built-in field; reserved: {sorted(RESERVED_FIELD_NAMES)}")
+        if not isinstance(entry, tuple) or len(entry) != 2:
+            raise TypeError(f"fields[{name!r}] must be a (shape, dtype) tuple; got {entry!r}")
+        shape = parse_shape(entry[0], f"fields[{name!r}] shape", allow_empty=True)
+        try:
+            dtype: np.dtype[Any] = np.dtype(entry[1])
+        except TypeError:
+            raise TypeError(f"fields[{name!r}] dtype must be a numpy dtype; got {entry[1]!r}") from None
+        if dtype.kind not in "biuf":
+            raise TypeError(f"fields[{name!r}] dtype must be a numeric or bool dtype; got {dtype}")
+        specs.append((name, shape, dtype.newbyteorder("<").str))
+    return tuple(specs)
+
+
+def parse_fields(
+    value: object, specs: tuple[tuple[str, tuple[int, ...], str], ...], shapes: AddShapes, envs: list[int] | None
+) -> dict[str, npt.NDArray[Any]]:
+    """``add``'s ``fields``: exactly the store's fields, each with the env axis rules of every other
+    argument, as arrays (num_envs, *shape) of the field's dtype (native byte order). ``envs``: the envs
+    the add records (None: all), whose values are checked (integers in range, floats not overflowing)."""
+    names = [name for name, _, _ in specs]
+    if value is None:
+        if specs:
+            raise ValueError(f"fields is missing; this store's adds take fields {names}")
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(f"fields must be a dict of name -> array; got {type(value).__name__}")
+    missing = [name for name in names if name not in value]
+    extra = [name for name in value if name not in names]
+    if missing or extra:
+        raise ValueError(f"fields has keys {list(value)}; expected {names} (missing {missing}, unknown {extra})")
+    recorded = list(range(shapes.num_envs)) if envs is None else envs
+    arrays: dict[str, npt.NDArray[Any]] = {}
+    for name, shape, dtype_text in specs:
+        dtype = np.dtype(dtype_text).newbyteorder("=")
+        array = np.asarray(value[name])
+        expected = shapes.env_axis + shape
+        if array.shape != expected:
+            raise ValueError(
+                f"fields[{name!r}] has shape {array.shape}; expected {expected} for shape {shape} and "
+                f"{_expected_env_text(shapes.env_axis)}"
+            )
+        arrays[name] = _cast_field(name, array.reshape(shapes.num_envs, *shape), dtype, recorded)
+    return arrays
+
+
+def _cast_field(name: str, array: npt.NDArray[Any], dtype: np.dtype, envs: list[int]) -> npt.NDArray[Any]:
+    """A field's values (num_envs, *shape) as ``dtype``: bool from bool only; integers that fit; floats
+    from numbers, refusing finite values that overflow to infinity. Values of the recorded ``envs`` only."""
+    if array.dtype == dtype:
+        return array
+    kind_ok = array.dtype.kind in "biuf" and (
+        array.dtype.kind == "b" if dtype.kind == "b" else np.can_cast(array.dtype, dtype, casting="same_kind")
+    )
+    if not kind_ok:
+        raise TypeError(f"fields[{name!r}] has dtype {array.dtype}; expected values castable to {dtype}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        cast = array.astype(dtype)
+    given, stored = array[envs], cast[envs]
+    if dtype.kind == "f":
+        bad = np.isfinite(given) & ~np.isfinite(stored)
+    else:
+        bad = np.zeros(1, np.bool_) if np.can_cast(array.dtype, dtype) else stored != given
+    if np.any(bad):
+        raise ValueError(f"fields[{name!r}] has values out of range for {dtype}: {given[bad][:8]}")
+    return cast

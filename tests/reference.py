@@ -23,7 +23,7 @@ The model does not validate its input: tests only hand it what the store accepte
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,6 +42,7 @@ class RefTransition:
     terminated: bool
     truncated: bool
     episode_start: bool  # the model's verdict: this transition opens an episode
+    fields: dict[str, np.ndarray] = field(default_factory=dict)  # user fields, as given (cast to their dtype)
 
 
 class ReferenceStore:
@@ -59,6 +60,7 @@ class ReferenceStore:
         frame_encoding: str = "lz4",  # how the store compresses frames changes nothing it gives back
         reference_scheme: Any = None,
         frame_dtype: Any = np.uint8,
+        fields: dict[str, tuple[Any, Any]] | None = None,  # user fields: name -> (shape, dtype)
     ) -> None:
         self.frame_dtype = np.dtype(frame_dtype)
         self.frame_shape = tuple(int(n) for n in frame_shape)
@@ -67,6 +69,7 @@ class ReferenceStore:
         self.num_envs = int(num_envs)
         self.action_shape = tuple(int(n) for n in action_shape)
         self.action_dtype = np.dtype(action_dtype)
+        self.field_specs = {name: (tuple(shape), np.dtype(dtype)) for name, (shape, dtype) in (fields or {}).items()}
         # episodes[env] is a list of episodes; an episode is a list of RefTransition.
         self.episodes: list[list[list[RefTransition]]] = [[] for _ in range(self.num_envs)]
         # by_step[step] is the transition with that step, or None once it was evicted.
@@ -124,12 +127,14 @@ class ReferenceStore:
 
     # -- the one operation that changes the model -------------------------------------------------
 
-    def add(self, obs, action, reward, next_obs, terminated, truncated) -> list[int]:
+    def add(self, obs, action, reward, next_obs, terminated, truncated, fields=None) -> list[int]:
         """Record one transition per env, with the store's argument conventions; returns the steps."""
+        fields = {name: np.asarray(value) for name, value in (fields or {}).items()}
         if self.num_envs == 1:
             obs, next_obs = np.asarray(obs)[None], np.asarray(next_obs)[None]
             action = np.asarray(action)[None]
             reward, terminated, truncated = [reward], [terminated], [truncated]
+            fields = {name: value[None] for name, value in fields.items()}
         steps = []
         for env in range(self.num_envs):
             steps.append(
@@ -141,6 +146,7 @@ class ReferenceStore:
                     np.asarray(next_obs[env], dtype=self.frame_dtype),
                     bool(terminated[env]),
                     bool(truncated[env]),
+                    {name: value[env].astype(self.field_specs[name][1]) for name, value in fields.items()},
                 )
             )
         return steps
@@ -156,7 +162,7 @@ class ReferenceStore:
             return not same_bits(obs, last.next_obs)
         return not same_bits(obs, last.next_obs[-1])
 
-    def _add_one(self, env, obs, action, reward, next_obs, terminated, truncated) -> int:
+    def _add_one(self, env, obs, action, reward, next_obs, terminated, truncated, fields=None) -> int:
         start = self._starts_episode(env, obs)
         if start:
             if self._is_stack(obs):
@@ -180,6 +186,7 @@ class ReferenceStore:
             terminated=terminated,
             truncated=truncated,
             episode_start=start,
+            fields=fields or {},
         )
         if start:
             self.episodes[env].append([])
@@ -217,6 +224,7 @@ def assert_batch_matches(batch: Any, ref: ReferenceStore, steps: Sequence[int] |
         outside = sorted(set(steps.tolist()) - stored)
         assert not outside, f"batch.index holds steps {outside} that are not stored ({len(ref)} stored)"
     want = ref.expected(steps)
+    assert_fields_match(getattr(batch, "fields", {}), ref, np.asarray(steps, np.int64))
     for name in BATCH_FIELDS:
         got = getattr(batch, name)
         assert isinstance(got, np.ndarray), f"batch.{name} is {type(got).__name__}, expected ndarray"
@@ -230,6 +238,32 @@ def assert_batch_matches(batch: Any, ref: ReferenceStore, steps: Sequence[int] |
                 f"(step {int(want['index'][i])}, env {int(want['env_index'][i])}):\n"
                 f"got\n{got[i]}\nexpected\n{want[name][i]}"
             )
+
+
+def expected_fields(ref: ReferenceStore, steps: np.ndarray, mask: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The user fields of these steps (any shape), zero where ``mask`` is False."""
+    flat, where = steps.reshape(-1), (np.ones(steps.shape, bool) if mask is None else mask).reshape(-1)
+    want = {}
+    for name, (shape, dtype) in ref.field_specs.items():
+        values = np.zeros((len(flat), *shape), dtype)
+        for i, step in enumerate(flat.tolist()):
+            if where[i]:
+                values[i] = ref.transition(step).fields[name]
+        want[name] = values.reshape(*steps.shape, *shape)
+    return want
+
+
+def assert_fields_match(got: dict[str, np.ndarray], ref: ReferenceStore, steps: np.ndarray,
+                        mask: np.ndarray | None = None) -> None:
+    """The batch's user fields equal the reference's bit for bit (NaN payloads and -0.0 included)."""
+    want = expected_fields(ref, steps, mask)
+    assert list(got) == list(want), f"batch.fields has keys {list(got)}; expected {list(want)}"
+    for name, values in want.items():
+        assert got[name].dtype == values.dtype and got[name].shape == values.shape, (
+            f"batch.fields[{name!r}] is {got[name].dtype}{list(got[name].shape)}; expected "
+            f"{values.dtype}{list(values.shape)}"
+        )
+        assert np.ascontiguousarray(got[name]).tobytes() == values.tobytes(), f"batch.fields[{name!r}] differs"
 
 
 def assert_store_matches(store: Any, ref: ReferenceStore, *, chunk: int = 256) -> None:

@@ -17,6 +17,8 @@ from reference import ReferenceStore
 
 FRAME_SHAPES = [(3, 4), (2, 2, 3), (4,), (1,)]  # images, and vectors (CartPole's state is (4,))
 FRAME_DTYPES = [np.uint8, np.uint8, np.float32, np.float16, np.int16, np.bool_]  # uint8 drawn most
+FIELD_DTYPES = [np.float16, np.float32, np.float64, np.int8, np.uint16, np.int64, np.bool_]
+FIELD_SHAPES = [(), (1,), (3,), (2, 5), (18,)]
 ACTION_SPECS = [((), np.int64), ((2,), np.float32), ((), np.uint8)]
 
 
@@ -79,7 +81,21 @@ class FrameSource:
 
 
 @st.composite
-def store_configs(draw: Any) -> dict[str, Any]:
+def field_specs(draw: Any) -> dict[str, tuple[tuple[int, ...], Any]]:
+    """One to three user fields of random shapes and dtypes."""
+    count = draw(st.integers(1, 3))
+    return {f"f{i}": (draw(st.sampled_from(FIELD_SHAPES)), draw(st.sampled_from(FIELD_DTYPES))) for i in range(count)}
+
+
+def field_values(specs: dict[str, tuple[tuple[int, ...], Any]], lead: tuple[int, ...]) -> st.SearchStrategy[dict]:
+    """Values of every field for one add: any bits of the field's dtype (NaN payloads, infinities, -0.0)."""
+    from hypothesis.extra.numpy import arrays
+
+    return st.fixed_dictionaries({name: arrays(np.dtype(dtype), (*lead, *shape)) for name, (shape, dtype) in specs.items()})
+
+
+@st.composite
+def store_configs(draw: Any, with_fields: bool = False) -> dict[str, Any]:
     """Small store configurations: every boundary case is a few transitions away."""
     num_envs = draw(st.integers(1, 3))
     capacity = draw(st.integers(num_envs, 12))
@@ -95,6 +111,7 @@ def store_configs(draw: Any) -> dict[str, Any]:
         num_envs=num_envs,
         action_shape=action_shape,
         action_dtype=action_dtype,
+        **({"fields": draw(field_specs())} if with_fields else {}),
     )
 
 
@@ -140,9 +157,14 @@ class AddArgs:
     next_obs: np.ndarray
     terminated: Any
     truncated: Any
+    fields: dict[str, np.ndarray] | None = None  # user fields, for a store that has them
 
     def as_tuple(self) -> tuple[Any, ...]:
         return (self.obs, self.action, self.reward, self.next_obs, self.terminated, self.truncated)
+
+    def keywords(self) -> dict[str, Any]:
+        """``add``'s keyword arguments: the user fields, if any."""
+        return {} if self.fields is None else {"fields": self.fields}
 
 
 def one_env_arguments(data: Any, ref: ReferenceStore, frames: FrameSource, env: int, as_stack: bool):
@@ -180,11 +202,14 @@ def draw_add(data: Any, ref: ReferenceStore, frames: FrameSource) -> AddArgs:
     """Valid arguments for one ``add``: the same form (frames or stacks) for all envs of the add."""
     as_stack = data.draw(st.booleans(), label="stacks")
     per_env = [one_env_arguments(data, ref, frames, env, as_stack) for env in range(ref.num_envs)]
+    lead = () if ref.num_envs == 1 else (ref.num_envs,)
+    fields = data.draw(field_values(ref.field_specs, lead), label="fields") if ref.field_specs else None
     if ref.num_envs == 1:
         obs, action, reward, next_obs, terminated, truncated = per_env[0]
-        return AddArgs(obs, action, reward, next_obs, terminated, truncated)
+        return AddArgs(obs, action, reward, next_obs, terminated, truncated, fields)
     obs, action, reward, next_obs, terminated, truncated = zip(*per_env)
     return AddArgs(
+        fields=fields,
         obs=np.array(obs, dtype=ref.frame_dtype),
         action=np.array(action, dtype=ref.action_dtype),
         reward=np.array(reward, dtype=np.float32),
@@ -206,6 +231,9 @@ SPOILERS = [
     ("reward_nan_last_env", "reward", ValueError),
     ("unshifted_stack_last_env", "next_obs", ValueError),
     ("terminated_shape", "terminated", ValueError),
+    ("field_missing", "fields", ValueError),
+    ("field_shape", "fields", ValueError),
+    ("field_dtype", "fields", TypeError),
 ]
 
 
@@ -217,26 +245,38 @@ def spoil(args: AddArgs, how: str, ref: ReferenceStore) -> AddArgs | None:
     action, reward = np.array(args.action, dtype=ref.action_dtype), np.array(args.reward, dtype=np.float64)
     terminated = np.array(args.terminated, dtype=bool)
     as_stack = obs.ndim == len(lead) + 1 + len(ref.frame_shape)
+    if how.startswith("field_"):
+        if not args.fields:
+            return None
+        fields = dict(args.fields)
+        name = next(iter(fields))
+        if how == "field_missing":
+            del fields[name]
+        elif how == "field_shape":
+            fields[name] = np.zeros((*lead, 7, 7), fields[name].dtype)
+        else:  # complex values cast to no field dtype
+            fields[name] = np.zeros(fields[name].shape, np.complex64)
+        return AddArgs(obs, action, reward, next_obs, terminated, args.truncated, fields)
     if how == "obs_dtype":
         other = np.float64 if ref.frame_dtype != np.float64 else np.float32
-        return AddArgs(obs.astype(other), action, reward, next_obs, terminated, args.truncated)
+        return AddArgs(obs.astype(other), action, reward, next_obs, terminated, args.truncated, args.fields)
     if how == "next_obs_dtype":
         other = np.int32 if ref.frame_dtype != np.int32 else np.int16
         with np.errstate(invalid="ignore"):  # NaN and inf become some int32: any value is refused
-            return AddArgs(obs, action, reward, next_obs.astype(other), terminated, args.truncated)
+            return AddArgs(obs, action, reward, next_obs.astype(other), terminated, args.truncated, args.fields)
     if how == "obs_stack_length":
         wrong = np.zeros((*lead, ref.stack_size + 1, *ref.frame_shape), dtype=ref.frame_dtype)
-        return AddArgs(wrong, action, reward, next_obs, terminated, args.truncated)
+        return AddArgs(wrong, action, reward, next_obs, terminated, args.truncated, args.fields)
     if how == "action_shape":
         return AddArgs(obs, np.zeros((*lead, *ref.action_shape, 3), ref.action_dtype), reward, next_obs,
-                       terminated, args.truncated)
+                       terminated, args.truncated, args.fields)
     if how == "reward_nan_last_env":
         reward = reward.copy()
         if n == 1:
             reward = np.float64("nan")
         else:
             reward[-1] = np.nan
-        return AddArgs(obs, action, reward, next_obs, terminated, args.truncated)
+        return AddArgs(obs, action, reward, next_obs, terminated, args.truncated, args.fields)
     if how == "unshifted_stack_last_env":
         if not as_stack or ref.stack_size < 2:
             return None
@@ -256,7 +296,7 @@ def spoil(args: AddArgs, how: str, ref: ReferenceStore) -> AddArgs | None:
             terminated, truncated = np.False_, np.False_
         else:
             terminated[-1] = truncated[-1] = False
-        return AddArgs(obs, action, reward, next_obs, terminated, truncated)
+        return AddArgs(obs, action, reward, next_obs, terminated, truncated, args.fields)
     if how == "terminated_shape":
-        return AddArgs(obs, action, reward, next_obs, np.zeros((*lead, 2), dtype=bool), args.truncated)
+        return AddArgs(obs, action, reward, next_obs, np.zeros((*lead, 2), dtype=bool), args.truncated, args.fields)
     raise ValueError(how)

@@ -18,7 +18,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "mmreplay"
 BASE = {"errors", "extensions", "validation", "batch", "__init__", "__main__"}
 STORAGE = {
     "files", "format", "codec", "frame_ring", "transition_table", "stacking",
-    "reference_codec", "reference_ring", "frame_encoding", "row_checksum", "header_fields",
+    "reference_codec", "reference_ring", "frame_encoding", "row_checksum", "header_fields", "field_table",
+    "directory_swap",
 }
 SAMPLING = {"samplers", "sum_tree", "priorities"}
 API = {"store", "reading", "episodes", "windows", "prefetch", "autocommit"}

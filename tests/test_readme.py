@@ -241,6 +241,20 @@ def check_datasets(namespace: dict[str, Any]) -> None:
         assert imported.transitions_added > 0
 
 
+def setup_fields(namespace: dict[str, Any]) -> None:
+    obs, action, reward, next_obs, _, truncated = pong_transitions(1)[0]
+    rng = np.random.default_rng(0)
+    namespace.update(obs=obs, action=action, reward=reward, next_obs=next_obs, terminated=True, truncated=truncated,
+                     rng=rng, h=rng.normal(size=(2, 512)).astype(np.float16), mask=rng.random(18) < 0.5)
+
+
+def check_fields(namespace: dict[str, Any]) -> None:
+    store = namespace["store"]
+    assert len(store) == 0 and namespace["seq"].fields["state"].shape == (32, 80, 2, 512)
+    [first, *_] = namespace["episodes"]
+    np.testing.assert_array_equal(first.fields["legal"][0], namespace["mask"])
+
+
 def setup_reference_encoding(namespace: dict[str, Any]) -> None:
     from mmreplay import ReplayStore
 
@@ -277,6 +291,7 @@ EXAMPLES: dict[str, tuple[Callable[[dict[str, Any]], None], Callable[[dict[str, 
     "sb3": (setup_sb3, check_sb3),
     "recorder": (setup_recorder, check_recorder),
     "datasets": (setup_datasets, check_datasets),
+    "fields": (setup_fields, check_fields),
     "reference-encoding": (setup_reference_encoding, check_reference_encoding),
     "any-dtype": (setup_any_dtype, check_any_dtype),
 }

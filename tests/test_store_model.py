@@ -4,7 +4,9 @@ Every step ends by reading back every transition the store counts and comparing 
 with the reference (tests/reference.py). Rules cover vector envs with interleaved endings, truncation
 vs termination, episodes cut without a flag, frames vs stacks, endings whose next_obs stack is not obs
 shifted (stored as given), wrap-around eviction, rejected adds, flush, close and reopen (read-only and
-append), seeded sampling, sampling into an earlier batch (``out``) and n-step windows.
+append), seeded sampling, sampling into an earlier batch (``out``) and n-step windows. The rules also
+cover sequences, ordered passes (``iterate``) and ``clear``; ``FieldsStoreMachine`` runs them all on
+stores with user fields of random shapes and dtypes (values of any bits).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from reference import (
     BATCH_FIELDS,
     ReferenceStore,
     assert_batch_matches,
+    assert_fields_match,
     assert_store_matches,
 )
 from strategies import SPOILERS, FrameSource, draw_add, spoil, store_configs
@@ -43,6 +46,7 @@ def assert_same_batch(a, b) -> None:
 
 class StoreMachine(RuleBasedStateMachine):
     create_options: dict[str, object] = {}  # frame encoding options of ReplayStore.create
+    with_fields = False  # whether stores have user fields
 
     def __init__(self) -> None:
         super().__init__()
@@ -50,10 +54,12 @@ class StoreMachine(RuleBasedStateMachine):
         self.path = os.path.join(self.dir, "store.mmr")
         self.store = None
 
-    @initialize(config=store_configs())
-    def create(self, config):
+    @initialize(data=st.data())
+    def create(self, data):
+        config = data.draw(store_configs(with_fields=self.with_fields), label="config")
         if "frame_encoding" in self.create_options:  # frames compressed against references are uint8
             config = {**config, "frame_dtype": np.uint8}
+        self.config = config
         self.store = ReplayStore.create(self.path, **config, **self.create_options)
         self.ref = ReferenceStore(**config)
         self.frames = FrameSource.of(config)
@@ -61,8 +67,8 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def add(self, data):
         args = draw_add(data, self.ref, self.frames)
-        self.store.add(*args.as_tuple())
-        self.ref.add(*args.as_tuple())
+        self.store.add(*args.as_tuple(), **args.keywords())
+        self.ref.add(*args.as_tuple(), **args.keywords())
 
     @rule(data=st.data(), how=st.sampled_from([name for name, _, _ in SPOILERS]))
     def rejected_add_changes_nothing(self, data, how):
@@ -71,7 +77,7 @@ class StoreMachine(RuleBasedStateMachine):
             return
         name, error = next((n, e) for h, n, e in SPOILERS if h == how)
         with pytest.raises(error, match=name):
-            self.store.add(*args.as_tuple())
+            self.store.add(*args.as_tuple(), **args.keywords())
         # The invariant then checks that nothing changed, and the next add that the episode continues.
 
     @rule()
@@ -92,7 +98,7 @@ class StoreMachine(RuleBasedStateMachine):
         assert_store_matches(self.store, self.ref)
         args = draw_add(data, self.ref, FrameSource(self.ref.frame_shape, self.ref.frame_dtype))
         with pytest.raises(ReadOnlyStoreError):
-            self.store.add(*args.as_tuple())
+            self.store.add(*args.as_tuple(), **args.keywords())
         assert_store_matches(self.store, self.ref)
         self.store.close()
         self.store = ReplayStore.open(self.path, mode="r+")
@@ -152,7 +158,36 @@ class StoreMachine(RuleBasedStateMachine):
             np.testing.assert_array_equal(batch.obs[i], first.obs)
             np.testing.assert_array_equal(batch.next_obs[i], last.next_obs)
             assert (batch.terminated[i], batch.truncated[i]) == (last.terminated, last.truncated)
+        assert_fields_match(batch.fields, self.ref, batch.index)  # the window's first transition's
 
+    @precondition(lambda self: len(self.ref) > 0)
+    @rule(batch_size=st.integers(1, 4), length=st.integers(1, 4), seed=st.integers(0, 2**32 - 1))
+    def sample_sequences(self, batch_size, length, seed):
+        batch = self.store.sample_sequences(batch_size, length, rng=seed)
+        for i in range(batch_size):
+            window = self.window(int(batch.index[i, 0]), length)
+            assert batch.index[i].tolist() == window + [-1] * (length - len(window))
+            assert_batch_matches_window(batch, i, window, self.ref)
+        filled = np.where(batch.mask, batch.index, batch.index[:, :1])
+        assert_fields_match(batch.fields, self.ref, filled, batch.mask)
+
+    @rule(batch_size=st.integers(1, 5), data=st.data())
+    def iterate_equals_read_of_the_stored_steps(self, batch_size, data):
+        stored = self.ref.stored_steps()
+        start = data.draw(st.integers(int(stored[0]) if len(stored) else 0, self.ref.transitions_added), label="start")
+        stop = data.draw(st.integers(start, self.ref.transitions_added), label="stop")
+        batches = list(self.store.iterate(batch_size, start=start, stop=stop))
+        assert [len(b) for b in batches] == [min(batch_size, stop - s) for s in range(start, stop, batch_size)]
+        steps = np.arange(start, stop, dtype=np.int64)
+        assert np.concatenate([b.index for b in batches] or [steps]).tolist() == steps.tolist()
+        for batch in batches:
+            assert_batch_matches(batch, self.ref, batch.index)
+
+    @rule()
+    def clear(self):
+        self.store.clear()
+        self.ref = ReferenceStore(**self.config)
+        assert len(self.store) == 0 and self.store.transitions_added == 0
     def window(self, step: int, length: int) -> list[int]:
         """The reference's n-step window from ``step``: its episode's transitions until one ends."""
         env = self.ref.transition(step).env_index
@@ -188,6 +223,23 @@ class StoreMachine(RuleBasedStateMachine):
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def assert_batch_matches_window(batch, i, window, ref) -> None:
+    """Row ``i`` of a SequenceBatch holds the reference's transitions ``window``, zeros after it."""
+    for position, step in enumerate(window):
+        item = ref.transition(step)
+        np.testing.assert_array_equal(batch.obs[i, position], item.obs)
+        np.testing.assert_array_equal(batch.next_obs[i, position], item.next_obs)
+        assert batch.mask[i, position]
+    assert not batch.mask[i, len(window):].any()
+    assert not batch.obs[i, len(window):].any()
+
+
+class FieldsStoreMachine(StoreMachine):
+    """The same machine on stores with one to three user fields of random shapes and dtypes."""
+
+    with_fields = True
+
+
 class ReferenceStoreMachine(StoreMachine):
     """The same machine over frames compressed against references: groups of 4 (two levels of references)
     that restart every 12 frame steps at most, so that every boundary case meets a group boundary."""
@@ -208,3 +260,5 @@ TestStoreModel = StoreMachine.TestCase
 TestStoreModel.settings = MODEL_SETTINGS
 TestReferenceStoreModel = ReferenceStoreMachine.TestCase
 TestReferenceStoreModel.settings = MODEL_SETTINGS
+TestFieldsStoreModel = FieldsStoreMachine.TestCase
+TestFieldsStoreModel.settings = MODEL_SETTINGS
