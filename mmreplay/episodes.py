@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.frame_encoding import FrameEncoder
-from mmreplay.transition_table import DETACHED, EPISODE_START, TERMINATED, TRUNCATED
+from mmreplay.transition_table import DETACHED, EPISODE_START, FRAGMENT_START, TERMINATED, TRUNCATED
 from mmreplay.validation import AddArguments
 
 
@@ -112,9 +112,11 @@ def plan_frames(
     next_frame_step: int,
     oldest_stored_step: int,
     encoder: FrameEncoder,
+    fragment: bool = False,
 ) -> FramePlan:
     """Decide which frames each recorded env writes and compress them; nothing is written or changed
-    (but the encoder's state, which its ``rollback`` restores if the plan is not written)."""
+    (but the encoder's state, which its ``rollback`` restores if the plan is not written). With
+    ``fragment``, an obs that starts a new episode starts a fragment (flag FRAGMENT_START)."""
     plan = FramePlan()
     payloads, ref_deltas, encode = plan.payloads, plan.ref_deltas, encoder.encode
     next_step = next_frame_step
@@ -132,7 +134,7 @@ def plan_frames(
                 stack = [np.frombuffer(frame, np.uint8) for frame in episode.frames]
             else:
                 stack = list(obs)
-                flags |= EPISODE_START
+                flags |= FRAGMENT_START if fragment else EPISODE_START
             # A stack's leading repeats of its first frame come back by padding: store that frame once.
             first_distinct = 1
             while first_distinct < len(stack) and stack[first_distinct].tobytes() == stack[0].tobytes():
@@ -170,7 +172,8 @@ class Episode:
 
     ``ended_by`` is ``"terminated"``, ``"truncated"``, ``"cut"`` (the env's next obs did not continue it,
     without a flag) or ``"in progress"`` (its env may still continue it). ``complete`` is False when
-    eviction removed its first transitions.
+    eviction removed its first transitions, or when it is a fragment whose start was never recorded
+    (``add(..., fragment=True)``, as imports of sources that lost an episode's start do).
     """
 
     episode_id: int
@@ -212,7 +215,7 @@ def split_episodes(
     for env in np.unique(envs).tolist():
         where = np.flatnonzero(envs == env)
         env_flags = flags[where]
-        bounds = np.flatnonzero(env_flags & EPISODE_START)
+        bounds = np.flatnonzero(env_flags & (EPISODE_START | FRAGMENT_START))
         if len(bounds) == 0 or bounds[0] != 0:
             bounds = np.concatenate([[0], bounds])
         ends = np.append(bounds[1:], len(where))

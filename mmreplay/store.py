@@ -381,6 +381,7 @@ class ReplayStore:
         truncated: npt.ArrayLike,
         *,
         env_mask: npt.ArrayLike | None = None,
+        fragment: bool = False,
     ) -> None:
         """Record one transition per env (with ``num_envs > 1`` every argument has a leading env axis).
 
@@ -391,10 +392,15 @@ class ReplayStore:
         ``env_mask`` (bool, one per env) records only the envs marked True: the others' entries are not
         transitions (gymnasium's next-step autoreset returns such an entry for an env the step after its
         episode ended: its reset obs, which is no shifted stack), so only their shapes and dtypes are
-        checked, not their values.
+        checked, not their values. ``fragment=True`` says that an obs which starts a new episode is not
+        that episode's first: its earlier transitions were never recorded (an import from a source that
+        lost them), so ``episodes()`` lists it with ``complete=False``.
         """
+        if not isinstance(fragment, (bool, np.bool_)):
+            raise TypeError(f"fragment must be a bool; got {type(fragment).__name__}")
         if (
-            self._fast_add
+            not fragment
+            and self._fast_add
             and self._env_frames_pending is None
             and records_every_env(env_mask, self._add_shapes.num_envs)
             and self._add_single_frames(obs, action, reward, next_obs, terminated, truncated)
@@ -427,6 +433,7 @@ class ReplayStore:
                 next_frame_step=self._frames.frames_written,
                 oldest_stored_step=max(0, self._transitions_added - layout.capacity),
                 encoder=encoder,
+                fragment=bool(fragment),
             )
             with self._lock:
                 self._write(arguments, plan)

@@ -9,6 +9,8 @@ Frames are numbered by their pixel value.
 from __future__ import annotations
 
 import gzip
+import pickle
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -30,29 +32,44 @@ class DopamineRing:
         self.reward = np.zeros(capacity, np.float32)
         self.terminal = np.zeros(capacity, np.uint8)
         self.add_count = 0
+        self.episode_end_indices: set[int] = set()
+        self.starts_episode = True
 
-    def add(self, number: int, action: int, reward: float, terminal: bool) -> None:
-        if self.add_count == 0 or self.terminal[(self.add_count - 1) % self.capacity] == 1:
+    def add(self, number: int, action: int, reward: float, terminal: bool, episode_end: bool = False) -> None:
+        if self.starts_episode:
             for _ in range(self.stack_size - 1):
                 self._add(np.zeros(SHAPE, np.uint8), 0, 0.0, 0)
+        self.starts_episode = terminal or episode_end
+        if self.starts_episode:
+            self.episode_end_indices.add(self.add_count % self.capacity)
         self._add(frame(number, SHAPE), action, reward, int(terminal))
 
     def _add(self, observation: np.ndarray, action: int, reward: float, terminal: int) -> None:
         cursor = self.add_count % self.capacity
+        if not terminal and observation.any():
+            self.episode_end_indices.discard(cursor)
+        elif not observation.any():
+            self.episode_end_indices.discard(cursor)
         self.observation[cursor], self.action[cursor] = observation, action
         self.reward[cursor], self.terminal[cursor] = reward, terminal
         self.add_count += 1
 
-    def save(self, directory: Path, number: int, update_horizon: int = 1) -> None:
+    def save(self, directory: Path, number: int, update_horizon: int = 1, *, episode_ends: bool = False,
+             final_log: bool = False) -> None:
+        """As Dopamine saves (``episode_ends``: as since 2021); ``final_log``: as batch_rl's
+        ``log_final_buffer``, with add_count replaced by the cursor."""
         cursor = self.add_count % self.capacity
         invalid = np.array([(cursor - update_horizon + i) % self.capacity
                             for i in range(self.stack_size + update_horizon)])
         arrays = {"$store$_observation": self.observation, "$store$_action": self.action,
                   "$store$_reward": self.reward, "$store$_terminal": self.terminal,
-                  "add_count": np.array(self.add_count), "invalid_range": invalid}
+                  "add_count": np.array(cursor if final_log else self.add_count), "invalid_range": invalid}
         for name, array in arrays.items():
             with open(directory / f"{name}_ckpt.{number}.gz", "wb") as f, gzip.GzipFile(fileobj=f, mode="wb") as out:
                 np.save(out, array, allow_pickle=False)
+        if episode_ends:
+            with gzip.open(directory / f"episode_end_indices_ckpt.{number}.gz", "wb") as out:
+                pickle.dump(set(self.episode_end_indices), out)
 
     def play(self, episodes: list[list[int]], *, last_terminal: bool = True) -> None:
         """Each episode's frame numbers; every step's action is its frame number, its reward 1."""
@@ -72,7 +89,7 @@ def test_padding_is_skipped_and_episodes_start_with_their_first_frame_repeated(t
     ring = DopamineRing(capacity=64, stack_size=3)
     ring.play([[1, 2, 3], [10, 11]])
     ring.save(tmp_path, 0)
-    assert import_dopamine(tmp_path, tmp_path / "s.mmr", stack_size=3) == 5
+    assert import_dopamine(tmp_path, tmp_path / "s.mmr", stack_size=3, stack_padding="first") == 5
     with ReplayStore.open(tmp_path / "s.mmr") as store:
         assert transitions(store) == [
             ([1, 1, 1], 1, [1, 1, 2], False), ([1, 1, 2], 2, [1, 2, 3], False),
@@ -87,7 +104,7 @@ def test_a_terminal_slots_next_frame_is_all_zero_as_dopamine_samples_it(tmp_path
     ring.save(tmp_path, 0)
     import_dopamine(tmp_path, tmp_path / "s.mmr")
     with ReplayStore.open(tmp_path / "s.mmr") as store:
-        assert transitions(store) == [([5, 5, 5, 5], 5, [5, 5, 5, 0], True)]
+        assert transitions(store) == [([0, 0, 0, 5], 5, [0, 0, 5, 0], True)]
 
 
 def test_the_newest_slot_waits_for_its_next_frame_and_its_episode_stays_in_progress(tmp_path: Path) -> None:
@@ -97,6 +114,7 @@ def test_the_newest_slot_waits_for_its_next_frame_and_its_episode_stays_in_progr
     assert import_dopamine(tmp_path, tmp_path / "s.mmr", stack_size=2) == 2
     with ReplayStore.open(tmp_path / "s.mmr") as store:
         assert transitions(store)[-1] == ([1, 2], 2, [2, 3], False)
+        assert transitions(store)[0] == ([0, 1], 1, [1, 2], False)
         assert store.episodes()[0].ended_by == "in progress"
 
 
@@ -127,16 +145,20 @@ def test_a_wrapped_ring_starts_after_the_stale_slots_at_the_write_cursor(tmp_pat
                                       ([6, 7, 8], 8, [7, 8, 9], False), ([7, 8, 9], 9, [8, 9, 10], False),
                                       ([8, 9, 10], 10, [9, 10, 11], False)]
         assert store.episodes()[0].ended_by == "in progress"
+        assert store.episodes()[0].complete is False  # its start was overwritten
 
 
-def test_zero_slots_at_a_wrapped_cursor_are_taken_as_padding(tmp_path: Path) -> None:
+def test_zero_slots_at_a_wrapped_cursor_are_kept_as_frames_of_a_fragment(tmp_path: Path) -> None:
     ring = DopamineRing(capacity=8, stack_size=3)
     ring.play([[1, 2, 3, 4], [7, 8, 9, 10, 11, 12, 13]], last_terminal=False)
     ring.save(tmp_path, 0)  # 2 + 4 + 2 + 7 slots: the ring keeps slots 7..14, the oldest one padding
     import_dopamine(tmp_path, tmp_path / "s.mmr", stack_size=3)
     with ReplayStore.open(tmp_path / "s.mmr") as store:
-        assert transitions(store)[0] == ([7, 7, 7], 7, [7, 7, 8], False)
-        assert len(store) == 6
+        # whether the zero slot is padding or a real black frame cannot be told: it is a frame of a
+        # fragment, and the stacks are Dopamine's either way
+        assert transitions(store)[0] == ([0, 7, 8], 8, [7, 8, 9], False)
+        assert len(store) == 5
+        assert [e.complete for e in store.episodes()] == [False]
 
 
 def test_overlapping_checkpoints_import_each_slot_once(tmp_path: Path) -> None:
