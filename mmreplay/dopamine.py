@@ -148,11 +148,15 @@ def spill_frames(path: Path, spill: Path, bar: tqdm[Any] | None = None) -> np.nd
 
 
 class _SetOfInts(pickle.Unpickler):
-    """Unpickles ``episode_end_indices`` (a set of ints) and nothing else: a pickle may run code."""
+    """Unpickles ``episode_end_indices`` (a set of ints, numpy's integer scalars in Dopamine's files) and
+    nothing else: an arbitrary pickle may run code."""
+
+    _ALLOWED = {("builtins", "set"), ("__builtin__", "set"), ("builtins", "frozenset"), ("numpy", "dtype"),
+                ("numpy._core.multiarray", "scalar"), ("numpy.core.multiarray", "scalar")}
 
     def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in (("builtins", "set"), ("__builtin__", "set"), ("builtins", "frozenset")):
-            return set if name == "set" else frozenset
+        if (module, name) in self._ALLOWED:
+            return super().find_class(module, name)
         raise pickle.UnpicklingError(f"refusing to load {module}.{name}: expected a set of slot indices")
 
 
@@ -228,26 +232,22 @@ def check_checkpoint(directory: Path, number: int) -> Checkpoint:
                       checkpoint_file(directory, EPISODE_ENDS, number).is_file(), int(add_count))
 
 
-def _ring_wrapped(directory: Path, checkpoint: Checkpoint) -> bool:
-    """Whether slots past the cursor were written, though ``add_count`` says the ring never wrapped."""
-    if checkpoint.add_count >= checkpoint.capacity:
-        return False
-    beyond = slice(checkpoint.add_count + 1, checkpoint.capacity)
-    return any(read_array(checkpoint_file(directory, name, checkpoint.number))[beyond].any() for name in ARRAYS[1:])
-
-
 def _final_log_count(directory: Path, checkpoint: Checkpoint, before: Checkpoint | None) -> Checkpoint:
-    """``checkpoint`` with its true ``add_count`` when batch_rl's ``log_final_buffer`` wrote it."""
-    if not _ring_wrapped(directory, checkpoint):
-        return checkpoint
-    if before is None and (directory / f"add_count_ckpt.{checkpoint.number - 1}.gz").is_file():
-        before = check_checkpoint(directory, checkpoint.number - 1)
+    """``checkpoint`` with its true ``add_count`` when batch_rl's ``log_final_buffer`` wrote it: a count
+    below the capacity that follows a log written when the ring was full (``add_count % capacity ==
+    capacity - 1``), given before it or, when it comes first, found in the directory as the checkpoint
+    numbered one less. (Slots past the cursor cannot tell: Dopamine's arrays start as ``np.empty``.)"""
     capacity = checkpoint.capacity
-    if before is None or before.capacity != capacity or before.add_count % capacity != capacity - 1:
-        raise CorruptStoreError(
-            f"checkpoint {checkpoint.number}: add_count {checkpoint.add_count} is a ring cursor, not a count (its "
-            f"ring wrapped): batch_rl's log_final_buffer writes the last checkpoint so; import it together with "
-            f"the checkpoint logged before it (checkpoints=[{checkpoint.number - 1}, {checkpoint.number}])")
+    if checkpoint.add_count >= capacity:
+        return checkpoint
+    if before is None:
+        if not (directory / f"add_count_ckpt.{checkpoint.number - 1}.gz").is_file():
+            return checkpoint
+        before = check_checkpoint(directory, checkpoint.number - 1)
+        if before.add_count <= checkpoint.add_count:
+            return checkpoint
+    if before.capacity != capacity or before.add_count % capacity != capacity - 1:
+        return checkpoint
     return replace(checkpoint, add_count=before.add_count + 1 + checkpoint.add_count)
 
 
@@ -434,6 +434,9 @@ class _Episodes:
             if slot != expected:
                 self._cut(slot)
             expected = slot + 1
+            if self.padding < 0:
+                raise ValueError("cannot tell the writer's stack_size from the files (no whole run of padding "
+                                 "slots in them): pass writer_stack_size=")
             if self.padding:
                 if frame.any() or action or reward or terminal:
                     raise ValueError(f"written slot {slot} should be padding (the writer's stack_size is "
@@ -464,9 +467,8 @@ class _Episodes:
         return self.added
 
     def _episode_ended(self) -> None:
-        if self.writer_padding is None:
-            raise ValueError("cannot tell the writer's stack_size from the files: pass writer_stack_size=")
-        self.history, self.pending, self.padding = None, None, self.writer_padding
+        self.history, self.pending = None, None
+        self.padding = -1 if self.writer_padding is None else self.writer_padding  # -1: unknown, needed
         self.known_start = True
 
     def _cut(self, slot: int) -> None:
@@ -475,9 +477,7 @@ class _Episodes:
         self.known_start = slot == 0
         self.padding = 0
         if slot == 0:  # Dopamine pads before the first episode
-            if self.writer_padding is None:
-                raise ValueError("cannot tell the writer's stack_size from the files: pass writer_stack_size=")
-            self.padding = self.writer_padding
+            self.padding = -1 if self.writer_padding is None else self.writer_padding
 
     def _emit(self, next_frame: npt.NDArray[np.uint8], *, terminated: bool, truncated: bool) -> None:
         history = self.history

@@ -40,16 +40,13 @@ class DopamineRing:
             for _ in range(self.stack_size - 1):
                 self._add(np.zeros(SHAPE, np.uint8), 0, 0.0, 0)
         self.starts_episode = terminal or episode_end
-        if self.starts_episode:
-            self.episode_end_indices.add(self.add_count % self.capacity)
         self._add(frame(number, SHAPE), action, reward, int(terminal))
+        if self.starts_episode:
+            self.episode_end_indices.add((self.add_count - 1) % self.capacity)
 
     def _add(self, observation: np.ndarray, action: int, reward: float, terminal: int) -> None:
         cursor = self.add_count % self.capacity
-        if not terminal and observation.any():
-            self.episode_end_indices.discard(cursor)
-        elif not observation.any():
-            self.episode_end_indices.discard(cursor)
+        self.episode_end_indices.discard(cursor)
         self.observation[cursor], self.action[cursor] = observation, action
         self.reward[cursor], self.terminal[cursor] = reward, terminal
         self.add_count += 1
@@ -209,3 +206,133 @@ def test_checkpoints_out_of_written_order_are_refused(tmp_path: Path) -> None:
     ring.save(tmp_path, 1)
     with pytest.raises(ValueError, match="checkpoints must be given in the order they were written: checkpoint 0"):
         import_dopamine(tmp_path, tmp_path / "s.mmr", checkpoints=[1, 0])
+
+
+def test_batch_rls_final_log_imports_after_the_log_before_it(tmp_path: Path) -> None:
+    ring = DopamineRing(capacity=8, stack_size=2)
+    ring.play([[1, 2, 3, 4, 5, 6]], last_terminal=False)  # 1 padding + 6 slots: add_count 7 = capacity - 1
+    ring.save(tmp_path, 0)
+    ring.play([[7, 8, 9]])  # the episode ends in the final log, whose add_count is the cursor
+    ring.save(tmp_path, 1, final_log=True)
+    for checkpoints in (None, [0, 1]):
+        target = tmp_path / f"s{checkpoints is None}.mmr"
+        assert import_dopamine(tmp_path, target, stack_size=2, checkpoints=checkpoints) == 9
+        with ReplayStore.open(target) as store:
+            assert [t[1] for t in transitions(store)] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+            assert [(e.length, e.ended_by, e.complete) for e in store.episodes()] == [(9, "terminated", True)]
+
+
+def test_a_final_log_alone_is_counted_from_the_log_numbered_before_it(tmp_path: Path) -> None:
+    ring = DopamineRing(capacity=8, stack_size=2)
+    ring.play([[1, 2, 3, 4, 5, 6]], last_terminal=False)
+    ring.save(tmp_path, 0)
+    ring.play([[7, 8, 9]])
+    ring.save(tmp_path, 1, final_log=True)
+    import_dopamine(tmp_path, tmp_path / "s.mmr", stack_size=2, checkpoints=[1])
+    with ReplayStore.open(tmp_path / "s.mmr") as store:
+        # the ring holds written slots 2..9: frames 2..9, frame 2 only makes the first obs stack
+        assert [t[1] for t in transitions(store)] == [3, 4, 5, 6, 7, 8, 9]
+        assert [e.complete for e in store.episodes()] == [False]
+
+
+def test_a_time_limit_in_episode_end_indices_becomes_a_truncation(tmp_path: Path) -> None:
+    ring = DopamineRing(capacity=32, stack_size=2)
+    ring.add(1, 1, 1.0, False)
+    ring.add(2, 2, 1.0, False)
+    ring.add(3, 3, 1.0, False, episode_end=True)  # a time limit: slot 3's next frame is never written
+    ring.play([[10, 11]])
+    ring.save(tmp_path, 0, episode_ends=True)
+    assert import_dopamine(tmp_path, tmp_path / "s.mmr", stack_size=2) == 4
+    with ReplayStore.open(tmp_path / "s.mmr") as store:
+        batch = store.read(np.array(store.stored_steps))
+        assert batch.truncated.tolist() == [False, True, False, False]
+        assert batch.next_obs[1, :, 0, 0].tolist() == [2, 3]  # bootstraps from the last real frame
+        assert [(e.length, e.ended_by) for e in store.episodes()] == [(2, "truncated"), (2, "terminated")]
+
+
+@pytest.mark.parametrize("where", [-6, -12, 40])  # the CRC, the last deflate block, the first one
+def test_one_flipped_byte_in_an_observation_file_is_an_error_naming_it(tmp_path: Path, where: int) -> None:
+    ring = DopamineRing(capacity=64)
+    ring.play([list(range(1, 40))])
+    ring.save(tmp_path, 0)
+    path = tmp_path / "$store$_observation_ckpt.0.gz"
+    raw = bytearray(path.read_bytes())
+    raw[where] ^= 0x01
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptStoreError, match=r"\$store\$_observation_ckpt\.0\.gz: "):
+        import_dopamine(tmp_path, tmp_path / "s.mmr")
+    assert not (tmp_path / "s.mmr").exists()
+
+
+def test_a_wrong_crc_is_reported_as_such(tmp_path: Path) -> None:
+    ring = DopamineRing(capacity=64)
+    ring.play([list(range(1, 40))])
+    ring.save(tmp_path, 0)
+    path = tmp_path / "$store$_action_ckpt.0.gz"
+    raw = bytearray(path.read_bytes())
+    raw[-6] ^= 0x01
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptStoreError, match=r"\$store\$_action_ckpt\.0\.gz: the gzip stream is corrupt \(CRC check failed"):
+        import_dopamine(tmp_path, tmp_path / "s.mmr")
+
+
+@pytest.mark.parametrize("store_stack", [1, 2, 8])
+def test_the_stores_stack_size_is_independent_of_the_writers(tmp_path: Path, store_stack: int) -> None:
+    ring = DopamineRing(capacity=64, stack_size=4)
+    ring.play([list(range(1, 11)), list(range(20, 31))])
+    ring.save(tmp_path, 0)
+    import_dopamine(tmp_path, tmp_path / "s.mmr", stack_size=store_stack)
+    with ReplayStore.open(tmp_path / "s.mmr") as store:
+        assert [t[1] for t in transitions(store)] == list(range(1, 11)) + list(range(20, 31))
+        assert [(e.length, e.complete) for e in store.episodes()] == [(10, True), (11, True)]
+        assert transitions(store)[0][0] == [0] * (store_stack - 1) + [1]
+
+
+def test_a_writer_stack_size_the_files_contradict_is_an_error(tmp_path: Path) -> None:
+    ring = DopamineRing(capacity=64, stack_size=2)
+    ring.play([[1, 2], [3, 4]])
+    ring.save(tmp_path, 0)
+    with pytest.raises(ValueError, match="writer_stack_size=4 means 3 padding slots before each episode; the files "
+                                         "show only 1 after an episode end"):
+        import_dopamine(tmp_path, tmp_path / "s.mmr", writer_stack_size=4)
+
+
+def test_a_checkpoint_missing_only_its_observation_file_is_named(tmp_path: Path) -> None:
+    ring = DopamineRing(capacity=8)
+    ring.play([[1, 2]])
+    ring.save(tmp_path, 0)
+    ring.save(tmp_path, 1)
+    (tmp_path / "$store$_observation_ckpt.1.gz").unlink()
+    with pytest.raises(FileNotFoundError, match=r"checkpoint 1 is incomplete: .*\$store\$_observation_ckpt\.1\.gz"):
+        import_dopamine(tmp_path, tmp_path / "s.mmr")
+
+
+def test_extra_stored_arrays_are_reported_not_dropped_silently(tmp_path: Path) -> None:
+    ring = DopamineRing(capacity=8)
+    ring.play([[1, 2]])
+    ring.save(tmp_path, 0)
+    with gzip.open(tmp_path / "$store$_priority_ckpt.0.gz", "wb") as out:
+        np.save(out, np.ones(8, np.float32))
+    with pytest.warns(UserWarning, match=r"checkpoint 0: \$store\$_priority_ckpt\.0\.gz not imported"):
+        import_dopamine(tmp_path, tmp_path / "s.mmr")
+
+
+def test_a_gap_between_checkpoints_starts_a_fragment_listed_incomplete(tmp_path: Path) -> None:
+    ring = DopamineRing(capacity=8, stack_size=2)
+    ring.play([[1, 2, 3]], last_terminal=False)
+    ring.save(tmp_path, 0)
+    ring.play([list(range(4, 20))], last_terminal=False)  # 16 more slots: checkpoint 1 misses 8 of them
+    ring.save(tmp_path, 1)
+    import_dopamine(tmp_path, tmp_path / "s.mmr", stack_size=2)
+    with ReplayStore.open(tmp_path / "s.mmr") as store:
+        assert [(e.ended_by, e.complete) for e in store.episodes()] == [("cut", True), ("in progress", False)]
+
+
+def test_the_pickle_of_episode_ends_may_hold_nothing_but_slots(tmp_path: Path) -> None:
+    ring = DopamineRing(capacity=8)
+    ring.play([[1, 2]])
+    ring.save(tmp_path, 0)
+    with gzip.open(tmp_path / "episode_end_indices_ckpt.0.gz", "wb") as out:
+        pickle.dump(warnings.warn, out)
+    with pytest.raises(CorruptStoreError, match="refusing to load _warnings.warn: expected a set of slot indices"):
+        import_dopamine(tmp_path, tmp_path / "s.mmr")
