@@ -68,14 +68,16 @@ class SiblingBuild:
     """A hidden directory beside ``target`` to build in; ``commit(built)`` renames ``built`` to ``target``.
 
     Use it with ``with``: leaving the block removes the directory (and whatever was not committed).
-    Entering it removes the leftovers of killed builds for the same target.
+    Creating it removes the leftovers of killed builds for the same target (also when it then refuses
+    the target because it exists: a build killed after its rename leaves a sibling beside a result).
     """
 
     def __init__(self, target: Path, purpose: str, what: str) -> None:
+        if target.parent.is_dir():
+            for stale in leftovers(target):
+                shutil.rmtree(stale, ignore_errors=True)
         check_new_path(target, what)
         self.target, self.what = target, what
-        for stale in leftovers(target):
-            shutil.rmtree(stale, ignore_errors=True)
         self.directory = make_sibling_directory(target, purpose)
         self._lock = open(self.directory / LOCK_NAME, "ab")
         fcntl.flock(self._lock.fileno(), fcntl.LOCK_EX)
