@@ -369,6 +369,17 @@ class ReplayStore:
                 total += os.stat(os.path.join(root, name)).st_blocks * 512
         return total
 
+    def missing_files(self) -> list[str]:
+        """The files the committed contents need that are not there (the transition table, the frame
+        table, each segment file holding a stored frame); empty for a sound store. Reads no frame."""
+        self._check_open("check its files")
+        needed = [self._table.path, self._frames._table_path()]
+        if len(self):
+            first = self._frames.position_of(self._commit.frame_tail) // self._frames.segment_bytes
+            last = max(self._frames.bytes_written - 1, 0) // self._frames.segment_bytes
+            needed += [self._frames._segment_path(segment) for segment in range(first, last + 1)]
+        return [str(path) for path in needed if not Path(path).is_file()]
+
     # -- adding ----------------------------------------------------------------------------------
 
     def add(
