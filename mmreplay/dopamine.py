@@ -68,7 +68,7 @@ PathLike = str | os.PathLike[str]
 ARRAYS = ("$store$_observation", "$store$_action", "$store$_reward", "$store$_terminal")
 COUNTERS = ("add_count", "invalid_range")
 EPISODE_ENDS = "episode_end_indices"
-STACK_PADDINGS = ("zeros", "first")
+STACK_PADDINGS = ("zeros", "first")  # the default first
 _CHECKPOINT_FILE = re.compile(r"^(.+)_ckpt\.(\d+)\.gz$")
 _SPILL_BLOCK = 4096  # rows decompressed at a time into the spill file
 
@@ -371,7 +371,8 @@ def import_dopamine(
     target = Path(store_path)
     with SiblingBuild(target, "importing", "a store") as build:
         store = ReplayStore.create(build.directory / "store", frame_shape=found[0].frame_shape,
-                                   capacity=capacity or max(slots, 1), stack_size=stack_size, action_dtype=np.int32)
+                                   capacity=capacity or max(slots, 1), stack_size=stack_size, action_dtype=np.int32,
+                                   stack_padding=stack_padding)
         with store, tqdm(total=slots, disable=not progress, file=sys.stderr, unit="slot",
                          desc="import-dopamine") as bar:
             episodes = _Episodes(store, padding, zero_padded=stack_padding == "zeros")

@@ -130,16 +130,20 @@ def plan_frames(
             plan.previous_steps.append(episode.last_step)
             plan.starts.append(None)
         else:
-            if continues:  # the previous transition was evicted: store the obs stack the env saw again
-                stack = [np.frombuffer(frame, np.uint8) for frame in episode.frames]
+            if continues:  # the previous transition was evicted: store the obs stack the env saw again,
+                # but its padding (positions that repeat one frame step) as padding again, so a zero-padding
+                # store reads back the same stack
+                held = list(episode.frame_steps)
+                padding = next((i for i in range(len(held) - 1) if held[i] != held[i + 1]), len(held) - 1)
+                stack = [np.frombuffer(frame, np.uint8) for frame in list(episode.frames)[padding:]]
             else:
                 stack = list(obs)
                 flags |= FRAGMENT_START if fragment else EPISODE_START
-            # A stack's leading repeats of its first frame come back by padding: store that frame once.
-            first_distinct = 1
-            while first_distinct < len(stack) and stack[first_distinct].tobytes() == stack[0].tobytes():
-                first_distinct += 1
-            stack = stack[first_distinct - 1 :]
+                # A stack's leading repeats of its first frame come back by padding: store that frame once.
+                first_distinct = 1
+                while first_distinct < len(stack) and stack[first_distinct].tobytes() == stack[0].tobytes():
+                    first_distinct += 1
+                stack = stack[first_distinct - 1 :]
             frames = [frame.tobytes() for frame in stack]
             steps = list(range(next_step, next_step + len(frames)))
             for i, frame in enumerate(stack):

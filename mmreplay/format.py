@@ -44,6 +44,12 @@ FRAME_ENCODINGS = ("lz4", "lz4-reference")
 _ENCODING_FIELDS = ("frame_encoding", "reference_scheme")  # of Layout, written for other encodings only
 
 
+# How a stack at an episode start is padded (``stack_padding``): "first" repeats the episode's first frame
+# (gymnasium's FrameStackObservation default), "zeros" pads with all-zero frames (Dopamine, batch_rl). A
+# header without the field is "first", and a "first" store's header leaves it out.
+STACK_PADDINGS = ("first", "zeros")
+
+
 def frame_table_name(generation: int) -> str:
     return f"frames-{generation}.idx"
 
@@ -68,6 +74,7 @@ class Layout:
     # "lz4" or "lz4-reference" (see frame_encoding); the latter's ReferenceScheme fields.
     frame_encoding: str = "lz4"
     reference_scheme: dict[str, int] | None = None
+    stack_padding: str = "first"  # one of STACK_PADDINGS
 
 
 @dataclass(frozen=True)
@@ -141,6 +148,8 @@ def write_header(directory: Path, layout: Layout, commit: Commit) -> None:
     if layout.frame_encoding == "lz4":
         for name in _ENCODING_FIELDS:
             del layout_fields[name]
+    if layout.stack_padding == "first":
+        del layout_fields["stack_padding"]
     body = {
         "magic": MAGIC,
         "format_version": FORMAT_VERSION,
@@ -190,4 +199,7 @@ def read_header(directory: Path) -> tuple[Layout, Commit]:
         raise FormatVersionError(
             f"{path}: frame encoding {layout.frame_encoding!r}; this mmreplay reads frame encodings {known}"
         )
+    if layout.stack_padding not in STACK_PADDINGS:
+        raise FormatVersionError(f"{path}: stack padding {layout.stack_padding!r}; this mmreplay reads stack "
+                                 f"paddings {', '.join(repr(name) for name in STACK_PADDINGS)}")
     return layout, commit

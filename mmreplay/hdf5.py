@@ -182,7 +182,8 @@ def import_hdf5(
             store = ReplayStore.create(
                 build.directory / "store", frame_shape=source.frame_shape,
                 capacity=capacity or max(source.capacity, total, source.num_envs), stack_size=source.stack_size,
-                num_envs=source.num_envs, action_shape=source.action_shape, action_dtype=source.action_dtype)
+                num_envs=source.num_envs, action_shape=source.action_shape, action_dtype=source.action_dtype,
+                stack_padding=source.stack_padding)
             with store, tqdm(total=total, disable=not progress, file=sys.stderr, unit="transition",
                              desc="import") as bar:
                 Feeder(store).feed(merged(source, chunk_steps), bar)

@@ -36,6 +36,9 @@ def root_attrs(store: ReplayStore, layout: str, episodes: int) -> dict[str, Any]
         "num_envs": store.num_envs, "capacity": store.capacity,
         "action_shape": np.array(store.action_shape, np.int64), "action_dtype": store.action_dtype.str,
         "transitions": len(store), "episodes": episodes, "first_step": store.stored_steps.start,
+        # What an obs stack at an episode start holds before its first frame (the store's stack_padding):
+        # the exported first obs stacks hold it already; an import recreates a store that pads alike.
+        "stack_padding": store.stack_padding,
     }
 
 
@@ -88,6 +91,7 @@ class Source:
         self.name = name
         self.frame_shape: tuple[int, ...] = ()
         self.stack_size = 4
+        self.stack_padding = "first"
         self.num_envs = 1
         self.capacity = 1
         self.action_shape: tuple[int, ...] = ()
@@ -123,6 +127,10 @@ class Source:
         self.capacity = int(attrs["capacity"])
         self.action_shape = tuple(int(n) for n in attrs["action_shape"])
         self.action_dtype = np.dtype(attrs["action_dtype"])
+        padding = attrs.get("stack_padding", "first")  # files written before stack_padding existed: "first"
+        self.stack_padding = padding.decode() if isinstance(padding, bytes) else str(padding)
+        if self.stack_padding not in ("first", "zeros"):
+            raise self.fail(f"stack_padding {self.stack_padding!r}; expected 'first' or 'zeros'")
 
 
 

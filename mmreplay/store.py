@@ -112,7 +112,8 @@ class ReplayStore:
             writable=mode == "r+",
         )
         self._reader = TransitionReader(
-            self._table, self._frames, stack_size=layout.stack_size, action_dtype=self._action_dtype
+            self._table, self._frames, stack_size=layout.stack_size, action_dtype=self._action_dtype,
+            zero_padding=layout.stack_padding == "zeros",
         )
         self._closed = False
         # ``add`` may take its fast path (``_add_single_frames``): a writer of plain lz4 frames, still open.
@@ -153,6 +154,7 @@ class ReplayStore:
         reference_scheme: ReferenceScheme | None = None,
         commit_every: int | None = None,
         commit_interval_s: float | None = 5.0,
+        stack_padding: str = "first",
     ) -> ReplayStore:
         """Create an empty store at ``path`` (a directory the store owns) and open it for appending.
 
@@ -162,9 +164,14 @@ class ReplayStore:
         env, arranged by ``reference_scheme``, by default groups of 256 frames with branching 4: on
         Atari 2.4x (Pong) to 5.9x (MsPacman) fewer bytes per transition, 1.1x to 1.7x slower adds, and
         samples 1.2x (MsPacman) to 2.9x (Pong) slower; see ``mmreplay.frame_encoding`` and the README).
-        ``commit_every`` and ``commit_interval_s``: see ``open``.
+        ``commit_every`` and ``commit_interval_s``: see ``open``. ``stack_padding`` says what an obs
+        stack at an episode start holds before the episode's first frame: ``"first"`` that frame
+        repeated (gymnasium's ``FrameStackObservation``), ``"zeros"`` all-zero frames (Dopamine and
+        batch_rl); ``sample``, ``read``, n-step windows, sequences and exports all return it so.
         """
         schedule = CommitSchedule(commit_every=commit_every, commit_interval_s=commit_interval_s)
+        if stack_padding not in format.STACK_PADDINGS:
+            raise ValueError(f"stack_padding must be one of {format.STACK_PADDINGS}; got {stack_padding!r}")
         frame_shape = parse_shape(frame_shape, "frame_shape", allow_empty=False)
         capacity = parse_positive_int(capacity, "capacity")
         stack_size = parse_positive_int(stack_size, "stack_size")
@@ -189,7 +196,7 @@ class ReplayStore:
             action_dtype=dtype,
             sampler=sampler.config(),
         )
-        layout = replace(layout, frame_encoding=encoding, reference_scheme=scheme)
+        layout = replace(layout, frame_encoding=encoding, reference_scheme=scheme, stack_padding=stack_padding)
         frame_slots = commit.frame_slots
         # Build the store beside its final path, then rename it into place: a crash never leaves a
         # half-made store at ``path``.
@@ -307,6 +314,12 @@ class ReplayStore:
     @property
     def sampler(self) -> Sampler:
         return self._sampler
+
+    @property
+    def stack_padding(self) -> str:
+        """What an obs stack at an episode start holds before its first frame: ``"first"`` (that frame
+        repeated) or ``"zeros"`` (all-zero frames); fixed at create time."""
+        return self._layout.stack_padding
 
     @property
     def frame_encoding(self) -> str:
@@ -938,7 +951,7 @@ class ReplayStore:
         steps = self._env_frames_pending
         assert steps is not None
         ones = np.ones(len(steps), np.float32)
-        batch = self._reader.transitions(steps, weight=ones, discount=ones)
+        batch = self._reader.transitions(steps, weight=ones, discount=ones, padded=False)
         for i in range(len(steps)):
             self._episodes[int(batch.env_index[i])].frames.extend(frame.tobytes() for frame in batch.next_obs[i])
         self._env_frames_pending = None

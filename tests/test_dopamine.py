@@ -336,3 +336,15 @@ def test_the_pickle_of_episode_ends_may_hold_nothing_but_slots(tmp_path: Path) -
         pickle.dump(warnings.warn, out)
     with pytest.raises(CorruptStoreError, match="refusing to load _warnings.warn: expected a set of slot indices"):
         import_dopamine(tmp_path, tmp_path / "s.mmr")
+
+
+def test_the_imported_store_zero_pads_its_own_stacks_and_says_so(tmp_path: Path) -> None:
+    ring = DopamineRing(capacity=64, stack_size=3)
+    ring.play([[1, 2, 3], [10, 11]])
+    ring.save(tmp_path, 0)
+    import_dopamine(tmp_path, tmp_path / "s.mmr", stack_size=3)
+    with ReplayStore.open(tmp_path / "s.mmr") as store:
+        assert store.stack_padding == "zeros"
+        batch = store.sample(64, rng=0, n_step=2)
+        starts = batch.index % 3 == 0  # steps 0 and 3 start episodes
+        assert (batch.obs[starts, :2] == 0).all()

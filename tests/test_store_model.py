@@ -53,7 +53,7 @@ class StoreMachine(RuleBasedStateMachine):
     @initialize(config=store_configs())
     def create(self, config):
         self.store = ReplayStore.create(self.path, **config, **self.create_options)
-        self.ref = ReferenceStore(**config)
+        self.ref = ReferenceStore(**config, stack_padding=str(self.create_options.get("stack_padding", "first")))
         self.frames = FrameSource(config["frame_shape"])
 
     @rule(data=st.data())
@@ -147,8 +147,8 @@ class StoreMachine(RuleBasedStateMachine):
         for i, step in enumerate(batch.index.tolist()):
             window = self.window(step, n_step)
             first, last = self.ref.transition(step), self.ref.transition(window[-1])
-            np.testing.assert_array_equal(batch.obs[i], first.obs)
-            np.testing.assert_array_equal(batch.next_obs[i], last.next_obs)
+            np.testing.assert_array_equal(batch.obs[i], self.ref.expected([step])["obs"][0])
+            np.testing.assert_array_equal(batch.next_obs[i], self.ref.expected([window[-1]])["next_obs"][0])
             assert (batch.terminated[i], batch.truncated[i]) == (last.terminated, last.truncated)
 
     def window(self, step: int, length: int) -> list[int]:
@@ -196,6 +196,12 @@ class ReferenceStoreMachine(StoreMachine):
     }
 
 
+class ZeroPaddingStoreMachine(StoreMachine):
+    """The same machine over a store whose stacks at an episode start are zero-padded (Dopamine's)."""
+
+    create_options = {"stack_padding": "zeros"}
+
+
 MODEL_SETTINGS = settings(
     max_examples=80,
     stateful_step_count=25,
@@ -206,3 +212,5 @@ TestStoreModel = StoreMachine.TestCase
 TestStoreModel.settings = MODEL_SETTINGS
 TestReferenceStoreModel = ReferenceStoreMachine.TestCase
 TestReferenceStoreModel.settings = MODEL_SETTINGS
+TestZeroPaddingStoreModel = ZeroPaddingStoreMachine.TestCase
+TestZeroPaddingStoreModel.settings = MODEL_SETTINGS
