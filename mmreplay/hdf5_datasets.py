@@ -100,6 +100,7 @@ class Source:
         self.lengths = np.zeros(0, np.int64)
         self.first_steps = np.zeros(0, np.int64)
         self.final_stacks = np.zeros(0, np.bool_)  # per episode: its last next_obs is a whole stack
+        self.complete = np.zeros(0, np.bool_)  # per episode: False for a fragment (its start not stored)
 
     def frames(self, episode: int, start: int, stop: int) -> npt.NDArray[np.uint8]:
         raise NotImplementedError

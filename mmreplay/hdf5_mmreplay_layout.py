@@ -96,6 +96,8 @@ class MmreplayLayoutSource(Source):
             self.final_stacks = episodes["final_stack"][()].astype(bool)
         else:
             self.final_stacks = np.zeros(len(self.lengths), np.bool_)
+        self.complete = (episodes["complete"][()].astype(bool) if "complete" in episodes
+                         else np.ones(len(self.lengths), np.bool_))
         total = int(self.lengths.sum())
         frames = int(frame_counts(self.lengths, self.final_stacks, self.stack_size).sum())
         if len(self.final_stacks) != len(self.lengths) or self._frames.shape != (frames, *self.frame_shape):

@@ -248,3 +248,18 @@ def test_a_truncated_episode_table_is_reported_with_the_file(tmp_path: Path) -> 
         file["transitions/reward"] = np.zeros(5, np.float32)
     with pytest.raises(CorruptStoreError, match=r"x\.h5: transitions/reward has 5 rows; expected 1"):
         import_hdf5(tmp_path / "x.h5", tmp_path / "b.mmr")
+
+
+@pytest.mark.parametrize("layout", ["mmreplay", "minari"])
+def test_a_fragment_stays_incomplete_through_export_and_import(tmp_path: Path, layout: str) -> None:
+    with ReplayStore.create(tmp_path / "a.mmr", frame_shape=(3, 4), capacity=4, num_envs=2) as store:
+        for t in range(5):  # env 0's episode loses its start to eviction; env 1's episodes are whole
+            store.add(np.stack([frame(t), frame(50 + t % 2)]), np.array([0, 1]), np.ones(2, np.float32),
+                      np.stack([frame(t + 1), frame(60)]), np.array([False, False]), np.array([False, True]),
+                      env_mask=np.array([True, t % 2 == 0]))
+        listed = [(e.env_index, e.complete) for e in store.episodes()]
+        assert (0, False) in listed
+        export_hdf5(store, tmp_path / "x", layout=layout, dataset_id="x-v0")
+    import_hdf5(tmp_path / "x", tmp_path / "b.mmr")
+    with ReplayStore.open(tmp_path / "b.mmr") as copy:
+        assert [(e.env_index, e.complete) for e in copy.episodes()] == listed
