@@ -305,11 +305,18 @@ def verify_store(path: str, *, progress: bool = False, max_problems: int = 100) 
                               "stopped_early": False}
     problems: list[str] = report["problems"]
     try:
-        store = _open(path)
+        store = ReplayStore.open(path, "r")
     except StoreNotFoundError:
+        _open(path)  # raises, naming the leftovers of a killed import beside it if there are any
         raise
     except CorruptStoreError as error:
         problems.append(f"cannot open the store: {error}")
+        return report
+    missing = store.missing_files()
+    if missing:
+        store.close()
+        problems.extend(f"missing file: {name}" for name in missing[:max_problems])
+        report["stopped_early"] = len(missing) > max_problems
         return report
     with store:
         stored = store.stored_steps

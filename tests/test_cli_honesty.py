@@ -78,6 +78,8 @@ def test_info_and_episodes_fail_on_a_store_whose_segments_are_gone(store_dir: Pa
         assert status == 1 and out == ""
         assert err.startswith(f"mmreplay: error: {store_dir}: 1 file(s) its contents need are missing: ")
         assert err.endswith("0000000000.seg (run 'mmreplay verify')\n")
+    status, out, _ = run(capsys, "verify", str(store_dir), "--no-progress")
+    assert status == 1 and out.splitlines()[1] == f"  - missing file: {store_dir / 'frames' / '0000000000.seg'}"
 
 
 def test_verify_lists_at_most_its_cap_and_does_not_count_the_note(tmp_path: Path,
