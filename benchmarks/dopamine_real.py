@@ -39,7 +39,6 @@ import hashlib
 import json
 import shutil
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any

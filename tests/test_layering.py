@@ -22,8 +22,9 @@ STORAGE = {
 }
 SAMPLING = {"samplers", "sum_tree", "priorities"}
 API = {"store", "reading", "episodes", "windows", "prefetch", "autocommit"}
-SERIALIZATION = {"hdf5", "hdf5_datasets", "hdf5_minari", "hdf5_mmreplay_layout", "hdf5_replay", "dopamine"}
-INTEGRATIONS = {"cli", "drawing", "sb3", "sb3_observations", "recorder"}
+SERIALIZATION = {"hdf5", "hdf5_datasets", "hdf5_minari", "hdf5_mmreplay_layout", "hdf5_replay", "dopamine",
+                 "dopamine_episodes"}
+INTEGRATIONS = {"cli", "drawing", "verification", "sb3", "sb3_observations", "recorder"}
 LAYERS = {
     "base": BASE, "storage": STORAGE, "sampling": SAMPLING, "api": API,
     "serialization": SERIALIZATION, "integrations": INTEGRATIONS,
