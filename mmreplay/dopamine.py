@@ -69,7 +69,6 @@ COUNTERS = ("add_count", "invalid_range")
 EPISODE_ENDS = "episode_end_indices"
 STACK_PADDINGS = ("zeros", "first")  # the default first
 _CHECKPOINT_FILE = re.compile(r"^(.+)_ckpt\.(\d+)\.gz$")
-_SPILL_BLOCK = 4096  # rows decompressed at a time into the spill file
 
 
 def checkpoint_file(directory: Path, name: str, checkpoint: int) -> Path:
@@ -123,9 +122,10 @@ def read_array(path: Path) -> np.ndarray:
     return np.frombuffer(data, header.dtype).reshape(header.shape)
 
 
-def spill_frames(path: Path, spill: Path, bar: tqdm[Any] | None = None) -> np.ndarray:
+def spill_frames(path: Path, spill: Path, block: int = 4096) -> np.ndarray:
     """Decompress a gzip'd ``.npy`` frame array once, in blocks, into an uncompressed memory map at
-    ``spill`` (so a wrapped ring can be read in written order without decompressing it twice)."""
+    ``spill`` (so a wrapped ring can be read in written order without decompressing it twice), ``block``
+    rows at a time."""
     with gzip.open(path, "rb") as stream:
         header = read_npy_header(stream, str(path))  # type: ignore[arg-type]
         out = np.lib.format.open_memmap(spill, mode="w+", dtype=header.dtype, shape=header.shape)
@@ -133,8 +133,8 @@ def spill_frames(path: Path, spill: Path, bar: tqdm[Any] | None = None) -> np.nd
         row_bytes = header.dtype.itemsize * int(np.prod(header.shape[1:], dtype=np.int64))
         flat = out.reshape(rows, -1).view(np.uint8) if rows else out
         try:
-            for first in range(0, rows, _SPILL_BLOCK):
-                count = min(_SPILL_BLOCK, rows - first)
+            for first in range(0, rows, block):
+                count = min(block, rows - first)
                 read = stream.readinto(memoryview(flat[first : first + count]).cast("B"))  # type: ignore[attr-defined]
                 if read != count * row_bytes:
                     raise CorruptStoreError(f"{path}: ends after {first * row_bytes + read} of {rows * row_bytes} "
@@ -280,7 +280,7 @@ class _Ring:
     ends: np.ndarray  # bool per ring slot: an episode ended there (terminal, or a time limit)
 
 
-def _load_ring(directory: Path, checkpoint: Checkpoint, spill: Path | None) -> _Ring:
+def _load_ring(directory: Path, checkpoint: Checkpoint, spill: Path | None, block: int = 4096) -> _Ring:
     number = checkpoint.number
     action, reward, terminal = (read_array(checkpoint_file(directory, name, number)) for name in ARRAYS[1:])
     terminal = terminal.astype(bool)
@@ -291,7 +291,7 @@ def _load_ring(directory: Path, checkpoint: Checkpoint, spill: Path | None) -> _
             raise CorruptStoreError(f"{checkpoint_file(directory, EPISODE_ENDS, number)}: slots outside "
                                     f"[0, {checkpoint.capacity})")
         ends[slots] = True
-    frames = (spill_frames(checkpoint_file(directory, ARRAYS[0], number), spill) if spill is not None
+    frames = (spill_frames(checkpoint_file(directory, ARRAYS[0], number), spill, block) if spill is not None
               else np.empty((0,), np.uint8))
     return _Ring(frames, action, reward, terminal, ends)
 
@@ -340,6 +340,7 @@ def import_dopamine(
     writer_stack_size: int | None = None,
     stack_padding: str = "zeros",
     capacity: int | None = None,
+    block_slots: int = 4096,
     progress: bool = False,
 ) -> int:
     """Create a store at ``store_path`` from Dopamine checkpoints; returns the transitions imported.
@@ -349,15 +350,17 @@ def import_dopamine(
     the writer's (which sets the padding slots to skip) is found in the files, or given as
     ``writer_stack_size``. ``stack_padding="zeros"`` (default) zero-pads stacks at an episode start as
     Dopamine does; ``"first"`` repeats the first frame. ``capacity`` defaults to the slots read (at
-    least every transition). Every file is checked before anything is written; the store appears at
-    ``store_path`` only once complete (built beside it, then renamed).
+    least every transition); ``block_slots`` slots are decompressed and handed on at a time. Every
+    file is checked before anything is written; the store appears at ``store_path`` only once complete
+    (built beside it, then renamed).
     """
     folder = Path(directory)
     if not folder.is_dir():
         raise FileNotFoundError(f"no Dopamine checkpoint directory at {str(folder)!r}")
     if stack_padding not in STACK_PADDINGS:
         raise ValueError(f"stack_padding must be one of {STACK_PADDINGS}; got {stack_padding!r}")
-    for name, value in (("stack_size", stack_size), ("writer_stack_size", writer_stack_size)):
+    for name, value in (("stack_size", stack_size), ("writer_stack_size", writer_stack_size),
+                        ("block_slots", block_slots)):
         if value is not None and (not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1):
             raise ValueError(f"{name} must be a positive int; got {value!r}")
     numbers = find_checkpoints(folder) if checkpoints is None else [int(n) for n in checkpoints]
@@ -375,7 +378,7 @@ def import_dopamine(
         with store, tqdm(total=slots, disable=not progress, file=sys.stderr, unit="slot",
                          desc="import-dopamine") as bar:
             episodes = SlotEpisodes(store, padding, zero_padded=stack_padding == "zeros")
-            added = episodes.feed(_slots(folder, spans, build.directory / "spill.npy", bar))
+            added = episodes.feed(_slots(folder, spans, build.directory / "spill.npy", bar, block_slots))
         build.commit(build.directory / "store")
     return added
 
@@ -391,13 +394,14 @@ def _spans(found: list[Checkpoint]) -> list[tuple[Checkpoint, int, int]]:
     return spans
 
 
-def _slots(folder: Path, spans: list[tuple[Checkpoint, int, int]], spill: Path, bar: tqdm[Any]) -> Iterator[Slot]:
+def _slots(folder: Path, spans: list[tuple[Checkpoint, int, int]], spill: Path, bar: tqdm[Any],
+           block: int) -> Iterator[Slot]:
     """Every slot to import, in written order; each observation file is decompressed once."""
     for checkpoint, start, stop in spans:
-        ring = _load_ring(folder, checkpoint, spill)
+        ring = _load_ring(folder, checkpoint, spill, block)
         capacity = checkpoint.capacity
-        for first in range(start, stop, _SPILL_BLOCK):
-            last = min(stop, first + _SPILL_BLOCK)
+        for first in range(start, stop, block):
+            last = min(stop, first + block)
             ring_slots = np.arange(first, last) % capacity
             frames = ring.frames[ring_slots]
             actions, rewards = ring.action[ring_slots].tolist(), ring.reward[ring_slots].tolist()
