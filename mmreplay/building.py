@@ -29,7 +29,12 @@ _UNLOCKED_GRACE_S = 60.0
 
 
 def check_new_path(target: Path, what: str) -> None:
-    """Refuse ``target`` as ``cp`` would: it must not exist, and its parent directory must."""
+    """Refuse ``target`` as ``cp`` would: it must not exist, and its parent directory must. The leftovers
+    of killed builds for ``target`` are removed first (also when ``target`` is then refused: a build
+    killed after its rename leaves a sibling beside a complete result)."""
+    if target.parent.is_dir():
+        for stale in leftovers(target):
+            shutil.rmtree(stale, ignore_errors=True)
     if target.exists() or target.is_symlink():
         raise FileExistsError(f"cannot create {what} at {str(target)!r}: the path already exists")
     parent = target.parent
@@ -68,14 +73,10 @@ class SiblingBuild:
     """A hidden directory beside ``target`` to build in; ``commit(built)`` renames ``built`` to ``target``.
 
     Use it with ``with``: leaving the block removes the directory (and whatever was not committed).
-    Creating it removes the leftovers of killed builds for the same target (also when it then refuses
-    the target because it exists: a build killed after its rename leaves a sibling beside a result).
+    Creating it removes the leftovers of killed builds for the same target (``check_new_path``).
     """
 
     def __init__(self, target: Path, purpose: str, what: str) -> None:
-        if target.parent.is_dir():
-            for stale in leftovers(target):
-                shutil.rmtree(stale, ignore_errors=True)
         check_new_path(target, what)
         self.target, self.what = target, what
         self.directory = make_sibling_directory(target, purpose)

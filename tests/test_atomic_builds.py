@@ -62,3 +62,14 @@ def test_a_failed_import_leaves_nothing_at_the_target_or_beside_it(tmp_path: Pat
     with pytest.raises(ValueError):
         import_hdf5(tmp_path / "x.h5", tmp_path / "b.mmr")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["x.h5"]
+
+
+def test_leftovers_beside_a_complete_result_are_removed_by_the_refused_rerun(tmp_path: Path) -> None:
+    with small_store(tmp_path / "a.mmr") as store:
+        export_hdf5(store, tmp_path / "x.h5")
+        dead = tmp_path / ".x.h5.exporting-0badf00d"  # killed after its rename, before removing this
+        dead.mkdir()
+        (dead / ".building.lock").touch()
+        with pytest.raises(FileExistsError, match="the path already exists"):
+            export_hdf5(store, tmp_path / "x.h5")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.mmr", "x.h5"]
