@@ -14,6 +14,7 @@ from mmreplay.errors import (
     StoreExistsError,
     StoreLockedError,
     StoreNotFoundError,
+    StepsEvictedError,
 )
 from mmreplay.extensions import PerformanceWarning, warn_if_not_built
 from mmreplay.reference_codec import ReferenceScheme
@@ -38,6 +39,7 @@ __all__ = [
     "StoreExistsError",
     "StoreLockedError",
     "StoreNotFoundError",
+    "StepsEvictedError",
     "UniformSampler",
     "export_hdf5",
     "import_dopamine",

@@ -29,6 +29,7 @@
  *   True when every frame lies below bytes_written and inside its view and decodes as decode() checks;
  *   False otherwise, with nothing said about which frame: the caller's general path finds it.
  *
+ * row_checksums(rows, row_size, steps, out) -> None: mmreplay.row_checksum's compiled half.
  * gather_rows(table, row_slots, steps, out) -> int: the transition table's read (see below).
  * gather_fields(...) -> int: the same, unpacked into a batch's arrays (TransitionTable.read_fields).
  * follow_links(table, frame_slots, entry_size, link_offset, next_frames, out) -> None: the frame ring's
@@ -678,10 +679,29 @@ lz4batch_crc32(PyObject *module, PyObject *args)
     return PyLong_FromUnsignedLong(crc);
 }
 
-/* A row's checksum as transition_table._checksums computes it: the bytes after checksum and
- * next_delta, byte j weighted by 2j + 1, plus the step times 2654435761, mod 2**32. */
+static void
+write_le(unsigned char *p, uint64_t value, int bytes)
+{
+    for (int k = 0; k < bytes; k++, value >>= 8) {
+        p[k] = (unsigned char)value;
+    }
+}
+
+/* A row's checksum in format version 4 (mmreplay.row_checksum): the CRC-32 (zlib's) of the step as
+ * 8 little-endian bytes followed by the row's bytes after checksum and next_delta. */
 static uint32_t
-row_checksum(const unsigned char *row, Py_ssize_t row_size, int64_t step)
+row_crc(const unsigned char *row, Py_ssize_t row_size, int64_t step)
+{
+    unsigned char step_bytes[8];
+    write_le(step_bytes, (uint64_t)step, 8);
+    uint32_t crc = frame_crc32(0, step_bytes, 8);
+    return frame_crc32(crc, row + 8, (size_t)(row_size - 8));
+}
+
+/* A row's checksum in format version 3 (read only): the bytes after checksum and next_delta, byte j
+ * weighted by 2j + 1, plus the step times 2654435761, mod 2**32. */
+static uint32_t
+row_sum_v3(const unsigned char *row, Py_ssize_t row_size, int64_t step)
 {
     uint64_t sum = (uint64_t)step * 2654435761u;
     for (Py_ssize_t j = 8; j < row_size; j++) {
@@ -690,9 +710,46 @@ row_checksum(const unsigned char *row, Py_ssize_t row_size, int64_t step)
     return (uint32_t)sum;
 }
 
+static uint32_t
+row_checksum(const unsigned char *row, Py_ssize_t row_size, int64_t step, int version_3)
+{
+    return version_3 ? row_sum_v3(row, row_size, step) : row_crc(row, row_size, step);
+}
+
+/* row_checksums(rows, row_size, steps, out) -> None: the version 4 checksum of each packed row of rows
+ * (n rows of row_size bytes) at its step, into out (uint32[n]). */
+static PyObject *
+lz4batch_row_checksums(PyObject *module, PyObject *args)
+{
+    Py_buffer rows, steps, out;
+    Py_ssize_t row_size;
+    if (!PyArg_ParseTuple(args, "y*ny*w*:row_checksums", &rows, &row_size, &steps, &out)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t n = steps.len / 8;
+    if (row_size < 8 || rows.len != n * row_size || check_array(&steps, "steps", n, 8) < 0
+        || check_array(&out, "out", n, 4) < 0) {
+        if (!PyErr_Occurred()) {
+            PyErr_SetString(PyExc_ValueError, "row_checksums: rows, row_size, steps and out do not agree");
+        }
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        ((uint32_t *)out.buf)[i] = row_crc((const unsigned char *)rows.buf + i * row_size, row_size,
+                                           ((const int64_t *)steps.buf)[i]);
+    }
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&rows);
+    PyBuffer_Release(&steps);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 /* gather_rows(table, row_slots, steps, out) -> int: copies the row of each step (slot step mod
  * row_slots, as Python's % gives it) from table into out, n packed rows of out's row size, and checks
- * each copy as transition_table._checksums does: -1 when every row matches its checksum, else the
+ * each copy against its row checksum (version 4's CRC, or version 3's sum when version_3): -1 when every row matches its checksum, else the
  * first index that does not. Checking the copy, not the table, keeps a writer's later overwrite out of
  * what is returned. */
 static PyObject *
@@ -700,7 +757,8 @@ lz4batch_gather_rows(PyObject *module, PyObject *args)
 {
     Py_buffer table, steps, out;
     long long row_slots;
-    if (!PyArg_ParseTuple(args, "y*Ly*w*:gather_rows", &table, &row_slots, &steps, &out)) {
+    int version_3 = 0;
+    if (!PyArg_ParseTuple(args, "y*Ly*w*|p:gather_rows", &table, &row_slots, &steps, &out, &version_3)) {
         return NULL;
     }
     PyObject *result = NULL;
@@ -723,7 +781,7 @@ lz4batch_gather_rows(PyObject *module, PyObject *args)
     }
     for (Py_ssize_t i = 0; i < n; i++, copy += row_size) {
         memcpy(copy, rows + ring_slot(step[i], row_slots) * row_size, (size_t)row_size);
-        if (bad < 0 && row_checksum(copy, row_size, step[i]) != (uint32_t)read_le(copy, 4)) {
+        if (bad < 0 && row_checksum(copy, row_size, step[i], version_3) != (uint32_t)read_le(copy, 4)) {
             bad = i;
         }
     }
@@ -749,9 +807,10 @@ lz4batch_gather_fields(PyObject *module, PyObject *args)
 {
     Py_buffer table, steps, next_frames, action, reward, terminated, truncated, env_index, detached;
     long long row_slots;
-    int env_bytes;
-    if (!PyArg_ParseTuple(args, "y*Ly*iw*w*w*w*w*w*w*:gather_fields", &table, &row_slots, &steps, &env_bytes,
-                          &next_frames, &action, &reward, &terminated, &truncated, &env_index, &detached)) {
+    int env_bytes, version_3 = 0;
+    if (!PyArg_ParseTuple(args, "y*Ly*iw*w*w*w*w*w*w*|p:gather_fields", &table, &row_slots, &steps, &env_bytes,
+                          &next_frames, &action, &reward, &terminated, &truncated, &env_index, &detached,
+                          &version_3)) {
         return NULL;
     }
     PyObject *result = NULL;
@@ -781,7 +840,7 @@ lz4batch_gather_fields(PyObject *module, PyObject *args)
         /* Unpack a checked copy: a writer may overwrite the row meanwhile. */
         memcpy(copy, rows + ring_slot(step[i], row_slots) * row_size, (size_t)row_size);
         const unsigned char *row = copy;
-        if (bad < 0 && row_checksum(row, row_size, step[i]) != (uint32_t)read_le(row, 4)) {
+        if (bad < 0 && row_checksum(row, row_size, step[i], version_3) != (uint32_t)read_le(row, 4)) {
             bad = i;
         }
         uint32_t reward_bits = (uint32_t)read_le(row + 12 + env_bytes, 4);
@@ -859,14 +918,6 @@ done:
     PyBuffer_Release(&next_frames);
     PyBuffer_Release(&out);
     return result;
-}
-
-static void
-write_le(unsigned char *p, uint64_t value, int bytes)
-{
-    for (int k = 0; k < bytes; k++, value >>= 8) {
-        p[k] = (unsigned char)value;
-    }
 }
 
 /* Writes all of data at offset of descriptor (pwrite may write less than asked); 0, or -1 with errno. */
@@ -1061,7 +1112,7 @@ lz4batch_write_rows(PyObject *module, PyObject *args)
         write_le(row + 12 + env_bytes, bits, 4);
         row[16 + env_bytes] = (unsigned char)flag;
         memcpy(row + action_offset, (const char *)actions.buf + i * action_bytes, (size_t)action_bytes);
-        write_le(row, row_checksum(row, row_size, step), 4);
+        write_le(row, row_crc(row, row_size, step), 4);
         write_le(rows + ring_slot(before, row_slots) * row_size + 4, (uint64_t)(step - before), 4);
     }
     result = Py_NewRef(Py_None);
@@ -1085,12 +1136,15 @@ static PyMethodDef lz4batch_methods[] = {
      "               bytes_written, out, frame_nbytes, threads) -> bool\n\n"
      "Locate frames through a frame table and decode them into out with the GIL released; True when every\n"
      "frame lies in the bytes written and in a view and is good, else False (out is then unspecified)."},
+    {"row_checksums", lz4batch_row_checksums, METH_VARARGS,
+     "row_checksums(rows, row_size, steps, out) -> None\n\n"
+     "The row checksum (mmreplay.row_checksum) of each packed row at its step, into out (uint32)."},
     {"gather_rows", lz4batch_gather_rows, METH_VARARGS,
-     "gather_rows(table, row_slots, steps, out) -> int\n\n"
+     "gather_rows(table, row_slots, steps, out, version_3=False) -> int\n\n"
      "Copy the rows of these steps into out and check the copies: -1, or the first index that fails."},
     {"gather_fields", lz4batch_gather_fields, METH_VARARGS,
      "gather_fields(table, row_slots, steps, env_bytes, next_frames, action, reward, terminated, truncated,\n"
-     "              env_index, detached) -> int\n\n"
+     "              env_index, detached, version_3=False) -> int\n\n"
      "Unpack the rows of these steps into a batch's arrays and check them: -1, or the first index that fails."},
     {"follow_links", lz4batch_follow_links, METH_VARARGS,
      "follow_links(table, frame_slots, entry_size, link_offset, next_frames, out) -> None\n\n"

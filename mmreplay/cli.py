@@ -151,7 +151,10 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except (MmreplayError, OSError, ValueError, TypeError, IndexError, ImportError) as error:
-        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        print(f"{parser.prog}: error: {' '.join(str(error).split())}", file=sys.stderr)  # one line (HDF5's span several)
+        return 1
+    except Exception as error:  # a bug: still one line and status 1, with the exception's type to report it by
+        print(f"{parser.prog}: error: {type(error).__name__}: {' '.join(str(error).split())}", file=sys.stderr)
         return 1
 
 

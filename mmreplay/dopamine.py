@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import math
 import os
 import pickle
 import re
@@ -75,6 +76,13 @@ def checkpoint_file(directory: Path, name: str, checkpoint: int) -> Path:
     return directory / f"{name}_ckpt.{checkpoint}.gz"
 
 
+_MAX_ROW_BYTES = 1 << 30  # one row (a frame) of a .npy array
+_MAX_ELEMENTS = 1 << 40  # declared elements: far beyond any file, far below int64's limit
+_READ_BLOCK_BYTES = 1 << 26  # rows are read at most this many bytes at a time
+_SMALL_BYTES = 1 << 20  # add_count, invalid_range
+_COLUMN_BYTES = 1 << 28  # action, reward, terminal: one number per slot (64 million int32 slots)
+
+
 @dataclass(frozen=True)
 class NpyHeader:
     """The header of a ``.npy`` stream: its shape and dtype, and where its data starts."""
@@ -96,7 +104,14 @@ def read_npy_header(stream: IO[bytes], name: str) -> NpyHeader:
         raise CorruptStoreError(f"{name}: not a gzip'd .npy array ({error})") from None
     if fortran:
         raise CorruptStoreError(f"{name}: a Fortran-ordered .npy array; Dopamine writes C order")
-    return NpyHeader(tuple(shape), np.dtype(dtype), stream.tell())
+    dtype = np.dtype(dtype)
+    # Sizes are checked before any read: a negative size would read the whole stream, a huge one allocate it.
+    if (len(shape) > 8 or any(not isinstance(n, int) or n < 0 for n in shape) or dtype.kind not in "biuf"
+            or dtype.fields is not None or dtype.subdtype is not None
+            or dtype.itemsize * math.prod(shape[1:]) > _MAX_ROW_BYTES or math.prod(shape) > _MAX_ELEMENTS):
+        raise CorruptStoreError(f"{name}: a .npy header declaring shape {shape} of {dtype}; expected sizes >= 0, "
+                                f"rows of at most {_MAX_ROW_BYTES} bytes, numbers")
+    return NpyHeader(tuple(shape), dtype, stream.tell())
 
 
 def _read_to_end(stream: IO[bytes], path: Path, size: int) -> bytes:
@@ -113,11 +128,15 @@ def _read_to_end(stream: IO[bytes], path: Path, size: int) -> bytes:
     return data
 
 
-def read_array(path: Path) -> np.ndarray:
-    """A gzip'd ``.npy`` array, read whole (action, reward, terminal, the counters)."""
+def read_array(path: Path, most_bytes: int = _SMALL_BYTES) -> np.ndarray:
+    """A gzip'd ``.npy`` array, read whole: the counters (at most ``_SMALL_BYTES``), or action, reward and
+    terminal (one number per slot, at most ``_COLUMN_BYTES``); a header declaring more is refused."""
     with gzip.open(path, "rb") as stream:
         header = read_npy_header(stream, str(path))  # type: ignore[arg-type]
-        size = header.dtype.itemsize * int(np.prod(header.shape, dtype=np.int64))
+        size = header.dtype.itemsize * math.prod(header.shape)
+        if size > most_bytes:
+            raise CorruptStoreError(f"{path}: declares {size} bytes (shape {header.shape}); expected at most "
+                                    f"{most_bytes}")
         data = _read_to_end(stream, path, size)  # type: ignore[arg-type]
     return np.frombuffer(data, header.dtype).reshape(header.shape)
 
@@ -125,12 +144,13 @@ def read_array(path: Path) -> np.ndarray:
 def spill_frames(path: Path, spill: Path, block: int = 4096) -> np.ndarray:
     """Decompress a gzip'd ``.npy`` frame array once, in blocks, into an uncompressed memory map at
     ``spill`` (so a wrapped ring can be read in written order without decompressing it twice), ``block``
-    rows at a time."""
+    rows at a time (at most ``_READ_BLOCK_BYTES``)."""
     with gzip.open(path, "rb") as stream:
         header = read_npy_header(stream, str(path))  # type: ignore[arg-type]
         out = np.lib.format.open_memmap(spill, mode="w+", dtype=header.dtype, shape=header.shape)
         rows = header.shape[0]
-        row_bytes = header.dtype.itemsize * int(np.prod(header.shape[1:], dtype=np.int64))
+        row_bytes = header.dtype.itemsize * math.prod(header.shape[1:])
+        block = max(1, min(block, _READ_BLOCK_BYTES // max(1, row_bytes)))  # reads stay bounded in bytes
         flat = out.reshape(rows, -1).view(np.uint8) if rows else out
         try:
             for first in range(0, rows, block):
@@ -209,6 +229,9 @@ def check_checkpoint(directory: Path, number: int) -> Checkpoint:
         raise CorruptStoreError(f"{checkpoint_file(directory, ARRAYS[0], number)}: expected uint8 frames "
                                 f"(capacity, *frame_shape); got {observation.dtype} {observation.shape}")
     capacity = observation.shape[0]
+    if capacity < 1 or 0 in observation.shape:
+        raise CorruptStoreError(f"{checkpoint_file(directory, ARRAYS[0], number)}: frames of shape "
+                                f"{observation.shape}; expected no empty dimension")
     for name, kinds in zip(ARRAYS[1:], ("iu", "f", "iub")):
         header = headers[name]
         if header.shape != (capacity,) or header.dtype.kind not in kinds:
@@ -282,7 +305,8 @@ class _Ring:
 
 def _load_ring(directory: Path, checkpoint: Checkpoint, spill: Path | None, block: int = 4096) -> _Ring:
     number = checkpoint.number
-    action, reward, terminal = (read_array(checkpoint_file(directory, name, number)) for name in ARRAYS[1:])
+    action, reward, terminal = (read_array(checkpoint_file(directory, name, number), _COLUMN_BYTES)
+                                for name in ARRAYS[1:])
     terminal = terminal.astype(bool)
     ends = terminal.copy()
     if checkpoint.has_episode_ends:

@@ -39,3 +39,12 @@ class ClosedStoreError(MmreplayError, ValueError):
 
 class StoreLockedError(MmreplayError, BlockingIOError):
     """Another process already holds the store open for writing."""
+
+
+class StepsEvictedError(MmreplayError, IndexError):
+    """Steps that were stored were evicted before they could be read (a writer wrapped past them while a
+    reader, or the writer itself, asked for them); ``steps`` names them."""
+
+    def __init__(self, message: str, *, steps: list[int]) -> None:
+        super().__init__(message)
+        self.steps = steps

@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 import secrets
+import struct
 import weakref
 from pathlib import Path
 from typing import IO
@@ -12,6 +13,7 @@ from typing import IO
 from mmreplay.errors import StoreLockedError
 
 RESERVE_STEP = 1 << 16  # bytes reserved at a time ahead of the writes into a memory map
+RESERVE_WINDOW = 1 << 24  # at most this many bytes before a write are reserved with it
 
 
 def create_sparse(path: Path, nbytes: int) -> None:
@@ -66,7 +68,12 @@ class BlockReservation:
         if end <= self._reserved:
             return
         new_end = min(self._size, max(end, self._reserved + RESERVE_STEP))
-        os.posix_fallocate(self._descriptor, self._reserved, new_end - self._reserved)
+        # Bytes before the window were written before this process opened the file (a writer resumes
+        # where the last commit ended): only the window is reserved, never a span a header could make
+        # as large as a sparse file (a crafted header must not allocate terabytes of disk).
+        start = max(self._reserved, end - RESERVE_WINDOW)
+        if new_end > start:
+            os.posix_fallocate(self._descriptor, start, new_end - start)
         self._reserved = new_end
 
     def close(self) -> None:
@@ -76,13 +83,19 @@ class BlockReservation:
 def acquire_writer_lock(path: Path) -> IO[bytes]:
     """Hold an exclusive lock on ``path`` for the store's one writer; the OS releases it if the process dies.
 
-    A refused lock says truthfully who holds it: flock also refuses a second open file of the same
+    The lock belongs to this process only: an open file description's lock (OFD lock, or flock where
+    there are none) is shared by every descriptor of it, and a forked child (a ``multiprocessing`` env
+    worker, a data loader) inherits one, so the lock would outlive the writer for as long as the child
+    lives. After a fork the child's copy of each held lock's descriptor is pointed at /dev/null
+    (``_drop_inherited_locks``): only the writer holds it. (Close-on-exec covers exec, not fork.)
+
+    A refused lock says truthfully who holds it: the lock also refuses a second open file of the same
     process, so the locks this process holds are remembered (``_HELD_HERE``) to tell "this process" from
     "another process".
     """
     lock = open(path, "ab")
     try:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        _lock_exclusive(lock.fileno())
     except BlockingIOError:
         identity = _identity(lock)
         lock.close()
@@ -100,14 +113,43 @@ def acquire_writer_lock(path: Path) -> IO[bytes]:
     return lock
 
 
+def _lock_exclusive(descriptor: int) -> None:
+    """An exclusive, non-blocking lock of the whole file; ``BlockingIOError`` if it is held elsewhere."""
+    if hasattr(fcntl, "F_OFD_SETLK"):
+        # struct flock: l_type, l_whence (short), l_start, l_len (off_t), l_pid (0 for OFD locks), padding.
+        request = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+        try:
+            fcntl.fcntl(descriptor, fcntl.F_OFD_SETLK, request)
+        except OSError as error:
+            if error.errno in (11, 13):  # EAGAIN, EACCES: held by another open file description
+                raise BlockingIOError(error.errno, error.strerror) from None
+            raise
+    else:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
 def _identity(file: IO[bytes]) -> tuple[int, int]:
     status = os.fstat(file.fileno())
     return (status.st_dev, status.st_ino)
 
 
 # The writer locks this process holds, by the lock file's (device, inode); an entry goes away with its
-# file object (closed explicitly, or dropped with an unclosed store).
+# file object (closed explicitly, or dropped with an unclosed store). A forked child lets go of them.
 _HELD_HERE: weakref.WeakValueDictionary[tuple[int, int], IO[bytes]] = weakref.WeakValueDictionary()
+
+
+def _drop_inherited_locks() -> None:
+    for lock in list(_HELD_HERE.values()):
+        if not lock.closed:
+            # dup2 keeps the descriptor number valid (the child's file object may close it later) while
+            # dropping the child's reference to the locked open file description.
+            null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+            os.dup2(null, lock.fileno())
+            os.close(null)
+    _HELD_HERE.clear()
+
+
+os.register_at_fork(after_in_child=_drop_inherited_locks)
 
 
 def file_signature(path: Path) -> tuple[int, int, int]:

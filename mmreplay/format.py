@@ -24,13 +24,16 @@ import numpy as np
 
 from mmreplay.errors import CorruptStoreError, FormatVersionError, StoreNotFoundError
 from mmreplay.files import fsync_directory
+from mmreplay.header_fields import parse_commit_fields, parse_layout_fields
 
 MAGIC = "mmreplay"
 # 2: rows without oldest_delta (the frame chain gives it). 3: rows hold frame_lead (u4) for next_frame
 # (u8) and a one-byte env in stores of at most 256 envs; frame entries a u2 length for frames of 84x84.
-# 4: row flag 8 (DETACHED: a whole next_obs stack stored as given), which a version 3 reader would misread.
+# 4: row flag 8 (DETACHED: a whole next_obs stack stored as given), which a version 3 reader would misread,
+# and rows checked by a CRC-32 mixed with the step (mmreplay.row_checksum) instead of a weighted byte sum.
 FORMAT_VERSION = 4
-# Version 3 stores are version 4 stores without the flag: read as they are; a commit writes version 4.
+# Version 3 stores are read as they are (rows checked by their byte sum); they open read-only, since
+# rows with a version 4 checksum would not match the version 3 header.
 READABLE_VERSIONS = (3, 4)
 
 HEADER_NAME = "header.json"
@@ -168,6 +171,12 @@ def write_header(directory: Path, layout: Layout, commit: Commit) -> None:
 
 def read_header(directory: Path) -> tuple[Layout, Commit]:
     """Read and check the header: magic and format version first, then its checksum, then its fields."""
+    layout, commit, _ = read_versioned_header(directory)
+    return layout, commit
+
+
+def read_versioned_header(directory: Path) -> tuple[Layout, Commit, int]:
+    """``read_header``, and the format version the header gives."""
     path = directory / HEADER_NAME
     if not directory.is_dir() or not path.is_file():
         raise StoreNotFoundError(f"no mmreplay store at {str(directory)!r} (missing {HEADER_NAME})")
@@ -187,13 +196,9 @@ def read_header(directory: Path) -> tuple[Layout, Commit]:
     checksum = document.pop("checksum", None)
     if checksum != _body_checksum(document):
         raise CorruptStoreError(f"{path}: header checksum mismatch (the header was modified or torn)")
-    try:
-        layout_fields = dict(document["layout"])
-        layout_fields["frame_shape"] = tuple(layout_fields["frame_shape"])
-        layout_fields["action_shape"] = tuple(layout_fields["action_shape"])
-        layout, commit = Layout(**layout_fields), Commit(**document["commit"])
-    except (KeyError, TypeError) as error:
-        raise CorruptStoreError(f"{path}: header is missing or has unknown fields ({error})") from None
+    layout_fields = parse_layout_fields(path, document.get("layout"))
+    layout = Layout(**layout_fields)  # type: ignore[arg-type]
+    commit = Commit(**parse_commit_fields(path, document.get("commit"), layout_fields))  # type: ignore[arg-type]
     if layout.frame_encoding not in FRAME_ENCODINGS:
         known = ", ".join(repr(name) for name in FRAME_ENCODINGS)
         raise FormatVersionError(
@@ -202,4 +207,5 @@ def read_header(directory: Path) -> tuple[Layout, Commit]:
     if layout.stack_padding not in STACK_PADDINGS:
         raise FormatVersionError(f"{path}: stack padding {layout.stack_padding!r}; this mmreplay reads stack "
                                  f"paddings {', '.join(repr(name) for name in STACK_PADDINGS)}")
-    return layout, commit
+    assert isinstance(version, int)
+    return layout, commit, version

@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import re
 import sys
-from contextlib import closing
 from pathlib import Path
 
 import h5py  # type: ignore[import-untyped]
@@ -35,9 +34,10 @@ import numpy as np
 import numpy.typing as npt
 from tqdm import tqdm
 
+from mmreplay.building import SiblingBuild, check_new_path
 from mmreplay.episodes import Episode
 from mmreplay.errors import CorruptStoreError
-from mmreplay.building import SiblingBuild, check_new_path
+from mmreplay.hdf5_checks import READ_BLOCK_BYTES, check_input, close_file
 from mmreplay.hdf5_datasets import FORMAT_NAMES, LAYOUTS, LayoutWriter, Source
 from mmreplay.hdf5_minari import DATASET_ID, MINARI_FILE, MinariSource, MinariWriter
 from mmreplay.hdf5_mmreplay_layout import MmreplayLayoutSource, MmreplayLayoutWriter
@@ -84,7 +84,10 @@ def export_hdf5(
     episodes = store.episodes()
     final_stacks = _final_stacks(store, episodes, chunk_steps)
     final_steps = np.array([int(episode.steps[-1]) for episode in episodes], np.int64)
-    stored = store.stored_steps
+    # The steps the episodes cover (a live writer may commit between the two calls; what it evicts
+    # meanwhile fails the export with a StepsEvictedError naming the steps).
+    stored = store.stored_steps if not episodes else range(
+        min(int(episode.steps[0]) for episode in episodes), max(int(episode.steps[-1]) for episode in episodes) + 1)
     episode_of = np.empty(len(stored), np.int64)
     position_of = np.empty(len(stored), np.int64)
     for number, episode in enumerate(episodes):
@@ -97,13 +100,21 @@ def export_hdf5(
         else:
             built.mkdir()
             writer = MinariWriter(built / "data", store, episodes, final_stacks, dataset_id or "")
-        with closing(writer), tqdm(total=len(stored), disable=not progress, file=sys.stderr,
-                                   unit="transition", desc=f"export {layout}") as bar:
-            for start in range(stored.start, stored.stop, chunk_steps):
-                steps = np.arange(start, min(start + chunk_steps, stored.stop), dtype=np.int64)
-                _export_chunk(writer, store, steps, episode_of[steps - stored.start],
-                              position_of[steps - stored.start], final_stacks, final_steps)
-                bar.update(len(steps))
+        try:
+            with tqdm(total=len(stored), disable=not progress, file=sys.stderr, unit="transition",
+                      desc=f"export {layout}") as bar:
+                for start in range(stored.start, stored.stop, chunk_steps):
+                    steps = np.arange(start, min(start + chunk_steps, stored.stop), dtype=np.int64)
+                    _export_chunk(writer, store, steps, episode_of[steps - stored.start],
+                                  position_of[steps - stored.start], final_stacks, final_steps)
+                    bar.update(len(steps))
+        except BaseException:
+            try:
+                writer.close()  # every HDF5 object closed: an open one crashes libhdf5 at exit
+            except OSError:
+                pass  # the first error is the one to report
+            raise
+        writer.close()
         build.commit(built)
     return len(stored)
 
@@ -160,6 +171,7 @@ def import_hdf5(
     stack_size: int | None = None,
     chunk_steps: int = 256,
     progress: bool = False,
+    allow_external: bool = False,
 ) -> int:
     """Create a store at ``store_path`` from an HDF5 dataset; returns the transitions imported.
 
@@ -169,31 +181,42 @@ def import_hdf5(
     ``stack_size`` (default 4) applies to them only. ``capacity`` defaults to the exporting store's
     capacity (or the dataset's transitions), at least the transitions in the file. The store appears
     only when complete: it is built beside ``store_path`` and renamed (see ``export_hdf5``).
+
+    Only ``path`` is read: datasets stored in external files, external links and virtual datasets are
+    refused unless ``allow_external=True``, plugin filters always (see ``mmreplay.hdf5_checks``); every
+    attribute and declared size is checked before anything is allocated from it, and frames are read
+    at most 64 MiB at a time.
     """
     capacity = None if capacity is None else parse_positive_int(capacity, "capacity")
     stack_size = None if stack_size is None else parse_positive_int(stack_size, "stack_size")
     chunk_steps = parse_positive_int(chunk_steps, "chunk_steps")
+    if not isinstance(allow_external, bool):
+        raise TypeError(f"allow_external must be a bool; got {type(allow_external).__name__}")
     target = Path(store_path)
     check_new_path(target, "a store")
-    source = _open_source(Path(path), stack_size)
+    source = _open_source(Path(path), stack_size, allow_external)
     try:
         total = int(source.lengths.sum())
         with SiblingBuild(target, "importing", "a store") as build:
-            store = ReplayStore.create(
-                build.directory / "store", frame_shape=source.frame_shape,
-                capacity=capacity or max(source.capacity, total, source.num_envs), stack_size=source.stack_size,
-                num_envs=source.num_envs, action_shape=source.action_shape, action_dtype=source.action_dtype,
-                stack_padding=source.stack_padding)
+            try:
+                store = ReplayStore.create(
+                    build.directory / "store", frame_shape=source.frame_shape,
+                    capacity=capacity or max(source.capacity, total, source.num_envs), stack_size=source.stack_size,
+                    num_envs=source.num_envs, action_shape=source.action_shape, action_dtype=source.action_dtype,
+                    stack_padding=source.stack_padding)
+            except (TypeError, ValueError) as error:  # the layout came from the file
+                raise CorruptStoreError(f"{source.name}: its layout cannot make a store ({error})") from None
+            block = max(1, min(chunk_steps, READ_BLOCK_BYTES // max(1, int(np.prod(source.frame_shape)))))
             with store, tqdm(total=total, disable=not progress, file=sys.stderr, unit="transition",
                              desc="import") as bar:
-                Feeder(store).feed(merged(source, chunk_steps), bar)
+                Feeder(store).feed(merged(source, block), bar)
             build.commit(build.directory / "store")
     finally:
         source.close()
     return total
 
 
-def _open_source(path: Path, stack_size: int | None) -> Source:
+def _open_source(path: Path, stack_size: int | None, allow_external: bool) -> Source:
     if not path.exists():
         raise FileNotFoundError(f"no HDF5 dataset at {str(path)!r}")
     if path.is_dir():
@@ -209,6 +232,7 @@ def _open_source(path: Path, stack_size: int | None) -> Source:
     except OSError as error:
         raise CorruptStoreError(f"{name}: not an HDF5 file ({error})") from None
     try:
+        check_input(file, name, allow_external=allow_external)
         if file.attrs.get("format") == FORMAT_NAMES["mmreplay"]:
             if stack_size is not None and stack_size != int(file.attrs["stack_size"]):
                 raise ValueError(f"stack_size={stack_size} differs from the file's stack_size "
@@ -218,9 +242,11 @@ def _open_source(path: Path, stack_size: int | None) -> Source:
             return MinariSource(file, name, stack_size)
         raise CorruptStoreError(f"{name}: neither an mmreplay HDF5 export (root attribute format="
                                 f"{FORMAT_NAMES['mmreplay']!r}) nor a Minari dataset (episode_{{i}} groups)")
-    except KeyError as error:
-        file.close()
-        raise CorruptStoreError(f"{name}: a required dataset or attribute is missing ({error})") from None
+    except (KeyError, TypeError, ValueError, OverflowError, AttributeError) as error:
+        close_file(file, name)
+        if isinstance(error, CorruptStoreError):
+            raise
+        raise CorruptStoreError(f"{name}: a required dataset or attribute is missing or invalid ({error})") from None
     except BaseException:
-        file.close()
+        close_file(file, name)
         raise

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.errors import CorruptStoreError, FormatVersionError
+from mmreplay.hdf5_checks import ACTION_KINDS, MAX_ACTION_BYTES, MAX_FRAME_BYTES, MAX_SLOTS, close_file
 from mmreplay.store import ReplayStore
 
 LAYOUTS = ("mmreplay", "minari")
@@ -109,30 +110,76 @@ class Source:
         raise NotImplementedError
 
     def close(self) -> None:
-        self.file.close()
+        close_file(self.file, self.name)
 
     def fail(self, problem: str) -> CorruptStoreError:
         return CorruptStoreError(f"{self.name}: {problem}")
 
     def read_layout(self, attrs: Any) -> None:
         """Take the store layout from root attributes written by ``root_attrs``, version checked first."""
-        version = int(attrs["format_version"])
+        version = attrs["format_version"]
+        version = int(version) if isinstance(version, (int, np.integer)) else repr(version)
         if version not in READABLE_VERSIONS:
             raise FormatVersionError(
                 f"{self.name}: format version {version}; this mmreplay reads "
                 f"{' and '.join(map(str, READABLE_VERSIONS))}"
             )
-        self.frame_shape = tuple(int(n) for n in attrs["frame_shape"])
-        self.stack_size = int(attrs["stack_size"])
-        self.num_envs = int(attrs["num_envs"])
-        self.capacity = int(attrs["capacity"])
-        self.action_shape = tuple(int(n) for n in attrs["action_shape"])
-        self.action_dtype = np.dtype(attrs["action_dtype"])
+        self.frame_shape = self.shape_attribute(attrs, "frame_shape", low=1, most=MAX_FRAME_BYTES)
+        self.stack_size = self.int_attribute(attrs, "stack_size", low=1)
+        self.num_envs = self.int_attribute(attrs, "num_envs", low=1)
+        self.capacity = self.int_attribute(attrs, "capacity", low=1)
+        self.action_dtype = self.dtype_attribute(attrs, "action_dtype")
+        self.action_shape = self.shape_attribute(
+            attrs, "action_shape", low=0, most=MAX_ACTION_BYTES // self.action_dtype.itemsize
+        )
+        if not self.frame_shape:
+            raise self.fail("attribute frame_shape is empty; expected at least one dimension")
         padding = attrs.get("stack_padding", "first")  # files written before stack_padding existed: "first"
         self.stack_padding = padding.decode() if isinstance(padding, bytes) else str(padding)
         if self.stack_padding not in ("first", "zeros"):
-            raise self.fail(f"stack_padding {self.stack_padding!r}; expected 'first' or 'zeros'")
+            raise self.fail(f"attribute stack_padding is {self.stack_padding!r}; expected 'first' or 'zeros'")
 
+    def dtype_attribute(self, attrs: Any, name: str) -> np.dtype:
+        value = attrs[name]
+        value = value.decode(errors="replace") if isinstance(value, bytes) else value
+        try:
+            dtype = np.dtype(value) if isinstance(value, str) and len(value) <= 16 else None
+        except (TypeError, ValueError, SyntaxError):
+            dtype = None
+        if dtype is None or dtype.kind not in ACTION_KINDS or dtype.fields is not None or dtype.subdtype is not None:
+            raise self.fail(f"attribute {name} is {value!r}; expected a numeric or bool dtype string")
+        return dtype
+
+    def int_attribute(self, attrs: Any, name: str, *, low: int) -> int:
+        value = attrs[name]
+        if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)) or not low <= value <= MAX_SLOTS:
+            raise self.fail(f"attribute {name} is {value!r}; expected an integer in [{low}, {MAX_SLOTS}]")
+        return int(value)
+
+    def shape_attribute(self, attrs: Any, name: str, *, low: int, most: int) -> tuple[int, ...]:
+        value = np.asarray(attrs[name])
+        if value.ndim != 1 or value.dtype.kind not in "iu" or len(value) > 8 or (value < low).any() \
+                or float(np.prod(value, dtype=np.float64)) > most:
+            raise self.fail(f"attribute {name} is {value!r}; expected at most 8 integers >= {low}, "
+                            f"of at most {most} elements")
+        return tuple(int(n) for n in value)
+
+
+
+def check_episode_table(source: Source, rows: npt.NDArray[Any], frame_starts: npt.NDArray[Any]) -> None:
+    """The episodes table of an export is exactly what its lengths make: refuse any other."""
+    for name, column in (("env_index", source.envs), ("length", source.lengths), ("first_step", source.first_steps),
+                         ("transition_start", rows), ("frame_start", frame_starts)):
+        if column.ndim != 1 or column.dtype.kind not in "iu" or len(column) != len(source.lengths):
+            raise source.fail(f"episodes/{name} has shape {column.shape} and dtype {column.dtype}; expected "
+                              f"{len(source.lengths)} integers")
+    if len(source.lengths) and ((source.lengths < 0).any() or (source.first_steps < 0).any()
+                                or (source.envs < 0).any() or (source.envs >= source.num_envs).any()):
+        raise source.fail(f"episodes has a negative length or first_step, or an env_index outside [0, {source.num_envs})")
+    counts = frame_counts(source.lengths, source.final_stacks, source.stack_size)
+    if not (np.array_equal(rows, np.cumsum(source.lengths) - source.lengths)
+            and np.array_equal(frame_starts, np.cumsum(counts) - counts)):
+        raise source.fail("episodes/transition_start or frame_start do not follow from the episodes' lengths")
 
 
 def frame_counts(

@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.episodes import Episode
+from mmreplay.hdf5_checks import close_file
 from mmreplay.hdf5_datasets import (
     FORMAT_NAMES,
     Source,
@@ -112,7 +113,7 @@ class MinariWriter:
         self._high = high if self._high is None else np.maximum(self._high, high)
 
     def close(self) -> None:
-        self._file.close()
+        close_file(self._file, str(self._file.filename))
         metadata = {
             "dataset_id": self._dataset_id, "total_episodes": self._episodes,
             "total_steps": self._total_steps, "data_format": "hdf5", "jpeg_encoding": False,
@@ -181,6 +182,10 @@ class MinariSource(Source):
         self.capacity = max(self.capacity, int(self.lengths.sum()))
         for i, group in enumerate(self._groups):
             length = int(self.lengths[i])
+            head = group.get("mmreplay_initial_stack") if ours else None
+            if ours and (not isinstance(head, h5py.Dataset) or head.shape != (self.stack_size, *self.frame_shape)):
+                raise self.fail(f"episode_{i}/mmreplay_initial_stack has shape {getattr(head, 'shape', None)}; "
+                                f"expected {(self.stack_size, *self.frame_shape)} for stack_size {self.stack_size}")
             if group["observations"].shape != (length + 1, *self.frame_shape):
                 raise self.fail(f"episode_{i}/observations has shape {group['observations'].shape}; expected "
                                 f"{(length + 1, *self.frame_shape)} for {length} transitions")

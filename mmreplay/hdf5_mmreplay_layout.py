@@ -23,8 +23,10 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.episodes import Episode
+from mmreplay.hdf5_checks import close_file
 from mmreplay.hdf5_datasets import (
     COLUMNS,
+    check_episode_table,
     Source,
     column_dataset,
     frame_counts,
@@ -75,7 +77,7 @@ class MmreplayLayoutWriter:
             self._table[name][row : row + len(column)] = column
 
     def close(self) -> None:
-        self._file.close()
+        close_file(self._file, str(self._file.filename))
 
 
 class MmreplayLayoutSource(Source):
@@ -98,6 +100,7 @@ class MmreplayLayoutSource(Source):
             self.final_stacks = np.zeros(len(self.lengths), np.bool_)
         self.complete = (episodes["complete"][()].astype(bool) if "complete" in episodes
                          else np.ones(len(self.lengths), np.bool_))
+        check_episode_table(self, self._rows, self._frame_starts)
         total = int(self.lengths.sum())
         frames = int(frame_counts(self.lengths, self.final_stacks, self.stack_size).sum())
         if len(self.final_stacks) != len(self.lengths) or self._frames.shape != (frames, *self.frame_shape):

@@ -96,6 +96,9 @@ class PriorityFile:
         self._length = self._journal_offset + JOURNAL_HEADER.size + slots * JOURNAL_ENTRY.itemsize
         self._leaves: np.memmap | None = None
         self._scratch: np.memmap | None = None
+        # A commit not yet in the header: (the header's Committed and stored steps, the slots that commit
+        # overwrote and their leaves before), for ``settle``.
+        self._pending: tuple[Committed, range, npt.NDArray[np.int64], npt.NDArray[np.float64]] | None = None
         self._descriptor = self._open_descriptor()
         try:
             self.tree = self._load()
@@ -248,6 +251,7 @@ class PriorityFile:
         """Make the working leaves of ``stored`` the committed ones (see the module docstring); returns what
         the header must commit. The caller commits it: until then the previous commit stays whole."""
         assert self.writable and self._leaves is not None
+        self.settle(False)  # a commit whose header failed: back to the header's leaves first
         committed_leaves, working = self._leaves, self.tree.leaf_values
         changed = [
             np.flatnonzero(working[start:stop] != committed_leaves[start:stop]) + start
@@ -255,6 +259,7 @@ class PriorityFile:
         ]
         dirty = np.concatenate(changed) if changed else np.zeros(0, np.int64)
         sequence = self.committed.sequence
+        counted, previous = np.zeros(0, np.int64), np.zeros(0)
         if len(dirty):
             # Only slots that the last commit counts need undoing; new slots it does not count.
             counted = dirty[(dirty - self._stored.start) % self.slots < len(self._stored)]
@@ -270,9 +275,24 @@ class PriorityFile:
                 raise
             sequence += 1
         parts = [committed_leaves[start:stop] for start, stop in slot_ranges(stored, self.slots)]
+        self._pending = (self.committed, self._stored, counted, previous)
         self.committed = Committed(sequence, leaf_checksum(*parts))
         self._stored = stored
         return self.committed
+
+    def settle(self, committed: bool) -> None:
+        """After ``commit``: whether the header took it. If not, the committed leaves go back to the
+        header's (the journal of the next commit must undo back to the header's commit, not to one that
+        never happened); an error doing so leaves that for the next ``commit`` to retry first."""
+        if self._pending is None:
+            return
+        header_committed, header_stored, counted, previous = self._pending
+        if not committed:
+            assert self._leaves is not None
+            self.committed, self._stored = header_committed, header_stored
+            self._leaves[counted] = previous
+            self._leaves.flush()
+        self._pending = None
 
     def _write_journal(self, slots: npt.NDArray[np.int64], leaves: npt.NDArray[np.float64]) -> None:
         """Write the journal; durable before any committed leaf changes when it has entries to undo. Its

@@ -48,6 +48,12 @@ class ReferenceFrameRing(FrameRing):
         n = len(frame_steps)
         if n == 0:
             return
+        if int(np.min(frame_steps)) < 0:  # a damaged episode link (prev_delta) led before the first frame
+            raise FrameChecksumError(
+                f"a frame link leads to frame step {int(np.min(frame_steps))}, before the first frame: "
+                f"{self._table_path()} is corrupt",
+                frame_step=int(np.min(frame_steps)),
+            )
         try:
             plan = reference_codec.plan_decode(frame_steps, ref_deltas_of=self.ref_deltas, depth=self.scheme.depth)
         except CorruptFrameError as error:

@@ -51,6 +51,10 @@ class Sampler(Protocol):
 
     def sync(self) -> None: ...
 
+    def settle(self, committed: bool) -> None:
+        """After ``sync``: whether the header took the commit (False: return to the header's state)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -105,6 +109,9 @@ class UniformSampler:
         return {}
 
     def sync(self) -> None:
+        pass
+
+    def settle(self, committed: bool) -> None:
         pass
 
     def close(self) -> None:
@@ -210,6 +217,12 @@ class PrioritizedSampler:
         """Commit the stored transitions' priorities; the store then writes ``state()`` into its header."""
         if self._file is not None and self._file.writable:
             self._file.commit(self._stored)
+
+    def settle(self, committed: bool) -> None:
+        """After ``sync``: whether the store's header took the commit; if not, the committed priorities
+        go back to the header's, so that a crash reopens with exactly the header's priorities."""
+        if self._file is not None and self._file.writable:
+            self._file.settle(committed)
 
     def close(self) -> None:
         self._tree = None

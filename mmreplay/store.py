@@ -33,7 +33,14 @@ from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.episodes import (
     EnvEpisode, Episode, FramePlan, advance_all, continuations, plan_frames, split_episodes
 )
-from mmreplay.errors import ClosedStoreError, ReadOnlyStoreError, StoreExistsError
+from mmreplay.errors import (
+    ClosedStoreError,
+    CorruptStoreError,
+    FormatVersionError,
+    ReadOnlyStoreError,
+    StepsEvictedError,
+    StoreExistsError,
+)
 from mmreplay.files import acquire_writer_lock, file_signature, fsync_directory, make_sibling_directory
 from mmreplay.frame_ring import FrameChecksumError, FrameRing, MissingSegmentError
 from mmreplay.prefetch import Prefetcher, recycling
@@ -65,6 +72,11 @@ T = TypeVar("T")
 _READ_ATTEMPTS = 4  # a reader behind the writer retries this often before calling data corrupt
 
 
+def _span_text(steps: list[int]) -> str:
+    """``5``, or ``5..9`` for the smallest and largest of several steps."""
+    return str(steps[0]) if len(steps) == 1 else f"{steps[0]}..{steps[-1]}"
+
+
 class ReplayStore:
     """A replay store in a directory: frames kept once, lz4-compressed, in a memory-mapped ring on disk.
 
@@ -83,6 +95,7 @@ class ReplayStore:
         sampler: Sampler,
         lock: IO[bytes] | None,
         schedule: CommitSchedule,
+        format_version: int = format.FORMAT_VERSION,
     ) -> None:
         self._constructed = False  # until the end: a store whose opening failed is never committed
         self._directory = directory
@@ -110,6 +123,7 @@ class ReplayStore:
             dtype=row_dtype(layout.action_shape, self._action_dtype, layout.num_envs),
             row_slots=layout.row_slots,
             writable=mode == "r+",
+            version_3=format_version == 3,
         )
         self._reader = TransitionReader(
             self._table, self._frames, stack_size=layout.stack_size, action_dtype=self._action_dtype,
@@ -120,6 +134,7 @@ class ReplayStore:
         self._fast_add = mode == "r+" and not self._encoder.records_references
         self._set_room_limits()
         self._header_signature: tuple[int, int, int] | None = file_signature(directory / format.HEADER_NAME)
+        self._read_signature = self._header_signature  # of the header refresh read last
         if mode == "r+":
             self._frames.remove_other_generations()
         self._load_env_state()
@@ -202,6 +217,7 @@ class ReplayStore:
         # half-made store at ``path``.
         directory.parent.mkdir(parents=True, exist_ok=True)
         building = make_sibling_directory(directory, "creating")
+        lock: IO[bytes] | None = None
         try:
             FrameRing.create(
                 building,
@@ -216,6 +232,8 @@ class ReplayStore:
                 row_slots=layout.row_slots,
             ).close()
             format.write_header(building, layout, commit)
+            # Locked before it becomes visible: no other writer can open it between the rename and ours.
+            lock = acquire_writer_lock(building / format.LOCK_NAME)
             try:
                 os.rename(building, directory)
             except OSError:
@@ -224,11 +242,14 @@ class ReplayStore:
                         f"cannot create a store at {str(directory)!r}: the path already exists"
                     ) from None
                 raise
+            fsync_directory(directory.parent)
         except BaseException:
-            shutil.rmtree(building, ignore_errors=True)
+            if lock is not None:
+                lock.close()
+            if building.exists():
+                shutil.rmtree(building, ignore_errors=True)
             raise
-        fsync_directory(directory.parent)
-        return cls._open(directory, "r+", sampler=sampler, schedule=schedule)
+        return cls._open(directory, "r+", sampler=sampler, schedule=schedule, lock=lock)
 
     @classmethod
     def open(
@@ -251,11 +272,42 @@ class ReplayStore:
         return cls._open(path, mode, sampler=sampler, schedule=schedule)
 
     @classmethod
-    def _open(cls, path: PathLike, mode: str, *, sampler: Sampler | None, schedule: CommitSchedule) -> ReplayStore:
+    def _open(
+        cls, path: PathLike, mode: str, *, sampler: Sampler | None, schedule: CommitSchedule,
+        lock: IO[bytes] | None = None,
+    ) -> ReplayStore:
+        """Open the store at ``path``; ``lock``: the writer lock, already held (by ``create``).
+
+        A reader retries when the header changed while it opened (a descheduled reader finds the files its
+        header names reused or replaced by a live writer's later commits): only an error under a header
+        that stayed the same is corruption."""
         mode = parse_mode(mode)
+        if mode == "r+":
+            return cls._open_once(path, mode, sampler=sampler, schedule=schedule, lock=lock)
+        header = Path(path) / format.HEADER_NAME
+        for _ in range(_READ_ATTEMPTS - 1):
+            signature = file_signature(header)
+            try:
+                return cls._open_once(path, mode, sampler=sampler, schedule=schedule, lock=None)
+            except CorruptStoreError:
+                if file_signature(header) == signature:
+                    raise
+        return cls._open_once(path, mode, sampler=sampler, schedule=schedule, lock=None)
+
+    @classmethod
+    def _open_once(
+        cls, path: PathLike, mode: str, *, sampler: Sampler | None, schedule: CommitSchedule,
+        lock: IO[bytes] | None,
+    ) -> ReplayStore:
         directory = Path(path)
-        layout, commit = format.read_header(directory)
-        lock = acquire_writer_lock(directory / format.LOCK_NAME) if mode == "r+" else None
+        layout, commit, version = format.read_versioned_header(directory)
+        if mode == "r+" and version != format.FORMAT_VERSION:
+            raise FormatVersionError(
+                f"{directory / format.HEADER_NAME}: format version {version} opens read-only (mode 'r'): its "
+                f"rows carry version {version}'s checksum; to append, export it and import it into a new store"
+            )
+        if lock is None and mode == "r+":
+            lock = acquire_writer_lock(directory / format.LOCK_NAME)
         try:
             if lock is not None:
                 # A writer that died may have left newer, uncommitted files: reread under the lock.
@@ -267,7 +319,10 @@ class ReplayStore:
                     f"sampler {sampler.config()} does not match the store's sampler {layout.sampler}; "
                     "open without sampler= to use the store's own"
                 )
-            return cls(directory, layout, commit, mode=mode, sampler=sampler, lock=lock, schedule=schedule)
+            return cls(
+                directory, layout, commit, mode=mode, sampler=sampler, lock=lock, schedule=schedule,
+                format_version=version,
+            )
         except BaseException:
             if lock is not None:
                 lock.close()
@@ -379,7 +434,10 @@ class ReplayStore:
         total = 0
         for root, _, files in os.walk(self._directory):
             for name in files:
-                total += os.stat(os.path.join(root, name)).st_blocks * 512
+                try:
+                    total += os.stat(os.path.join(root, name)).st_blocks * 512
+                except FileNotFoundError:  # a live writer released a segment or replaced a file meanwhile
+                    pass
         return total
 
     def missing_files(self) -> list[str]:
@@ -578,9 +636,12 @@ class ReplayStore:
             self._frames.sync()
             self._table.sync()
             self._sampler.sync()
-            frame_tail = self._frame_tail()
-            self._write_commit(
-                format.Commit(
+            # A sampler written before Sampler.settle existed has nothing to settle.
+            settle: Callable[[bool], None] = getattr(self._sampler, "settle", lambda committed: None)
+            commit: format.Commit | None = None
+            try:
+                frame_tail = self._frame_tail()
+                commit = format.Commit(
                     transitions_added=self._transitions_added,
                     frames_written=self._frames.frames_written,
                     bytes_written=self._frames.bytes_written,
@@ -589,9 +650,22 @@ class ReplayStore:
                     frame_slots=self._frames.frame_slots,
                     sampler_state=self._sampler.state(),
                 )
-            )
+                self._write_commit(commit)
+            except BaseException:
+                # Priorities commit with the header or not at all; the header may have been replaced
+                # before the error (its directory's fsync failed).
+                settle(commit is not None and self._header_holds(commit))
+                raise
+            settle(True)
             self._frames.release_segments_before(self._frames.position_of(frame_tail))
             self._schedule.committed(self._transitions_added)
+
+    def _header_holds(self, commit: format.Commit) -> bool:
+        """Whether the header on disk is ``commit`` (after a failed write: did the rename happen?)."""
+        try:
+            return format.read_header(self._directory)[1] == commit
+        except (OSError, ValueError):
+            return False
 
     def _write_commit(self, commit: format.Commit) -> None:
         format.write_header(self._directory, self._layout, commit)
@@ -833,35 +907,49 @@ class ReplayStore:
         if self._mode == "r+":
             return False
         with self._lock:
-            signature = file_signature(self._directory / format.HEADER_NAME)
-            _, commit = format.read_header(self._directory)
-            self._header_signature = signature
-            if commit == self._commit:
-                return False
-            previous = self._commit
-            try:
-                self._commit = commit
-                self._transitions_added = commit.transitions_added
-                self._frames.reload(
-                    generation=commit.frame_table_generation,
-                    frame_slots=commit.frame_slots,
-                    frames_written=commit.frames_written,
-                    bytes_written=commit.bytes_written,
-                )
-                self._sampler.open(
-                    self._directory,
-                    slots=self._layout.row_slots,
-                    stored=self._stored(),
-                    writable=False,
-                    state=commit.sampler_state,
-                )
-                self._load_env_state()  # which episodes are still in progress, for ``episodes()``
-            except BaseException:
-                # Half-followed (a corrupt frame table or priorities file): forget the header, so that
-                # every later read tries again and raises the same error rather than reading stale state.
-                self._commit, self._header_signature = previous, None
-                raise
-            return True
+            for _ in range(_READ_ATTEMPTS - 1):
+                try:
+                    return self._follow_header()
+                except CorruptStoreError:
+                    # A reader that was descheduled between reading the header and the files it names finds
+                    # them reused or replaced by the writer's later commits: only a header that stayed the
+                    # same makes that corruption.
+                    if file_signature(self._directory / format.HEADER_NAME) == self._read_signature:
+                        raise
+            return self._follow_header()
+
+    def _follow_header(self) -> bool:
+        """``refresh``, once: follow the header as it is now."""
+        signature = file_signature(self._directory / format.HEADER_NAME)
+        self._read_signature = signature
+        _, commit = format.read_header(self._directory)
+        self._header_signature = signature
+        if commit == self._commit:
+            return False
+        previous = self._commit
+        try:
+            self._commit = commit
+            self._transitions_added = commit.transitions_added
+            self._frames.reload(
+                generation=commit.frame_table_generation,
+                frame_slots=commit.frame_slots,
+                frames_written=commit.frames_written,
+                bytes_written=commit.bytes_written,
+            )
+            self._sampler.open(
+                self._directory,
+                slots=self._layout.row_slots,
+                stored=self._stored(),
+                writable=False,
+                state=commit.sampler_state,
+            )
+            self._load_env_state()  # which episodes are still in progress, for ``episodes()``
+        except BaseException:
+            # Half-followed (a corrupt frame table or priorities file): forget the header, so that
+            # every later read tries again and raises the same error rather than reading stale state.
+            self._commit, self._header_signature = previous, None
+            raise
+        return True
 
     def _consistent(self, read: Callable[[], T]) -> T:
         """Run a read; a reader whose data was replaced under it by the writer refreshes and retries.
@@ -899,10 +987,16 @@ class ReplayStore:
                 stored = self._stored()
                 outside = (array < stored.start) | (array >= stored.stop)
                 if outside.any():
-                    raise IndexError(
-                        f"step {int(array[outside][0])} is not stored; stored steps are "
-                        f"[{stored.start}, {stored.stop})"
+                    message = (
+                        f"step {int(array[outside][0])} is not stored; stored steps are [{stored.start}, {stored.stop})"
                     )
+                    if ((array >= 0) & (array < stored.stop))[outside].all():
+                        evicted = np.unique(array[outside]).tolist()
+                        raise StepsEvictedError(
+                            f"{message}: step(s) {_span_text(evicted)} were evicted (the writer wrapped past them)",
+                            steps=evicted,
+                        )
+                    raise IndexError(message)
                 return self._reader.transitions(array, weight=ones, discount=ones)
 
         return self._consistent(check_and_read)
@@ -910,16 +1004,21 @@ class ReplayStore:
     def episodes(self) -> list[Episode]:
         """The stored episodes, oldest first: env, steps, return, how each ended, whether it is complete."""
         self._check_open("list episodes")
-        stored = self.stored_steps
-        columns = self._table.columns(stored.start, stored.stop, ("env", "flags", "reward"))
-        open_envs = {env for env, episode in enumerate(self._episodes) if episode.open}
-        return split_episodes(
-            np.arange(stored.start, stored.stop, dtype=np.int64),
-            columns["env"],
-            columns["flags"],
-            columns["reward"],
-            open_envs=open_envs,
-        )
+
+        def list_episodes() -> list[Episode]:
+            with self._lock:
+                stored = self._stored()
+                columns = self._table.columns(stored.start, stored.stop, ("env", "flags", "reward"))
+                open_envs = {env for env, episode in enumerate(self._episodes) if episode.open}
+                return split_episodes(
+                    np.arange(stored.start, stored.stop, dtype=np.int64),
+                    columns["env"],
+                    columns["flags"],
+                    columns["reward"],
+                    open_envs=open_envs,
+                )
+
+        return self._consistent(list_episodes)
 
     # -- state -----------------------------------------------------------------------------------
 

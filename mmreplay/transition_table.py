@@ -12,7 +12,6 @@ rows a committed header still counts are never overwritten before the next commi
 
 from __future__ import annotations
 
-import operator
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +23,7 @@ import numpy.typing as npt
 from mmreplay import extensions
 from mmreplay.errors import CorruptStoreError
 from mmreplay.files import BlockReservation, create_sparse
+from mmreplay.row_checksum import row_checksum, row_checksums
 
 TERMINATED = 1
 TRUNCATED = 2
@@ -51,7 +51,7 @@ def row_dtype(action_shape: tuple[int, ...], action_dtype: np.dtype, num_envs: i
     """The packed little-endian row layout for a given action field and number of envs."""
     return np.dtype(
         [
-            ("checksum", "<u4"),  # of the bytes after next_delta, mixed with the step: see _checksums
+            ("checksum", "<u4"),  # of the bytes after next_delta at the row's step: see mmreplay.row_checksum
             ("next_delta", "<u4"),  # steps forward to the env's next transition in this episode; 0: none yet
             # next_obs frame step minus transition step: every transition writes its next_obs frame, so
             # the lead is never negative; it grows by one per episode start (that episode's reset frame).
@@ -88,8 +88,8 @@ def next_frame_steps(rows: npt.NDArray[np.void], steps: npt.NDArray[np.int64]) -
 
 
 _UNCHECKED_BYTES = 8  # checksum and next_delta
-_lz4batch = extensions.load("_lz4batch")  # its gather_rows is read's copy and _checksums, compiled
-_STEP_MIX = 2654435761
+_lz4batch = extensions.load("_lz4batch")  # its gather_rows is read's copy and checksums, compiled
+_STEP_MIX = 2654435761  # of format version 3's row sum
 
 
 class RowChecksumError(CorruptStoreError):
@@ -101,9 +101,18 @@ class RowChecksumError(CorruptStoreError):
 
 
 class TransitionTable:
-    """Rows addressed by transition step."""
+    """Rows addressed by transition step.
 
-    def __init__(self, path: Path, *, dtype: np.dtype, row_slots: int, writable: bool) -> None:
+    ``version_3`` tables (of format version 3 stores) check rows against that version's position-weighted
+    byte sum and are only read; every other table writes and checks ``row_checksum``'s CRC.
+    """
+
+    def __init__(
+        self, path: Path, *, dtype: np.dtype, row_slots: int, writable: bool, version_3: bool = False
+    ) -> None:
+        if writable and version_3:
+            raise ValueError("a table of format version 3 is read only (its rows carry the old checksum)")
+        self._version_3 = version_3
         expected = row_slots * dtype.itemsize
         if not path.is_file() or path.stat().st_size < expected:
             raise CorruptStoreError(f"{path}: transition table is missing or shorter than {expected} bytes")
@@ -111,7 +120,6 @@ class TransitionTable:
         self.row_slots = row_slots
         self._chunk_minimums: dict[int, int] = {}
         self._weights = np.arange(1, 2 * (dtype.itemsize - _UNCHECKED_BYTES), 2, dtype=np.uint64)
-        self._body_weights = self._weights.tolist()
         self._row_size, self._env_bytes = dtype.itemsize, dtype["env"].itemsize
         stored_action = dtype["action"]
         # A batch's action: the stored field in native byte order.
@@ -153,7 +161,7 @@ class TransitionTable:
         for i, next_frame in enumerate(next_frames):
             step = first_step + i
             body = pack(next_frame - step, envs[i], float(rewards[i]), flags[i]) + actions[i].tobytes()
-            checksum = (sum(map(operator.mul, body, self._body_weights)) + step * _STEP_MIX) & 0xFFFFFFFF
+            checksum = row_checksum(body, step)
             offset = (step % self.row_slots) * size
             self._bytes[offset : offset + size] = struct.pack("<II", checksum, 0) + body
 
@@ -262,7 +270,7 @@ class TransitionTable:
         if _lz4batch is not None:
             steps = np.ascontiguousarray(steps, np.int64)
             rows = np.empty(len(steps), self._rows.dtype)
-            first_bad = _lz4batch.gather_rows(self._rows, self.row_slots, steps, rows)
+            first_bad = _lz4batch.gather_rows(self._rows, self.row_slots, steps, rows, self._version_3)
         else:
             rows = self._rows[steps % self.row_slots]
             bad = rows["checksum"] != self._checksums(rows, steps)
@@ -289,7 +297,9 @@ class TransitionTable:
                 np.empty(len(steps), np.bool_), np.empty(len(steps), np.bool_), np.empty(len(steps), np.int64),
                 np.empty(len(steps), np.bool_),
             )
-            first_bad = _lz4batch.gather_fields(self._rows, self.row_slots, steps, self._env_bytes, *fields)
+            first_bad = _lz4batch.gather_fields(
+                self._rows, self.row_slots, steps, self._env_bytes, *fields, self._version_3
+            )
             if first_bad >= 0:
                 self._raise_checksum_error(int(steps[first_bad]))
             return fields
@@ -302,12 +312,12 @@ class TransitionTable:
         )
 
     def _checksums(self, rows: npt.NDArray[np.void], steps: npt.NDArray[np.int64]) -> npt.NDArray[np.uint32]:
-        """A position-weighted sum of each row's bytes after next_delta, mixed with its step, mod 2^32.
-
-        Byte i is weighted by 2i + 1, an odd number, so any single changed byte changes the sum; mixing in
-        the step makes a row read at the wrong step (a reused slot) fail too. Vectorized for a batch.
-        """
+        """Each row's checksum of the bytes after next_delta at its step: ``row_checksum``, or in a
+        version 3 table a position-weighted byte sum (byte i weighted by 2i + 1) plus the step times
+        2654435761, mod 2^32."""
         data = np.ascontiguousarray(rows).view(np.uint8).reshape(len(rows), rows.dtype.itemsize)
+        if not self._version_3:
+            return row_checksums(data, steps, skip=_UNCHECKED_BYTES)
         sums = data[:, _UNCHECKED_BYTES:].astype(np.uint64) @ self._weights
         mixed = sums + steps.astype(np.uint64) * np.uint64(_STEP_MIX)
         return (mixed & np.uint64(0xFFFFFFFF)).astype(np.uint32)

@@ -14,7 +14,7 @@ import numpy as np
 from tqdm import tqdm
 
 from mmreplay.building import leftovers
-from mmreplay.errors import CorruptStoreError, StoreNotFoundError
+from mmreplay.errors import CorruptStoreError, StepsEvictedError, StoreNotFoundError
 from mmreplay.store import ReplayStore
 
 CHUNK_STEPS = 1024
@@ -50,13 +50,16 @@ def verify_store(path: str, *, progress: bool = False, max_problems: int = 100) 
         report["stopped_early"] = len(missing) > max_problems
         return report
     with store:
-        stored = store.stored_steps
-        report["transitions"] = len(stored)
         try:
             episodes = store.episodes()
         except CorruptStoreError as error:
             problems.append(f"cannot list episodes: {error}")
             episodes = []
+        # The steps the episodes cover; a live writer may have evicted some of them since (skipped below).
+        stored = store.stored_steps if not episodes else range(
+            min(int(episode.steps[0]) for episode in episodes), max(int(episode.steps[-1]) for episode in episodes) + 1)
+        report["transitions"] = len(stored)
+        report["evicted_while_verifying"] = 0
         report["episodes"] = len(episodes)
         episode_of = np.full(len(stored), -1, np.int64)
         for episode in episodes:
@@ -67,7 +70,18 @@ def verify_store(path: str, *, progress: bool = False, max_problems: int = 100) 
         with tqdm(total=len(stored), disable=not progress, file=sys.stderr, unit="transition", desc="verify") as bar:
             for start in range(stored.start, stored.stop, CHUNK_STEPS):
                 steps = np.arange(start, min(start + CHUNK_STEPS, stored.stop), dtype=np.int64)
-                _verify_chunk(store, steps, episode_of[steps - stored.start], episodes, last_next, report)
+                # A live writer evicts the oldest steps: those are skipped, and the episodes they cut
+                # start their continuity checks afresh.
+                kept = steps[steps >= store.stored_steps.start]
+                if len(kept) < len(steps):
+                    report["evicted_while_verifying"] += len(steps) - len(kept)
+                    last_next.clear()
+                try:
+                    if len(kept):
+                        _verify_chunk(store, kept, episode_of[kept - stored.start], episodes, last_next, report)
+                except StepsEvictedError as error:
+                    report["evicted_while_verifying"] += len(error.steps)
+                    last_next.clear()
                 bar.update(len(steps))
                 if len(problems) >= max_problems:
                     del problems[max_problems:]
@@ -87,6 +101,8 @@ def _verify_chunk(store: ReplayStore, steps: np.ndarray, episode_of: np.ndarray,
                 store.read([step])
             except CorruptStoreError as error:
                 problems.append(f"step {step}: {error}")
+            except StepsEvictedError as error:
+                report["evicted_while_verifying"] += len(error.steps)
         return
     report["frames_decoded"] += len(steps) * (store.stack_size + 1)
     for what, bad in (("index differs from the step read", batch.index != steps),

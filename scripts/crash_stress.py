@@ -16,11 +16,18 @@ SIGKILL:
   file primitive the store uses (``fsync``, ``fdatasync``, ``pwrite``, ``posix_fallocate``, ``replace``,
   ``unlink``, ``memmap.flush``), so every step of a commit is hit, not only the long ones.
 
+* ``errors``: in about half the trials of either kind, chosen flushes get an injected ``ENOSPC`` or
+  ``EIO`` from one of the file primitives they call (the flush raises; the writer goes on adding and
+  flushing), so kills also follow failed flushes; in half of those, the commit after a failed flush
+  (the writer's next flush, or a commit an add makes) is killed just before its header's rename.
+
 The checker then opens the store with ``"r+"`` and requires: the open succeeds; ``transitions_added`` is
 at least the last count in the side file (a shortfall is counted as *lost* committed transitions); the
 count falls on an add boundary; every stored transition (obs, next_obs, action, reward, flags, env,
 step) is bit-exact against the regenerated stream; ``sample`` (and for a prioritized store
-``update_priorities``) works on what is stored; a few more adds go in and, after close and reopen,
+``update_priorities``) works on what is stored; a prioritized store's committed priorities are
+exactly those of the header it reopened at (their CRC is the header's: none from a commit whose header
+was never written survive); a few more adds go in and, after close and reopen,
 everything stored is again bit-exact.
 
     python scripts/crash_stress.py --trials 1000 --seed 0 [--json [PATH]]
@@ -29,6 +36,7 @@ everything stored is again bit-exact.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import mmap
 import os
@@ -93,6 +101,10 @@ class Variant:
     inject_after: bool  # kill after the call returned, not before it
     inject_commits_only: bool  # count only the primitives of a commit (not the pwrite of each frame)
     history_starts: bool  # stacked input: an episode starts with a stack of distinct frames (more frames than rows)
+    fail_flushes: tuple[int, ...] = ()  # the flushes (1 = the first) that get an injected error
+    fail_primitive: int = 1  # which primitive call inside such a flush raises it
+    fail_errno: int = errno.ENOSPC
+    kill_after_failure: bool = False  # the flush after a failed one is killed just before its header's rename
 
 
 def draw_variant(seed: int, games: list[str], max_delay: float, samplers: list[str]) -> Variant:
@@ -115,6 +127,12 @@ def draw_variant(seed: int, games: list[str], max_delay: float, samplers: list[s
         inject_after=bool(rng.random() < 0.5),
         inject_commits_only=bool(rng.random() < 0.5),
         history_starts=bool(rng.random() < 0.7),
+        # Drawn last, so that the draws above (and the trials of earlier versions of this script) stay as they were.
+        fail_flushes=tuple(sorted(int(n) for n in rng.choice(np.arange(1, 12), 3, replace=False)))
+        if rng.random() < 0.5 else (),
+        fail_primitive=int(rng.integers(1, 9)),
+        fail_errno=int(rng.choice([errno.ENOSPC, errno.EIO])),
+        kill_after_failure=bool(rng.random() < 0.5),
     )
 
 
@@ -273,14 +291,48 @@ def _install_injection(variant: Variant, progress: _Progress) -> None:
     wrap(np.memmap, "flush", "memmap.flush")
 
 
+class _Errors:
+    """Arms an injected ``OSError``: the ``countdown``-th primitive call from now raises it (0: none armed)."""
+
+    countdown = 0
+    injected = 0
+    kill_at_replace = False  # armed after a failed flush (``Variant.kill_after_failure``)
+
+
+def _install_errors(variant: Variant, errors: _Errors) -> None:
+    def wrap(owner: Any, name: str) -> None:
+        original = getattr(owner, name)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if name == "replace" and errors.kill_at_replace:
+                os.kill(os.getpid(), signal.SIGKILL)
+            if errors.countdown > 0:
+                errors.countdown -= 1
+                if errors.countdown == 0:
+                    errors.injected += 1
+                    raise OSError(variant.fail_errno, f"{os.strerror(variant.fail_errno)} (injected into {name})")
+            return original(*args, **kwargs)
+
+        setattr(owner, name, wrapper)
+
+    for name in ("fsync", "fdatasync", "pwrite", "posix_fallocate", "replace", "unlink"):
+        wrap(os, name)
+    wrap(np.memmap, "flush")
+
+
 def run_writer(path: Path, side_path: Path, variant: Variant, data: dict[str, np.ndarray], seed: int,
                progress: _Progress) -> None:
     """The writer process's whole life (it never returns normally: it is killed, or it exits)."""
     # The side file is written with the primitives as they are before any injection.
     side = os.open(side_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    failed = os.open(side_path.with_name("failed_flushes.txt"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     write, fsync = os.write, os.fsync
     if variant.kill == "inject":
         _install_injection(variant, progress)
+    errors = _Errors()
+    if variant.fail_flushes:
+        _install_errors(variant, errors)
+    flushes = 0
     progress.set(1, 0)
     store = ReplayStore.open(path, "r+")
     stream = Stream(variant, data, seed)
@@ -291,7 +343,18 @@ def run_writer(path: Path, side_path: Path, variant: Variant, data: dict[str, np
         store.add(*arguments, env_mask=mask)
         if rng.random() < variant.flush_probability:
             progress.set(4, store.transitions_added)
-            store.flush()
+            flushes += 1
+            errors.countdown = variant.fail_primitive if flushes in variant.fail_flushes else 0
+            try:
+                store.flush()
+            except OSError:
+                if not errors.injected:
+                    raise
+                write(failed, b"%d\n" % store.transitions_added)
+                errors.kill_at_replace = variant.kill_after_failure
+                continue  # a failed flush: the writer goes on, as a training loop that logs it would
+            finally:
+                errors.countdown, errors.injected = 0, 0
             progress.set(5, store.transitions_added)
             write(side, b"%d\n" % store.transitions_added)
             fsync(side)
@@ -388,6 +451,26 @@ class TrialResult:
     evicted: bool
     failure: str | None
     seconds: float
+    failed_flushes: int = 0  # flushes that raised an injected error before the kill
+
+
+def _check_committed_priorities(path: Path, store: ReplayStore) -> None:
+    """The committed priorities of the stored slots (``priorities.tree``, see mmreplay.priorities) have the
+    CRC the header commits: the store reopened with exactly the header's priorities."""
+    from mmreplay.priorities import leaf_checksum, slot_ranges
+    from mmreplay.sum_tree import tree_size
+
+    state = json.loads((path / "header.json").read_text())["commit"]["sampler_state"]
+    if "checksum" not in state:
+        return  # nothing committed with priorities yet
+    row_slots = json.loads((path / "header.json").read_text())["layout"]["row_slots"]
+    size = tree_size(row_slots)
+    leaves = np.fromfile(path / "priorities.tree", "<f8", count=2 * size)
+    stored = store.stored_steps
+    parts = [leaves[size + start : size + stop] for start, stop in slot_ranges(stored, row_slots)]
+    if leaf_checksum(*parts) != state["checksum"]:
+        raise CheckFailure("the committed priorities are not the header's (priorities of a commit that never "
+                           "reached the header survived)")
 
 
 def check_store(path: Path, variant: Variant, data: dict[str, np.ndarray], seed: int, recorded: int,
@@ -396,6 +479,9 @@ def check_store(path: Path, variant: Variant, data: dict[str, np.ndarray], seed:
     stage.name = "open"
     store = ReplayStore.open(path, "r+")
     try:
+        if variant.prioritized:
+            stage.name = "priorities"
+            _check_committed_priorities(path, store)
         stage.name = "contents"
         committed = store.transitions_added
         if committed < recorded:
@@ -450,6 +536,7 @@ def run_trial(seed: int, data: dict[str, dict[str, np.ndarray]], work: Path, *, 
     game = data[variant.game]
     trial_dir = Path(tempfile.mkdtemp(prefix=f"trial{seed}-", dir=work))
     path, side_path = trial_dir / "store.mmr", trial_dir / "committed.txt"
+    failed_path = trial_dir / "failed_flushes.txt"
     sampler = PrioritizedSampler(alpha=0.6) if variant.prioritized else None
     ReplayStore.create(
         path, frame_shape=game["frames"].shape[1:], capacity=variant.capacity, stack_size=variant.stack_size,
@@ -522,6 +609,7 @@ def run_trial(seed: int, data: dict[str, dict[str, np.ndarray]], work: Path, *, 
         evicted=max(committed, added_before_kill) > variant.capacity,
         failure=failure,
         seconds=time.perf_counter() - started,
+        failed_flushes=len(failed_path.read_bytes().splitlines()) if failed_path.exists() else 0,
     )
     if (failure or result.lost) and keep_failures is not None:
         keep_failures.mkdir(parents=True, exist_ok=True)
@@ -593,6 +681,8 @@ def run_trials(trials: int, seed: int, *, games: list[str] | None = None, max_fr
             summary.variants["frame table grew"] += result.frame_table_generation > 0
             summary.variants["segments released"] += result.segments_released
             summary.variants["finished before the kill"] += not result.killed
+            summary.variants["killed after a failed flush (ENOSPC/EIO injected)"] += result.failed_flushes > 0
+            summary.variants["failed flushes"] += result.failed_flushes
             if on_result is not None:
                 on_result(result)
     summary.seconds = time.perf_counter() - started

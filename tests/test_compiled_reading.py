@@ -5,6 +5,8 @@ corrupt link can make them."""
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 from extension_status import absent_reason
@@ -19,9 +21,16 @@ pytestmark = pytest.mark.skipif(_lz4batch is None, reason=absent_reason("_lz4bat
 STEP_MIX = 2654435761
 
 
-def row_checksums(rows: np.ndarray, steps: np.ndarray) -> np.ndarray:
-    """transition_table._checksums, restated: bytes after the first 8 weighted 1, 3, 5, ..., plus the
-    step times Knuth's constant, mod 2**32."""
+def row_checksums(rows: np.ndarray, steps: np.ndarray, version_3: bool = False) -> np.ndarray:
+    """The row checksum, restated: the CRC-32 of the step (8 little-endian bytes) then the bytes after
+    the first 8; in format version 3, those bytes weighted 1, 3, 5, ..., plus the step times Knuth's
+    constant, mod 2**32."""
+    if not version_3:
+        return np.array(
+            [zlib.crc32(row[8:].tobytes(), zlib.crc32(int(step).to_bytes(8, "little", signed=True)))
+             for row, step in zip(rows, steps)],
+            np.uint32,
+        )
     weights = np.arange(1, 2 * (rows.shape[1] - 8), 2, dtype=np.uint64)
     sums = rows[:, 8:].astype(np.uint64) @ weights + steps.astype(np.uint64) * np.uint64(STEP_MIX)
     return (sums & np.uint64(0xFFFFFFFF)).astype(np.uint32)
@@ -35,8 +44,9 @@ def row_checksums(rows: np.ndarray, steps: np.ndarray) -> np.ndarray:
     seed=st.integers(0, 2**32 - 1),
     valid=st.floats(0, 1),
 )
+@pytest.mark.parametrize("version_3", [False, True])
 def test_gather_rows_copies_each_steps_row_and_finds_the_first_that_fails(
-    row_size, slots, steps, seed, valid
+    row_size, slots, steps, seed, valid, version_3
 ) -> None:
     rng = np.random.default_rng(seed)
     table = rng.integers(0, 256, (slots, row_size), dtype=np.uint8)
@@ -45,13 +55,13 @@ def test_gather_rows_copies_each_steps_row_and_finds_the_first_that_fails(
     fix = rng.random(len(step_array)) < valid
     for i in np.flatnonzero(fix):
         slot = step_array[i] % slots
-        checksum = row_checksums(table[slot : slot + 1], step_array[i : i + 1])
+        checksum = row_checksums(table[slot : slot + 1], step_array[i : i + 1], version_3)
         table[slot, :4] = np.frombuffer(checksum.tobytes(), np.uint8)
     expected = table[step_array % slots]
     out = np.full((len(step_array), row_size), 0xEE, np.uint8)
-    first_bad = _lz4batch.gather_rows(table, slots, step_array, out)
+    first_bad = _lz4batch.gather_rows(table, slots, step_array, out, version_3)
     np.testing.assert_array_equal(out, expected)
-    bad = expected[:, :4].copy().view("<u4").reshape(-1) != row_checksums(expected, step_array)
+    bad = expected[:, :4].copy().view("<u4").reshape(-1) != row_checksums(expected, step_array, version_3)
     assert first_bad == (int(np.argmax(bad)) if bad.any() else -1)
 
 

@@ -15,7 +15,6 @@ import json
 import os
 import subprocess
 import sys
-import zlib
 from dataclasses import fields
 from pathlib import Path
 
@@ -206,25 +205,6 @@ def test_detached_transitions_read_back_the_same_after_reopening(make_pair, enco
     if mode == "r+":
         play(pair, 2, first=n)  # appending goes on: a new episode after the ended one
         pair.check()
-
-
-def test_a_version_3_store_opens_and_its_next_commit_writes_version_4(make_store, tmp_path) -> None:
-    store = make_store(stack_size=2)
-    store.add(stack(1, 2), 0, 0.0, stack(2, 3), False, False)
-    path = store.path
-    store.close()
-    header = json.loads((path / "header.json").read_text())
-    body = {key: value for key, value in header.items() if key != "checksum"}
-    body["format_version"] = 3
-    body["checksum"] = zlib.crc32(json.dumps(body, sort_keys=True).encode())
-    (path / "header.json").write_text(json.dumps(body))
-    with ReplayStore.open(path, "r") as reader:
-        np.testing.assert_array_equal(reader.read([0]).next_obs[0], stack(2, 3))
-    with ReplayStore.open(path, "r+") as writer:
-        writer.add(stack(2, 3), 0, 0.0, stack(7, 7), True, False)
-    assert json.loads((path / "header.json").read_text())["format_version"] == 4
-    with ReplayStore.open(path, "r") as reader:
-        np.testing.assert_array_equal(reader.read([1]).next_obs[0], stack(7, 7))
 
 
 def test_verify_finds_no_problem_in_a_store_with_detached_transitions(make_pair) -> None:

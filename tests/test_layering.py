@@ -18,12 +18,14 @@ PACKAGE = Path(__file__).resolve().parent.parent / "mmreplay"
 BASE = {"errors", "extensions", "validation", "batch", "__init__", "__main__"}
 STORAGE = {
     "files", "building", "format", "codec", "frame_ring", "transition_table", "stacking",
-    "reference_codec", "reference_ring", "frame_encoding",
+    "reference_codec", "reference_ring", "frame_encoding", "row_checksum", "header_fields",
 }
 SAMPLING = {"samplers", "sum_tree", "priorities"}
 API = {"store", "reading", "episodes", "windows", "prefetch", "autocommit"}
-SERIALIZATION = {"hdf5", "hdf5_datasets", "hdf5_minari", "hdf5_mmreplay_layout", "hdf5_replay", "dopamine",
-                 "dopamine_episodes"}
+SERIALIZATION = {
+    "hdf5", "hdf5_checks", "hdf5_datasets", "hdf5_minari", "hdf5_mmreplay_layout", "hdf5_replay", "dopamine",
+    "dopamine_episodes",
+}
 INTEGRATIONS = {"cli", "drawing", "verification", "sb3", "sb3_observations", "recorder"}
 LAYERS = {
     "base": BASE, "storage": STORAGE, "sampling": SAMPLING, "api": API,
@@ -44,7 +46,7 @@ ALLOWED = {
     "integrations": {"store", "episodes", "format", "building"} | SERIALIZATION,
 }
 # Only these modules import a third-party codec or file format directly.
-THIRD_PARTY_OWNERS = {"lz4": {"codec", "reference_codec"}, "h5py": {"hdf5", "hdf5_datasets", "hdf5_minari", "hdf5_mmreplay_layout"}}
+THIRD_PARTY_OWNERS = {"lz4": {"codec", "reference_codec"}, "h5py": {"hdf5", "hdf5_checks", "hdf5_datasets", "hdf5_minari", "hdf5_mmreplay_layout"}}
 
 
 def modules() -> list[str]:

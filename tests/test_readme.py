@@ -1,0 +1,366 @@
+"""Every code block of README.md runs: the Python examples are executed, the command lines are run.
+
+Each Python block is preceded in the README by ``<!-- example: NAME -->``; NAME picks the setup below,
+which provides only what the example leaves to the reader's own loop (and the API tour's imports, ``np``
+and ``ReplayStore``) (its env's observations, a policy, a
+TD error), with real Atari frames and real gymnasium/ALE envs. Nothing is faked but what would need a
+network: a Dopamine checkpoint (the DQN Replay Dataset is downloaded) is written here, and the TD error
+of a network nobody trained is drawn at random. Each example runs in a fresh directory; a block without
+a name, or with a name this file does not know, fails the test, so a new example cannot go untested.
+Shell blocks are run where they are the CLI; the setup, test and benchmark commands are named in
+``NOT_RUN`` with the reason (CI runs the test command itself).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+from atari_data import load_stream
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+MARKER = re.compile(r"<!-- example: ([\w-]+) -->")
+
+
+def blocks(language: str) -> list[tuple[str | None, str, int]]:
+    """(name from the marker line above it or None, code, line number) of each ``language`` block."""
+    lines = README.read_text().splitlines()
+    found, i = [], 0
+    while i < len(lines):
+        if lines[i].strip() == f"```{language}":
+            start = i
+            previous = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
+            marker = MARKER.search(previous)
+            i += 1
+            body = []
+            while lines[i].strip() != "```":
+                body.append(lines[i])
+                i += 1
+            found.append((marker.group(1) if marker else None, "\n".join(body), start + 1))
+        i += 1
+    return found
+
+
+# -- what the examples leave to the reader ---------------------------------------------------------
+
+
+def pong_transitions(count: int, stack_size: int = 4, episode_steps: int | None = None) -> list[tuple[Any, ...]]:
+    """``count`` real Pong transitions (stacks, Python scalars) as a one-env training loop adds them;
+    with ``episode_steps``, every episode is truncated after that many steps (a time limit)."""
+    stream = load_stream("pong", ("frames", "episode_start", "action", "reward", "terminated"), count + 64)
+    transitions, stack = [], None
+    for t in range(len(stream["frames"]) - 1):
+        if stream["episode_start"][t] or stack is None:
+            stack = np.repeat(stream["frames"][t][None], stack_size, axis=0)
+        if stream["action"][t] < 0:
+            continue
+        next_stack = np.concatenate([stack[1:], stream["frames"][t + 1][None]])
+        truncated = episode_steps is not None and (len(transitions) + 1) % episode_steps == 0
+        transitions.append((stack, int(stream["action"][t]), float(stream["reward"][t]), next_stack,
+                            bool(stream["terminated"][t]), truncated))
+        stack = None if truncated else next_stack
+        if len(transitions) == count:
+            break
+    return transitions
+
+
+class Countdown:
+    """``while training:`` for ``steps`` iterations."""
+
+    def __init__(self, steps: int) -> None:
+        self.left = steps
+
+    def __bool__(self) -> bool:
+        self.left -= 1
+        return self.left >= 0
+
+
+def make_pong(max_episode_steps: int = 9) -> Callable[[], Any]:
+    """A real ALE Pong env as the README's recipes wrap it, with short episodes so that the examples
+    meet episode ends and autoresets within a few steps."""
+    import ale_py
+    import gymnasium
+    from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation, TimeLimit
+
+    gymnasium.register_envs(ale_py)
+
+    def make_env() -> Any:
+        env = gymnasium.make("ALE/Pong-v5", frameskip=1)
+        env = AtariPreprocessing(env, frame_skip=4, screen_size=84, grayscale_obs=True)
+        return TimeLimit(FrameStackObservation(env, 4), max_episode_steps=max_episode_steps)
+
+    return make_env
+
+
+def write_dopamine_checkpoints(directory: Path, suffixes: list[int], stack_size: int = 4) -> None:
+    """Checkpoints as Dopamine's ``OutOfGraphReplayBuffer.save`` writes them (np.save into gzip files),
+    standing in for the DQN Replay Dataset, which is a download: two short episodes of 84x84 frames."""
+    directory.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    frames, actions, rewards, terminals = [], [], [], []
+    for length in (6, 5):
+        for _ in range(stack_size - 1):  # Dopamine's zero padding before each episode
+            frames.append(np.zeros((84, 84), np.uint8)), actions.append(0), rewards.append(0.0), terminals.append(0)
+        for t in range(length):
+            frames.append(rng.integers(0, 255, (84, 84), dtype=np.uint8))
+            actions.append(int(rng.integers(0, 6))), rewards.append(float(t % 2)), terminals.append(int(t == length - 1))
+    arrays = {
+        "observation": np.array(frames), "action": np.array(actions, np.int32),
+        "reward": np.array(rewards, np.float32), "terminal": np.array(terminals, np.uint8),
+    }
+    first_episode = stack_size - 1 + 6
+    for i, suffix in enumerate(suffixes):  # each later checkpoint holds one more episode of the same ring
+        add_count = first_episode if i < len(suffixes) - 1 else len(frames)
+        for name, array in arrays.items():
+            saved = array.copy()
+            saved[add_count:] = 0
+            with gzip.open(directory / f"$store$_{name}_ckpt.{suffix}.gz", "wb") as file:
+                np.save(file, saved, allow_pickle=False)
+        cursor = add_count % len(frames)  # Dopamine's invalid_range, update_horizon 1: the slots around the cursor
+        invalid = np.array([(cursor - 1 + j) % len(frames) for j in range(stack_size + 1)], np.int64)
+        for name, value in (("add_count", add_count), ("invalid_range", invalid)):
+            with gzip.open(directory / f"{name}_ckpt.{suffix}.gz", "wb") as file:
+                np.save(file, np.array(value), allow_pickle=False)
+
+
+# -- one setup per example: the names the example uses and does not define ---------------------------
+
+
+def setup_quickstart(namespace: dict[str, Any]) -> None:
+    namespace.update(zip(("obs", "action", "reward", "next_obs", "terminated", "truncated"), pong_transitions(1)[0]))
+
+
+def check_quickstart(namespace: dict[str, Any]) -> None:
+    assert namespace["batch"].obs.shape == (1, 4, 84, 84)
+
+
+def setup_vector_next_step(namespace: dict[str, Any]) -> None:
+    import gymnasium
+
+    namespace.update(gymnasium=gymnasium, make_env=make_pong(), path="vector.mmr", training=Countdown(24))
+    namespace["policy"] = lambda obs: np.random.default_rng(len(obs)).integers(0, 6, size=len(obs))
+
+
+def check_vector_next_step(namespace: dict[str, Any]) -> None:
+    store = namespace["store"]
+    assert store.transitions_added == 8 * 24 - 8 * 2  # each env's 9-step episode ends twice: 2 reset entries masked
+    assert {e.ended_by for e in store.episodes()} >= {"truncated", "in progress"}
+    namespace["envs"].close()
+
+
+def setup_vector_same_step(namespace: dict[str, Any]) -> None:
+    import gymnasium
+    from mmreplay import ReplayStore
+
+    envs = gymnasium.vector.SyncVectorEnv([make_pong()] * 2, autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP)
+    obs, _ = envs.reset(seed=0)
+    namespace.update(
+        envs=envs, obs=obs, action=np.array([1, 2]),
+        store=ReplayStore.create("same-step.mmr", frame_shape=(84, 84), capacity=1000, num_envs=2),
+    )
+
+
+def check_vector_same_step(namespace: dict[str, Any]) -> None:
+    store = namespace["store"]
+    assert store.transitions_added == 2 * 20
+    assert [e.ended_by for e in store.episodes()].count("truncated") == 4  # 9-step episodes, 20 steps, 2 envs
+    namespace["envs"].close()
+
+
+def setup_prioritized(namespace: dict[str, Any]) -> None:
+    rng = np.random.default_rng(0)
+    namespace.update(rng=rng, transitions=pong_transitions(200), np=np)
+    # A network's TD errors: random here, as the example's network is the reader's.
+    namespace["td_error"] = lambda batch: rng.normal(size=len(batch)).astype(np.float32)
+
+
+def check_prioritized(namespace: dict[str, Any]) -> None:
+    assert namespace["batch"].weight.shape == (32,) and np.isfinite(namespace["loss"])
+
+
+def setup_sb3(namespace: dict[str, Any]) -> None:
+    import gymnasium
+    from stable_baselines3.common.env_util import make_atari_env
+
+    namespace["env"] = make_atari_env("PongNoFrameskip-v4", n_envs=1, seed=0)
+    namespace["envs"] = gymnasium.vector.SyncVectorEnv([make_pong()])
+    namespace["args"] = SimpleNamespace(buffer_size=1000)
+    namespace["device"] = "cpu"
+
+
+def check_sb3(namespace: dict[str, Any]) -> None:
+    assert namespace["model"].replay_buffer is not None and namespace["rb"].buffer_size == 1000
+    namespace["env"].close()
+    namespace["envs"].close()
+
+
+def setup_recorder(namespace: dict[str, Any]) -> None:
+    pass
+
+
+def check_recorder(namespace: dict[str, Any]) -> None:
+    env, envs = namespace["env"], namespace["envs"]
+    env.reset(seed=0)
+    for _ in range(3):
+        env.step(env.action_space.sample())
+    envs.reset(seed=0)
+    for _ in range(3):
+        envs.step(envs.action_space.sample())
+    assert namespace["store"].transitions_added == 3 and namespace["vector_store"].transitions_added == 3 * 8
+    env.close()
+    envs.close()
+
+
+def setup_datasets(namespace: dict[str, Any]) -> None:
+    from mmreplay import ReplayStore
+
+    store = ReplayStore.create("pong.mmr", frame_shape=(84, 84), capacity=1000)
+    for transition in pong_transitions(120):
+        store.add(*transition)
+    namespace["store"] = store
+    write_dopamine_checkpoints(Path("dqn_replay/Pong/1/replay_logs"), [49, 50])
+
+
+def check_datasets(namespace: dict[str, Any]) -> None:
+    from mmreplay import ReplayStore
+
+    with ReplayStore.open("pong-copy.mmr") as copy:
+        assert copy.transitions_added == 120
+    with ReplayStore.open("pong-dqn.mmr") as imported:
+        assert imported.transitions_added > 0
+
+
+def setup_reference_encoding(namespace: dict[str, Any]) -> None:
+    from mmreplay import ReplayStore
+
+    namespace["ReplayStore"] = ReplayStore
+
+
+def check_reference_encoding(namespace: dict[str, Any]) -> None:
+    assert namespace["store"].frame_encoding == "lz4-reference"
+
+
+EXAMPLES: dict[str, tuple[Callable[[dict[str, Any]], None], Callable[[dict[str, Any]], None]]] = {
+    "quickstart": (setup_quickstart, check_quickstart),
+    "vector-next-step": (setup_vector_next_step, check_vector_next_step),
+    "vector-same-step": (setup_vector_same_step, check_vector_same_step),
+    "prioritized": (setup_prioritized, check_prioritized),
+    "sb3": (setup_sb3, check_sb3),
+    "recorder": (setup_recorder, check_recorder),
+    "datasets": (setup_datasets, check_datasets),
+    "reference-encoding": (setup_reference_encoding, check_reference_encoding),
+}
+# Examples that are one step of a loop: run this many times over the same names.
+REPEATS = {"vector-same-step": 20}
+
+
+@pytest.fixture
+def in_tmp_dir(tmp_path: Path) -> Iterator[Path]:
+    previous = Path.cwd()
+    os.chdir(tmp_path)
+    try:
+        yield tmp_path
+    finally:
+        os.chdir(previous)
+
+
+def close_stores(namespace: dict[str, Any]) -> None:
+    from mmreplay import ReplayStore
+
+    for value in namespace.values():
+        if isinstance(value, ReplayStore) and not value.closed:
+            value.close()
+
+
+PYTHON_BLOCKS = blocks("python")
+
+
+def test_every_python_block_of_the_readme_is_named_and_known() -> None:
+    unnamed = [line for name, _, line in PYTHON_BLOCKS if name is None]
+    unknown = [(name, line) for name, _, line in PYTHON_BLOCKS if name is not None and name not in EXAMPLES]
+    assert not unnamed, f"README.md python blocks at lines {unnamed} have no <!-- example: NAME --> line above"
+    assert not unknown, f"README.md names examples tests/test_readme.py does not know: {unknown}"
+    assert len(PYTHON_BLOCKS) >= len(EXAMPLES)
+
+
+@pytest.mark.parametrize(("name", "code", "line"), PYTHON_BLOCKS, ids=[f"{name}@{line}" for name, _, line in PYTHON_BLOCKS])
+def test_the_readme_python_example_runs(name: str | None, code: str, line: int, in_tmp_dir: Path) -> None:
+    if name not in EXAMPLES:
+        pytest.fail(f"the python block at README.md line {line} is not named or not known (see the test above)")
+    setup, check = EXAMPLES[name]
+    from mmreplay import ReplayStore
+
+    # The API tour's imports are in scope, as for a reader who follows the README from the top.
+    namespace: dict[str, Any] = {"__name__": "readme_example", "np": np, "ReplayStore": ReplayStore}
+    setup(namespace)
+    compiled = compile(code, f"README.md:{line}", "exec")
+    try:
+        for _ in range(REPEATS.get(name, 1)):
+            exec(compiled, namespace)
+        check(namespace)
+    finally:
+        close_stores(namespace)
+
+
+# -- shell blocks ------------------------------------------------------------------------------------
+
+# The setup, test and benchmark commands: run by CI itself (scripts/test.sh, the README's test command),
+# or too long for a test (the demo records 40,000 steps; the benchmark report takes an hour).
+NOT_RUN = {
+    "bash scripts/demo.sh": "the demo: installs its extras and records 40,000 Pong steps (about a minute)",
+    "bash scripts/test.sh": "the test command itself: CI runs it",
+    "pip install": "installs into the reader's own environment: scripts/check_package.sh builds and installs both",
+    "cd mmreplay": "the clone's directory, before pip install",
+    ".venv/bin/python benchmarks/report.py": "the benchmark report: about an hour",
+    ".venv/bin/mmreplay": "the CLI on the demo's store: the same commands run below on a store made here",
+}
+
+
+def shell_commands() -> list[tuple[str, int]]:
+    """Every command line of the README's bash blocks, with its block's line."""
+    commands = []
+    for _, code, line in blocks("bash"):
+        for command in code.splitlines():
+            command = command.split("  #")[0].strip()
+            if command:
+                commands.append((command, line))
+    return commands
+
+
+def test_every_shell_command_of_the_readme_is_run_here_or_named_with_a_reason() -> None:
+    for command, line in shell_commands():
+        assert command.startswith("mmreplay ") or any(command.startswith(prefix) for prefix in NOT_RUN), (
+            f"README.md line {line}: {command!r} is neither run by test_the_readme_cli_commands_run nor in NOT_RUN"
+        )
+
+
+def test_the_readme_cli_commands_run(in_tmp_dir: Path) -> None:
+    """Every ``mmreplay ...`` line of the README, optional ``[...]`` parts included, on real files made here."""
+    from mmreplay import ReplayStore
+
+    with ReplayStore.create("pong.mmr", frame_shape=(84, 84), capacity=1000) as store:
+        for transition in pong_transitions(300, episode_steps=40):
+            store.add(*transition)
+    write_dopamine_checkpoints(Path("replay_logs"), [49, 50])
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    ran = 0
+    for command, line in shell_commands():
+        if not command.startswith("mmreplay "):
+            continue
+        words = [word for word in shlex.split(command.replace("[", "").replace("]", ""))]
+        result = subprocess.run([sys.executable, "-m", "mmreplay", *words[1:]], capture_output=True, text=True,
+                                env=env, timeout=300)
+        assert result.returncode == 0, f"README.md line {line}: {command!r} exited {result.returncode}: {result.stderr}"
+        ran += 1
+    assert ran >= 5
