@@ -440,16 +440,23 @@ class ReplayStore:
                     pass
         return total
 
-    def missing_files(self) -> list[str]:
+    def missing_files(self, limit: int = 1000) -> list[str]:
         """The files the committed contents need that are not there (the transition table, the frame
-        table, each segment file holding a stored frame); empty for a sound store. Reads no frame."""
+        table, each segment file holding a stored frame), at most ``limit`` of them; empty for a sound
+        store. Reads no frame, and walks only the segment files that exist (a header may claim any size)."""
         self._check_open("check its files")
-        needed = [self._table.path, self._frames._table_path()]
+        missing = [str(path) for path in (self._table.path, self._frames._table_path()) if not Path(path).is_file()]
         if len(self):
             first = self._frames.position_of(self._commit.frame_tail) // self._frames.segment_bytes
             last = max(self._frames.bytes_written - 1, 0) // self._frames.segment_bytes
-            needed += [self._frames._segment_path(segment) for segment in range(first, last + 1)]
-        return [str(path) for path in needed if not Path(path).is_file()]
+            present = {int(path.stem) for path in (self._directory / format.SEGMENTS_DIR).glob("*.seg")
+                       if path.stem.isdigit()}
+            segment = first
+            while segment <= last and len(missing) < limit:
+                if segment not in present:
+                    missing.append(str(self._frames._segment_path(segment)))
+                segment += 1
+        return missing[:limit]
 
     # -- adding ----------------------------------------------------------------------------------
 
