@@ -45,8 +45,9 @@ class Batch(_Record):
     ``index`` is each transition's step (its position among all transitions ever added, never reused);
     pass it back to ``update_priorities``. ``env_index`` says which env produced it. ``weight`` is the
     importance weight (1 under uniform sampling) and ``discount`` the factor for bootstrapping from
-    ``next_obs`` (gamma^m after m reward steps; 1 from ``read``). ``obs`` and ``next_obs`` are views of
-    one array and share ``stack_size - 1`` frames.
+    ``next_obs``: gamma^m after m reward steps (1 from ``read``), times 0 when the last of them
+    terminated, so that ``reward + discount * Q(next_obs)`` is the target (as dm_env, Acme and TF-Agents
+    read it). ``obs`` and ``next_obs`` are views of one array and share ``stack_size - 1`` frames.
     """
 
     obs: npt.NDArray[np.uint8]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import secrets
 from pathlib import Path
 from typing import IO
 
@@ -26,6 +27,23 @@ def fsync_directory(directory: Path) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def make_sibling_directory(target: Path, purpose: str) -> Path:
+    """A new, uniquely named, hidden directory beside ``target`` (``.NAME.PURPOSE-XXXXXXXX``) in which a
+    store or dataset is built before it is renamed to ``target``.
+
+    Its mode follows the process umask, like any directory a tool creates (``tempfile.mkdtemp`` would
+    make it 0700, and the renamed store unreadable to the other users it may be meant for).
+    """
+    for _ in range(100):
+        candidate = target.parent / f".{target.name}.{purpose}-{secrets.token_hex(4)}"
+        try:
+            os.mkdir(candidate, 0o777)
+        except FileExistsError:
+            continue
+        return candidate
+    raise FileExistsError(f"could not find a free name beside {str(target)!r} to build it in")
 
 
 class BlockReservation:

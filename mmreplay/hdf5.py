@@ -26,7 +26,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import tempfile
 from contextlib import closing
 from pathlib import Path
 
@@ -36,6 +35,7 @@ import numpy.typing as npt
 from tqdm import tqdm
 
 from mmreplay.errors import CorruptStoreError
+from mmreplay.files import make_sibling_directory
 from mmreplay.hdf5_datasets import FORMAT_NAMES, LAYOUTS, LayoutWriter, Source
 from mmreplay.hdf5_minari import DATASET_ID, MINARI_FILE, MinariSource, MinariWriter
 from mmreplay.hdf5_mmreplay_layout import MmreplayLayoutSource, MmreplayLayoutWriter
@@ -85,7 +85,7 @@ def export_hdf5(
         episode_of[episode.steps - stored.start] = number
         position_of[episode.steps - stored.start] = np.arange(episode.length)
     target.parent.mkdir(parents=True, exist_ok=True)
-    building = Path(tempfile.mkdtemp(prefix=f".{target.name}.exporting-", dir=target.parent))
+    building = make_sibling_directory(target, "exporting")
     try:
         if layout == "mmreplay":
             writer: LayoutWriter = MmreplayLayoutWriter(building / "export.h5", store, episodes)

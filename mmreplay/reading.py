@@ -47,6 +47,7 @@ class TransitionReader:
     ) -> Batch:
         """The transitions with these steps (assumed stored); in ``out``'s arrays when given."""
         fields = self.table.read_fields(steps)
+        discount = discount * ~fields.terminated  # no bootstrapping past a termination
         frames = self.frames.stacks(fields.next_frames, self.stack_size)
         # obs and next_obs are two views of one (B, stack_size + 1) array of frames: they share
         # stack_size - 1 frames, so each is decoded once, straight into the memory the batch returns.
@@ -107,7 +108,8 @@ class TransitionReader:
             index=steps,
             env_index=first["env"].astype(np.int64),
             weight=weight,
-            discount=np.power(gamma, used).astype(np.float32),
+            # gamma^m, and 0 when the window ended by termination: r + discount * Q(next_obs) is the target.
+            discount=(np.power(gamma, used) * ((last["flags"] & TERMINATED) == 0)).astype(np.float32),
         ))
 
     def sequences(

@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-import tempfile
 import threading
 import weakref
 from dataclasses import replace
@@ -28,13 +27,14 @@ from typing import IO, Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import format, frame_encoding as encodings
+from mmreplay import autocommit, format, frame_encoding as encodings
+from mmreplay.autocommit import CommitSchedule
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.episodes import (
     EnvEpisode, Episode, FramePlan, advance_all, continuations, plan_frames, split_episodes
 )
 from mmreplay.errors import ClosedStoreError, ReadOnlyStoreError, StoreExistsError
-from mmreplay.files import acquire_writer_lock, file_signature, fsync_directory
+from mmreplay.files import acquire_writer_lock, file_signature, fsync_directory, make_sibling_directory
 from mmreplay.frame_ring import FrameChecksumError, FrameRing, MissingSegmentError
 from mmreplay.prefetch import Prefetcher, recycling
 from mmreplay.reference_codec import ReferenceScheme
@@ -82,7 +82,9 @@ class ReplayStore:
         mode: str,
         sampler: Sampler,
         lock: IO[bytes] | None,
+        schedule: CommitSchedule,
     ) -> None:
+        self._constructed = False  # until the end: a store whose opening failed is never committed
         self._directory = directory
         self._layout = layout
         self._commit = commit
@@ -123,10 +125,15 @@ class ReplayStore:
         sampler.open(
             directory,
             slots=layout.row_slots,
-            stored=self.stored_steps,
+            stored=self._stored(),
             writable=mode == "r+",
             state=commit.sampler_state,
         )
+        self._schedule = schedule
+        if mode == "r+":
+            schedule.committed(self._transitions_added)
+            autocommit.close_at_exit(self)
+        self._constructed = True
 
     # -- construction ----------------------------------------------------------------------------
 
@@ -144,6 +151,8 @@ class ReplayStore:
         sampler: Sampler | None = None,
         frame_encoding: str = "lz4",
         reference_scheme: ReferenceScheme | None = None,
+        commit_every: int | None = None,
+        commit_interval_s: float | None = 5.0,
     ) -> ReplayStore:
         """Create an empty store at ``path`` (a directory the store owns) and open it for appending.
 
@@ -153,7 +162,9 @@ class ReplayStore:
         env, arranged by ``reference_scheme``, by default groups of 256 frames with branching 4: on
         Atari 2.4x (Pong) to 5.9x (MsPacman) fewer bytes per transition, 1.1x to 1.7x slower adds, and
         samples 1.2x (MsPacman) to 2.9x (Pong) slower; see ``mmreplay.frame_encoding`` and the README).
+        ``commit_every`` and ``commit_interval_s``: see ``open``.
         """
+        schedule = CommitSchedule(commit_every=commit_every, commit_interval_s=commit_interval_s)
         frame_shape = parse_shape(frame_shape, "frame_shape", allow_empty=False)
         capacity = parse_positive_int(capacity, "capacity")
         stack_size = parse_positive_int(stack_size, "stack_size")
@@ -183,7 +194,7 @@ class ReplayStore:
         # Build the store beside its final path, then rename it into place: a crash never leaves a
         # half-made store at ``path``.
         directory.parent.mkdir(parents=True, exist_ok=True)
-        building = Path(tempfile.mkdtemp(prefix=f".{directory.name}.creating-", dir=directory.parent))
+        building = make_sibling_directory(directory, "creating")
         try:
             FrameRing.create(
                 building,
@@ -210,11 +221,30 @@ class ReplayStore:
             shutil.rmtree(building, ignore_errors=True)
             raise
         fsync_directory(directory.parent)
-        return cls.open(directory, "r+", sampler=sampler)
+        return cls._open(directory, "r+", sampler=sampler, schedule=schedule)
 
     @classmethod
-    def open(cls, path: PathLike, mode: str = "r", *, sampler: Sampler | None = None) -> ReplayStore:
-        """Open an existing store read-only (``"r"``) or to read and append (``"r+"``)."""
+    def open(
+        cls,
+        path: PathLike,
+        mode: str = "r",
+        *,
+        sampler: Sampler | None = None,
+        commit_every: int | None = None,
+        commit_interval_s: float | None = 5.0,
+    ) -> ReplayStore:
+        """Open an existing store read-only (``"r"``) or to read and append (``"r+"``).
+
+        A writer commits by itself (as ``flush`` does) after an add once ``commit_every`` transitions
+        (None: no count) or ``commit_interval_s`` seconds (None: no clock) have passed since its last
+        commit, and when it is closed, garbage-collected or the interpreter exits normally: a crash loses
+        at most the adds of the last interval.
+        """
+        schedule = CommitSchedule(commit_every=commit_every, commit_interval_s=commit_interval_s)
+        return cls._open(path, mode, sampler=sampler, schedule=schedule)
+
+    @classmethod
+    def _open(cls, path: PathLike, mode: str, *, sampler: Sampler | None, schedule: CommitSchedule) -> ReplayStore:
         mode = parse_mode(mode)
         directory = Path(path)
         layout, commit = format.read_header(directory)
@@ -230,7 +260,7 @@ class ReplayStore:
                     f"sampler {sampler.config()} does not match the store's sampler {layout.sampler}; "
                     "open without sampler= to use the store's own"
                 )
-            return cls(directory, layout, commit, mode=mode, sampler=sampler, lock=lock)
+            return cls(directory, layout, commit, mode=mode, sampler=sampler, lock=lock, schedule=schedule)
         except BaseException:
             if lock is not None:
                 lock.close()
@@ -290,16 +320,35 @@ class ReplayStore:
 
     @property
     def transitions_added(self) -> int:
-        """Transitions ever added (never decreases); ``len(store) == min(transitions_added, capacity)``."""
+        """Transitions ever added (never decreases); ``len(store) == min(transitions_added, capacity)``.
+
+        A reader (mode ``"r"``) reports the writer's newest commit: it checks the header first, as
+        ``sample`` does."""
+        self._follow_writer()
         return self._transitions_added
 
     @property
     def stored_steps(self) -> range:
-        """The steps of the stored transitions, oldest first."""
-        return range(max(0, self._transitions_added - self.capacity), self._transitions_added)
+        """The steps of the stored transitions, oldest first (a reader's: of the newest commit)."""
+        self._follow_writer()
+        return self._stored()
 
     def __len__(self) -> int:
+        self._follow_writer()
         return min(self._transitions_added, self.capacity)
+
+    def _stored(self) -> range:
+        """``stored_steps`` as this object holds them now, without looking for a newer commit."""
+        return range(max(0, self._transitions_added - self.capacity), self._transitions_added)
+
+    def _follow_writer(self) -> None:
+        """In a reader, pick up the writer's newest commit when the header changed (one ``stat``)."""
+        if (
+            self._mode == "r"
+            and not self._closed
+            and file_signature(self._directory / format.HEADER_NAME) != self._header_signature
+        ):
+            self.refresh()
 
     def __repr__(self) -> str:
         if self._closed:
@@ -348,6 +397,8 @@ class ReplayStore:
             and records_every_env(env_mask, self._add_shapes.num_envs)
             and self._add_single_frames(obs, action, reward, next_obs, terminated, truncated)
         ):
+            if self._schedule.due(self._transitions_added):
+                self.flush()
             return
         self._check_writable("add")
         layout = self._layout
@@ -379,6 +430,8 @@ class ReplayStore:
         except BaseException:
             encoder.rollback()  # no frame may be encoded against one that was not written
             raise
+        if self._schedule.due(self._transitions_added):
+            self.flush()
 
     def _add_single_frames(self, *transition: object) -> bool:
         """``add``'s fast path, given ``add``'s six transition arguments, for the add a training loop makes
@@ -500,6 +553,7 @@ class ReplayStore:
                 )
             )
             self._frames.release_segments_before(self._frames.position_of(frame_tail))
+            self._schedule.committed(self._transitions_added)
 
     def _write_commit(self, commit: format.Commit) -> None:
         format.write_header(self._directory, self._layout, commit)
@@ -515,7 +569,7 @@ class ReplayStore:
 
     def _frame_tail(self) -> int:
         """The oldest frame step that a stored transition still needs."""
-        stored = self.stored_steps
+        stored = self._stored()
         if not stored:
             return self._frames.frames_written
         oldest = self._table.oldest_frame(stored.start, stored.stop, oldest_frames_of=self._oldest_obs_frames)
@@ -538,7 +592,19 @@ class ReplayStore:
         finally:
             self._closed = True
             self._fast_add = False
+            autocommit.forget(self)
             _close_all([self._frames.close, self._table.close, self._sampler.close, self._release_writer_lock])
+
+    def __del__(self) -> None:
+        """A dropped store commits (``"r+"``) and releases its files, as ``close`` does."""
+        if not getattr(self, "_constructed", False) or self._closed:
+            return
+        try:
+            self.close()
+        except Exception as error:  # noqa: BLE001 - nothing may be raised from __del__
+            import warnings
+
+            warnings.warn(f"mmreplay: could not commit {self._directory} when it was dropped: {error}", stacklevel=1)
 
     def _release_writer_lock(self) -> None:
         if self._writer_lock is not None:
@@ -572,8 +638,11 @@ class ReplayStore:
 
         With a prioritized sampler, ``batch.weight`` holds the importance weights for ``beta``. With
         ``n_step > 1``, ``reward`` is the discounted sum of up to ``n_step`` rewards of the same episode,
-        ``next_obs`` and the flags are those of the last of them, and ``discount`` is gamma^m for the m
-        steps used. The same contents and seed give the same batch, also after close and reopen.
+        ``next_obs`` and the flags are those of the last of them. ``discount`` is gamma^m for the m
+        reward steps used (m = 1 without n_step), and 0 where the last of them terminated. ``rng``: a
+        ``np.random.Generator`` (advanced by the call: pass the same one every call), an int seed (a new
+        generator each call: the same int gives the same batch again), or None (fresh OS entropy).
+        The same contents and seed give the same batch, also after close and reopen.
 
         ``out``, a batch that an earlier call with the same ``batch_size`` and ``n_step`` returned, is
         refilled in place and returned: no new arrays (their allocation and first-touch page faults cost
@@ -715,10 +784,11 @@ class ReplayStore:
                 self._sampler.open(
                     self._directory,
                     slots=self._layout.row_slots,
-                    stored=self.stored_steps,
+                    stored=self._stored(),
                     writable=False,
                     state=commit.sampler_state,
                 )
+                self._load_env_state()  # which episodes are still in progress, for ``episodes()``
             except BaseException:
                 # Half-followed (a corrupt frame table or priorities file): forget the header, so that
                 # every later read tries again and raises the same error rather than reading stale state.
@@ -746,9 +816,10 @@ class ReplayStore:
         return read()
 
     def _draw(self, batch_size: int, rng: np.random.Generator) -> npt.NDArray[np.int64]:
-        if len(self) == 0:
+        stored = self._stored()
+        if not stored:
             raise ValueError("cannot sample from an empty store: add transitions first")
-        return self._sampler.sample(batch_size, stored=self.stored_steps, rng=rng)
+        return self._sampler.sample(batch_size, stored=stored, rng=rng)
 
     def read(self, steps: npt.ArrayLike) -> Batch:
         """The stored transitions with these steps, in the given order."""
@@ -758,7 +829,7 @@ class ReplayStore:
 
         def check_and_read() -> Batch:
             with self._lock:
-                stored = self.stored_steps
+                stored = self._stored()
                 outside = (array < stored.start) | (array >= stored.stop)
                 if outside.any():
                     raise IndexError(
@@ -794,7 +865,7 @@ class ReplayStore:
         """
         self._episodes = [EnvEpisode(self.stack_size) for _ in range(self.num_envs)]
         self._env_frames_pending: npt.NDArray[np.int64] | None = None
-        stored = self.stored_steps
+        stored = self._stored()
         newest = self._table.newest_of_each_env(stored.start, stored.stop, self.num_envs)
         if not newest:
             return

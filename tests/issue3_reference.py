@@ -51,7 +51,7 @@ def expected_n_step(ref: ReferenceStore, steps: np.ndarray, n_step: int, gamma: 
         "truncated": np.array([last.truncated for _, _, last, _ in rows], bool),
         "index": np.array([first.step for first, _, _, _ in rows], np.int64),
         "env_index": np.array([first.env_index for first, _, _, _ in rows], np.int64),
-        "discount": np.array([gamma**m for _, _, _, m in rows], np.float64),
+        "discount": np.array([0.0 if last.terminated else gamma**m for _, _, last, m in rows], np.float64),
         "used": np.array([m for _, _, _, m in rows], np.int64),
     }
 

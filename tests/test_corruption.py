@@ -110,7 +110,7 @@ def _n_step_expected(ref: ReferenceStore, steps: np.ndarray, n: int, gamma: floa
         window = episode[position : position + n]
         reward.append(np.float32(sum(gamma**k * float(t.reward) for k, t in enumerate(window))))
         next_obs.append(window[-1].next_obs)
-        discount.append(np.float32(gamma ** len(window)))
+        discount.append(np.float32(0.0 if window[-1].terminated else gamma ** len(window)))
     return {"reward": np.array(reward, np.float32), "next_obs": np.array(next_obs), "discount": np.array(discount)}
 
 

@@ -21,7 +21,7 @@ STORAGE = {
     "reference_codec", "reference_ring", "frame_encoding",
 }
 SAMPLING = {"samplers", "sum_tree", "priorities"}
-API = {"store", "reading", "episodes", "windows", "prefetch"}
+API = {"store", "reading", "episodes", "windows", "prefetch", "autocommit"}
 SERIALIZATION = {"hdf5", "hdf5_datasets", "hdf5_minari", "hdf5_mmreplay_layout", "hdf5_replay", "dopamine"}
 INTEGRATIONS = {"cli", "sb3", "recorder"}
 LAYERS = {
@@ -35,8 +35,9 @@ ALLOWED = {
     "storage": set(),
     "sampling": set(),
     "api": STORAGE | SAMPLING,
-    # The public API, and the records it returns (Episode, from episodes).
-    "serialization": {"store", "episodes"},
+    # The public API, and the records it returns (Episode, from episodes); files for building an
+    # export beside its target (make_sibling_directory), as the store builds itself.
+    "serialization": {"store", "episodes", "files"},
     # The command line prints the on-disk format version (format.FORMAT_VERSION) beside the layout.
     "integrations": {"store", "episodes", "format"} | SERIALIZATION,
 }

@@ -54,23 +54,31 @@ def test_n_step_reward_is_the_discounted_sum_of_the_next_n_rewards(make_pair):
     assert batch.action[i] == 0
 
 
-def test_n_step_of_one_is_the_plain_transition_with_discount_gamma(make_pair):
+def test_n_step_of_one_is_the_plain_transition_with_discount_gamma_and_zero_at_termination(make_pair):
     pair = make_pair(stack_size=3, capacity=32)
     add_episode(pair, [1, 2, 3, 4], terminated=True)
     add_episode(pair, [10, 11, 12])
     batch = sample_all(pair, n_step=1, gamma=0.9)
     assert_batch_matches(batch, pair.ref)
-    np.testing.assert_allclose(batch.discount, np.full(len(batch), 0.9, np.float32))
+    np.testing.assert_allclose(batch.discount, np.where(batch.terminated, 0.0, 0.9).astype(np.float32))
+    assert batch.discount[row_of(batch, 2)] == 0.0  # the terminating transition bootstraps from nothing
 
 
-def test_a_window_stops_at_a_termination_and_reports_it(make_pair):
+def test_read_gives_discount_one_and_zero_at_termination(make_pair):
+    pair = make_pair(stack_size=2, capacity=32)
+    add_episode(pair, [1, 2, 3], terminated=True)
+    batch = pair.store.read([0, 1])
+    np.testing.assert_array_equal(batch.discount, np.array([1.0, 0.0], np.float32))
+
+
+def test_a_window_stops_at_a_termination_reports_it_and_has_discount_zero(make_pair):
     pair = make_pair(stack_size=2, capacity=32)
     add_episode(pair, [1, 2, 3, 4], terminated=True)  # steps 0, 1, 2
     add_episode(pair, [20, 21, 22, 23])  # steps 3, 4, 5: never reached from the first episode
     batch = sample_all(pair, n_step=5, gamma=0.9)
     i = row_of(batch, 1)
     assert batch.reward[i] == pytest.approx(2 + 0.9 * 3)
-    assert batch.discount[i] == pytest.approx(0.9**2)
+    assert batch.discount[i] == 0.0  # r + discount * Q(next_obs) must not bootstrap past the termination
     assert batch.terminated[i] and not batch.truncated[i]
     np.testing.assert_array_equal(batch.next_obs[i], [frame(3), frame(4)])
 
