@@ -15,8 +15,10 @@ still written): episodic returns and lengths, every ``losses/td_loss`` and ``los
 two runs of a game are compared value by value (bit for bit, as float32); the table also gives each
 run's peak RSS (``wait4``'s ``ru_maxrss``), its buffer's bytes (CleanRL's numpy arrays in RAM,
 mmreplay's files as allocated on disk), and its wall time. Afterwards the store is opened read-only
-and the transitions it committed are counted against those the script added. The script exits 1 when
-a run failed or any value differs.
+and the transitions it committed are counted against those the script added. With ``--kill-after S``
+each mmreplay run is SIGKILLed S seconds after its start instead (no exit hook runs), and the table
+counts what its store kept against the adds made before the kill. The script exits 1 when a run
+failed or any value differs.
 
 Run it in an environment with CleanRL's pins, beside this repository (never inside it)::
 
@@ -40,6 +42,7 @@ import json
 import os
 import runpy
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -69,7 +72,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="which runs to make (the comparison needs both)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads in each run (OMP_NUM_THREADS)")
     parser.add_argument("--json", type=Path, default=None, help="also write every run's record here")
-    parser.add_argument("--child", nargs=3, metavar=("BUFFER", "STORE", "RECORD"), help=argparse.SUPPRESS)
+    parser.add_argument("--kill-after", type=float, default=None, metavar="SECONDS",
+                        help="SIGKILL each mmreplay run this long after its start, then count what its store kept")
+    parser.add_argument("--child", nargs=4, metavar=("BUFFER", "STORE", "RECORD", "COUNTER"), help=argparse.SUPPRESS)
     parser.add_argument("script_args", nargs="*", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -90,8 +95,11 @@ def script_arguments(args: argparse.Namespace, env_id: str) -> list[str]:
 # --- inside one run's process -------------------------------------------------------------------
 
 
-def run_child(cleanrl: Path, buffer: str, store: Path, record_path: Path, script_args: list[str]) -> int:
-    """Run CleanRL's script in this process with ``buffer``; write what it logged to ``record_path``."""
+def run_child(cleanrl: Path, buffer: str, store: Path, record_path: Path, counter: str, script_args: list[str]) -> int:
+    """Run CleanRL's script in this process with ``buffer``; write what it logged to ``record_path``.
+
+    With a ``counter`` path (not ``-``), each add also stores the number of adds so far in that file,
+    through a shared map: the page cache keeps it when the process is killed."""
     import ale_py  # noqa: F401  (registers PongNoFrameskip-v4 and the others with gymnasium)
     from torch.utils.tensorboard import SummaryWriter
 
@@ -118,6 +126,8 @@ def run_child(cleanrl: Path, buffer: str, store: Path, record_path: Path, script
         else:
             made = shipped(*buffer_args, **buffer_kwargs)
         buffers.append(made)
+        if counter != "-":
+            _count_adds(made, Path(counter))
         return made
 
     cleanrl_utils.buffers.ReplayBuffer = replay_buffer  # type: ignore[misc, assignment]
@@ -134,6 +144,20 @@ def run_child(cleanrl: Path, buffer: str, store: Path, record_path: Path, script
         record["buffer_ram_bytes"] = _ram_bytes(buffers[0])
     record_path.write_text(json.dumps({k: v for k, v in record.items() if not k.startswith("_")}))
     return 1 if record["error"] else 0
+
+
+def _count_adds(buffer: Any, path: Path) -> None:
+    """Wrap the buffer's ``add`` (on the instance) to keep a count of calls in ``path``."""
+    import numpy as np
+
+    count = np.lib.format.open_memmap(path, mode="w+", dtype=np.int64, shape=(1,))
+    add = buffer.add
+
+    def counted_add(*args: Any, **kwargs: Any) -> None:
+        add(*args, **kwargs)
+        count[0] += 1
+
+    buffer.add = counted_add
 
 
 def _transitions_added(buffer: Any) -> int:
@@ -158,24 +182,45 @@ def run_one(args: argparse.Namespace, game: str, buffer: str, work: Path) -> dic
     run_dir = work / game / buffer
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
-    store, record_path = run_dir / "store.mmr", run_dir / "record.json"
+    store, record_path, counter = run_dir / "store.mmr", run_dir / "record.json", run_dir / "adds.npy"
+    kill_after = args.kill_after if buffer == "mmreplay" else None
     command = [sys.executable, str(Path(__file__).resolve()), "--cleanrl", str(args.cleanrl.resolve())]
-    command += ["--child", buffer, str(store), str(record_path), "--", *script_arguments(args, GAMES[game])]
+    command += ["--child", buffer, str(store), str(record_path), "-" if kill_after is None else str(counter)]
+    command += ["--", *script_arguments(args, GAMES[game])]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     started = time.perf_counter()
     with open(run_dir / "output.log", "wb") as log:
         process = subprocess.Popen(command, cwd=run_dir, env=env, stdout=log, stderr=subprocess.STDOUT)
-        _, status, usage = os.wait4(process.pid, 0)
+        status, usage = wait_or_kill(process.pid, kill_after)
         process.returncode = os.waitstatus_to_exitcode(status)
     record: dict[str, Any] = {"buffer": buffer, "scalars": [], "error": f"exit status {process.returncode}, no record"}
     if record_path.exists():
         record = json.loads(record_path.read_text())
+    if kill_after is not None and process.returncode == -signal.SIGKILL:
+        import numpy as np
+
+        record["error"] = f"SIGKILLed after {kill_after:g} s"
+        record["transitions_added"] = int(np.load(counter)[0]) if counter.exists() else 0
     record.update(game=game, wall_s=time.perf_counter() - started, peak_rss_bytes=usage.ru_maxrss * 1024)
     record["log"] = str(run_dir / "output.log")
     if buffer == "mmreplay":
         record["disk_bytes"] = allocated_bytes(store)
         record["committed"] = committed_transitions(store)
     return record
+
+
+def wait_or_kill(pid: int, kill_after: float | None) -> tuple[int, Any]:
+    """The child's wait status and resource usage; SIGKILL it first if it runs ``kill_after`` seconds."""
+    if kill_after is not None:
+        deadline = time.monotonic() + kill_after
+        while time.monotonic() < deadline:
+            done, status, usage = os.wait4(pid, os.WNOHANG)
+            if done:
+                return status, usage
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+    _, status, usage = os.wait4(pid, 0)
+    return status, usage
 
 
 def allocated_bytes(directory: Path) -> int:
@@ -247,8 +292,8 @@ def print_table(rows: list[list[str]]) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child:
-        buffer, store, record = args.child
-        return run_child(args.cleanrl.resolve(), buffer, Path(store), Path(record), args.script_args)
+        buffer, store, record, counter = args.child
+        return run_child(args.cleanrl.resolve(), buffer, Path(store), Path(record), counter, args.script_args)
     if not (args.cleanrl / "cleanrl" / "dqn_atari.py").is_file():
         raise SystemExit(f"--cleanrl {args.cleanrl}: expected a CleanRL checkout with cleanrl/dqn_atari.py")
     work = args.work or Path(tempfile.mkdtemp(prefix="cleanrl-dqn-"))
