@@ -1,7 +1,7 @@
 """How fast does mmreplay add and sample, and how little does it keep, against in-RAM peers, on real frames?
 
-Feeds the real Atari frame stream in ``../shared/data/atari_<game>.npz`` (20,000 frames, episode
-boundaries from the file) cyclically into each buffer, one add per env step, until it holds
+Feeds a real Atari frame stream (20,000 frames recorded with ALE, see ``frame_streams.py``; episode
+boundaries from the stream) cyclically into each buffer, one add per env step, until it holds
 ``--capacity`` transitions; then samples uniform batches of ``--batch-size`` 4-frame stacks. mmreplay
 is measured twice: fed by one env, and by ``--vector-envs`` envs (8) that play the stream from
 different episode starts, one vector add of ``(8, 84, 84)`` arrays per env step. Each buffer is
@@ -39,6 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from machine import load_average, mem_available, on_tmpfs, rss_anon
 from mmreplay_adapters import MmreplayAdapter, MmreplayVectorAdapter
+from frame_streams import add_data_dir_argument, data_dir_arguments, stream_path
 from peers import (
     ESTIMATED_BYTES_PER_TRANSITION,
     PEER_PACKAGES,
@@ -50,7 +51,6 @@ from peers import (
 from timing import batches_per_second
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = REPO.parent / "shared" / "data"
 GAMES = ("pong", "breakout", "mspacman")
 MMREPLAY = ("mmreplay", "mmreplay-vec")  # one env; a vector of --vector-envs envs
 BUFFERS = (*MMREPLAY, "sb3", "cpprb", "numpy")
@@ -97,7 +97,7 @@ def make_adapter(args: argparse.Namespace, stream: FrameStream) -> Adapter:
 
 def measure(args: argparse.Namespace) -> dict[str, object]:
     name = args.worker
-    stream = FrameStream.load(args.data_dir / f"atari_{args.game}.npz")
+    stream = FrameStream.load(stream_path(args.game, args.data_dir))
     if name not in MMREPLAY:
         __import__(PEER_PACKAGES[name])  # imports are not the buffer's memory
         if name == "sb3":
@@ -184,7 +184,7 @@ def run_worker(args: argparse.Namespace, name: str, capacity: int, repeat: int) 
     command = [
         sys.executable, __file__, "--worker", name, "--game", args.game, "--capacity", str(capacity),
         "--batch-size", str(args.batch_size), "--sample-seconds", str(args.sample_seconds),
-        "--data-dir", str(args.data_dir), "--seed", str(args.seed + repeat),
+        *data_dir_arguments(args.data_dir), "--seed", str(args.seed + repeat),
         "--vector-envs", str(args.vector_envs), "--frame-encoding", args.frame_encoding,
     ]
     if args.tmpdir:
@@ -338,7 +338,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="also measure mmreplay fed by this many envs, one vector add per env step; 0: skip")
     parser.add_argument("--sample-seconds", type=float, default=1.0, help="time spent sampling per measurement")
     parser.add_argument("--json", type=Path, help="also write the results here as JSON")
-    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="where atari_<game>.npz live")
+    add_data_dir_argument(parser)
     parser.add_argument("--tmpdir", help="directory (on disk) for mmreplay's temporary store")
     parser.add_argument("--memory-fraction", type=float, default=0.6,
                         help="share of MemAvailable a peer may use before its capacity is reduced")
@@ -376,8 +376,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         print(json.dumps(measure(args)))
         return
-    if not (args.data_dir / f"atari_{args.game}.npz").exists():
-        sys.exit(f"no frame stream at {args.data_dir / f'atari_{args.game}.npz'}; pass --data-dir")
+    stream_path(args.game, args.data_dir)  # recorded here once, before the workers read it
     capacities, notes = plan_buffers(args)
     if not args.mmreplay:
         capacities = {name: capacity for name, capacity in capacities.items() if name not in MMREPLAY}

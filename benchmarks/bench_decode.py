@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -16,7 +17,8 @@ import numpy as np
 
 from mmreplay import codec
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from frame_streams import stream_path  # noqa: E402
 
 
 def encode_segment(frames: np.ndarray) -> tuple[memoryview, dict[str, np.ndarray]]:
@@ -54,7 +56,7 @@ def main() -> None:
     print("| game | frames/batch | path | median us/batch | us/frame |")
     print("|---|---|---|---|---|")
     for game in ("pong", "mspacman"):
-        frames = np.load(DATA / f"atari_{game}.npz")["frames"][: args.frames]
+        frames = np.load(stream_path(game))["frames"][: args.frames]
         view, table = encode_segment(frames)
         for size in args.sizes:
             picks = np.stack([rng.choice(len(frames), size, replace=False) for _ in range(args.repeats)])

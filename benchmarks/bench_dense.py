@@ -1,7 +1,7 @@
 """How dense, and at what cost, is compressing each frame against a reference frame (issue 7)?
 
 For each game and each candidate scheme (who references whom) and encoder (how a dependent frame is
-compressed against its reference), on the real frames in ``../shared/data``:
+compressed against its reference), on real frames (recorded with ALE, see ``frame_streams.py``):
 
 - bytes/frame: mean compressed size over the first ``--frames`` frames, key frames included; groups
   restart at each episode start (``reference_codec.EnvReferences``); key frames use lz4 HC 9;
@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 import zlib
 from collections.abc import Callable
@@ -40,7 +41,9 @@ from mmreplay.frame_ring import frame_entry
 from mmreplay.reference_codec import EnvReferences, ReferenceScheme
 from mmreplay.transition_table import row_dtype
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from frame_streams import stream_path  # noqa: E402
+
 Frame = npt.NDArray[np.uint8]
 Steps = npt.NDArray[np.int64]
 Encoder = Callable[[Frame, Frame], bytes]
@@ -74,7 +77,7 @@ SCHEMES: dict[str, tuple[ReferenceScheme | None, int]] = {
 
 
 def load(game: str, frames: int) -> tuple[Frame, npt.NDArray[np.bool_]]:
-    data = np.load(DATA / f"atari_{game}.npz")
+    data = np.load(stream_path(game))
     return data["frames"][:frames], data["episode_start"][:frames]
 
 

@@ -1,7 +1,8 @@
 """How fast do HDF5 export and import run, how big are the files, and does memory stay flat?
 
-Records ``--transitions`` real Atari transitions (the 20,000-frame stream of ``../shared/data``, fed
-cyclically, one add per env step) into a store, then measures, each in a fresh subprocess so peak RSS
+Records ``--transitions`` real Atari transitions (a 20,000-frame stream recorded with ALE, see
+``frame_streams.py``; fed cyclically, one add per env step) into a store, then measures, each in a fresh
+subprocess so peak RSS
 (``VmHWM``) belongs to that phase alone:
 
 * export to the ``mmreplay`` layout and to the ``minari`` layout, and import of each back into a store;
@@ -32,14 +33,16 @@ from pathlib import Path
 
 import numpy as np
 
-DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from frame_streams import stream_path  # noqa: E402
+
 PHASES = ("reference", "export-mmreplay", "import-mmreplay", "export-minari", "import-minari")
 
 
 def record(path: Path, game: str, transitions: int) -> None:
     from mmreplay import ReplayStore
 
-    with np.load(DATA_DIR / f"atari_{game}.npz") as data:
+    with np.load(stream_path(game)) as data:
         frames, action, reward = data["frames"], data["action"], data["reward"]
         terminated, truncated = data["terminated"], data["truncated"]
     starts = np.flatnonzero(action[:-1] >= 0)
@@ -117,8 +120,7 @@ def main() -> None:
     if arguments.phase:
         print(json.dumps(phase(arguments.phase, arguments.workdir)))
         return
-    if not DATA_DIR.is_dir():
-        sys.exit(f"real Atari frames are absent: {DATA_DIR} does not exist")
+    stream_path(arguments.game)  # recorded here, before the timed phases, if it is not yet
     work = Path(tempfile.mkdtemp(prefix="bench-export-", dir=arguments.workdir))
     try:
         began = time.perf_counter()

@@ -28,13 +28,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_core import (
-    DEFAULT_DATA,
     MALLOC_STEADY_ENV,
     SAMPLE_TARGET_VS_PEER,
     check_shared_args,
     make_adapter,
     plan_buffers,
 )
+from frame_streams import add_data_dir_argument, data_dir_arguments, stream_path
 from machine import load_average
 from peers import PEERS, FrameStream
 from timing import batches_per_second
@@ -48,7 +48,7 @@ class Worker:
     def __init__(self, args: argparse.Namespace, name: str, capacity: int) -> None:
         command = [
             sys.executable, __file__, "--worker", name, "--game", args.game, "--capacity", str(capacity),
-            "--batch-size", str(args.batch_size), "--data-dir", str(args.data_dir), "--seed", str(args.seed),
+            "--batch-size", str(args.batch_size), *data_dir_arguments(args.data_dir), "--seed", str(args.seed),
         ]
         if args.tmpdir:
             command += ["--tmpdir", args.tmpdir]
@@ -77,7 +77,7 @@ class Worker:
 
 def serve(args: argparse.Namespace) -> None:
     """The worker: build the buffer, say so, then answer each line (seconds to sample) with batches/s."""
-    stream = FrameStream.load(args.data_dir / f"atari_{args.game}.npz")
+    stream = FrameStream.load(stream_path(args.game, args.data_dir))
     args.frame_encoding, args.reuse_out, args.vector_envs = "lz4", False, 0  # make_adapter's other options
     adapter = make_adapter(args, stream)
     try:
@@ -160,7 +160,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--window", type=float, default=0.5, help="seconds each buffer samples per window")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--json", type=Path, help="also write the results here as JSON")
-    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="where atari_<game>.npz live")
+    add_data_dir_argument(parser)
     parser.add_argument("--tmpdir", help="directory (on disk) for mmreplay's temporary store")
     parser.add_argument("--memory-fraction", type=float, default=0.6,
                         help="share of MemAvailable one peer may use before its capacity is reduced")

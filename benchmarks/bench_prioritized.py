@@ -29,7 +29,9 @@ import numpy as np
 
 from mmreplay import PrioritizedSampler, ReplayStore, UniformSampler
 
-DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from frame_streams import add_data_dir_argument, stream_path  # noqa: E402
+
 BATCH = 32
 
 
@@ -59,8 +61,8 @@ def fill_tiny(store: ReplayStore, count: int) -> None:
         store.add(base + i % 200, zeros, zeros.astype(np.float32), base + (i + 1) % 200, flags, flags)
 
 
-def pong_transitions(data: Path) -> dict[str, np.ndarray]:
-    stream = np.load(data / "atari_pong.npz")
+def pong_transitions(path: Path) -> dict[str, np.ndarray]:
+    stream = np.load(path)
     frames, action = stream["frames"], stream["action"]
     t = np.flatnonzero(action >= 0)
     return {
@@ -233,16 +235,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--length", type=int, default=80, help="sequence length")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=2.0, help="per timed run")
-    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
+    add_data_dir_argument(parser)
     parser.add_argument("--tmpdir", default=None, help="where stores live while measured (on disk)")
     parser.add_argument("--no-pong", action="store_true", help="skip the real-frame measurements")
     parser.add_argument("--no-sequences", action="store_true", help="skip question 2 (sequences)")
     args = parser.parse_args(argv)
     pong = None
     if not args.no_pong:
-        if not (args.data_dir / "atari_pong.npz").exists():
-            sys.exit(f"no frame stream at {args.data_dir / 'atari_pong.npz'}; pass --data-dir or --no-pong")
-        pong = pong_transitions(args.data_dir)
+        pong = pong_transitions(stream_path("pong", args.data_dir))
 
     print(f"\nPrioritized sample({BATCH}) + update_priorities({BATCH}), operations/s "
           f"(median of {args.repeats} x {args.seconds:g} s, alpha 0.6, beta 0.4)\n")

@@ -1,6 +1,6 @@
 """Does mmreplay stay flat at scale? Build a store of 10,000,000 real transitions and watch it.
 
-Feeds the real frame stream of ``../shared/data/atari_<game>.npz`` (~19,980 transitions, cycled, one
+Feeds a real frame stream (20,000 frames recorded with ALE, see ``frame_streams.py``; ~19,980 transitions, cycled, one
 env, one add per env step, nothing varied: every pass adds the same frames again) into a store of
 capacity ``--transitions``, so nothing is evicted, and reports:
 
@@ -47,10 +47,10 @@ from machine import (
     resident_bytes,
     rss_anon,
 )
+from frame_streams import add_data_dir_argument, data_dir_arguments, stream_path
 from peers import FRAME_SHAPE, STACK_SIZE, FrameStream
 from timing import batches_per_second
 
-DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 WARM_TARGET = 0.8  # issue 7: sampling the large store within 20% of the small one
 MiB = 2**20
 
@@ -107,7 +107,7 @@ def build_in_subprocess(args: argparse.Namespace, path: Path, transitions: int, 
                         quiet: bool) -> dict:
     """``build`` in a fresh Python process, so its anonymous memory starts clean (progress passes through)."""
     command = [sys.executable, __file__, "--build-worker", str(path), "--transitions", str(transitions),
-               "--interval", str(interval), "--game", args.game, "--data-dir", str(args.data_dir)]
+               "--interval", str(interval), "--game", args.game, *data_dir_arguments(args.data_dir)]
     if quiet:
         command.append("--quiet")
     done = subprocess.run(command, check=False, stdout=subprocess.PIPE, text=True)
@@ -226,7 +226,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sample-seconds", type=float, default=2.0, help="seconds per warm sampling round")
     parser.add_argument("--rounds", type=int, default=3, help="alternating warm sampling rounds")
     parser.add_argument("--cold-seconds", type=float, default=5.0, help="seconds of cold-cache sampling")
-    parser.add_argument("--data-dir", type=Path, default=DEFAULT_DATA)
+    add_data_dir_argument(parser)
     parser.add_argument("--json", type=Path, help="also write the results here as JSON")
     parser.add_argument("--build-worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
@@ -240,7 +240,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    stream = FrameStream.load(args.data_dir / f"atari_{args.game}.npz")
+    stream = FrameStream.load(stream_path(args.game, args.data_dir))
     if args.build_worker:
         print(json.dumps(build(args.build_worker, stream, args.transitions, args.interval, quiet=args.quiet)))
         return

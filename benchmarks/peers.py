@@ -1,6 +1,6 @@
 """The frame stream the benchmark replays, and the buffers it measures mmreplay against (peers).
 
-A *frame stream* is one ``../shared/data/atari_<game>.npz`` file: every observation in the order seen,
+A *frame stream* is one ``atari_<game>`` npz file (``frame_streams.py``): every observation in the order seen,
 transition t being ``(frames[t], action[t], reward[t], frames[t + 1], terminated[t], truncated[t])``
 for every t with ``action[t] >= 0``. The benchmark feeds those transitions cyclically, one ``add`` per
 env step, until a buffer holds ``capacity`` transitions.

@@ -166,7 +166,8 @@ def write_markdown(
         "# mmreplay benchmark report",
         "",
         (f"Written {now} by `{' '.join(['benchmarks/report.py', *sys.argv[1:]])}` on {machine_line()}. "
-        "Real Atari frames (`../shared/data`), peers measured in the same run. Timings are wall-clock and "
+        "Real Atari frames (recorded with ALE by `scripts/atari_frames.py`), peers measured in the same run. "
+        "Timings are wall-clock and "
         "move with the machine's load (see each section's notes): compare ratios within a section. The "
         "sampling ratios of the \"sampling in turns\" tables (bench_paired) are the steadier ones: there "
         "mmreplay and one peer, both built, sample in alternating half-second windows."),

@@ -736,10 +736,10 @@ done:
 }
 
 /* gather_fields(table, row_slots, steps, env_bytes, next_frames, action, reward, terminated, truncated,
- *               env_index) -> int
+ *               env_index, detached) -> int
  *   gather_rows, unpacked: the fields of each step's row go straight into the arrays of a batch
  *   (next_frames int64: the step plus frame_lead; action: the row's action bytes; reward float32;
- *   terminated and truncated bool, from flag bits 1 and 2; env_index int64), each copy checked
+ *   terminated, truncated and detached bool, from flag bits 1, 2 and 8; env_index int64), each copy checked
  *   against its checksum: -1, or the first index that fails. One call instead of a dozen numpy calls,
  *   each several microseconds once decoding a batch has pushed numpy out of the CPU caches. Row
  *   layout: transition_table.row_dtype (little-endian; the caller passes a native-order action),
@@ -747,11 +747,11 @@ done:
 static PyObject *
 lz4batch_gather_fields(PyObject *module, PyObject *args)
 {
-    Py_buffer table, steps, next_frames, action, reward, terminated, truncated, env_index;
+    Py_buffer table, steps, next_frames, action, reward, terminated, truncated, env_index, detached;
     long long row_slots;
     int env_bytes;
-    if (!PyArg_ParseTuple(args, "y*Ly*iw*w*w*w*w*w*:gather_fields", &table, &row_slots, &steps, &env_bytes,
-                          &next_frames, &action, &reward, &terminated, &truncated, &env_index)) {
+    if (!PyArg_ParseTuple(args, "y*Ly*iw*w*w*w*w*w*w*:gather_fields", &table, &row_slots, &steps, &env_bytes,
+                          &next_frames, &action, &reward, &terminated, &truncated, &env_index, &detached)) {
         return NULL;
     }
     PyObject *result = NULL;
@@ -767,7 +767,8 @@ lz4batch_gather_fields(PyObject *module, PyObject *args)
     }
     if (check_array(&steps, "steps", n, 8) < 0 || check_array(&next_frames, "next_frames", n, 8) < 0
         || check_array(&reward, "reward", n, 4) < 0 || check_array(&terminated, "terminated", n, 1) < 0
-        || check_array(&truncated, "truncated", n, 1) < 0 || check_array(&env_index, "env_index", n, 8) < 0) {
+        || check_array(&truncated, "truncated", n, 1) < 0 || check_array(&env_index, "env_index", n, 8) < 0
+        || check_array(&detached, "detached", n, 1) < 0) {
         goto done;
     }
     const unsigned char *rows = (const unsigned char *)table.buf;
@@ -790,6 +791,7 @@ lz4batch_gather_fields(PyObject *module, PyObject *args)
         memcpy((char *)reward.buf + 4 * i, &reward_bits, 4);
         ((unsigned char *)terminated.buf)[i] = (flags & 1) != 0;
         ((unsigned char *)truncated.buf)[i] = (flags & 2) != 0;
+        ((unsigned char *)detached.buf)[i] = (flags & 8) != 0;
         memcpy((char *)action.buf + i * action_bytes, row + action_offset, (size_t)action_bytes);
     }
     result = PyLong_FromSsize_t(bad);
@@ -802,6 +804,7 @@ done:
     PyBuffer_Release(&terminated);
     PyBuffer_Release(&truncated);
     PyBuffer_Release(&env_index);
+    PyBuffer_Release(&detached);
     return result;
 }
 
@@ -1087,7 +1090,7 @@ static PyMethodDef lz4batch_methods[] = {
      "Copy the rows of these steps into out and check the copies: -1, or the first index that fails."},
     {"gather_fields", lz4batch_gather_fields, METH_VARARGS,
      "gather_fields(table, row_slots, steps, env_bytes, next_frames, action, reward, terminated, truncated,\n"
-     "              env_index) -> int\n\n"
+     "              env_index, detached) -> int\n\n"
      "Unpack the rows of these steps into a batch's arrays and check them: -1, or the first index that fails."},
     {"follow_links", lz4batch_follow_links, METH_VARARGS,
      "follow_links(table, frame_slots, entry_size, link_offset, next_frames, out) -> None\n\n"

@@ -47,7 +47,9 @@ class Batch(_Record):
     importance weight (1 under uniform sampling) and ``discount`` the factor for bootstrapping from
     ``next_obs``: gamma^m after m reward steps (1 from ``read``), times 0 when the last of them
     terminated, so that ``reward + discount * Q(next_obs)`` is the target (as dm_env, Acme and TF-Agents
-    read it). ``obs`` and ``next_obs`` are views of one array and share ``stack_size - 1`` frames.
+    read it). ``obs`` and ``next_obs`` are views of one array and share ``stack_size - 1`` frames, but
+    in a batch that holds a transition whose final next_obs was stored as given (not obs shifted), and
+    in n-step batches, they share none.
     """
 
     obs: npt.NDArray[np.uint8]

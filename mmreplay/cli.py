@@ -208,8 +208,9 @@ def verify_store(path: str, *, progress: bool = False, max_problems: int = 100) 
     """Decode every stored transition and check it against the episode table; returns what is wrong.
 
     Checks: every frame decodes (checksums), each transition's step and env are what was asked, rewards
-    are finite, each obs continues the previous next_obs of its episode, and terminated/truncated only
-    end an episode, matching how the episode table says it ended.
+    are finite, each obs continues the previous next_obs of its episode, each next_obs is its obs
+    shifted by one frame unless the transition ended its episode (then it was stored as given), and
+    terminated/truncated only end an episode, matching how the episode table says it ended.
     """
     report: dict[str, Any] = {"path": path, "transitions": 0, "episodes": 0, "frames_decoded": 0, "problems": []}
     problems: list[str] = report["problems"]
@@ -274,6 +275,8 @@ def _verify_chunk(store: ReplayStore, steps: np.ndarray, episode_of: np.ndarray,
             problems.append(f"step {step}: obs does not continue the previous next_obs of episode {number}")
         last = step == int(episode.steps[-1])
         ended = "terminated" if batch.terminated[i] else "truncated" if batch.truncated[i] else None
+        if not ended and not np.array_equal(batch.next_obs[i, :-1], batch.obs[i, 1:]):
+            problems.append(f"step {step}: next_obs is not obs shifted by one frame, though it did not end its episode")
         if ended and not last:
             problems.append(f"step {step}: {ended} inside episode {number}, which goes on")
         if last and ended and episode.ended_by != ended:

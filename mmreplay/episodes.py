@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.frame_encoding import FrameEncoder
-from mmreplay.transition_table import EPISODE_START, TERMINATED, TRUNCATED
+from mmreplay.transition_table import DETACHED, EPISODE_START, TERMINATED, TRUNCATED
 from mmreplay.validation import AddArguments
 
 
@@ -53,6 +53,14 @@ class EnvEpisode:
         self.frame_steps.append(frame_step)
         self.last_step = step
         self.open = not ended
+
+    def detach(self, frames: list[bytes], newest_frame_step: int, *, step: int) -> None:
+        """Record a detached transition of this env (it ended its episode): its whole next_obs stack
+        ``frames`` was written, the newest at ``newest_frame_step``."""
+        self.frames.extend(frames)
+        self.frame_steps.extend(range(newest_frame_step - len(frames) + 1, newest_frame_step + 1))
+        self.last_step = step
+        self.open = False
 
 
 def continuations(
@@ -142,13 +150,17 @@ def plan_frames(
             obs_steps = [steps[0]] * (episode.stack_size - len(steps)) + steps
             plan.previous_steps.append(None)
             plan.starts.append((frames, steps))
-        payload, ref_delta = encode(env, next_step, arguments.next_obs[env][-1], restart=False)
-        payloads.append(payload)
-        ref_deltas.append(ref_delta)
-        plan.prev_deltas.append(next_step - obs_steps[-1])
-        plan.next_frames.append(next_step)
-        plan.flags.append(flags)
-        next_step += 1
+        # The new frames of next_obs: its newest, or, for a detached transition, all of its frames (no
+        # repeats left out: its stack must come back as given), the oldest linked to obs's newest frame.
+        new_frames = arguments.next_obs[env] if arguments.detached[env] else arguments.next_obs[env][-1:]
+        for i, frame in enumerate(new_frames):
+            payload, ref_delta = encode(env, next_step + i, frame, restart=False)
+            payloads.append(payload)
+            ref_deltas.append(ref_delta)
+        plan.prev_deltas.extend([next_step - obs_steps[-1]] + [1] * (len(new_frames) - 1))
+        next_step += len(new_frames)
+        plan.next_frames.append(next_step - 1)
+        plan.flags.append(flags | DETACHED * bool(arguments.detached[env]))
     return plan
 
 

@@ -28,7 +28,10 @@ from mmreplay.files import fsync_directory
 MAGIC = "mmreplay"
 # 2: rows without oldest_delta (the frame chain gives it). 3: rows hold frame_lead (u4) for next_frame
 # (u8) and a one-byte env in stores of at most 256 envs; frame entries a u2 length for frames of 84x84.
-FORMAT_VERSION = 3
+# 4: row flag 8 (DETACHED: a whole next_obs stack stored as given), which a version 3 reader would misread.
+FORMAT_VERSION = 4
+# Version 3 stores are version 4 stores without the flag: read as they are; a commit writes version 4.
+READABLE_VERSIONS = (3, 4)
 
 HEADER_NAME = "header.json"
 TRANSITIONS_NAME = "transitions.tbl"
@@ -167,9 +170,10 @@ def read_header(directory: Path) -> tuple[Layout, Commit]:
     if not isinstance(document, dict) or document.get("magic") != MAGIC:
         raise CorruptStoreError(f"{path}: not an mmreplay header (magic is not {MAGIC!r})")
     version = document.get("format_version")
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise FormatVersionError(
-            f"{path}: format version {version!r}; this mmreplay reads format version {FORMAT_VERSION}"
+            f"{path}: format version {version!r}; this mmreplay reads format versions "
+            f"{' and '.join(map(str, READABLE_VERSIONS))}"
         )
     checksum = document.pop("checksum", None)
     if checksum != _body_checksum(document):

@@ -5,7 +5,8 @@ Two layouts, both described in the README ("HDF5 datasets"):
 * ``"mmreplay"`` (``hdf5_mmreplay_layout``): one file. Frames are one HDF5 chunk each (deflate level 1,
   in every HDF5 build); episodes are stored one after another: an episode of T transitions owns
   ``stack_size + T`` consecutive frames (its first obs stack, then each transition's newest next_obs
-  frame) and T consecutive rows of the ``transitions`` columns.
+  frame; ``stack_size - 1`` more when its last next_obs was stored whole, as given) and T consecutive
+  rows of the ``transitions`` columns.
 * ``"minari"`` (``hdf5_minari``): a Minari 0.5.4 dataset directory (``<dir>/data/main_data.hdf5`` and
   ``metadata.json``), one ``episode_{i}`` group per episode with observations of length T + 1 (single
   frames, lossless).
@@ -34,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 from tqdm import tqdm
 
+from mmreplay.episodes import Episode
 from mmreplay.errors import CorruptStoreError
 from mmreplay.files import make_sibling_directory
 from mmreplay.hdf5_datasets import FORMAT_NAMES, LAYOUTS, LayoutWriter, Source
@@ -78,6 +80,8 @@ def export_hdf5(
         if not isinstance(dataset_id, str) or not DATASET_ID.match(dataset_id):
             raise ValueError(f"dataset_id must look like '[namespace/]name-v0' (Minari's rule); got {dataset_id!r}")
     episodes = store.episodes()
+    final_stacks = _final_stacks(store, episodes, chunk_steps)
+    final_steps = np.array([int(episode.steps[-1]) for episode in episodes], np.int64)
     stored = store.stored_steps
     episode_of = np.empty(len(stored), np.int64)
     position_of = np.empty(len(stored), np.int64)
@@ -88,15 +92,15 @@ def export_hdf5(
     building = make_sibling_directory(target, "exporting")
     try:
         if layout == "mmreplay":
-            writer: LayoutWriter = MmreplayLayoutWriter(building / "export.h5", store, episodes)
+            writer: LayoutWriter = MmreplayLayoutWriter(building / "export.h5", store, episodes, final_stacks)
         else:
-            writer = MinariWriter(building / "data", store, episodes, dataset_id or "")
+            writer = MinariWriter(building / "data", store, episodes, final_stacks, dataset_id or "")
         with closing(writer), tqdm(total=len(stored), disable=not progress, file=sys.stderr,
                                    unit="transition", desc=f"export {layout}") as bar:
             for start in range(stored.start, stored.stop, chunk_steps):
                 steps = np.arange(start, min(start + chunk_steps, stored.stop), dtype=np.int64)
                 _export_chunk(writer, store, steps, episode_of[steps - stored.start],
-                              position_of[steps - stored.start])
+                              position_of[steps - stored.start], final_stacks, final_steps)
                 bar.update(len(steps))
         os.rename(building / "export.h5" if layout == "mmreplay" else building, target)
     finally:
@@ -104,8 +108,24 @@ def export_hdf5(
     return len(stored)
 
 
+def _final_stacks(store: ReplayStore, episodes: list[Episode], chunk_steps: int) -> npt.NDArray[np.bool_]:
+    """Which episodes end with a detached transition: one that terminated or truncated with a next_obs
+    that is not its obs shifted by one frame (stored as given; exported whole, as a final stack)."""
+    final = np.zeros(len(episodes), np.bool_)
+    ended = [i for i, episode in enumerate(episodes) if episode.ended_by in ("terminated", "truncated")]
+    if store.stack_size == 1:
+        return final
+    for start in range(0, len(ended), chunk_steps):
+        numbers = ended[start : start + chunk_steps]
+        batch = store.read([int(episodes[i].steps[-1]) for i in numbers])
+        shifted = (batch.next_obs[:, :-1] == batch.obs[:, 1:]).reshape(len(numbers), -1).all(axis=1)
+        final[numbers] = ~shifted
+    return final
+
+
 def _export_chunk(writer: LayoutWriter, store: ReplayStore, steps: npt.NDArray[np.int64],
-                  episode_of: npt.NDArray[np.int64], position_of: npt.NDArray[np.int64]) -> None:
+                  episode_of: npt.NDArray[np.int64], position_of: npt.NDArray[np.int64],
+                  final_stacks: npt.NDArray[np.bool_], final_steps: npt.NDArray[np.int64]) -> None:
     batch = store.read(steps)
     for i in np.flatnonzero(position_of == 0).tolist():
         writer.frames(int(episode_of[i]), 0, batch.obs[i])
@@ -113,6 +133,10 @@ def _export_chunk(writer: LayoutWriter, store: ReplayStore, steps: npt.NDArray[n
         rows = np.flatnonzero(episode_of == episode)
         first = int(position_of[rows[0]])
         writer.frames(episode, store.stack_size + first, batch.next_obs[rows, -1])
+        last = int(rows[-1])
+        if final_stacks[episode] and batch.index[last] == final_steps[episode]:
+            # Its whole next_obs, from where its newest frame alone went.
+            writer.frames(episode, store.stack_size + int(position_of[last]), batch.next_obs[last])
         writer.columns(episode, first, {
             "action": batch.action[rows], "reward": batch.reward[rows], "terminated": batch.terminated[rows],
             "truncated": batch.truncated[rows], "step": batch.index[rows]})

@@ -19,7 +19,10 @@ from mmreplay.store import ReplayStore
 
 LAYOUTS = ("mmreplay", "minari")
 FORMAT_NAMES = {"mmreplay": "mmreplay-hdf5", "minari": "mmreplay-minari"}
-FORMAT_VERSION = 1
+# 2: an episode whose last transition's next_obs was stored as given (a detached transition, see
+# stacking) keeps that whole stack: "final stack" (episodes/final_stack, episode_{i}/mmreplay_final_stack).
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # version 1 files have no final stacks
 # The per-transition columns every layout carries; "step" is the transition's original step.
 COLUMNS = ("action", "reward", "terminated", "truncated", "step")
 DEFLATE_LEVEL = 1  # HDF5's "gzip" filter: zlib streams, one per chunk (one frame per chunk)
@@ -60,7 +63,9 @@ class LayoutWriter(Protocol):
     """Where an export puts each episode's frames and column rows; ``close`` completes the output.
 
     An episode's frames are numbered locally: its first obs stack (``stack_size`` frames), then one
-    frame per transition (that transition's newest next_obs frame). Column rows are numbered by the
+    frame per transition (that transition's newest next_obs frame), but for an episode with a *final
+    stack* (its last transition is detached: its next_obs is not its obs shifted) the last transition
+    brings its whole next_obs stack (``stack_size`` frames). Column rows are numbered by the
     transition's position in its episode.
     """
 
@@ -73,7 +78,7 @@ class LayoutWriter(Protocol):
 
 class Source:
     """An open dataset, for import: the store layout it needs, and each episode's env, length, first
-    step, frames (numbered as in ``LayoutWriter``) and columns (``COLUMNS``).
+    step, whether it has a final stack, frames (numbered as in ``LayoutWriter``) and columns (``COLUMNS``).
 
     A layout subclasses it and fills in the layout fields and the per-episode arrays.
     """
@@ -90,6 +95,7 @@ class Source:
         self.envs = np.zeros(0, np.int64)
         self.lengths = np.zeros(0, np.int64)
         self.first_steps = np.zeros(0, np.int64)
+        self.final_stacks = np.zeros(0, np.bool_)  # per episode: its last next_obs is a whole stack
 
     def frames(self, episode: int, start: int, stop: int) -> npt.NDArray[np.uint8]:
         raise NotImplementedError
@@ -106,8 +112,10 @@ class Source:
     def read_layout(self, attrs: Any) -> None:
         """Take the store layout from root attributes written by ``root_attrs``, version checked first."""
         version = int(attrs["format_version"])
-        if version != FORMAT_VERSION:
-            raise FormatVersionError(f"{self.name}: format version {version}; this mmreplay reads {FORMAT_VERSION}")
+        if version not in READABLE_VERSIONS:
+            raise FormatVersionError(
+                f"{self.name}: format version {version}; this mmreplay reads {' and '.join(map(str, READABLE_VERSIONS))}"
+            )
         self.frame_shape = tuple(int(n) for n in attrs["frame_shape"])
         self.stack_size = int(attrs["stack_size"])
         self.num_envs = int(attrs["num_envs"])
@@ -115,3 +123,9 @@ class Source:
         self.action_shape = tuple(int(n) for n in attrs["action_shape"])
         self.action_dtype = np.dtype(attrs["action_dtype"])
 
+
+
+def frame_counts(lengths: npt.NDArray[np.int64], final_stacks: npt.NDArray[np.bool_], stack_size: int) -> npt.NDArray[np.int64]:
+    """The frames each episode owns (``LayoutWriter``'s numbering): stack_size + T, and stack_size - 1
+    more for a final stack."""
+    return (lengths + stack_size + (stack_size - 1) * final_stacks).astype(np.int64)

@@ -6,7 +6,10 @@ An export makes ``<dir>/data/main_data.hdf5`` and ``<dir>/data/metadata.json``, 
 length T + 1 (single frames, one per chunk, lossless), ``actions``, ``rewards``, ``terminations`` and
 ``truncations`` of length T, and mmreplay's additions: ``mmreplay_initial_stack`` (the episode's first
 obs stack), ``mmreplay_steps`` (each transition's original step) and attributes ``mmreplay_env_index``,
-``mmreplay_ended_by`` and ``mmreplay_complete``.
+``mmreplay_ended_by`` and ``mmreplay_complete``. An episode whose last transition terminated or
+truncated with a next_obs that is not its obs shifted (stored as given: the reset observation that
+CleanRL and SB3 pass) has ``mmreplay_final_stack``, that whole next_obs stack; its ``observations[T]``
+is the stack's newest frame.
 
 An import also reads Minari datasets that mmreplay did not write, when their observations are uint8
 single frames: as one env, episode after episode, stacks starting by repeating the first frame.
@@ -46,7 +49,14 @@ MINARI_COLUMNS = {"action": "actions", "reward": "rewards", "terminated": "termi
 class MinariWriter:
     """Exports to the ``"minari"`` layout (a ``LayoutWriter``): the episode groups, then ``metadata.json``."""
 
-    def __init__(self, directory: Path, store: ReplayStore, episodes: list[Episode], dataset_id: str) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        store: ReplayStore,
+        episodes: list[Episode],
+        final_stacks: npt.NDArray[np.bool_],
+        dataset_id: str,
+    ) -> None:
         directory.mkdir()
         self._directory = directory
         self._store = store
@@ -57,6 +67,8 @@ class MinariWriter:
         self._file.attrs.update(root_attrs(store, "minari", len(episodes)))
         self._low: Any = None
         self._high: Any = None
+        self._lengths = [episode.length for episode in episodes]
+        self._final_stacks = np.asarray(final_stacks, bool)
         for number, episode in enumerate(episodes):
             group = self._file.create_group(f"episode_{number}")
             group.attrs.update({"id": number, "total_steps": episode.length,
@@ -64,6 +76,8 @@ class MinariWriter:
                                 "mmreplay_complete": episode.complete})
             frame_dataset(group, "observations", episode.length + 1, store.frame_shape)
             frame_dataset(group, "mmreplay_initial_stack", store.stack_size, store.frame_shape)
+            if final_stacks[number]:
+                frame_dataset(group, "mmreplay_final_stack", store.stack_size, store.frame_shape)
             column_dataset(group, "actions", episode.length, store.action_shape, store.action_dtype)
             column_dataset(group, "rewards", episode.length, (), np.float32)
             column_dataset(group, "terminations", episode.length, (), bool)
@@ -74,6 +88,14 @@ class MinariWriter:
     def frames(self, episode: int, local: int, frames: npt.NDArray[np.uint8]) -> None:
         group = self._file[f"episode_{episode}"]
         stack = self._store.stack_size
+        if self._final_stacks[episode]:
+            first_final = stack + self._lengths[episode] - 1  # local number of the final stack's oldest frame
+            if local + len(frames) > first_final:
+                cut = max(0, first_final - local)
+                write_frames(group["mmreplay_final_stack"], local + cut - first_final, frames[cut:])
+                if local + len(frames) == first_final + stack:  # its newest frame: the final observation
+                    write_frames(group["observations"], self._lengths[episode], frames[-1:])
+                frames = frames[:cut]
         if local < stack:
             write_frames(group["mmreplay_initial_stack"], local, frames[: stack - local])
         if local + len(frames) > stack - 1:
@@ -149,6 +171,7 @@ class MinariSource(Source):
         if stack_size is not None and stack_size != self.stack_size:
             raise ValueError(f"stack_size={stack_size} differs from the dataset's stack_size {self.stack_size}")
         self.lengths = np.array([len(g["rewards"]) for g in self._groups], np.int64)
+        self.final_stacks = np.array([ours and "mmreplay_final_stack" in g for g in self._groups], np.bool_)
         self.envs = np.array([int(g.attrs.get("mmreplay_env_index", 0)) for g in self._groups], np.int64)
         self._sequential = not ours
         starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
@@ -165,6 +188,16 @@ class MinariSource(Source):
                     raise self.fail(f"episode_{i}/{key} has {len(group[key])} entries; expected {length}")
 
     def frames(self, episode: int, start: int, stop: int) -> npt.NDArray[np.uint8]:
+        if self.final_stacks[episode]:
+            first_final = self.stack_size + int(self.lengths[episode]) - 1
+            if stop > first_final:
+                final = np.asarray(self._groups[episode]["mmreplay_final_stack"][max(0, start - first_final) : stop - first_final])
+                if start >= first_final:
+                    return final
+                return np.concatenate([self._frames_before_final(episode, start, first_final), final])
+        return self._frames_before_final(episode, start, stop)
+
+    def _frames_before_final(self, episode: int, start: int, stop: int) -> npt.NDArray[np.uint8]:
         group, stack = self._groups[episode], self.stack_size
         head: npt.NDArray[np.uint8] = np.zeros((0, *self.frame_shape), np.uint8)
         if start < stack - 1:

@@ -4,11 +4,14 @@ Datasets (root attributes from ``hdf5_datasets.root_attrs``):
 
 * ``frames`` (F, *frame_shape) uint8, one frame per chunk: an episode of T transitions owns
   ``stack_size + T`` consecutive frames starting at ``episodes/frame_start``: its first obs stack, then
-  each transition's newest next_obs frame.
+  each transition's newest next_obs frame; an episode with ``episodes/final_stack`` True (its last
+  transition terminated or truncated with a next_obs that is not its obs shifted, stored as given) owns
+  ``stack_size - 1`` more: its last transition brings its whole next_obs stack.
 * ``transitions/{action, reward, terminated, truncated, step}``: one row per transition; an episode's
   T rows are consecutive from ``episodes/transition_start``. ``step`` is the transition's original step.
-* ``episodes/{env_index, length, transition_start, frame_start, first_step, ended_by, complete}``: one
-  entry per episode, in the order of ``ReplayStore.episodes()``.
+* ``episodes/{env_index, length, transition_start, frame_start, first_step, ended_by, complete,
+  final_stack}``: one entry per episode, in the order of ``ReplayStore.episodes()`` (``final_stack``
+  since format version 2; a version 1 file has none).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from mmreplay.hdf5_datasets import (
     COLUMNS,
     Source,
     column_dataset,
+    frame_counts,
     frame_dataset,
     root_attrs,
     write_frames,
@@ -34,11 +38,14 @@ from mmreplay.store import ReplayStore
 class MmreplayLayoutWriter:
     """Exports to the ``"mmreplay"`` layout (a ``LayoutWriter``)."""
 
-    def __init__(self, path: Path, store: ReplayStore, episodes: list[Episode]) -> None:
+    def __init__(
+        self, path: Path, store: ReplayStore, episodes: list[Episode], final_stacks: npt.NDArray[np.bool_]
+    ) -> None:
         self._file = h5py.File(path, "w")
         lengths = np.array([e.length for e in episodes], np.int64)
         self._rows = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if len(lengths) else lengths
-        self._frame_starts = self._rows + store.stack_size * np.arange(len(lengths), dtype=np.int64)
+        counts = frame_counts(lengths, final_stacks, store.stack_size)
+        self._frame_starts = (np.cumsum(counts) - counts).astype(np.int64)
         self._file.attrs.update(root_attrs(store, "mmreplay", len(episodes)))
         group = self._file.create_group("episodes")
         group.create_dataset("env_index", data=np.array([e.env_index for e in episodes], np.int64))
@@ -48,9 +55,9 @@ class MmreplayLayoutWriter:
         group.create_dataset("first_step", data=np.array([e.first_step for e in episodes], np.int64))
         group.create_dataset("ended_by", data=np.array([e.ended_by.encode() for e in episodes], "S11"))
         group.create_dataset("complete", data=np.array([e.complete for e in episodes], bool))
+        group.create_dataset("final_stack", data=np.asarray(final_stacks, bool))
         total = int(lengths.sum())
-        self._frames = frame_dataset(self._file, "frames", total + store.stack_size * len(episodes),
-                                     store.frame_shape)
+        self._frames = frame_dataset(self._file, "frames", int(counts.sum()), store.frame_shape)
         table = self._file.create_group("transitions")
         column_dataset(table, "action", total, store.action_shape, store.action_dtype)
         column_dataset(table, "reward", total, (), np.float32)
@@ -85,10 +92,15 @@ class MmreplayLayoutSource(Source):
         self._frame_starts = episodes["frame_start"][()]
         self._frames = file["frames"]
         self._table = file["transitions"]
+        if "final_stack" in episodes:
+            self.final_stacks = episodes["final_stack"][()].astype(bool)
+        else:
+            self.final_stacks = np.zeros(len(self.lengths), np.bool_)
         total = int(self.lengths.sum())
-        if self._frames.shape != (total + self.stack_size * len(self.lengths), *self.frame_shape):
+        frames = int(frame_counts(self.lengths, self.final_stacks, self.stack_size).sum())
+        if len(self.final_stacks) != len(self.lengths) or self._frames.shape != (frames, *self.frame_shape):
             raise self.fail(f"frames has shape {self._frames.shape}; the episodes table needs "
-                            f"{(total + self.stack_size * len(self.lengths), *self.frame_shape)}")
+                            f"{(frames, *self.frame_shape)}")
         for column in COLUMNS:
             if self._table[column].shape[0] != total:
                 raise self.fail(f"transitions/{column} has {self._table[column].shape[0]} rows; expected {total}")

@@ -2,8 +2,8 @@
 
 Each episode is read in blocks of ``block`` transitions by a ``Cursor``; a heap merges the cursors by
 step, so the store receives every env's transitions in the order they were first added. Each
-episode's first obs arrives as its whole stack and the rest frame by frame, so the store rebuilds
-stacks exactly as they were. Consecutive transitions of increasing envs share one vector ``add``.
+episode's first obs arrives as its whole stack and the rest frame by frame (a final stack whole), so
+the store rebuilds stacks exactly as they were. Consecutive transitions of increasing envs share one vector ``add``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ class Cursor:
     def _load(self) -> None:
         start, stop = self.position, min(self.length, self.position + self.block)
         self._start = start
-        self._frames = self.source.frames(self.episode, start, stop + self.source.stack_size)
+        stack = self.source.stack_size
+        final = stack - 1 if stop == self.length and self.source.final_stacks[self.episode] else 0
+        self._frames = self.source.frames(self.episode, start, stop + stack + final)
         self._columns = self.source.columns(self.episode, start, stop)
 
     @property
@@ -40,8 +42,11 @@ class Cursor:
     def transition(self) -> tuple[Any, ...]:
         i, stack = self.position - self._start, self.source.stack_size
         c = self._columns
+        # A final stack follows the last obs whole; any other next_obs is the obs shifted by one frame.
+        final = self.position == self.length - 1 and self.source.final_stacks[self.episode]
+        next_obs = self._frames[i + stack : i + 2 * stack] if final else self._frames[i + 1 : i + 1 + stack]
         return (int(self.source.envs[self.episode]), self._frames[i : i + stack], c["action"][i], c["reward"][i],
-                self._frames[i + 1 : i + 1 + stack], bool(c["terminated"][i]), bool(c["truncated"][i]))
+                next_obs, bool(c["terminated"][i]), bool(c["truncated"][i]))
 
     def advance(self) -> bool:
         """Move to the next transition; False at the episode's end."""

@@ -17,10 +17,14 @@ import numpy.typing as npt
 from mmreplay import stacking
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.frame_ring import FrameChecksumError, FrameRing
-from mmreplay.transition_table import TERMINATED, TRUNCATED, TransitionTable, next_frame_steps
+from mmreplay.transition_table import TERMINATED, TRUNCATED, TransitionTable, detached_rows, next_frame_steps
 from mmreplay.windows import follow_episodes, n_step_returns
 
 T = TypeVar("T", Batch, SequenceBatch)
+
+
+class SharedOutError(ValueError):
+    """``out`` cannot hold this batch: its obs and next_obs share frames, and a transition's do not."""
 
 
 class TransitionReader:
@@ -49,14 +53,19 @@ class TransitionReader:
         fields = self.table.read_fields(steps)
         discount = discount * ~fields.terminated  # no bootstrapping past a termination
         frames = self.frames.stacks(fields.next_frames, self.stack_size)
-        # obs and next_obs are two views of one (B, stack_size + 1) array of frames: they share
+        pixels, separate = self._pixels_of(out, steps.shape, fields.detached)
+        if separate:
+            # Some next_obs was stored whole (or ``out`` has room for that): obs then next_obs, each
+            # its own stack_size frames.
+            frames = stacking.separate_frames(frames, fields.detached, self.frames.stacks)
+        # Otherwise obs and next_obs are two views of one (B, stack_size + 1) array of frames: they share
         # stack_size - 1 frames, so each is decoded once, straight into the memory the batch returns.
-        pixels = self._decode(frames, steps, self._pixels_of(out, frames.shape, steps.shape))
+        pixels = self._decode(frames, steps, pixels)
         return _filled(out, Batch(
-            obs=pixels[:, stacking.obs_columns(self.stack_size)],
+            obs=pixels[:, : self.stack_size],
             action=fields.action,
             reward=fields.reward,
-            next_obs=pixels[:, stacking.next_obs_columns(self.stack_size)],
+            next_obs=pixels[:, -self.stack_size :],
             terminated=fields.terminated,
             truncated=fields.truncated,
             index=steps,
@@ -82,22 +91,24 @@ class TransitionReader:
             n_step,
             rows_of=self.table.read,
             newest_exclusive=newest_exclusive,
-            prev_deltas=self.frames.prev_deltas,
+            stacks=self.frames.stacks,
+            stack_size=self.stack_size,
             table_path=self.table.path,
         )
         rows = self._window_rows(window, mask)
         returns, used = n_step_returns(rows["reward"], mask, gamma)
         last_column = used - 1
         first, last = rows[:, 0], rows[np.arange(len(steps)), last_column]
-        obs_frames = self.frames.stacks(next_frame_steps(first, steps), self.stack_size)[
-            :, stacking.obs_columns(self.stack_size)
-        ]
+        obs_frames = stacking.obs_frames(
+            self.frames.stacks(next_frame_steps(first, steps), self.stack_size), detached_rows(first), self.frames.stacks
+        )
         last_steps = window[np.arange(len(steps)), last_column]
         next_frames = self.frames.stacks(next_frame_steps(last, last_steps), self.stack_size)[
             :, stacking.next_obs_columns(self.stack_size)
         ]
         frames = np.concatenate([obs_frames, next_frames], axis=1)
-        pixels = self._decode(frames, steps, self._pixels_of(out, frames.shape, steps.shape))
+        pixels, _ = self._pixels_of(out, steps.shape, None)
+        pixels = self._decode(frames, steps, pixels)
         return _filled(out, Batch(
             obs=pixels[:, : self.stack_size],
             action=first["action"].astype(self.action_dtype),
@@ -129,15 +140,20 @@ class TransitionReader:
         filled = np.where(mask, window, window[:, :1])
         next_frames = next_frame_steps(rows, window)
         next_frames = np.where(mask, next_frames, next_frames[:, :1]).reshape(-1)
+        detached = detached_rows(rows)
+        detached = np.where(mask, detached, detached[:, :1]).reshape(-1)
         frames = self.frames.stacks(next_frames, self.stack_size)
-        pixels = self._decode(frames, filled.reshape(-1), self._pixels_of(out, frames.shape, window.shape))
+        pixels, separate = self._pixels_of(out, window.shape, detached)
+        if separate:
+            frames = stacking.separate_frames(frames, detached, self.frames.stacks)
+        pixels = self._decode(frames, filled.reshape(-1), pixels)
         pixels[~mask.reshape(-1)] = 0
-        pixels = pixels.reshape(batch_size, length, self.stack_size + 1, *self.frame_shape)
+        pixels = pixels.reshape(batch_size, length, frames.shape[1], *self.frame_shape)
         return _filled(out, SequenceBatch(
-            obs=pixels[:, :, stacking.obs_columns(self.stack_size)],
+            obs=pixels[:, :, : self.stack_size],
             action=rows["action"].astype(self.action_dtype),
             reward=rows["reward"].astype(np.float32),
-            next_obs=pixels[:, :, stacking.next_obs_columns(self.stack_size)],
+            next_obs=pixels[:, :, -self.stack_size :],
             terminated=(rows["flags"] & TERMINATED) != 0,
             truncated=(rows["flags"] & TRUNCATED) != 0,
             mask=mask,
@@ -153,29 +169,50 @@ class TransitionReader:
         return rows
 
     def _pixels_of(
-        self, out: Batch | SequenceBatch | None, frames_shape: tuple[int, ...], batch_shape: tuple[int, ...]
-    ) -> npt.NDArray[np.uint8] | None:
-        """The array that ``out.obs`` and ``out.next_obs`` view, checked to hold frames of this shape, as
-        an array of that shape; ``out.index`` must have ``batch_shape``."""
+        self,
+        out: Batch | SequenceBatch | None,
+        batch_shape: tuple[int, ...],
+        detached: npt.NDArray[np.bool_] | None,
+    ) -> tuple[npt.NDArray[np.uint8] | None, bool]:
+        """Where to decode a batch's frames, and whether its obs and next_obs are separate stacks.
+
+        ``detached`` marks the batch's rows (flattened) whose obs is not the next_obs chain shifted; None
+        for a batch whose obs and next_obs are always separate (n-step). Without ``out``: no array yet,
+        and separate stacks when some row is detached. With ``out``: the array that ``out.obs`` and
+        ``out.next_obs`` view, as (*batch_shape, columns, *frame_shape), separate when it holds
+        2 * stack_size frames per row (such an ``out`` takes any batch), shared when stack_size + 1 (it
+        takes batches without detached rows only); ``out.index`` must have ``batch_shape``.
+        """
+        size = self.stack_size
         if out is None:
-            return None
-        shape = (*frames_shape, *self.frame_shape)
+            return None, detached is None or bool(detached.any())
         pixels = out.obs.base if isinstance(out.obs, np.ndarray) else None
         shared = pixels is not None and getattr(out.next_obs, "base", None) is pixels
+        frame_count = math.prod(batch_shape) * math.prod(self.frame_shape)
+        columns = [2 * size] if detached is None else [size + 1, 2 * size]
         if not (
             shared
             and isinstance(pixels, np.ndarray)
             and getattr(out.index, "shape", None) == batch_shape
             and pixels.dtype == np.uint8
-            and pixels.size == math.prod(shape)
+            and pixels.size in [frame_count * count for count in columns]
             and pixels.flags.c_contiguous
             and pixels.flags.writeable
         ):
+            shapes = " or ".join(str((*batch_shape, count, *self.frame_shape)) for count in columns)
             raise ValueError(
                 f"out must be a {type(out).__name__} that this store returned for the same call: index of "
-                f"shape {batch_shape}, obs and next_obs viewing one writeable uint8 array of {shape} frames"
+                f"shape {batch_shape}, obs and next_obs viewing one writeable uint8 array of {shapes} frames"
             )
-        return pixels.reshape(shape)
+        assert isinstance(pixels, np.ndarray)
+        separate = pixels.size == frame_count * 2 * size
+        if not separate and detached is not None and detached.any():
+            raise SharedOutError(
+                f"out's obs and next_obs share {size - 1} frames, but this batch holds a transition whose "
+                "next_obs was stored as given, not as obs shifted by one frame (the final observation of an "
+                "episode); pass out=None, or a batch whose obs and next_obs are separate arrays"
+            )
+        return pixels.reshape(-1, pixels.size // frame_count, *self.frame_shape), separate
 
     def _decode(
         self,

@@ -27,7 +27,7 @@ from typing import IO, Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import autocommit, format, frame_encoding as encodings
+from mmreplay import autocommit, format, frame_encoding as encodings, stacking
 from mmreplay.autocommit import CommitSchedule
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.episodes import (
@@ -38,7 +38,7 @@ from mmreplay.files import acquire_writer_lock, file_signature, fsync_directory,
 from mmreplay.frame_ring import FrameChecksumError, FrameRing, MissingSegmentError
 from mmreplay.prefetch import Prefetcher, recycling
 from mmreplay.reference_codec import ReferenceScheme
-from mmreplay.reading import TransitionReader
+from mmreplay.reading import SharedOutError, TransitionReader
 from mmreplay.samplers import Sampler, UniformSampler, sampler_from_config
 from mmreplay.windows import follow_episodes
 from mmreplay.transition_table import MAX_ENVS, TERMINATED, TRUNCATED, RowChecksumError, TransitionTable, row_dtype
@@ -411,9 +411,10 @@ class ReplayStore:
         encoder = self._encoder
         if encoder.records_references:
             # Commit (if one is due) before encoding: a commit moves the frame tail, and a frame must
-            # not be encoded against a reference that the commit releases.
+            # not be encoded against a reference that the commit releases. An env writes at most
+            # 2 * stack_size frames: an episode's obs stack and a detached next_obs stack.
             with self._lock:
-                self._make_room(new_rows=len(envs), new_frames=len(envs) * (layout.stack_size + 1))
+                self._make_room(new_rows=len(envs), new_frames=len(envs) * 2 * layout.stack_size)
             encoder.frame_tail = self._commit.frame_tail
         encoder.checkpoint()
         try:
@@ -490,6 +491,9 @@ class ReplayStore:
             start = plan.starts[i]
             if start is not None:
                 episode.start(*start)
+            if arguments.detached[env]:
+                episode.detach([frame.tobytes() for frame in arguments.next_obs[env]], plan.next_frames[i], step=first_step + i)
+                continue
             episode.advance(
                 arguments.next_obs[env, -1].tobytes(),
                 plan.next_frames[i],
@@ -576,9 +580,13 @@ class ReplayStore:
         # Reference-encoded frames also need the frames they are compressed against.
         return self._frames.keep_from(oldest)
 
-    def _oldest_obs_frames(self, next_frames: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        """The oldest frame step of each obs stack: ``stack_size`` links back from its next_obs frame."""
-        return self._frames.stacks(next_frames, self._layout.stack_size)[:, 0]
+    def _oldest_obs_frames(
+        self, next_frames: npt.NDArray[np.int64], detached: npt.NDArray[np.bool_]
+    ) -> npt.NDArray[np.int64]:
+        """The oldest frame step of each obs stack: ``stack_size`` links back from its next_obs frame
+        (``2 * stack_size - 1`` for a detached transition: all its next_obs frames follow its obs)."""
+        frames = self._frames.stacks(next_frames, self._layout.stack_size)
+        return stacking.obs_frames(frames, detached, self._frames.stacks)[:, 0]
 
     def close(self) -> None:
         """Commit (in ``"r+"``) and release the files. Closing twice is allowed."""
@@ -646,8 +654,26 @@ class ReplayStore:
 
         ``out``, a batch that an earlier call with the same ``batch_size`` and ``n_step`` returned, is
         refilled in place and returned: no new arrays (their allocation and first-touch page faults cost
-        as much as decoding a batch). Its previous contents are gone, also where the call raises.
+        as much as decoding a batch). Its previous contents are gone, also where the call raises. A
+        batch whose obs and next_obs share frames (one without a transition whose next_obs was stored
+        as given) cannot hold one that has such a transition: ``ValueError`` then.
         """
+        return self._sample(batch_size, rng, beta=beta, n_step=n_step, gamma=gamma, out=out, replace_shared_out=False)
+
+    def _sample(
+        self,
+        batch_size: int,
+        rng: np.random.Generator | int | None,
+        *,
+        beta: float = 0.4,
+        n_step: int = 1,
+        gamma: float = 0.99,
+        out: Batch | None,
+        replace_shared_out: bool,
+    ) -> Batch:
+        """``sample``; with ``replace_shared_out``, a batch that ``out`` cannot hold (``SharedOutError``)
+        comes back in new arrays, obs and next_obs separate, rather than raising (``batches(reuse=True)``,
+        which then refills that batch)."""
         self._check_open("sample")
         check_out(out, Batch)
         batch_size = parse_positive_int(batch_size, "batch_size")
@@ -662,7 +688,12 @@ class ReplayStore:
                 weight = self._sampler.weights(steps, beta=beta)
                 if n_step == 1:
                     discount = np.full(batch_size, gamma, np.float32)
-                    return self._reader.transitions(steps, weight=weight, discount=discount, out=out)
+                    try:
+                        return self._reader.transitions(steps, weight=weight, discount=discount, out=out)
+                    except SharedOutError:
+                        if not replace_shared_out:
+                            raise
+                        return self._reader.transitions(steps, weight=weight, discount=discount)
                 return self._reader.n_step(
                     steps, n_step=n_step, gamma=gamma, weight=weight, newest_exclusive=self._transitions_added, out=out
                 )
@@ -701,7 +732,8 @@ class ReplayStore:
                     length,
                     rows_of=self._table.read,
                     newest_exclusive=self._transitions_added,
-                    prev_deltas=self._frames.prev_deltas,
+                    stacks=self._frames.stacks,
+                    stack_size=self._layout.stack_size,
                     table_path=self._table.path,
                 )
                 return self._reader.sequences(window, mask, weight, out)
@@ -737,7 +769,8 @@ class ReplayStore:
             # The caller holds one batch, ``prefetch`` wait in the queue and the thread fills one more:
             # the batch filled prefetch + 2 calls ago has been released by the caller's next().
             produce = recycling(
-                lambda out: self.sample(batch_size, generator, out=out, **sample_kwargs), buffers=prefetch + 2
+                lambda out: self._sample(batch_size, generator, out=out, replace_shared_out=True, **sample_kwargs),
+                buffers=prefetch + 2,
             )
         else:
             produce = functools.partial(self.sample, batch_size, generator, **sample_kwargs)

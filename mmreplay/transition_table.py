@@ -5,9 +5,9 @@ A row holds what a transition owns besides pixels: the frame step of its next_ob
 episode links), the env that produced it, a forward link to the
 env's next transition of the same episode (written when that transition arrives; trusted only after
 checking it, since a crash can leave a link to a step that was never committed), the action, the reward
-and flag bits. The slot of transition step ``t`` is ``t % row_slots``; the store keeps ``row_slots``
-above ``capacity`` so that rows a committed header still counts are never overwritten before the next
-commit.
+and flag bits (``TERMINATED``, ``TRUNCATED``, ``EPISODE_START``, ``DETACHED``). The slot of
+transition step ``t`` is ``t % row_slots``; the store keeps ``row_slots`` above ``capacity`` so that
+rows a committed header still counts are never overwritten before the next commit.
 """
 
 from __future__ import annotations
@@ -28,8 +28,13 @@ from mmreplay.files import BlockReservation, create_sparse
 TERMINATED = 1
 TRUNCATED = 2
 EPISODE_START = 4  # the first transition of its episode
+# The transition ended its episode with a next_obs stack that is not its obs shifted by one frame (the
+# reset observation that CleanRL and SB3 pass at termination): all stack_size frames of next_obs are
+# stored, the oldest linked to obs's newest frame, so its obs ends stack_size links back (see stacking).
+DETACHED = 8
 
-FramesOf = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]]
+# (next_obs frame steps, which rows are DETACHED) -> the oldest frame step of each obs stack.
+FramesOf = Callable[[npt.NDArray[np.int64], npt.NDArray[np.bool_]], npt.NDArray[np.int64]]
 
 _CHUNK = 4096  # rows per cached minimum in ``oldest_frame``
 
@@ -65,6 +70,13 @@ class RowFields(NamedTuple):
     terminated: npt.NDArray[np.bool_]
     truncated: npt.NDArray[np.bool_]
     env_index: npt.NDArray[np.int64]
+    detached: npt.NDArray[np.bool_]  # flag DETACHED: obs is not the next_obs chain shifted by one frame
+
+
+def detached_rows(rows: npt.NDArray[np.void]) -> npt.NDArray[np.bool_]:
+    """Which rows carry the DETACHED flag."""
+    detached: npt.NDArray[np.bool_] = (rows["flags"] & DETACHED) != 0
+    return detached
 
 
 def next_frame_steps(rows: npt.NDArray[np.void], steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -196,7 +208,8 @@ class TransitionTable:
     def oldest_frame(self, start: int, stop: int, *, oldest_frames_of: FramesOf) -> int:
         """The oldest frame step that any transition in steps ``[start, stop)`` uses.
 
-        ``oldest_frames_of`` maps next_obs frame steps to the oldest frame step of each obs stack (the
+        ``oldest_frames_of`` maps next_obs frame steps (and the rows' DETACHED flags) to the oldest frame
+        step of each obs stack (the
         frame ring's episode links know it; the table does not). Minimums of whole chunks of rows are kept
         once computed (rows and their frames are never rewritten while their steps are stored), so a
         commit pays for at most two partial chunks and one small ``min``.
@@ -216,7 +229,8 @@ class TransitionTable:
 
     def _oldest_in(self, start: int, stop: int, oldest_frames_of: FramesOf) -> int:
         steps = np.arange(start, stop, dtype=np.int64)
-        return int(oldest_frames_of(next_frame_steps(self.read(steps), steps)).min())
+        rows = self.read(steps)
+        return int(oldest_frames_of(next_frame_steps(rows, steps), detached_rows(rows)).min())
 
     def columns(self, start: int, stop: int, names: tuple[str, ...]) -> dict[str, npt.NDArray[Any]]:
         """Whole columns of the rows of steps ``[start, stop)``, read a chunk at a time."""
@@ -270,6 +284,7 @@ class TransitionTable:
             fields = RowFields(
                 np.empty(len(steps), np.int64), action, np.empty(len(steps), np.float32),
                 np.empty(len(steps), np.bool_), np.empty(len(steps), np.bool_), np.empty(len(steps), np.int64),
+                np.empty(len(steps), np.bool_),
             )
             first_bad = _lz4batch.gather_fields(self._rows, self.row_slots, steps, self._env_bytes, *fields)
             if first_bad >= 0:
@@ -280,6 +295,7 @@ class TransitionTable:
         return RowFields(
             next_frame_steps(rows, steps), action, rows["reward"].astype(np.float32),
             (rows["flags"] & TERMINATED) != 0, (rows["flags"] & TRUNCATED) != 0, rows["env"].astype(np.int64),
+            detached_rows(rows),
         )
 
     def _checksums(self, rows: npt.NDArray[np.void], steps: npt.NDArray[np.int64]) -> npt.NDArray[np.uint32]:

@@ -83,7 +83,9 @@ class AddArguments(NamedTuple):
 
     ``obs`` and ``next_obs`` have shape (num_envs, k, *frame_shape) with k = 1 when single frames were
     given, or k = stack_size when stacks were (``stacked``). ``envs`` lists the envs to record (all, or
-    those ``env_mask`` marks); only their values were checked.
+    those ``env_mask`` marks); only their values were checked. ``detached`` (one per env) marks the
+    recorded envs whose transition ended its episode with a next_obs stack that is not obs shifted by
+    one frame (the reset observation, as CleanRL and SB3 pass it): it is stored whole, as given.
     """
 
     obs: npt.NDArray[np.uint8]
@@ -94,6 +96,7 @@ class AddArguments(NamedTuple):
     truncated: npt.NDArray[np.bool_]
     stacked: bool
     envs: list[int]
+    detached: npt.NDArray[np.bool_]
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,19 +161,25 @@ def parse_add(
     truncated_array = _parse_flag(truncated, "truncated", shapes.env_axis)
     envs = parse_env_mask(env_mask, shapes.num_envs)
     # Values, of the recorded envs only.
+    detached = np.zeros(shapes.num_envs, np.bool_)
     if obs_stacked and shapes.stack_size > 1:
         for env in envs:
             if next_array[env, :-1].tobytes() != obs_array[env, 1:].tobytes():
+                if terminated_array[env] or truncated_array[env]:
+                    detached[env] = True  # an episode's last next_obs may be anything: kept as given
+                    continue
                 where = "" if shapes.num_envs == 1 else f" for env {env}"
                 raise ValueError(
                     f"next_obs[:-1] must equal obs[1:] (a frame stack shifted by one frame){where}; "
-                    "it differs"
+                    "it differs (only a transition that terminated or truncated may carry another next_obs, "
+                    "which is stored as given)"
                 )
     if action_array.dtype != shapes.action_dtype:
         action_array = _cast_action(action_array, shapes.action_dtype, envs)
     _check_rewards(reward_array, envs)
     return AddArguments(
-        obs_array, action_array, reward_array, next_array, terminated_array, truncated_array, obs_stacked, envs
+        obs_array, action_array, reward_array, next_array, terminated_array, truncated_array, obs_stacked, envs,
+        detached,
     )
 
 

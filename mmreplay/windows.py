@@ -6,7 +6,8 @@ it stops after a transition that terminated or truncated, and before a transitio
 yet. A link is trusted only after checking it (the target exists, belongs to the same env and does not
 start an episode), because a crash can leave a link to a step that was never committed and later reused.
 A link that passes those checks must also chain frames: the target's obs ends with the frame this
-transition's next_obs ends with. The link is outside the row checksum (it is written when the next
+transition's next_obs ends with (found one frame link back from the target's next_obs frame, or
+``stack_size`` links back when the target is detached: see ``stacking``). The link is outside the row checksum (it is written when the next
 transition arrives), so this is what catches a corrupt one: it is an error, never a shorter window.
 """
 
@@ -17,10 +18,12 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay.transition_table import EPISODE_START, TERMINATED, TRUNCATED, RowChecksumError, next_frame_steps
+from mmreplay.stacking import Stacks
+from mmreplay.transition_table import (
+    EPISODE_START, TERMINATED, TRUNCATED, RowChecksumError, detached_rows, next_frame_steps
+)
 
 RowsOf = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.void]]
-PrevDeltas = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]]
 
 
 def follow_episodes(
@@ -29,12 +32,14 @@ def follow_episodes(
     *,
     rows_of: RowsOf,
     newest_exclusive: int,
-    prev_deltas: PrevDeltas | None = None,
+    stacks: Stacks | None = None,
+    stack_size: int = 1,
     table_path: object = "transitions.tbl",
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
     """Steps (B, length) of each window and a mask (B, length): False (step 0) past the window's end.
 
-    ``prev_deltas`` (the frame table's episode links) enables the frame-chain check of each link.
+    ``stacks`` (stacks of ``stack_size`` frames through the frame table's episode links) enables the
+    frame-chain check of each link.
     """
     window = np.zeros((len(steps), length), np.int64)
     mask = np.zeros((len(steps), length), np.bool_)
@@ -52,8 +57,10 @@ def follow_episodes(
             break
         linked = rows_of(np.where(alive, candidate, current))
         alive &= (linked["env"] == rows["env"]) & ((linked["flags"] & EPISODE_START) == 0)
-        if prev_deltas is not None and alive.any():
-            _check_frame_chain(current[alive], candidate[alive], rows[alive], linked[alive], prev_deltas, table_path)
+        if stacks is not None and alive.any():
+            _check_frame_chain(
+                current[alive], candidate[alive], rows[alive], linked[alive], stacks, stack_size, table_path
+            )
         current = np.where(alive, candidate, current)
         window[:, position] = np.where(alive, candidate, 0)
         mask[:, position] = alive
@@ -66,11 +73,15 @@ def _check_frame_chain(
     linked_steps: npt.NDArray[np.int64],
     rows: npt.NDArray[np.void],
     linked: npt.NDArray[np.void],
-    prev_deltas: PrevDeltas,
+    stacks: Stacks,
+    stack_size: int,
     table_path: object,
 ) -> None:
     linked_next = next_frame_steps(linked, linked_steps)
-    linked_obs_newest = linked_next - prev_deltas(linked_next)
+    linked_obs_newest = stacks(linked_next, 1)[:, 0]
+    detached = detached_rows(linked)
+    if detached.any():
+        linked_obs_newest[detached] = stacks(linked_next[detached], stack_size)[:, 0]
     broken = linked_obs_newest != next_frame_steps(rows, steps)
     if broken.any():
         step = int(steps[np.argmax(broken)])

@@ -1,12 +1,13 @@
 """Crash-safety stress: SIGKILL a writer at random moments, then check what the store kept.
 
 Each trial creates a small store (capacity of a few dozen to a few hundred transitions, so wrap-around
-eviction happens within a fraction of a second) and forks a writer process that appends real Atari
-frames from ``../shared/data`` in a stream fixed by the trial's seed: single-env or vector adds (with
-``env_mask``), single frames or stacks, long real episodes or short ones cut by truncation (which makes
-frames outnumber transitions and the frame table grow), a uniform or a prioritized sampler (the writer
-then samples and calls ``update_priorities``). It flushes at random intervals and after each flush appends
-the committed count to a side file outside the store (fsync'd). The writer is killed with SIGKILL:
+eviction happens within a fraction of a second) and forks a writer process that appends real Atari frames
+(``scripts/atari_frames.py`` records them once with ALE) in a stream fixed by the trial's seed:
+single-env or vector adds (with ``env_mask``), single frames or stacks, long real episodes or short ones
+cut by truncation (which makes frames outnumber transitions and the frame table grow), a uniform or a
+prioritized sampler (the writer then samples and calls ``update_priorities``). It flushes at random
+intervals and after each flush appends the committed count to a side file outside the store (fsync'd).
+The writer is killed with SIGKILL:
 
 * ``timer`` trials: the parent sends SIGKILL after a random delay (the writer is then in ``add``,
   ``flush``, eviction, sampling or ``update_priorities``, wherever it happens to be);
@@ -45,9 +46,11 @@ from typing import Any
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-DATA_DIR = REPO.parent / "shared" / "data"
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+for directory in (REPO, REPO / "scripts"):  # the package, and atari_frames when loaded from a file by the tests
+    if str(directory) not in sys.path:
+        sys.path.insert(0, str(directory))
+
+import atari_frames  # noqa: E402
 
 from mmreplay import PrioritizedSampler, ReplayStore  # noqa: E402
 
@@ -526,13 +529,11 @@ def run_trial(seed: int, data: dict[str, dict[str, np.ndarray]], work: Path, *, 
 
 
 def load_games(games: list[str], max_frames: int | None = None) -> dict[str, dict[str, np.ndarray]]:
-    """The frame streams of ``../shared/data/atari_<game>.npz`` (the first ``max_frames`` of each)."""
+    """The real frame streams of ``games`` (the first ``max_frames`` of each, else 20,000), from atari_frames."""
     loaded = {}
     for game in games:
-        with np.load(DATA_DIR / f"atari_{game}.npz") as archive:
-            loaded[game] = {
-                key: np.array(archive[key][:max_frames]) for key in ("frames", "action", "reward", "terminated")
-            }
+        stream = atari_frames.load(game, max_frames or atari_frames.BENCHMARK_FRAMES)
+        loaded[game] = {key: stream[key] for key in ("frames", "action", "reward", "terminated")}
     return loaded
 
 
@@ -597,7 +598,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--seed", type=int, default=0, help="seed of the first trial (trial i uses seed + i)")
-    parser.add_argument("--games", default="pong", help="comma-separated games from ../shared/data (default pong)")
+    parser.add_argument("--games", default="pong",
+                        help=f"comma-separated, of {','.join(atari_frames.GAMES)} (default pong)")
     parser.add_argument("--samplers", default="uniform,prioritized", help="samplers to draw trials from")
     parser.add_argument("--frame-encoding", choices=("lz4", "lz4-reference"), default="lz4",
                         help="how the stores compress frames (ReplayStore.create's frame_encoding)")

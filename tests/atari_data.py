@@ -1,22 +1,37 @@
-"""The real Atari frame streams of ../shared/data (see its README), as the tests read them."""
+"""The real Atari frame streams the tests read, recorded with ALE by scripts/atari_frames.py and cached.
+
+The first run records 4,000 frames of each game it needs (a few seconds a game) into the cache that
+scripts/atari_frames.py names; later runs read the files. Without ALE the tests that need real frames
+fail, naming the command that installs it: they carry the README's main promises (real frames bit-exact,
+corruption detected, nothing committed lost to a crash), so a run that cannot check them must not pass.
+"""
 
 from __future__ import annotations
 
+import functools
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+sys.path.append(str(Path(__file__).resolve().parents[1] / "scripts"))
+import atari_frames  # noqa: E402
 
 
 def load_stream(game: str, keys: tuple[str, ...], frames: int) -> dict[str, np.ndarray]:
     """The first ``frames`` entries of each of ``keys`` of a game's stream, as fresh arrays.
 
-    Skips the calling test when the shared data directory is absent (a checkout without ../shared).
+    Fails the calling test, saying how to install ALE, when the stream is not cached and cannot be recorded.
     """
-    path = DATA_DIR / f"atari_{game}.npz"
-    if not path.is_file():
-        pytest.skip(f"real Atari frames are absent: {path} does not exist (see the project README)")
-    with np.load(path) as data:
-        return {key: np.array(data[key][:frames]) for key in keys}
+    stream = _stream(game, frames)
+    return {key: stream[key].copy() for key in keys}
+
+
+@functools.cache
+def _stream(game: str, frames: int) -> dict[str, np.ndarray]:
+    try:
+        return atari_frames.load(game, frames)
+    except ModuleNotFoundError as error:
+        missing = str(error)
+    pytest.fail(missing, pytrace=False)  # outside the except: the message alone, no chained traceback

@@ -20,9 +20,6 @@ from mmreplay import ReplayStore
 settings.register_profile("mmreplay", deadline=None, max_examples=60)
 settings.load_profile("mmreplay")
 
-DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-
-
 @pytest.fixture
 def store_path(tmp_path: Path) -> Path:
     """A path where no store exists yet (its parent does)."""

@@ -11,7 +11,9 @@ time, by the rules of the contract:
 * At an episode start, ``obs`` added as a stack is kept exactly; a single frame is repeated for the
   positions before it (gymnasium's ``FrameStackObservation`` default). While the episode continues,
   ``obs`` is the previous ``next_obs`` stack.
-* ``next_obs`` added as a stack is kept exactly; a single frame is pushed onto ``obs``'s stack.
+* ``next_obs`` added as a stack is kept exactly; a single frame is pushed onto ``obs``'s stack. A
+  transition that terminated or truncated may carry any next_obs stack (not obs shifted by one frame:
+  the reset observation, as CleanRL and SB3 pass it): it is kept exactly too, as given.
 * Steps count every transition ever added, env 0 first within a vector add; only the newest
   ``capacity`` steps are stored (first in, first out across envs).
 
@@ -54,6 +56,8 @@ class ReferenceStore:
         num_envs: int = 1,
         action_shape: Sequence[int] = (),
         action_dtype: Any = np.int64,
+        frame_encoding: str = "lz4",  # how the store compresses frames changes nothing it gives back
+        reference_scheme: Any = None,
     ) -> None:
         self.frame_shape = tuple(int(n) for n in frame_shape)
         self.capacity = int(capacity)

@@ -93,6 +93,13 @@ endings = st.sampled_from(
 #   repeat:   continue, with next_obs's newest frame equal to obs's newest (a static screen)
 RELATIONS = ["continue", "new", "near", "repeat"]
 
+# What a stacked next_obs is when its transition terminated or truncated (any stack is allowed there):
+#   shifted: obs shifted by one frame, as always
+#   reset:   a reset observation: one new frame repeated (CleanRL's and SB3's next_obs at termination)
+#   fresh:   a stack of new frames
+#   obs:     the obs stack itself
+FINAL_STACKS = ["shifted", "shifted", "reset", "fresh", "obs"]
+
 
 @dataclass
 class AddArgs:
@@ -127,6 +134,14 @@ def one_env_arguments(data: Any, ref: ReferenceStore, frames: FrameSource, env: 
     action = data.draw(actions(ref.action_shape, ref.action_dtype), label=f"env {env} action")
     reward = data.draw(rewards, label=f"env {env} reward")
     terminated, truncated = data.draw(endings, label=f"env {env} ending")
+    if (terminated or truncated) and as_stack and s > 1:
+        final = data.draw(st.sampled_from(FINAL_STACKS), label=f"env {env} final next_obs")
+        if final == "reset":
+            next_obs = np.array([frames.frame()] * s, dtype=np.uint8)
+        elif final == "fresh":
+            next_obs = frames.stack(s)
+        elif final == "obs":
+            next_obs = obs.copy()
     return obs, action, reward, next_obs, terminated, truncated
 
 
@@ -193,7 +208,13 @@ def spoil(args: AddArgs, how: str, ref: ReferenceStore) -> AddArgs | None:
             return None
         target = next_obs if n == 1 else next_obs[-1]
         target[0] = 255 - target[0]  # next_obs[:-1] no longer equals obs[1:]
-        return AddArgs(obs, action, reward, next_obs, terminated, args.truncated)
+        # ... in a transition that goes on (one that ends may carry any next_obs).
+        truncated = np.array(args.truncated, dtype=bool)
+        if n == 1:
+            terminated, truncated = np.False_, np.False_
+        else:
+            terminated[-1] = truncated[-1] = False
+        return AddArgs(obs, action, reward, next_obs, terminated, truncated)
     if how == "terminated_shape":
         return AddArgs(obs, action, reward, next_obs, np.zeros((*lead, 2), dtype=bool), args.truncated)
     raise ValueError(how)

@@ -360,7 +360,7 @@ def test_a_header_of_another_format_version_names_both_versions(store: ReplaySto
     header = json.loads((path / "header.json").read_text())
     header["format_version"] = 2  # the format before: rows with a u8 next_frame, entries with a u4 length
     (path / "header.json").write_text(json.dumps(header))
-    with pytest.raises(FormatVersionError, match="format version 2; this mmreplay reads format version 3"):
+    with pytest.raises(FormatVersionError, match="format version 2; this mmreplay reads format versions 3 and 4"):
         ReplayStore.open(path)
 
 

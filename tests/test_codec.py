@@ -11,17 +11,17 @@ import os
 import threading
 import time
 import zlib
-from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 import pytest
+from atari_data import load_stream
+from extension_status import absent_reason
 
 from mmreplay import codec
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 FRAME_SHAPE = (84, 84)
-NOT_BUILT = "mmreplay._lz4batch is not built (run `python setup.py build_ext --inplace`)"
+NOT_BUILT = absent_reason("_lz4batch")
 
 PATHS = [
     pytest.param({"accelerated": False}, id="fallback"),
@@ -66,16 +66,9 @@ class Segments:
         return bad, out
 
 
+@functools.cache
 def real_frames(game: str) -> npt.NDArray[np.uint8]:
-    path = DATA / f"atari_{game}.npz"
-    if not path.is_file():
-        pytest.skip(f"real frames not found: {path} (the shared data directory is absent)")
-    return _load_frames(path)
-
-
-@functools.lru_cache(maxsize=None)
-def _load_frames(path: Path) -> npt.NDArray[np.uint8]:
-    frames: npt.NDArray[np.uint8] = np.load(path)["frames"][:600]  # several episodes' worth
+    frames: npt.NDArray[np.uint8] = load_stream(game, ("frames",), 600)["frames"]  # several episodes' worth
     frames.flags.writeable = False
     return frames
 
@@ -222,8 +215,8 @@ def test_a_non_contiguous_out_is_a_value_error() -> None:
         store.decode(np.arange(2, dtype=np.int64), out=out)
 
 
-@pytest.mark.skipif(codec.ACCELERATED, reason="the extension is built")
-def test_asking_for_the_extension_when_it_is_not_built_is_a_value_error() -> None:
+def test_asking_for_the_extension_when_it_is_not_built_is_a_value_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(codec, "_lz4batch", None)  # as extensions.load leaves it without a build
     store = Segments(random_frames(2, seed=14))
     with pytest.raises(ValueError, match=r"^accelerated=True but mmreplay._lz4batch is not built"):
         store.decode(np.arange(2, dtype=np.int64), accelerated=True)
@@ -337,8 +330,8 @@ def test_the_table_fast_path_declines_every_frame_it_cannot_vouch_for(length_byt
     assert not table.decode(picks[26:])[0]
 
 
-@pytest.mark.skipif(codec.ACCELERATED, reason="the extension is built")
-def test_without_the_extension_the_table_fast_path_always_declines() -> None:
+def test_without_the_extension_the_table_fast_path_always_declines(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(codec, "_lz4batch", None)  # as extensions.load leaves it without a build
     table = Table(random_frames(4, seed=18), first_step=0, slots=8, segment_bytes=40_000)
     assert not table.decode(np.arange(4, dtype=np.int64))[0]
 

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from extension_status import absent_reason
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mmreplay import extensions, stacking
 
 _lz4batch = extensions.load("_lz4batch")
-pytestmark = pytest.mark.skipif(_lz4batch is None, reason="mmreplay._lz4batch is not built or is hidden")
+pytestmark = pytest.mark.skipif(_lz4batch is None, reason=absent_reason("_lz4batch"))
 
 STEP_MIX = 2654435761
 

@@ -1,6 +1,6 @@
 """Stores created with ``frame_encoding="lz4-reference"``: frames compressed against earlier frames of their env.
 
-Real Atari frames (../shared/data) go in one at a time, through one env or a vector of four, and every
+Real Atari frames (tests/atari_data.py) go in one at a time, through one env or a vector of four, and every
 stored transition must come back exactly as the naive reference model (tests/reference.py) has it:
 after eviction, after the ring of frames has wrapped and its oldest segments were deleted, after a
 reopen, through n-step and sequence sampling. A damaged frame, or a damaged link to its reference,
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from issue3_reference import add_masked, assert_n_step_matches, assert_sequences_match
 from atari_data import load_stream
+from issue3_reference import add_masked, assert_n_step_matches, assert_sequences_match
 from reference import ReferenceStore, assert_batch_matches, assert_store_matches
 
 from mmreplay import CorruptStoreError, FormatVersionError, ReferenceScheme, ReplayStore
@@ -33,7 +33,7 @@ DENSE = "lz4-reference"
 
 @functools.cache
 def stream(game: str) -> dict[str, np.ndarray]:
-    """The first 4,000 frames of a game's frame stream (see ../shared/data/README.md)."""
+    """The first 4,000 frames of a game's frame stream (see scripts/atari_frames.py)."""
     return load_stream(game, KEYS, 4000)
 
 

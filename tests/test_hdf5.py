@@ -12,13 +12,13 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from atari_data import load_stream
 from strategies import frame, stack
 
 from mmreplay import ReplayStore
 from mmreplay.errors import CorruptStoreError, FormatVersionError
 from mmreplay.hdf5 import export_hdf5, import_hdf5
 
-DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 FIELDS = ("obs", "next_obs", "action", "reward", "terminated", "truncated", "env_index")
 LAYOUTS = ("mmreplay", "minari")
 
@@ -96,7 +96,7 @@ def test_mmreplay_layout_is_readable_with_plain_h5py(tmp_path: Path) -> None:
         store.add(stack(7, 8), 2, 1.0, stack(8, 9), False, True)
         export_hdf5(store, tmp_path / "x.h5")
     with h5py.File(tmp_path / "x.h5", "r") as file:
-        assert file.attrs["format"] == "mmreplay-hdf5" and file.attrs["format_version"] == 1
+        assert file.attrs["format"] == "mmreplay-hdf5" and file.attrs["format_version"] == 2
         frames = file["frames"]
         assert frames.chunks == (1, 3, 4) and frames.compression == "gzip"
         assert frames[:, 0, 0].tolist() == [1, 1, 2, 3, 7, 8, 9]
@@ -109,11 +109,7 @@ def test_mmreplay_layout_is_readable_with_plain_h5py(tmp_path: Path) -> None:
 
 @functools.cache
 def pong(limit: int) -> dict[str, np.ndarray]:
-    path = DATA_DIR / "atari_pong.npz"
-    if not path.is_file():
-        pytest.skip(f"real Atari frames are absent: {path} does not exist (see the project README)")
-    with np.load(path) as data:
-        return {key: np.array(data[key][:limit]) for key in ("frames", "action", "reward", "terminated", "truncated")}
+    return load_stream("pong", ("frames", "action", "reward", "terminated", "truncated"), limit)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -206,8 +202,8 @@ def test_a_newer_format_version_is_refused_with_both_versions(tmp_path: Path) ->
         store.add(frame(1), 0, 0.0, frame(2), False, False)
         export_hdf5(store, tmp_path / "x.h5")
     with h5py.File(tmp_path / "x.h5", "r+") as file:
-        file.attrs["format_version"] = 2
-    with pytest.raises(FormatVersionError, match=r"x\.h5: format version 2; this mmreplay reads 1"):
+        file.attrs["format_version"] = 3
+    with pytest.raises(FormatVersionError, match=r"x\.h5: format version 3; this mmreplay reads 1 and 2"):
         import_hdf5(tmp_path / "x.h5", tmp_path / "b.mmr")
 
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from atari_data import load_stream
 
 from mmreplay import ReplayStore, StoreLockedError
 
-DATA_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 STACK = 4
 CAPACITY = 300
 WRITE_SECONDS = 5.0
@@ -30,11 +30,7 @@ COMMIT_DEADLINE = 60.0
 
 
 def _load() -> dict[str, np.ndarray]:
-    path = DATA_DIR / "atari_pong.npz"
-    if not path.is_file():
-        pytest.skip(f"real Atari frames are absent: {path} does not exist")
-    with np.load(path) as data:
-        return {key: np.array(data[key][:3000]) for key in ("frames", "action", "terminated")}
+    return load_stream("pong", ("frames", "action", "terminated"), 3000)
 
 
 class Stream:

@@ -1,6 +1,6 @@
-"""Lossless round trips and disk footprint on real Atari frames from ../shared/data.
+"""Lossless round trips and disk footprint on real Atari frames (recorded by scripts/atari_frames.py).
 
-Each ``atari_<game>.npz`` holds one frame stream (see ../shared/data/README.md): transition t is
+A game's frame stream (see scripts/atari_frames.py) holds every observation in order: transition t is
 ``(frames[t], action[t], reward[t], frames[t + 1], terminated[t], truncated[t])`` for every t with
 ``action[t] >= 0``. The frames are recorded one at a time, so the store must detect every episode
 start on its own (``episode_start``) and rebuild every 4-frame stack from stored frames.
@@ -20,7 +20,7 @@ from mmreplay import ReplayStore
 
 GAMES = ["pong", "mspacman"]
 STACK = 4
-MAX_FRAMES = 3000  # per game: enough for several episode ends, fast to record
+MAX_FRAMES = 3000  # per game: enough for several episode ends
 KEYS = ("frames", "episode_start", "action", "reward", "terminated", "truncated")
 
 

@@ -9,19 +9,19 @@ from __future__ import annotations
 
 import functools
 import zlib
-from pathlib import Path
 
 import lz4.block
 import numpy as np
 import numpy.typing as npt
 import pytest
+from atari_data import load_stream
+from extension_status import absent_reason
 
 from mmreplay import reference_codec
 from mmreplay.errors import CorruptStoreError
 from mmreplay.reference_codec import CorruptFrameError, EnvReferences, ReferenceScheme
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
-NOT_BUILT = "mmreplay._lz4ref is not built (run `python setup.py build_ext --inplace`)"
+NOT_BUILT = absent_reason("_lz4ref")
 needs_extension = pytest.mark.skipif(not reference_codec.ACCELERATED, reason=NOT_BUILT)
 
 PATHS = [
@@ -38,11 +38,8 @@ SCHEMES = [
 
 @functools.cache
 def _load(game: str) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.bool_]]:
-    path = DATA / f"atari_{game}.npz"
-    if not path.is_file():
-        pytest.skip(f"real frames not found: {path} (the shared data directory is absent)")
-    data = np.load(path)
-    frames, starts = data["frames"][:900], data["episode_start"][:900]  # an episode boundary or more
+    data = load_stream(game, ("frames", "episode_start"), 900)  # an episode boundary or more
+    frames, starts = data["frames"], data["episode_start"]
     frames.flags.writeable = False
     return frames, starts
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from extension_status import absent_reason
 from issue3_reference import assert_distribution
 from reference import ReferenceStore, assert_batch_matches
 from strategies import numbered_frame
@@ -475,7 +476,7 @@ def test_compiled_uniform_draws_equal_the_numpy_draws_bit_for_bit(
     from mmreplay import samplers
 
     if samplers._sumtree is None:
-        pytest.skip("mmreplay._sumtree is not built")
+        pytest.skip(absent_reason("_sumtree"))
     stores = [range(0, 1), range(5, 8), range(0, 100_000), range(3, 3 + 2**40 + 1), range(7, 7 + 10**9 + 7),
               range(2**60, 2**60 + 2**53)]
     for seed, stored in enumerate(stores):

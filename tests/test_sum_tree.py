@@ -12,9 +12,11 @@ import os
 
 import numpy as np
 import pytest
+from extension_status import absent_reason
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mmreplay import sum_tree
 from mmreplay.sum_tree import ACCELERATED, TOP_LEVEL, SumTree, tree_size
 
 
@@ -206,7 +208,7 @@ def test_the_tree_agrees_with_a_plain_array_after_any_batch_of_updates(num_leave
 
 # -- the compiled extension against the numpy code, bit for bit ------------------------------------------
 
-compiled_only = pytest.mark.skipif(not ACCELERATED, reason="mmreplay._sumtree is not built or is hidden")
+compiled_only = pytest.mark.skipif(not ACCELERATED, reason=absent_reason("_sumtree"))
 
 
 def test_the_extension_is_hidden_under_mmreplay_pure_python():
@@ -216,8 +218,8 @@ def test_the_extension_is_hidden_under_mmreplay_pure_python():
         assert not ACCELERATED
 
 
-@pytest.mark.skipif(ACCELERATED, reason="mmreplay._sumtree is built")
-def test_asking_for_the_extension_when_it_is_missing_is_a_value_error():
+def test_asking_for_the_extension_when_it_is_missing_is_a_value_error(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(sum_tree, "_sumtree", None)  # as extensions.load leaves it without a build
     with pytest.raises(ValueError, match="^accelerated=True but mmreplay._sumtree is not built"):
         tree_and_nodes(np.ones(5), accelerated=True)
 
