@@ -134,7 +134,8 @@ def run_child(cleanrl: Path, buffer: str, store: Path, record_path: Path, counte
     script = cleanrl / "cleanrl" / "dqn_atari.py"
     sys.argv = [str(script), *script_args]
     try:
-        # Kept until the interpreter exits, as a script's globals are: the buffer is never closed.
+        # The script's globals live until this function returns, just before the interpreter exits;
+        # the buffer is never closed, only dropped with them, as at the end of a script.
         record["_globals"] = runpy.run_path(str(script), run_name="__main__")
     except BaseException as error:  # the record says how the run ended, whatever it was
         record["error"] = "".join(traceback.format_exception_only(type(error), error)).strip()
