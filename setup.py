@@ -1,26 +1,68 @@
-"""Build of the optional extensions mmreplay._lz4batch and mmreplay._lz4ref; all other metadata lives in pyproject.toml.
+"""Build of the optional extensions mmreplay._lz4batch, _lz4ref and _sumtree; all other metadata lives in pyproject.toml.
 
-The extension links the system's liblz4 and zlib. It is optional: without a compiler or without
-liblz4 the build prints a warning, skips it, and mmreplay.codec decodes through python-lz4 instead.
-Development build: ``python setup.py build_ext --inplace``.
+The lz4 extensions link the system's liblz4 and zlib. Each is optional: without a compiler or without
+liblz4 the build skips it, prints at the end what is slower and how to fix it, and mmreplay runs its
+pure-Python code instead (and warns at import). Development build: ``python setup.py build_ext --inplace``.
 """
 
 from __future__ import annotations
 
 import ctypes.util
 import os
+import runpy
+import subprocess
 import sys
+import warnings
+from pathlib import Path
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+# What is slower and how to fix it: the same words as the import-time warning (mmreplay/extensions.py,
+# standard library only, read without importing the package and its dependencies).
+EXTENSIONS = runpy.run_path(str(Path(__file__).resolve().parent / "mmreplay" / "extensions.py"))
+
+
+class build_optional_ext(build_ext):
+    """build_ext that, after building, says clearly which optional extensions failed and how to fix it.
+
+    setuptools only mentions a failed optional extension in the middle of the compiler's output, which
+    pip hides unless ``-v``. This says it last, as a ``UserWarning``: a recent pip (26.3 here) shows the
+    build backend's warnings at the end of even a quiet install, and ``python setup.py`` prints it.
+    """
+
+    def run(self) -> None:
+        self.failed: list[str] = []
+        super().run()
+        if self.failed:
+            warnings.warn(f"\nmmreplay: the compiled extension(s) {', '.join(self.failed)} could not be built. "
+                          f"mmreplay works without them, with the same results, but {EXTENSIONS['SLOWER']}.\n"
+                          f"{EXTENSIONS['FIX']}", UserWarning, stacklevel=1)
+
+    def build_extension(self, ext: Extension) -> None:
+        try:
+            super().build_extension(ext)
+        except Exception:
+            if ext.optional:
+                self.failed.append(ext.name.rpartition(".")[2])
+            raise
 
 
 def lz4_link_args() -> dict[str, list[str]]:
     """How to link liblz4 when only its runtime library is installed (no liblz4.so dev symlink).
 
     ``-llz4`` needs the development symlink (Debian's liblz4-dev); without it, GNU ld, gold and lld
-    accept ``-l:liblz4.so.1`` (the soname that ``find_library`` reports); on macOS ``find_library``
-    reports a full path, which links as an object.
+    accept ``-l:liblz4.so.1`` (the soname that ``find_library`` reports); on macOS Homebrew's lz4 is
+    linked from ``brew --prefix lz4``, else ``find_library`` reports a full path, which links as an object.
     """
+    if sys.platform == "darwin":
+        # Homebrew on Apple silicon keeps its libraries in /opt/homebrew/lib, which the linker does not search.
+        try:
+            prefix = subprocess.run(["brew", "--prefix", "lz4"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            prefix = None
+        if prefix is not None and prefix.returncode == 0 and os.path.isdir(f"{prefix.stdout.strip()}/lib"):
+            return {"libraries": ["lz4"], "library_dirs": [f"{prefix.stdout.strip()}/lib"]}
     found = ctypes.util.find_library("lz4")
     if found is None or sys.platform == "win32":
         return {"libraries": ["lz4"]}  # the link fails and the optional extension is skipped
@@ -32,6 +74,7 @@ def lz4_link_args() -> dict[str, list[str]]:
 
 
 setup(
+    cmdclass={"build_ext": build_optional_ext},
     ext_modules=[
         Extension(
             "mmreplay._lz4batch",

@@ -15,6 +15,7 @@ from mmreplay.errors import (
     StoreLockedError,
     StoreNotFoundError,
 )
+from mmreplay.extensions import PerformanceWarning, warn_if_not_built
 from mmreplay.reference_codec import ReferenceScheme
 from mmreplay.samplers import PrioritizedSampler, Sampler, UniformSampler
 from mmreplay.store import ReplayStore
@@ -29,6 +30,7 @@ __all__ = [
     "CorruptStoreError",
     "FormatVersionError",
     "MmreplayError",
+    "PerformanceWarning",
     "ReadOnlyStoreError",
     "ReferenceScheme",
     "ReplayStore",
@@ -42,4 +44,7 @@ __all__ = [
     "import_hdf5",
 ]
 
+# The one place the version is written: pyproject.toml reads it (``[tool.setuptools.dynamic]``).
 __version__ = "0.1.0"
+
+warn_if_not_built()  # one PerformanceWarning per process when a compiled extension could not be imported

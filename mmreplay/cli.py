@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from mmreplay import format
+from mmreplay import __version__, extensions, format
 from mmreplay.errors import CorruptStoreError, MmreplayError, StoreNotFoundError
 from mmreplay.store import ReplayStore
 
@@ -34,10 +34,24 @@ EXAMPLES = {
 }
 
 
+class _PrintVersion(argparse.Action):
+    """``--version``: argparse's own action would rewrap the line; this one prints it as it is."""
+
+    def __init__(self, option_strings: list[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        print(f"mmreplay {__version__}: {extensions.summary()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mmreplay", description="Inspect, check, draw, export and import mmreplay stores.",
         epilog="Run 'mmreplay COMMAND --help' for a command's options and an example.")
+    parser.add_argument("--version", action=_PrintVersion,
+                        help="print the version and whether compiled code is in use, then exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
@@ -128,6 +142,7 @@ def _info(arguments: argparse.Namespace) -> int:
             "action_dtype": str(store.action_dtype), "frame_encoding": store.frame_encoding,
             "bytes_on_disk": on_disk,
             "compression_ratio": round(raw / on_disk, 2) if on_disk else None,
+            "compiled_code": extensions.summary(),
         }
     width = max(len(key) for key in info)
     _print(arguments, info, "\n".join(f"{key.replace('_', ' '):<{width}}  {value}" for key, value in info.items()))

@@ -114,7 +114,8 @@ class Source:
         version = int(attrs["format_version"])
         if version not in READABLE_VERSIONS:
             raise FormatVersionError(
-                f"{self.name}: format version {version}; this mmreplay reads {' and '.join(map(str, READABLE_VERSIONS))}"
+                f"{self.name}: format version {version}; this mmreplay reads "
+                f"{' and '.join(map(str, READABLE_VERSIONS))}"
             )
         self.frame_shape = tuple(int(n) for n in attrs["frame_shape"])
         self.stack_size = int(attrs["stack_size"])
@@ -125,7 +126,9 @@ class Source:
 
 
 
-def frame_counts(lengths: npt.NDArray[np.int64], final_stacks: npt.NDArray[np.bool_], stack_size: int) -> npt.NDArray[np.int64]:
+def frame_counts(
+    lengths: npt.NDArray[np.int64], final_stacks: npt.NDArray[np.bool_], stack_size: int
+) -> npt.NDArray[np.int64]:
     """The frames each episode owns (``LayoutWriter``'s numbering): stack_size + T, and stack_size - 1
     more for a final stack."""
     return (lengths + stack_size + (stack_size - 1) * final_stacks).astype(np.int64)

@@ -191,7 +191,8 @@ class MinariSource(Source):
         if self.final_stacks[episode]:
             first_final = self.stack_size + int(self.lengths[episode]) - 1
             if stop > first_final:
-                final = np.asarray(self._groups[episode]["mmreplay_final_stack"][max(0, start - first_final) : stop - first_final])
+                dataset = self._groups[episode]["mmreplay_final_stack"]
+                final = np.asarray(dataset[max(0, start - first_final) : stop - first_final])
                 if start >= first_final:
                     return final
                 return np.concatenate([self._frames_before_final(episode, start, first_final), final])

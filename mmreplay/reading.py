@@ -99,9 +99,8 @@ class TransitionReader:
         returns, used = n_step_returns(rows["reward"], mask, gamma)
         last_column = used - 1
         first, last = rows[:, 0], rows[np.arange(len(steps)), last_column]
-        obs_frames = stacking.obs_frames(
-            self.frames.stacks(next_frame_steps(first, steps), self.stack_size), detached_rows(first), self.frames.stacks
-        )
+        first_frames = self.frames.stacks(next_frame_steps(first, steps), self.stack_size)
+        obs_frames = stacking.obs_frames(first_frames, detached_rows(first), self.frames.stacks)
         last_steps = window[np.arange(len(steps)), last_column]
         next_frames = self.frames.stacks(next_frame_steps(last, last_steps), self.stack_size)[
             :, stacking.next_obs_columns(self.stack_size)

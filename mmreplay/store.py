@@ -385,7 +385,9 @@ class ReplayStore:
         """Record one transition per env (with ``num_envs > 1`` every argument has a leading env axis).
 
         ``next_obs`` is the true next observation (the final one when the episode ended). While an env's
-        episode continues, ``obs`` equals its previous ``next_obs`` and only the new frame is written.
+        episode continues, ``obs`` equals its previous ``next_obs`` and only the new frame is written. A
+        stacked ``next_obs`` must be ``obs`` shifted by one frame, except in a transition that terminated
+        or truncated: there any stack (such as the reset observation) is stored whole, as given.
         ``env_mask`` (bool, one per env) records only the envs marked True: the others' entries are not
         transitions (gymnasium's next-step autoreset returns such an entry for an env the step after its
         episode ended: its reset obs, which is no shifted stack), so only their shapes and dtypes are
@@ -492,7 +494,8 @@ class ReplayStore:
             if start is not None:
                 episode.start(*start)
             if arguments.detached[env]:
-                episode.detach([frame.tobytes() for frame in arguments.next_obs[env]], plan.next_frames[i], step=first_step + i)
+                frames = [frame.tobytes() for frame in arguments.next_obs[env]]
+                episode.detach(frames, plan.next_frames[i], step=first_step + i)
                 continue
             episode.advance(
                 arguments.next_obs[env, -1].tobytes(),

@@ -7,8 +7,9 @@ yet. A link is trusted only after checking it (the target exists, belongs to the
 start an episode), because a crash can leave a link to a step that was never committed and later reused.
 A link that passes those checks must also chain frames: the target's obs ends with the frame this
 transition's next_obs ends with (found one frame link back from the target's next_obs frame, or
-``stack_size`` links back when the target is detached: see ``stacking``). The link is outside the row checksum (it is written when the next
-transition arrives), so this is what catches a corrupt one: it is an error, never a shorter window.
+``stack_size`` links back when the target is detached: see ``stacking``). The link is outside the row
+checksum (it is written when the next transition arrives), so this is what catches a corrupt one: it is
+an error, never a shorter window.
 """
 
 from __future__ import annotations

@@ -3,11 +3,12 @@
 Each trial creates a small store (capacity of a few dozen to a few hundred transitions, so wrap-around
 eviction happens within a fraction of a second) and forks a writer process that appends real Atari frames
 (``scripts/atari_frames.py`` records them once with ALE) in a stream fixed by the trial's seed:
-single-env or vector adds (with ``env_mask``), single frames or stacks, long real episodes or short ones
-cut by truncation (which makes frames outnumber transitions and the frame table grow), a uniform or a
-prioritized sampler (the writer then samples and calls ``update_priorities``). It flushes at random
-intervals and after each flush appends the committed count to a side file outside the store (fsync'd).
-The writer is killed with SIGKILL:
+single-env or vector adds (with ``env_mask``), single frames or stacks (every other ending of a stack
+brings a reset stack as next_obs, as CleanRL does), long real episodes or short ones cut by truncation
+(which makes frames outnumber transitions and the frame table grow), a uniform or a prioritized sampler
+(the writer then samples and calls ``update_priorities``). It flushes at random intervals and after each
+flush appends the committed count to a side file outside the store (fsync'd). The writer is killed with
+SIGKILL:
 
 * ``timer`` trials: the parent sends SIGKILL after a random delay (the writer is then in ``add``,
   ``flush``, eviction, sampling or ``update_priorities``, wherever it happens to be);
@@ -183,11 +184,15 @@ class Stream:
             # The stream's next transition does not continue this one (a gap or the wrap): cut it here.
             truncated = bool(cut[env_index]) or (not terminated and following != t + 1)
             new_episode = (episode + [next_frame])[-v.stack_size :]
+            step = self.steps + len(recorded)
             if v.stacked:
                 obs, next_obs = self._stack(episode), self._stack(episode + [next_frame])
+                if (terminated or truncated) and v.stack_size > 1 and step % 2 == 0:
+                    # Every other ending brings a reset stack as next_obs (CleanRL's and SB3's at
+                    # termination): stored as given, a whole stack of frames.
+                    next_obs = np.stack([self.frames[following]] * v.stack_size)
             else:
                 obs, next_obs = episode[-1], next_frame
-            step = self.steps + len(recorded)
             columns.append((obs, step, self.reward[t], next_obs, terminated, truncated))
             if mask[env_index]:
                 recorded.append(
@@ -197,7 +202,7 @@ class Stream:
                         obs=self._stack(episode),
                         action=step,
                         reward=np.float32(self.reward[t]),
-                        next_obs=self._stack(episode + [next_frame]),
+                        next_obs=next_obs if v.stacked else self._stack(episode + [next_frame]),
                         terminated=terminated,
                         truncated=truncated,
                     )

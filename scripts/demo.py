@@ -10,12 +10,19 @@ next_obs are exactly the stacks that were added.
 
     .venv/bin/python scripts/demo.py                          # ~1 minute: 40,000 Pong steps
     .venv/bin/python scripts/demo.py --game ALE/MsPacman-v5 --steps 100000 --num-envs 4 --path pacman.mmr
+
+The store is kept, by default in ``demo.mmr`` at the repository's root (which git ignores), and the
+demo ends by printing the ``mmreplay`` commands to try on it. A later run replaces the store at the
+default path; a store at a path given with ``--path`` is only replaced with ``--replace``, and a path
+that holds something other than a store is never deleted. ``--discard`` records into a temporary
+directory and deletes it at exit.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import shutil
 import sys
 import tempfile
@@ -24,7 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from mmreplay import ReplayStore
+from mmreplay import ReplayStore, StoreNotFoundError
+
+DEFAULT_PATH = Path(__file__).resolve().parent.parent / "demo.mmr"  # the repository's root; git ignores it
 
 FRAME_SHAPE = (84, 84)
 STACK_SIZE = 4
@@ -181,7 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=40_000, help="transitions to record (all envs together)")
     parser.add_argument("--num-envs", type=int, default=1, help="> 1: a gymnasium SyncVectorEnv")
     parser.add_argument("--capacity", type=int, help="store capacity in transitions (default: --steps)")
-    parser.add_argument("--path", type=Path, help="store directory to create and keep (default: a temp dir, removed)")
+    parser.add_argument("--path", type=Path, help="store directory to create and keep (default: demo.mmr in the "
+                                                  "repository's root, replaced by each run)")
+    parser.add_argument("--replace", action="store_true", help="replace the store at --path if there is one")
+    parser.add_argument("--discard", action="store_true",
+                        help="record into a temporary directory and delete it at exit (--path is then ignored)")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--sample-seconds", type=float, default=5.0)
     parser.add_argument("--seed", type=int, default=0)
@@ -194,11 +207,19 @@ def main(argv: list[str] | None = None) -> int:
 
     gym.register_envs(ale_py)  # ale-py ships the ROMs
     capacity = args.capacity or args.steps
-    temporary = args.path is None
-    path = Path(tempfile.mkdtemp(prefix="mmreplay-demo-")) / "store.mmr" if temporary else args.path
+    temporary = args.discard
+    if temporary:
+        path = Path(tempfile.mkdtemp(prefix="mmreplay-demo-")) / "store.mmr"
+    else:
+        path = args.path or DEFAULT_PATH
+        problem = clear_path(path, replace=args.replace or args.path is None)
+        if problem:
+            print(f"demo: {problem}", file=sys.stderr)
+            return 2
     print(f"mmreplay demo: {args.game}, {args.num_envs} env(s), random policy, 84x84 grayscale, "
           f"frame_skip 4, {STACK_SIZE}-frame stacks")
-    print(f"store: {path} (capacity {capacity:,} transitions)")
+    print(f"store: {path} (capacity {capacity:,} transitions; "
+          f"{'deleted at exit' if temporary else 'kept after the demo'})")
     store = ReplayStore.create(
         path, frame_shape=FRAME_SHAPE, capacity=capacity, stack_size=STACK_SIZE, num_envs=args.num_envs
     )
@@ -245,9 +266,58 @@ def main(argv: list[str] | None = None) -> int:
         store.close()
         if temporary:
             shutil.rmtree(path.parent, ignore_errors=True)
-        else:
-            print(f"store kept at {path}")
+    if not temporary:
+        print_next_commands(path)
     return 0 if ok else 1
+
+
+def clear_path(path: Path, *, replace: bool) -> str | None:
+    """Make way for a new store at ``path``; returns why it cannot, or None when the way is clear.
+
+    Only an mmreplay store (a directory with a header, even a damaged one) is ever deleted, and only
+    with ``replace``.
+    """
+    if not path.exists() and not path.is_symlink():
+        return None
+    try:
+        ReplayStore.open(path, "r").close()
+    except StoreNotFoundError:
+        return f"{path} exists and is not an mmreplay store; it is left alone: pass another --path"
+    except Exception:  # noqa: BLE001 (a damaged store, or one in an older format: still a store)
+        pass
+    if not replace:
+        return (f"{path} already holds a store: look at it ('mmreplay info {path}'), pass --replace to record "
+                f"a new one in its place, or pass another --path")
+    print(f"replacing the store an earlier run left at {path}")
+    shutil.rmtree(path)
+    return None
+
+
+def print_next_commands(path: Path) -> None:
+    """What to try on the kept store, with the paths as they can be typed from the current directory."""
+    script = Path(sys.executable).parent / "mmreplay"
+    command = shell_path(script) if script.exists() else f"{shell_path(Path(sys.executable))} -m mmreplay"
+    store = shell_path(path)
+    with ReplayStore.open(path, "r") as kept:
+        episodes = kept.episodes()
+    episode = next((e.episode_id for e in episodes if e.complete), episodes[0].episode_id if episodes else 0)
+    print(f"\nstore kept at {store}. Next, look at it with mmreplay's command line:")
+    print(f"  {command} info {store}")
+    print(f"  {command} episodes {store}")
+    print(f"  {command} show {store} {episode} -o episode{episode}.gif     # or .png: a contact sheet")
+    print(f"  {command} verify {store}")
+    if script.exists():
+        print(f"('source {shell_path(script.parent / 'activate')}' puts mmreplay on your PATH; the next run "
+              f"replaces {store}, --discard deletes its store at exit)")
+
+
+def shell_path(path: Path) -> str:
+    """``path`` relative to the current directory when it is inside it, else absolute."""
+    absolute = Path(os.path.abspath(path))
+    try:
+        return str(absolute.relative_to(Path.cwd()))
+    except ValueError:
+        return str(absolute)
 
 
 if __name__ == "__main__":

@@ -2,16 +2,61 @@
 # Create .venv (if missing) and install mmreplay into it, editable, with the extras named as arguments.
 #   bash scripts/setup.sh            # core + test tools
 #   bash scripts/setup.sh demo peers # also gymnasium/ALE and the benchmark peers
+#   bash scripts/setup.sh --force    # reinstall even when nothing changed
+# Returns at once when nothing changed since the last install: .venv/.mmreplay-setup records a hash of
+# what the install depends on (pyproject.toml, setup.py, the C sources, the Python version, the C
+# compiler, liblz4 and headers found) and the extras installed; a run for extras already installed is
+# skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python3 -m venv .venv
-.venv/bin/python -m pip install --quiet --upgrade pip
+force=0
 extras="test"
-for extra in "$@"; do extras="$extras,$extra"; done
+for argument in "$@"; do
+  if [ "$argument" = "--force" ]; then force=1; else extras="$extras,$argument"; fi
+done
+stamp=.venv/.mmreplay-setup
+inputs_hash() {
+  {
+    cat pyproject.toml setup.py mmreplay/*.c mmreplay/*.h
+    python3 -c 'import sys; print(sys.version)'
+    # A compiler, liblz4 or a header installed since the last run: build the extensions this time.
+    command -v cc gcc clang || true
+    { ldconfig -p 2>/dev/null || true; } | grep -F liblz4 || true
+    ls /usr/include/lz4.h /usr/include/zlib.h /usr/local/include/lz4.h /usr/local/include/zlib.h 2>/dev/null || true
+  } | python3 -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())'
+}
+hash=$(inputs_hash)
+if [ -x .venv/bin/python ] && [ -f "$stamp" ]; then
+  installed=$(sed -n 2p "$stamp")
+  missing=""
+  for extra in ${extras//,/ }; do
+    case ",$installed," in *",$extra,"*) ;; *) missing="$missing $extra" ;; esac
+  done
+  if [ "$force" = 0 ] && [ -z "$missing" ] && [ "$(sed -n 1p "$stamp")" = "$hash" ]; then
+    echo "setup: .venv is up to date (mmreplay[$installed]; 'bash scripts/setup.sh --force' reinstalls)"
+    exit 0
+  fi
+  extras="$extras,$installed"  # what an earlier run installed stays installed, and recorded
+fi
+extras=$(printf '%s\n' ${extras//,/ } | sort -u | paste -sd, -)
+rm -f "$stamp"
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv ($(python3 --version))"
+  python3 -m venv .venv
+fi
+echo "setup: upgrading pip and setuptools"
+# setuptools too: "python setup.py build_ext --inplace" (the development build) needs the version
+# pyproject.toml asks for, which the venv module's bundled one may predate.
+.venv/bin/python -m pip install --quiet --upgrade pip "setuptools>=77"
 case ",$extras," in
   *,peers,*|*,sb3,*)
     # The CPU build of PyTorch; a bare 'torch' requirement would pull a multi-GB CUDA build.
+    echo "setup: installing PyTorch (CPU build)"
     .venv/bin/python -m pip install --quiet "torch==2.13.0" ;;
 esac
-.venv/bin/python -m pip install --quiet -e ".[$extras]"
-.venv/bin/python -c "import mmreplay.codec as c; print('mmreplay installed; compiled batch decoder:', 'yes' if getattr(c, 'ACCELERATED', False) else 'no (pure-Python fallback)')"
+echo "setup: installing mmreplay[$extras] (editable; compiling its C extensions)"
+# (setuptools prints an information-only banner about editable installs; it says nothing to act on)
+PYTHONWARNINGS="ignore:Editable installation" .venv/bin/python -m pip install --quiet -e ".[$extras]"
+# The import warns (PerformanceWarning, with the fix) when a compiled extension could not be built.
+.venv/bin/python -c "import mmreplay.extensions as e; print('setup: done; mmreplay', __import__('mmreplay').__version__ + ':', e.summary())"
+printf '%s\n%s\n' "$hash" "$extras" > "$stamp"

@@ -15,13 +15,14 @@ import json
 import os
 import subprocess
 import sys
+import zlib
 from dataclasses import fields
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
-from reference import ReferenceStore, assert_batch_matches, assert_store_matches, snapshot, assert_same_snapshot
+from reference import ReferenceStore, assert_batch_matches, assert_same_snapshot, snapshot
 from strategies import frame, stack
 
 import mmreplay
@@ -215,8 +216,6 @@ def test_a_version_3_store_opens_and_its_next_commit_writes_version_4(make_store
     header = json.loads((path / "header.json").read_text())
     body = {key: value for key, value in header.items() if key != "checksum"}
     body["format_version"] = 3
-    import zlib
-
     body["checksum"] = zlib.crc32(json.dumps(body, sort_keys=True).encode())
     (path / "header.json").write_text(json.dumps(body))
     with ReplayStore.open(path, "r") as reader:
@@ -277,19 +276,17 @@ def test_sequences_crossing_a_detached_transition_return_its_obs_and_given_next_
     for b in range(40):
         window = expected_window(pair.ref, int(batch.index[b, 0]), 4)
         assert batch.mask[b].tolist() == [True] * len(window) + [False] * (4 - len(window))
-        assert_batch_matches(_row(batch, b, len(window)), pair.ref, window)
+        assert_batch_matches(WindowRows(batch, b, len(window)), pair.ref, window)
         assert not batch.obs[b, len(window):].any() and not batch.next_obs[b, len(window):].any()
 
 
-class _Row:
+class WindowRows:
+    """The first ``count`` transitions of window ``b`` of a SequenceBatch, as a Batch's fields."""
+
     def __init__(self, batch, b: int, count: int) -> None:
         for name in ("obs", "action", "reward", "next_obs", "terminated", "truncated", "index"):
             setattr(self, name, getattr(batch, name)[b, :count])
         self.env_index = np.full(count, batch.env_index[b])
-
-
-def _row(batch, b: int, count: int) -> _Row:
-    return _Row(batch, b, count)
 
 
 # -- out= refills ----------------------------------------------------------------------------------
@@ -476,3 +473,50 @@ def test_the_pure_python_path_writes_and_reads_detached_transitions_as_the_compi
         assert (path / "transitions.tbl").read_bytes() == (tmp_path / "store-1.mmr" / "transitions.tbl").read_bytes()
     assert_equal(batches[0], batches[1])
     np.testing.assert_array_equal(batches[0].next_obs[-1], stack(96, 96, 95))
+
+
+# -- CleanRL's buffer calls ------------------------------------------------------------------------
+
+
+def test_cleanrls_adds_with_the_reset_obs_at_termination_match_sb3s_replay_buffer(tmp_path) -> None:
+    """CleanRL's dqn_atari.py: ``real_next_obs`` is the final observation only where an env truncated;
+    where it terminated, it is the next episode's reset stack. Both buffers keep that row as given."""
+    pytest.importorskip("stable_baselines3")
+    from gymnasium import spaces
+    from stable_baselines3.common.buffers import ReplayBuffer
+
+    from mmreplay.sb3 import MmreplayBuffer
+
+    n_envs, shape = 2, (4, 5, 6)
+    observation_space, action_space = spaces.Box(0, 255, shape, np.uint8), spaces.Discrete(4)
+    options = dict(device="cpu", n_envs=n_envs, handle_timeout_termination=False)
+    theirs = ReplayBuffer(64, observation_space, action_space, **options)
+    ours = MmreplayBuffer(64, observation_space, action_space, path=tmp_path / "cleanrl.mmr", **options)
+    rng = np.random.default_rng(0)
+
+    def reset_stack() -> np.ndarray:
+        return np.repeat(rng.integers(0, 256, (1, *shape[1:]), np.uint8), shape[0], axis=0)
+
+    obs = np.stack([reset_stack() for _ in range(n_envs)])
+    for _ in range(60):
+        final = np.concatenate([obs[:, 1:], rng.integers(0, 256, (n_envs, 1, *shape[1:]), np.uint8)], axis=1)
+        terminations, truncations = rng.random(n_envs) < 0.15, rng.random(n_envs) < 0.05
+        next_obs = final.copy()
+        for env in np.flatnonzero(terminations | truncations):
+            next_obs[env] = reset_stack()  # the vector env's autoreset obs
+        real_next_obs = next_obs.copy()
+        for env in np.flatnonzero(truncations):
+            real_next_obs[env] = final[env]  # infos["final_observation"], truncated envs only
+        row = (obs, real_next_obs, rng.integers(0, 4, n_envs), rng.standard_normal(n_envs).astype(np.float32),
+               terminations, [{} for _ in range(n_envs)])
+        theirs.add(*row)
+        ours.add(*row)
+        obs = next_obs
+    positions = np.repeat(np.arange(theirs.size()), n_envs)
+    envs = np.tile(np.arange(n_envs), theirs.size())
+    got = ours.samples_at(positions, envs)
+    assert np.array_equal(got.observations.numpy(), theirs.observations[positions, envs])
+    assert np.array_equal(got.next_observations.numpy(), theirs.next_observations[positions, envs])
+    assert np.array_equal(got.dones.numpy()[:, 0], theirs.dones[positions, envs])
+    assert ours.store.read(ours.store.stored_steps).terminated.sum() > 3
+    ours.close()

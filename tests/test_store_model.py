@@ -2,8 +2,9 @@
 
 Every step ends by reading back every transition the store counts and comparing it, field by field,
 with the reference (tests/reference.py). Rules cover vector envs with interleaved endings, truncation
-vs termination, episodes cut without a flag, frames vs stacks, wrap-around eviction, rejected adds,
-flush, close and reopen (read-only and append), and seeded sampling.
+vs termination, episodes cut without a flag, frames vs stacks, endings whose next_obs stack is not obs
+shifted (stored as given), wrap-around eviction, rejected adds, flush, close and reopen (read-only and
+append), seeded sampling, sampling into an earlier batch (``out``) and n-step windows.
 """
 
 from __future__ import annotations
@@ -121,6 +122,46 @@ class StoreMachine(RuleBasedStateMachine):
         steps = data.draw(st.lists(st.sampled_from(stored), min_size=1, max_size=10), label="steps")
         assert_batch_matches(self.store.read(np.array(steps)), self.ref, steps)
         assert_batch_matches(self.store.read(steps), self.ref, steps)
+
+    @precondition(lambda self: len(self.ref) > 0)
+    @rule(batch_size=st.integers(1, 8), seeds=st.tuples(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1)))
+    def sample_into_an_earlier_batch(self, batch_size, seeds):
+        out = self.store.sample(batch_size, rng=seeds[0])
+        expected = self.store.sample(batch_size, rng=seeds[1])
+        try:
+            got = self.store.sample(batch_size, rng=seeds[1], out=out)
+        except ValueError as error:
+            # Only a batch whose obs and next_obs share frames, given one with a final stack kept whole.
+            assert "share" in str(error)
+            assert np.shares_memory(out.obs, out.next_obs)
+            assert not np.shares_memory(expected.obs, expected.next_obs)
+            return
+        assert got is out
+        assert_same_batch(got, expected)
+        assert_batch_matches(got, self.ref)
+
+    @precondition(lambda self: len(self.ref) > 0)
+    @rule(batch_size=st.integers(1, 8), n_step=st.integers(2, 4), seed=st.integers(0, 2**32 - 1))
+    def sample_n_steps(self, batch_size, n_step, seed):
+        batch = self.store.sample(batch_size, rng=seed, n_step=n_step, gamma=0.5)
+        for i, step in enumerate(batch.index.tolist()):
+            window = self.window(step, n_step)
+            first, last = self.ref.transition(step), self.ref.transition(window[-1])
+            np.testing.assert_array_equal(batch.obs[i], first.obs)
+            np.testing.assert_array_equal(batch.next_obs[i], last.next_obs)
+            assert (batch.terminated[i], batch.truncated[i]) == (last.terminated, last.truncated)
+
+    def window(self, step: int, length: int) -> list[int]:
+        """The reference's n-step window from ``step``: its episode's transitions until one ends."""
+        env = self.ref.transition(step).env_index
+        episode = next(e for e in self.ref.episodes[env] if e[0].step <= step <= e[-1].step)
+        window = []
+        for item in episode:
+            if item.step >= step and len(window) < length:
+                window.append(item.step)
+                if item.terminated or item.truncated:
+                    break
+        return window
 
     @precondition(lambda self: self.ref.transitions_added > 0)
     @rule(data=st.data())
