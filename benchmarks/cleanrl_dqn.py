@@ -25,7 +25,7 @@ Run it in an environment with CleanRL's pins, beside this repository (never insi
     python3.11 -m venv /work/scratch/cleanrl/venv && V=/work/scratch/cleanrl/venv/bin
     $V/pip install gymnasium==0.29.1 ale-py==0.9.0 tyro==0.5.10 numpy==1.24.4 opencv-python==4.7.0.72 \\
         torch tensorboard stable-baselines3 h5py lz4 tqdm psutil
-    $V/pip install --no-deps -e .          # mmreplay itself (see the note on extras in benchmarks/README.md)
+    $V/pip install -e '.[sb3]'             # mmreplay itself; keeps gymnasium 0.29.1
     git clone https://github.com/vwxyzjn/cleanrl /work/scratch/cleanrl/src
     $V/python benchmarks/cleanrl_dqn.py --cleanrl /work/scratch/cleanrl/src --work /work/scratch/cleanrl/runs
 
