@@ -1,7 +1,14 @@
 """The ``mmreplay`` command: inspect, check, draw, export and import stores (``python -m mmreplay`` too).
 
 Each command calls the library; errors are printed as ``mmreplay: error: ...`` on stderr with exit
-status 1 (2 for a wrong command line, as argparse does); ``verify`` exits 1 when it finds problems.
+status 1 (2 for a wrong command line, as argparse does); ``verify`` exits 1 when it finds problems;
+Ctrl-C ends a command with ``mmreplay: interrupted`` and exit status 130 (an import or export leaves
+nothing at its target then). Every command takes ``--json``.
+
+Episode ids are *steps*: an episode's id is the step of its first stored transition, which never
+changes while that transition is stored (whatever is added, or evicted before it). When eviction
+removes an episode's first transitions, what remains is listed as incomplete under the step of its
+oldest remaining transition, and the old id is answered as evicted, never with another episode.
 """
 
 from __future__ import annotations
@@ -14,18 +21,20 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
-from mmreplay import __version__, extensions, format
-from mmreplay.errors import CorruptStoreError, MmreplayError, StepsEvictedError, StoreNotFoundError
+from mmreplay import __version__, drawing, extensions, format
+from mmreplay.building import check_new_path, leftovers
+from mmreplay.errors import CorruptStoreError, MmreplayError, StoreNotFoundError
 from mmreplay.store import ReplayStore
+from mmreplay.verification import verify_store
 
 CHUNK_STEPS = 1024
 
 EXAMPLES = {
     "info": "example: mmreplay info pong.mmr --json",
     "episodes": "example: mmreplay episodes pong.mmr --env 0 --json",
-    "show": "example: mmreplay show pong.mmr 3 -o episode3.gif   (or -o episode3.png for a contact sheet)",
+    "show": "example: mmreplay show pong.mmr 1200 -o episode.gif --frame-skip 4   (or -o episode.png for a contact "
+            "sheet; 1200 is an id from 'mmreplay episodes')",
     "verify": "example: mmreplay verify pong.mmr || echo 'pong.mmr is damaged'",
     "export": "example: mmreplay export pong.mmr pong.h5   |   mmreplay export pong.mmr ~/.minari/datasets/"
               "pong-v0 --layout minari",
@@ -68,15 +77,22 @@ def build_parser() -> argparse.ArgumentParser:
     episodes.add_argument("--env", type=int, help="only this env's episodes")
     episodes.add_argument("--json", action="store_true", help="print a JSON list")
 
-    show = command("show", "Draw an episode's frames: a contact sheet (.png) or an animation (.gif). Needs Pillow "
-                           "(pip install 'mmreplay[show]').")
+    show = command("show", "Draw an episode's frames: a contact sheet (.png, each frame labelled with its step) or "
+                           "an animation (.gif). Needs Pillow (pip install 'mmreplay[show]').")
     show.add_argument("store")
-    show.add_argument("episode", type=int, help="the episode id (see 'mmreplay episodes')")
-    show.add_argument("-o", "--output", required=True, help="out.png (contact sheet) or out.gif (animation)")
+    show.add_argument("episode", type=int, help="the episode's id: the step of its first transition, as "
+                                                "'mmreplay episodes' lists it")
+    show.add_argument("-o", "--output", required=True, help="out.png (contact sheet) or out.gif (animation); "
+                                                            "an existing file is refused unless --force")
+    show.add_argument("--force", action="store_true", help="replace an existing output file")
     show.add_argument("--columns", type=int, default=8, help="contact sheet columns (default: %(default)s)")
     show.add_argument("--max-frames", type=int, default=64,
                       help="contact sheet: at most this many frames, evenly spaced (default: %(default)s)")
-    show.add_argument("--fps", type=float, default=30.0, help="animation frames per second (default: %(default)s)")
+    show.add_argument("--scale", type=int, default=2, help="pixels per frame pixel (default: %(default)s)")
+    show.add_argument("--frame-skip", type=int, help="emulator frames per agent step; the default --fps is 60 / "
+                                                     "frame skip (ALE runs at 60 Hz; 4, the usual one, if not given)")
+    show.add_argument("--fps", type=float, help="animation frames per second (default: real time, see --frame-skip)")
+    show.add_argument("--json", action="store_true", help="print one JSON object")
 
     verify = command("verify", "Decode every frame and check every transition and episode; exit status 1 and "
                                "a list of problems when something is wrong.")
@@ -89,8 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("store")
     export.add_argument("output", help="the file (mmreplay) or dataset directory (minari) to create")
     export.add_argument("--layout", choices=("mmreplay", "minari"), default="mmreplay")
-    export.add_argument("--dataset-id", help="Minari dataset id, [namespace/]name-vN (default: the output's name)")
+    export.add_argument("--dataset-id", help="Minari dataset id, [namespace/]name-vN (default: made from the "
+                                             "output's name: 'export' gives 'export-v0')")
     export.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    export.add_argument("--json", action="store_true", help="print one JSON object")
 
     imp = command("import", "Create a store from an HDF5 file in the mmreplay layout or a Minari dataset.")
     imp.add_argument("input", help="an mmreplay HDF5 file, or a Minari dataset directory or main_data.hdf5")
@@ -98,15 +116,23 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--capacity", type=int, help="store capacity (default: the exporting store's)")
     imp.add_argument("--stack-size", type=int, help="frames per obs, for Minari datasets not made by mmreplay")
     imp.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    imp.add_argument("--json", action="store_true", help="print one JSON object")
 
     dop = command("import-dopamine", "Create a store from Dopamine replay checkpoints ($store$_observation_ckpt.N.gz "
                                      "and friends, the DQN Replay Dataset's format).")
     dop.add_argument("directory", help="the directory holding the checkpoint files")
     dop.add_argument("store", help="the store to create")
     dop.add_argument("--checkpoints", type=int, nargs="+", help="checkpoint numbers in written order (default: all)")
-    dop.add_argument("--stack-size", type=int, default=4, help="frames per obs (default: %(default)s)")
+    dop.add_argument("--stack-size", type=int, default=4, help="the store's frames per obs (default: %(default)s)")
+    dop.add_argument("--writer-stack-size", type=int,
+                     help="the stack size Dopamine wrote with, which sets the padding slots to skip (default: "
+                          "found in the files)")
+    dop.add_argument("--stack-padding", choices=("zeros", "first"), default="zeros",
+                     help="stacks at an episode start: zero-padded as Dopamine's sampler builds them, or the "
+                          "first frame repeated as gymnasium does (default: %(default)s)")
     dop.add_argument("--capacity", type=int, help="store capacity (default: the slots read)")
     dop.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    dop.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
@@ -117,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
                "import": _import, "import-dopamine": _import_dopamine}[arguments.command]
     try:
         return handler(arguments)
+    except KeyboardInterrupt:
+        print(f"{parser.prog}: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         # The reader went away (``mmreplay episodes STORE | head``): stop quietly, as cat and ls do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -133,8 +162,27 @@ def _print(arguments: argparse.Namespace, value: Any, text: str) -> None:
     print(json.dumps(value) if getattr(arguments, "json", False) else text)
 
 
+def _open(path: str) -> ReplayStore:
+    """Open a store to describe it, checking first that the files its contents need are there."""
+    try:
+        store = ReplayStore.open(path, "r")
+    except StoreNotFoundError as error:
+        left = leftovers(Path(path))
+        if left:
+            raise StoreNotFoundError(f"{error}; beside it: {', '.join(p.name for p in left)} (left by a killed "
+                                     "import or export; the next one to this path removes it)") from None
+        raise
+    missing = store.missing_files()
+    if missing:
+        store.close()
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise CorruptStoreError(f"{path}: {len(missing)} file(s) its contents need are missing: {shown} "
+                                "(run 'mmreplay verify')")
+    return store
+
+
 def _info(arguments: argparse.Namespace) -> int:
-    with ReplayStore.open(arguments.store, "r") as store:
+    with _open(arguments.store) as store:
         on_disk = store.bytes_on_disk()
         # One uncompressed frame per transition.
         raw = len(store) * int(np.prod(store.frame_shape)) * store.frame_dtype.itemsize
@@ -156,191 +204,127 @@ def _info(arguments: argparse.Namespace) -> int:
 
 
 def _episodes(arguments: argparse.Namespace) -> int:
-    with ReplayStore.open(arguments.store, "r") as store:
+    with _open(arguments.store) as store:
         listed = [e for e in store.episodes() if arguments.env is None or e.env_index == arguments.env]
-    rows = [{"id": e.episode_id, "env": e.env_index, "first_step": e.first_step, "length": e.length,
+    rows = [{"id": e.first_step, "env": e.env_index, "first_step": e.first_step, "length": e.length,
              "return": e.total_reward, "ended_by": e.ended_by, "complete": e.complete} for e in listed]
-    lines = [f"{'id':>6} {'env':>4} {'first step':>12} {'length':>8} {'return':>10}  ended by"]
-    lines += [f"{r['id']:>6} {r['env']:>4} {r['first_step']:>12} {r['length']:>8} {r['return']:>10g}  "
-              f"{r['ended_by']}{'' if r['complete'] else ' (start evicted)'}" for r in rows]
+    lines = [f"{'id':>10} {'env':>4} {'length':>8} {'return':>10}  ended by"]
+    lines += [f"{r['id']:>10} {r['env']:>4} {r['length']:>8} {r['return']:>10g}  "
+              f"{r['ended_by']}{'' if r['complete'] else ' (incomplete: its start is not stored)'}" for r in rows]
     _print(arguments, rows, "\n".join(lines))
     return 0
 
 
-def _episode_frames(store: ReplayStore, episode_id: int) -> np.ndarray:
-    """The episode's observations as single frames: its first obs's newest frame, then each next frame."""
+def _find_episode(store: ReplayStore, episode_id: int) -> Any:
+    """The episode whose id (the step of its first stored transition) is ``episode_id``."""
     episodes = store.episodes()
-    if not 0 <= episode_id < len(episodes):
-        held = f"ids 0..{len(episodes) - 1}" if episodes else "none"
-        raise IndexError(f"episode {episode_id} does not exist; the store's episodes: {held}")
-    steps = episodes[episode_id].steps
+    for episode in episodes:
+        if episode.first_step == episode_id:
+            return episode
+    stored = store.stored_steps
+    if episode_id < stored.start:
+        raise IndexError(f"episode {episode_id} was evicted (the oldest stored step is {stored.start}); "
+                         "'mmreplay episodes' lists the stored ones")
+    holder = next((e for e in episodes if episode_id in set(e.steps.tolist())), None)
+    if holder is not None:
+        raise IndexError(f"no episode has id {episode_id}: step {episode_id} is inside episode {holder.first_step} "
+                         "(ids are the first steps 'mmreplay episodes' lists)")
+    raise IndexError(f"no episode has id {episode_id}; stored steps are {stored.start}..{stored.stop - 1} "
+                     "('mmreplay episodes' lists the ids)")
+
+
+def _episode_frames(store: ReplayStore, steps: np.ndarray) -> np.ndarray:
+    """The episode's observations as single frames: its first obs's newest frame, then each next frame."""
     frames = [store.read(steps[:1]).obs[0, -1:]]
     for start in range(0, len(steps), CHUNK_STEPS):
         frames.append(store.read(steps[start : start + CHUNK_STEPS]).next_obs[:, -1])
     return np.concatenate(frames)
 
 
+def _check_output(path: Path, *, force: bool) -> None:
+    if force and path.is_file():
+        return
+    check_new_path(path, "the output")
+
+
 def _show(arguments: argparse.Namespace) -> int:
-    try:
-        from PIL import Image
-    except ImportError:
-        raise ImportError("show needs Pillow: pip install 'mmreplay[show]'") from None
+    drawing.pillow()
     output = Path(arguments.output)
     if output.suffix.lower() not in (".png", ".gif"):
         raise ValueError(f"-o must end in .png (contact sheet) or .gif (animation); got {str(output)!r}")
-    for name in ("columns", "max_frames"):
-        if getattr(arguments, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1; got {getattr(arguments, name)}")
-    with ReplayStore.open(arguments.store, "r") as store:
+    for name in ("columns", "max_frames", "scale", "frame_skip"):
+        value = getattr(arguments, name)
+        if value is not None and value < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1; got {value}")
+    if arguments.fps is not None and not (np.isfinite(arguments.fps) and arguments.fps > 0):
+        raise ValueError(f"--fps must be a positive number; got {arguments.fps}")
+    _check_output(output, force=arguments.force)
+    with _open(arguments.store) as store:
         if store.frame_dtype != np.uint8:
             raise ValueError(f"show draws uint8 image frames; this store's frames are {store.frame_dtype} "
                              f"{store.frame_shape} (read them with ReplayStore.read, or export them)")
-        frames = _episode_frames(store, arguments.episode)
+        episode = _find_episode(store, arguments.episode)
+        frames = _episode_frames(store, episode.steps)
     if not (frames.ndim == 3 or (frames.ndim == 4 and frames.shape[-1] in (1, 3))):
         raise ValueError(f"cannot draw frames of shape {frames.shape[1:]}: expected (H, W), (H, W, 1) or (H, W, 3)")
     if frames.ndim == 4 and frames.shape[-1] == 1:
         frames = frames[..., 0]
+    report: dict[str, Any] = {"output": str(output), "episode": episode.first_step, "frames_in_episode": len(frames)}
     if output.suffix.lower() == ".gif":
-        images = [Image.fromarray(frame) for frame in frames]
-        images[0].save(output, save_all=True, append_images=images[1:], loop=0,
-                       duration=max(20, round(1000 / arguments.fps)))
+        fps = arguments.fps or drawing.default_fps(arguments.frame_skip)
+        drawing.save_animation(drawing.animation(frames, scale=arguments.scale), output, fps=fps)
+        report.update(frames_drawn=len(frames), fps=fps, scale=arguments.scale)
+        text = (f"wrote {output}: all {len(frames)} frames of episode {episode.first_step}, x{arguments.scale}, "
+                f"{fps:g} fps")
     else:
-        chosen = frames[np.unique(np.linspace(0, len(frames) - 1, min(len(frames), arguments.max_frames)).astype(int))]
-        columns = min(arguments.columns, len(chosen))
-        rows = -(-len(chosen) // columns)
-        height, width = chosen.shape[1:3]
-        sheet = np.zeros((rows * height, columns * width, *chosen.shape[3:]), np.uint8)
-        for i, frame in enumerate(chosen):
-            row, column = divmod(i, columns)
-            sheet[row * height : (row + 1) * height, column * width : (column + 1) * width] = frame
-        Image.fromarray(sheet).save(output)
-    print(f"wrote {output} ({len(frames)} frames of episode {arguments.episode})")
+        chosen = np.unique(np.linspace(0, len(frames) - 1, min(len(frames), arguments.max_frames)).astype(int))
+        steps = episode.steps.tolist()
+        labels = [str(steps[i]) if i < len(steps) else "final" for i in chosen.tolist()]
+        drawing.contact_sheet(frames[chosen], labels, columns=arguments.columns, scale=arguments.scale).save(output)
+        report.update(frames_drawn=len(chosen), scale=arguments.scale)
+        text = (f"wrote {output}: {len(chosen)} of the {len(frames)} frames of episode {episode.first_step}, "
+                "each labelled with its step")
+    _print(arguments, report, text)
     return 0
 
 
 def _verify(arguments: argparse.Namespace) -> int:
     report = verify_store(arguments.store, progress=not arguments.no_progress)
-    text = "\n".join([f"{len(report['problems'])} problem(s) in {arguments.store}:"] +
-                     [f"  - {problem}" for problem in report["problems"]]) if report["problems"] else (
+    problems = report["problems"]
+    lines = [f"{len(problems)} problem(s) in {arguments.store}:"] + [f"  - {problem}" for problem in problems]
+    if report["stopped_early"]:
+        lines.append(f"  (stopped after the first {len(problems)} problems; more were not looked for)")
+    text = "\n".join(lines) if problems else (
         f"ok: {arguments.store}: {report['transitions']} transitions, {report['episodes']} episodes, "
         f"{report['frames_decoded']} frames decoded"
         + (f", fields {', '.join(report['fields'])} checked" if report["fields"] else ""))
     _print(arguments, report, text)
-    return 1 if report["problems"] else 0
-
-
-def verify_store(path: str, *, progress: bool = False, max_problems: int = 100) -> dict[str, Any]:
-    """Decode every stored transition and check it against the episode table; returns what is wrong.
-
-    Checks: every frame decodes (checksums), each transition's step and env are what was asked, rewards
-    are finite, each obs continues the previous next_obs of its episode, each next_obs is its obs
-    shifted by one frame unless the transition ended its episode (then it was stored as given), and
-    terminated/truncated only end an episode, matching how the episode table says it ended. User fields
-    (``report["fields"]`` names them) are read with every transition: each field row must match its
-    checksum, or the step is reported.
-    """
-    report: dict[str, Any] = {
-        "path": path, "transitions": 0, "episodes": 0, "frames_decoded": 0, "fields": [], "problems": []
-    }
-    problems: list[str] = report["problems"]
-    try:
-        store = ReplayStore.open(path, "r")
-    except StoreNotFoundError:
-        raise
-    except CorruptStoreError as error:
-        problems.append(f"cannot open the store: {error}")
-        return report
-    with store:
-        report["fields"] = list(store.fields)
-        try:
-            episodes = store.episodes()
-        except CorruptStoreError as error:
-            problems.append(f"cannot list episodes: {error}")
-            episodes = []
-        # The steps the episodes cover; a live writer may have evicted some of them since (skipped below).
-        stored = store.stored_steps if not episodes else range(
-            min(int(episode.steps[0]) for episode in episodes), max(int(episode.steps[-1]) for episode in episodes) + 1)
-        report["transitions"] = len(stored)
-        report["evicted_while_verifying"] = 0
-        report["episodes"] = len(episodes)
-        episode_of = np.full(len(stored), -1, np.int64)
-        for episode in episodes:
-            episode_of[episode.steps - stored.start] = episode.episode_id
-        if episodes and (episode_of < 0).any():
-            problems.append(f"step {int(np.flatnonzero(episode_of < 0)[0]) + stored.start} belongs to no episode")
-        last_next: dict[int, np.ndarray] = {}
-        with tqdm(total=len(stored), disable=not progress, file=sys.stderr, unit="transition", desc="verify") as bar:
-            for start in range(stored.start, stored.stop, CHUNK_STEPS):
-                steps = np.arange(start, min(start + CHUNK_STEPS, stored.stop), dtype=np.int64)
-                # A live writer evicts the oldest steps: those are skipped, and the episodes they cut
-                # start their continuity checks afresh.
-                kept = steps[steps >= store.stored_steps.start]
-                if len(kept) < len(steps):
-                    report["evicted_while_verifying"] += len(steps) - len(kept)
-                    last_next.clear()
-                try:
-                    if len(kept):
-                        _verify_chunk(store, kept, episode_of[kept - stored.start], episodes, last_next, report)
-                except StepsEvictedError as error:
-                    report["evicted_while_verifying"] += len(error.steps)
-                    last_next.clear()
-                bar.update(len(steps))
-                if len(problems) >= max_problems:
-                    problems.append(f"stopped after {max_problems} problems")
-                    break
-    return report
-
-
-def _verify_chunk(store: ReplayStore, steps: np.ndarray, episode_of: np.ndarray, episodes: list[Any],
-                  last_next: dict[int, np.ndarray], report: dict[str, Any]) -> None:
-    problems: list[str] = report["problems"]
-    try:
-        batch = store.read(steps)
-    except CorruptStoreError:
-        for step in steps.tolist():  # find the damaged transitions one by one
-            try:
-                store.read([step])
-            except CorruptStoreError as error:
-                problems.append(f"step {step}: {error}")
-            except StepsEvictedError as error:
-                report["evicted_while_verifying"] += len(error.steps)
-        return
-    report["frames_decoded"] += len(steps) * (store.stack_size + 1)
-    for what, bad in (("index differs from the step read", batch.index != steps),
-                      (f"env_index outside [0, {store.num_envs})", (batch.env_index < 0) | (batch.env_index >= store.num_envs)),
-                      ("reward is not finite", ~np.isfinite(batch.reward))):
-        problems.extend(f"step {step}: {what}" for step in steps[bad].tolist())
-    for i, step in enumerate(steps.tolist()):
-        number = int(episode_of[i])
-        if number < 0:
-            continue
-        episode = episodes[number]
-        if batch.env_index[i] != episode.env_index:
-            problems.append(f"step {step}: env {batch.env_index[i]} but its episode {number} is env {episode.env_index}")
-        # Frames compare by their bytes, as the store compares them (a NaN frame equals itself).
-        if number in last_next and last_next[number].tobytes() != batch.obs[i].tobytes():
-            problems.append(f"step {step}: obs does not continue the previous next_obs of episode {number}")
-        last = step == int(episode.steps[-1])
-        ended = "terminated" if batch.terminated[i] else "truncated" if batch.truncated[i] else None
-        if not ended and batch.next_obs[i, :-1].tobytes() != batch.obs[i, 1:].tobytes():
-            problems.append(f"step {step}: next_obs is not obs shifted by one frame, though it did not end its episode")
-        if ended and not last:
-            problems.append(f"step {step}: {ended} inside episode {number}, which goes on")
-        if last and ended and episode.ended_by != ended:
-            problems.append(f"step {step}: {ended}, but episode {number} is listed as {episode.ended_by!r}")
-        if last:
-            last_next.pop(number, None)
-        else:
-            last_next[number] = batch.next_obs[i].copy()
+    return 1 if problems else 0
 
 
 def _export(arguments: argparse.Namespace) -> int:
     from mmreplay.hdf5 import export_hdf5
+    from mmreplay.hdf5_minari import DATASET_ID
 
-    with ReplayStore.open(arguments.store, "r") as store:
+    if arguments.layout == "minari" and arguments.dataset_id is not None and not DATASET_ID.match(arguments.dataset_id):
+        raise ValueError(f"--dataset-id must look like '[namespace/]name-v0' (Minari's rule); got "
+                         f"{arguments.dataset_id!r}")
+    with _open(arguments.store) as store:
         count = export_hdf5(store, arguments.output, layout=arguments.layout, dataset_id=arguments.dataset_id,
                             progress=not arguments.no_progress)
-    print(f"exported {count} transitions to {arguments.output} ({arguments.layout} layout)")
+    _print(arguments, {"output": arguments.output, "layout": arguments.layout, "transitions": count},
+           f"exported {count} transitions to {arguments.output} ({arguments.layout} layout)")
+    return 0
+
+
+def _imported(arguments: argparse.Namespace, count: int, extra: dict[str, Any], note: str) -> int:
+    with ReplayStore.open(arguments.store, "r") as store:
+        kept, capacity = len(store), store.capacity
+    text = f"imported {count} transitions into {arguments.store}"
+    if kept < count:
+        text += f"; it keeps the newest {kept} (capacity {capacity}), the older ones were evicted"
+    _print(arguments, {"store": arguments.store, "transitions_read": count, "transitions_kept": kept,
+                       "capacity": capacity, **extra}, text + note)
     return 0
 
 
@@ -349,15 +333,16 @@ def _import(arguments: argparse.Namespace) -> int:
 
     count = import_hdf5(arguments.input, arguments.store, capacity=arguments.capacity,
                         stack_size=arguments.stack_size, progress=not arguments.no_progress)
-    print(f"imported {count} transitions into {arguments.store}")
-    return 0
+    return _imported(arguments, count, {}, "")
 
 
 def _import_dopamine(arguments: argparse.Namespace) -> int:
     from mmreplay.dopamine import import_dopamine
 
     count = import_dopamine(arguments.directory, arguments.store, checkpoints=arguments.checkpoints,
-                            stack_size=arguments.stack_size, capacity=arguments.capacity,
+                            stack_size=arguments.stack_size, writer_stack_size=arguments.writer_stack_size,
+                            stack_padding=arguments.stack_padding, capacity=arguments.capacity,
                             progress=not arguments.no_progress)
-    print(f"imported {count} transitions into {arguments.store}")
-    return 0
+    note = ("\nstacks at episode starts are zero-padded, as Dopamine's sampler builds them (--stack-padding first "
+            "repeats the first frame instead)" if arguments.stack_padding == "zeros" else "")
+    return _imported(arguments, count, {"stack_padding": arguments.stack_padding}, note)

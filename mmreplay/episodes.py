@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.frame_encoding import FrameEncoder
-from mmreplay.transition_table import DETACHED, EPISODE_START, TERMINATED, TRUNCATED
+from mmreplay.transition_table import DETACHED, EPISODE_START, FRAGMENT_START, TERMINATED, TRUNCATED
 from mmreplay.validation import AddArguments
 
 
@@ -112,9 +112,11 @@ def plan_frames(
     next_frame_step: int,
     oldest_stored_step: int,
     encoder: FrameEncoder,
+    fragment: bool = False,
 ) -> FramePlan:
     """Decide which frames each recorded env writes and compress them; nothing is written or changed
-    (but the encoder's state, which its ``rollback`` restores if the plan is not written)."""
+    (but the encoder's state, which its ``rollback`` restores if the plan is not written). With
+    ``fragment``, an obs that starts a new episode starts a fragment (flag FRAGMENT_START)."""
     plan = FramePlan()
     payloads, ref_deltas, encode = plan.payloads, plan.ref_deltas, encoder.encode
     next_step = next_frame_step
@@ -128,16 +130,20 @@ def plan_frames(
             plan.previous_steps.append(episode.last_step)
             plan.starts.append(None)
         else:
-            if continues:  # the previous transition was evicted: store the obs stack the env saw again
-                stack = [np.frombuffer(frame, np.uint8) for frame in episode.frames]
+            if continues:  # the previous transition was evicted: store the obs stack the env saw again,
+                # but its padding (positions that repeat one frame step) as padding again, so a zero-padding
+                # store reads back the same stack
+                held = list(episode.frame_steps)
+                padding = next((i for i in range(len(held) - 1) if held[i] != held[i + 1]), len(held) - 1)
+                stack = [np.frombuffer(frame, np.uint8) for frame in list(episode.frames)[padding:]]
             else:
                 stack = list(obs)
-                flags |= EPISODE_START
-            # A stack's leading repeats of its first frame come back by padding: store that frame once.
-            first_distinct = 1
-            while first_distinct < len(stack) and stack[first_distinct].tobytes() == stack[0].tobytes():
-                first_distinct += 1
-            stack = stack[first_distinct - 1 :]
+                flags |= FRAGMENT_START if fragment else EPISODE_START
+                # A stack's leading repeats of its first frame come back by padding: store that frame once.
+                first_distinct = 1
+                while first_distinct < len(stack) and stack[first_distinct].tobytes() == stack[0].tobytes():
+                    first_distinct += 1
+                stack = stack[first_distinct - 1 :]
             frames = [frame.tobytes() for frame in stack]
             steps = list(range(next_step, next_step + len(frames)))
             for i, frame in enumerate(stack):
@@ -170,7 +176,8 @@ class Episode:
 
     ``ended_by`` is ``"terminated"``, ``"truncated"``, ``"cut"`` (the env's next obs did not continue it,
     without a flag) or ``"in progress"`` (its env may still continue it). ``complete`` is False when
-    eviction removed its first transitions.
+    eviction removed its first transitions, or when it is a fragment whose start was never recorded
+    (``add(..., fragment=True)``, as imports of sources that lost an episode's start do).
     """
 
     episode_id: int
@@ -212,7 +219,7 @@ def split_episodes(
     for env in np.unique(envs).tolist():
         where = np.flatnonzero(envs == env)
         env_flags = flags[where]
-        bounds = np.flatnonzero(env_flags & EPISODE_START)
+        bounds = np.flatnonzero(env_flags & (EPISODE_START | FRAGMENT_START))
         if len(bounds) == 0 or bounds[0] != 0:
             bounds = np.concatenate([[0], bounds])
         ends = np.append(bounds[1:], len(where))

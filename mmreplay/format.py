@@ -55,6 +55,12 @@ UINT8_FRAMES = np.dtype(np.uint8).str  # Layout.frame_dtype's default, left out 
 FieldSpec = tuple[str, tuple[int, ...], str]
 
 
+# How a stack at an episode start is padded (``stack_padding``): "first" repeats the episode's first frame
+# (gymnasium's FrameStackObservation default), "zeros" pads with all-zero frames (Dopamine, batch_rl). A
+# header without the field is "first", and a "first" store's header leaves it out.
+STACK_PADDINGS = ("first", "zeros")
+
+
 def frame_table_name(generation: int) -> str:
     return f"frames-{generation}.idx"
 
@@ -84,6 +90,7 @@ class Layout:
     frame_dtype: str = UINT8_FRAMES
     # The user fields (see FieldSpec), kept in fields.tbl; empty for a store without any.
     fields: tuple[FieldSpec, ...] = ()
+    stack_padding: str = "first"  # one of STACK_PADDINGS
 
 
 @dataclass(frozen=True)
@@ -163,6 +170,8 @@ def write_header(directory: Path, layout: Layout, commit: Commit) -> None:
         del layout_fields["frame_dtype"]
     if not layout.fields:
         del layout_fields["fields"]
+    if layout.stack_padding == "first":
+        del layout_fields["stack_padding"]
     body = {
         "magic": MAGIC,
         "format_version": FORMAT_VERSION,
@@ -214,5 +223,8 @@ def read_versioned_header(directory: Path) -> tuple[Layout, Commit, int]:
         raise FormatVersionError(
             f"{path}: frame encoding {layout.frame_encoding!r}; this mmreplay reads frame encodings {known}"
         )
+    if layout.stack_padding not in STACK_PADDINGS:
+        raise FormatVersionError(f"{path}: stack padding {layout.stack_padding!r}; this mmreplay reads stack "
+                                 f"paddings {', '.join(repr(name) for name in STACK_PADDINGS)}")
     assert isinstance(version, int)
     return layout, commit, version

@@ -25,7 +25,7 @@ This module and the ``hdf5_*`` modules it composes are the only ones importing h
 from __future__ import annotations
 
 import os
-import shutil
+import re
 import sys
 from pathlib import Path
 
@@ -34,9 +34,9 @@ import numpy as np
 import numpy.typing as npt
 from tqdm import tqdm
 
+from mmreplay.building import SiblingBuild, check_new_path
 from mmreplay.episodes import Episode
 from mmreplay.errors import CorruptStoreError
-from mmreplay.files import make_sibling_directory
 from mmreplay.hdf5_checks import READ_BLOCK_BYTES, check_input, close_file
 from mmreplay.hdf5_datasets import FIELD_PREFIX, FORMAT_NAMES, LAYOUTS, LayoutWriter, Source
 from mmreplay.hdf5_minari import DATASET_ID, MINARI_FILE, MinariSource, MinariWriter
@@ -64,8 +64,11 @@ def export_hdf5(
     ``layout="mmreplay"`` writes one HDF5 file; ``layout="minari"`` makes the directory ``path`` holding
     ``data/main_data.hdf5`` and ``data/metadata.json``, loadable with ``minari.MinariDataset(path / "data")``
     or ``minari.load_dataset(dataset_id)`` when ``path`` is ``<datasets root>/<dataset_id>``.
-    ``dataset_id`` (``[namespace/]name-vN``) defaults to the name of ``path``. The file appears at
-    ``path`` only once complete.
+    ``dataset_id`` (``[namespace/]name-vN``) defaults to a valid id made from the name of ``path``
+    (``default_dataset_id``). The file appears at ``path`` only once complete: it is built beside it and
+    renamed, so a process killed at any moment leaves nothing there or the whole export (and the next
+    export to ``path`` removes what a killed one left beside it). ``path`` must not exist; its directory
+    must.
     """
     if not isinstance(store, ReplayStore):
         raise TypeError(f"store must be a ReplayStore; got {type(store).__name__}")
@@ -73,10 +76,9 @@ def export_hdf5(
         raise ValueError(f"layout must be one of {LAYOUTS}; got {layout!r}")
     chunk_steps = parse_positive_int(chunk_steps, "chunk_steps")
     target = Path(path)
-    if target.exists():
-        raise FileExistsError(f"cannot export to {str(target)!r}: the path already exists")
+    check_new_path(target, "an export")
     if layout == "minari":
-        dataset_id = target.name if dataset_id is None else dataset_id
+        dataset_id = default_dataset_id(target) if dataset_id is None else dataset_id
         if not isinstance(dataset_id, str) or not DATASET_ID.match(dataset_id):
             raise ValueError(f"dataset_id must look like '[namespace/]name-v0' (Minari's rule); got {dataset_id!r}")
     episodes = store.episodes()
@@ -91,13 +93,13 @@ def export_hdf5(
     for number, episode in enumerate(episodes):
         episode_of[episode.steps - stored.start] = number
         position_of[episode.steps - stored.start] = np.arange(episode.length)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    building = make_sibling_directory(target, "exporting")
-    try:
+    with SiblingBuild(target, "exporting", "an export") as build:
+        built = build.directory / ("export.h5" if layout == "mmreplay" else "dataset")
         if layout == "mmreplay":
-            writer: LayoutWriter = MmreplayLayoutWriter(building / "export.h5", store, episodes, final_stacks)
+            writer: LayoutWriter = MmreplayLayoutWriter(built, store, episodes, final_stacks)
         else:
-            writer = MinariWriter(building / "data", store, episodes, final_stacks, dataset_id or "")
+            built.mkdir()
+            writer = MinariWriter(built / "data", store, episodes, final_stacks, dataset_id or "")
         try:
             with tqdm(total=len(stored), disable=not progress, file=sys.stderr, unit="transition",
                       desc=f"export {layout}") as bar:
@@ -113,10 +115,18 @@ def export_hdf5(
                 pass  # the first error is the one to report
             raise
         writer.close()
-        os.rename(building / "export.h5" if layout == "mmreplay" else building, target)
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
+        build.commit(built)
     return len(stored)
+
+
+def default_dataset_id(path: Path) -> str:
+    """A valid Minari id from a dataset directory's name: ``pong-random-v0`` stays, ``export`` becomes
+    ``export-v0``, characters Minari refuses become ``-``."""
+    name = path.name
+    if DATASET_ID.match(name):
+        return name
+    name = re.sub(r"[^-_\w]+", "-", name).strip("-") or "dataset"
+    return name if DATASET_ID.match(name) else f"{name}-v0"
 
 
 def _final_stacks(store: ReplayStore, episodes: list[Episode], chunk_steps: int) -> npt.NDArray[np.bool_]:
@@ -171,7 +181,7 @@ def import_hdf5(
     observations (any dtype: the store gets it) of length T + 1 (one frame each) and are read as one env, episode after episode;
     ``stack_size`` (default 4) applies to them only. ``capacity`` defaults to the exporting store's
     capacity (or the dataset's transitions), at least the transitions in the file. The store appears
-    only when complete: a failed import removes what it created.
+    only when complete: it is built beside ``store_path`` and renamed (see ``export_hdf5``).
 
     Only ``path`` is read: datasets stored in external files, external links and virtual datasets are
     refused unless ``allow_external=True``, plugin filters always (see ``mmreplay.hdf5_checks``); every
@@ -183,28 +193,27 @@ def import_hdf5(
     chunk_steps = parse_positive_int(chunk_steps, "chunk_steps")
     if not isinstance(allow_external, bool):
         raise TypeError(f"allow_external must be a bool; got {type(allow_external).__name__}")
-    source = _open_source(Path(path), stack_size, allow_external)
     target = Path(store_path)
+    check_new_path(target, "a store")
+    source = _open_source(Path(path), stack_size, allow_external)
     try:
         total = int(source.lengths.sum())
-        try:
-            store = ReplayStore.create(
-                target, frame_shape=source.frame_shape,
-                capacity=capacity or max(source.capacity, total, source.num_envs), stack_size=source.stack_size,
-                num_envs=source.num_envs, action_shape=source.action_shape, action_dtype=source.action_dtype,
-                frame_dtype=source.frame_dtype, fields=dict(source.fields) or None)
-        except (TypeError, ValueError) as error:  # the layout came from the file
-            raise CorruptStoreError(f"{source.name}: its layout cannot make a store ({error})") from None
-        frame_nbytes = int(np.prod(source.frame_shape)) * source.frame_dtype.itemsize
-        block = max(1, min(chunk_steps, READ_BLOCK_BYTES // max(1, frame_nbytes)))
-        try:
-            with tqdm(total=total, disable=not progress, file=sys.stderr, unit="transition", desc="import") as bar:
+        with SiblingBuild(target, "importing", "a store") as build:
+            try:
+                store = ReplayStore.create(
+                    build.directory / "store", frame_shape=source.frame_shape,
+                    capacity=capacity or max(source.capacity, total, source.num_envs), stack_size=source.stack_size,
+                    num_envs=source.num_envs, action_shape=source.action_shape, action_dtype=source.action_dtype,
+                    stack_padding=source.stack_padding, frame_dtype=source.frame_dtype,
+                    fields=dict(source.fields) or None)
+            except (TypeError, ValueError) as error:  # the layout came from the file
+                raise CorruptStoreError(f"{source.name}: its layout cannot make a store ({error})") from None
+            frame_nbytes = int(np.prod(source.frame_shape)) * source.frame_dtype.itemsize
+            block = max(1, min(chunk_steps, READ_BLOCK_BYTES // max(1, frame_nbytes)))
+            with store, tqdm(total=total, disable=not progress, file=sys.stderr, unit="transition",
+                             desc="import") as bar:
                 Feeder(store).feed(merged(source, block), bar)
-            store.close()
-        except BaseException:
-            store.close()
-            shutil.rmtree(target, ignore_errors=True)
-            raise
+            build.commit(build.directory / "store")
     finally:
         source.close()
     return total

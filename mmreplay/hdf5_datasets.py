@@ -46,6 +46,9 @@ def root_attrs(store: ReplayStore, layout: str, episodes: int) -> dict[str, Any]
         # [[name, shape, dtype string], ...] in declaration order.
         **({"fields": json.dumps([[name, list(shape), dtype.str] for name, (shape, dtype) in store.fields.items()])}
            if store.fields else {}),
+        # What an obs stack at an episode start holds before its first frame (the store's stack_padding):
+        # the exported first obs stacks hold it already; an import recreates a store that pads alike.
+        "stack_padding": store.stack_padding,
     }
 
 
@@ -103,6 +106,7 @@ class Source:
         self.frame_shape: tuple[int, ...] = ()
         self.frame_dtype = np.dtype(np.uint8)
         self.stack_size = 4
+        self.stack_padding = "first"
         self.num_envs = 1
         self.capacity = 1
         self.action_shape: tuple[int, ...] = ()
@@ -112,6 +116,7 @@ class Source:
         self.first_steps = np.zeros(0, np.int64)
         self.final_stacks = np.zeros(0, np.bool_)  # per episode: its last next_obs is a whole stack
         self.fields: dict[str, tuple[tuple[int, ...], np.dtype]] = {}  # user fields: name -> (shape, dtype)
+        self.complete = np.zeros(0, np.bool_)  # per episode: False for a fragment (its start not stored)
 
     def frames(self, episode: int, start: int, stop: int) -> npt.NDArray[np.generic]:
         raise NotImplementedError
@@ -150,6 +155,10 @@ class Source:
             raise self.fail("attribute frame_shape is empty; expected at least one dimension")
         if "fields" in attrs:
             self.fields = self.fields_attribute(attrs)
+        padding = attrs.get("stack_padding", "first")  # files written before stack_padding existed: "first"
+        self.stack_padding = padding.decode() if isinstance(padding, bytes) else str(padding)
+        if self.stack_padding not in ("first", "zeros"):
+            raise self.fail(f"attribute stack_padding is {self.stack_padding!r}; expected 'first' or 'zeros'")
 
     def dtype_attribute(self, attrs: Any, name: str) -> np.dtype:
         return self.dtype_value(attrs[name], f"attribute {name}")

@@ -189,6 +189,7 @@ class MinariSource(Source):
             raise ValueError(f"stack_size={stack_size} differs from the dataset's stack_size {self.stack_size}")
         self.lengths = np.array([len(g["rewards"]) for g in self._groups], np.int64)
         self.final_stacks = np.array([ours and "mmreplay_final_stack" in g for g in self._groups], np.bool_)
+        self.complete = np.array([bool(g.attrs.get("mmreplay_complete", True)) for g in self._groups], np.bool_)
         self.envs = np.array([int(g.attrs.get("mmreplay_env_index", 0)) for g in self._groups], np.int64)
         self._sequential = not ours
         starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)

@@ -104,6 +104,8 @@ class MmreplayLayoutSource(Source):
             self.final_stacks = episodes["final_stack"][()].astype(bool)
         else:
             self.final_stacks = np.zeros(len(self.lengths), np.bool_)
+        self.complete = (episodes["complete"][()].astype(bool) if "complete" in episodes
+                         else np.ones(len(self.lengths), np.bool_))
         check_episode_table(self, self._rows, self._frame_starts)
         total = int(self.lengths.sum())
         frames = int(frame_counts(self.lengths, self.final_stacks, self.stack_size).sum())

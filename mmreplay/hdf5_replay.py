@@ -46,8 +46,10 @@ class Cursor:
         final = self.position == self.length - 1 and self.source.final_stacks[self.episode]
         next_obs = self._frames[i + stack : i + 2 * stack] if final else self._frames[i + 1 : i + 1 + stack]
         fields = {name: c[FIELD_PREFIX + name][i] for name in self.source.fields}
+        # The first transition of a fragment (an episode exported without its start) starts one again.
+        fragment = self.position == 0 and not self.source.complete[self.episode]
         return (int(self.source.envs[self.episode]), self._frames[i : i + stack], c["action"][i], c["reward"][i],
-                next_obs, bool(c["terminated"][i]), bool(c["truncated"][i]), fields)
+                next_obs, bool(c["terminated"][i]), bool(c["truncated"][i]), fields, fragment)
 
     def advance(self) -> bool:
         """Move to the next transition; False at the episode's end."""
@@ -86,17 +88,22 @@ class Feeder:
         self.pending: dict[int, tuple[Any, ...]] = {}
 
     def feed(self, transitions: Iterator[tuple[Any, ...]], bar: Any) -> None:
-        for env, *fields in transitions:
+        for env, *fields, fragment in transitions:
             if self.store.num_envs == 1:
-                self.store.add(*_reorder(fields[:-1]), fields=fields[-1] or None)
+                self.store.add(*_reorder(fields[:-1]), fields=fields[-1] or None, fragment=fragment)
                 bar.update(1)
+                continue
+            if fragment:  # one add marks every env it starts as a fragment: this env's goes alone
+                bar.update(self._flush())
+                self.pending[env] = tuple(fields)
+                bar.update(self._flush(fragment=True))
                 continue
             if self.pending and env <= max(self.pending):
                 bar.update(self._flush())
             self.pending[env] = tuple(fields)
         bar.update(self._flush())
 
-    def _flush(self) -> int:
+    def _flush(self, *, fragment: bool = False) -> int:
         if not self.pending:
             return 0
         store = self.store
@@ -112,7 +119,8 @@ class Feeder:
             terminated[env], truncated[env], mask[env] = te, tr, True
             for name, value in values.items():
                 fields[name][env] = value
-        store.add(obs, action, reward, next_obs, terminated, truncated, env_mask=mask, fields=fields or None)
+        store.add(obs, action, reward, next_obs, terminated, truncated, env_mask=mask, fields=fields or None,
+                  fragment=fragment)
         count = len(self.pending)
         self.pending = {}
         return count

@@ -29,7 +29,7 @@ ACTION_KINDS = "biuf"  # bool, signed, unsigned, float: what bytes can never tur
 
 _LAYOUT_FIELDS = {
     "frame_shape", "capacity", "stack_size", "num_envs", "action_shape", "action_dtype", "row_slots",
-    "segment_bytes", "sampler", "frame_encoding", "reference_scheme", "fields", "frame_dtype",
+    "segment_bytes", "sampler", "frame_encoding", "reference_scheme", "fields", "stack_padding", "frame_dtype",
 }
 _COMMIT_FIELDS = {
     "transitions_added", "frames_written", "bytes_written", "frame_tail", "frame_table_generation",
@@ -135,7 +135,8 @@ def check_fields(path: Path, section: str, value: object, names: set[str], optio
 def parse_layout_fields(path: Path, value: object) -> dict[str, object]:
     """The layout section's fields, each checked, with shapes as tuples (``format.Layout``'s arguments)."""
     fields = check_fields(
-        path, "layout", value, _LAYOUT_FIELDS, {"frame_encoding", "reference_scheme", "fields", "frame_dtype"}
+        path, "layout", value, _LAYOUT_FIELDS,
+        {"frame_encoding", "reference_scheme", "fields", "stack_padding", "frame_dtype"},
     )
     itemsize = parse_frame_dtype(path, fields.get("frame_dtype", "|u1")).itemsize
     frame_shape = parse_dimensions(
@@ -159,6 +160,8 @@ def parse_layout_fields(path: Path, value: object) -> dict[str, object]:
     encoding = fields.get("frame_encoding", "lz4")
     if not isinstance(encoding, str):
         raise _fail(path, "frame_encoding", "a string", encoding)
+    if not isinstance(fields.get("stack_padding", "first"), str):
+        raise _fail(path, "stack_padding", "a string", fields["stack_padding"])
     scheme = fields.get("reference_scheme")
     if scheme is not None and not (
         isinstance(scheme, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in scheme.values())

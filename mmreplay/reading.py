@@ -39,11 +39,14 @@ class TransitionReader:
         stack_size: int,
         action_dtype: np.dtype,
         field_table: FieldTable | None = None,
+        zero_padding: bool = False,
     ) -> None:
         self.table = table
         self.field_table = field_table
         self.frames = frames
         self.stack_size = stack_size
+        # Stacks at an episode start come back with all-zero padding frames (stack_padding="zeros").
+        self.zero_padding = zero_padding
         self.frame_shape = frames.frame_shape
         self.frame_dtype = frames.frame_dtype
         self.action_dtype = action_dtype
@@ -59,9 +62,12 @@ class TransitionReader:
         weight: npt.NDArray[np.float32],
         discount: npt.NDArray[np.float32],
         out: Batch | None = None,
+        padded: bool = True,
     ) -> Batch:
         """The transitions with these steps (assumed stored); in ``out``'s arrays when given. ``discount``
-        becomes the batch's: zeroed in place where a transition terminated (no bootstrapping past it)."""
+        becomes the batch's: zeroed in place where a transition terminated (no bootstrapping past it). With
+        ``padded=False`` a zero-padding store's stacks come back as stored (the first frame repeated):
+        what the writer compares the next add's obs with."""
         fields = self.table.read_fields(steps)
         # In place, and count_nonzero rather than any(): numpy's ufunc calls cost microseconds on arrays
         # of a batch, as much as reading the batch's small frames (CartPole's: benchmarks/bench_classic.py).
@@ -75,7 +81,7 @@ class TransitionReader:
             frames = stacking.separate_frames(frames, fields.detached, self.frames.stacks)
         # Otherwise obs and next_obs are two views of one (B, stack_size + 1) array of frames: they share
         # stack_size - 1 frames, so each is decoded once, straight into the memory the batch returns.
-        pixels = self._decode(frames, steps, pixels)
+        pixels = self._decode(frames, steps, pixels, padded=padded)
         return _filled(out, Batch(
             obs=pixels[:, : self.stack_size],
             action=fields.action,
@@ -248,9 +254,11 @@ class TransitionReader:
         frames: npt.NDArray[np.int64],
         steps: npt.NDArray[np.int64],
         pixels: npt.NDArray[np.generic] | None = None,
+        *,
+        padded: bool = True,
     ) -> npt.NDArray[np.generic]:
         """Pixels (*frames.shape, *frame_shape) of the frames (one row per transition in ``steps``),
-        decoded into ``pixels`` when given."""
+        decoded into ``pixels`` when given; padding frames zeroed in a zero-padding store."""
         if pixels is None:
             pixels = np.empty((*frames.shape, *self.frame_shape), self.frame_dtype)
         try:
@@ -262,6 +270,8 @@ class TransitionReader:
             raise FrameChecksumError(
                 f"{error} (read for transition {int(needing[0])})", frame_step=error.frame_step
             ) from None
+        if self.zero_padding and padded:
+            pixels.reshape(*frames.shape, -1)[stacking.padding_columns(frames, self.stack_size)] = 0
         return pixels
 
 

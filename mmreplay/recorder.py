@@ -12,21 +12,35 @@ function from an ``info`` dict to the fields (for a vector env: gymnasium's vect
 the env axis). A transition's fields come from the info returned *with its obs* (by ``reset``, or by the
 step before), as an action mask or ``lives`` describe the observation the action was chosen on; this
 is also how Minari's ``infos`` line up with ``observations``, and how the Minari export writes them.
+
+Both gymnasium 1.x and 0.29 work. Gymnasium 0.29 (which CleanRL pins) names the vector wrapper base
+``VectorEnvWrapper`` and has no ``AutoresetMode``: its vector envs always reset in the same step and
+put the final observation in ``info["final_observation"]`` (not ``"final_obs"``); its ``FrameStack``
+returns ``LazyFrames``, which are converted to arrays here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, SupportsFloat
+from typing import TYPE_CHECKING, Any, SupportsFloat
 
 import gymnasium as gym
+import gymnasium.vector
 import numpy as np
 import numpy.typing as npt
-from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
+from gymnasium.vector import VectorEnv
 
 from mmreplay.store import ReplayStore
 
 FieldsFromInfo = Callable[[dict[str, Any]], dict[str, npt.ArrayLike]]
+
+if TYPE_CHECKING:
+    from gymnasium.vector import AutoresetMode, VectorWrapper
+else:  # gymnasium 0.29 has no VectorWrapper and no AutoresetMode
+    VectorWrapper = getattr(gymnasium.vector, "VectorWrapper", None) or gymnasium.vector.VectorEnvWrapper
+
+# The info keys of a same-step autoreset: (final observations, which envs ended), gymnasium 1.x then 0.29.
+FINAL_OBS_KEYS = (("final_obs", "_final_obs"), ("final_observation", "_final_observation"))
 
 
 class RecordEpisodes(gym.Wrapper[Any, Any, Any, Any]):
@@ -49,7 +63,7 @@ class RecordEpisodes(gym.Wrapper[Any, Any, Any, Any]):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
-        self._obs, self._info = obs, info
+        self._obs, self._info = np.asarray(obs), info
         return obs, info
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
@@ -57,8 +71,9 @@ class RecordEpisodes(gym.Wrapper[Any, Any, Any, Any]):
             raise RuntimeError("cannot step: call reset() first, so that the first transition has an obs")
         next_obs, reward, terminated, truncated, info = self.env.step(action)
         fields = None if self.fields_from_info is None else self.fields_from_info(self._info)
-        self.store.add(self._obs, action, float(reward), next_obs, bool(terminated), bool(truncated), fields=fields)
-        self._obs, self._info = next_obs, info
+        next_array = np.asarray(next_obs)  # gymnasium 0.29's FrameStack returns LazyFrames
+        self.store.add(self._obs, action, float(reward), next_array, bool(terminated), bool(truncated), fields=fields)
+        self._obs, self._info = next_array, info
         return next_obs, reward, terminated, truncated, info
 
     def close(self) -> None:
@@ -75,8 +90,12 @@ class RecordVectorEpisodes(VectorWrapper):
     - next-step (gymnasium's default): the ending step's next_obs is the final observation; the
       following step only resets that env, so its entry is not recorded (``env_mask``);
     - same-step: the ending step returns the reset observation, and the final one is in
-      ``info["final_obs"]`` for the envs marked by ``info["_final_obs"]``;
+      ``info["final_obs"]`` for the envs marked by ``info["_final_obs"]`` (``info["final_observation"]``
+      and ``info["_final_observation"]`` in gymnasium 0.29, whose vector envs always work so);
     - disabled: the ending step's next_obs is the final observation and the caller resets.
+
+    ``autoreset_mode`` is the wrapped env's ``AutoresetMode``, or None on gymnasium 0.29, which has
+    no such setting.
     """
 
     def __init__(
@@ -90,7 +109,8 @@ class RecordVectorEpisodes(VectorWrapper):
         self.store = store
         self.fields_from_info = fields_from_info
         self._info: dict[str, Any] = {}  # the vector info returned with _obs
-        self.autoreset_mode = AutoresetMode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
+        self.autoreset_mode: AutoresetMode | None = _autoreset_mode(env)
+        self._next_step = self.autoreset_mode is not None and self.autoreset_mode is type(self.autoreset_mode).NEXT_STEP
         self._obs: npt.NDArray[np.generic] | None = None
         self._resetting = np.zeros(env.num_envs, dtype=bool)  # next-step mode: envs whose next step resets
 
@@ -110,7 +130,7 @@ class RecordVectorEpisodes(VectorWrapper):
         next_obs, reward, terminated, truncated, info = self.env.step(actions)
         obs = self._obs
         fields = None if self.fields_from_info is None else self.fields_from_info(self._info)
-        if self.autoreset_mode is AutoresetMode.NEXT_STEP:
+        if self._next_step:
             recorded = ~self._resetting
             self.store.add(obs, actions, reward, next_obs, terminated, truncated, env_mask=recorded, fields=fields)
             self._resetting = np.asarray(terminated | truncated, dtype=bool)
@@ -123,16 +143,33 @@ class RecordVectorEpisodes(VectorWrapper):
         self.store.flush()
         super().close(**kwargs)
 
+    def __del__(self) -> None:
+        # Gymnasium 0.29's VectorEnvWrapper.__del__ reads self.env, which a wrapper refused by
+        # __init__ never set (it recursed in __getattr__); gymnasium 1.x has no such method.
+        if "env" in vars(self):
+            getattr(super(), "__del__", lambda: None)()
+
+
+def _autoreset_mode(env: VectorEnv[Any, Any, Any]) -> AutoresetMode | None:
+    """The env's autoreset mode (gymnasium 1.0, before the setting existed, resets in the next step);
+    None on gymnasium 0.29."""
+    modes = getattr(gymnasium.vector, "AutoresetMode", None)
+    if modes is None:
+        return None
+    mode: AutoresetMode = modes(env.metadata.get("autoreset_mode", modes.NEXT_STEP))
+    return mode
+
 
 def _final_obs(next_obs: npt.NDArray[np.generic], info: dict[str, Any]) -> npt.NDArray[np.generic]:
     """next_obs with each ended env's entry replaced by its final observation (same-step autoreset)."""
-    ended = info.get("_final_obs")
-    if ended is None or not np.any(ended):
-        return next_obs
-    real = next_obs.copy()
-    for env in np.flatnonzero(ended):
-        real[env] = info["final_obs"][env]
-    return real
+    for final_key, ended_key in FINAL_OBS_KEYS:
+        ended = info.get(ended_key)
+        if ended is not None and np.any(ended):
+            real = np.array(next_obs)
+            for env in np.flatnonzero(ended):
+                real[env] = np.asarray(info[final_key][env])
+            return real
+    return next_obs
 
 
 def _check_fields_from_info(fields_from_info: object, store: ReplayStore) -> None:

@@ -3,7 +3,8 @@
 A transition's frames are ``stack_size + 1`` frame steps: its obs stack (oldest first) followed by its
 next_obs frame. The next_obs stack is the last ``stack_size`` of them. Walking back from the next_obs
 frame, each step subtracts the frame's ``prev_delta``; at an episode's first frame the delta is 0, so the
-walk stays there and the stack repeats that frame (gymnasium's FrameStackObservation padding).
+walk stays there and the stack repeats that frame (gymnasium's FrameStackObservation padding; a store
+created with ``stack_padding="zeros"`` zeroes those repeats, ``padding_columns``, as Dopamine pads).
 
 A *detached* transition (flag ``transition_table.DETACHED``: it ended its episode with a next_obs stack
 that is not obs shifted, such as the reset observation) stored all ``stack_size`` frames of next_obs,
@@ -33,6 +34,20 @@ def transition_frames(
         newer = frames[:, column + 1]
         frames[:, column] = newer - prev_deltas(newer)
     return frames
+
+
+def padding_columns(frames: npt.NDArray[np.int64], stack_size: int) -> npt.NDArray[np.bool_]:
+    """Which columns of ``frames`` (B, stack_size + 1) or (B, 2 * stack_size) are padding: a walk back
+    that stayed on an episode's first frame repeats it, so a column holding the same frame step as the
+    next column of its stack is padding (a stack stored whole has distinct steps throughout)."""
+    padding = np.zeros(frames.shape, np.bool_)
+    if frames.shape[1] == stack_size + 1:
+        padding[:, :stack_size] = frames[:, :stack_size] == frames[:, 1:]
+    else:
+        for first in (0, stack_size):
+            stack = frames[:, first : first + stack_size]
+            padding[:, first : first + stack_size - 1] = stack[:, :-1] == stack[:, 1:]
+    return padding
 
 
 def obs_columns(stack_size: int) -> slice:

@@ -147,6 +147,7 @@ class ReplayStore:
             stack_size=layout.stack_size,
             action_dtype=self._action_dtype,
             field_table=self._field_table,
+            zero_padding=layout.stack_padding == "zeros",
         )
         self._closed = False
         # ``add`` may take its fast path (``_add_single_frames``): a writer of plain lz4 frames, still open.
@@ -189,6 +190,7 @@ class ReplayStore:
         commit_every: int | None = None,
         commit_interval_s: float | None = 5.0,
         fields: dict[str, tuple[tuple[int, ...], npt.DTypeLike]] | None = None,
+        stack_padding: str = "first",
         frame_dtype: npt.DTypeLike = np.uint8,
     ) -> ReplayStore:
         """Create an empty store at ``path`` (a directory the store owns) and open it for appending.
@@ -202,13 +204,18 @@ class ReplayStore:
         ``commit_every`` and ``commit_interval_s``: see ``open``. ``fields`` declares user fields stored
         beside each transition, ``{"name": (shape, dtype)}`` (a fixed shape; a numeric or bool dtype), such
         as a recurrent state or a legal-action mask: every ``add`` then takes them (``add(..., fields=)``)
-        and every batch gives them (``batch.fields``).
+        and every batch gives them (``batch.fields``). ``stack_padding`` says what an obs stack at an
+        episode start holds before the episode's first frame: ``"first"`` that frame repeated (gymnasium's
+        ``FrameStackObservation``), ``"zeros"`` all-zero frames (Dopamine and batch_rl); ``sample``,
+        ``read``, n-step windows, sequences and exports all return it so.
         ``frame_dtype`` is any numpy bool, integer or float dtype (CartPole's float32 state, a robot's
         joint angles); frames are stored bit-exact (NaN payloads included), little-endian: a big-endian
         ``frame_dtype`` is taken as its little-endian equal, and big-endian frames are converted (the same
         values). ``"lz4-reference"`` takes uint8 only.
         """
         schedule = CommitSchedule(commit_every=commit_every, commit_interval_s=commit_interval_s)
+        if stack_padding not in format.STACK_PADDINGS:
+            raise ValueError(f"stack_padding must be one of {format.STACK_PADDINGS}; got {stack_padding!r}")
         frame_shape = parse_shape(frame_shape, "frame_shape", allow_empty=False)
         capacity = parse_positive_int(capacity, "capacity")
         stack_size = parse_positive_int(stack_size, "stack_size")
@@ -238,7 +245,9 @@ class ReplayStore:
             sampler=sampler.config(),
             frame_dtype=frames_dtype,
         )
-        layout = replace(layout, frame_encoding=encoding, reference_scheme=scheme, fields=field_specs)
+        layout = replace(
+            layout, frame_encoding=encoding, reference_scheme=scheme, fields=field_specs, stack_padding=stack_padding
+        )
         # Build the store beside its final path, then rename it into place: a crash never leaves a
         # half-made store at ``path``.
         directory.parent.mkdir(parents=True, exist_ok=True)
@@ -395,6 +404,12 @@ class ReplayStore:
         return {name: (shape, np.dtype(dtype).newbyteorder("=")) for name, shape, dtype in self._layout.fields}
 
     @property
+    def stack_padding(self) -> str:
+        """What an obs stack at an episode start holds before its first frame: ``"first"`` (that frame
+        repeated) or ``"zeros"`` (all-zero frames); fixed at create time."""
+        return self._layout.stack_padding
+
+    @property
     def frame_encoding(self) -> str:
         """How frames are compressed: ``"lz4"`` or ``"lz4-reference"`` (fixed at create time)."""
         return self._layout.frame_encoding
@@ -460,6 +475,24 @@ class ReplayStore:
                     pass
         return total
 
+    def missing_files(self, limit: int = 1000) -> list[str]:
+        """The files the committed contents need that are not there (the transition table, the frame
+        table, each segment file holding a stored frame), at most ``limit`` of them; empty for a sound
+        store. Reads no frame, and walks only the segment files that exist (a header may claim any size)."""
+        self._check_open("check its files")
+        missing = [str(path) for path in (self._table.path, self._frames._table_path()) if not Path(path).is_file()]
+        if len(self):
+            first = self._frames.position_of(self._commit.frame_tail) // self._frames.segment_bytes
+            last = max(self._frames.bytes_written - 1, 0) // self._frames.segment_bytes
+            present = {int(path.stem) for path in (self._directory / format.SEGMENTS_DIR).glob("*.seg")
+                       if path.stem.isdigit()}
+            segment = first
+            while segment <= last and len(missing) < limit:
+                if segment not in present:
+                    missing.append(str(self._frames._segment_path(segment)))
+                segment += 1
+        return missing[:limit]
+
     # -- adding ----------------------------------------------------------------------------------
 
     def add(
@@ -473,6 +506,7 @@ class ReplayStore:
         *,
         env_mask: npt.ArrayLike | None = None,
         fields: dict[str, npt.ArrayLike] | None = None,
+        fragment: bool = False,
     ) -> None:
         """Record one transition per env (with ``num_envs > 1`` every argument has a leading env axis).
 
@@ -483,19 +517,24 @@ class ReplayStore:
         ``env_mask`` (bool, one per env) records only the envs marked True: the others' entries are not
         transitions (gymnasium's next-step autoreset returns such an entry for an env the step after its
         episode ended: its reset obs, which is no shifted stack), so only their shapes and dtypes are
-        checked, not their values.
+        checked, not their values. ``fragment=True`` says that an obs which starts a new episode is not
+        that episode's first: its earlier transitions were never recorded (an import from a source that
+        lost them), so ``episodes()`` lists it with ``complete=False``.
 
         ``fields`` (a store created with ``fields=``): one array per user field, each with the env axis in
         front when ``num_envs > 1``, castable to the field's dtype without overflow (bool from bool only);
         a missing, extra, mis-shaped or mis-typed field is refused before anything is written.
         """
+        if not isinstance(fragment, (bool, np.bool_)):
+            raise TypeError(f"fragment must be a bool; got {type(fragment).__name__}")
         values = None
         if fields is not None or self._field_table is not None:
             self._check_writable("add")
             recorded = None if env_mask is None else parse_env_mask(env_mask, self._add_shapes.num_envs)
             values = parse_fields(fields, self._layout.fields, self._add_shapes, recorded)
         if (
-            self._fast_add
+            not fragment
+            and self._fast_add
             and self._env_frames_pending is None
             and records_every_env(env_mask, self._add_shapes.num_envs)
             and (
@@ -532,6 +571,7 @@ class ReplayStore:
                 next_frame_step=self._frames.frames_written,
                 oldest_stored_step=max(0, self._transitions_added - layout.capacity),
                 encoder=encoder,
+                fragment=bool(fragment),
             )
             with self._lock:
                 self._write(arguments, plan, values)
@@ -1194,7 +1234,7 @@ class ReplayStore:
         steps = self._env_frames_pending
         assert steps is not None
         ones = np.ones(len(steps), np.float32)
-        batch = self._reader.transitions(steps, weight=ones, discount=ones.copy())
+        batch = self._reader.transitions(steps, weight=ones, discount=ones.copy(), padded=False)
         for i in range(len(steps)):
             self._episodes[int(batch.env_index[i])].frames.extend(frame.tobytes() for frame in batch.next_obs[i])
         self._env_frames_pending = None

@@ -32,6 +32,9 @@ EPISODE_START = 4  # the first transition of its episode
 # reset observation that CleanRL and SB3 pass at termination): all stack_size frames of next_obs are
 # stored, the oldest linked to obs's newest frame, so its obs ends stack_size links back (see stacking).
 DETACHED = 8
+# The first stored transition of a *fragment*: an episode whose earlier transitions were never recorded
+# (an import whose source had lost them); it starts an episode like EPISODE_START but is not complete.
+FRAGMENT_START = 16
 
 # (next_obs frame steps, which rows are DETACHED) -> the oldest frame step of each obs stack.
 FramesOf = Callable[[npt.NDArray[np.int64], npt.NDArray[np.bool_]], npt.NDArray[np.int64]]

@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from mmreplay.stacking import Stacks
 from mmreplay.transition_table import (
-    EPISODE_START, TERMINATED, TRUNCATED, RowChecksumError, detached_rows, next_frame_steps
+    EPISODE_START, FRAGMENT_START, TERMINATED, TRUNCATED, RowChecksumError, detached_rows, next_frame_steps
 )
 
 RowsOf = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.void]]
@@ -57,7 +57,7 @@ def follow_episodes(
         if not alive.any():
             break
         linked = rows_of(np.where(alive, candidate, current))
-        alive &= (linked["env"] == rows["env"]) & ((linked["flags"] & EPISODE_START) == 0)
+        alive &= (linked["env"] == rows["env"]) & ((linked["flags"] & (EPISODE_START | FRAGMENT_START)) == 0)
         if stacks is not None and alive.any():
             _check_frame_chain(
                 current[alive], candidate[alive], rows[alive], linked[alive], stacks, stack_size, table_path

@@ -10,7 +10,9 @@ time, by the rules of the contract:
   the newest frame of the previous ``next_obs`` stack; a stack with the whole previous stack, as sampled).
 * At an episode start, ``obs`` added as a stack is kept exactly; a single frame is repeated for the
   positions before it (gymnasium's ``FrameStackObservation`` default). While the episode continues,
-  ``obs`` is the previous ``next_obs`` stack.
+  ``obs`` is the previous ``next_obs`` stack. With ``stack_padding="zeros"`` the *padding* positions
+  come back as all-zero frames: those a single frame was repeated into, and a start stack's leading
+  repeats of its first frame but the last of them; they shift out as the episode goes on.
 * ``next_obs`` added as a stack is kept exactly; a single frame is pushed onto ``obs``'s stack. A
   transition that terminated or truncated may carry any next_obs stack (not obs shifted by one frame:
   the reset observation, as CleanRL and SB3 pass it): it is kept exactly too, as given.
@@ -43,6 +45,8 @@ class RefTransition:
     truncated: bool
     episode_start: bool  # the model's verdict: this transition opens an episode
     fields: dict[str, np.ndarray] = field(default_factory=dict)  # user fields, as given (cast to their dtype)
+    obs_padding: tuple[bool, ...] = ()  # per obs position: padding (zeros in a zero-padding store)
+    next_padding: tuple[bool, ...] = ()
 
 
 class ReferenceStore:
@@ -61,8 +65,10 @@ class ReferenceStore:
         reference_scheme: Any = None,
         frame_dtype: Any = np.uint8,
         fields: dict[str, tuple[Any, Any]] | None = None,  # user fields: name -> (shape, dtype)
+        stack_padding: str = "first",
     ) -> None:
         self.frame_dtype = np.dtype(frame_dtype)
+        self.stack_padding = stack_padding
         self.frame_shape = tuple(int(n) for n in frame_shape)
         self.capacity = int(capacity)
         self.stack_size = int(stack_size)
@@ -113,12 +119,13 @@ class ReferenceStore:
         n = len(items)
         stack = (n, self.stack_size, *self.frame_shape)
         return {
-            "obs": np.array([t.obs for t in items], dtype=self.frame_dtype).reshape(stack),
+            "obs": np.array([self.padded(t.obs, t.obs_padding) for t in items], dtype=self.frame_dtype).reshape(stack),
             "action": np.array([t.action for t in items], dtype=self.action_dtype).reshape(
                 (n, *self.action_shape)
             ),
             "reward": np.array([t.reward for t in items], dtype=np.float32).reshape(n),
-            "next_obs": np.array([t.next_obs for t in items], dtype=self.frame_dtype).reshape(stack),
+            "next_obs": np.array([self.padded(t.next_obs, t.next_padding) for t in items],
+                                 dtype=self.frame_dtype).reshape(stack),
             "terminated": np.array([t.terminated for t in items], dtype=bool).reshape(n),
             "truncated": np.array([t.truncated for t in items], dtype=bool).reshape(n),
             "index": np.array([t.step for t in items], dtype=np.int64).reshape(n),
@@ -151,6 +158,13 @@ class ReferenceStore:
             )
         return steps
 
+    def padded(self, stack: np.ndarray, padding: tuple[bool, ...]) -> np.ndarray:
+        if self.stack_padding != "zeros" or not any(padding):
+            return stack
+        out = stack.copy()
+        out[np.array(padding)] = 0
+        return out
+
     def _is_stack(self, x: np.ndarray) -> bool:
         return x.shape == (self.stack_size, *self.frame_shape)
 
@@ -164,17 +178,29 @@ class ReferenceStore:
 
     def _add_one(self, env, obs, action, reward, next_obs, terminated, truncated, fields=None) -> int:
         start = self._starts_episode(env, obs)
+        size = self.stack_size
         if start:
             if self._is_stack(obs):
                 obs_stack = obs.copy()
+                repeats = 1
+                while repeats < size and same_bits(obs[repeats], obs[0]):
+                    repeats += 1
+                obs_padding = (True,) * (repeats - 1) + (False,) * (size - repeats + 1)
             else:
-                obs_stack = np.array([obs] * self.stack_size, dtype=self.frame_dtype)
+                obs_stack = np.array([obs] * size, dtype=self.frame_dtype)
+                obs_padding = (True,) * (size - 1) + (False,)
         else:
-            obs_stack = self.previous_next_obs(env)
+            last = self.last_transition(env)
+            assert last is not None
+            obs_stack, obs_padding = last.next_obs, last.next_padding
+        shifted_padding = obs_padding[1:] + (False,)
         if self._is_stack(next_obs):
             next_stack = next_obs.copy()
+            detached = (terminated or truncated) and not np.array_equal(next_obs[:-1], obs_stack[1:])
+            next_padding = (False,) * size if detached else shifted_padding
         else:
             next_stack = np.concatenate([obs_stack[1:], next_obs[None]], axis=0)
+            next_padding = shifted_padding
         step = len(self.by_step)
         item = RefTransition(
             step=step,
@@ -187,6 +213,8 @@ class ReferenceStore:
             truncated=truncated,
             episode_start=start,
             fields=fields or {},
+            obs_padding=obs_padding,
+            next_padding=next_padding,
         )
         if start:
             self.episodes[env].append([])

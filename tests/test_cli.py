@@ -52,7 +52,7 @@ def test_episodes_lists_id_env_first_step_length_return_and_end(store_dir: Path,
     status, out, _ = run(capsys, "episodes", str(store_dir), "--json")
     assert status == 0
     assert [(r["id"], r["env"], r["first_step"], r["length"], r["return"], r["ended_by"]) for r in json.loads(out)] == [
-        (0, 0, 0, 3, 3.0, "terminated"), (1, 0, 3, 2, 1.0, "in progress")]
+        (0, 0, 0, 3, 3.0, "terminated"), (3, 0, 3, 2, 1.0, "in progress")]
     status, out, _ = run(capsys, "episodes", str(store_dir))
     assert "in progress" in out.splitlines()[2]
 
@@ -62,18 +62,26 @@ def test_show_writes_a_contact_sheet_and_an_animation(store_dir: Path, tmp_path:
     image = pytest.importorskip("PIL.Image", reason="show needs Pillow: pip install 'mmreplay[show]'")
     assert run(capsys, "show", str(store_dir), "0", "-o", str(tmp_path / "e.png"), "--columns", "2")[0] == 0
     with image.open(tmp_path / "e.png") as sheet:
-        assert sheet.size == (80, 80)  # 4 frames in 2 columns
-        assert np.array(sheet)[0, 0] == 10 and np.array(sheet)[40, 40] == 40
-    assert run(capsys, "show", str(store_dir), "1", "-o", str(tmp_path / "e.gif"))[0] == 0
+        # 4 frames of 40x40 at x2 in 2 columns: 4-pixel gaps around 80x80 cells, 12 rows of label under each
+        assert sheet.size == (4 + 2 * (80 + 4), 4 + 2 * (80 + 12 + 4))
+        pixels = np.array(sheet)
+        assert pixels[4, 4].tolist() == [10] * 3 and pixels[4 + 96, 4 + 84].tolist() == [40] * 3
+        assert pixels[4, 84].tolist() == [255] * 3  # the gap between two cells
+        assert (pixels[84:96, 4:84] < 128).any()  # a label under the first cell
+    assert run(capsys, "show", str(store_dir), "3", "-o", str(tmp_path / "e.gif"))[0] == 0
     with image.open(tmp_path / "e.gif") as gif:
-        assert gif.n_frames == 3
+        assert gif.n_frames == 3 and gif.size == (80, 80) and gif.info["duration"] == 70  # 60 Hz / 4, in 10 ms
 
 
 def test_show_of_a_missing_episode_is_an_error(store_dir: Path, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("PIL.Image", reason="show needs Pillow: pip install 'mmreplay[show]'")
     status, _, err = run(capsys, "show", str(store_dir), "9", "-o", str(tmp_path / "e.png"))
-    assert status == 1 and err == "mmreplay: error: episode 9 does not exist; the store's episodes: ids 0..1\n"
+    assert status == 1 and err == ("mmreplay: error: no episode has id 9; stored steps are 0..4 ('mmreplay episodes' "
+                                   "lists the ids)\n")
+    status, _, err = run(capsys, "show", str(store_dir), "1", "-o", str(tmp_path / "e.png"))
+    assert status == 1 and err == ("mmreplay: error: no episode has id 1: step 1 is inside episode 0 (ids are the "
+                                   "first steps 'mmreplay episodes' lists)\n")
 
 
 def test_verify_passes_a_sound_store(store_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -105,7 +113,7 @@ def test_export_and_import_round_trip_in_both_layouts(store_dir: Path, tmp_path:
 
 def test_import_dopamine_reads_checkpoint_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     arrays = {"$store$_observation": np.array([np.zeros((3, 4)), frame(1), frame(2)], np.uint8),
-              "$store$_action": np.array([0, 5, 6], np.int32), "$store$_reward": np.ones(3, np.float32),
+              "$store$_action": np.array([0, 5, 6], np.int32), "$store$_reward": np.array([0, 1, 1], np.float32),
               "$store$_terminal": np.array([0, 0, 1], np.uint8), "add_count": np.array(3),
               "invalid_range": np.array([2, 0])}
     for name, array in arrays.items():
@@ -113,7 +121,9 @@ def test_import_dopamine_reads_checkpoint_files(tmp_path: Path, capsys: pytest.C
             np.save(out, array, allow_pickle=False)
     status, out, _ = run(capsys, "import-dopamine", str(tmp_path), str(tmp_path / "d.mmr"), "--stack-size", "2",
                          "--no-progress")
-    assert status == 0 and out == f"imported 2 transitions into {tmp_path / 'd.mmr'}\n"
+    assert status == 0 and out == (f"imported 2 transitions into {tmp_path / 'd.mmr'}\nstacks at episode starts are "
+                                   "zero-padded, as Dopamine's sampler builds them (--stack-padding first repeats "
+                                   "the first frame instead)\n")
 
 
 def test_a_missing_store_is_an_error_on_stderr(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -129,6 +129,7 @@ def test_minari_loads_the_exported_dataset(tmp_path: Path, monkeypatch: pytest.M
     minari = pytest.importorskip("minari", reason="minari is an optional extra: pip install 'mmreplay[minari]'")
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path / "datasets"))
     with record_vector_store(tmp_path / "a.mmr") as store:
+        (tmp_path / "datasets").mkdir()
         export_hdf5(store, tmp_path / "datasets" / "vector-v0", layout="minari")
         dataset = minari.load_dataset("vector-v0")
         assert (dataset.total_steps, dataset.total_episodes) == (len(store), len(store.episodes()))
@@ -170,7 +171,7 @@ def test_foreign_minari_dataset_imports_as_one_env_episode_after_episode(tmp_pat
 def test_export_refuses_an_existing_path(tmp_path: Path) -> None:
     (tmp_path / "x.h5").write_bytes(b"")
     with (ReplayStore.create(tmp_path / "a.mmr", frame_shape=(3, 4), capacity=4) as store,
-          pytest.raises(FileExistsError, match="cannot export to .*x.h5.: the path already exists")):
+          pytest.raises(FileExistsError, match="cannot create an export at .*x.h5.: the path already exists")):
         export_hdf5(store, tmp_path / "x.h5")
 
 
@@ -179,8 +180,28 @@ def test_export_validates_layout_and_dataset_id_before_writing(tmp_path: Path) -
         with pytest.raises(ValueError, match=r"layout must be one of \('mmreplay', 'minari'\); got 'zarr'"):
             export_hdf5(store, tmp_path / "x", layout="zarr")
         with pytest.raises(ValueError, match="dataset_id must look like '\\[namespace/\\]name-v0'"):
-            export_hdf5(store, tmp_path / "noversion", layout="minari")
+            export_hdf5(store, tmp_path / "x", layout="minari", dataset_id="noversion")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.mmr"]
+
+
+def test_a_minari_id_defaults_to_a_valid_one_made_from_the_folder_name(tmp_path: Path) -> None:
+    with ReplayStore.create(tmp_path / "a.mmr", frame_shape=(3, 4), capacity=4) as store:
+        store.add(frame(1), 0, 1.0, frame(2), True, False)
+        export_hdf5(store, tmp_path / "export", layout="minari")
+    metadata = json.loads((tmp_path / "export" / "data" / "metadata.json").read_text())
+    assert metadata["dataset_id"] == "export-v0"
+
+
+def test_an_export_or_import_into_a_missing_directory_is_refused_not_created(tmp_path: Path) -> None:
+    with ReplayStore.create(tmp_path / "a.mmr", frame_shape=(3, 4), capacity=4) as store:
+        store.add(frame(1), 0, 1.0, frame(2), True, False)
+        with pytest.raises(FileNotFoundError, match=r"cannot create an export at .*: the directory .*nowhere' does "
+                                                    r"not exist \(it is not created for you\)"):
+            export_hdf5(store, tmp_path / "nowhere" / "x.h5")
+        export_hdf5(store, tmp_path / "x.h5")
+    with pytest.raises(FileNotFoundError, match=r"cannot create a store at .*: the directory .*nowhere' does not"):
+        import_hdf5(tmp_path / "x.h5", tmp_path / "nowhere" / "b.mmr")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.mmr", "x.h5"]
 
 
 def test_a_file_that_is_not_hdf5_gives_an_error_naming_it(tmp_path: Path) -> None:
@@ -227,3 +248,18 @@ def test_a_truncated_episode_table_is_reported_with_the_file(tmp_path: Path) -> 
         file["transitions/reward"] = np.zeros(5, np.float32)
     with pytest.raises(CorruptStoreError, match=r"x\.h5: transitions/reward has 5 rows; expected 1"):
         import_hdf5(tmp_path / "x.h5", tmp_path / "b.mmr")
+
+
+@pytest.mark.parametrize("layout", ["mmreplay", "minari"])
+def test_a_fragment_stays_incomplete_through_export_and_import(tmp_path: Path, layout: str) -> None:
+    with ReplayStore.create(tmp_path / "a.mmr", frame_shape=(3, 4), capacity=4, num_envs=2) as store:
+        for t in range(5):  # env 0's episode loses its start to eviction; env 1's episodes are whole
+            store.add(np.stack([frame(t), frame(50 + t % 2)]), np.array([0, 1]), np.ones(2, np.float32),
+                      np.stack([frame(t + 1), frame(60)]), np.array([False, False]), np.array([False, True]),
+                      env_mask=np.array([True, t % 2 == 0]))
+        listed = [(e.env_index, e.complete) for e in store.episodes()]
+        assert (0, False) in listed
+        export_hdf5(store, tmp_path / "x", layout=layout, dataset_id="x-v0")
+    import_hdf5(tmp_path / "x", tmp_path / "b.mmr")
+    with ReplayStore.open(tmp_path / "b.mmr") as copy:
+        assert [(e.env_index, e.complete) for e in copy.episodes()] == listed

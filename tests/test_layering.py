@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "mmreplay"
 # Every module of the package, by layer. A new module must be placed here (a test checks it).
 BASE = {"errors", "extensions", "validation", "batch", "__init__", "__main__"}
 STORAGE = {
-    "files", "format", "codec", "frame_ring", "transition_table", "stacking",
+    "files", "building", "format", "codec", "frame_ring", "transition_table", "stacking",
     "reference_codec", "reference_ring", "frame_encoding", "row_checksum", "header_fields", "field_table",
     "directory_swap",
 }
@@ -25,8 +25,9 @@ SAMPLING = {"samplers", "sum_tree", "priorities"}
 API = {"store", "reading", "episodes", "windows", "prefetch", "autocommit"}
 SERIALIZATION = {
     "hdf5", "hdf5_checks", "hdf5_datasets", "hdf5_minari", "hdf5_mmreplay_layout", "hdf5_replay", "dopamine",
+    "dopamine_episodes",
 }
-INTEGRATIONS = {"cli", "sb3", "sb3_observations", "recorder"}
+INTEGRATIONS = {"cli", "drawing", "verification", "sb3", "sb3_observations", "recorder"}
 LAYERS = {
     "base": BASE, "storage": STORAGE, "sampling": SAMPLING, "api": API,
     "serialization": SERIALIZATION, "integrations": INTEGRATIONS,
@@ -39,10 +40,11 @@ ALLOWED = {
     "sampling": set(),
     "api": STORAGE | SAMPLING,
     # The public API, and the records it returns (Episode, from episodes); files for building an
-    # export beside its target (make_sibling_directory), as the store builds itself.
-    "serialization": {"store", "episodes", "files"},
-    # The command line prints the on-disk format version (format.FORMAT_VERSION) beside the layout.
-    "integrations": {"store", "episodes", "format"} | SERIALIZATION,
+    # export beside its target (make_sibling_directory, building.SiblingBuild), as the store builds itself.
+    "serialization": {"store", "episodes", "files", "building"},
+    # The command line prints the on-disk format version (format.FORMAT_VERSION) beside the layout, and
+    # refuses output paths as imports and exports do (building.check_new_path) and names their leftovers.
+    "integrations": {"store", "episodes", "format", "building"} | SERIALIZATION,
 }
 # Only these modules import a third-party codec or file format directly.
 THIRD_PARTY_OWNERS = {"lz4": {"codec", "reference_codec"}, "h5py": {"hdf5", "hdf5_checks", "hdf5_datasets", "hdf5_minari", "hdf5_mmreplay_layout"}}

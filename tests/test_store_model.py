@@ -61,7 +61,8 @@ class StoreMachine(RuleBasedStateMachine):
             config = {**config, "frame_dtype": np.uint8}
         self.config = config
         self.store = ReplayStore.create(self.path, **config, **self.create_options)
-        self.ref = ReferenceStore(**config)
+        self.reference_config = {**config, "stack_padding": str(self.create_options.get("stack_padding", "first"))}
+        self.ref = ReferenceStore(**self.reference_config)
         self.frames = FrameSource.of(config)
 
     @rule(data=st.data())
@@ -155,8 +156,8 @@ class StoreMachine(RuleBasedStateMachine):
         for i, step in enumerate(batch.index.tolist()):
             window = self.window(step, n_step)
             first, last = self.ref.transition(step), self.ref.transition(window[-1])
-            np.testing.assert_array_equal(batch.obs[i], first.obs)
-            np.testing.assert_array_equal(batch.next_obs[i], last.next_obs)
+            np.testing.assert_array_equal(batch.obs[i], self.ref.expected([step])["obs"][0])
+            np.testing.assert_array_equal(batch.next_obs[i], self.ref.expected([window[-1]])["next_obs"][0])
             assert (batch.terminated[i], batch.truncated[i]) == (last.terminated, last.truncated)
         assert_fields_match(batch.fields, self.ref, batch.index)  # the window's first transition's
 
@@ -186,7 +187,7 @@ class StoreMachine(RuleBasedStateMachine):
     @rule()
     def clear(self):
         self.store.clear()
-        self.ref = ReferenceStore(**self.config)
+        self.ref = ReferenceStore(**self.reference_config)
         assert len(self.store) == 0 and self.store.transitions_added == 0
     def window(self, step: int, length: int) -> list[int]:
         """The reference's n-step window from ``step``: its episode's transitions until one ends."""
@@ -227,8 +228,8 @@ def assert_batch_matches_window(batch, i, window, ref) -> None:
     """Row ``i`` of a SequenceBatch holds the reference's transitions ``window``, zeros after it."""
     for position, step in enumerate(window):
         item = ref.transition(step)
-        np.testing.assert_array_equal(batch.obs[i, position], item.obs)
-        np.testing.assert_array_equal(batch.next_obs[i, position], item.next_obs)
+        np.testing.assert_array_equal(batch.obs[i, position], ref.padded(item.obs, item.obs_padding))
+        np.testing.assert_array_equal(batch.next_obs[i, position], ref.padded(item.next_obs, item.next_padding))
         assert batch.mask[i, position]
     assert not batch.mask[i, len(window):].any()
     assert not batch.obs[i, len(window):].any()
@@ -250,6 +251,12 @@ class ReferenceStoreMachine(StoreMachine):
     }
 
 
+class ZeroPaddingStoreMachine(StoreMachine):
+    """The same machine over a store whose stacks at an episode start are zero-padded (Dopamine's)."""
+
+    create_options = {"stack_padding": "zeros"}
+
+
 MODEL_SETTINGS = settings(
     max_examples=80,
     stateful_step_count=25,
@@ -262,3 +269,5 @@ TestReferenceStoreModel = ReferenceStoreMachine.TestCase
 TestReferenceStoreModel.settings = MODEL_SETTINGS
 TestFieldsStoreModel = FieldsStoreMachine.TestCase
 TestFieldsStoreModel.settings = MODEL_SETTINGS
+TestZeroPaddingStoreModel = ZeroPaddingStoreMachine.TestCase
+TestZeroPaddingStoreModel.settings = MODEL_SETTINGS
