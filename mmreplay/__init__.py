@@ -5,6 +5,7 @@ neighbouring frames at sample time, never crossing an episode start.
 """
 
 from mmreplay.batch import Batch, SequenceBatch
+from mmreplay.encoded import EncodedBatch, EncodedFrames, decode_batch, encode_frames
 from mmreplay.errors import (
     ClosedStoreError,
     CorruptStoreError,
@@ -27,6 +28,8 @@ __all__ = [
     "PrioritizedSampler",
     "SequenceBatch",
     "ClosedStoreError",
+    "EncodedBatch",
+    "EncodedFrames",
     "CorruptStoreError",
     "FormatVersionError",
     "MmreplayError",
@@ -39,6 +42,8 @@ __all__ = [
     "StoreLockedError",
     "StoreNotFoundError",
     "UniformSampler",
+    "decode_batch",
+    "encode_frames",
     "export_hdf5",
     "import_dopamine",
     "import_hdf5",
