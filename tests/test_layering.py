@@ -21,7 +21,7 @@ STORAGE = {
     "reference_codec", "reference_ring", "frame_encoding",
 }
 SAMPLING = {"samplers", "sum_tree", "priorities"}
-API = {"store", "reading", "episodes", "windows", "prefetch", "autocommit"}
+API = {"store", "reading", "episodes", "windows", "prefetch", "autocommit", "encoded"}
 SERIALIZATION = {"hdf5", "hdf5_datasets", "hdf5_minari", "hdf5_mmreplay_layout", "hdf5_replay", "dopamine"}
 INTEGRATIONS = {"cli", "sb3", "recorder"}
 LAYERS = {
