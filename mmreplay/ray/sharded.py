@@ -107,6 +107,12 @@ class ShardedReplay:
         capacity = parse_positive_int(capacity, "capacity")
         if capacity < num_shards:
             raise ValueError(f"capacity must be >= num_shards ({num_shards}); got {capacity}")
+        envs_per_shard = parse_positive_int(envs_per_shard, "envs_per_shard")
+        if capacity // num_shards < envs_per_shard:
+            raise ValueError(
+                f"capacity is {capacity}: {capacity // num_shards} per shard, fewer than envs_per_shard "
+                f"({envs_per_shard}); expected at least {envs_per_shard * num_shards}, or a smaller envs_per_shard"
+            )
         if num_shards >= 1 << SHARD_BITS:
             raise ValueError(f"num_shards must be < {1 << SHARD_BITS}; got {num_shards}")
         if isinstance(placement, str) and placement not in ("spread", "local"):
@@ -117,7 +123,7 @@ class ShardedReplay:
         here = ray.get_runtime_context().get_node_id()
         description = {
             "root": str(root), "num_shards": num_shards, "frame_shape": tuple(frame_shape), "stack_size": stack_size,
-            "namespace": namespace,
+            "namespace": namespace, "rate_limited": rate_limit is not None,
         }
         lifetime = "detached" if detached else None
         shards = []
@@ -233,10 +239,13 @@ class ShardedReplay:
         while True:
             generator = np.random.default_rng(seed)
             infos = self.refresh()
-            counts = self._counts(batch_size, generator, infos)
+            masses = np.array([0.0 if info is None else info["mass"] for info in infos])
+            if not masses.sum() > 0 and not self._description["rate_limited"]:
+                raise ValueError("cannot sample: no shard that answers holds a transition")
+            counts = generator.multinomial(batch_size, masses / masses.sum()) if masses.sum() > 0 else None
             seeds = generator.integers(2**63, size=self.num_shards)
             calls = {}
-            for k in np.flatnonzero(counts).tolist():
+            for k in [] if counts is None else np.flatnonzero(counts).tolist():
                 if direct_read and self._is_local(k):
                     calls[k] = None
                 else:
@@ -261,18 +270,12 @@ class ShardedReplay:
                     refused = True
                 else:
                     parts.append((k, answer[0], answer[1]))
-            if not refused:
+            if counts is not None and not refused:
                 return parts
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"no batch of {batch_size} within {timeout_s} s: a rate limit holds sampling back")
             time.sleep(pause)
             pause = min(2 * pause, 0.1)
-
-    def _counts(self, batch_size: int, rng: np.random.Generator, infos: list[dict[str, Any] | None]) -> npt.NDArray[np.int64]:
-        masses = np.array([0.0 if info is None else info["mass"] for info in infos])
-        if not masses.sum() > 0:
-            raise ValueError("cannot sample: no shard that answers holds a transition")
-        return rng.multinomial(batch_size, masses / masses.sum()).astype(np.int64)
 
     def _assemble(self, parts: list[tuple[int, EncodedBatch | Batch, dict[str, Any]]], beta: float | None) -> Batch:
         """Decode and join the shards' parts: global ids, and weights normalised by the global minimum."""
