@@ -5,7 +5,7 @@ neighbouring frames at sample time, never crossing an episode start.
 """
 
 from mmreplay.batch import Batch, SequenceBatch
-from mmreplay.encoded import EncodedBatch, EncodedFrames, decode_batch, encode_frames
+from mmreplay.encoded import EncodedBatch, EncodedFrames, decode_batch, encode_frames, encode_stacks
 from mmreplay.errors import (
     ClosedStoreError,
     CorruptStoreError,
@@ -44,6 +44,7 @@ __all__ = [
     "UniformSampler",
     "decode_batch",
     "encode_frames",
+    "encode_stacks",
     "export_hdf5",
     "import_dopamine",
     "import_hdf5",

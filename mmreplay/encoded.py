@@ -99,6 +99,28 @@ def encode_frames(frames: npt.ArrayLike) -> EncodedFrames:
     )
 
 
+def encode_stacks(stacks: npt.ArrayLike) -> tuple[EncodedFrames, npt.NDArray[np.int64]]:
+    """Consecutive observation stacks (n, stack_size, *frame_shape) of one env as their distinct frames,
+    encoded, and each stack as indices into them, (n, stack_size): a stack that is the one before
+    shifted by one frame adds only its newest frame. ``add_encoded(frames, index[:-1], ...,
+    index[1:], ...)`` then records the n - 1 transitions between them."""
+    array = np.asarray(stacks)
+    if array.dtype != np.uint8 or array.ndim < 3:
+        raise ValueError(f"stacks must be uint8 (n, stack_size, *frame_shape); got {array.dtype} {array.shape}")
+    size = array.shape[1]
+    index = np.empty(array.shape[:2], np.int64)
+    chosen: list[npt.NDArray[np.uint8]] = []
+    for t in range(len(array)):
+        if t and size > 1 and np.array_equal(array[t, :-1], array[t - 1, 1:]):
+            index[t, :-1] = index[t - 1, 1:]
+            index[t, -1] = len(chosen)
+            chosen.append(array[t, -1])
+        else:
+            index[t] = np.arange(len(chosen), len(chosen) + size)
+            chosen.extend(array[t])
+    return encode_frames(np.stack(chosen)), index
+
+
 # -- adding --------------------------------------------------------------------------------------
 
 
