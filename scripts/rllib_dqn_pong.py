@@ -106,13 +106,15 @@ def main(argv: list[str] | None = None) -> int:
             steps = int(result["env_runners"]["num_env_steps_sampled_lifetime"])
         buffer = algo.local_replay_buffer
         store = buffer.store
+        counts = type(buffer)  # RLlib imported this module again by its dotted name: its class holds the counts
         report = {
             "env_steps": steps, "iterations": iterations, "seconds": round(time.perf_counter() - start, 1),
-            "observations_checked": CheckedEpisodeReplayBuffer.checked,
-            "observations_matched": CheckedEpisodeReplayBuffer.matched,
+            "observations_checked": counts.checked, "observations_matched": counts.matched,
             "transitions_stored": len(store), "bytes_on_disk": store.bytes_on_disk(),
+            "bytes_per_transition": round(store.bytes_on_disk() / max(1, len(store)), 1),
         }
         algo.stop()
+        store.close()
         print(json.dumps(report))
         ok = report["observations_checked"] > 0 and report["observations_checked"] == report["observations_matched"]
         return 0 if ok else 1
