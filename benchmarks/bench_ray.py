@@ -89,7 +89,7 @@ def ray_figures(stream: dict[str, np.ndarray], args: argparse.Namespace, work: P
 
         @ray.remote(num_cpus=0)
         def act(key: str, stream_ref: Any) -> int:
-            writer = ShardedReplay.connect("bench", namespace="mmreplay-bench").writer(key, shard=int(key[1:]) % args.shards)
+            writer = ShardedReplay.connect("bench").writer(key, shard=int(key[1:]) % args.shards)
             count = fill(writer.add, stream_ref)
             writer.flush()
             return count
@@ -105,9 +105,10 @@ def ray_figures(stream: dict[str, np.ndarray], args: argparse.Namespace, work: P
         results["client_sample_batches_per_s"] = rate(lambda: replay.sample(32, rng), args.seconds)
         batches = replay.batches(32, prefetch=4, rng=1)
         results["client_prefetch_batches_per_s"] = rate(lambda: next(batches), args.seconds)
-        batches.close()
-        results["client_direct_read_batches_per_s"] = rate(lambda: replay.sample(32, rng, direct_read=True), args.seconds)
-        results["prefetch_over_local"] = round(results["client_prefetch_batches_per_s"] / results["local_sample_batches_per_s"], 3)
+        local_batches = replay.batches(32, prefetch=4, rng=2, direct_read=True)
+        results["client_direct_read_batches_per_s"] = rate(lambda: next(local_batches), args.seconds)
+        for path in ("prefetch", "direct_read"):
+            results[f"{path}_over_local"] = round(results[f"client_{path}_batches_per_s"] / results["local_sample_batches_per_s"], 3)
         replay.close(destroy=True)
     finally:
         ray.shutdown()

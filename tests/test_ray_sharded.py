@@ -153,11 +153,12 @@ def test_a_shard_killed_during_unflushed_adds_reopens_at_its_last_commit_with_a_
     deadline = time.monotonic() + 60
     while True:
         try:
-            ray.get(replay.shard(0).ping.remote(), timeout=10)
-            break
+            if ray.get(replay.shard(0).ping.remote(), timeout=10) == 1:  # the restarted incarnation answers
+                break
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError, ray.exceptions.GetTimeoutError):
-            assert time.monotonic() < deadline, "the shard was not restarted"
-            time.sleep(0.2)
+            pass
+        assert time.monotonic() < deadline, "the shard was not restarted"
+        time.sleep(0.2)
     info = replay.stats()[0]
     assert (info["len"], info["epoch"], info["reopened"]) == (100, 1, True)
     # An update with ids of epoch 0 is dropped by the restarted shard; fresh ids apply.
@@ -192,7 +193,7 @@ def test_connect_finds_a_detached_replay_by_name(cluster: Path) -> None:
     writer = replay.writer("w", shard=1)
     write_episode(writer, 10)
     writer.flush()
-    again = ShardedReplay.connect("named", namespace="mmreplay")
+    again = ShardedReplay.connect("named")
     assert len(again) == 10 and again.num_shards == 2
     np.testing.assert_array_equal(again.sample(8, rng=2).obs, replay.sample(8, rng=2).obs)
     replay.close(destroy=True)
@@ -200,7 +201,7 @@ def test_connect_finds_a_detached_replay_by_name(cluster: Path) -> None:
         ShardedReplay.create("small", str(cluster / "small"), num_shards=2, frame_shape=FRAME, capacity=10,
                              envs_per_shard=8)
     with pytest.raises(ValueError):
-        ShardedReplay.connect("named", namespace="mmreplay")
+        ShardedReplay.connect("named")
 
 
 def test_a_vector_writer_records_each_env_as_its_own_episode(cluster: Path) -> None:
@@ -243,4 +244,23 @@ def test_rate_limit_holds_samples_per_insert_within_its_error_bound(cluster: Pat
     assert not acting.is_alive()
     assert min(diffs) >= limit.min_diff and max(diffs) <= limit.max_diff
     assert max(diffs) > limit.min_diff + 8  # the writer was ahead at times: both sides were held back
+    replay.close(destroy=True)
+
+
+def test_prefetched_batches_are_the_batches_sample_draws_with_the_same_rng(cluster: Path) -> None:
+    replay = make(cluster, "prefetched", num_shards=2, capacity=1000)
+    for k in range(2):
+        writer = replay.writer(f"w{k}", shard=k)
+        write_episode(writer, 30 + 20 * k, tag=k)
+        writer.flush()
+    expected_rng, rng = np.random.default_rng(11), np.random.default_rng(11)
+    batches = replay.batches(16, prefetch=3, rng=rng, group=1, n_step=2)
+    for _ in range(6):
+        batch, expected = next(batches), replay.sample(16, expected_rng, n_step=2)
+        for name in ("obs", "next_obs", "index", "reward", "discount"):
+            np.testing.assert_array_equal(getattr(batch, name), getattr(expected, name), err_msg=name)
+    grouped = replay.batches(16, prefetch=2, group=4, rng=0)
+    for _ in range(10):
+        batch = next(grouped)
+        np.testing.assert_array_equal(number_of(batch.next_obs[:, -1]), number_of(batch.obs[:, -1]) + 1)
     replay.close(destroy=True)

@@ -207,6 +207,13 @@ class ReplayShard:
         self._drain()
         return batch, self.info()
 
+    def sample_many(
+        self, draws: list[tuple[int, int]], *, beta: float, n_step: int, gamma: float
+    ) -> list[tuple[EncodedBatch, dict[str, Any]] | None]:
+        """``sample(count, seed)`` for each (count, seed) of several batches, in one call (one call's
+        overhead for them all); None for each the rate limit does not allow."""
+        return [self.sample(count, seed, beta=beta, n_step=n_step, gamma=gamma) for count, seed in draws]
+
     def update_priorities(self, epoch: int, steps: npt.NDArray[np.int64], priorities: npt.NDArray[np.float64]) -> int:
         """Set priorities of steps sampled in ``epoch``; a stale epoch's are dropped. Returns how many applied."""
         if epoch != self.epoch:

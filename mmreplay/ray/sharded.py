@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import time
 import zlib
+from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +31,7 @@ import numpy.typing as npt
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from mmreplay import Batch, EncodedBatch, ReplayStore, Sampler, decode_batch
-from mmreplay.prefetch import Prefetcher
+from mmreplay import Batch, EncodedBatch, PrioritizedSampler, ReplayStore, Sampler, decode_batch
 from mmreplay.ray.rate_limit import RateLimit
 from mmreplay.ray.shard import ReplayShard, ShardConfig
 from mmreplay.ray.writer import ShardWriter
@@ -70,6 +71,7 @@ class ShardedReplay:
         self._shards = shards
         self._infos: list[dict[str, Any] | None] = [None] * len(shards)
         self._readers: dict[int, ReplayStore] = {}
+        self._node_id = ray.get_runtime_context().get_node_id()
         self._closed = False
 
     # -- setup ---------------------------------------------------------------------------------
@@ -91,7 +93,7 @@ class ShardedReplay:
         action_dtype: str = "int64",
         rate_limit: RateLimit | None = None,
         max_restarts: int = -1,
-        namespace: str = "mmreplay",
+        namespace: str | None = None,
         detached: bool = True,
         commit_interval_s: float | None = 5.0,
     ) -> ShardedReplay:
@@ -100,7 +102,8 @@ class ShardedReplay:
 
         ``placement``: ``"spread"`` (over the cluster's nodes), ``"local"`` (this node: the learner's,
         for ``direct_read``), or a list of Ray node ids, one per shard. ``detached`` actors outlive the
-        process that created them (``connect`` finds them by ``name``; ``close(destroy=True)`` ends them).
+        process that created them (``connect`` finds them by ``name`` in ``namespace``, by default the
+        creating job's; ``close(destroy=True)`` ends them).
         Ray restarts a dead shard ``max_restarts`` times (-1: always).
         """
         num_shards = parse_positive_int(num_shards, "num_shards")
@@ -120,6 +123,7 @@ class ShardedReplay:
         if not isinstance(placement, str) and len(placement) != num_shards:
             raise ValueError(f"placement lists {len(placement)} node ids; expected {num_shards}, one per shard")
         sampler_config = None if sampler is None else sampler.config()
+        namespace = namespace or ray.get_runtime_context().namespace
         here = ray.get_runtime_context().get_node_id()
         description = {
             "root": str(root), "num_shards": num_shards, "frame_shape": tuple(frame_shape), "stack_size": stack_size,
@@ -151,8 +155,10 @@ class ShardedReplay:
         return replay
 
     @classmethod
-    def connect(cls, name: str, *, namespace: str = "mmreplay") -> ShardedReplay:
-        """The replay that ``create`` started under ``name``, from any process of the Ray cluster."""
+    def connect(cls, name: str, *, namespace: str | None = None) -> ShardedReplay:
+        """The replay that ``create`` started under ``name``, from any process of the Ray cluster
+        (``namespace``: the one it was created in; by default this job's)."""
+        namespace = namespace or ray.get_runtime_context().namespace
         directory = ray.get_actor(name, namespace=namespace)
         description = ray.get(directory.get.remote())
         shards = [ray.get_actor(_shard_name(name, k), namespace=namespace) for k in range(description["num_shards"])]
@@ -233,49 +239,82 @@ class ShardedReplay:
         draw); ``sample`` decodes and joins them. Directly read shards give decoded batches."""
         batch_size = parse_positive_int(batch_size, "batch_size")
         seed = int(parse_rng(rng).integers(2**63))  # one draw from the caller's rng, however long we wait
-        beta_value = 0.4 if beta is None else beta
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         pause = _WAIT_S
         while True:
-            generator = np.random.default_rng(seed)
-            infos = self.refresh()
-            masses = np.array([0.0 if info is None else info["mass"] for info in infos])
-            if not masses.sum() > 0 and not self._description["rate_limited"]:
-                raise ValueError("cannot sample: no shard that answers holds a transition")
-            counts = generator.multinomial(batch_size, masses / masses.sum()) if masses.sum() > 0 else None
-            seeds = generator.integers(2**63, size=self.num_shards)
-            calls = {}
-            for k in [] if counts is None else np.flatnonzero(counts).tolist():
-                if direct_read and self._is_local(k):
-                    calls[k] = None
-                else:
-                    calls[k] = self._shards[k].sample.remote(
-                        int(counts[k]), int(seeds[k]), beta=beta_value, n_step=n_step, gamma=gamma
-                    )
-            parts, refused = [], False
-            for k, call in calls.items():
-                if call is None:
-                    store = self._reader(k)
-                    local = store.sample(int(counts[k]), np.random.default_rng(int(seeds[k])), beta=beta_value,
-                                         n_step=n_step, gamma=gamma)
-                    parts.append((k, local, infos[k]))
-                    continue
-                try:
-                    answer = ray.get(call)
-                except _LOST:
-                    self._infos[k] = None
-                    refused = True
-                    continue
-                if answer is None:
-                    refused = True
-                else:
-                    parts.append((k, answer[0], answer[1]))
-            if counts is not None and not refused:
+            self.refresh()
+            parts = self._gather(self._request(batch_size, seed, beta, n_step, gamma, direct_read=direct_read))
+            if parts is not None:
                 return parts
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"no batch of {batch_size} within {timeout_s} s: a rate limit holds sampling back")
             time.sleep(pause)
             pause = min(2 * pause, 0.1)
+
+    def _request(
+        self, batch_size: int, seed: int, beta: float | None, n_step: int, gamma: float, *, direct_read: bool
+    ) -> list[tuple[int, Any, dict[str, Any] | None]] | None:
+        """Draw the shards' counts from their last known state and ask each for its part: (shard, an
+        actor call, or a batch read directly, its info); None when no shard holds anything yet."""
+        generator = np.random.default_rng(seed)
+        infos = list(self._infos)
+        if direct_read:
+            for k in range(self.num_shards):
+                if self._is_local(k):
+                    infos[k] = self._local_info(k)
+        masses = np.array([0.0 if info is None else info["mass"] for info in infos])
+        if not masses.sum() > 0:
+            if self._description["rate_limited"]:
+                return None
+            raise ValueError("cannot sample: no shard that answers holds a transition")
+        counts = generator.multinomial(batch_size, masses / masses.sum())
+        seeds = generator.integers(2**63, size=self.num_shards)
+        beta_value = 0.4 if beta is None else beta
+        requests = []
+        for k in np.flatnonzero(counts).tolist():
+            shard_rng = np.random.default_rng(int(seeds[k]))
+            if direct_read and self._is_local(k):
+                part = self._reader(k).sample(int(counts[k]), shard_rng, beta=beta_value, n_step=n_step, gamma=gamma)
+                requests.append((k, part, infos[k]))
+            else:
+                call = self._shards[k].sample.remote(int(counts[k]), int(seeds[k]), beta=beta_value, n_step=n_step, gamma=gamma)
+                requests.append((k, call, None))
+        return requests
+
+    def _gather(
+        self, requests: list[tuple[int, Any, dict[str, Any] | None]] | None
+    ) -> list[tuple[int, EncodedBatch | Batch, dict[str, Any]]] | None:
+        """The parts of requested batch, each shard's info updated from its answer; None when a shard
+        refused (its rate limit) or was lost."""
+        if requests is None:
+            return None
+        parts, complete = [], True
+        for k, call, info in requests:
+            if info is not None:
+                parts.append((k, call, info))
+                continue
+            try:
+                answer = ray.get(call)
+            except _LOST:
+                self._infos[k] = None
+                complete = False
+                continue
+            if answer is None:
+                complete = False
+            else:
+                self._infos[k] = answer[1]
+                parts.append((k, answer[0], answer[1]))
+        return parts if complete else None
+
+    def _local_info(self, k: int) -> dict[str, Any]:
+        """A co-located shard's state as its store read directly shows it (its last commit)."""
+        reader = self._reader(k)
+        info = dict(self._infos[k] or {})
+        size = len(reader)
+        info["len"], info["mass"], info["min_leaf"] = size, float(size), 1.0
+        if isinstance(reader.sampler, PrioritizedSampler) and size:
+            info["mass"], info["min_leaf"] = reader.sampler.mass
+        return info
 
     def _assemble(self, parts: list[tuple[int, EncodedBatch | Batch, dict[str, Any]]], beta: float | None) -> Batch:
         """Decode and join the shards' parts: global ids, and weights normalised by the global minimum."""
@@ -291,20 +330,100 @@ class ShardedReplay:
             name: np.concatenate([getattr(batch, name) for batch, _, _ in batches])
             for name in ("action", "reward", "terminated", "truncated", "env_index", "discount")
         }
-        stack = [np.concatenate([batch.obs, batch.next_obs], axis=1) for batch, _, _ in batches]
-        pixels = np.concatenate(stack)
         size = self._description["stack_size"]
+        first = batches[0][0]
+        pixels = np.empty((len(joined["reward"]), 2 * size, *first.obs.shape[2:]), np.uint8)
+        row = 0
+        for batch, _, _ in batches:  # one copy of each part's frames into the batch's one array
+            pixels[row : row + len(batch), :size] = batch.obs
+            pixels[row : row + len(batch), size:] = batch.next_obs
+            row += len(batch)
         return Batch(
             obs=pixels[:, :size], next_obs=pixels[:, size:], index=np.concatenate([ids for _, ids, _ in batches]),
             weight=np.concatenate([weight for _, _, weight in batches]).astype(np.float32), **joined,
         )
 
-    def batches(self, batch_size: int, *, prefetch: int = 4, rng: np.random.Generator | int | None = None,
-                **sample_kwargs: Any) -> Prefetcher[Batch]:
-        """An endless iterator of ``sample(batch_size, rng, **sample_kwargs)`` batches, fetched and
-        decoded ahead in a background thread (``prefetch`` deep) while the learner trains."""
+    def batches(
+        self, batch_size: int, *, prefetch: int = 4, rng: np.random.Generator | int | None = None,
+        beta: float | None = None, n_step: int = 1, gamma: float = 0.99, direct_read: bool = False,
+        group: int = 4,
+    ) -> Iterator[Batch]:
+        """An endless iterator of batches requested ahead from the shards: ``prefetch`` requests in flight,
+        each for ``group`` batches (one call per shard for them all: Ray's per-call overhead, ~1.5 ms here,
+        is paid once a group), so that answers travel while the learner trains. Each batch is drawn from
+        the shards' state as their previous answers reported it (``sample`` asks first: exact at that
+        moment; here the proportions lag by the adds of up to ``prefetch * group`` batches). A batch
+        that a shard refused or lost is drawn again by ``sample``."""
+        batch_size = parse_positive_int(batch_size, "batch_size")
+        prefetch = parse_positive_int(prefetch, "prefetch")
+        group = parse_positive_int(group, "group")
         generator = parse_rng(rng)
-        return Prefetcher(lambda: self.sample(batch_size, generator, **sample_kwargs), depth=prefetch)
+        self.refresh()
+        pending: deque[tuple[list[int], Any]] = deque()
+        while True:
+            while len(pending) < prefetch:
+                seeds = [int(seed) for seed in generator.integers(2**63, size=group)]
+                pending.append((seeds, self._request_group(batch_size, seeds, beta, n_step, gamma, direct_read)))
+            seeds, requests = pending.popleft()
+            for seed, parts in zip(seeds, self._gather_group(requests, len(seeds))):
+                if parts is None:
+                    parts = self.sample_encoded(batch_size, np.random.default_rng(seed), beta, n_step, gamma,
+                                                direct_read=direct_read)
+                yield self._assemble(parts, beta)
+
+    def _request_group(
+        self, batch_size: int, seeds: list[int], beta: float | None, n_step: int, gamma: float, direct_read: bool
+    ) -> list[tuple[int, Any, list[int]]]:
+        """``_request`` for several batches at once: per shard, one call for its parts of all of them:
+        (shard, the call or the batches read directly, which batches they belong to)."""
+        draws: dict[int, list[tuple[int, int, int]]] = {}  # shard: (batch, count, seed)
+        infos = list(self._infos)
+        if direct_read:
+            for k in range(self.num_shards):
+                if self._is_local(k):
+                    infos[k] = self._local_info(k)
+        masses = np.array([0.0 if info is None else info["mass"] for info in infos])
+        if not masses.sum() > 0:
+            return []
+        for b, seed in enumerate(seeds):
+            generator = np.random.default_rng(seed)  # the draw _request makes for this seed
+            counts = generator.multinomial(batch_size, masses / masses.sum())
+            shard_seeds = generator.integers(2**63, size=self.num_shards)
+            for k in np.flatnonzero(counts).tolist():
+                draws.setdefault(k, []).append((b, int(counts[k]), int(shard_seeds[k])))
+        beta_value = 0.4 if beta is None else beta
+        requests = []
+        for k, wanted in draws.items():
+            owners = [b for b, _, _ in wanted]
+            if direct_read and self._is_local(k):
+                reader = self._reader(k)
+                parts = [(reader.sample(count, np.random.default_rng(seed), beta=beta_value, n_step=n_step, gamma=gamma),
+                          infos[k]) for _, count, seed in wanted]
+                requests.append((k, parts, owners))
+            else:
+                call = self._shards[k].sample_many.remote([(count, seed) for _, count, seed in wanted],
+                                                          beta=beta_value, n_step=n_step, gamma=gamma)
+                requests.append((k, call, owners))
+        return requests
+
+    def _gather_group(self, requests: list[tuple[int, Any, list[int]]], size: int) -> list[list[Any] | None]:
+        """Each batch's parts from ``_request_group``'s calls; None for a batch a shard refused or lost."""
+        batches: list[list[Any] | None] = [[] for _ in range(size)] if requests else [None] * size
+        for k, call, owners in requests:
+            try:
+                answers = call if isinstance(call, list) else ray.get(call)
+            except _LOST:
+                self._infos[k] = None
+                answers = [None] * len(owners)
+            for b, answer in zip(owners, answers):
+                parts = batches[b]
+                if answer is None or parts is None:
+                    batches[b] = None
+                    continue
+                if not isinstance(call, list):
+                    self._infos[k] = answer[1]
+                parts.append((k, answer[0], answer[1]))
+        return batches
 
     def update_priorities(self, index: npt.ArrayLike, priorities: npt.ArrayLike) -> None:
         """Set the priorities of sampled transitions by global id, each sent to the shard that owns it;
@@ -331,7 +450,7 @@ class ShardedReplay:
 
     def _is_local(self, k: int) -> bool:
         info = self._infos[k]
-        return info is not None and info["node_id"] == ray.get_runtime_context().get_node_id()
+        return info is not None and info["node_id"] == self._node_id
 
     def _reader(self, k: int) -> ReplayStore:
         reader = self._readers.get(k)
