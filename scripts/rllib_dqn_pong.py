@@ -1,7 +1,7 @@
 """RLlib DQN (new API stack) on ALE Pong with ``mmreplay.rllib.MmreplayEpisodeReplayBuffer``, checking that
 every sampled observation is bit-identical to one the env produced.
 
-    pip install 'mmreplay[ray]' 'gymnasium[atari]' ale-py torch
+    pip install 'mmreplay[rllib]' ale-py opencv-python-headless
     python scripts/rllib_dqn_pong.py --steps 400 --path /tmp/dqn-pong.mmr
 
 It prints one JSON line: env steps, training iterations, observations checked and how many matched,

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("ray.rllib", reason="Ray RLlib is not installed: pip install 'mmreplay[ray]' to run the RLlib tests")
+pytest.importorskip("ray.rllib", reason="Ray RLlib is not installed: pip install 'mmreplay[rllib]' to run the RLlib tests")
 
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode  # noqa: E402
 from ray.rllib.utils.replay_buffers.prioritized_episode_buffer import PrioritizedEpisodeReplayBuffer  # noqa: E402

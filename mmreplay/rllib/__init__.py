@@ -1,5 +1,5 @@
 """mmreplay for RLlib (new API stack): ``MmreplayEpisodeReplayBuffer``, a replay buffer for DQN that keeps
-Atari frames once, lz4-compressed, on disk. ``pip install 'mmreplay[ray]'``; see ``episode_buffer``."""
+Atari frames once, lz4-compressed, on disk. ``pip install 'mmreplay[rllib]'``; see ``episode_buffer``."""
 
 from mmreplay.rllib.episode_buffer import MmreplayEpisodeReplayBuffer
 
