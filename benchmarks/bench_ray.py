@@ -160,12 +160,14 @@ def rllib_child(kind: str, steps: int, work: Path) -> dict[str, Any]:
             id_=f"e{episode}", observations=[stacked(i, start_frame) for i in range(t, stop + 1)],
             actions=[int(a) for a in stream["action"][t:stop]], rewards=[float(r) for r in stream["reward"][t:stop]],
             terminated=bool(stream["terminated"][stop - 1]), truncated=bool(stream["truncated"][stop - 1]),
-            len_lookback_buffer=0,
+            len_lookback_buffer=0, t_started=t - start_frame,
         )
         chunk.to_numpy()
         began = time.perf_counter()
         buffer.add([chunk])
         add_seconds += time.perf_counter() - began
+        if added == 0:  # growth is counted from the first add: mmreplay makes its store there
+            at_first_add, first_chunk = rss_mib(), stop - t
         added += stop - t
         t = stop + (1 if ended else 0)
     after = rss_mib()
@@ -177,8 +179,9 @@ def rllib_child(kind: str, steps: int, work: Path) -> dict[str, Any]:
         sample_times.append(time.perf_counter() - began)
     figures = {
         "kind": kind, "steps": added, "rss_at_init_mib": round(at_init - before, 1),
-        "rss_growth_mib": round(after - at_init, 1),
-        "rss_growth_per_10k_steps_mib": round((after - at_init) * 10_000 / added, 1),
+        "rss_at_first_add_mib": round(at_first_add - before, 1),
+        "rss_growth_mib": round(after - at_first_add, 1),
+        "rss_growth_per_10k_steps_mib": round((after - at_first_add) * 10_000 / (added - first_chunk), 1),
         "add_s_per_1000_steps": round(add_seconds * 1000 / added, 3),
         "sample_ms_per_batch": round(1000 * float(np.median(sample_times)), 2),
     }
