@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +30,8 @@ from mmreplay.frame_encoding import FrameEncoder
 from mmreplay.frame_ring import FrameChecksumError
 from mmreplay.reading import TransitionReader
 from mmreplay.validation import AddArguments, AddShapes, parse_add
+
+T = TypeVar("T", bound=np.generic)
 
 
 @dataclass(frozen=True, repr=False)
@@ -223,7 +226,7 @@ def _for_env(arguments: AddArguments, env: int, num_envs: int) -> AddArguments:
     """One env's checked add, as the store's add of ``num_envs`` envs that records only ``env``: every
     field is broadcast (a view, nothing copied) over the env axis, and only ``env`` is read."""
 
-    def spread(array: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
+    def spread(array: npt.NDArray[T]) -> npt.NDArray[T]:
         return np.broadcast_to(array, (num_envs, *array.shape[1:]))
 
     return AddArguments(
@@ -263,7 +266,7 @@ class EncodedBatch:
     def nbytes(self) -> int:
         """Bytes of every array and block: what sending this batch costs."""
         arrays = [getattr(self, item.name) for item in fields(self) if item.name not in ("frames", "stack_size")]
-        return self.frames.nbytes + sum(array.nbytes for array in arrays)
+        return self.frames.nbytes + int(sum(array.nbytes for array in arrays))
 
     def decode(self) -> Batch:
         """The batch with its pixels (see ``decode_batch``)."""

@@ -418,7 +418,7 @@ class FrameRing:
         entries = self._table.take(frame_steps, mode="wrap")
         positions, lengths = entries["position"], entries["length"].astype(np.int64)
         if len(frame_steps) and ((positions + lengths.astype(np.uint64)).max() > self.bytes_written):
-            self._raise_outside(frame_steps, positions, lengths)
+            self._raise_outside(frame_steps, positions, entries["length"])
         segments = positions.view(np.int64) // self.segment_bytes
         offsets = positions.view(np.int64) - segments * self.segment_bytes
         data = b"".join(

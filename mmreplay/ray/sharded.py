@@ -160,7 +160,7 @@ class ShardedReplay:
         (``namespace``: the one it was created in; by default this job's)."""
         namespace = namespace or ray.get_runtime_context().namespace
         directory = ray.get_actor(name, namespace=namespace)
-        description = ray.get(directory.get.remote())
+        description: dict[str, Any] = ray.get(directory.get.remote())  # type: ignore[assignment]
         shards = [ray.get_actor(_shard_name(name, k), namespace=namespace) for k in range(description["num_shards"])]
         replay = cls(name, description, shards)
         replay.refresh()

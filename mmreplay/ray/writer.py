@@ -32,7 +32,7 @@ class _Pending:
     frames: list[npt.NDArray[np.uint8]] = field(default_factory=list)
     obs: list[list[int]] = field(default_factory=list)
     next_obs: list[list[int]] = field(default_factory=list)
-    columns: list[tuple[Any, float, bool, bool]] = field(default_factory=list)
+    columns: list[tuple[Any, ...]] = field(default_factory=list)
     last: tuple[bytes, list[int]] | None = None  # the previous step's next_obs: pixels and indices
 
     def index(self, frames: npt.NDArray[np.uint8]) -> list[int]:
@@ -116,7 +116,7 @@ class ShardWriter:
             next_index = pending.index(following)
         pending.obs.append(obs_index)
         pending.next_obs.append(next_index)
-        pending.columns.append(columns)  # type: ignore[arg-type]
+        pending.columns.append(columns)
         pending.last = (following.tobytes(), next_index)
         if len(pending.obs) >= self._steps_per_send:
             self._send(env)

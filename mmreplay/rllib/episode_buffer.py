@@ -38,7 +38,7 @@ from ray.rllib.utils.replay_buffers.prioritized_episode_buffer import Prioritize
 from mmreplay import PrioritizedSampler, ReplayStore, UniformSampler, encode_stacks
 
 
-class MmreplayEpisodeReplayBuffer(PrioritizedEpisodeReplayBuffer):  # type: ignore[misc]
+class MmreplayEpisodeReplayBuffer(PrioritizedEpisodeReplayBuffer):
     """An RLlib episode replay buffer whose transitions live in the mmreplay store at ``path``.
 
     It subclasses ``PrioritizedEpisodeReplayBuffer`` because DQN sends priorities only to such a buffer
@@ -77,7 +77,9 @@ class MmreplayEpisodeReplayBuffer(PrioritizedEpisodeReplayBuffer):  # type: igno
 
     # -- adding --------------------------------------------------------------------------------
 
-    def add(self, episodes: list[SingleAgentEpisode] | SingleAgentEpisode, weight: float | None = None) -> None:
+    def add(  # type: ignore[override]  # RLlib's own episode buffers narrow ``add`` the same way
+        self, episodes: list[SingleAgentEpisode] | SingleAgentEpisode, weight: float | None = None
+    ) -> None:
         """Record each episode chunk's transitions (o_t, a_t, r_t, o_{t+1}) in its episode's env."""
         for episode in episodes if isinstance(episodes, list) else [episodes]:
             observations = np.asarray(episode.get_observations())
@@ -145,7 +147,7 @@ class MmreplayEpisodeReplayBuffer(PrioritizedEpisodeReplayBuffer):  # type: igno
 
     # -- sampling ------------------------------------------------------------------------------
 
-    def sample(
+    def sample(  # type: ignore[override]  # returns episodes only, as DQN asks (sample_episodes=True)
         self,
         num_items: int | None = None,
         *,
