@@ -73,8 +73,11 @@ def ray_figures(stream: dict[str, np.ndarray], args: argparse.Namespace, work: P
 
     results: dict[str, Any] = {}
     local = ReplayStore.create(work / "local.mmr", frame_shape=(84, 84), capacity=200_000)
+    start = time.perf_counter()
     results["transitions"] = fill(local.add, stream)
     local.flush()
+    results["add_transitions_per_s"] = round(results["transitions"] / (time.perf_counter() - start))
+    results["add_encoded_transitions_per_s"] = add_encoded_rate(stream, work)
     rng = np.random.default_rng(0)
     results["local_sample_batches_per_s"] = rate(lambda: local.sample(32, rng), args.seconds)
     encoded = local.sample_encoded(32, rng=0)
@@ -115,6 +118,36 @@ def ray_figures(stream: dict[str, np.ndarray], args: argparse.Namespace, work: P
         ray.shutdown()
         local.close()
     return results
+
+
+def add_encoded_rate(stream: dict[str, np.ndarray], work: Path, steps_per_send: int = 32) -> int:
+    """Transitions/s into a store through ``add_encoded`` (what a shard does per send), the stream's
+    frames encoded beforehand (the writers' side), in sends of ``steps_per_send`` steps of one episode."""
+    from mmreplay import ReplayStore, encode_frames
+
+    frames = stream["frames"]
+    sends = []
+    rows = transitions(stream)
+    for first in range(0, len(rows), steps_per_send):
+        part = rows[first : first + steps_per_send]
+        cut = next((i + 1 for i, row in enumerate(part) if row[2] or row[3]), len(part))  # one episode a send
+        part = part[:cut]
+        ts = np.array([row[0] for row in part])
+        used = np.unique(np.concatenate([ts, ts + 1]))
+        position = {int(t): i for i, t in enumerate(used)}
+        sends.append((encode_frames(frames[used]), np.array([position[int(t)] for t in ts]),
+                      np.array([row[1] for row in part]), stream["reward"][ts],
+                      np.array([position[int(t) + 1] for t in ts]), np.array([row[2] for row in part]),
+                      np.array([row[3] for row in part])))
+    store = ReplayStore.create(work / "encoded.mmr", frame_shape=(84, 84), capacity=200_000)
+    start = time.perf_counter()
+    for send in sends:
+        store.add_encoded(*send)
+    store.flush()
+    seconds = time.perf_counter() - start
+    count = len(store)
+    store.close()
+    return round(count / seconds)
 
 
 def rss_mib() -> float:

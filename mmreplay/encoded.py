@@ -226,8 +226,13 @@ def _for_env(arguments: AddArguments, env: int, num_envs: int) -> AddArguments:
     """One env's checked add, as the store's add of ``num_envs`` envs that records only ``env``: every
     field is broadcast (a view, nothing copied) over the env axis, and only ``env`` is read."""
 
+    if num_envs == 1:
+        return arguments._replace(envs=[env])
+
     def spread(array: npt.NDArray[T]) -> npt.NDArray[T]:
-        return np.broadcast_to(array, (num_envs, *array.shape[1:]))
+        # np.broadcast_to's view, made directly (broadcast_to costs ~20 us a call, a third of an add).
+        array = np.ascontiguousarray(array)
+        return np.ndarray((num_envs, *array.shape[1:]), array.dtype, buffer=array, strides=(0, *array.strides[1:]))
 
     return AddArguments(
         spread(arguments.obs), spread(arguments.action), spread(arguments.reward), spread(arguments.next_obs),
