@@ -194,9 +194,9 @@ class MmreplayEpisodeReplayBuffer(PrioritizedEpisodeReplayBuffer):
 
     def _observations(self, stacks: npt.NDArray[np.uint8]) -> npt.NDArray[Any]:
         """(B, stack, H, W) uint8 as the episodes brought them: (B, H, W, stack), uint8 or p/128 - 1."""
-        channels_last = stacks.transpose(0, 2, 3, 1)
+        channels_last = stacks.transpose(0, 2, 3, 1)  # a view: RLlib's connectors stack the items anyway
         if not self._float_obs:
-            return np.ascontiguousarray(channels_last)
+            return channels_last
         return channels_last * np.float32(1 / 128) - np.float32(1)
 
     def update_priorities(self, priorities: npt.ArrayLike, module_id: str | None = None) -> None:
