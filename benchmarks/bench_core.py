@@ -3,16 +3,22 @@
 Feeds a real Atari frame stream (20,000 frames recorded with ALE, see ``frame_streams.py``; episode
 boundaries from the stream) cyclically into each buffer, one add per env step, until it holds
 ``--capacity`` transitions; then samples uniform batches of ``--batch-size`` 4-frame stacks. mmreplay
-is measured twice: fed by one env, and by ``--vector-envs`` envs (8) that play the stream from
-different episode starts, one vector add of ``(8, 84, 84)`` arrays per env step. Each buffer is
+is fed by one env (its adds in three forms, below), and by ``--vector-envs`` envs (8) that play the
+stream from different episode starts, one vector add of ``(8, 84, 84)`` arrays per env step. Each buffer is
 measured in a fresh subprocess per repeat, so its anonymous memory (``RssAnon``) starts clean and one
 buffer's memory never weighs on another's. Prints medians over ``--repeats``, mmreplay's ratio against
-each peer, and the core issue's and issue 7's targets as markdown; ``--json`` also writes them
+each peer, and the targets of the core issue and issues 7 and 14 as markdown; ``--json`` also writes them
 machine-readable (``benchmarks/report.py`` reads that file).
 
     .venv/bin/python benchmarks/bench_core.py                     # pong, capacity 100,000, all peers
     .venv/bin/python benchmarks/bench_core.py --game mspacman --capacity 1000000 --peers numpy
     .venv/bin/python benchmarks/bench_core.py --frame-encoding lz4-reference --peers numpy --repeats 3
+
+One env's adds are measured in three forms (``mmreplay_adapters.ADD_FORMS``): single frames with the
+stream's numpy scalars (``mmreplay``), and 4-frame stacks with numpy scalars (``mmreplay-stacks``) or
+with Python ``int``/``float``/``bool`` (``mmreplay-stacks-py``: ``add(stack, 1, 0.0, next_stack, False,
+False)``, the call CleanRL, SB3 and most single-env loops make). Issue 14's targets compare the last
+with the numpy-scalar figures of the same run.
 
 ``--frame-encoding`` picks how mmreplay's stores compress frames (``ReplayStore.create``'s option):
 ``lz4`` (each frame alone, the default) or ``lz4-reference`` (each frame against an earlier frame of
@@ -34,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -52,7 +59,11 @@ from timing import batches_per_second
 
 REPO = Path(__file__).resolve().parents[1]
 GAMES = ("pong", "breakout", "mspacman")
-MMREPLAY = ("mmreplay", "mmreplay-vec")  # one env; a vector of --vector-envs envs
+# One env (single frames; stacks with numpy scalars; stacks with Python scalars); a vector of --vector-envs envs.
+MMREPLAY = ("mmreplay", "mmreplay-stacks", "mmreplay-stacks-py", "mmreplay-vec")
+ONE_ENV_ADD_FORMS = {"mmreplay": "frames", "mmreplay-stacks": "stacks", "mmreplay-stacks-py": "stacks-python"}
+ONE_ENV_LABELS = {"mmreplay-stacks": "mmreplay (stacks, numpy scalars)",
+                  "mmreplay-stacks-py": "mmreplay (stacks, Python scalars)"}
 BUFFERS = (*MMREPLAY, "sb3", "cpprb", "numpy")
 # Targets from the core issue (bytes on disk per transition; sample >= 0.5x the numpy ring; add).
 BYTES_TARGET = {"pong": 320, "mspacman": 2_100}
@@ -65,6 +76,9 @@ VECTOR_TARGET_ENVS = 8
 SAMPLE_TARGET_VS_PEER = {"numpy": 1.0, "cpprb": 1.2, "sb3": 1.2}
 # Issue 7's denser encoding: bytes on disk per transition with frame_encoding="lz4-reference".
 DENSE_BYTES_TARGET = {"pong": 130, "mspacman": 650}
+# Issue 14: one env's add with Python scalars and stacks, and its ratio to the numpy-scalar add.
+ADD_TARGET_PYTHON_SCALARS = 50_000
+PYTHON_SCALARS_TARGET_RATIO = 0.9
 FRAME_ENCODINGS = ("lz4", "lz4-reference")
 VERIFY_BATCHES = 20  # sampled batches per mmreplay measurement checked against the stream
 # A batch of 4-stacks is ~0.9 MB per array. With glibc's defaults such arrays fall either side of the
@@ -76,8 +90,11 @@ MALLOC_STEADY_ENV = {"MALLOC_MMAP_THRESHOLD_": str(1 << 28), "MALLOC_TRIM_THRESH
 
 
 def label(name: str, vector_envs: int) -> str:
-    """A buffer's name in tables: the vector-env store says how many envs it was fed."""
-    return f"mmreplay ({vector_envs} envs)" if name == "mmreplay-vec" else name
+    """A buffer's name in tables: the vector-env store says how many envs it was fed, the one-env
+    stores the form of their adds."""
+    if name == "mmreplay-vec":
+        return f"mmreplay ({vector_envs} envs)"
+    return ONE_ENV_LABELS.get(name, name)
 
 
 # -- one measurement, in its own process -------------------------------------------------------------
@@ -85,9 +102,10 @@ def label(name: str, vector_envs: int) -> str:
 
 def make_adapter(args: argparse.Namespace, stream: FrameStream) -> Adapter:
     name = args.worker
-    if name == "mmreplay":
+    if name in ONE_ENV_ADD_FORMS:
         return MmreplayAdapter(stream, args.capacity, args.seed, tmpdir=args.tmpdir,
-                               frame_encoding=args.frame_encoding, reuse_out=args.reuse_out)
+                               frame_encoding=args.frame_encoding, reuse_out=args.reuse_out,
+                               add_form=ONE_ENV_ADD_FORMS[name])
     if name == "mmreplay-vec":
         return MmreplayVectorAdapter(stream, args.capacity, args.seed, tmpdir=args.tmpdir,
                                      num_envs=args.vector_envs, frame_encoding=args.frame_encoding,
@@ -148,7 +166,7 @@ def measure(args: argparse.Namespace) -> dict[str, object]:
 def plan_buffers(args: argparse.Namespace) -> tuple[dict[str, int], list[str]]:
     """The capacity each buffer runs at, and notes on peers skipped or shrunk."""
     notes: list[str] = []
-    capacities = {"mmreplay": args.capacity}
+    capacities = dict.fromkeys(ONE_ENV_ADD_FORMS, args.capacity)
     if args.vector_envs:
         capacities["mmreplay-vec"] = args.capacity
     budget = int(mem_available() * args.memory_fraction)
@@ -255,6 +273,7 @@ def check_targets(args: argparse.Namespace, results: dict[str, dict[str, object]
                   ratio >= SAMPLE_TARGET_VS_NUMPY)
         check("7", f"add >= {ADD_TARGET_ONE_ENV:,} transitions/s, one env", _num(mm["add_per_s"]),
               mm["add_per_s"] >= ADD_TARGET_ONE_ENV)
+    check_python_scalars(results, check)
     if vec:
         note = "" if args.vector_envs == VECTOR_TARGET_ENVS else f"measured with {args.vector_envs} envs"
         check("7", f"add >= {ADD_TARGET_VECTOR:,} transitions/s, vector add of {VECTOR_TARGET_ENVS} envs",
@@ -275,6 +294,23 @@ def check_targets(args: argparse.Namespace, results: dict[str, dict[str, object]
             check("core", f"{label(name, args.vector_envs)}: sampled batches equal the stream they came from",
                   f"{mismatches:,} of {checked:,} sampled transitions differ", mismatches == 0)
     return checks
+
+
+def check_python_scalars(results: dict[str, dict[str, object]], check: Callable[..., None]) -> None:
+    """Issue 14: the add CleanRL and SB3 make (one env, Python scalars, stacks) is as fast as the same
+    add with numpy scalars, and as the single-frame add."""
+    python = results.get("mmreplay-stacks-py")
+    if not python:
+        return
+    rate = python["add_per_s"]
+    check("14", f"add >= {ADD_TARGET_PYTHON_SCALARS:,} transitions/s, one env, Python scalars and stacks",
+          _num(rate), rate >= ADD_TARGET_PYTHON_SCALARS)
+    for name, what in (("mmreplay-stacks", "numpy scalars and stacks"), ("mmreplay", "numpy scalars and single frames")):
+        if name in results:
+            ratio = rate / results[name]["add_per_s"]
+            check("14", f"add with Python scalars and stacks >= {PYTHON_SCALARS_TARGET_RATIO}x the add with {what}",
+                  f"{ratio:.2f}x ({_num(rate)} against {_num(results[name]['add_per_s'])})",
+                  ratio >= PYTHON_SCALARS_TARGET_RATIO)
 
 
 def report(args: argparse.Namespace, results: dict[str, dict[str, object]], notes: list[str],
@@ -314,7 +350,8 @@ def report(args: argparse.Namespace, results: dict[str, dict[str, object]], note
                 f"{_ratio(mm['bytes_per_transition'], peer_bytes)} | "
                 f"{_ratio(mm['anon_bytes_per_transition'], p['anon_bytes_per_transition'])} |"
             )
-    for issue, title in (("core", "Targets (core issue):"), ("7", "Targets (issue 7, speed):")):
+    for issue, title in (("core", "Targets (core issue):"), ("7", "Targets (issue 7, speed):"),
+                         ("14", "Targets (issue 14, the add training loops make):")):
         rows = [c for c in checks if c["issue"] == issue]
         if rows:
             lines += ["", title]

@@ -1,7 +1,12 @@
-"""mmreplay as the benchmarks measure it: a ``ReplayStore`` in a temporary directory on disk, fed single
-frames of the real frame stream, one env (``MmreplayAdapter``) or a vector of envs
-(``MmreplayVectorAdapter``), with the same surface as the peers' adapters in ``peers.py`` plus
-``verify``, which checks sampled batches against the stream they came from.
+"""mmreplay as the benchmarks measure it: a ``ReplayStore`` in a temporary directory on disk, fed the
+real frame stream by one env (``MmreplayAdapter``) or a vector of envs (``MmreplayVectorAdapter``), with
+the same surface as the peers' adapters in ``peers.py`` plus ``verify``, which checks sampled batches
+against the stream they came from.
+
+One env's adds come in the forms ``ADD_FORMS`` names: single frames with numpy scalars (the stream's
+own values), or 4-frame stacks (what gymnasium's ``FrameStackObservation`` hands CleanRL and SB3) with
+numpy scalars, or with Python ``int``/``float``/``bool`` as those training loops pass them:
+``add(stack, 1, 0.0, next_stack, False, False)``.
 
 ``transitions_per_add`` says how many transitions one ``add`` records: the benchmark makes
 ``ceil(capacity / transitions_per_add)`` adds to fill a buffer.
@@ -17,6 +22,10 @@ import numpy as np
 import numpy.typing as npt
 from peers import FRAME_SHAPE, STACK_SIZE, FrameStream
 
+# One env's add: obs and next_obs as single frames or stacks; action, reward and flags as numpy scalars
+# (the stream's int64, float32 and bool) or as Python int, float and bool.
+ADD_FORMS = ("frames", "stacks", "stacks-python")
+
 
 class MmreplayAdapter:
     """One env: ``obs = frames[t]``, ``next_obs = frames[t + 1]`` for the stream's transitions in order,
@@ -26,9 +35,13 @@ class MmreplayAdapter:
     transitions_per_add = 1
 
     def __init__(self, stream: FrameStream, capacity: int, seed: int, *, tmpdir: str | None,
-                 num_envs: int = 1, frame_encoding: str = "lz4", reuse_out: bool = False) -> None:
+                 num_envs: int = 1, frame_encoding: str = "lz4", reuse_out: bool = False,
+                 add_form: str = "frames") -> None:
         from mmreplay import ReplayStore
 
+        if add_form not in ADD_FORMS:
+            raise ValueError(f"add_form must be one of {ADD_FORMS}; got {add_form!r}")
+        self.add_form = add_form
         self.stream = stream
         self.directory = Path(tempfile.mkdtemp(prefix="mmreplay-bench-", dir=tmpdir))
         try:
@@ -43,7 +56,15 @@ class MmreplayAdapter:
         self.last_batch = None
 
     def inputs(self, i: int) -> tuple[object, ...]:
-        return self.stream.single_frame_inputs(i)
+        if self.add_form == "frames":
+            return self.stream.single_frame_inputs(i)
+        s = self.stream
+        j = i % len(s)
+        t = s.transition_frame[j]
+        obs, next_obs = s.stack(t), s.stack(t + 1)  # an episode's first stacks repeat its first frame
+        if self.add_form == "stacks":
+            return obs, s.action[j], s.reward[j], next_obs, s.terminated[j], s.truncated[j]
+        return obs, int(s.action[j]), float(s.reward[j]), next_obs, bool(s.terminated[j]), bool(s.truncated[j])
 
     def add(self, *inputs: object) -> None:
         self.store.add(*inputs)

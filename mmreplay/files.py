@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 import secrets
+import weakref
 from pathlib import Path
 from typing import IO
 
@@ -73,17 +74,40 @@ class BlockReservation:
 
 
 def acquire_writer_lock(path: Path) -> IO[bytes]:
-    """Hold an exclusive lock on ``path`` for the store's one writer; the OS releases it if the process dies."""
+    """Hold an exclusive lock on ``path`` for the store's one writer; the OS releases it if the process dies.
+
+    A refused lock says truthfully who holds it: flock also refuses a second open file of the same
+    process, so the locks this process holds are remembered (``_HELD_HERE``) to tell "this process" from
+    "another process".
+    """
     lock = open(path, "ab")
     try:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
+        identity = _identity(lock)
         lock.close()
+        holder = _HELD_HERE.get(identity)
+        if holder is not None and not holder.closed:
+            raise StoreLockedError(
+                f"the store at {str(path.parent)!r} is already open for writing in this process "
+                "(close that store first, or open this one with mode 'r' to read)"
+            ) from None
         raise StoreLockedError(
             f"the store at {str(path.parent)!r} is already open for writing by another process "
             "(open it with mode 'r' to read)"
         ) from None
+    _HELD_HERE[_identity(lock)] = lock
     return lock
+
+
+def _identity(file: IO[bytes]) -> tuple[int, int]:
+    status = os.fstat(file.fileno())
+    return (status.st_dev, status.st_ino)
+
+
+# The writer locks this process holds, by the lock file's (device, inode); an entry goes away with its
+# file object (closed explicitly, or dropped with an unclosed store).
+_HELD_HERE: weakref.WeakValueDictionary[tuple[int, int], IO[bytes]] = weakref.WeakValueDictionary()
 
 
 def file_signature(path: Path) -> tuple[int, int, int]:

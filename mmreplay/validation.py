@@ -213,52 +213,38 @@ def parse_single_frames(
     terminated_bit: int,
     truncated_bit: int,
 ) -> SingleFrames | None:
-    """The add that a training loop makes at nearly every step, checked with a few comparisons: frames or
-    stacks as contiguous uint8 arrays (a next_obs stack shifted by one frame from obs), actions of the
-    store's dtype, finite rewards, bool flags (the caller checks that no env is masked out). None for
-    anything else, valid or not: ``parse_add`` then decides, and names what is wrong. Accepts nothing
-    that ``parse_add`` refuses, and gives the same values."""
+    """The add that a training loop makes at nearly every step: frames or stacks as uint8 arrays (a
+    next_obs stack shifted by one frame from obs), with any action, reward and flags that ``parse_add``
+    accepts (the caller checks that no env is masked out). None for anything else, valid or not:
+    ``parse_add`` then decides, and names what is wrong. Accepts nothing that ``parse_add`` refuses, and
+    gives the same values.
+
+    Python ``int``/``float``/``bool`` and numpy scalars of the store's dtypes (what single-env loops pass)
+    are checked with a few comparisons; any other kind of number goes through ``parse_add``'s own
+    normalizers (``_parse_action``, ``_parse_reward``, ``_parse_flag``), which cost a microsecond or two
+    more but give the same values by construction."""
     frames = _new_frames(obs, next_obs, shapes)
     if frames is None:
         return None
+    action_bytes = _action_bytes(action, shapes)
+    if action_bytes is None:
+        return None
     if not shapes.env_axis:
-        if type(action) is not shapes.action_dtype.type or shapes.action_shape:
+        value = _one_reward(reward)
+        if value is None:
             return None
-        if type(reward) in _NUMPY_FLOATS:
-            # Exact; the row stores it as float32, as parse_add's astype rounds it.
-            reward = float(reward)  # type: ignore[arg-type]
-        if type(reward) is not float or not -_FLOAT32_MAX <= reward <= _FLOAT32_MAX:  # also refuses nan
+        ended = terminated if terminated is True or terminated is False else _one_flag(terminated, "terminated")
+        cut = truncated if truncated is True or truncated is False else _one_flag(truncated, "truncated")
+        if ended is None or cut is None:
             return None
-        if not (terminated is True or terminated is False or type(terminated) is np.bool_):
-            return None
-        if not (truncated is True or truncated is False or type(truncated) is np.bool_):
-            return None
-        flag = terminated_bit * bool(terminated) | truncated_bit * bool(truncated)
-        return _single_frames((*frames, action.tobytes(), [reward], [flag]))  # type: ignore[attr-defined]
-    if (
-        type(action) is not np.ndarray
-        or action.dtype != shapes.action_dtype
-        or action.shape != shapes.action
-        or type(reward) is not np.ndarray
-        or reward.dtype not in _FLOAT_DTYPES
-        or reward.shape != shapes.env_axis
-        or type(terminated) is not np.ndarray
-        or type(truncated) is not np.ndarray
-        or terminated.dtype != np.bool_
-        or truncated.dtype != np.bool_
-        or terminated.shape != shapes.env_axis
-        or truncated.shape != shapes.env_axis
-    ):
+        return _single_frames((*frames, action_bytes, [value], [terminated_bit * ended | truncated_bit * cut]))
+    rewards = _rewards(reward, shapes.env_axis)
+    ended_list = _flags(terminated, "terminated", shapes.env_axis)
+    cut_list = _flags(truncated, "truncated", shapes.env_axis)
+    if rewards is None or ended_list is None or cut_list is None:
         return None
-    rewards = reward.tolist()
-    if not all(-_FLOAT32_MAX <= value <= _FLOAT32_MAX for value in rewards):  # also refuses nan
-        return None
-    if reward.dtype != np.float32:
-        rewards = reward.astype(np.float32).tolist()
-    flags = [
-        terminated_bit * ended | truncated_bit * cut for ended, cut in zip(terminated.tolist(), truncated.tolist())
-    ]
-    return _single_frames((*frames, action.tobytes(), rewards, flags))
+    flags = [terminated_bit * ended | truncated_bit * cut for ended, cut in zip(ended_list, cut_list)]
+    return _single_frames((*frames, action_bytes, rewards, flags))
 
 
 def _single_frames(fields: tuple) -> SingleFrames:  # type: ignore[type-arg]
@@ -271,16 +257,18 @@ def _new_frames(
     obs: object, next_obs: object, shapes: AddShapes
 ) -> tuple[bytes, bool, list[bytes], npt.NDArray[np.uint8]] | None:
     """``parse_single_frames``'s frames: (obs bytes, stacked, each env's new frame, the new frames as one
-    contiguous array), or None."""
+    contiguous array), or None. Arrays that are not C-contiguous are copied into ones that are, as
+    ``parse_add`` copies them."""
     if (
         type(obs) is not np.ndarray
         or type(next_obs) is not np.ndarray
         or obs.dtype is not _UINT8  # numpy's builtin dtypes are singletons: an equal other one goes the long way
         or next_obs.dtype is not _UINT8
         or obs.shape != next_obs.shape
-        or not (obs.flags.c_contiguous and next_obs.flags.c_contiguous)
     ):
         return None
+    if not next_obs.flags.c_contiguous:
+        next_obs = np.ascontiguousarray(next_obs)
     envs = shapes.num_envs
     if obs.shape == shapes.frame:
         next_bytes = next_obs.tobytes()
@@ -291,20 +279,108 @@ def _new_frames(
         return obs.tobytes(), False, [next_bytes[i : i + size] for i in range(0, len(next_bytes), size)], next_obs
     if obs.shape != shapes.stack:
         return None
-    obs_bytes, next_bytes = obs.tobytes(), next_obs.tobytes()
+    obs_bytes = obs.tobytes()  # C order, contiguous or not
+    # next_obs is read in place: only its newest frames are copied.
+    next_view = next_obs.data.cast("B")
     size = len(obs_bytes) // envs  # an env's stack
     frame = size // shapes.stack_size
-    obs_view = memoryview(obs_bytes)
-    for start in range(0, len(obs_bytes), size):  # next_obs[:-1] == obs[1:], compared in place
-        if not next_bytes.startswith(obs_view[start + frame : start + size], start):
+    if envs == 1:  # next_obs[:-1] == obs[1:], compared in place
+        if not obs_bytes.startswith(next_view[: size - frame], frame):
             return None
-    new = [next_bytes[start + size - frame : start + size] for start in range(0, len(next_bytes), size)]
-    return obs_bytes, True, new, next_obs[-1] if envs == 1 else np.ascontiguousarray(next_obs[:, -1])
+        return obs_bytes, True, [next_view[size - frame :].tobytes()], next_obs[-1]
+    for start in range(0, len(obs_bytes), size):
+        if not obs_bytes.startswith(next_view[start : start + size - frame], start + frame):
+            return None
+    new = [next_view[start + size - frame : start + size].tobytes() for start in range(0, len(obs_bytes), size)]
+    return obs_bytes, True, new, np.ascontiguousarray(next_obs[:, -1])
+
+
+def _action_bytes(action: object, shapes: AddShapes) -> bytes | None:
+    """Every env's action as the row stores it (the store's dtype, little-endian), or None where
+    ``parse_add`` would refuse it. A numpy scalar of the store's dtype or a Python ``int`` for a signed
+    integer dtype (as ``np.asarray`` makes an int64 of it, which casts only to signed integers and floats
+    with the same kind) is packed directly; any other kind goes through ``parse_add``'s checks."""
+    if not shapes.action:  # one env, one number
+        if type(action) is shapes.action_dtype.type:
+            return cast(np.generic, action).tobytes()
+        if type(action) is int:
+            bounds = _SIGNED_BOUNDS.get(shapes.action_dtype.type)
+            if bounds is not None:
+                low, high, size = bounds
+                return action.to_bytes(size, "little", signed=True) if low <= action <= high else None
+    elif (
+        type(action) is np.ndarray
+        and action.dtype == shapes.action_dtype
+        and action.dtype.isnative
+        and action.shape == shapes.action
+    ):
+        return action.tobytes()
+    try:
+        array = _parse_action(action, shapes)
+        if array.dtype != shapes.action_dtype:
+            array = _cast_action(array, shapes.action_dtype, list(range(shapes.num_envs)))
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return array.astype(array.dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+def _one_reward(reward: object) -> float | None:
+    """One env's reward as the float32 value the row stores (a Python float holding it exactly once the
+    row casts it), or None where ``parse_add`` would refuse it."""
+    if type(reward) is float:
+        value = reward
+    elif type(reward) in _EXACT_FLOATS:
+        value = float(cast(np.floating[Any], reward))
+    elif type(reward) is int and -_EXACT_INT <= reward <= _EXACT_INT:
+        # Exact as a float64, so the row's float32 cast rounds once, as numpy's int64 -> float32 does.
+        value = float(reward)
+    else:
+        value = math.nan
+    if -_FLOAT32_MAX <= value <= _FLOAT32_MAX:  # also refuses nan
+        return value
+    rewards = _rewards(reward, ())
+    return None if rewards is None else rewards[0]
+
+
+def _rewards(reward: object, env_axis: tuple[int, ...]) -> list[float] | None:
+    """Every env's reward, rounded to float32 as ``parse_add`` rounds it, or None where it would refuse them."""
+    if type(reward) is np.ndarray and reward.dtype in _FLOAT_DTYPES and reward.shape == env_axis and env_axis:
+        rewards: list[float] = reward.tolist()
+        if all(-_FLOAT32_MAX <= value <= _FLOAT32_MAX for value in rewards):  # also refuses nan
+            return rewards if reward.dtype == np.float32 else reward.astype(np.float32).tolist()
+    try:
+        rewards = _parse_reward(reward, env_axis).tolist()
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return rewards if all(math.isfinite(value) for value in rewards) else None
+
+
+def _one_flag(value: object, name: str) -> bool | None:
+    """One env's terminated or truncated flag, or None where ``parse_add`` would refuse it."""
+    if type(value) is np.bool_:
+        return bool(value)
+    flags = _flags(value, name, ())
+    return None if flags is None else flags[0]
+
+
+def _flags(value: object, name: str, env_axis: tuple[int, ...]) -> list[bool] | None:
+    """Every env's terminated or truncated flag, or None where ``parse_add`` would refuse them."""
+    if type(value) is np.ndarray and value.dtype == np.bool_ and value.shape == env_axis and env_axis:
+        return value.tolist()  # type: ignore[no-any-return]
+    try:
+        return _parse_flag(value, name, env_axis).tolist()  # type: ignore[no-any-return]
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
+_EXACT_INT = 2**53  # every int up to this is exact as a float64
 _FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
-_NUMPY_FLOATS = (np.float32, np.float64)
+_EXACT_FLOATS = frozenset((np.float16, np.float32, np.float64))  # float() of them is exact
+# Bounds and width of each signed integer action dtype, by its scalar type (Python ints pack directly).
+_SIGNED_BOUNDS = {
+    t: (int(np.iinfo(t).min), int(np.iinfo(t).max), np.dtype(t).itemsize) for t in (np.int8, np.int16, np.int32, np.int64)
+}
 _UINT8 = np.dtype(np.uint8)
 _TRUE = np.ones(1, np.bool_)
 _FALSE = np.zeros(1, np.bool_)
@@ -343,7 +419,10 @@ def _parse_action(value: object, shapes: AddShapes) -> npt.NDArray[Any]:
             f"action has shape {array.shape}; expected {shapes.action} for action_shape={shapes.action_shape} "
             f"and {_expected_env_text(shapes.env_axis)}"
         )
-    if array.dtype != shapes.action_dtype and (
+    # Any integer kind goes into any integer dtype (a Python int is int64 to numpy, and an unsigned action
+    # dtype must take it): ``_cast_action`` then refuses the values that do not fit.
+    integers = array.dtype.kind in "iu" and shapes.action_dtype.kind in "iu"
+    if array.dtype != shapes.action_dtype and not integers and (
         array.dtype.kind not in "iufb" or not np.can_cast(array.dtype, shapes.action_dtype, casting="same_kind")
     ):
         raise TypeError(f"action has dtype {array.dtype}; expected values castable to {shapes.action_dtype}")

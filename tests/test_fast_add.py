@@ -136,3 +136,269 @@ def test_real_frames_take_the_fast_path_across_segments_eviction_and_episode_end
     pair.close_and_compare()
     header = json.loads((pair.fast.path / "header.json").read_text())
     assert header["commit"]["bytes_written"] > 3 * header["layout"]["segment_bytes"]  # crossed segment ends
+
+
+# -- every kind of number parse_add accepts takes the fast path ------------------------------------------------
+
+# Action specs beyond strategies.ACTION_SPECS: every integer width and signedness the kinds below cast
+# into, bool, a big-endian dtype, and one-env array actions (SB3 passes shape (1,) for a Discrete space).
+KIND_ACTION_SPECS = [
+    ((), np.int64), ((), np.int32), ((), np.int8), ((), np.uint8), ((), np.uint64), ((), np.float32),
+    ((), np.float64), ((), np.bool_), ((), ">i4"), ((1,), np.int64), ((2,), np.float32),
+]
+SOURCE_DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
+                 np.float16, np.float32, np.float64]
+
+
+def action_values(action_shape: tuple[int, ...], action_dtype: Any) -> st.SearchStrategy[np.ndarray]:
+    """Actions over the dtype's whole range (its extremes included); floats with nan and infinities,
+    which a float action may hold."""
+    dtype = np.dtype(action_dtype)
+    if dtype.kind == "b":
+        elements: st.SearchStrategy[Any] = st.booleans()
+    elif dtype.kind == "f":
+        elements = st.floats(width=8 * dtype.itemsize)
+    else:
+        info = np.iinfo(dtype)
+        elements = st.integers(int(info.min), int(info.max))
+    size = int(np.prod(action_shape))
+    return st.lists(elements, min_size=size, max_size=size).map(lambda xs: np.array(xs, dtype).reshape(action_shape))
+
+
+# float32 rewards, and whole numbers past 2**53 (which a float64 no longer holds exactly).
+reward_values = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False, width=32),
+    st.integers(-(2**62), 2**62).map(lambda n: float(np.float32(n))),
+)
+
+
+def stored_action(form: Any, dtype: np.dtype) -> bytes | None:
+    """The bytes ``add`` stores for an action given as ``form``: numpy's "same_kind" casts (an int64 goes
+    to signed integers and floats, not to unsigned ones), and only values the cast keeps equal; None
+    where ``add`` refuses it."""
+    array = np.asarray(form)
+    if array.dtype.kind not in "iufb" or not np.can_cast(array.dtype, dtype, "same_kind"):
+        return None
+    with np.errstate(all="ignore"):
+        cast = array.astype(dtype)
+    if not np.can_cast(array.dtype, dtype) and not np.array_equal(cast, array, equal_nan=dtype.kind == "f"):
+        return None
+    return cast.tobytes()
+
+
+def stored_reward(form: Any) -> bytes | None:
+    """The bytes ``add`` stores for a reward given as ``form`` (any real number, rounded to float32)."""
+    array = np.asarray(form)
+    if array.dtype.kind not in "iuf":
+        return None
+    with np.errstate(all="ignore"):
+        cast = array.astype(np.float32)
+    return cast.tobytes() if np.isfinite(cast).all() else None
+
+
+def kinds_of(value: np.ndarray, sources: list[Any], stored: Any) -> list[Any]:
+    """``value`` as every kind of number (numpy scalars, 0-d arrays and Python scalars for one number;
+    arrays, lists and strided views for several) that ``stored`` maps to the same bytes as ``value``."""
+    forms: list[Any] = []
+    for source in sources:
+        with np.errstate(all="ignore"):
+            array = value.astype(source)
+        if array.ndim == 0:
+            forms += [array[()], array, array.item()]
+        else:
+            forms += [array, array.tolist(), np.stack([array, array], axis=-1)[..., 0]]
+    return [form for form in forms if stored(form) == stored(value)]
+
+
+def flag_kinds(flag: Any) -> list[Any]:
+    array = np.asarray(flag, dtype=bool)
+    if array.ndim == 0:
+        return [bool(array), array[()], array]
+    return [array, array.tolist(), np.stack([array, array], axis=-1)[..., 0]]
+
+
+def frame_kinds(frames: np.ndarray) -> list[np.ndarray]:
+    """C-contiguous frames, or the same pixels as a strided view."""
+    return [frames, np.stack([frames, frames], axis=-1)[..., 0]]
+
+
+class KindStores:
+    """Three stores fed the same transitions: ``canonical`` in the form the fast path always took (numpy
+    values of the store's dtypes, float rewards, bool flags), ``fast`` and ``general`` as other kinds of
+    numbers, with the fast path on and off. Each counts the adds that took the fast path."""
+
+    def __init__(self, directory: Path, **config: Any) -> None:
+        self.stores = {name: ReplayStore.create(directory / f"{name}.mmr", **config)
+                       for name in ("canonical", "fast", "general")}
+        self.stores["general"]._fast_add = False
+        self.taken = dict.fromkeys(self.stores, 0)
+        for name, store in self.stores.items():
+            store._add_single_frames = self._counting(name, store._add_single_frames)  # type: ignore[method-assign]
+
+    def _counting(self, name: str, take_fast_path: Any) -> Any:
+        def counted(*args: Any) -> bool:
+            taken = take_fast_path(*args)
+            self.taken[name] += taken
+            return taken
+
+        return counted
+
+    def close_and_compare(self) -> None:
+        for store in self.stores.values():
+            store.close()
+        files = {name: files_of(store.path) for name, store in self.stores.items()}
+        for name in ("canonical", "fast"):
+            assert files[name].keys() == files["general"].keys()
+            for file in files[name]:
+                if SAME_COMPRESSOR or file == "transitions.tbl":
+                    assert files[name][file] == files["general"][file], f"{name}: {file} differs"
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=store_configs(), action_spec=st.sampled_from(KIND_ACTION_SPECS), data=st.data())
+def test_every_kind_of_number_that_add_accepts_takes_the_fast_path_and_stores_the_same_bytes(
+    tmp_path_factory, config, action_spec, data
+) -> None:
+    """Python ints, floats and bools, numpy scalars and 0-d arrays of any integer or float kind, lists and
+    arrays of any dtype that casts to the store's, strided frames: each add takes the fast path exactly
+    when the same add in the canonical form does, and the stores' files are equal byte for byte."""
+    action_shape, action_dtype = action_spec
+    config = {**config, "action_shape": action_shape, "action_dtype": action_dtype}
+    dtype = np.dtype(action_dtype)
+    stores = KindStores(tmp_path_factory.mktemp("kinds"), **config)
+    # draw_add supplies the frames and episode ends; the reference only tracks each env's last next_obs.
+    frames_ref = ReferenceStore(**{**config, "action_dtype": np.int64})
+    frames = FrameSource(config["frame_shape"])
+    num_envs = config["num_envs"]
+    try:
+        for i in range(data.draw(st.integers(1, 30), label="adds")):
+            drawn = draw_add(data, frames_ref, frames).as_tuple()
+            frames_ref.add(*drawn)
+            obs, _, _, next_obs, terminated, truncated = drawn
+            env_axis = (num_envs,) if num_envs > 1 else ()
+            action = data.draw(action_values(env_axis + action_shape, dtype), label=f"add {i} action")
+            reward = np.array(data.draw(st.lists(reward_values, min_size=num_envs, max_size=num_envs),
+                                        label=f"add {i} rewards"), np.float32).reshape(env_axis)
+            canonical = (obs, action if action.ndim else action[()], reward if num_envs > 1 else float(reward),
+                         next_obs, terminated, truncated)
+            other = tuple(data.draw(st.sampled_from(kinds), label=f"add {i} {name}") for name, kinds in (
+                ("obs", frame_kinds(obs)),
+                ("action", kinds_of(action, SOURCE_DTYPES, lambda form: stored_action(form, dtype))),
+                ("reward", kinds_of(reward, SOURCE_DTYPES[1:], stored_reward)),
+                ("next_obs", frame_kinds(next_obs)),
+                ("terminated", flag_kinds(terminated)),
+                ("truncated", flag_kinds(truncated)),
+            ))
+            before = dict(stores.taken)
+            stores.stores["canonical"].add(*canonical)
+            stores.stores["fast"].add(*other)
+            stores.stores["general"].add(*other)
+            took = {name: stores.taken[name] - before[name] for name in ("canonical", "fast")}
+            assert took["fast"] == took["canonical"], (took, [type(x).__name__ for x in other])
+        assert stores.taken["general"] == 0
+    finally:
+        stores.close_and_compare()
+
+
+def numbered_stacks(count: int, *, stack_size: int, frame_shape: tuple[int, ...] = (6, 6)) -> list[np.ndarray]:
+    """The stacks of one episode of ``count + stack_size - 1`` numbered frames, each shifted by one frame."""
+    frames = FrameSource(frame_shape)
+    episode = np.array([frames.frame() for _ in range(count + stack_size - 1)])
+    return [episode[i : i + stack_size] for i in range(count)]
+
+
+def one_env_add(form: str, obs: np.ndarray, next_obs: np.ndarray, i: int) -> tuple[Any, ...]:
+    """The i-th add of one env as a training loop of each kind passes it."""
+    if form == "python scalars":  # CleanRL's and most hand-written loops: add(stack, 1, 0.0, next_stack, False, False)
+        return obs, i % 6, float(i % 3 - 1), next_obs, False, False
+    if form == "one-env arrays":  # SB3's buffer for one env: a (1,) action, a float32 reward, numpy bools
+        return obs, np.array([i % 6]), np.float32(i % 3 - 1), next_obs, np.False_, np.False_
+    if form == "other numpy kinds":  # int32 actions (gymnasium's Discrete space), float64 rewards, 0-d flags
+        return obs, np.int32(i % 6), np.float64(i % 3 - 1), next_obs, np.array(False), np.array(False)
+    raise AssertionError(form)
+
+
+@pytest.mark.parametrize("stacked", [True, False], ids=["stacks", "single frames"])
+@pytest.mark.parametrize("form", ["python scalars", "one-env arrays", "other numpy kinds"])
+def test_the_adds_one_env_training_loops_make_take_the_fast_path(tmp_path: Path, form: str, stacked: bool) -> None:
+    action_shape = (1,) if form == "one-env arrays" else ()
+    pair = CountingStore(tmp_path, frame_shape=(6, 6), capacity=1000, stack_size=4, action_shape=action_shape)
+    stacks = numbered_stacks(50, stack_size=4)
+    for i in range(len(stacks) - 1):
+        obs, next_obs = (stacks[i], stacks[i + 1]) if stacked else (stacks[i][-1], stacks[i + 1][-1])
+        pair.add(*one_env_add(form, obs, next_obs, i))
+    assert pair.fast_adds == len(stacks) - 2  # all but the episode's first
+    pair.close_and_compare()
+
+
+def test_a_vector_add_of_lists_and_other_dtypes_takes_the_fast_path(tmp_path: Path) -> None:
+    """Actions as int32 arrays and lists of Python ints, rewards as float64 arrays and lists of ints, flags
+    as lists of bools."""
+    num_envs = 3
+    pair = CountingStore(tmp_path, frame_shape=(6, 6), capacity=1000, stack_size=2, num_envs=num_envs)
+    envs = [numbered_stacks(20, stack_size=2) for _ in range(num_envs)]
+    for i in range(19):
+        obs, next_obs = np.array([env[i] for env in envs]), np.array([env[i + 1] for env in envs])
+        if i % 2:
+            action, reward, ended = np.arange(num_envs, dtype=np.int32), np.full(num_envs, 0.5), np.zeros(num_envs, bool)
+        else:
+            action, reward, ended = [i, 2**40, -1], [1, 0, -(2**60)], [False] * num_envs
+        pair.add(obs, action, reward, next_obs, ended, ended)
+    assert pair.fast_adds == 18
+    pair.close_and_compare()
+
+
+def test_a_big_endian_action_dtype_is_stored_by_value_on_the_fast_path(tmp_path: Path) -> None:
+    """The rows hold actions little-endian whatever the store's dtype: an array of a big-endian dtype is
+    converted, not copied byte for byte (the fast path once stored 3 as 50331648 here)."""
+    store = ReplayStore.create(tmp_path / "s.mmr", frame_shape=(2, 2), capacity=10, num_envs=2, action_dtype=">i4")
+    frames = [np.full((2, 2, 2), value, np.uint8) for value in range(4)]
+    no = np.zeros(2, bool)
+    for i in range(3):
+        store.add(frames[i], np.array([2 * i + 1, 2 * i + 2], ">i4"), np.zeros(2, np.float32), frames[i + 1], no, no)
+    batch = store.read(np.arange(6))
+    assert batch.action.tolist() == [1, 2, 3, 4, 5, 6]
+    store.close()
+
+
+# Adds the fast path would take but for one value that add refuses: (store options, the bad argument,
+# add's error). An int for a uint8 action is refused because np.asarray makes an int64 of it.
+REFUSED = [
+    ({"action_dtype": np.uint8}, {"action": -1}, ValueError, "action has values out of range for uint8: [-1]"),
+    ({"action_dtype": np.int8}, {"action": 128}, ValueError, "action has values out of range for int8: [128]"),
+    ({}, {"action": 2**63}, ValueError, "action has values out of range for int64: [9223372036854775808]"),
+    ({}, {"action": 2**64}, TypeError, "action has dtype object; expected values castable to int64"),
+    ({}, {"action": 1.0}, TypeError, "action has dtype float64; expected values castable to int64"),
+    ({"action_dtype": np.float32}, {"action": 0.1}, ValueError, "action has values out of range for float32: [0.1]"),
+    ({}, {"reward": float("nan")}, ValueError, "reward must be finite; got nan"),
+    ({}, {"reward": -float("inf")}, ValueError, "reward must be finite; got -inf"),
+    ({}, {"reward": 1e39}, ValueError, "reward must be finite; got inf"),
+    ({}, {"reward": 10**40}, TypeError, "reward must be a real number; got dtype object"),
+    ({}, {"reward": True}, TypeError, "reward must be a real number; got dtype bool"),
+    ({}, {"terminated": 1}, TypeError, "terminated must be bool; got dtype int64"),
+    ({}, {"truncated": np.array([False])}, ValueError, "truncated has shape (1,); expected () for num_envs=1"),
+]
+
+
+@pytest.mark.parametrize("options,bad,error,message", REFUSED, ids=[str(case[1]) for case in REFUSED])
+def test_a_value_add_refuses_is_refused_by_the_fast_path_with_add_s_message_and_nothing_written(
+    tmp_path: Path, options: dict[str, Any], bad: dict[str, Any], error: type, message: str
+) -> None:
+    pair = CountingStore(tmp_path, frame_shape=(2, 2), capacity=10, stack_size=2, **options)
+    first, second, third = numbered_stacks(3, stack_size=2, frame_shape=(2, 2))
+    pair.add(first, np.zeros((), pair.fast.action_dtype), 0.0, second, False, False)
+    pair.fast.flush()
+    before = files_of(pair.fast.path)
+    good = {"obs": second, "action": np.ones((), pair.fast.action_dtype), "reward": 0.0, "next_obs": third,
+            "terminated": False, "truncated": False}
+    for store in (pair.fast, pair.general):
+        with pytest.raises(error) as refused:
+            store.add(**(good | bad))
+        assert str(refused.value) == message
+    pair.fast.flush()
+    assert files_of(pair.fast.path) == before
+    assert pair.fast_adds == 0
+    pair.fast.add(**good)  # the same add with the value fixed takes the fast path
+    pair.general.add(**good)
+    assert pair.fast_adds == 1
+    pair.close_and_compare()

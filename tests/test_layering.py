@@ -23,7 +23,7 @@ STORAGE = {
 SAMPLING = {"samplers", "sum_tree", "priorities"}
 API = {"store", "reading", "episodes", "windows", "prefetch", "autocommit", "encoded"}
 SERIALIZATION = {"hdf5", "hdf5_datasets", "hdf5_minari", "hdf5_mmreplay_layout", "hdf5_replay", "dopamine"}
-INTEGRATIONS = {"cli", "sb3", "recorder"}
+INTEGRATIONS = {"cli", "sb3", "sb3_observations", "recorder"}
 LAYERS = {
     "base": BASE, "storage": STORAGE, "sampling": SAMPLING, "api": API,
     "serialization": SERIALIZATION, "integrations": INTEGRATIONS,

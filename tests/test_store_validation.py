@@ -384,3 +384,15 @@ def test_bad_rng_is_refused(primed):
     with pytest.raises((TypeError, ValueError), match="rng"):
         pair.store.sample(2, rng="seed")
 
+
+
+def test_a_python_int_action_goes_into_an_unsigned_action_dtype_and_out_of_range_values_are_refused(make_store):
+    store = make_store(stack_size=1, action_dtype=np.uint8)
+    obs, next_obs = np.zeros((3, 4), np.uint8), np.ones((3, 4), np.uint8)
+    store.add(obs, 3, 0.0, next_obs, False, False)
+    store.add(next_obs, np.int64(255), 0.0, np.full((3, 4), 2, np.uint8), False, False)
+    np.testing.assert_array_equal(store.read([0, 1]).action, np.array([3, 255], np.uint8))
+    for bad in (-1, 256, np.int16(-5)):
+        with pytest.raises(ValueError, match="action has values out of range for uint8"):
+            store.add(np.full((3, 4), 2, np.uint8), bad, 0.0, np.full((3, 4), 3, np.uint8), False, False)
+    assert store.transitions_added == 2

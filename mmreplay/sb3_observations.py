@@ -1,0 +1,228 @@
+"""How ``MmreplayBuffer`` maps SB3's observations and arrays onto a store: frames and stacks of an
+observation space, the check of an inferred stack against the data, the layout a reopened store must
+have, and SB3's ``dones`` array as a view of the store.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+from gymnasium import spaces
+
+from mmreplay.store import ReplayStore
+
+if TYPE_CHECKING:
+    from mmreplay.sb3 import MmreplayBuffer
+
+RGB = 3  # channels of a colour frame
+
+
+@dataclass(frozen=True)
+class FrameLayout:
+    """An observation as ``stack_size`` frames of ``frame_shape`` along its first axis; ``inferred``
+    when the split came from the observation space's shape rather than a given ``stack_size``."""
+
+    frame_shape: tuple[int, ...]
+    stack_size: int
+    inferred: bool
+    first_axis: int  # the observation's first axis (frames times each frame's channels)
+
+
+def frame_layout(space: spaces.Space[Any], stack_size: int | None) -> FrameLayout:
+    """The frames of a uint8 Box observation space: ``stack_size`` along the first axis when given,
+    else inferred (see ``MmreplayBuffer``: channel-first images are RGB frames when 3 divides the
+    channels, else grayscale frames; a 4-d space is a stack along its first axis; else one frame)."""
+    if not isinstance(space, spaces.Box):
+        raise TypeError(f"observation_space must be a gymnasium Box of images; got {space}")
+    if space.dtype != np.uint8:
+        raise TypeError(f"observation_space must have dtype uint8; got {space.dtype}")
+    shape = tuple(int(n) for n in space.shape)
+    inferred = stack_size is None
+    if stack_size is None:
+        stack_size = _inferred_stack_size(shape)
+    if isinstance(stack_size, bool) or not isinstance(stack_size, int) or stack_size < 1:
+        raise ValueError(f"stack_size must be a positive int; got {stack_size!r}")
+    first_axis = shape[0] if shape else 1
+    if stack_size == 1:
+        return FrameLayout(shape, 1, inferred, first_axis)
+    if not shape or shape[0] % stack_size:
+        raise ValueError(
+            f"stack_size={stack_size} must divide the observation's first axis; observation_space has shape {shape}"
+        )
+    return FrameLayout(_frame_shape(shape, shape[0] // stack_size), stack_size, inferred, first_axis)
+
+
+def _inferred_stack_size(shape: tuple[int, ...]) -> int:
+    if len(shape) == 4:
+        return shape[0]
+    if len(shape) != 3 or shape[0] >= min(shape[1:]):  # not channel-first: one frame (HWC, or no image)
+        return 1
+    channels = shape[0]
+    return channels // RGB if channels % RGB == 0 else channels
+
+
+def _frame_shape(shape: tuple[int, ...], channels: int) -> tuple[int, ...]:
+    """One frame of an observation whose first axis holds frames of ``channels`` each."""
+    if len(shape) == 3:
+        return (channels, *shape[1:]) if channels > 1 else shape[1:]
+    if channels > 1:
+        raise ValueError(f"observation_space has shape {shape}; cannot split its first axis into frames of {channels}")
+    if math.prod(shape[1:]) == 0 or len(shape) < 2:
+        raise ValueError(f"observation_space has shape {shape}; cannot split it into {shape[0]} frames")
+    return shape[1:]
+
+
+class StackMismatch(ValueError):
+    """The observations added refute an inferred stack; ``fits`` are the stack sizes they fit, largest
+    first (1, whole observations, always fits)."""
+
+    def __init__(self, fits: list[int], message: str) -> None:
+        super().__init__(message)
+        self.fits = fits
+
+
+class StackingCheck:
+    """Checks an inferred stack against the observations added: within a transition, next_obs is obs
+    shifted by one frame (SB3's ``VecFrameStack`` makes every next_obs so, the terminal one included).
+
+    ``check`` raises ``StackMismatch`` when the data refute the inferred split, naming the
+    ``stack_size`` values they fit, and returns True once a transition confirms it (no other split fits it), after which the
+    buffer stops checking: real frames confirm at the first or second add.
+    """
+
+    def __init__(self, layout: FrameLayout) -> None:
+        self.layout = layout
+
+    def check(self, obs: npt.NDArray[np.uint8], next_obs: npt.NDArray[np.uint8]) -> bool:
+        """``obs`` and ``next_obs`` shaped (n_envs, stack_size, *frame_shape). True when confirmed."""
+        stack_size = self.layout.stack_size
+        if stack_size == 1:
+            return True
+        observations = self.layout.first_axis
+        flat_obs = obs.reshape(len(obs), observations, -1)
+        flat_next = next_obs.reshape(len(obs), observations, -1)
+        fits = [c for c in _divisors(observations) if _shifted(flat_obs, flat_next, c)]
+        channels = observations // stack_size
+        if channels not in fits:
+            options = ", ".join(f"stack_size={observations // c}" for c in fits)
+            raise StackMismatch([observations // c for c in fits], 
+                f"MmreplayBuffer inferred stack_size={stack_size} (frames of shape {self.layout.frame_shape}) "
+                f"from the observation space, but next_obs is not obs shifted by one such frame; pass "
+                f"stack_size= to MmreplayBuffer: the data fit {options}"
+            )
+        return fits == [channels, observations]  # stack_size=1 (whole observations) always fits
+
+
+def _divisors(n: int) -> list[int]:
+    return [c for c in range(1, n + 1) if n % c == 0]
+
+
+def _shifted(obs: npt.NDArray[np.uint8], next_obs: npt.NDArray[np.uint8], channels: int) -> bool:
+    """Whether next_obs is obs shifted by ``channels`` along axis 1."""
+    return bool(np.array_equal(next_obs[:, :-channels], obs[:, channels:]))
+
+
+@dataclass(frozen=True)
+class StoreLayout:
+    """What a buffer's arguments make of its store: ``ReplayStore.create``'s arguments, and what a store
+    it reopens must have."""
+
+    frame_shape: tuple[int, ...]
+    stack_size: int
+    num_envs: int
+    action_shape: tuple[int, ...]
+    action_dtype: np.dtype[Any]
+    capacity: int
+
+    def create(self, path: Path) -> ReplayStore:
+        return ReplayStore.create(
+            path, frame_shape=self.frame_shape, stack_size=self.stack_size, num_envs=self.num_envs,
+            action_shape=self.action_shape, action_dtype=self.action_dtype, capacity=self.capacity,
+        )
+
+    def with_frames(self, frames: FrameLayout) -> StoreLayout:
+        return replace(self, frame_shape=frames.frame_shape, stack_size=frames.stack_size)
+
+
+def check_layout(
+    store: ReplayStore, layout: StoreLayout, *, observation_space: spaces.Space[Any], inferred: bool
+) -> StoreLayout:
+    """The layout of a store a buffer reopens: the buffer's, else a ``ValueError`` naming the field that
+    differs. With an inferred stack, the store may split the observation space another way (chosen
+    from the data by the buffer that created it; see ``MmreplayBuffer``)."""
+    if inferred and (store.frame_shape, store.stack_size) != (layout.frame_shape, layout.stack_size):
+        try:
+            split: FrameLayout | None = frame_layout(observation_space, store.stack_size)
+        except ValueError:
+            split = None
+        if split is not None and split.frame_shape == store.frame_shape:
+            layout = layout.with_frames(split)
+    for item in fields(layout):
+        field, expected = item.name, getattr(layout, item.name)
+        actual = getattr(store, field)
+        if actual != expected:
+            raise ValueError(
+                f"the store at {str(store.path)!r} has {field}={actual!r}; this MmreplayBuffer needs "
+                f"{field}={expected!r} (from observation_space {observation_space}, buffer_size, n_envs, "
+                "action_space and stack_size): pass the arguments it was made with, or another path"
+            )
+    return layout
+
+
+class DoneFlags:
+    """SB3's ``replay_buffer.dones``: (buffer_size, n_envs) float32, 1.0 where the transition at that
+    position and env ended its episode; 0.0 at positions that hold no transition yet.
+
+    Indexing reads the selected positions' rows from the store (``buffer.dones[pos]``, ``[pos, env]``,
+    slices, arrays; ``numpy.asarray`` reads them all). Assigning a true value ends those transitions'
+    episodes: SB3's ``learn`` does ``dones[pos] = True`` for the newest row (its memory-saving buffer
+    has no next observation for it). The buffer keeps the true next observation, so it records a
+    truncation by the caller: samples bootstrap from it under ``handle_timeout_termination=True`` and
+    count it as done otherwise; n-step windows stop there. A flag the store holds cannot be cleared.
+    """
+
+    dtype = np.dtype(np.float32)
+
+    def __init__(self, buffer: MmreplayBuffer) -> None:
+        self._buffer = buffer
+        self.shape = (buffer.buffer_size, buffer.n_envs)
+        self.ndim = 2
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key: Any) -> npt.NDArray[np.float32] | np.float32:
+        rows, env_key = self._split(key)
+        ended = self._buffer.ended_at(np.atleast_1d(rows).reshape(-1))
+        return ended.astype(np.float32).reshape(np.shape(rows) + (self.shape[1],))[(Ellipsis, env_key)]
+
+    def __setitem__(self, key: Any, value: npt.ArrayLike) -> None:
+        rows, env_key = self._split(key)
+        positions = np.atleast_1d(rows).reshape(-1)
+        before = self._buffer.ended_at(positions)
+        after = before.copy()
+        after.reshape(np.shape(rows) + (self.shape[1],))[(Ellipsis, env_key)] = np.asarray(value).astype(bool)
+        buffer = self._buffer
+        empty = ~(buffer.full | (positions < buffer.pos))
+        if (after[empty]).any():
+            raise ValueError(f"dones: position {int(positions[empty][0])} holds no transition yet (pos={buffer.pos})")
+        if (before & ~after).any():
+            raise ValueError("dones: a transition that ended its episode in the store cannot be marked as not done")
+        row, env = np.nonzero(after & ~before)
+        if len(row):
+            buffer.end_episodes_at(positions[row], env)
+
+    def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> npt.NDArray[Any]:
+        flags = self[:]
+        assert isinstance(flags, np.ndarray)
+        return flags if dtype is None else flags.astype(dtype)
+
+    def _split(self, key: Any) -> tuple[Any, Any]:
+        """The selected positions (an int or an array of ints, as numpy indexes the rows) and the env key."""
+        row_key, env_key = (key if len(key) == 2 else (*key, slice(None))) if isinstance(key, tuple) else (key, slice(None))
+        return np.arange(self.shape[0])[row_key], env_key
