@@ -264,3 +264,21 @@ def test_prefetched_batches_are_the_batches_sample_draws_with_the_same_rng(clust
         batch = next(grouped)
         np.testing.assert_array_equal(number_of(batch.next_obs[:, -1]), number_of(batch.obs[:, -1]) + 1)
     replay.close(destroy=True)
+
+
+def test_sequences_are_drawn_over_shards_within_one_episode(cluster: Path) -> None:
+    replay = make(cluster, "sequences", num_shards=2, capacity=1000)
+    for k in range(2):
+        writer = replay.writer(f"w{k}", shard=k)
+        write_episode(writer, 20, tag=k)
+        writer.flush()
+    batch = replay.sample_sequences(12, 5, rng=0)
+    assert batch.obs.shape == (12, 5, 4, *FRAME)
+    shard, _, step = split_ids(batch.index[:, 0])
+    assert set(shard.tolist()) == {0, 1}
+    expected_mask = np.arange(5)[None] < (20 - step)[:, None]  # windows end with their episode
+    np.testing.assert_array_equal(batch.mask, expected_mask)
+    first = number_of(batch.obs[:, :, 0])
+    np.testing.assert_array_equal(first[batch.mask], (step[:, None] + np.arange(5))[batch.mask])
+    np.testing.assert_array_equal(batch.obs[:, 0, 0, 0, 2], shard)
+    replay.close(destroy=True)

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import EncodedBatch, EncodedFrames, ReplayStore, StoreNotFoundError
+from mmreplay import EncodedBatch, EncodedFrames, ReplayStore, SequenceBatch, StoreNotFoundError
 from mmreplay.ray.rate_limit import RateLimit
 from mmreplay.samplers import PrioritizedSampler, sampler_from_config
 
@@ -203,6 +203,18 @@ class ReplayShard:
         if not self.can_sample(count):
             return None
         batch = self.store.sample_encoded(count, np.random.default_rng(seed), beta=beta, n_step=n_step, gamma=gamma)
+        self.samples += count
+        self._drain()
+        return batch, self.info()
+
+    def sample_sequences(
+        self, count: int, seed: int, *, length: int, beta: float
+    ) -> tuple[SequenceBatch, dict[str, Any]] | None:
+        """``count`` windows of ``length`` (``ReplayStore.sample_sequences``, decoded), with ``info``; None
+        when the rate limit does not allow it yet."""
+        if not self.can_sample(count):
+            return None
+        batch = self.store.sample_sequences(count, length, np.random.default_rng(seed), beta=beta)
         self.samples += count
         self._drain()
         return batch, self.info()

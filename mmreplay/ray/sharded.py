@@ -31,7 +31,7 @@ import numpy.typing as npt
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from mmreplay import Batch, EncodedBatch, PrioritizedSampler, ReplayStore, Sampler, decode_batch
+from mmreplay import Batch, EncodedBatch, PrioritizedSampler, ReplayStore, Sampler, SequenceBatch, decode_batch
 from mmreplay.ray.rate_limit import RateLimit
 from mmreplay.ray.shard import ReplayShard, ShardConfig
 from mmreplay.ray.writer import ShardWriter
@@ -342,6 +342,43 @@ class ShardedReplay:
             obs=pixels[:, :size], next_obs=pixels[:, size:], index=np.concatenate([ids for _, ids, _ in batches]),
             weight=np.concatenate([weight for _, _, weight in batches]).astype(np.float32), **joined,
         )
+
+    def sample_sequences(
+        self,
+        batch_size: int,
+        length: int,
+        rng: np.random.Generator | int | None = None,
+        beta: float | None = None,
+    ) -> SequenceBatch:
+        """Windows of ``length`` consecutive transitions of one env and episode (``ReplayStore.
+        sample_sequences``), drawn over the union of the shards as ``sample`` draws transitions; ``index``
+        holds global ids (-1 past a window's end). The shards send them decoded."""
+        batch_size = parse_positive_int(batch_size, "batch_size")
+        length = parse_positive_int(length, "length")
+        generator = np.random.default_rng(int(parse_rng(rng).integers(2**63)))
+        beta_value = 0.4 if beta is None else beta
+        infos = self.refresh()
+        masses = np.array([0.0 if info is None else info["mass"] for info in infos])
+        if not masses.sum() > 0:
+            raise ValueError("cannot sample: no shard that answers holds a transition")
+        counts = generator.multinomial(batch_size, masses / masses.sum())
+        seeds = generator.integers(2**63, size=self.num_shards)
+        calls = {k: self._shards[k].sample_sequences.remote(int(counts[k]), int(seeds[k]), length=length, beta=beta_value)
+                 for k in np.flatnonzero(counts).tolist()}
+        parts = []
+        for k, call in calls.items():
+            answer = ray.get(call)
+            if answer is None:
+                raise ValueError(f"shard {k}'s rate limit holds sampling back; sample_sequences does not wait")
+            parts.append((k, *answer))
+        global_min = min(info["min_leaf"] for info in self._infos if info is not None and info["len"] > 0)
+        fields = {name: np.concatenate([getattr(part, name) for _, part, _ in parts])
+                  for name in ("obs", "action", "reward", "next_obs", "terminated", "truncated", "mask", "env_index")}
+        index = np.concatenate([np.where(part.index >= 0, global_ids(k, info["epoch"], np.maximum(part.index, 0)), -1)
+                                for k, part, info in parts])
+        weight = np.concatenate([part.weight * np.float32((info["min_leaf"] / global_min) ** -beta_value)
+                                 for _, part, info in parts]).astype(np.float32)
+        return SequenceBatch(index=index, weight=weight, **fields)
 
     def batches(
         self, batch_size: int, *, prefetch: int = 4, rng: np.random.Generator | int | None = None,
