@@ -5,7 +5,9 @@ n-step windows and sequences stay within one store). It compresses each new fram
 store's own codec (``mmreplay.encode_frames``: the bytes the shard writes as they come), keeps up to
 ``steps_per_send`` steps per env before sending them in one call, and keeps at most ``max_in_flight``
 sends unanswered: the next send waits for the oldest answer. While the shard's rate limiter holds its
-sends back, the writer waits before sending more.
+sends back, the writer waits before sending more. If the shard dies, Ray's error comes out of the
+``add`` or ``flush`` that waits for a lost send; the restarted shard holds what was flushed before, and
+the writer's next steps start a new episode there (each send carries its obs stacks).
 """
 
 from __future__ import annotations
