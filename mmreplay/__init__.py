@@ -5,6 +5,7 @@ neighbouring frames at sample time, never crossing an episode start.
 """
 
 from mmreplay.batch import Batch, SequenceBatch
+from mmreplay.encoded import EncodedBatch, EncodedFrames, decode_batch, encode_frames, encode_stacks
 from mmreplay.errors import (
     ClosedStoreError,
     CorruptStoreError,
@@ -28,6 +29,8 @@ __all__ = [
     "PrioritizedSampler",
     "SequenceBatch",
     "ClosedStoreError",
+    "EncodedBatch",
+    "EncodedFrames",
     "CorruptStoreError",
     "FormatVersionError",
     "MmreplayError",
@@ -41,6 +44,9 @@ __all__ = [
     "StoreNotFoundError",
     "StepsEvictedError",
     "UniformSampler",
+    "decode_batch",
+    "encode_frames",
+    "encode_stacks",
     "export_hdf5",
     "import_dopamine",
     "import_hdf5",

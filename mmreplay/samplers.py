@@ -198,6 +198,13 @@ class PrioritizedSampler:
         with np.errstate(divide="ignore"):  # a leaf of 0 is never drawn; its weight would be inf
             return np.power(leaves / tree.minimum, -beta).astype(np.float32)
 
+    @property
+    def mass(self) -> tuple[float, float]:
+        """(sum, minimum) of the stored transitions' leaves ``(p + epsilon)^alpha``: what a client drawing
+        over several stores needs to draw them in proportion and to normalise weights globally."""
+        tree = self._require_tree()
+        return float(tree.total), float(tree.minimum)
+
     def update_priorities(self, steps: npt.NDArray[np.int64], priorities: npt.NDArray[np.float64]) -> None:
         stored = (steps >= self._stored.start) & (steps < self._stored.stop)
         if not stored.all():

@@ -28,9 +28,10 @@ from typing import IO, Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import autocommit, directory_swap, format, frame_encoding as encodings, stacking
+from mmreplay import autocommit, directory_swap, encoded, format, frame_encoding as encodings, stacking
 from mmreplay.autocommit import CommitSchedule
 from mmreplay.batch import Batch, SequenceBatch
+from mmreplay.encoded import EncodedBatch, EncodedFrames
 from mmreplay.episodes import (
     EnvEpisode, Episode, FramePlan, advance_all, continuations, plan_frames, split_episodes
 )
@@ -44,6 +45,7 @@ from mmreplay.errors import (
 )
 from mmreplay.field_table import FieldChecksumError, FieldTable
 from mmreplay.files import acquire_writer_lock, file_signature, fsync_directory, make_sibling_directory
+from mmreplay.frame_encoding import FrameEncoder
 from mmreplay.frame_ring import FrameChecksumError, FrameRing, MissingSegmentError
 from mmreplay.prefetch import Prefetcher, recycling
 from mmreplay.reference_codec import ReferenceScheme
@@ -547,14 +549,64 @@ class ReplayStore:
                 self.flush()
             return
         self._check_writable("add")
-        layout = self._layout
         arguments = parse_add(obs, action, reward, next_obs, terminated, truncated, env_mask, self._add_shapes)
+        self._add_parsed(arguments, self._encoder, values=values, fragment=bool(fragment))
+
+    def add_encoded(
+        self,
+        frames: EncodedFrames,
+        obs: npt.ArrayLike,
+        action: npt.ArrayLike,
+        reward: npt.ArrayLike,
+        next_obs: npt.ArrayLike,
+        terminated: npt.ArrayLike,
+        truncated: npt.ArrayLike,
+        *,
+        env_index: int = 0,
+    ) -> None:
+        """Record T consecutive transitions of one env whose frames arrive compressed (``encode_frames``).
+
+        ``obs`` and ``next_obs`` are indices into ``frames``: (T,) for single frames or (T, stack_size)
+        for stacks; ``action``, ``reward``, ``terminated`` and ``truncated`` have a leading axis of T.
+        Each step follows ``add``'s rules for env ``env_index``, and the store ends up holding exactly
+        what T calls of ``add`` with the decoded pixels would have written. Every frame is checked
+        against its checksum and every step validated before the first write (``CorruptStoreError``,
+        ``TypeError``, ``ValueError``). A plain (``"lz4"``) store writes the blocks as they came.
+        """
+        self._check_writable("add_encoded")
+        if self.frame_dtype != np.uint8:
+            raise ValueError(f"add_encoded takes uint8 frames; this store's frame_dtype is {self.frame_dtype}: use add")
+        if self._field_table is not None:
+            raise ValueError(
+                f"add_encoded takes no user fields; this store has fields {list(self.fields)}: use add(..., fields=)"
+            )
+        steps, received = encoded.parse_encoded_add(
+            frames, obs, action, reward, next_obs, terminated, truncated, env_index=env_index, shapes=self._add_shapes
+        )
+        own = self._encoder
+        encoder = own if own.records_references else encoded.ReceivedEncoder(own, received)
+        for arguments in steps:
+            self._add_parsed(arguments, encoder)
+        if self._schedule.due(self._transitions_added):
+            self.flush()
+
+    def _add_parsed(
+        self,
+        arguments: AddArguments,
+        encoder: FrameEncoder,
+        *,
+        values: dict[str, npt.NDArray[Any]] | None = None,
+        fragment: bool = False,
+    ) -> None:
+        """``add``'s general path for checked arguments; ``encoder`` compresses the new frames (the store's
+        own, or one that hands back frames that arrived compressed: ``encoded.add_encoded``); ``values``
+        are the user fields (checked), ``fragment`` as ``add``'s."""
+        layout = self._layout
         envs = arguments.envs
         if not envs:
             return
         if self._env_frames_pending is not None:
             self._load_env_frames()
-        encoder = self._encoder
         if encoder.records_references:
             # Commit (if one is due) before encoding: a commit moves the frame tail, and a frame must
             # not be encoded against a reference that the commit releases. An env writes at most
@@ -571,7 +623,7 @@ class ReplayStore:
                 next_frame_step=self._frames.frames_written,
                 oldest_stored_step=max(0, self._transitions_added - layout.capacity),
                 encoder=encoder,
-                fragment=bool(fragment),
+                fragment=fragment,
             )
             with self._lock:
                 self._write(arguments, plan, values)
@@ -843,6 +895,7 @@ class ReplayStore:
         gamma: float = 0.99,
         out: Batch | None,
         replace_shared_out: bool,
+        reader: TransitionReader | None = None,
     ) -> Batch:
         """``sample``; with ``replace_shared_out``, a batch that ``out`` cannot hold (``SharedOutError``)
         comes back in new arrays, obs and next_obs separate, rather than raising (``batches(reuse=True)``,
@@ -854,6 +907,7 @@ class ReplayStore:
         beta = parse_number(beta, "beta", low=0.0)
         gamma = parse_number(gamma, "gamma", low=0.0, high=1.0)
         generator = parse_rng(rng)
+        reading = self._reader if reader is None else reader
 
         def draw_and_read() -> Batch:
             with self._lock:
@@ -863,16 +917,51 @@ class ReplayStore:
                     discount = np.empty(batch_size, np.float32)
                     discount.fill(gamma)  # np.full costs twice as much for a batch
                     try:
-                        return self._reader.transitions(steps, weight=weight, discount=discount, out=out)
+                        return reading.transitions(steps, weight=weight, discount=discount, out=out)
                     except SharedOutError:
                         if not replace_shared_out:
                             raise
-                        return self._reader.transitions(steps, weight=weight, discount=discount)
-                return self._reader.n_step(
+                        return reading.transitions(steps, weight=weight, discount=discount)
+                return reading.n_step(
                     steps, n_step=n_step, gamma=gamma, weight=weight, newest_exclusive=self._transitions_added, out=out
                 )
 
         return self._consistent(draw_and_read)
+
+    def sample_encoded(
+        self,
+        batch_size: int,
+        rng: np.random.Generator | int | None = None,
+        *,
+        beta: float = 0.4,
+        n_step: int = 1,
+        gamma: float = 0.99,
+    ) -> EncodedBatch:
+        """``sample``'s draw with its frames left compressed: an ``EncodedBatch`` (the stored blocks of the
+        batch's distinct frames, and which make each obs and next_obs), ~25x smaller than the decoded
+        batch on Atari, to send to another process. ``encoded.decode()`` is the ``Batch`` that ``sample``
+        returns with the same arguments and rng. Plain (``"lz4"``) stores only: a reference-encoded
+        frame needs its references to decode."""
+        if self.frame_encoding != "lz4":
+            raise ValueError(
+                f"sample_encoded needs a store of frame_encoding='lz4'; this one is {self.frame_encoding!r}, "
+                "whose frames decode only against their references: use sample"
+            )
+        if self._layout.stack_padding != "first" or self._field_table is not None:
+            raise ValueError(
+                "sample_encoded needs a store with stack_padding='first' and no user fields (an encoded batch "
+                f"carries neither zero padding nor fields); this one has stack_padding={self.stack_padding!r} "
+                f"and fields {list(self.fields)}: use sample"
+            )
+        if self.frame_dtype != np.uint8:
+            raise ValueError(f"sample_encoded gives uint8 frames; this store's frame_dtype is {self.frame_dtype}: use sample")
+        reader = encoded.EncodingReader(
+            self._table, self._frames, stack_size=self._layout.stack_size, action_dtype=self._action_dtype
+        )
+        batch = self._sample(
+            batch_size, rng, beta=beta, n_step=n_step, gamma=gamma, out=None, replace_shared_out=False, reader=reader
+        )
+        return reader.encoded(batch)
 
     def sample_sequences(
         self,

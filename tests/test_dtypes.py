@@ -348,3 +348,12 @@ def test_sb3_dqn_learns_on_cartpole_with_the_buffer(tmp_path: Path) -> None:
     model.learn(total_timesteps=300)
     assert model.replay_buffer.store.frame_dtype == np.float32
     assert model.replay_buffer.store.transitions_added == 300
+
+
+def test_encoded_frames_in_and_out_are_for_uint8_stores_only(store_path: Path) -> None:
+    with ReplayStore.create(store_path, frame_shape=(4,), capacity=8, stack_size=1, frame_dtype=np.float32) as store:
+        fill(store, cartpole_states(3))
+        with pytest.raises(ValueError, match=r"^sample_encoded gives uint8 frames; this store's frame_dtype is float32: use sample$"):
+            store.sample_encoded(2, rng=0)
+        with pytest.raises(ValueError, match=r"^add_encoded takes uint8 frames; this store's frame_dtype is float32: use add$"):
+            store.add_encoded(None, None, None, None, None, None, None)  # type: ignore[arg-type]

@@ -22,7 +22,7 @@ STORAGE = {
     "directory_swap",
 }
 SAMPLING = {"samplers", "sum_tree", "priorities"}
-API = {"store", "reading", "episodes", "windows", "prefetch", "autocommit"}
+API = {"store", "reading", "episodes", "windows", "prefetch", "autocommit", "encoded"}
 SERIALIZATION = {
     "hdf5", "hdf5_checks", "hdf5_datasets", "hdf5_minari", "hdf5_mmreplay_layout", "hdf5_replay", "dopamine",
     "dopamine_episodes",
@@ -113,3 +113,21 @@ def test_the_import_reader_sees_each_form_of_import() -> None:
     assert {"format", "batch", "frame_ring", "samplers"} <= imported
     assert "numpy" in others
     assert {"lz4"} <= imports_of("codec")[1]
+
+
+# The integration packages (mmreplay/ray/, mmreplay/rllib/) build on the public API: the package's own
+# names (``from mmreplay import ...``), its records and samplers, and the validators; never storage.
+INTEGRATION_PACKAGES = {"ray": {"samplers", "validation", "ray"}, "rllib": {"rllib"}}
+
+
+@pytest.mark.parametrize("package", sorted(INTEGRATION_PACKAGES))
+def test_the_integration_packages_use_only_the_public_api(package: str) -> None:
+    for path in sorted((PACKAGE / package).glob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        used = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mmreplay."):
+                used.add(node.module.split(".")[1])
+            elif isinstance(node, ast.Import):
+                used.update(a.name.split(".")[1] for a in node.names if a.name.startswith("mmreplay."))
+        assert sorted(used - INTEGRATION_PACKAGES[package]) == [], f"{path.name} reaches past the public API"

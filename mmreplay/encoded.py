@@ -1,0 +1,368 @@
+"""Frames that travel compressed: into a store (``add_encoded``) and out of it (``sample_encoded``).
+
+Vocabulary: an *encoded frame* is one frame as the store keeps it, an lz4 block made by the store's own
+codec (``encode_frames``), with its CRC-32. ``EncodedFrames`` holds several back to back. An
+*encoded batch* (``EncodedBatch``) is what ``sample`` would return with its pixels left as the stored
+blocks of the frames it needs, plus, for each transition, which of those blocks make its obs and
+next_obs. A batch of 32 Pong transitions (stack 4) is ~42 KB encoded against 1.1 MB decoded: what
+crosses a network or a process boundary should be the encoded form, decoded where it is used
+(``EncodedBatch.decode``, by the compiled decoder that ``sample`` uses).
+
+Both directions are checked: frames that arrive are decoded against their checksums before anything
+is written (the pixels are needed anyway: the store compares each obs with its env's last next_obs),
+and an encoded batch carries each frame's stored checksum and seed, so its ``decode`` checks the bytes
+end to end, from the store's disk to the learner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from mmreplay import codec
+from mmreplay.batch import Batch
+from mmreplay.errors import CorruptStoreError
+from mmreplay.frame_encoding import FrameEncoder
+from mmreplay.frame_ring import FrameChecksumError
+from mmreplay.reading import TransitionReader
+from mmreplay.validation import AddArguments, AddShapes, parse_add
+
+T = TypeVar("T", bound=np.generic)
+
+
+@dataclass(frozen=True, repr=False)
+class EncodedFrames:
+    """Frames compressed by the store's codec: ``data`` holds the lz4 blocks back to back, frame i's
+    ``lengths[i]`` bytes from ``sum(lengths[:i])``, with ``checksums[i]`` its CRC-32 seeded with
+    ``seeds[i]`` (0 for frames from ``encode_frames``; a stored frame's own seed in an ``EncodedBatch``)."""
+
+    data: bytes
+    lengths: npt.NDArray[np.int64]
+    checksums: npt.NDArray[np.uint32]
+    seeds: npt.NDArray[np.uint32]
+    frame_shape: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of blocks, lengths, checksums and seeds: what sending these frames costs."""
+        return len(self.data) + self.lengths.nbytes + self.checksums.nbytes + self.seeds.nbytes
+
+    def decode(self, order: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.uint8]:
+        """The frames' pixels, (n, *frame_shape) uint8, in ``order`` (indices into these frames, repeats
+        allowed; by default each once), each checked against its checksum: ``CorruptStoreError`` if one
+        fails or does not decode to exactly one frame."""
+        if order is None:
+            order = np.arange(len(self), dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
+        pixels = np.empty((len(order), *self.frame_shape), np.uint8)
+        bad = codec.decode_batch(
+            np.zeros(len(order), np.int64),
+            starts[order],
+            self.lengths[order],
+            self.checksums[order],
+            self.seeds[order].astype(np.int64),
+            pixels.reshape(len(order), -1),
+            views=[memoryview(self.data)],
+        )
+        if bad >= 0:
+            raise CorruptStoreError(
+                f"encoded frame {int(order[bad])} fails its checksum or does not decode to one frame of shape "
+                f"{self.frame_shape}: it was damaged on the way, or made by another codec than encode_frames"
+            )
+        return pixels
+
+    def __repr__(self) -> str:
+        return f"EncodedFrames(frames={len(self)}, frame_shape={self.frame_shape}, nbytes={self.nbytes:,})"
+
+
+def encode_frames(frames: npt.ArrayLike) -> EncodedFrames:
+    """Compress frames (uint8, (n, *frame_shape)) with the store's codec, one lz4 block each: the same
+    bytes that ``ReplayStore.add`` writes for them, so a store given them by ``add_encoded`` holds
+    exactly what ``add`` would have written."""
+    array = np.asarray(frames)
+    if array.dtype != np.uint8:
+        raise TypeError(f"frames must be uint8; got {array.dtype}")
+    if array.ndim < 2:
+        raise ValueError(f"frames has shape {array.shape}; expected (n, *frame_shape)")
+    array = np.ascontiguousarray(array)
+    payloads = [codec.compress(frame) for frame in array]
+    return EncodedFrames(
+        data=b"".join(payloads),
+        lengths=np.array([len(payload) for payload in payloads], np.int64),
+        checksums=np.array([codec.checksum(payload, 0) for payload in payloads], np.uint32),
+        seeds=np.zeros(len(payloads), np.uint32),
+        frame_shape=tuple(array.shape[1:]),
+    )
+
+
+def encode_stacks(stacks: npt.ArrayLike) -> tuple[EncodedFrames, npt.NDArray[np.int64]]:
+    """Consecutive observation stacks (n, stack_size, *frame_shape) of one env as their distinct frames,
+    encoded, and each stack as indices into them, (n, stack_size): a stack that is the one before
+    shifted by one frame adds only its newest frame. ``add_encoded(frames, index[:-1], ...,
+    index[1:], ...)`` then records the n - 1 transitions between them."""
+    array = np.asarray(stacks)
+    if array.dtype != np.uint8 or array.ndim < 3:
+        raise ValueError(f"stacks must be uint8 (n, stack_size, *frame_shape); got {array.dtype} {array.shape}")
+    size = array.shape[1]
+    index = np.empty(array.shape[:2], np.int64)
+    chosen: list[npt.NDArray[np.uint8]] = []
+    for t in range(len(array)):
+        if t and size > 1 and np.array_equal(array[t, :-1], array[t - 1, 1:]):
+            index[t, :-1] = index[t - 1, 1:]
+            index[t, -1] = len(chosen)
+            chosen.append(array[t, -1])
+        else:
+            index[t] = np.arange(len(chosen), len(chosen) + size)
+            chosen.extend(array[t])
+    return encode_frames(np.stack(chosen)), index
+
+
+# -- adding --------------------------------------------------------------------------------------
+
+
+class ReceivedEncoder:
+    """A plain store's frame encoder that hands back the blocks that arrived for a frame's pixels
+    instead of compressing them again (any other frame is compressed by the store's own encoder)."""
+
+    records_references = False
+
+    def __init__(self, own: FrameEncoder, received: dict[bytes, bytes]) -> None:
+        self._own = own
+        self._received = received
+        self.frame_tail = own.frame_tail
+
+    def encode(self, env: int, frame_step: int, frame: npt.NDArray[np.uint8], *, restart: bool) -> tuple[bytes, int]:
+        payload = self._received.get(frame.tobytes())
+        return (payload, 0) if payload is not None else self._own.encode(env, frame_step, frame, restart=restart)
+
+    def checkpoint(self) -> None:
+        self._own.checkpoint()
+
+    def rollback(self) -> None:
+        self._own.rollback()
+
+
+def parse_encoded_add(
+    frames: object,
+    obs: object,
+    action: object,
+    reward: object,
+    next_obs: object,
+    terminated: object,
+    truncated: object,
+    *,
+    env_index: object,
+    shapes: AddShapes,
+) -> tuple[list[AddArguments], dict[bytes, bytes]]:
+    """Check an ``add_encoded`` call and decode its frames: one ``AddArguments`` per step, for env
+    ``env_index`` of a store of ``shapes.num_envs`` envs, and each frame's block by its pixels.
+
+    ``obs`` and ``next_obs`` are integer arrays (T,) (single frames) or (T, stack_size) (stacks, newest
+    last) of indices into ``frames``; the other arguments have a leading axis of T steps. Everything is
+    checked (each step as ``add`` checks it) before the caller writes anything.
+    """
+    if not isinstance(frames, EncodedFrames):
+        raise TypeError(f"frames must be EncodedFrames (from mmreplay.encode_frames); got {type(frames).__name__}")
+    if frames.frame_shape != shapes.frame_shape:
+        raise ValueError(f"frames have frame_shape {frames.frame_shape}; expected {shapes.frame_shape}")
+    if isinstance(env_index, bool) or not isinstance(env_index, (int, np.integer)):
+        raise TypeError(f"env_index must be an int; got {type(env_index).__name__}")
+    env = int(env_index)
+    if not 0 <= env < shapes.num_envs:
+        raise ValueError(f"env_index is {env}; expected 0 <= env_index < {shapes.num_envs} (num_envs)")
+    obs_index, next_index = _parse_frame_index(obs, "obs", len(frames), shapes), _parse_frame_index(
+        next_obs, "next_obs", len(frames), shapes
+    )
+    steps = len(obs_index)
+    if next_index.shape != obs_index.shape:
+        raise ValueError(f"next_obs has shape {next_index.shape}; expected {obs_index.shape}, as obs")
+    columns = {"action": action, "reward": reward, "terminated": terminated, "truncated": truncated}
+    arrays = {name: np.asarray(value) for name, value in columns.items()}
+    for name, array in arrays.items():
+        if array.ndim == 0 or len(array) != steps:
+            raise ValueError(f"{name} has shape {array.shape}; expected a leading axis of {steps} steps, as obs")
+    pixels = frames.decode()
+    one_env = AddShapes.of(
+        frame_shape=shapes.frame_shape,
+        stack_size=shapes.stack_size,
+        num_envs=1,
+        action_shape=shapes.action_shape,
+        action_dtype=shapes.action_dtype,
+    )
+    parsed = []
+    for t in range(steps):
+        arguments = parse_add(
+            pixels[obs_index[t]], arrays["action"][t], arrays["reward"][t], pixels[next_index[t]],
+            arrays["terminated"][t], arrays["truncated"][t], None, one_env,
+        )
+        parsed.append(_for_env(arguments, env, shapes.num_envs))
+    starts = np.concatenate([[0], np.cumsum(frames.lengths)]).tolist()
+    received = {pixels[i].tobytes(): frames.data[starts[i] : starts[i + 1]] for i in range(len(frames))}
+    return parsed, received
+
+
+def _parse_frame_index(index: object, name: str, frame_count: int, shapes: AddShapes) -> npt.NDArray[np.int64]:
+    array = np.asarray(index)
+    if array.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be integer indices into frames; got {array.dtype}")
+    if array.ndim == 2 and array.shape[1] != shapes.stack_size:
+        raise ValueError(f"{name} has shape {array.shape}; expected (steps,) or (steps, {shapes.stack_size})")
+    if array.ndim not in (1, 2):
+        raise ValueError(f"{name} has shape {array.shape}; expected (steps,) or (steps, {shapes.stack_size})")
+    if array.size and (array.min() < 0 or array.max() >= frame_count):
+        raise ValueError(f"{name} holds {int(array.max() if array.max() >= frame_count else array.min())}; "
+                         f"expected indices 0 <= i < {frame_count} (len(frames))")
+    return array.astype(np.int64, copy=False)
+
+
+def _for_env(arguments: AddArguments, env: int, num_envs: int) -> AddArguments:
+    """One env's checked add, as the store's add of ``num_envs`` envs that records only ``env``: every
+    field is broadcast (a view, nothing copied) over the env axis, and only ``env`` is read."""
+
+    if num_envs == 1:
+        return arguments._replace(envs=[env])
+
+    def spread(array: npt.NDArray[T]) -> npt.NDArray[T]:
+        # np.broadcast_to's view, made directly (broadcast_to costs ~20 us a call, a third of an add).
+        array = np.ascontiguousarray(array)
+        return np.ndarray((num_envs, *array.shape[1:]), array.dtype, buffer=array, strides=(0, *array.strides[1:]))
+
+    return AddArguments(
+        spread(arguments.obs), spread(arguments.action), spread(arguments.reward), spread(arguments.next_obs),
+        spread(arguments.terminated), spread(arguments.truncated), arguments.stacked, [env],
+        spread(arguments.detached),
+    )
+
+
+# -- sampling ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, repr=False)
+class EncodedBatch:
+    """A ``Batch`` whose pixels are still the stored blocks: ``frames`` holds the distinct frames the
+    batch needs, and ``frame_index`` (B, columns) says which of them, in order, make each transition's
+    frames: ``obs`` is its first ``stack_size`` columns and ``next_obs`` its last ``stack_size`` (they
+    overlap when there are ``stack_size + 1`` columns, as in ``sample``'s own batches). The other fields
+    are ``Batch``'s. ``decode()`` gives the ``Batch`` that ``sample`` returns for the same draw."""
+
+    frames: EncodedFrames
+    frame_index: npt.NDArray[np.int64]
+    stack_size: int
+    action: npt.NDArray[np.generic]
+    reward: npt.NDArray[np.float32]
+    terminated: npt.NDArray[np.bool_]
+    truncated: npt.NDArray[np.bool_]
+    index: npt.NDArray[np.int64]
+    env_index: npt.NDArray[np.int64]
+    weight: npt.NDArray[np.float32]
+    discount: npt.NDArray[np.float32]
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of every array and block: what sending this batch costs."""
+        arrays = [getattr(self, item.name) for item in fields(self) if item.name not in ("frames", "stack_size")]
+        return self.frames.nbytes + int(sum(array.nbytes for array in arrays))
+
+    def decode(self) -> Batch:
+        """The batch with its pixels (see ``decode_batch``)."""
+        return decode_batch(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"EncodedBatch(transitions={len(self)}, frames={len(self.frames)}, "
+            f"frame_index=int64{list(self.frame_index.shape)}, nbytes={self.nbytes:,})"
+        )
+
+
+def decode_batch(encoded: EncodedBatch) -> Batch:
+    """Decode an ``EncodedBatch`` into the ``Batch`` that ``sample`` returns for the same draw: each
+    transition's frames decoded straight into place by the compiled decoder, every block checked
+    against the checksum it had on disk (``CorruptStoreError`` if one fails)."""
+    if not isinstance(encoded, EncodedBatch):
+        raise TypeError(f"encoded must be an EncodedBatch; got {type(encoded).__name__}")
+    rows, columns = encoded.frame_index.shape
+    pixels = encoded.frames.decode(encoded.frame_index.reshape(-1)).reshape(rows, columns, *encoded.frames.frame_shape)
+    size = encoded.stack_size
+    return Batch(
+        obs=pixels[:, :size],
+        action=encoded.action,
+        reward=encoded.reward,
+        next_obs=pixels[:, -size:],
+        terminated=encoded.terminated,
+        truncated=encoded.truncated,
+        index=encoded.index,
+        env_index=encoded.env_index,
+        weight=encoded.weight,
+        discount=encoded.discount,
+    )
+
+
+class EncodingReader(TransitionReader):
+    """A ``TransitionReader`` that gathers the stored blocks of a batch's frames instead of decoding
+    them: it locates frames exactly as the store's reader does, so ``encoded(batch)`` of what it read
+    is what ``sample`` would have decoded. One reader serves one batch."""
+
+    _captured: EncodedFrames | None = None
+    _frame_index: npt.NDArray[np.int64] | None = None
+
+    def _decode(
+        self,
+        frames: npt.NDArray[np.int64],
+        steps: npt.NDArray[np.int64],
+        pixels: npt.NDArray[np.uint8] | None = None,
+        *,
+        padded: bool = True,  # the store is not zero-padded (sample_encoded refuses those): nothing to zero
+    ) -> npt.NDArray[np.uint8]:
+        distinct, inverse = np.unique(frames.reshape(-1), return_inverse=True)
+        self._captured = self._blocks(distinct, steps, frames)
+        self._frame_index = inverse.reshape(frames.shape).astype(np.int64)
+        # No pixels: a zero-strided stand-in with the shape the batch's obs and next_obs slice.
+        return np.broadcast_to(np.uint8(0), (*frames.shape, *self.frame_shape))
+
+    def _blocks(
+        self, frame_steps: npt.NDArray[np.int64], steps: npt.NDArray[np.int64], frames: npt.NDArray[np.int64]
+    ) -> EncodedFrames:
+        """The stored blocks of these frames, each checked against its checksum here (a reader behind
+        the writer then retries, as ``sample`` does)."""
+        data, lengths, checksums, seeds = self.frames.blocks(frame_steps)
+        for i, (start, stop) in enumerate(_spans(lengths)):
+            if codec.checksum(data[start:stop], int(seeds[i])) != int(checksums[i]):
+                frame_step = int(frame_steps[i])
+                needing = steps[(frames == frame_step).any(axis=1)]
+                raise FrameChecksumError(
+                    f"frame {frame_step} fails its checksum (read for transition {int(needing[0])})",
+                    frame_step=frame_step,
+                )
+        return EncodedFrames(data, lengths, checksums, seeds, tuple(self.frame_shape))
+
+    def encoded(self, batch: Batch) -> EncodedBatch:
+        """The encoded form of ``batch``, which this reader has just read."""
+        assert self._captured is not None and self._frame_index is not None, "encoded() follows a read"
+        return EncodedBatch(
+            frames=self._captured,
+            frame_index=self._frame_index,
+            stack_size=self.stack_size,
+            action=batch.action,
+            reward=batch.reward,
+            terminated=batch.terminated,
+            truncated=batch.truncated,
+            index=batch.index,
+            env_index=batch.env_index,
+            weight=batch.weight,
+            discount=batch.discount,
+        )
+
+
+def _spans(lengths: npt.NDArray[np.int64]) -> Sequence[tuple[int, int]]:
+    ends = np.cumsum(lengths).tolist()
+    return list(zip([0, *ends[:-1]], ends))

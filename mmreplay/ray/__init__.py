@@ -1,0 +1,11 @@
+"""mmreplay on Ray: one replay sharded over actors, written by many acting processes, sampled exactly.
+
+``pip install 'mmreplay[ray]'``. See ``sharded`` (the client and its sampling rules), ``shard`` (the
+actor that owns one store), ``writer`` (the acting side) and ``rate_limit`` (Reverb's rate limiting).
+"""
+
+from mmreplay.ray.rate_limit import RateLimit
+from mmreplay.ray.sharded import ShardedReplay, global_ids, split_ids
+from mmreplay.ray.writer import ShardWriter
+
+__all__ = ["RateLimit", "ShardWriter", "ShardedReplay", "global_ids", "split_ids"]

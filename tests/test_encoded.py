@@ -1,0 +1,213 @@
+"""Encoded frames in and out of a store: ``encode_frames`` + ``add_encoded`` write what ``add`` writes,
+and ``sample_encoded(...).decode()`` is what ``sample`` returns for the same draw."""
+
+from __future__ import annotations
+
+import filecmp
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mmreplay import (
+    CorruptStoreError,
+    EncodedBatch,
+    PrioritizedSampler,
+    ReplayStore,
+    UniformSampler,
+    decode_batch,
+    encode_frames,
+)
+
+FRAME = (3, 4)
+
+
+def same_files(left: Path, right: Path) -> bool:
+    """Whether two store directories hold the same files with the same bytes (the lock file aside)."""
+    comparison = filecmp.dircmp(left, right)
+    names = set(comparison.left_list) | set(comparison.right_list)
+    for root, _, files in os.walk(left):
+        for name in files:
+            mine = Path(root) / name
+            theirs = right / mine.relative_to(left)
+            if name.endswith(".lock"):
+                continue
+            if not theirs.exists() or mine.read_bytes() != theirs.read_bytes():
+                return False
+    return bool(names)
+
+
+@st.composite
+def chunks(draw: st.DrawFn) -> dict[str, object]:
+    """A store's shape and a list of chunks: (env, stacked, steps), each step (obs, next_obs, action,
+    reward, terminated, truncated) as pixels, episodes continuing across an env's chunks."""
+    stack_size = draw(st.integers(1, 4))
+    num_envs = draw(st.integers(1, 3))
+    palette = draw(st.integers(2, 6))  # few distinct pixel values: repeated frames, as in Atari stacks
+    stacked = draw(st.booleans())
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    stacks: dict[int, np.ndarray | None] = {env: None for env in range(num_envs)}
+    result = []
+    for _ in range(draw(st.integers(1, 8))):
+        env = draw(st.integers(0, num_envs - 1))
+        steps = []
+        for _ in range(draw(st.integers(1, 6))):
+            current = stacks[env]
+            if current is None or draw(st.integers(0, 9)) == 0:  # an episode start (or a cut)
+                current = rng.integers(0, palette, (stack_size, *FRAME), dtype=np.uint8)
+                if draw(st.booleans()):
+                    current[:] = current[-1]  # a reset stack: one frame repeated
+            new = rng.integers(0, palette, (1, *FRAME), dtype=np.uint8)
+            following = np.concatenate([current[1:], new])
+            terminated, truncated = draw(st.sampled_from([(False, False)] * 6 + [(True, False), (False, True)]))
+            if (terminated or truncated) and stacked and draw(st.booleans()):
+                following = rng.integers(0, palette, (stack_size, *FRAME), dtype=np.uint8)  # a final obs as given
+            reward = draw(st.sampled_from([0.0, 1.0, -1.0]))
+            steps.append((current, following, draw(st.integers(0, 5)), reward, terminated, truncated))
+            stacks[env] = None if terminated or truncated else following
+        result.append((env, steps))
+    return {"stack_size": stack_size, "num_envs": num_envs, "stacked": stacked, "chunks": result,
+            "capacity": draw(st.integers(max(num_envs, 3), 40))}
+
+
+def fill_both(tmp: Path, case: dict[str, object], sampler: object = None) -> tuple[ReplayStore, ReplayStore]:
+    """Store "added" through ``add`` step by step, store "encoded" through ``add_encoded`` chunk by chunk."""
+    num_envs, stack_size, stacked = case["num_envs"], case["stack_size"], case["stacked"]
+    options = dict(frame_shape=FRAME, capacity=case["capacity"], stack_size=stack_size, num_envs=num_envs,
+                   commit_interval_s=None)
+    added = ReplayStore.create(tmp / "added", sampler=sampler() if sampler else None, **options)
+    encoded = ReplayStore.create(tmp / "encoded", sampler=sampler() if sampler else None, **options)
+    for env, steps in case["chunks"]:
+        mask = np.arange(num_envs) == env
+        pixels: list[bytes] = []
+        index: dict[bytes, int] = {}
+
+        def indices(stack: np.ndarray) -> list[int]:
+            found = []
+            for frame in (stack if stacked else stack[-1:]):
+                key = frame.tobytes()
+                if key not in index:
+                    index[key] = len(pixels)
+                    pixels.append(key)
+                found.append(index[key])
+            return found if stacked else found[:1]
+
+        obs, next_obs = [], []
+        for current, following, action, reward, terminated, truncated in steps:
+            obs.append(indices(current))
+            next_obs.append(indices(following))
+            shape = (stack_size, *FRAME) if stacked else FRAME
+            o = np.zeros((num_envs, *shape), np.uint8)
+            n = np.zeros((num_envs, *shape), np.uint8)
+            o[env] = current if stacked else current[-1]
+            n[env] = following if stacked else following[-1]
+            flag = lambda value: np.where(mask, value, False)  # noqa: E731
+            squeeze = (lambda a: a[0]) if num_envs == 1 else (lambda a: a)  # noqa: E731
+            added.add(squeeze(o), squeeze(np.full(num_envs, action)), squeeze(np.full(num_envs, reward, np.float32)),
+                      squeeze(n), squeeze(flag(terminated)), squeeze(flag(truncated)),
+                      env_mask=None if num_envs == 1 else mask)
+        frames = encode_frames(np.frombuffer(b"".join(pixels), np.uint8).reshape(-1, *FRAME))
+        columns = list(zip(*[step[2:] for step in steps]))
+        shape_of = (lambda rows: np.array(rows)) if stacked else (lambda rows: np.array(rows)[:, 0])  # noqa: E731
+        encoded.add_encoded(frames, shape_of(obs), np.array(columns[0]), np.array(columns[1], np.float32),
+                            shape_of(next_obs), np.array(columns[2]), np.array(columns[3]), env_index=env)
+    return added, encoded
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=chunks())
+def test_add_encoded_writes_the_same_files_as_add(tmp_path_factory: pytest.TempPathFactory, case: dict) -> None:
+    tmp = tmp_path_factory.mktemp("case")
+    added, encoded = fill_both(tmp, case)
+    assert len(added) == len(encoded)
+    added.close()
+    encoded.close()
+    assert same_files(tmp / "added", tmp / "encoded")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=chunks(), n_step=st.integers(1, 3), seed=st.integers(0, 2**16), prioritized=st.booleans())
+def test_sample_encoded_decodes_to_what_sample_returns(
+    tmp_path_factory: pytest.TempPathFactory, case: dict, n_step: int, seed: int, prioritized: bool
+) -> None:
+    tmp = tmp_path_factory.mktemp("case")
+    sampler = (lambda: PrioritizedSampler(alpha=0.6)) if prioritized else UniformSampler
+    _, store = fill_both(tmp, case, sampler)
+    if prioritized:
+        steps = np.array(store.stored_steps)
+        store.update_priorities(steps, (steps % 7 + 1).astype(np.float64))
+    expected = store.sample(9, rng=np.random.default_rng(seed), beta=0.5, n_step=n_step)
+    encoded = store.sample_encoded(9, rng=np.random.default_rng(seed), beta=0.5, n_step=n_step)
+    assert isinstance(encoded, EncodedBatch)
+    for decoded in (encoded.decode(), decode_batch(encoded)):
+        for name in ("obs", "next_obs", "action", "reward", "terminated", "truncated", "index", "env_index",
+                     "weight", "discount"):
+            np.testing.assert_array_equal(getattr(decoded, name), getattr(expected, name), err_msg=name)
+            assert getattr(decoded, name).dtype == getattr(expected, name).dtype
+    assert len(encoded.frames) <= encoded.frame_index.size
+
+
+def filled_store(path: Path, steps: int = 50) -> ReplayStore:
+    store = ReplayStore.create(path, frame_shape=(84, 84), capacity=1000, commit_interval_s=None)
+    frames = np.zeros((steps + 1, 84, 84), np.uint8)
+    for t in range(steps + 1):
+        frames[t, 10 + t % 60, 10:20] = 200  # a moving bar: compressible, like an Atari frame
+    for t in range(steps):
+        store.add(frames[t], np.int64(t % 6), np.float32(t % 3 - 1), frames[t + 1], np.bool_(False), np.bool_(False))
+    return store
+
+
+def test_an_encoded_batch_is_many_times_smaller_than_the_decoded_one(tmp_path: Path) -> None:
+    store = filled_store(tmp_path / "s")
+    encoded = store.sample_encoded(32, rng=0)
+    decoded = encoded.decode()
+    assert encoded.nbytes * 20 < decoded.obs.base.nbytes
+    assert "EncodedBatch(transitions=32" in repr(encoded)
+
+
+def test_a_damaged_block_fails_decode_with_corrupt_store_error(tmp_path: Path) -> None:
+    store = filled_store(tmp_path / "s")
+    encoded = store.sample_encoded(4, rng=0)
+    data = bytearray(encoded.frames.data)
+    data[len(data) // 2] ^= 0xFF
+    frames = type(encoded.frames)(bytes(data), encoded.frames.lengths, encoded.frames.checksums,
+                                  encoded.frames.seeds, encoded.frames.frame_shape)
+    damaged = EncodedBatch(**{**encoded.__dict__, "frames": frames})
+    with pytest.raises(CorruptStoreError, match="fails its checksum or does not decode"):
+        damaged.decode()
+
+
+def test_add_encoded_rejects_an_index_outside_the_frames_and_writes_nothing(tmp_path: Path) -> None:
+    store = ReplayStore.create(tmp_path / "s", frame_shape=FRAME, capacity=10, stack_size=2)
+    frames = encode_frames(np.arange(3 * 12, dtype=np.uint8).reshape(3, *FRAME))
+    good = dict(action=np.array([0, 1]), reward=np.zeros(2, np.float32), terminated=np.zeros(2, bool),
+                truncated=np.zeros(2, bool))
+    with pytest.raises(ValueError, match=r"next_obs holds 3; expected indices 0 <= i < 3 \(len\(frames\)\)"):
+        store.add_encoded(frames, np.array([0, 1]), next_obs=np.array([1, 3]), **good)
+    with pytest.raises(ValueError, match=r"env_index is 1; expected 0 <= env_index < 1 \(num_envs\)"):
+        store.add_encoded(frames, np.array([0, 1]), next_obs=np.array([1, 2]), env_index=1, **good)
+    with pytest.raises(TypeError, match="frames must be EncodedFrames"):
+        store.add_encoded(b"", np.array([0, 1]), next_obs=np.array([1, 2]), **good)
+    assert len(store) == 0
+    store.add_encoded(frames, np.array([0, 1]), next_obs=np.array([1, 2]), **good)
+    assert len(store) == 2
+
+
+def test_add_encoded_refuses_a_damaged_frame_before_writing(tmp_path: Path) -> None:
+    store = ReplayStore.create(tmp_path / "s", frame_shape=FRAME, capacity=10, stack_size=2)
+    frames = encode_frames(np.arange(2 * 12, dtype=np.uint8).reshape(2, *FRAME))
+    damaged = type(frames)(frames.data, frames.lengths, frames.checksums ^ np.uint32(1), frames.seeds, FRAME)
+    with pytest.raises(CorruptStoreError, match="encoded frame 0 fails its checksum"):
+        store.add_encoded(damaged, np.array([0]), np.array([0]), np.zeros(1, np.float32), np.array([1]),
+                          np.zeros(1, bool), np.zeros(1, bool))
+    assert len(store) == 0
+
+
+def test_sample_encoded_refuses_a_reference_encoded_store(tmp_path: Path) -> None:
+    store = ReplayStore.create(tmp_path / "s", frame_shape=FRAME, capacity=10, frame_encoding="lz4-reference")
+    store.add(np.zeros(FRAME, np.uint8), 0, 0.0, np.ones(FRAME, np.uint8), False, False)
+    with pytest.raises(ValueError, match="sample_encoded needs a store of frame_encoding='lz4'"):
+        store.sample_encoded(2, rng=0)

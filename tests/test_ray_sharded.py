@@ -1,0 +1,284 @@
+"""``mmreplay.ray.ShardedReplay`` on a real local Ray cluster (one per module: a start takes seconds).
+
+Frames encode their own step (``numbered``), so every sampled pixel can be checked against what was written.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'mmreplay[ray]' to run the Ray tests")
+
+from mmreplay import PrioritizedSampler  # noqa: E402
+from mmreplay.ray import RateLimit, ShardedReplay, split_ids  # noqa: E402
+
+FRAME = (4, 4)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Path]:
+    temp = Path(tempfile.mkdtemp(prefix="mmr-ray-"))
+    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", _temp_dir=str(temp / "ray"),
+             namespace="mmreplay-tests", log_to_driver=False)
+    try:
+        yield temp
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def numbered(n: int, tag: int = 0) -> np.ndarray:
+    frame = np.zeros(FRAME, np.uint8)
+    frame[0, 0], frame[0, 1], frame[0, 2] = n % 256, n // 256 % 256, tag
+    return frame
+
+
+def number_of(frames: np.ndarray) -> np.ndarray:
+    return frames[..., 0, 0].astype(np.int64) + 256 * frames[..., 0, 1].astype(np.int64)
+
+
+def write_episode(writer, steps: int, *, tag: int = 0, start: int = 0, stack_size: int = 4) -> None:
+    """One episode of ``steps`` transitions whose frame n shows n (frames start..start+steps+stack-1)."""
+    for t in range(steps):
+        obs = np.stack([numbered(start + t + i, tag) for i in range(stack_size)])
+        next_obs = np.stack([numbered(start + t + i + 1, tag) for i in range(stack_size)])
+        writer.add(obs, t % 3, float(t), next_obs, t == steps - 1, False)
+
+
+def make(cluster: Path, name: str, *, num_shards: int, capacity: int, **options) -> ShardedReplay:
+    return ShardedReplay.create(name, str(cluster / name), num_shards=num_shards, frame_shape=FRAME,
+                                capacity=capacity, commit_interval_s=None, envs_per_shard=4, **options)
+
+
+def test_uniform_sampling_draws_each_shard_in_proportion_to_its_size(cluster: Path) -> None:
+    replay = make(cluster, "uniform", num_shards=3, capacity=6000)
+    for k, size in enumerate([200, 600, 1200]):
+        writer = replay.writer(f"w{k}", shard=k, steps_per_send=200)
+        write_episode(writer, size, tag=k)
+        writer.flush()
+    assert [info["len"] for info in replay.stats()] == [200, 600, 1200]
+    assert len(replay) == 2000
+    rng = np.random.default_rng(0)
+    shards = np.concatenate([split_ids(replay.sample(128, rng).index)[0] for _ in range(100)])
+    share = np.bincount(shards, minlength=3) / len(shards)
+    # 12,800 draws: the standard error of a share of 0.1 is 0.0027
+    np.testing.assert_allclose(share, [0.1, 0.3, 0.6], atol=0.015)
+    replay.close(destroy=True)
+
+
+def test_sampled_pixels_are_the_frames_written_and_fields_match(cluster: Path) -> None:
+    replay = make(cluster, "pixels", num_shards=2, capacity=1000)
+    for k in range(2):
+        writer = replay.writer(f"w{k}", shard=k, steps_per_send=7)
+        write_episode(writer, 50, tag=k)
+        writer.flush()
+    batch = replay.sample(64, rng=1, n_step=3, gamma=0.5)
+    shard, epoch, step = split_ids(batch.index)
+    assert set(epoch.tolist()) == {0}
+    first = number_of(batch.obs[:, 0])
+    np.testing.assert_array_equal(first, step)  # transition t's obs starts at frame t
+    np.testing.assert_array_equal(batch.obs[:, 0, 0, 2], shard)  # each frame came from its own shard
+    used = np.minimum(3, 50 - step)  # the episode ends at step 49: the window is cut there
+    np.testing.assert_array_equal(number_of(batch.next_obs[:, -1]), step + used + 3)
+    expected = [sum(0.5**i * (s + i) for i in range(m)) for s, m in zip(step.tolist(), used.tolist())]
+    np.testing.assert_allclose(batch.reward, expected, rtol=1e-6)
+    np.testing.assert_allclose(batch.discount, np.where(step + used == 50, 0.0, 0.5**used))
+    replay.close(destroy=True)
+
+
+def test_the_same_seed_gives_the_same_batch_and_direct_reads_agree(cluster: Path) -> None:
+    replay = make(cluster, "seeded", num_shards=2, capacity=1000, placement="local")
+    for k in range(2):
+        writer = replay.writer(f"w{k}", shard=k)
+        write_episode(writer, 40 + 30 * k, tag=k)
+        writer.flush()
+    first, again = replay.sample(32, rng=7), replay.sample(32, rng=7)
+    direct = replay.sample(32, rng=7, direct_read=True)
+    for batch in (again, direct):
+        for name in ("obs", "next_obs", "index", "reward", "action", "weight", "discount"):
+            np.testing.assert_array_equal(getattr(batch, name), getattr(first, name), err_msg=name)
+    replay.close(destroy=True)
+
+
+def test_prioritized_sampling_over_shards_matches_one_combined_store(cluster: Path) -> None:
+    alpha, beta = 0.6, 0.5
+    replay = make(cluster, "prioritized", num_shards=2, capacity=1000, sampler=PrioritizedSampler(alpha=alpha, epsilon=0))
+    for k, size in enumerate([150, 250]):
+        writer = replay.writer(f"w{k}", shard=k, steps_per_send=50)
+        write_episode(writer, size, tag=k)
+        writer.flush()
+    # Every transition once, then priorities that make shard 0 hotter, routed by global id.
+    seen: dict[int, float] = {}
+    rng = np.random.default_rng(3)
+    while len(seen) < 400:
+        for i in replay.sample(256, rng).index.tolist():
+            shard, _, step = (int(v[0]) for v in split_ids(np.array([i])))
+            seen[i] = (3.0 if shard == 0 else 1.0) + (step % 5)
+    ids = np.array(sorted(seen))
+    replay.update_priorities(ids, np.array([seen[i] for i in ids.tolist()]))
+    leaves = {i: p**alpha for i, p in seen.items()}
+    total, lowest = sum(leaves.values()), min(leaves.values())
+    mass0 = sum(v for i, v in leaves.items() if split_ids(np.array([i]))[0][0] == 0) / total
+    infos = replay.stats()
+    assert math.isclose(infos[0]["mass"] / (infos[0]["mass"] + infos[1]["mass"]), mass0, rel_tol=1e-9)
+    draws = [replay.sample(512, rng, beta=beta) for _ in range(60)]
+    index = np.concatenate([batch.index for batch in draws])
+    weight = np.concatenate([batch.weight for batch in draws])
+    expected_weight = np.array([(leaves[i] / lowest) ** -beta for i in index.tolist()])
+    np.testing.assert_allclose(weight, expected_weight, rtol=1e-5)  # normalised by the global minimum
+    share0 = np.mean(split_ids(index)[0] == 0)  # 30,720 draws: standard error 0.003
+    assert abs(share0 - mass0) < 0.015
+    replay.close(destroy=True)
+
+
+def test_a_shard_killed_during_unflushed_adds_reopens_at_its_last_commit_with_a_new_epoch(cluster: Path) -> None:
+    replay = make(cluster, "killed", num_shards=1, capacity=1000, sampler=PrioritizedSampler())
+    writer = replay.writer("w", steps_per_send=10, max_in_flight=1)
+    write_episode(writer, 100)
+    writer.flush()
+    old = replay.sample(16, rng=0)
+    write_episode(writer, 50, start=500)  # sent (5 sends of 10), never flushed
+    ray.get(replay.shard(0).queued.remote())  # every send has been written by the shard
+    assert replay.stats()[0]["len"] == 150
+    ray.kill(replay.shard(0), no_restart=False)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if ray.get(replay.shard(0).ping.remote(), timeout=10) == 1:  # the restarted incarnation answers
+                break
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError, ray.exceptions.GetTimeoutError):
+            pass
+        assert time.monotonic() < deadline, "the shard was not restarted"
+        time.sleep(0.2)
+    info = replay.stats()[0]
+    assert (info["len"], info["epoch"], info["reopened"]) == (100, 1, True)
+    # An update with ids of epoch 0 is dropped by the restarted shard; fresh ids apply.
+    shard, epoch, steps = split_ids(old.index)
+    assert ray.get(replay.shard(0).update_priorities.remote(0, steps, np.full(16, 9.0))) == 0
+    fresh = replay.sample(16, rng=1)
+    assert set(split_ids(fresh.index)[1].tolist()) == {1}
+    replay.update_priorities(fresh.index, np.full(16, 9.0))
+    writer = replay.writer("w")  # the same key: the same env of the store
+    write_episode(writer, 20, start=900)
+    writer.flush()
+    assert len(replay) == 120
+    replay.close(destroy=True)
+
+
+def test_losing_one_shard_leaves_the_others_sampling(cluster: Path) -> None:
+    replay = make(cluster, "lossy", num_shards=3, capacity=3000, max_restarts=0)
+    for k in range(3):
+        writer = replay.writer(f"w{k}", shard=k)
+        write_episode(writer, 60, tag=k)
+        writer.flush()
+    ray.kill(replay.shard(1), no_restart=True)
+    batch = replay.sample(200, rng=0)
+    assert set(split_ids(batch.index)[0].tolist()) == {0, 2}
+    stats = replay.stats()
+    assert stats[1] is None and stats[0]["len"] == stats[2]["len"] == 60
+    replay.close(destroy=True)
+
+
+def test_connect_finds_a_detached_replay_by_name(cluster: Path) -> None:
+    replay = make(cluster, "named", num_shards=2, capacity=100)
+    writer = replay.writer("w", shard=1)
+    write_episode(writer, 10)
+    writer.flush()
+    again = ShardedReplay.connect("named")
+    assert len(again) == 10 and again.num_shards == 2
+    np.testing.assert_array_equal(again.sample(8, rng=2).obs, replay.sample(8, rng=2).obs)
+    replay.close(destroy=True)
+    with pytest.raises(ValueError, match=r"capacity is 10: 5 per shard, fewer than envs_per_shard \(8\)"):
+        ShardedReplay.create("small", str(cluster / "small"), num_shards=2, frame_shape=FRAME, capacity=10,
+                             envs_per_shard=8)
+    with pytest.raises(ValueError):
+        ShardedReplay.connect("named")
+
+
+def test_a_vector_writer_records_each_env_as_its_own_episode(cluster: Path) -> None:
+    replay = make(cluster, "vector", num_shards=1, capacity=100)
+    writer = replay.writer("v", num_envs=2, steps_per_send=3)
+    for t in range(10):
+        obs = np.stack([np.stack([numbered(t + i, env) for i in range(4)]) for env in range(2)])
+        next_obs = np.stack([np.stack([numbered(t + i + 1, env) for i in range(4)]) for env in range(2)])
+        mask = np.array([True, t % 2 == 0])
+        writer.add(obs, np.array([1, 2]), np.zeros(2, np.float32), next_obs, np.zeros(2, bool), np.zeros(2, bool),
+                   env_mask=mask)
+    writer.flush()
+    assert len(replay) == 15
+    batch = replay.sample(64, rng=0)
+    np.testing.assert_array_equal(batch.obs[:, 0, 0, 2], batch.env_index)  # each env's own frames
+    np.testing.assert_array_equal(number_of(batch.next_obs[:, -1]), number_of(batch.obs[:, -1]) + 1)
+    replay.close(destroy=True)
+
+
+def test_rate_limit_holds_samples_per_insert_within_its_error_bound(cluster: Path) -> None:
+    limit = RateLimit(samples_per_insert=2.0, min_size_to_sample=40, error_buffer=60)
+    replay = make(cluster, "limited", num_shards=1, capacity=1000, rate_limit=limit)
+    with pytest.raises(TimeoutError, match="a rate limit holds sampling back"):
+        replay.sample(8, rng=0, timeout_s=0.3)  # empty: below the minimum size
+    writer = replay.writer("w", steps_per_send=5, max_in_flight=2)
+
+    def act() -> None:  # the fast side: it would insert 400 at once
+        write_episode(writer, 400)
+        writer.flush(timeout_s=60)
+
+    acting = threading.Thread(target=act)
+    acting.start()
+    diffs, sampled = [], 0
+    while sampled < 720:  # 400 inserts allow 800 - 20 samples; the writer finishes once 660 are drawn
+        replay.sample(8, rng=sampled, timeout_s=30)
+        sampled += 8
+        info = replay.stats()[0]
+        diffs.append(info["inserts"] * 2.0 - info["samples"])
+    acting.join(timeout=60)
+    assert not acting.is_alive()
+    assert min(diffs) >= limit.min_diff and max(diffs) <= limit.max_diff
+    assert max(diffs) > limit.min_diff + 8  # the writer was ahead at times: both sides were held back
+    replay.close(destroy=True)
+
+
+def test_prefetched_batches_are_the_batches_sample_draws_with_the_same_rng(cluster: Path) -> None:
+    replay = make(cluster, "prefetched", num_shards=2, capacity=1000)
+    for k in range(2):
+        writer = replay.writer(f"w{k}", shard=k)
+        write_episode(writer, 30 + 20 * k, tag=k)
+        writer.flush()
+    expected_rng, rng = np.random.default_rng(11), np.random.default_rng(11)
+    batches = replay.batches(16, prefetch=3, rng=rng, group=1, n_step=2)
+    for _ in range(6):
+        batch, expected = next(batches), replay.sample(16, expected_rng, n_step=2)
+        for name in ("obs", "next_obs", "index", "reward", "discount"):
+            np.testing.assert_array_equal(getattr(batch, name), getattr(expected, name), err_msg=name)
+    grouped = replay.batches(16, prefetch=2, group=4, rng=0)
+    for _ in range(10):
+        batch = next(grouped)
+        np.testing.assert_array_equal(number_of(batch.next_obs[:, -1]), number_of(batch.obs[:, -1]) + 1)
+    replay.close(destroy=True)
+
+
+def test_sequences_are_drawn_over_shards_within_one_episode(cluster: Path) -> None:
+    replay = make(cluster, "sequences", num_shards=2, capacity=1000)
+    for k in range(2):
+        writer = replay.writer(f"w{k}", shard=k)
+        write_episode(writer, 20, tag=k)
+        writer.flush()
+    batch = replay.sample_sequences(12, 5, rng=0)
+    assert batch.obs.shape == (12, 5, 4, *FRAME)
+    shard, _, step = split_ids(batch.index[:, 0])
+    assert set(shard.tolist()) == {0, 1}
+    expected_mask = np.arange(5)[None] < (20 - step)[:, None]  # windows end with their episode
+    np.testing.assert_array_equal(batch.mask, expected_mask)
+    first = number_of(batch.obs[:, :, 0])
+    np.testing.assert_array_equal(first[batch.mask], (step[:, None] + np.arange(5))[batch.mask])
+    np.testing.assert_array_equal(batch.obs[:, 0, 0, 0, 2], shard)
+    replay.close(destroy=True)
