@@ -69,10 +69,10 @@ class Batch(_Record):
     in n-step batches, they share none.
     """
 
-    obs: npt.NDArray[np.uint8]
+    obs: npt.NDArray[np.generic]  # of the store's frame_dtype (uint8 by default)
     action: npt.NDArray[np.generic]
     reward: npt.NDArray[np.float32]
-    next_obs: npt.NDArray[np.uint8]
+    next_obs: npt.NDArray[np.generic]
     terminated: npt.NDArray[np.bool_]
     truncated: npt.NDArray[np.bool_]
     index: npt.NDArray[np.int64]
@@ -98,10 +98,10 @@ class SequenceBatch(_Record):
     and ``index`` is -1. ``env_index`` and ``weight`` are per window.
     """
 
-    obs: npt.NDArray[np.uint8]
+    obs: npt.NDArray[np.generic]
     action: npt.NDArray[np.generic]
     reward: npt.NDArray[np.float32]
-    next_obs: npt.NDArray[np.uint8]
+    next_obs: npt.NDArray[np.generic]
     terminated: npt.NDArray[np.bool_]
     truncated: npt.NDArray[np.bool_]
     mask: npt.NDArray[np.bool_]

@@ -184,9 +184,11 @@ def _open(path: str) -> ReplayStore:
 def _info(arguments: argparse.Namespace) -> int:
     with _open(arguments.store) as store:
         on_disk = store.bytes_on_disk()
-        raw = len(store) * int(np.prod(store.frame_shape))  # one uncompressed frame per transition
+        # One uncompressed frame per transition.
+        raw = len(store) * int(np.prod(store.frame_shape)) * store.frame_dtype.itemsize
         info = {
             "path": str(store.path), "format_version": format.FORMAT_VERSION, "frame_shape": list(store.frame_shape),
+            "frame_dtype": str(store.frame_dtype),
             "stack_size": store.stack_size, "capacity": store.capacity, "transitions": len(store),
             "transitions_added": store.transitions_added, "episodes": len(store.episodes()),
             "num_envs": store.num_envs, "action_shape": list(store.action_shape),
@@ -258,6 +260,9 @@ def _show(arguments: argparse.Namespace) -> int:
         raise ValueError(f"--fps must be a positive number; got {arguments.fps}")
     _check_output(output, force=arguments.force)
     with _open(arguments.store) as store:
+        if store.frame_dtype != np.uint8:
+            raise ValueError(f"show draws uint8 image frames; this store's frames are {store.frame_dtype} "
+                             f"{store.frame_shape} (read them with ReplayStore.read, or export them)")
         episode = _find_episode(store, arguments.episode)
         frames = _episode_frames(store, episode.steps)
     if not (frames.ndim == 3 or (frames.ndim == 4 and frames.shape[-1] in (1, 3))):

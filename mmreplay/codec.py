@@ -115,7 +115,7 @@ def decode_batch(
 def decode_from_table(
     table: npt.NDArray[np.void],
     frame_steps: npt.NDArray[np.int64],
-    out: npt.NDArray[np.uint8],
+    out: npt.NDArray[np.generic],
     *,
     layout: tuple[int, ...],
     seed_multiplier: int,
@@ -131,7 +131,8 @@ def decode_from_table(
     u32, then the width of ``length``, 2 or 4 bytes; little-endian); its bytes are at ``position`` in
     segment ``position // segment_bytes``, whose view is ``views[segment - base]``, and its seed is
     ``frame_step * seed_multiplier + link`` modulo 2**32. Returns True when every frame lies inside the
-    ``bytes_written`` and inside a view, passes its checksum and decodes into ``out[i]``; else False
+    ``bytes_written`` and inside a view, passes its checksum and decodes into ``out[i]`` (``out`` is
+    C-contiguous, of any dtype: frame i is its i-th ``out.nbytes // n`` bytes); else False
     (``out`` is then unspecified), and
     always False without the extension: the caller then takes its general path, ``decode_batch``,
     which finds the frame at fault. Threads as in ``decode_batch``.

@@ -47,6 +47,7 @@ LOCK_NAME = "writer.lock"
 # field is "lz4", and a plain store's header leaves it out (byte for byte the header it always had).
 FRAME_ENCODINGS = ("lz4", "lz4-reference")
 _ENCODING_FIELDS = ("frame_encoding", "reference_scheme")  # of Layout, written for other encodings only
+UINT8_FRAMES = np.dtype(np.uint8).str  # Layout.frame_dtype's default, left out of the header
 
 # A user field: (name, shape, little-endian dtype string), in declaration order. A store without user
 # fields leaves the header's "fields" key out (byte for byte the header it always had); version 3
@@ -84,6 +85,9 @@ class Layout:
     # "lz4" or "lz4-reference" (see frame_encoding); the latter's ReferenceScheme fields.
     frame_encoding: str = "lz4"
     reference_scheme: dict[str, int] | None = None
+    # The frames' numpy dtype string, little-endian ("<f4", "|b1"); a header without it (every uint8
+    # store's, byte for byte the header it always had, and every version 3 store's) holds uint8 frames.
+    frame_dtype: str = UINT8_FRAMES
     # The user fields (see FieldSpec), kept in fields.tbl; empty for a store without any.
     fields: tuple[FieldSpec, ...] = ()
     stack_padding: str = "first"  # one of STACK_PADDINGS
@@ -117,9 +121,10 @@ def new_store(
     action_shape: tuple[int, ...],
     action_dtype: np.dtype,
     sampler: dict[str, object],
+    frame_dtype: np.dtype = np.dtype(np.uint8),
 ) -> tuple[Layout, Commit]:
     """The layout and the empty commit of a new store, with its rings sized for ``capacity``."""
-    frame_nbytes = int(np.prod(frame_shape))
+    frame_nbytes = int(np.prod(frame_shape)) * frame_dtype.itemsize
     # Row slack lets adds go on between commits without reusing a row that the last commit counts.
     slack = max(1024, 4 * num_envs, capacity // 8)
     layout = Layout(
@@ -134,6 +139,7 @@ def new_store(
         # share of the store; always room for a few incompressible frames.
         segment_bytes=max(1 << 20, min(capacity * 16, 1 << 28), 4 * frame_nbytes + 64),
         sampler=sampler,
+        frame_dtype=frame_dtype.str,
     )
     # Episodes start with extra frames (an obs, or a stack): a few percent more frame slots than rows;
     # the frame table grows if episodes are shorter than that allows.
@@ -160,6 +166,8 @@ def write_header(directory: Path, layout: Layout, commit: Commit) -> None:
     if layout.frame_encoding == "lz4":
         for name in _ENCODING_FIELDS:
             del layout_fields[name]
+    if layout.frame_dtype == UINT8_FRAMES:
+        del layout_fields["frame_dtype"]
     if not layout.fields:
         del layout_fields["fields"]
     if layout.stack_padding == "first":

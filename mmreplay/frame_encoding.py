@@ -93,6 +93,7 @@ def open_ring(directory: Path, layout: format.Layout, commit: format.Commit, *, 
         frames_written=commit.frames_written,
         bytes_written=commit.bytes_written,
         writable=writable,
+        frame_dtype=np.dtype(layout.frame_dtype),
     )
 
 

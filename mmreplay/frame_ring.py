@@ -119,11 +119,15 @@ class FrameRing:
         bytes_written: int,
         writable: bool,
         references: bool = False,
+        frame_dtype: np.dtype = np.dtype(np.uint8),
     ) -> None:
-        """``references``: the entries have ``ref_delta`` (a ``ReferenceFrameRing``'s table)."""
+        """``references``: the entries have ``ref_delta`` (a ``ReferenceFrameRing``'s table).
+        ``frame_dtype``: the frames' little-endian dtype; the ring itself deals in bytes (a frame is
+        ``frame_nbytes`` bytes, and every length, bound and size below counts bytes, not elements)."""
         self.directory = directory
         self.frame_shape = frame_shape
-        self.frame_nbytes = int(np.prod(frame_shape))
+        self.frame_dtype = frame_dtype
+        self.frame_nbytes = int(np.prod(frame_shape)) * frame_dtype.itemsize
         self.entry = frame_entry(self.frame_nbytes, references=references)
         self._with_refs = references
         self._packer = _entry_packer(self.entry)
@@ -153,6 +157,7 @@ class FrameRing:
         segment_bytes: int,
         frame_slots: int,
         references: bool = False,
+        frame_dtype: np.dtype = np.dtype(np.uint8),
     ) -> FrameRing:
         """Create the empty segments folder and frame table of a new store, and open them for writing.
 
@@ -160,7 +165,7 @@ class FrameRing:
         (this class decodes every frame alone).
         """
         (directory / SEGMENTS_DIR).mkdir()
-        entry = frame_entry(int(np.prod(frame_shape)), references=references)
+        entry = frame_entry(int(np.prod(frame_shape)) * frame_dtype.itemsize, references=references)
         create_sparse(directory / frame_table_name(0), frame_slots * entry.itemsize)
         return FrameRing(
             directory,
@@ -172,6 +177,7 @@ class FrameRing:
             bytes_written=0,
             writable=True,
             references=references,
+            frame_dtype=frame_dtype,
         )
 
     # -- writing ---------------------------------------------------------------------------------
@@ -220,7 +226,7 @@ class FrameRing:
         self.bytes_written = position
         return first_step
 
-    def append_frames(self, frames: npt.NDArray[np.uint8], prev_deltas: list[int]) -> None:
+    def append_frames(self, frames: npt.NDArray[np.generic], prev_deltas: list[int]) -> None:
         """``append`` for a plain ring, given the frames uncompressed (``len(prev_deltas)`` contiguous
         frames): the compiled extension compresses and writes them in one call, which costs less than a
         Python loop over them; the same bytes as compressing them with ``codec.compress`` for ``append``."""
@@ -238,7 +244,8 @@ class FrameRing:
                 self.bytes_written = position + written
                 return
             # They would run past the segment's end: the general path moves on to the next segment.
-        self.append([codec.compress(frame) for frame in frames.reshape(len(prev_deltas), -1)], prev_deltas)
+        frame_bytes = frames.reshape(len(prev_deltas), -1).view(np.uint8)
+        self.append([codec.compress(frame) for frame in frame_bytes], prev_deltas)
 
     def _reserve_entries(self, frame_stop: int) -> None:
         """Reserve the frame table's blocks up to the entry of frame step ``frame_stop`` (exclusive)."""
@@ -358,8 +365,9 @@ class FrameRing:
             return self.bytes_written
         return int(self._table["position"][frame_step % self.frame_slots])
 
-    def decode_into(self, frame_steps: npt.NDArray[np.int64], out: npt.NDArray[np.uint8]) -> None:
-        """Decode each frame into ``out[i]`` (a C-contiguous (n, *frame_shape) array), checking its CRC.
+    def decode_into(self, frame_steps: npt.NDArray[np.int64], out: npt.NDArray[np.generic]) -> None:
+        """Decode each frame into ``out[i]`` (a C-contiguous (n, *frame_shape) array of the ring's
+        ``frame_dtype``), checking its CRC.
 
         The whole batch is decoded by one ``codec.decode_batch`` call (the GIL released once). Before
         any segment is touched, every entry must place its frame inside the bytes written: a corrupt
@@ -367,7 +375,8 @@ class FrameRing:
         """
         if len(frame_steps) == 0:
             return
-        if self._view_cache is not None and codec.decode_from_table(
+        assert out.dtype == self.frame_dtype and out.nbytes == len(frame_steps) * self.frame_nbytes
+        if self._view_cache is not None and codec.decode_from_table(  # writes bytes into any dtype
             self._table,
             frame_steps,
             out,
@@ -400,7 +409,7 @@ class FrameRing:
             lengths.astype(np.int64),
             entries["checksum"],
             frame_steps.astype(np.uint32) * np.uint32(_SEED_MULTIPLIER) + entries["prev_delta"],  # frame_seed
-            out.reshape(len(frame_steps), -1),
+            out.reshape(len(frame_steps), -1).view(np.uint8),  # lz4 writes bytes
             views=views,
         )
         if bad >= 0:

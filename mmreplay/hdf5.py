@@ -177,8 +177,8 @@ def import_hdf5(
     """Create a store at ``store_path`` from an HDF5 dataset; returns the transitions imported.
 
     ``path`` is a file in the ``"mmreplay"`` layout, or a Minari dataset: its directory, its ``data``
-    directory or its ``main_data.hdf5``. Minari datasets not written by mmreplay need ``uint8``
-    observations of length T + 1 (one frame each) and are read as one env, episode after episode;
+    directory or its ``main_data.hdf5``. Minari datasets not written by mmreplay need numeric or bool
+    observations (any dtype: the store gets it) of length T + 1 (one frame each) and are read as one env, episode after episode;
     ``stack_size`` (default 4) applies to them only. ``capacity`` defaults to the exporting store's
     capacity (or the dataset's transitions), at least the transitions in the file. The store appears
     only when complete: it is built beside ``store_path`` and renamed (see ``export_hdf5``).
@@ -204,10 +204,12 @@ def import_hdf5(
                     build.directory / "store", frame_shape=source.frame_shape,
                     capacity=capacity or max(source.capacity, total, source.num_envs), stack_size=source.stack_size,
                     num_envs=source.num_envs, action_shape=source.action_shape, action_dtype=source.action_dtype,
-                    stack_padding=source.stack_padding, fields=dict(source.fields) or None)
+                    stack_padding=source.stack_padding, frame_dtype=source.frame_dtype,
+                    fields=dict(source.fields) or None)
             except (TypeError, ValueError) as error:  # the layout came from the file
                 raise CorruptStoreError(f"{source.name}: its layout cannot make a store ({error})") from None
-            block = max(1, min(chunk_steps, READ_BLOCK_BYTES // max(1, int(np.prod(source.frame_shape)))))
+            frame_nbytes = int(np.prod(source.frame_shape)) * source.frame_dtype.itemsize
+            block = max(1, min(chunk_steps, READ_BLOCK_BYTES // max(1, frame_nbytes)))
             with store, tqdm(total=total, disable=not progress, file=sys.stderr, unit="transition",
                              desc="import") as bar:
                 Feeder(store).feed(merged(source, block), bar)

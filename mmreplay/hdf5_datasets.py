@@ -41,6 +41,7 @@ def root_attrs(store: ReplayStore, layout: str, episodes: int) -> dict[str, Any]
         "num_envs": store.num_envs, "capacity": store.capacity,
         "action_shape": np.array(store.action_shape, np.int64), "action_dtype": store.action_dtype.str,
         "transitions": len(store), "episodes": episodes, "first_step": store.stored_steps.start,
+        "frame_dtype": store.frame_dtype.str,  # absent from older files: uint8
         # User fields, only where the store has any (an export without them is unchanged): JSON
         # [[name, shape, dtype string], ...] in declaration order.
         **({"fields": json.dumps([[name, list(shape), dtype.str] for name, (shape, dtype) in store.fields.items()])}
@@ -59,13 +60,17 @@ def column_dataset(group: h5py.Group, name: str, length: int, shape: tuple[int, 
                              compression="gzip", compression_opts=DEFLATE_LEVEL)
 
 
-def frame_dataset(group: h5py.Group, name: str, count: int, frame_shape: tuple[int, ...]) -> h5py.Dataset:
-    return group.create_dataset(name, shape=(count, *frame_shape), dtype=np.uint8, chunks=(1, *frame_shape),
+def frame_dataset(
+    group: h5py.Group, name: str, count: int, frame_shape: tuple[int, ...], frame_dtype: np.dtype
+) -> h5py.Dataset:
+    """Frames of the store's dtype: a little-endian HDF5 type (h5py's enum for bool), as on disk."""
+    return group.create_dataset(name, shape=(count, *frame_shape), dtype=frame_dtype, chunks=(1, *frame_shape),
                                 compression="gzip", compression_opts=DEFLATE_LEVEL)
 
 
-def write_frames(dataset: h5py.Dataset, first: int, frames: npt.NDArray[np.uint8]) -> None:
-    """Compress each frame with zlib and write it as its chunk: the bytes HDF5's gzip filter would write."""
+def write_frames(dataset: h5py.Dataset, first: int, frames: npt.NDArray[np.generic]) -> None:
+    """Compress each frame with zlib and write it as its chunk: the bytes HDF5's gzip filter would write
+    (``frames`` has the dataset's little-endian dtype, so its bytes are the chunk's)."""
     zeros = (0,) * (frames.ndim - 1)
     for i, frame in enumerate(frames):
         dataset.id.write_direct_chunk((first + i, *zeros), zlib.compress(frame.tobytes(), DEFLATE_LEVEL))
@@ -81,7 +86,7 @@ class LayoutWriter(Protocol):
     transition's position in its episode.
     """
 
-    def frames(self, episode: int, local: int, frames: npt.NDArray[np.uint8]) -> None: ...
+    def frames(self, episode: int, local: int, frames: npt.NDArray[np.generic]) -> None: ...
 
     def columns(self, episode: int, first: int, values: dict[str, np.ndarray]) -> None: ...
 
@@ -99,6 +104,7 @@ class Source:
         self.file = file
         self.name = name
         self.frame_shape: tuple[int, ...] = ()
+        self.frame_dtype = np.dtype(np.uint8)
         self.stack_size = 4
         self.stack_padding = "first"
         self.num_envs = 1
@@ -112,7 +118,7 @@ class Source:
         self.fields: dict[str, tuple[tuple[int, ...], np.dtype]] = {}  # user fields: name -> (shape, dtype)
         self.complete = np.zeros(0, np.bool_)  # per episode: False for a fragment (its start not stored)
 
-    def frames(self, episode: int, start: int, stop: int) -> npt.NDArray[np.uint8]:
+    def frames(self, episode: int, start: int, stop: int) -> npt.NDArray[np.generic]:
         raise NotImplementedError
 
     def columns(self, episode: int, start: int, stop: int) -> dict[str, np.ndarray]:
@@ -133,7 +139,11 @@ class Source:
                 f"{self.name}: format version {version}; this mmreplay reads "
                 f"{' and '.join(map(str, READABLE_VERSIONS))}"
             )
-        self.frame_shape = self.shape_attribute(attrs, "frame_shape", low=1, most=MAX_FRAME_BYTES)
+        # Absent from files of before frame_dtype: uint8.
+        self.frame_dtype = self.dtype_attribute(attrs, "frame_dtype") if "frame_dtype" in attrs else np.dtype(np.uint8)
+        self.frame_shape = self.shape_attribute(
+            attrs, "frame_shape", low=1, most=MAX_FRAME_BYTES // self.frame_dtype.itemsize
+        )
         self.stack_size = self.int_attribute(attrs, "stack_size", low=1)
         self.num_envs = self.int_attribute(attrs, "num_envs", low=1)
         self.capacity = self.int_attribute(attrs, "capacity", low=1)

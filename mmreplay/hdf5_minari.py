@@ -14,8 +14,8 @@ per-step extras: ``infos/<name>`` has T + 1 entries aligned with ``observations`
 t's field, which belongs to its obs; entry T, at the final observation, is zero), and the root attribute
 ``fields`` names them for the import.
 
-An import also reads Minari datasets that mmreplay did not write, when their observations are uint8
-single frames: as one env, episode after episode, stacks starting by repeating the first frame.
+An import also reads Minari datasets that mmreplay did not write, when their observations are numeric
+or bool single frames: as one env, episode after episode, stacks starting by repeating the first frame.
 """
 
 from __future__ import annotations
@@ -79,10 +79,10 @@ class MinariWriter:
             group.attrs.update({"id": number, "total_steps": episode.length,
                                 "mmreplay_env_index": episode.env_index, "mmreplay_ended_by": episode.ended_by,
                                 "mmreplay_complete": episode.complete})
-            frame_dataset(group, "observations", episode.length + 1, store.frame_shape)
-            frame_dataset(group, "mmreplay_initial_stack", store.stack_size, store.frame_shape)
+            frame_dataset(group, "observations", episode.length + 1, store.frame_shape, store.frame_dtype)
+            frame_dataset(group, "mmreplay_initial_stack", store.stack_size, store.frame_shape, store.frame_dtype)
             if final_stacks[number]:
-                frame_dataset(group, "mmreplay_final_stack", store.stack_size, store.frame_shape)
+                frame_dataset(group, "mmreplay_final_stack", store.stack_size, store.frame_shape, store.frame_dtype)
             column_dataset(group, "actions", episode.length, store.action_shape, store.action_dtype)
             column_dataset(group, "rewards", episode.length, (), np.float32)
             column_dataset(group, "terminations", episode.length, (), bool)
@@ -92,7 +92,7 @@ class MinariWriter:
             for name, (shape, dtype) in store.fields.items():
                 column_dataset(infos, name, episode.length + 1, shape, dtype)
 
-    def frames(self, episode: int, local: int, frames: npt.NDArray[np.uint8]) -> None:
+    def frames(self, episode: int, local: int, frames: npt.NDArray[np.generic]) -> None:
         group = self._file[f"episode_{episode}"]
         stack = self._store.stack_size
         if self._final_stacks[episode]:
@@ -130,11 +130,18 @@ class MinariWriter:
         (self._directory / MINARI_METADATA).write_text(json.dumps(metadata))
 
     def _observation_space(self) -> dict[str, Any]:
-        shape = list(self._store.frame_shape)
-        size = int(np.prod(shape))
-        return {"type": "Box", "dtype": "uint8", "shape": shape,
-                "low": np.zeros(size, np.uint8).reshape(shape).tolist(),
-                "high": np.full(size, 255, np.uint8).reshape(shape).tolist()}
+        """A Box of the frames' shape and dtype spanning the dtype's range (bool: 0 to 1)."""
+        dtype, shape = self._store.frame_dtype, list(self._store.frame_shape)
+        low: float
+        high: float
+        if dtype.kind in "iu":
+            low, high = int(np.iinfo(dtype).min), int(np.iinfo(dtype).max)
+        elif dtype.kind == "b":
+            low, high = 0, 1
+        else:
+            low, high = float("-inf"), float("inf")
+        return {"type": "Box", "dtype": str(dtype), "shape": shape,
+                "low": np.full(shape, low).tolist(), "high": np.full(shape, high).tolist()}
 
     def _action_space(self) -> dict[str, Any]:
         """Discrete(n, start) for scalar integer actions; otherwise a Box spanning the dtype's range."""
@@ -154,7 +161,8 @@ class MinariWriter:
 
 class MinariSource(Source):
     """Imports a Minari dataset: one written by mmreplay (its layout from the root attributes), or a
-    foreign one with uint8 single-frame observations (one env, ``stack_size`` frames per obs)."""
+    foreign one with single-frame observations of a numeric or bool dtype (one env, ``stack_size`` frames
+    per obs)."""
 
     def __init__(self, file: h5py.File, name: str, stack_size: int | None) -> None:
         super().__init__(file, name)
@@ -170,9 +178,10 @@ class MinariSource(Source):
             self.read_layout(file.attrs)
         else:
             observations, actions = first["observations"], first["actions"]
-            if not isinstance(observations, h5py.Dataset) or observations.dtype != np.uint8:
-                raise self.fail("episode_0/observations must be a uint8 dataset (one frame per observation)")
+            if not isinstance(observations, h5py.Dataset) or observations.dtype.kind not in "biuf":
+                raise self.fail("episode_0/observations must be a numeric or bool dataset (one frame per observation)")
             self.frame_shape = tuple(observations.shape[1:])
+            self.frame_dtype = observations.dtype.newbyteorder("<") if observations.dtype.byteorder == ">" else observations.dtype
             self.action_shape = tuple(actions.shape[1:])
             self.action_dtype = np.dtype(actions.dtype)
             self.stack_size = stack_size or 4
@@ -204,7 +213,7 @@ class MinariSource(Source):
                 if key not in group or len(group[key]) != length + 1:
                     raise self.fail(f"episode_{i}/{key} is missing or has other than {length + 1} entries")
 
-    def frames(self, episode: int, start: int, stop: int) -> npt.NDArray[np.uint8]:
+    def frames(self, episode: int, start: int, stop: int) -> npt.NDArray[np.generic]:
         if self.final_stacks[episode]:
             first_final = self.stack_size + int(self.lengths[episode]) - 1
             if stop > first_final:
@@ -215,9 +224,9 @@ class MinariSource(Source):
                 return np.concatenate([self._frames_before_final(episode, start, first_final), final])
         return self._frames_before_final(episode, start, stop)
 
-    def _frames_before_final(self, episode: int, start: int, stop: int) -> npt.NDArray[np.uint8]:
+    def _frames_before_final(self, episode: int, start: int, stop: int) -> npt.NDArray[np.generic]:
         group, stack = self._groups[episode], self.stack_size
-        head: npt.NDArray[np.uint8] = np.zeros((0, *self.frame_shape), np.uint8)
+        head: npt.NDArray[np.generic] = np.zeros((0, *self.frame_shape), self.frame_dtype)
         if start < stack - 1:
             if "mmreplay_initial_stack" in group:
                 head = np.asarray(group["mmreplay_initial_stack"][start : min(stop, stack - 1)])

@@ -2,11 +2,12 @@
 
 Datasets (root attributes from ``hdf5_datasets.root_attrs``):
 
-* ``frames`` (F, *frame_shape) uint8, one frame per chunk: an episode of T transitions owns
-  ``stack_size + T`` consecutive frames starting at ``episodes/frame_start``: its first obs stack, then
-  each transition's newest next_obs frame; an episode with ``episodes/final_stack`` True (its last
-  transition terminated or truncated with a next_obs that is not its obs shifted, stored as given) owns
-  ``stack_size - 1`` more: its last transition brings its whole next_obs stack.
+* ``frames`` (F, *frame_shape) of the store's frame dtype (root attribute ``frame_dtype``), one frame
+  per chunk: an episode of T transitions owns ``stack_size + T`` consecutive frames starting at
+  ``episodes/frame_start``: its first obs stack, then each transition's newest next_obs frame; an
+  episode with ``episodes/final_stack`` True (its last transition terminated or truncated with a
+  next_obs that is not its obs shifted, stored as given) owns ``stack_size - 1`` more: its last
+  transition brings its whole next_obs stack.
 * ``transitions/{action, reward, terminated, truncated, step}``: one row per transition; an episode's
   T rows are consecutive from ``episodes/transition_start``. ``step`` is the transition's original step.
   A store with user fields adds ``transitions/fields/<name>`` (T, *shape) of the field's dtype, rows as
@@ -62,7 +63,7 @@ class MmreplayLayoutWriter:
         group.create_dataset("complete", data=np.array([e.complete for e in episodes], bool))
         group.create_dataset("final_stack", data=np.asarray(final_stacks, bool))
         total = int(lengths.sum())
-        self._frames = frame_dataset(self._file, "frames", int(counts.sum()), store.frame_shape)
+        self._frames = frame_dataset(self._file, "frames", int(counts.sum()), store.frame_shape, store.frame_dtype)
         table = self._file.create_group("transitions")
         column_dataset(table, "action", total, store.action_shape, store.action_dtype)
         column_dataset(table, "reward", total, (), np.float32)
@@ -73,7 +74,7 @@ class MmreplayLayoutWriter:
             column_dataset(table, FIELD_PREFIX + name, total, shape, dtype)
         self._table = table
 
-    def frames(self, episode: int, local: int, frames: npt.NDArray[np.uint8]) -> None:
+    def frames(self, episode: int, local: int, frames: npt.NDArray[np.generic]) -> None:
         write_frames(self._frames, int(self._frame_starts[episode]) + local, frames)
 
     def columns(self, episode: int, first: int, values: dict[str, np.ndarray]) -> None:
@@ -111,13 +112,15 @@ class MmreplayLayoutSource(Source):
         if len(self.final_stacks) != len(self.lengths) or self._frames.shape != (frames, *self.frame_shape):
             raise self.fail(f"frames has shape {self._frames.shape}; the episodes table needs "
                             f"{(frames, *self.frame_shape)}")
+        if self._frames.dtype.newbyteorder("<") != self.frame_dtype.newbyteorder("<"):
+            raise self.fail(f"frames has dtype {self._frames.dtype}; the root attributes say {self.frame_dtype}")
         self._columns = COLUMNS + tuple(FIELD_PREFIX + name for name in self.fields)
         for column in self._columns:
             if column not in self._table or self._table[column].shape[0] != total:
                 rows = self._table[column].shape[0] if column in self._table else "no"
                 raise self.fail(f"transitions/{column} has {rows} rows; expected {total}")
 
-    def frames(self, episode: int, start: int, stop: int) -> npt.NDArray[np.uint8]:
+    def frames(self, episode: int, start: int, stop: int) -> npt.NDArray[np.generic]:
         first = int(self._frame_starts[episode])
         return np.asarray(self._frames[first + start : first + stop])
 

@@ -108,7 +108,7 @@ class Feeder:
             return 0
         store = self.store
         n, stack = store.num_envs, store.stack_size
-        obs = np.zeros((n, stack, *store.frame_shape), np.uint8)
+        obs = np.zeros((n, stack, *store.frame_shape), store.frame_dtype)
         next_obs = np.zeros_like(obs)
         action = np.zeros((n, *store.action_shape), store.action_dtype)
         reward = np.zeros(n, np.float32)

@@ -29,7 +29,7 @@ ACTION_KINDS = "biuf"  # bool, signed, unsigned, float: what bytes can never tur
 
 _LAYOUT_FIELDS = {
     "frame_shape", "capacity", "stack_size", "num_envs", "action_shape", "action_dtype", "row_slots",
-    "segment_bytes", "sampler", "frame_encoding", "reference_scheme", "fields", "stack_padding",
+    "segment_bytes", "sampler", "frame_encoding", "reference_scheme", "fields", "stack_padding", "frame_dtype",
 }
 _COMMIT_FIELDS = {
     "transitions_added", "frames_written", "bytes_written", "frame_tail", "frame_table_generation",
@@ -68,15 +68,25 @@ def parse_dimensions(path: Path, name: str, value: object, *, low: int, high_byt
     return shape
 
 
+def parse_frame_dtype(path: Path, value: object) -> np.dtype:
+    """The frames' dtype (absent: uint8): numeric or bool as ``parse_plain_dtype`` takes them, and
+    spelled little-endian as ``dtype.str`` spells it (frames are stored little-endian)."""
+    expected = f"a little-endian numeric or bool dtype string (kinds {ACTION_KINDS})"
+    dtype = parse_plain_dtype(path, "frame_dtype", value, expected=expected)
+    if dtype.str != value or dtype.byteorder == ">":
+        raise _fail(path, "frame_dtype", expected, value)
+    return dtype
+
+
 def parse_action_dtype(path: Path, value: object) -> np.dtype:
     """The action's dtype (``parse_plain_dtype``)."""
     return parse_plain_dtype(path, "action_dtype", value)
 
 
-def parse_plain_dtype(path: Path, name: str, value: object) -> np.dtype:
+def parse_plain_dtype(path: Path, name: str, value: object, *, expected: str = "") -> np.dtype:
     """A plain numeric or bool dtype: never objects, datetimes, records or subarrays, whose bytes a
     store must not reinterpret."""
-    expected = f"a numeric or bool dtype string (kinds {ACTION_KINDS})"
+    expected = expected or f"a numeric or bool dtype string (kinds {ACTION_KINDS})"
     if not isinstance(value, str) or len(value) > 16:
         raise _fail(path, name, expected, value)
     try:
@@ -125,9 +135,13 @@ def check_fields(path: Path, section: str, value: object, names: set[str], optio
 def parse_layout_fields(path: Path, value: object) -> dict[str, object]:
     """The layout section's fields, each checked, with shapes as tuples (``format.Layout``'s arguments)."""
     fields = check_fields(
-        path, "layout", value, _LAYOUT_FIELDS, {"frame_encoding", "reference_scheme", "fields", "stack_padding"}
+        path, "layout", value, _LAYOUT_FIELDS,
+        {"frame_encoding", "reference_scheme", "fields", "stack_padding", "frame_dtype"},
     )
-    frame_shape = parse_dimensions(path, "frame_shape", fields["frame_shape"], low=1, high_bytes=MAX_FRAME_BYTES)
+    itemsize = parse_frame_dtype(path, fields.get("frame_dtype", "|u1")).itemsize
+    frame_shape = parse_dimensions(
+        path, "frame_shape", fields["frame_shape"], low=1, high_bytes=MAX_FRAME_BYTES // itemsize
+    )
     if not frame_shape:
         raise _fail(path, "frame_shape", "at least one dimension", fields["frame_shape"])
     capacity = parse_int(path, "capacity", fields["capacity"], low=1, high=MAX_SLOTS)
@@ -138,7 +152,7 @@ def parse_layout_fields(path: Path, value: object) -> dict[str, object]:
         path, "action_shape", fields["action_shape"], low=0, high_bytes=MAX_ACTION_BYTES // dtype.itemsize
     )
     parse_int(path, "row_slots", fields["row_slots"], low=capacity + 1, high=MAX_SLOTS)
-    frame_nbytes = math.prod(frame_shape)
+    frame_nbytes = math.prod(frame_shape) * itemsize
     # As format.new_store sizes it: at most 256 MiB, or room for 4 incompressible frames.
     most = max(1 << 28, 4 * frame_nbytes + 64)
     parse_int(path, "segment_bytes", fields["segment_bytes"], low=max(1 << 12, frame_nbytes), high=most)

@@ -48,6 +48,7 @@ class TransitionReader:
         # Stacks at an episode start come back with all-zero padding frames (stack_padding="zeros").
         self.zero_padding = zero_padding
         self.frame_shape = frames.frame_shape
+        self.frame_dtype = frames.frame_dtype
         self.action_dtype = action_dtype
 
     def transition_frames(self, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -63,11 +64,15 @@ class TransitionReader:
         out: Batch | None = None,
         padded: bool = True,
     ) -> Batch:
-        """The transitions with these steps (assumed stored); in ``out``'s arrays when given. With
+        """The transitions with these steps (assumed stored); in ``out``'s arrays when given. ``discount``
+        becomes the batch's: zeroed in place where a transition terminated (no bootstrapping past it). With
         ``padded=False`` a zero-padding store's stacks come back as stored (the first frame repeated):
         what the writer compares the next add's obs with."""
         fields = self.table.read_fields(steps)
-        discount = discount * ~fields.terminated  # no bootstrapping past a termination
+        # In place, and count_nonzero rather than any(): numpy's ufunc calls cost microseconds on arrays
+        # of a batch, as much as reading the batch's small frames (CartPole's: benchmarks/bench_classic.py).
+        if np.count_nonzero(fields.terminated):
+            discount[fields.terminated] = 0.0
         frames = self.frames.stacks(fields.next_frames, self.stack_size)
         pixels, separate = self._pixels_of(out, steps.shape, fields.detached)
         if separate:
@@ -203,7 +208,7 @@ class TransitionReader:
         out: Batch | SequenceBatch | None,
         batch_shape: tuple[int, ...],
         detached: npt.NDArray[np.bool_] | None,
-    ) -> tuple[npt.NDArray[np.uint8] | None, bool]:
+    ) -> tuple[npt.NDArray[np.generic] | None, bool]:
         """Where to decode a batch's frames, and whether its obs and next_obs are separate stacks.
 
         ``detached`` marks the batch's rows (flattened) whose obs is not the next_obs chain shifted; None
@@ -215,7 +220,7 @@ class TransitionReader:
         """
         size = self.stack_size
         if out is None:
-            return None, detached is None or bool(detached.any())
+            return None, detached is None or bool(np.count_nonzero(detached))
         pixels = out.obs.base if isinstance(out.obs, np.ndarray) else None
         shared = pixels is not None and getattr(out.next_obs, "base", None) is pixels
         frame_count = math.prod(batch_shape) * math.prod(self.frame_shape)
@@ -224,7 +229,7 @@ class TransitionReader:
             shared
             and isinstance(pixels, np.ndarray)
             and getattr(out.index, "shape", None) == batch_shape
-            and pixels.dtype == np.uint8
+            and pixels.dtype == self.frame_dtype
             and pixels.size in [frame_count * count for count in columns]
             and pixels.flags.c_contiguous
             and pixels.flags.writeable
@@ -232,7 +237,7 @@ class TransitionReader:
             shapes = " or ".join(str((*batch_shape, count, *self.frame_shape)) for count in columns)
             raise ValueError(
                 f"out must be a {type(out).__name__} that this store returned for the same call: index of "
-                f"shape {batch_shape}, obs and next_obs viewing one writeable uint8 array of {shapes} frames"
+                f"shape {batch_shape}, obs and next_obs viewing one writeable {self.frame_dtype} array of {shapes} frames"
             )
         assert isinstance(pixels, np.ndarray)
         separate = pixels.size == frame_count * 2 * size
@@ -248,14 +253,14 @@ class TransitionReader:
         self,
         frames: npt.NDArray[np.int64],
         steps: npt.NDArray[np.int64],
-        pixels: npt.NDArray[np.uint8] | None = None,
+        pixels: npt.NDArray[np.generic] | None = None,
         *,
         padded: bool = True,
-    ) -> npt.NDArray[np.uint8]:
+    ) -> npt.NDArray[np.generic]:
         """Pixels (*frames.shape, *frame_shape) of the frames (one row per transition in ``steps``),
         decoded into ``pixels`` when given; padding frames zeroed in a zero-padding store."""
         if pixels is None:
-            pixels = np.empty((*frames.shape, *self.frame_shape), np.uint8)
+            pixels = np.empty((*frames.shape, *self.frame_shape), self.frame_dtype)
         try:
             self.frames.decode_into(frames.reshape(-1), pixels.reshape(-1, *self.frame_shape))
         except FrameChecksumError as error:

@@ -58,7 +58,7 @@ class RecordEpisodes(gym.Wrapper[Any, Any, Any, Any]):
         super().__init__(env)
         self.store = store
         self.fields_from_info = fields_from_info
-        self._obs: npt.NDArray[np.uint8] | None = None
+        self._obs: npt.NDArray[np.generic] | None = None
         self._info: dict[str, Any] = {}  # the info returned with _obs
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
@@ -111,7 +111,7 @@ class RecordVectorEpisodes(VectorWrapper):
         self._info: dict[str, Any] = {}  # the vector info returned with _obs
         self.autoreset_mode: AutoresetMode | None = _autoreset_mode(env)
         self._next_step = self.autoreset_mode is not None and self.autoreset_mode is type(self.autoreset_mode).NEXT_STEP
-        self._obs: npt.NDArray[np.uint8] | None = None
+        self._obs: npt.NDArray[np.generic] | None = None
         self._resetting = np.zeros(env.num_envs, dtype=bool)  # next-step mode: envs whose next step resets
 
     def reset(
@@ -160,7 +160,7 @@ def _autoreset_mode(env: VectorEnv[Any, Any, Any]) -> AutoresetMode | None:
     return mode
 
 
-def _final_obs(next_obs: npt.NDArray[np.uint8], info: dict[str, Any]) -> npt.NDArray[np.uint8]:
+def _final_obs(next_obs: npt.NDArray[np.generic], info: dict[str, Any]) -> npt.NDArray[np.generic]:
     """next_obs with each ended env's entry replaced by its final observation (same-step autoreset)."""
     for final_key, ended_key in FINAL_OBS_KEYS:
         ended = info.get(ended_key)
@@ -189,5 +189,7 @@ def _check_observation_space(space: gym.Space[Any], store: ReplayStore) -> None:
         raise ValueError(
             f"observation_space has shape {shape}; expected {frame} (one frame) or {stack} (a stack) for the store"
         )
-    if getattr(space, "dtype", None) != np.uint8:
-        raise TypeError(f"observation_space must have dtype uint8; got {getattr(space, 'dtype', None)}")
+    if getattr(space, "dtype", None) != store.frame_dtype:
+        raise TypeError(
+            f"observation_space must have the store's frame dtype {store.frame_dtype}; got {getattr(space, 'dtype', None)}"
+        )

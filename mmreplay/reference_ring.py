@@ -39,7 +39,7 @@ class ReferenceFrameRing(FrameRing):
             oldest_frame, self.frames_written, ref_deltas_of=self.ref_deltas, scheme=self.scheme
         )
 
-    def decode_into(self, frame_steps: npt.NDArray[np.int64], out: npt.NDArray[np.uint8]) -> None:
+    def decode_into(self, frame_steps: npt.NDArray[np.int64], out: npt.NDArray[np.generic]) -> None:
         """Decode each frame into ``out[i]`` with the frames it depends on, checking every CRC.
 
         Raises ``FrameChecksumError`` for the first requested frame that cannot be decoded, naming the
@@ -81,7 +81,7 @@ class ReferenceFrameRing(FrameRing):
             frame_seed(steps, entries["prev_delta"], entries["ref_delta"]),
             plan.refs,
             plan.rows,
-            out.reshape(n, -1),
+            out.reshape(n, -1).view(np.uint8),  # uint8 frames (create refuses other dtypes here)
             views=views,
         )
         if bad >= 0:

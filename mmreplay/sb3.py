@@ -125,6 +125,7 @@ class MmreplayBuffer(ReplayBuffer):
             action_shape=(self.action_dim,),
             action_dtype=action_dtype,
             capacity=self.buffer_size * n_envs,
+            frame_dtype=np.dtype(observation_space.dtype).newbyteorder("<"),
         )
         self._stacking = StackingCheck(frames) if frames.inferred and frames.stack_size > 1 else None
         # Steps whose episode the caller ended by writing ``dones`` (kept outside the store's rows).
@@ -447,7 +448,7 @@ class MmreplayBuffer(ReplayBuffer):
     def _samples(
         self,
         batch: Batch,
-        next_obs: npt.NDArray[np.uint8],
+        next_obs: npt.NDArray[Any],
         terminal: npt.NDArray[np.bool_],
         rewards: npt.NDArray[np.float32],
         *,

@@ -34,13 +34,14 @@ class FrameLayout:
 
 
 def frame_layout(space: spaces.Space[Any], stack_size: int | None) -> FrameLayout:
-    """The frames of a uint8 Box observation space: ``stack_size`` along the first axis when given,
+    """The frames of a Box observation space of any numeric or bool dtype (the store's ``frame_dtype``;
+    a vector such as CartPole's is one frame): ``stack_size`` along the first axis when given,
     else inferred (see ``MmreplayBuffer``: channel-first images are RGB frames when 3 divides the
     channels, else grayscale frames; a 4-d space is a stack along its first axis; else one frame)."""
     if not isinstance(space, spaces.Box):
-        raise TypeError(f"observation_space must be a gymnasium Box of images; got {space}")
-    if space.dtype != np.uint8:
-        raise TypeError(f"observation_space must have dtype uint8; got {space.dtype}")
+        raise TypeError(f"observation_space must be a gymnasium Box; got {space}")
+    if space.dtype is None or space.dtype.kind not in "biuf":
+        raise TypeError(f"observation_space must have a numeric or bool dtype; got {space.dtype}")
     shape = tuple(int(n) for n in space.shape)
     inferred = stack_size is None
     if stack_size is None:
@@ -138,11 +139,13 @@ class StoreLayout:
     action_shape: tuple[int, ...]
     action_dtype: np.dtype[Any]
     capacity: int
+    frame_dtype: np.dtype[Any] = np.dtype(np.uint8)  # the observation space's, little-endian
 
     def create(self, path: Path) -> ReplayStore:
         return ReplayStore.create(
             path, frame_shape=self.frame_shape, stack_size=self.stack_size, num_envs=self.num_envs,
             action_shape=self.action_shape, action_dtype=self.action_dtype, capacity=self.capacity,
+            frame_dtype=self.frame_dtype,
         )
 
     def with_frames(self, frames: FrameLayout) -> StoreLayout:

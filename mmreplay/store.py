@@ -59,6 +59,7 @@ from mmreplay.validation import (
     check_out,
     parse_action_dtype,
     parse_add,
+    parse_frame_dtype,
     parse_field_specs,
     parse_fields,
     parse_env_mask,
@@ -121,6 +122,7 @@ class ReplayStore:
             num_envs=layout.num_envs,
             action_shape=layout.action_shape,
             action_dtype=self._action_dtype,
+            frame_dtype=np.dtype(layout.frame_dtype),
         )
         self._transitions_added = commit.transitions_added
         self._frames = encodings.open_ring(directory, layout, commit, writable=mode == "r+")
@@ -191,6 +193,7 @@ class ReplayStore:
         commit_interval_s: float | None = 5.0,
         fields: dict[str, tuple[tuple[int, ...], npt.DTypeLike]] | None = None,
         stack_padding: str = "first",
+        frame_dtype: npt.DTypeLike = np.uint8,
     ) -> ReplayStore:
         """Create an empty store at ``path`` (a directory the store owns) and open it for appending.
 
@@ -207,6 +210,10 @@ class ReplayStore:
         episode start holds before the episode's first frame: ``"first"`` that frame repeated (gymnasium's
         ``FrameStackObservation``), ``"zeros"`` all-zero frames (Dopamine and batch_rl); ``sample``,
         ``read``, n-step windows, sequences and exports all return it so.
+        ``frame_dtype`` is any numpy bool, integer or float dtype (CartPole's float32 state, a robot's
+        joint angles); frames are stored bit-exact (NaN payloads included), little-endian: a big-endian
+        ``frame_dtype`` is taken as its little-endian equal, and big-endian frames are converted (the same
+        values). ``"lz4-reference"`` takes uint8 only.
         """
         schedule = CommitSchedule(commit_every=commit_every, commit_interval_s=commit_interval_s)
         if stack_padding not in format.STACK_PADDINGS:
@@ -217,9 +224,12 @@ class ReplayStore:
         num_envs = parse_positive_int(num_envs, "num_envs")
         action_shape = parse_shape(action_shape, "action_shape", allow_empty=True)
         dtype = parse_action_dtype(action_dtype)
+        frames_dtype = parse_frame_dtype(frame_dtype)
         field_specs = parse_field_specs(fields)
         encoding, scheme = encodings.parse_frame_encoding(frame_encoding, reference_scheme)
         sampler = UniformSampler() if sampler is None else sampler
+        if encoding != "lz4" and frames_dtype != np.uint8:
+            raise ValueError(f"frame_encoding={encoding!r} takes uint8 frames only; got frame_dtype={frames_dtype}")
         if num_envs > MAX_ENVS:
             raise ValueError(f"num_envs must be <= {MAX_ENVS}; got {num_envs}")
         if capacity < num_envs:
@@ -235,6 +245,7 @@ class ReplayStore:
             action_shape=action_shape,
             action_dtype=dtype,
             sampler=sampler.config(),
+            frame_dtype=frames_dtype,
         )
         layout = replace(
             layout, frame_encoding=encoding, reference_scheme=scheme, fields=field_specs, stack_padding=stack_padding
@@ -361,6 +372,11 @@ class ReplayStore:
         return self._layout.frame_shape
 
     @property
+    def frame_dtype(self) -> np.dtype:
+        """The frames' dtype (uint8 unless ``create`` was given another); obs and next_obs have it."""
+        return self._frames.frame_dtype
+
+    @property
     def capacity(self) -> int:
         return self._layout.capacity
 
@@ -444,6 +460,7 @@ class ReplayStore:
             f"<ReplayStore {str(self._directory)!r} mode={self._mode!r} "
             f"transitions={len(self):,}/{self.capacity:,} frame_shape={self.frame_shape} "
             f"stack_size={self.stack_size} num_envs={self.num_envs}"
+            + ("" if self.frame_dtype == np.uint8 else f" frame_dtype={self.frame_dtype}")
             + ("" if self.frame_encoding == "lz4" else f" frame_encoding={self.frame_encoding!r}")
             + ("" if not self._layout.fields else f" fields={[name for name, _, _ in self._layout.fields]}")
             + ">"
@@ -557,6 +574,8 @@ class ReplayStore:
         ``TypeError``, ``ValueError``). A plain (``"lz4"``) store writes the blocks as they came.
         """
         self._check_writable("add_encoded")
+        if self.frame_dtype != np.uint8:
+            raise ValueError(f"add_encoded takes uint8 frames; this store's frame_dtype is {self.frame_dtype}: use add")
         if self._field_table is not None:
             raise ValueError(
                 f"add_encoded takes no user fields; this store has fields {list(self.fields)}: use add(..., fields=)"
@@ -895,7 +914,8 @@ class ReplayStore:
                 steps = self._draw(batch_size, generator)
                 weight = self._sampler.weights(steps, beta=beta)
                 if n_step == 1:
-                    discount = np.full(batch_size, gamma, np.float32)
+                    discount = np.empty(batch_size, np.float32)
+                    discount.fill(gamma)  # np.full costs twice as much for a batch
                     try:
                         return reading.transitions(steps, weight=weight, discount=discount, out=out)
                     except SharedOutError:
@@ -933,6 +953,8 @@ class ReplayStore:
                 f"carries neither zero padding nor fields); this one has stack_padding={self.stack_padding!r} "
                 f"and fields {list(self.fields)}: use sample"
             )
+        if self.frame_dtype != np.uint8:
+            raise ValueError(f"sample_encoded gives uint8 frames; this store's frame_dtype is {self.frame_dtype}: use sample")
         reader = encoded.EncodingReader(
             self._table, self._frames, stack_size=self._layout.stack_size, action_dtype=self._action_dtype
         )
@@ -1135,7 +1157,7 @@ class ReplayStore:
                             steps=evicted,
                         )
                     raise IndexError(message)
-                return self._reader.transitions(array, weight=ones, discount=ones)
+                return self._reader.transitions(array, weight=ones, discount=ones.copy())
 
         return self._consistent(check_and_read)
 
@@ -1301,7 +1323,7 @@ class ReplayStore:
         steps = self._env_frames_pending
         assert steps is not None
         ones = np.ones(len(steps), np.float32)
-        batch = self._reader.transitions(steps, weight=ones, discount=ones, padded=False)
+        batch = self._reader.transitions(steps, weight=ones, discount=ones.copy(), padded=False)
         for i in range(len(steps)):
             self._episodes[int(batch.env_index[i])].frames.extend(frame.tobytes() for frame in batch.next_obs[i])
         self._env_frames_pending = None
@@ -1335,6 +1357,7 @@ def _build_empty(building: Path, layout: format.Layout, commit: format.Commit) -
         segment_bytes=layout.segment_bytes,
         frame_slots=commit.frame_slots,
         references=encodings.has_references(layout),
+        frame_dtype=np.dtype(layout.frame_dtype),
     ).close()
     TransitionTable.create(
         building / format.TRANSITIONS_NAME,

@@ -58,6 +58,18 @@ def parse_action_dtype(value: object) -> np.dtype:
     return dtype
 
 
+def parse_frame_dtype(value: object) -> np.dtype:
+    """``create``'s ``frame_dtype``: any numpy numeric or bool dtype, as its little-endian equal (frames
+    are stored little-endian; a big-endian dtype names the same values)."""
+    try:
+        dtype: np.dtype[Any] = np.dtype(value)  # type: ignore[call-overload]
+    except TypeError:
+        raise TypeError(f"frame_dtype must be a numpy dtype; got {value!r}") from None
+    if dtype.kind not in "biuf" or dtype.fields is not None or dtype.subdtype is not None:
+        raise TypeError(f"frame_dtype must be a bool, integer or float dtype (uint8, float32, bool, ...); got {dtype}")
+    return dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
+
+
 def parse_rng(rng: object) -> np.random.Generator:
     if isinstance(rng, np.random.Generator):
         return rng
@@ -88,10 +100,10 @@ class AddArguments(NamedTuple):
     one frame (the reset observation, as CleanRL and SB3 pass it): it is stored whole, as given.
     """
 
-    obs: npt.NDArray[np.uint8]
+    obs: npt.NDArray[Any]
     action: npt.NDArray[Any]
     reward: npt.NDArray[np.float32]
-    next_obs: npt.NDArray[np.uint8]
+    next_obs: npt.NDArray[Any]
     terminated: npt.NDArray[np.bool_]
     truncated: npt.NDArray[np.bool_]
     stacked: bool
@@ -116,6 +128,7 @@ class AddShapes:
     frame: tuple[int, ...]
     stack: tuple[int, ...]
     action: tuple[int, ...]
+    frame_dtype: np.dtype  # little-endian (``parse_frame_dtype``)
 
     @classmethod
     def of(
@@ -126,11 +139,12 @@ class AddShapes:
         num_envs: int,
         action_shape: tuple[int, ...],
         action_dtype: np.dtype,
+        frame_dtype: np.dtype = np.dtype(np.uint8),
     ) -> AddShapes:
         env_axis = () if num_envs == 1 else (num_envs,)
         return cls(
             frame_shape, stack_size, num_envs, action_shape, action_dtype, env_axis,
-            env_axis + frame_shape, (*env_axis, stack_size, *frame_shape), env_axis + action_shape,
+            env_axis + frame_shape, (*env_axis, stack_size, *frame_shape), env_axis + action_shape, frame_dtype,
         )
 
 
@@ -195,7 +209,7 @@ class SingleFrames(NamedTuple):
     obs: bytes
     stacked: bool
     next_obs: list[bytes]
-    new_frames: npt.NDArray[np.uint8]
+    new_frames: npt.NDArray[Any]
     action: bytes
     reward: list[float]
     flags: list[int]
@@ -213,8 +227,8 @@ def parse_single_frames(
     terminated_bit: int,
     truncated_bit: int,
 ) -> SingleFrames | None:
-    """The add that a training loop makes at nearly every step: frames or stacks as uint8 arrays (a
-    next_obs stack shifted by one frame from obs), with any action, reward and flags that ``parse_add``
+    """The add that a training loop makes at nearly every step: frames or stacks as arrays of the
+    store's frame dtype (a next_obs stack shifted by one frame from obs), with any action, reward and flags that ``parse_add``
     accepts (the caller checks that no env is masked out). None for anything else, valid or not:
     ``parse_add`` then decides, and names what is wrong. Accepts nothing that ``parse_add`` refuses, and
     gives the same values.
@@ -255,15 +269,16 @@ def _single_frames(fields: tuple) -> SingleFrames:  # type: ignore[type-arg]
 
 def _new_frames(
     obs: object, next_obs: object, shapes: AddShapes
-) -> tuple[bytes, bool, list[bytes], npt.NDArray[np.uint8]] | None:
+) -> tuple[bytes, bool, list[bytes], npt.NDArray[Any]] | None:
     """``parse_single_frames``'s frames: (obs bytes, stacked, each env's new frame, the new frames as one
     contiguous array), or None. Arrays that are not C-contiguous are copied into ones that are, as
     ``parse_add`` copies them."""
     if (
         type(obs) is not np.ndarray
         or type(next_obs) is not np.ndarray
-        or obs.dtype is not _UINT8  # numpy's builtin dtypes are singletons: an equal other one goes the long way
-        or next_obs.dtype is not _UINT8
+        # numpy's builtin dtypes are singletons: an equal other one (or a big-endian one) goes the long way
+        or obs.dtype is not shapes.frame_dtype
+        or next_obs.dtype is not shapes.frame_dtype
         or obs.shape != next_obs.shape
     ):
         return None
@@ -381,7 +396,6 @@ _EXACT_FLOATS = frozenset((np.float16, np.float32, np.float64))  # float() of th
 _SIGNED_BOUNDS = {
     t: (int(np.iinfo(t).min), int(np.iinfo(t).max), np.dtype(t).itemsize) for t in (np.int8, np.int16, np.int32, np.int64)
 }
-_UINT8 = np.dtype(np.uint8)
 _TRUE = np.ones(1, np.bool_)
 _FALSE = np.zeros(1, np.bool_)
 _TRUE.flags.writeable = _FALSE.flags.writeable = False
@@ -391,10 +405,14 @@ def _expected_env_text(env_axis: tuple[int, ...]) -> str:
     return f"num_envs={env_axis[0]}" if env_axis else "num_envs=1"
 
 
-def _parse_frames(value: object, name: str, shapes: AddShapes) -> tuple[npt.NDArray[np.uint8], bool]:
+def _parse_frames(value: object, name: str, shapes: AddShapes) -> tuple[npt.NDArray[Any], bool]:
+    """Frames of the store's dtype; big-endian ones are the same values, converted (never another
+    dtype: a float64 obs for a float32 store is refused, as a silent rounding would be a surprise)."""
     array = np.asarray(value)
-    if array.dtype != np.uint8:
-        raise TypeError(f"{name} must have dtype uint8; got {array.dtype}")
+    if array.dtype != shapes.frame_dtype:
+        if array.dtype.newbyteorder("<") != shapes.frame_dtype or array.dtype.byteorder != ">":
+            raise TypeError(f"{name} must have dtype {shapes.frame_dtype}; got {array.dtype}")
+        array = array.astype(shapes.frame_dtype)
     if array.shape == shapes.frame:
         stacked = False
     elif array.shape == shapes.stack:

@@ -119,11 +119,12 @@ def _verify_chunk(store: ReplayStore, steps: np.ndarray, episode_of: np.ndarray,
         episode = episodes[number]
         if batch.env_index[i] != episode.env_index:
             problems.append(f"step {step}: env {batch.env_index[i]} but its episode {number} is env {episode.env_index}")
-        if number in last_next and not np.array_equal(last_next[number], batch.obs[i]):
+        # Frames compare by their bytes, as the store compares them (a NaN frame equals itself).
+        if number in last_next and last_next[number].tobytes() != batch.obs[i].tobytes():
             problems.append(f"step {step}: obs does not continue the previous next_obs of episode {number}")
         last = step == int(episode.steps[-1])
         ended = "terminated" if batch.terminated[i] else "truncated" if batch.truncated[i] else None
-        if not ended and not np.array_equal(batch.next_obs[i, :-1], batch.obs[i, 1:]):
+        if not ended and batch.next_obs[i, :-1].tobytes() != batch.obs[i, 1:].tobytes():
             problems.append(f"step {step}: next_obs is not obs shifted by one frame, though it did not end its episode")
         if ended and not last:
             problems.append(f"step {step}: {ended} inside episode {number}, which goes on")

@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 import numpy as np
-from reference import RefTransition, ReferenceStore
+from reference import RefTransition, ReferenceStore, bits
 
 from mmreplay import UniformSampler
 
@@ -38,13 +38,13 @@ def expected_n_step(ref: ReferenceStore, steps: np.ndarray, n_step: int, gamma: 
         rows.append((window[0], reward, last, len(window)))
     n = len(rows)
     return {
-        "obs": np.array([first.obs for first, _, _, _ in rows], np.uint8).reshape(n, ref.stack_size, *ref.frame_shape),
+        "obs": np.array([first.obs for first, _, _, _ in rows], ref.frame_dtype).reshape(n, ref.stack_size, *ref.frame_shape),
         "action": np.array([first.action for first, _, _, _ in rows], ref.action_dtype).reshape(n, *ref.action_shape),
         "reward": np.array([r for _, r, _, _ in rows], np.float64),
         "reward_scale": np.array(
             [sum(abs(float(t.reward)) * gamma**k for k, t in enumerate(episode_tail(ref, int(first.step), n_step)))
              for first, _, _, _ in rows], np.float64),
-        "next_obs": np.array([last.next_obs for _, _, last, _ in rows], np.uint8).reshape(
+        "next_obs": np.array([last.next_obs for _, _, last, _ in rows], ref.frame_dtype).reshape(
             n, ref.stack_size, *ref.frame_shape
         ),
         "terminated": np.array([last.terminated for _, _, last, _ in rows], bool),
@@ -65,7 +65,7 @@ def assert_n_step_matches(batch: Any, ref: ReferenceStore, n_step: int, gamma: f
     for name in ("obs", "action", "next_obs", "terminated", "truncated", "index", "env_index"):
         got = getattr(batch, name)
         assert got.dtype == want[name].dtype, f"batch.{name} has dtype {got.dtype}; expected {want[name].dtype}"
-        np.testing.assert_array_equal(got, want[name], err_msg=f"batch.{name} (steps {batch.index.tolist()})")
+        np.testing.assert_array_equal(bits(got), bits(want[name]), err_msg=f"batch.{name} (steps {batch.index.tolist()})")
     assert batch.reward.dtype == np.float32 and batch.discount.dtype == np.float32
     # Rounding: each term is exact in float64; allow a few float32 ulps of the sum of the terms' sizes.
     got, expected, scale = batch.reward.astype(np.float64), want["reward"], want["reward_scale"]
@@ -85,8 +85,8 @@ def expected_sequences(ref: ReferenceStore, starts: np.ndarray, length: int) -> 
     b = len(starts)
     stack = (ref.stack_size, *ref.frame_shape)
     out = {
-        "obs": np.zeros((b, length, *stack), np.uint8),
-        "next_obs": np.zeros((b, length, *stack), np.uint8),
+        "obs": np.zeros((b, length, *stack), ref.frame_dtype),
+        "next_obs": np.zeros((b, length, *stack), ref.frame_dtype),
         "action": np.zeros((b, length, *ref.action_shape), ref.action_dtype),
         "reward": np.zeros((b, length), np.float32),
         "terminated": np.zeros((b, length), bool),
@@ -124,7 +124,7 @@ def assert_sequences_match(batch: Any, ref: ReferenceStore, length: int) -> None
         got = getattr(batch, name)
         assert got.dtype == want[name].dtype, f"batch.{name} has dtype {got.dtype}; expected {want[name].dtype}"
         assert got.shape == want[name].shape, f"batch.{name} has shape {got.shape}; expected {want[name].shape}"
-        np.testing.assert_array_equal(got, want[name], err_msg=f"batch.{name} (windows from {starts.tolist()})")
+        np.testing.assert_array_equal(bits(got), bits(want[name]), err_msg=f"batch.{name} (windows from {starts.tolist()})")
 
 
 def add_masked(ref: ReferenceStore, args: tuple[Any, ...], env_mask: np.ndarray) -> list[int]:
@@ -135,10 +135,10 @@ def add_masked(ref: ReferenceStore, args: tuple[Any, ...], env_mask: np.ndarray)
         steps.append(
             ref._add_one(
                 env,
-                np.asarray(obs[env], np.uint8),
+                np.asarray(obs[env], ref.frame_dtype),
                 np.asarray(action[env]),
                 reward[env],
-                np.asarray(next_obs[env], np.uint8),
+                np.asarray(next_obs[env], ref.frame_dtype),
                 bool(terminated[env]),
                 bool(truncated[env]),
             )
@@ -202,7 +202,7 @@ def continues_after_eviction(ref: ReferenceStore, args: tuple[Any, ...], env_mas
     hit = np.zeros(ref.num_envs, bool)
     for env in np.flatnonzero(env_mask).tolist():
         last = ref.last_transition(env)
-        obs = np.asarray(args[0][env], np.uint8)
+        obs = np.asarray(args[0][env], ref.frame_dtype)
         if last is not None and last.step < oldest and not ref._starts_episode(env, obs):
             hit[env] = True
     return hit

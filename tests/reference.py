@@ -37,10 +37,10 @@ class RefTransition:
 
     step: int
     env_index: int
-    obs: np.ndarray  # (stack_size, *frame_shape) uint8
+    obs: np.ndarray  # (stack_size, *frame_shape) of the store's frame_dtype
     action: np.ndarray  # action_shape, action_dtype
     reward: np.float32
-    next_obs: np.ndarray  # (stack_size, *frame_shape) uint8
+    next_obs: np.ndarray  # (stack_size, *frame_shape) of the store's frame_dtype
     terminated: bool
     truncated: bool
     episode_start: bool  # the model's verdict: this transition opens an episode
@@ -63,9 +63,11 @@ class ReferenceStore:
         action_dtype: Any = np.int64,
         frame_encoding: str = "lz4",  # how the store compresses frames changes nothing it gives back
         reference_scheme: Any = None,
+        frame_dtype: Any = np.uint8,
         fields: dict[str, tuple[Any, Any]] | None = None,  # user fields: name -> (shape, dtype)
         stack_padding: str = "first",
     ) -> None:
+        self.frame_dtype = np.dtype(frame_dtype)
         self.stack_padding = stack_padding
         self.frame_shape = tuple(int(n) for n in frame_shape)
         self.capacity = int(capacity)
@@ -117,13 +119,13 @@ class ReferenceStore:
         n = len(items)
         stack = (n, self.stack_size, *self.frame_shape)
         return {
-            "obs": np.array([self.padded(t.obs, t.obs_padding) for t in items], dtype=np.uint8).reshape(stack),
+            "obs": np.array([self.padded(t.obs, t.obs_padding) for t in items], dtype=self.frame_dtype).reshape(stack),
             "action": np.array([t.action for t in items], dtype=self.action_dtype).reshape(
                 (n, *self.action_shape)
             ),
             "reward": np.array([t.reward for t in items], dtype=np.float32).reshape(n),
             "next_obs": np.array([self.padded(t.next_obs, t.next_padding) for t in items],
-                                 dtype=np.uint8).reshape(stack),
+                                 dtype=self.frame_dtype).reshape(stack),
             "terminated": np.array([t.terminated for t in items], dtype=bool).reshape(n),
             "truncated": np.array([t.truncated for t in items], dtype=bool).reshape(n),
             "index": np.array([t.step for t in items], dtype=np.int64).reshape(n),
@@ -145,10 +147,10 @@ class ReferenceStore:
             steps.append(
                 self._add_one(
                     env,
-                    np.asarray(obs[env], dtype=np.uint8),
+                    np.asarray(obs[env], dtype=self.frame_dtype),
                     np.asarray(action[env]),
                     reward[env],
-                    np.asarray(next_obs[env], dtype=np.uint8),
+                    np.asarray(next_obs[env], dtype=self.frame_dtype),
                     bool(terminated[env]),
                     bool(truncated[env]),
                     {name: value[env].astype(self.field_specs[name][1]) for name, value in fields.items()},
@@ -171,8 +173,8 @@ class ReferenceStore:
         if last is None or last.terminated or last.truncated:
             return True
         if self._is_stack(obs):
-            return not np.array_equal(obs, last.next_obs)
-        return not np.array_equal(obs, last.next_obs[-1])
+            return not same_bits(obs, last.next_obs)
+        return not same_bits(obs, last.next_obs[-1])
 
     def _add_one(self, env, obs, action, reward, next_obs, terminated, truncated, fields=None) -> int:
         start = self._starts_episode(env, obs)
@@ -181,11 +183,11 @@ class ReferenceStore:
             if self._is_stack(obs):
                 obs_stack = obs.copy()
                 repeats = 1
-                while repeats < size and np.array_equal(obs[repeats], obs[0]):
+                while repeats < size and same_bits(obs[repeats], obs[0]):
                     repeats += 1
                 obs_padding = (True,) * (repeats - 1) + (False,) * (size - repeats + 1)
             else:
-                obs_stack = np.array([obs] * size, dtype=np.uint8)
+                obs_stack = np.array([obs] * size, dtype=self.frame_dtype)
                 obs_padding = (True,) * (size - 1) + (False,)
         else:
             last = self.last_transition(env)
@@ -227,6 +229,17 @@ class ReferenceStore:
 BATCH_FIELDS = ("obs", "action", "reward", "next_obs", "terminated", "truncated", "index", "env_index")
 
 
+def bits(array: np.ndarray) -> np.ndarray:
+    """The array's bytes, one more axis (a NaN equals only the same NaN, and -0.0 differs from 0.0)."""
+    array = np.ascontiguousarray(array)
+    return array.reshape(*array.shape, 1).view(np.uint8)
+
+
+def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal shapes, dtypes and bytes: how the store compares an obs with the previous next_obs."""
+    return a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+
+
 def assert_batch_matches(batch: Any, ref: ReferenceStore, steps: Sequence[int] | np.ndarray | None = None) -> None:
     """Assert that ``batch`` holds exactly the reference's transitions with ``steps``.
 
@@ -245,8 +258,8 @@ def assert_batch_matches(batch: Any, ref: ReferenceStore, steps: Sequence[int] |
         assert isinstance(got, np.ndarray), f"batch.{name} is {type(got).__name__}, expected ndarray"
         assert got.dtype == want[name].dtype, f"batch.{name} has dtype {got.dtype}; expected {want[name].dtype}"
         assert got.shape == want[name].shape, f"batch.{name} has shape {got.shape}; expected {want[name].shape}"
-        if not np.array_equal(got, want[name]):
-            rows = [i for i in range(len(got)) if not np.array_equal(got[i], want[name][i])]
+        if not np.array_equal(bits(got), bits(want[name])):
+            rows = [i for i in range(len(got)) if not same_bits(got[i], want[name][i])]
             i = rows[0]
             raise AssertionError(
                 f"batch.{name} differs from the reference at {len(rows)} rows; first: row {i} "

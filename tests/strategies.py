@@ -1,7 +1,9 @@
 """Hypothesis strategies and input builders shared by the store's tests.
 
 Frames encode their own number: every pixel holds ``n % 256`` except the first, which holds
-``n // 256 % 256``, so a mismatch printed by a failing test says which frame was given back.
+``n // 256 % 256``, so a mismatch printed by a failing test says which frame was given back. Frames of
+other dtypes (``FRAME_DTYPES``) say it their own way (``numbered_frame``); float frames also carry a NaN
+whose payload is the number, an infinity and a negative zero, which must come back bit for bit.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ import numpy as np
 from hypothesis import strategies as st
 from reference import ReferenceStore
 
-FRAME_SHAPES = [(3, 4), (2, 2, 3)]
+FRAME_SHAPES = [(3, 4), (2, 2, 3), (4,), (1,)]  # images, and vectors (CartPole's state is (4,))
+FRAME_DTYPES = [np.uint8, np.uint8, np.float32, np.float16, np.int16, np.bool_]  # uint8 drawn most
 FIELD_DTYPES = [np.float16, np.float32, np.float64, np.int8, np.uint16, np.int64, np.bool_]
 FIELD_SHAPES = [(), (1,), (3,), (2, 5), (18,)]
 ACTION_SPECS = [((), np.int64), ((2,), np.float32), ((), np.uint8)]
@@ -29,26 +32,52 @@ def stack(*values: int, shape: tuple[int, ...] = (3, 4)) -> np.ndarray:
     return np.array([frame(v, shape) for v in values], dtype=np.uint8)
 
 
-def numbered_frame(frame_shape: tuple[int, ...], n: int) -> np.ndarray:
-    """A frame whose pixels say it is frame ``n``."""
-    frame = np.full(frame_shape, n % 256, dtype=np.uint8)
-    frame.flat[0] = (n // 256) % 256
+def numbered_frame(frame_shape: tuple[int, ...], n: int, dtype: Any = np.uint8) -> np.ndarray:
+    """A frame whose pixels say it is frame ``n``.
+
+    uint8: every pixel ``n % 256``, the first ``n // 256 % 256``. bool: pixel i is bit i of n. int16:
+    every pixel n, the first -n. float: every pixel n + 0.5, the first a quiet NaN whose payload is n,
+    the last +inf, -inf or -0.0 by n % 3 (frames of one pixel: the NaN alone).
+    """
+    dtype = np.dtype(dtype)
+    if dtype == np.uint8:
+        frame = np.full(frame_shape, n % 256, dtype=np.uint8)
+        frame.flat[0] = (n // 256) % 256
+        return frame
+    if dtype == np.bool_:
+        bits = (n >> np.arange(int(np.prod(frame_shape)))) & 1
+        return bits.astype(np.bool_).reshape(frame_shape)
+    if dtype.kind in "iu":
+        frame = np.full(frame_shape, n % 30000, dtype=dtype)
+        frame.flat[0] = -(n % 30000) if dtype.kind == "i" else n // 30000
+        return frame
+    frame = np.full(frame_shape, n + 0.5, dtype=dtype)
+    bits = {2: (np.uint16, 0x7E00, 0x1FF), 4: (np.uint32, 0x7FC00000, 0x3FFFFF)}[dtype.itemsize]
+    frame.reshape(-1).view(bits[0])[0] = bits[1] | (n & bits[2])  # NaN, payload n
+    if frame.size > 1:
+        frame.flat[-1] = (np.inf, -np.inf, -0.0)[n % 3]
     return frame
 
 
 class FrameSource:
     """Hands out frames numbered 1, 2, 3, ... (frame 0 would equal an all-zero frame)."""
 
-    def __init__(self, frame_shape: tuple[int, ...]) -> None:
+    def __init__(self, frame_shape: tuple[int, ...], frame_dtype: Any = np.uint8) -> None:
         self.frame_shape = tuple(frame_shape)
+        self.frame_dtype = np.dtype(frame_dtype)
         self.count = 0
+
+    @classmethod
+    def of(cls, config: dict[str, Any]) -> FrameSource:
+        """Frames for a store made with ``config`` (``store_configs``'s, or ``ReplayStore.create``'s)."""
+        return cls(config["frame_shape"], config.get("frame_dtype", np.uint8))
 
     def frame(self) -> np.ndarray:
         self.count += 1
-        return numbered_frame(self.frame_shape, self.count)
+        return numbered_frame(self.frame_shape, self.count, self.frame_dtype)
 
     def stack(self, stack_size: int) -> np.ndarray:
-        return np.array([self.frame() for _ in range(stack_size)], dtype=np.uint8)
+        return np.array([self.frame() for _ in range(stack_size)], dtype=self.frame_dtype)
 
 
 @st.composite
@@ -72,9 +101,11 @@ def store_configs(draw: Any, with_fields: bool = False) -> dict[str, Any]:
     capacity = draw(st.integers(num_envs, 12))
     stack_size = draw(st.integers(1, 4))
     frame_shape = draw(st.sampled_from(FRAME_SHAPES))
+    frame_dtype = draw(st.sampled_from(FRAME_DTYPES))
     action_shape, action_dtype = draw(st.sampled_from(ACTION_SPECS))
     return dict(
         frame_shape=frame_shape,
+        frame_dtype=frame_dtype,
         capacity=capacity,
         stack_size=stack_size,
         num_envs=num_envs,
@@ -159,7 +190,7 @@ def one_env_arguments(data: Any, ref: ReferenceStore, frames: FrameSource, env: 
     if (terminated or truncated) and as_stack and s > 1:
         final = data.draw(st.sampled_from(FINAL_STACKS), label=f"env {env} final next_obs")
         if final == "reset":
-            next_obs = np.array([frames.frame()] * s, dtype=np.uint8)
+            next_obs = np.array([frames.frame()] * s, dtype=frames.frame_dtype)
         elif final == "fresh":
             next_obs = frames.stack(s)
         elif final == "obs":
@@ -179,10 +210,10 @@ def draw_add(data: Any, ref: ReferenceStore, frames: FrameSource) -> AddArgs:
     obs, action, reward, next_obs, terminated, truncated = zip(*per_env)
     return AddArgs(
         fields=fields,
-        obs=np.array(obs, dtype=np.uint8),
+        obs=np.array(obs, dtype=ref.frame_dtype),
         action=np.array(action, dtype=ref.action_dtype),
         reward=np.array(reward, dtype=np.float32),
-        next_obs=np.array(next_obs, dtype=np.uint8),
+        next_obs=np.array(next_obs, dtype=ref.frame_dtype),
         terminated=np.array(terminated, dtype=bool),
         truncated=np.array(truncated, dtype=bool),
     )
@@ -227,11 +258,14 @@ def spoil(args: AddArgs, how: str, ref: ReferenceStore) -> AddArgs | None:
             fields[name] = np.zeros(fields[name].shape, np.complex64)
         return AddArgs(obs, action, reward, next_obs, terminated, args.truncated, fields)
     if how == "obs_dtype":
-        return AddArgs(obs.astype(np.float32), action, reward, next_obs, terminated, args.truncated, args.fields)
+        other = np.float64 if ref.frame_dtype != np.float64 else np.float32
+        return AddArgs(obs.astype(other), action, reward, next_obs, terminated, args.truncated, args.fields)
     if how == "next_obs_dtype":
-        return AddArgs(obs, action, reward, next_obs.astype(np.int16), terminated, args.truncated, args.fields)
+        other = np.int32 if ref.frame_dtype != np.int32 else np.int16
+        with np.errstate(invalid="ignore"):  # NaN and inf become some int32: any value is refused
+            return AddArgs(obs, action, reward, next_obs.astype(other), terminated, args.truncated, args.fields)
     if how == "obs_stack_length":
-        wrong = np.zeros((*lead, ref.stack_size + 1, *ref.frame_shape), dtype=np.uint8)
+        wrong = np.zeros((*lead, ref.stack_size + 1, *ref.frame_shape), dtype=ref.frame_dtype)
         return AddArgs(wrong, action, reward, next_obs, terminated, args.truncated, args.fields)
     if how == "action_shape":
         return AddArgs(obs, np.zeros((*lead, *ref.action_shape, 3), ref.action_dtype), reward, next_obs,
@@ -247,7 +281,15 @@ def spoil(args: AddArgs, how: str, ref: ReferenceStore) -> AddArgs | None:
         if not as_stack or ref.stack_size < 2:
             return None
         target = next_obs if n == 1 else next_obs[-1]
-        target[0] = 255 - target[0]  # next_obs[:-1] no longer equals obs[1:]
+        source = obs if n == 1 else obs[-1]
+        # next_obs[:-1] no longer equals obs[1:]: its oldest frame is obs[1] with every bit flipped (bools
+        # negated), which differs from obs[1] whatever the frames are (flipping next_obs[0] itself would
+        # not do: a final stack that was not shifted can become shifted, as 1-pixel bool frames showed).
+        if ref.frame_dtype == np.bool_:
+            target[0] = ~source[1]
+        else:
+            target[0] = source[1]
+            target[0].view(np.uint8)[...] ^= 0xFF
         # ... in a transition that goes on (one that ends may carry any next_obs).
         truncated = np.array(args.truncated, dtype=bool)
         if n == 1:

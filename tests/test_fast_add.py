@@ -76,7 +76,7 @@ def fast_path_form(args: tuple[Any, ...], num_envs: int) -> tuple[Any, ...]:
 def test_the_fast_path_writes_what_the_general_path_writes(tmp_path_factory, config, data) -> None:
     pair = CountingStore(tmp_path_factory.mktemp("fast"), **config)
     ref = ReferenceStore(**config)
-    frames = FrameSource(config["frame_shape"])
+    frames = FrameSource.of(config)
     try:
         for _ in range(data.draw(st.integers(1, 40), label="adds")):
             args = fast_path_form(draw_add(data, ref, frames).as_tuple(), config["num_envs"])
@@ -268,7 +268,7 @@ def test_every_kind_of_number_that_add_accepts_takes_the_fast_path_and_stores_th
     stores = KindStores(tmp_path_factory.mktemp("kinds"), **config)
     # draw_add supplies the frames and episode ends; the reference only tracks each env's last next_obs.
     frames_ref = ReferenceStore(**{**config, "action_dtype": np.int64})
-    frames = FrameSource(config["frame_shape"])
+    frames = FrameSource.of(config)
     num_envs = config["num_envs"]
     try:
         for i in range(data.draw(st.integers(1, 30), label="adds")):

@@ -203,7 +203,7 @@ def test_n_step_batches_equal_the_reference_for_any_episode_structure(tmp_path_f
 
     path = tmp_path_factory.mktemp("nstep") / "store.mmr"
     ref = ReferenceStore(**config)
-    frames = FrameSource(config["frame_shape"])
+    frames = FrameSource.of(config)
     with ReplayStore.create(path, **config) as store:
         for _ in range(data.draw(st.integers(1, 25), label="adds")):
             args = draw_add(data, ref, frames).as_tuple()

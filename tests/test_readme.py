@@ -294,6 +294,24 @@ def check_reference_encoding(namespace: dict[str, Any]) -> None:
     assert namespace["store"].frame_encoding == "lz4-reference"
 
 
+def setup_any_dtype(namespace: dict[str, Any]) -> None:
+    """One real CartPole-v1 step (float32 states), as a training loop has it."""
+    import gymnasium
+
+    env = gymnasium.make("CartPole-v1")
+    obs, _ = env.reset(seed=0)
+    action = env.action_space.sample()
+    next_obs, reward, terminated, truncated, _ = env.step(action)
+    namespace.update(obs=obs, action=action, reward=reward, next_obs=next_obs, terminated=terminated,
+                     truncated=truncated, rng=np.random.default_rng(0))
+
+
+def check_any_dtype(namespace: dict[str, Any]) -> None:
+    batch = namespace["batch"]
+    assert batch.obs.dtype == np.float32 and batch.obs.shape == (50, 1, 4)
+    np.testing.assert_array_equal(batch.next_obs[0, 0], namespace["next_obs"])
+
+
 EXAMPLES: dict[str, tuple[Callable[[dict[str, Any]], None], Callable[[dict[str, Any]], None]]] = {
     "quickstart": (setup_quickstart, check_quickstart),
     "vector-next-step": (setup_vector_next_step, check_vector_next_step),
@@ -304,6 +322,7 @@ EXAMPLES: dict[str, tuple[Callable[[dict[str, Any]], None], Callable[[dict[str, 
     "datasets": (setup_datasets, check_datasets),
     "fields": (setup_fields, check_fields),
     "reference-encoding": (setup_reference_encoding, check_reference_encoding),
+    "any-dtype": (setup_any_dtype, check_any_dtype),
     "encoded": (setup_encoded, check_encoded),
     "ray-sharded": (setup_ray, check_compiles),
     "rllib-buffer": (setup_ray, check_compiles),

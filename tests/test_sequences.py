@@ -185,7 +185,7 @@ def test_sampling_sequences_from_an_empty_store_says_so(make_pair):
 def test_sequences_equal_the_reference_for_any_episode_structure(tmp_path_factory, config, data, length):
     path = tmp_path_factory.mktemp("seq") / "store.mmr"
     ref = ReferenceStore(**config)
-    frames = FrameSource(config["frame_shape"])
+    frames = FrameSource.of(config)
     with ReplayStore.create(path, **config) as store:
         for _ in range(data.draw(st.integers(1, 25), label="adds")):
             args = draw_add(data, ref, frames).as_tuple()
