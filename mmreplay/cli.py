@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 
 from mmreplay import __version__, drawing, extensions, format
-from mmreplay.building import check_new_path, leftovers
-from mmreplay.errors import CorruptStoreError, MmreplayError, StoreNotFoundError
+from mmreplay.building import check_new_path
+from mmreplay.errors import CorruptStoreError, MmreplayError
 from mmreplay.store import ReplayStore
-from mmreplay.verification import verify_store
+from mmreplay.verification import open_to_describe, verify_store
 
 CHUNK_STEPS = 1024
 
@@ -164,14 +164,7 @@ def _print(arguments: argparse.Namespace, value: Any, text: str) -> None:
 
 def _open(path: str) -> ReplayStore:
     """Open a store to describe it, checking first that the files its contents need are there."""
-    try:
-        store = ReplayStore.open(path, "r")
-    except StoreNotFoundError as error:
-        left = leftovers(Path(path))
-        if left:
-            raise StoreNotFoundError(f"{error}; beside it: {', '.join(p.name for p in left)} (left by a killed "
-                                     "import or export; the next one to this path removes it)") from None
-        raise
+    store = open_to_describe(path)
     missing = store.missing_files()
     if missing:
         store.close()

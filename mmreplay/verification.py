@@ -20,6 +20,18 @@ from mmreplay.store import ReplayStore
 CHUNK_STEPS = 1024
 
 
+def open_to_describe(path: str) -> ReplayStore:
+    """Open a store read-only; a missing one's error names the leftovers of a killed build beside it."""
+    try:
+        return ReplayStore.open(path, "r")
+    except StoreNotFoundError as error:
+        left = leftovers(Path(path))
+        if left:
+            raise StoreNotFoundError(f"{error}; beside it: {', '.join(p.name for p in left)} (left by a killed "
+                                     "import or export; the next one to this path removes it)") from None
+        raise
+
+
 def verify_store(path: str, *, progress: bool = False, max_problems: int = 100) -> dict[str, Any]:
     """Decode every stored transition and check it against the episode table; returns what is wrong.
 
@@ -35,13 +47,7 @@ def verify_store(path: str, *, progress: bool = False, max_problems: int = 100) 
                               "problems": [], "stopped_early": False}
     problems: list[str] = report["problems"]
     try:
-        store = ReplayStore.open(path, "r")
-    except StoreNotFoundError as error:
-        left = leftovers(Path(path))
-        if left:
-            raise StoreNotFoundError(f"{error}; beside it: {', '.join(p.name for p in left)} (left by a killed "
-                                     "import or export; the next one to this path removes it)") from None
-        raise
+        store = open_to_describe(path)
     except CorruptStoreError as error:
         problems.append(f"cannot open the store: {error}")
         return report
