@@ -155,7 +155,7 @@ def spill_frames(path: Path, spill: Path, block: int = 4096) -> np.ndarray:
         try:
             for first in range(0, rows, block):
                 count = min(block, rows - first)
-                read = stream.readinto(memoryview(flat[first : first + count]).cast("B"))  # type: ignore[attr-defined]
+                read = stream.readinto(memoryview(flat[first : first + count]).cast("B"))  # type: ignore[arg-type,unused-ignore]
                 if read != count * row_bytes:
                     raise CorruptStoreError(f"{path}: ends after {first * row_bytes + read} of {rows * row_bytes} "
                                             "bytes: the file is truncated")

@@ -319,7 +319,7 @@ class EncodingReader(TransitionReader):
         self,
         frames: npt.NDArray[np.int64],
         steps: npt.NDArray[np.int64],
-        pixels: npt.NDArray[np.uint8] | None = None,
+        pixels: npt.NDArray[np.generic] | None = None,
         *,
         padded: bool = True,  # the store is not zero-padded (sample_encoded refuses those): nothing to zero
     ) -> npt.NDArray[np.uint8]:

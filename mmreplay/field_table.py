@@ -85,7 +85,7 @@ class FieldTable:
         count = len(next(iter(values.values())))
         if count == 1:  # one env's add: bytes and one CRC, a third of the numpy path's cost
             body = b"".join(
-                np.packbits(values[name]).tobytes() if dtype == "|b1" else values[name].astype(dtype, copy=False).tobytes()
+                np.packbits(values[name].astype(np.bool_, copy=False)).tobytes() if dtype == "|b1" else values[name].astype(dtype, copy=False).tobytes()
                 for name, _, dtype in self.specs
             )
             checksum = row_checksum(body, first_step)
@@ -97,7 +97,7 @@ class FieldTable:
         for name, _, dtype in self.specs:
             value = values[name].reshape(count, -1)
             if value.dtype == np.bool_:
-                parts.append(np.packbits(value, axis=1))
+                parts.append(np.packbits(value.astype(np.bool_, copy=False), axis=1))
             else:
                 parts.append(value.astype(dtype, copy=False).view(np.uint8).reshape(count, -1))
         rows = np.concatenate(parts, axis=1) if len(parts) > 2 or count > 1 else None

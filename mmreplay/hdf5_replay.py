@@ -113,7 +113,7 @@ class Feeder:
         action = np.zeros((n, *store.action_shape), store.action_dtype)
         reward = np.zeros(n, np.float32)
         terminated, truncated, mask = np.zeros(n, bool), np.zeros(n, bool), np.zeros(n, bool)
-        fields = {name: np.zeros((n, *shape), dtype) for name, (shape, dtype) in store.fields.items()}
+        fields: dict[str, Any] = {name: np.zeros((n, *shape), dtype) for name, (shape, dtype) in store.fields.items()}
         for env, (o, a, r, o2, te, tr, values) in self.pending.items():
             obs[env], action[env], reward[env], next_obs[env] = o, a, r, o2
             terminated[env], truncated[env], mask[env] = te, tr, True

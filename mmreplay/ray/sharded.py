@@ -326,7 +326,7 @@ class ShardedReplay:
             batch = decode_batch(part) if isinstance(part, EncodedBatch) else part
             scale = np.float32((info["min_leaf"] / global_min) ** -beta_value)
             batches.append((batch, global_ids(k, info["epoch"], batch.index), batch.weight * scale))
-        joined = {
+        joined: dict[str, Any] = {
             name: np.concatenate([getattr(batch, name) for batch, _, _ in batches])
             for name in ("action", "reward", "terminated", "truncated", "env_index", "discount")
         }
@@ -372,7 +372,7 @@ class ShardedReplay:
                 raise ValueError(f"shard {k}'s rate limit holds sampling back; sample_sequences does not wait")
             parts.append((k, *answer))
         global_min = min(info["min_leaf"] for info in self._infos if info is not None and info["len"] > 0)
-        fields = {name: np.concatenate([getattr(part, name) for _, part, _ in parts])
+        fields: dict[str, Any] = {name: np.concatenate([getattr(part, name) for _, part, _ in parts])
                   for name in ("obs", "action", "reward", "next_obs", "terminated", "truncated", "mask", "env_index")}
         index = np.concatenate([np.where(part.index >= 0, global_ids(k, info["epoch"], np.maximum(part.index, 0)), -1)
                                 for k, part, info in parts])

@@ -199,7 +199,7 @@ class MmreplayEpisodeReplayBuffer(PrioritizedEpisodeReplayBuffer):
             for i in range(count)
         ]
 
-    def _observations(self, stacks: npt.NDArray[np.uint8]) -> npt.NDArray[Any]:
+    def _observations(self, stacks: npt.NDArray[np.generic]) -> npt.NDArray[Any]:
         """(B, stack, H, W) uint8 as the episodes brought them: (B, H, W, stack), uint8 or p/128 - 1."""
         # Converted in the stored layout, into a recycled array (a fresh 3.6 MB array costs ~900 first-touch
         # page faults, several ms on a VM), then handed out as channels-last views: RLlib's connectors
