@@ -9,7 +9,7 @@ block's rate is measured in wall time and in the process's CPU time (which leave
 processes held the CPU). Prints the median block rates and their ratios as markdown.
 
     .venv/bin/python benchmarks/bench_add_paths.py                  # pong, 40,000 adds per form
-    .venv/bin/python benchmarks/bench_add_paths.py --adds 100000 --data-dir ../shared/data
+    .venv/bin/python benchmarks/bench_add_paths.py --adds 100000
 """
 
 from __future__ import annotations
