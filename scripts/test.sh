@@ -11,9 +11,10 @@ if [ "${MMREPLAY_REQUIRE_EXTENSION:-0}" = "1" ]; then
   .venv/bin/python -c "import mmreplay.codec as c, mmreplay.sum_tree as t, mmreplay.reference_codec as r, sys; sys.exit(0 if c.ACCELERATED and t.ACCELERATED and r.ACCELERATED else 'a compiled extension (_lz4batch, _sumtree, _lz4ref) did not build')"
 fi
 .venv/bin/python scripts/atari_frames.py   # the real frames the tests read: recorded with ALE once (~10 s), then cached
-# The Ray and RLlib tests run in their own venv below (ray[rllib] pins another gymnasium).
+# The Ray and RLlib tests, and the README's Ray examples, run in their own venv below (ray[rllib] pins
+# another gymnasium).
 .venv/bin/python -m pytest tests --ignore=tests/test_ray_sharded.py --ignore=tests/test_ray_cluster.py \
-  --ignore=tests/test_rllib_buffer.py "$@"
+  --ignore=tests/test_rllib_buffer.py -k "not ray-sharded and not rllib-buffer" "$@"
 echo "--- again without the compiled extensions (MMREPLAY_PURE_PYTHON=1): store semantics, real frames, corruption, sum tree, reference frames"
 MMREPLAY_PURE_PYTHON=1 .venv/bin/python -m pytest -q tests/test_store_model.py tests/test_store_semantics.py \
   tests/test_real_frames.py tests/test_corruption.py tests/test_frame_errors.py tests/test_codec.py \
