@@ -13,6 +13,7 @@ from hypothesis import settings
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # reference.py, strategies.py
 
 from reference import ReferenceStore, assert_store_matches
+from strategies import frame
 
 from mmreplay import ReplayStore
 
@@ -24,6 +25,18 @@ settings.load_profile("mmreplay")
 def store_path(tmp_path: Path) -> Path:
     """A path where no store exists yet (its parent does)."""
     return tmp_path / "store.mmr"
+
+
+@pytest.fixture
+def store_dir(tmp_path: Path) -> Path:
+    """For the CLI tests: two episodes of env 0 (terminated after 3, in progress after 2) in a store of 40x40 frames."""
+    path = tmp_path / "s.mmr"
+    with ReplayStore.create(path, frame_shape=(40, 40), capacity=32) as store:
+        for n in (1, 2, 3):
+            store.add(frame(n * 10, (40, 40)), n, 1.0, frame(n * 10 + 10, (40, 40)), n == 3, False)
+        for n in (7, 8):
+            store.add(frame(n * 10, (40, 40)), n, 0.5, frame(n * 10 + 10, (40, 40)), False, False)
+    return path
 
 
 @pytest.fixture

@@ -16,18 +16,6 @@ from mmreplay import ReplayStore
 from mmreplay.cli import main
 
 
-@pytest.fixture
-def store_dir(tmp_path: Path) -> Path:
-    """Two episodes of env 0 (terminated after 3, in progress after 2) in a store of 40x40 frames."""
-    path = tmp_path / "s.mmr"
-    with ReplayStore.create(path, frame_shape=(40, 40), capacity=32) as store:
-        for n in (1, 2, 3):
-            store.add(frame(n * 10, (40, 40)), n, 1.0, frame(n * 10 + 10, (40, 40)), n == 3, False)
-        for n in (7, 8):
-            store.add(frame(n * 10, (40, 40)), n, 0.5, frame(n * 10 + 10, (40, 40)), False, False)
-    return path
-
-
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     status = main(list(argv))
     out, err = capsys.readouterr()

@@ -17,25 +17,9 @@ from strategies import frame
 
 from mmreplay import ReplayStore, export_hdf5
 from mmreplay.cli import main
+from test_cli import run
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def store_dir(tmp_path: Path) -> Path:
-    path = tmp_path / "s.mmr"
-    with ReplayStore.create(path, frame_shape=(40, 40), capacity=32) as store:
-        for n in (1, 2, 3):
-            store.add(frame(n * 10, (40, 40)), n, 1.0, frame(n * 10 + 10, (40, 40)), n == 3, False)
-        for n in (7, 8):
-            store.add(frame(n * 10, (40, 40)), n, 0.5, frame(n * 10 + 10, (40, 40)), False, False)
-    return path
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    status = main(list(argv))
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 @pytest.mark.parametrize("fps", ["0", "-5", "nan"])
