@@ -134,6 +134,51 @@ static uint32_t crc32_fold(const unsigned char *buf, size_t len, uint32_t crc)
 
 static int use_fold; /* set at import when the CPU has PCLMULQDQ and SSE4.1 */
 
+/* Inputs under 64 bytes (a transition row, a small frame such as CartPole's 18-byte block, the tail
+ * after folding): slicing-by-8 over tables of zlib's polynomial, 8 independent lookups per 8 bytes.
+ * zlib 1.2.13 steps byte by byte below 64 bytes, each step waiting on the last: 20.7 against 5.9 ns
+ * for 18 bytes, 32.5 against 8.7 ns for 26 (-O2, the AMD development VM). Little-endian hosts only. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define MMREPLAY_HAVE_SLICE8 1
+static uint32_t crc_tables[8][256];
+
+static void
+crc_tables_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) {
+            c = (c & 1) ? (c >> 1) ^ 0xEDB88320u : c >> 1;
+        }
+        crc_tables[0][i] = c;
+    }
+    for (int t = 1; t < 8; t++) {
+        for (int i = 0; i < 256; i++) {
+            crc_tables[t][i] = (crc_tables[t - 1][i] >> 8) ^ crc_tables[0][crc_tables[t - 1][i] & 0xFF];
+        }
+    }
+}
+
+static uint32_t
+crc32_short(uint32_t crc, const unsigned char *buf, size_t len)
+{
+    const uint32_t(*t)[256] = (const uint32_t(*)[256])crc_tables;
+    crc = ~crc;
+    for (; len >= 8; buf += 8, len -= 8) {
+        uint32_t low, high;
+        memcpy(&low, buf, 4);
+        memcpy(&high, buf + 4, 4);
+        low ^= crc;
+        crc = t[7][low & 0xFF] ^ t[6][(low >> 8) & 0xFF] ^ t[5][(low >> 16) & 0xFF] ^ t[4][low >> 24]
+              ^ t[3][high & 0xFF] ^ t[2][(high >> 8) & 0xFF] ^ t[1][(high >> 16) & 0xFF] ^ t[0][high >> 24];
+    }
+    for (; len > 0; buf++, len--) {
+        crc = t[0][(crc ^ *buf) & 0xFF] ^ (crc >> 8);
+    }
+    return ~crc;
+}
+#endif
+
 static uint32_t
 frame_crc32(uint32_t crc, const unsigned char *buf, size_t len)
 {
@@ -145,7 +190,42 @@ frame_crc32(uint32_t crc, const unsigned char *buf, size_t len)
         len -= chunk;
     }
 #endif
+#ifdef MMREPLAY_HAVE_SLICE8
+    if (len < 64) {
+        return crc32_short(crc, buf, len);
+    }
+#endif
     return len ? (uint32_t)crc32(crc, (const Bytef *)buf, (uInt)len) : crc;
+}
+
+/* Decodes one lz4 block of `length` bytes into exactly frame_nbytes bytes at dst; whether it did.
+ * A block of literals only (a single sequence: its token, the length's extra bytes, then the literals,
+ * to the block's end; what lz4 makes of a frame too small or too random to compress, such as a
+ * CartPole state) is copied as it stands: that is what LZ4_decompress_safe does with it, at a
+ * tenth of its ~12 ns setup for a 16-byte frame. Anything else goes to LZ4_decompress_safe. */
+static int
+decode_block(const char *src, int length, char *dst, int frame_nbytes)
+{
+    const unsigned char *in = (const unsigned char *)src;
+    if (length > 0) {
+        long literals = in[0] >> 4;
+        int header = 1;
+        if (literals == 15) {
+            unsigned char extra;
+            do {
+                if (header >= length) {
+                    break;
+                }
+                extra = in[header++];
+                literals += extra;
+            } while (extra == 255 && literals <= frame_nbytes);
+        }
+        if (literals == frame_nbytes && header + literals == length) {
+            memcpy(dst, src + header, (size_t)frame_nbytes);
+            return 1;
+        }
+    }
+    return LZ4_decompress_safe(src, dst, length, frame_nbytes) == frame_nbytes;
 }
 
 #define MAX_THREADS 16
@@ -192,8 +272,7 @@ decode_range(const Batch *b, Py_ssize_t start, Py_ssize_t stop)
             int length = (int)b->lengths[i]; /* range-checked when sources[i] was set */
             if (src == NULL
                 || frame_crc32(b->seeds[i], (const unsigned char *)src, (size_t)length) != b->checksums[i]
-                || LZ4_decompress_safe(src, b->out + (size_t)i * (size_t)b->frame_nbytes, length,
-                                       b->frame_nbytes) != b->frame_nbytes) {
+                || !decode_block(src, length, b->out + (size_t)i * (size_t)b->frame_nbytes, b->frame_nbytes)) {
                 return i;
             }
         }
@@ -503,9 +582,27 @@ layout_fits(const EntryLayout *layout)
            && layout->checksum + 4 <= layout->size && layout->link >= 0 && layout->link + 4 <= layout->size;
 }
 
-static uint64_t
+static inline uint64_t
 read_le(const unsigned char *p, int bytes)
 {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    /* one load, where the byte loop below costs one per byte */
+    if (bytes == 8) {
+        uint64_t value;
+        memcpy(&value, p, 8);
+        return value;
+    }
+    if (bytes == 4) {
+        uint32_t value;
+        memcpy(&value, p, 4);
+        return value;
+    }
+    if (bytes == 2) {
+        uint16_t value;
+        memcpy(&value, p, 2);
+        return value;
+    }
+#endif
     uint64_t value = 0;
     for (int k = bytes - 1; k >= 0; k--) {
         value = (value << 8) | p[k];
@@ -522,49 +619,87 @@ ring_slot(int64_t step, int64_t slots)
     return slot < 0 ? slot + slots : slot;
 }
 
-/* Fills sources/lengths/checksums/seeds from the table entries of steps; 0 when every frame lies in
- * the bytes written and in a view, 1 when one does not (the caller takes its general path), -1 with
- * a Python error set. Acquires each view's buffer once, into buffers[]. */
+/* ring_slot(step, slots) for a step near anchor, a multiple of slots: without a division (15 to 40
+ * cycles, and a sampled batch needs several per transition) when the step lies within one lap of it,
+ * as the steps of a batch do; any other step takes ring_slot. */
+static inline int64_t
+ring_slot_near(int64_t step, int64_t anchor, int64_t slots)
+{
+    int64_t offset;
+    if (!__builtin_sub_overflow(step, anchor, &offset) && offset >= -slots && offset < 2 * slots) {
+        return offset < 0 ? offset + slots : offset >= slots ? offset - slots : offset;
+    }
+    return ring_slot(step, slots);
+}
+
+/* Copies a row of size bytes (at most 256) word by word: memcpy of a size known only at run time
+ * compiles to `rep movs`, whose start-up costs more than copying a 26-byte row. */
+static inline void
+copy_row(unsigned char *copy, const unsigned char *row, Py_ssize_t size)
+{
+    Py_ssize_t k = 0;
+    for (; k + 8 <= size; k += 8) {
+        memcpy(copy + k, row + k, 8);
+    }
+    for (; k < size; k++) {
+        copy[k] = row[k];
+    }
+}
+
+/* Fills sources/lengths/checksums/seeds from the table entries of steps (in table slots[i], or steps[i]
+ * mod frame_slots where slots is NULL); 0 when every frame lies in the bytes written and in a view, 1
+ * when one does not (the caller takes its general path), -1 with a Python error set. Acquires each
+ * view's buffer once, into buffers[]. */
 static int
 locate_entries(PyObject *views, long long base, const Py_buffer *table, long long frame_slots,
-               const EntryLayout *layout, const int64_t *steps, Py_ssize_t n, uint32_t seed_multiplier,
-               long long segment_bytes, long long bytes_written, const char **sources, int64_t *lengths,
-               uint32_t *checksums, uint32_t *seeds, Py_buffer *buffers, Py_ssize_t *acquired)
+               const EntryLayout *layout, const int64_t *steps, const int64_t *slots, Py_ssize_t n,
+               uint32_t seed_multiplier, long long segment_bytes, long long bytes_written, const char **sources,
+               int64_t *lengths, uint32_t *checksums, uint32_t *seeds, Py_buffer *buffers, Py_ssize_t *acquired)
 {
     BatchViews batch;
     if (batch_views_open(&batch, views, buffers, acquired) < 0) {
         return -1;
     }
     const unsigned char *entries = (const unsigned char *)table->buf;
+    /* The segment of the last frame, [segment_start, segment_start + segment_bytes): most frames of a
+     * batch lie in the same one as the frame before, and need no division to find it. */
+    uint64_t segment_start = 1, segment_end = 0;
+    const Py_buffer *buffer = NULL;
     int status = 0;
     for (Py_ssize_t i = 0; i < n && status == 0; i++) {
         if (steps[i] < 0) {
             status = 1;
             break;
         }
-        const unsigned char *entry = entries + (size_t)(steps[i] % frame_slots) * (size_t)layout->size;
+        int64_t slot = slots != NULL ? slots[i] : steps[i] % frame_slots;
+        const unsigned char *entry = entries + (size_t)slot * (size_t)layout->size;
         uint64_t position = read_le(entry + layout->position, 8);
         uint64_t length = read_le(entry + layout->length, (int)layout->length_bytes);
         if (position > (uint64_t)bytes_written || length > (uint64_t)bytes_written - position) {
             status = 1;
             break;
         }
-        long long view = (long long)(position / (uint64_t)segment_bytes) - base;
-        uint64_t offset = position % (uint64_t)segment_bytes;
-        if (view < 0 || view >= batch.count) {
-            status = 1;
-            break;
+        if (position < segment_start || position >= segment_end) {
+            long long view = (long long)(position / (uint64_t)segment_bytes) - base;
+            if (view < 0 || view >= batch.count) {
+                status = 1;
+                break;
+            }
+            buffer = batch_views_get(&batch, (Py_ssize_t)view);
+            if (buffer == NULL) {
+                status = -1;
+                break;
+            }
+            segment_start = position - position % (uint64_t)segment_bytes;
+            segment_end = segment_start + (uint64_t)segment_bytes;
         }
-        const Py_buffer *buffer = batch_views_get(&batch, (Py_ssize_t)view);
-        if (buffer == NULL) {
-            status = -1;
-            break;
-        }
+        uint64_t offset = position - segment_start;
         if (offset > (uint64_t)buffer->len || length > (uint64_t)buffer->len - offset) {
             status = 1;
             break;
         }
         sources[i] = (const char *)buffer->buf + offset;
+        __builtin_prefetch(sources[i], 0, 0); /* the frame's first bytes: their misses overlap the next lookups */
         lengths[i] = (int64_t)length;
         checksums[i] = (uint32_t)read_le(entry + layout->checksum, 4);
         seeds[i] = (uint32_t)((uint64_t)steps[i] * seed_multiplier + read_le(entry + layout->link, 4));
@@ -629,7 +764,7 @@ lz4batch_decode_entries(PyObject *module, PyObject *args)
         PyErr_NoMemory();
         goto done;
     }
-    int located = locate_entries(views, base, &table, frame_slots, &layout, (const int64_t *)steps.buf, n,
+    int located = locate_entries(views, base, &table, frame_slots, &layout, (const int64_t *)steps.buf, NULL, n,
                                  (uint32_t)seed_multiplier, segment_bytes, bytes_written, sources, lengths, words,
                                  words + count, buffers, &acquired);
     if (located < 0) {
@@ -838,7 +973,7 @@ lz4batch_gather_fields(PyObject *module, PyObject *args)
     Py_ssize_t bad = -1;
     for (Py_ssize_t i = 0; i < n; i++) {
         /* Unpack a checked copy: a writer may overwrite the row meanwhile. */
-        memcpy(copy, rows + ring_slot(step[i], row_slots) * row_size, (size_t)row_size);
+        copy_row(copy, rows + ring_slot(step[i], row_slots) * row_size, row_size);
         const unsigned char *row = copy;
         if (bad < 0 && row_checksum(row, row_size, step[i], version_3) != (uint32_t)read_le(row, 4)) {
             bad = i;
@@ -917,6 +1052,180 @@ done:
     PyBuffer_Release(&table);
     PyBuffer_Release(&next_frames);
     PyBuffer_Release(&out);
+    return result;
+}
+
+/* read_transitions(rows, row_slots, env_bytes, version_3, table, frame_slots, layout, seed_multiplier,
+ *                  segment_bytes, bytes_written, views, base, steps, stack_size, zero_padding,
+ *                  pixels, action, reward, terminated, truncated, env_index, discount, threads) -> bool
+ *   A batch of transitions in one call (TransitionReader.transitions' fast path): gather_fields over the
+ *   rows of steps (rows, row_slots, env_bytes, version_3 as gather_fields takes them), follow_links from
+ *   each next_obs frame back stack_size frames, decode_entries of those stack_size + 1 frames into
+ *   pixels (n rows of stack_size + 1 frames; table, frame_slots, layout, seed_multiplier, segment_bytes,
+ *   bytes_written, views and base as decode_entries takes them), and, with zero_padding, zeroes each
+ *   padding frame (column c < stack_size holding the same frame step as column c + 1:
+ *   stacking.padding_columns). discount[i] (float32) is set to 0 where transition i terminated.
+ *   True when every row matches its checksum and none is DETACHED, and every frame lies in the bytes
+ *   written and in a view, matches its CRC and decodes; False otherwise, the arrays then unspecified:
+ *   the caller's general path reads the batch again, and names what failed. Compiled as one call
+ *   because for small frames (CartPole's 16 bytes) the numpy and Python steps between the three
+ *   compiled ones cost as much as the compiled work itself. */
+static PyObject *
+lz4batch_read_transitions(PyObject *module, PyObject *args)
+{
+    Py_buffer rows_buf, table, steps_buf, pixels, action, reward, terminated, truncated, env_index, discount;
+    long long row_slots, frame_slots, segment_bytes, bytes_written, base;
+    int env_bytes, version_3, zero_padding, threads;
+    EntryLayout layout;
+    unsigned long seed_multiplier;
+    Py_ssize_t stack_size;
+    PyObject *views_arg;
+    if (!PyArg_ParseTuple(args, "y*Lipy*L(nnnnnn)kLLOLy*npw*w*w*w*w*w*w*i:read_transitions", &rows_buf, &row_slots,
+                          &env_bytes, &version_3, &table, &frame_slots, &layout.size, &layout.position,
+                          &layout.length, &layout.checksum, &layout.link, &layout.length_bytes, &seed_multiplier,
+                          &segment_bytes, &bytes_written, &views_arg, &base, &steps_buf, &stack_size, &zero_padding,
+                          &pixels, &action, &reward, &terminated, &truncated, &env_index, &discount, &threads)) {
+        return NULL;
+    }
+    PyObject *result = NULL, *views = NULL;
+    char *scratch = NULL;
+    Py_buffer *buffers = NULL;
+    Py_ssize_t acquired = 0;
+    Py_ssize_t n = steps_buf.len / 8, columns = stack_size + 1, m = n * columns;
+    Py_ssize_t row_size = row_slots > 0 ? rows_buf.len / row_slots : 0;
+    Py_ssize_t action_offset = 17 + env_bytes; /* checksum, next_delta, frame_lead, env, reward, flags */
+    Py_ssize_t action_bytes = row_size - action_offset;
+    Py_ssize_t frame_nbytes = m > 0 ? pixels.len / m : 0;
+    if (row_slots <= 0 || (env_bytes != 1 && env_bytes != 2) || action_bytes < 0 || rows_buf.len != row_slots * row_size
+        || row_size > 256 || action.len != n * action_bytes || stack_size < 1 || stack_size > 1024
+        || frame_slots <= 0 || segment_bytes <= 0 || bytes_written < 0 || !layout_fits(&layout)
+        || table.len != frame_slots * layout.size || (m > 0 && (frame_nbytes <= 0 || frame_nbytes > INT_MAX))
+        || pixels.len != m * frame_nbytes || threads < 1 || threads > MAX_THREADS) {
+        PyErr_SetString(PyExc_ValueError, "read_transitions: tables, layouts, pixels or action size out of range");
+        goto done;
+    }
+    if (check_array(&steps_buf, "steps", n, 8) < 0 || check_array(&reward, "reward", n, 4) < 0
+        || check_array(&terminated, "terminated", n, 1) < 0 || check_array(&truncated, "truncated", n, 1) < 0
+        || check_array(&env_index, "env_index", n, 8) < 0 || check_array(&discount, "discount", n, 4) < 0) {
+        goto done;
+    }
+    views = PySequence_Fast(views_arg, "views must be a sequence of buffers");
+    if (views == NULL) {
+        goto done;
+    }
+    if (n == 0) {
+        result = Py_NewRef(Py_True);
+        goto done;
+    }
+    /* frames, their table slots and lengths int64[m], sources[m], checksums and seeds uint32[m], row slots
+     * int64[n] */
+    size_t count = (size_t)m;
+    scratch = PyMem_Malloc(count * (3 * sizeof(int64_t) + sizeof(const char *) + 2 * sizeof(uint32_t))
+                           + (size_t)n * sizeof(int64_t));
+    Py_ssize_t buffer_count = PySequence_Fast_GET_SIZE(views) < m ? PySequence_Fast_GET_SIZE(views) : m;
+    buffers = PyMem_Malloc((size_t)(buffer_count > 0 ? buffer_count : 1) * sizeof(*buffers));
+    if (scratch == NULL || buffers == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *frames = (int64_t *)scratch;
+    int64_t *frame_slot = frames + count, *lengths = frame_slot + count, *row_slot = lengths + count;
+    const char **sources = (const char **)(row_slot + n);
+    uint32_t *checksums = (uint32_t *)(sources + count), *seeds = checksums + count;
+
+    /* The rows: checked copies, unpacked into the batch's arrays (as gather_fields). */
+    const unsigned char *rows = (const unsigned char *)rows_buf.buf;
+    const unsigned char *entries = (const unsigned char *)table.buf;
+    const int64_t *step = (const int64_t *)steps_buf.buf;
+    int64_t row_anchor = step[0] - ring_slot(step[0], row_slots);
+    for (Py_ssize_t i = 0; i < n; i++) { /* sampled rows lie far apart: overlap their cache misses */
+        row_slot[i] = ring_slot_near(step[i], row_anchor, row_slots);
+        __builtin_prefetch(rows + row_slot[i] * row_size, 0, 0);
+    }
+    unsigned char copy[256];
+    int64_t frame_anchor = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        copy_row(copy, rows + row_slot[i] * row_size, row_size);
+        unsigned char flags = copy[16 + env_bytes];
+        if (row_checksum(copy, row_size, step[i], version_3) != (uint32_t)read_le(copy, 4) || (flags & 8) != 0) {
+            result = Py_NewRef(Py_False);
+            goto done;
+        }
+        int64_t next_frame = step[i] + (int64_t)read_le(copy + 8, 4);
+        if (i == 0) {
+            frame_anchor = next_frame - ring_slot(next_frame, frame_slots);
+        }
+        Py_ssize_t newest = i * columns + stack_size;
+        frames[newest] = next_frame;
+        frame_slot[newest] = ring_slot_near(next_frame, frame_anchor, frame_slots);
+        __builtin_prefetch(entries + frame_slot[newest] * layout.size, 0, 0);
+        uint32_t reward_bits = (uint32_t)read_le(copy + 12 + env_bytes, 4);
+        ((int64_t *)env_index.buf)[i] = (int64_t)read_le(copy + 12, env_bytes);
+        memcpy((char *)reward.buf + 4 * i, &reward_bits, 4);
+        ((unsigned char *)terminated.buf)[i] = (flags & 1) != 0;
+        ((unsigned char *)truncated.buf)[i] = (flags & 2) != 0;
+        if (flags & 1) {
+            ((float *)discount.buf)[i] = 0.0f;
+        }
+        memcpy((char *)action.buf + i * action_bytes, copy + action_offset, (size_t)action_bytes);
+    }
+    /* The stacks, back from each next_obs frame through the entries' links (as follow_links). */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t *stack = frames + i * columns, *stack_slots = frame_slot + i * columns;
+        int64_t frame = stack[stack_size];
+        for (Py_ssize_t c = stack_size - 1; c >= 0; c--) {
+            frame -= (int64_t)read_le(entries + stack_slots[c + 1] * layout.size + layout.link, 4);
+            stack[c] = frame;
+            stack_slots[c] = ring_slot_near(frame, frame_anchor, frame_slots);
+        }
+    }
+    int located = locate_entries(views, base, &table, frame_slots, &layout, frames, frame_slot, m,
+                                 (uint32_t)seed_multiplier, segment_bytes, bytes_written, sources, lengths, checksums,
+                                 seeds, buffers, &acquired);
+    if (located != 0) {
+        result = located < 0 ? NULL : Py_NewRef(Py_False);
+        goto done;
+    }
+    Batch batch = {sources, lengths, checksums, seeds, (char *)pixels.buf, (int)frame_nbytes, m};
+    if (threads > (m + BLOCK_FRAMES - 1) / BLOCK_FRAMES) {
+        threads = (int)((m + BLOCK_FRAMES - 1) / BLOCK_FRAMES);
+    }
+    Py_ssize_t bad;
+    Py_BEGIN_ALLOW_THREADS
+    bad = decode_all(&batch, threads);
+    Py_END_ALLOW_THREADS
+    if (bad == -2) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (bad == -1 && zero_padding) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const int64_t *stack = frames + i * columns;
+            for (Py_ssize_t c = 0; c < stack_size; c++) {
+                if (stack[c] == stack[c + 1]) {
+                    memset((char *)pixels.buf + (size_t)(i * columns + c) * (size_t)frame_nbytes, 0, (size_t)frame_nbytes);
+                }
+            }
+        }
+    }
+    result = Py_NewRef(bad == -1 ? Py_True : Py_False);
+done:
+    for (Py_ssize_t k = 0; k < acquired; k++) {
+        PyBuffer_Release(&buffers[k]);
+    }
+    PyMem_Free(buffers);
+    PyMem_Free(scratch);
+    Py_XDECREF(views);
+    PyBuffer_Release(&rows_buf);
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&steps_buf);
+    PyBuffer_Release(&pixels);
+    PyBuffer_Release(&action);
+    PyBuffer_Release(&reward);
+    PyBuffer_Release(&terminated);
+    PyBuffer_Release(&truncated);
+    PyBuffer_Release(&env_index);
+    PyBuffer_Release(&discount);
     return result;
 }
 
@@ -1149,6 +1458,12 @@ static PyMethodDef lz4batch_methods[] = {
     {"follow_links", lz4batch_follow_links, METH_VARARGS,
      "follow_links(table, frame_slots, entry_size, link_offset, next_frames, out) -> None\n\n"
      "Frame stacks: each row of out (int64, n x columns) ends with next_frames[i] and steps back by links."},
+    {"read_transitions", lz4batch_read_transitions, METH_VARARGS,
+     "read_transitions(rows, row_slots, env_bytes, version_3, table, frame_slots, layout, seed_multiplier,\n"
+     "                 segment_bytes, bytes_written, views, base, steps, stack_size, zero_padding, pixels,\n"
+     "                 action, reward, terminated, truncated, env_index, discount, threads) -> bool\n\n"
+     "A batch of transitions in one call: rows checked and unpacked, stacks followed, frames decoded; False\n"
+     "(the arrays unspecified) when a row or frame fails or a row is DETACHED."},
     {"append_frames", lz4batch_append_frames, METH_VARARGS,
      "append_frames(frames, prev_deltas, first_step, table, frame_slots, layout, seed_multiplier, descriptor,\n"
      "              segment_start, offset, segment_bytes) -> int\n\n"
@@ -1171,6 +1486,9 @@ PyInit__lz4batch(void)
 #ifdef MMREPLAY_HAVE_FOLD
     __builtin_cpu_init();
     use_fold = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+#endif
+#ifdef MMREPLAY_HAVE_SLICE8
+    crc_tables_init();
 #endif
     PyObject *module = PyModule_Create(&lz4batch_module);
     if (module != NULL && PyModule_AddIntConstant(module, "LZ4_VERSION", LZ4_versionNumber()) < 0) {

@@ -86,6 +86,31 @@ class Batch(_Record):
     def __post_init__(self, user_fields: dict[str, npt.NDArray[np.generic]] | None) -> None:
         self._keep_user_fields(user_fields)
 
+    @classmethod
+    def _assemble(
+        cls,
+        obs: npt.NDArray[np.generic],
+        action: npt.NDArray[np.generic],
+        reward: npt.NDArray[np.float32],
+        next_obs: npt.NDArray[np.generic],
+        terminated: npt.NDArray[np.bool_],
+        truncated: npt.NDArray[np.bool_],
+        index: npt.NDArray[np.int64],
+        env_index: npt.NDArray[np.int64],
+        weight: npt.NDArray[np.float32],
+        discount: npt.NDArray[np.float32],
+        user_fields: dict[str, npt.NDArray[np.generic]],
+    ) -> Batch:
+        """``Batch(...)`` for the read path: the same record, its attributes set at once rather than one
+        ``object.__setattr__`` at a time as a frozen dataclass's ``__init__`` does (0.5 against 1.7 us, a
+        tenth of sampling a batch of small frames). ``user_fields`` is kept as given (a new dict)."""
+        batch = object.__new__(cls)
+        batch.__dict__.update(
+            obs=obs, action=action, reward=reward, next_obs=next_obs, terminated=terminated, truncated=truncated,
+            index=index, env_index=env_index, weight=weight, discount=discount, user_fields=user_fields,
+        )
+        return batch
+
     def __len__(self) -> int:
         return len(self.index)
 

@@ -46,6 +46,12 @@ _SPLIT_MIN_BYTES = 512 << 10
 _MAX_THREADS = 16
 
 
+def decode_threads(nbytes: int) -> int:
+    """How many threads decode a batch of ``nbytes`` decoded bytes: two from ``_SPLIT_MIN_BYTES``. Tiny
+    batches (CartPole's 1.6 KB) never wake a helper: that would cost more than their whole decode."""
+    return 2 if nbytes >= _SPLIT_MIN_BYTES else 1
+
+
 def compress(frame: npt.NDArray[np.uint8]) -> bytes:
     """Compress one contiguous frame; the uncompressed size is not stored (the store knows it)."""
     payload: bytes = lz4.block.compress(frame, store_size=False)
@@ -101,7 +107,7 @@ def decode_batch(
     )
     if accelerated and _lz4batch is not None:
         if threads is None:
-            threads = 2 if n * frame_nbytes >= _SPLIT_MIN_BYTES else 1
+            threads = decode_threads(n * frame_nbytes)
         elif not 1 <= threads <= _MAX_THREADS:
             raise ValueError(f"threads is {threads}; expected 1 to {_MAX_THREADS}")
         # The extension checks each segment against len(views), with the message below.
@@ -140,7 +146,7 @@ def decode_from_table(
     if _lz4batch is None or len(frame_steps) == 0:
         return _lz4batch is not None
     frame_nbytes = out.nbytes // len(frame_steps)
-    threads = 2 if out.nbytes >= _SPLIT_MIN_BYTES else 1
+    threads = decode_threads(out.nbytes)
     steps = np.ascontiguousarray(frame_steps, np.int64)
     return bool(
         _lz4batch.decode_entries(

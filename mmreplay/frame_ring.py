@@ -419,6 +419,18 @@ class FrameRing:
                 frame_step=int(frame_steps[bad]),
             )
 
+    def compiled_frames(self) -> tuple[object, ...] | None:
+        """What ``_lz4batch.read_transitions`` takes to decode this ring's frames as ``decode_into``'s fast
+        path does: (table, frame_slots, layout, seed multiplier, segment_bytes, bytes_written, views, first
+        segment of views); None where that path cannot run (no extension, a reference ring, no segment
+        views kept yet). A frame outside the views makes that call decline, and the general path of
+        ``decode_into`` then maps its segment."""
+        if self._view_cache is None or self._with_refs or _lz4batch is None:
+            return None
+        base, views = self._view_cache
+        return (self._table, self.frame_slots, self._layout, _SEED_MULTIPLIER, self.segment_bytes, self.bytes_written,
+                views, base)
+
     def blocks(
         self, frame_steps: npt.NDArray[np.int64]
     ) -> tuple[bytes, npt.NDArray[np.int64], npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:

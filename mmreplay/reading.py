@@ -14,7 +14,7 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import stacking
+from mmreplay import codec, extensions, stacking
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.field_table import FieldArrays, FieldTable
 from mmreplay.frame_ring import FrameChecksumError, FrameRing
@@ -22,6 +22,8 @@ from mmreplay.transition_table import TERMINATED, TRUNCATED, TransitionTable, de
 from mmreplay.windows import follow_episodes, n_step_returns
 
 T = TypeVar("T", Batch, SequenceBatch)
+
+_lz4batch = extensions.load("_lz4batch")  # its read_transitions is ``transitions``' fast path
 
 
 class SharedOutError(ValueError):
@@ -68,6 +70,10 @@ class TransitionReader:
         becomes the batch's: zeroed in place where a transition terminated (no bootstrapping past it). With
         ``padded=False`` a zero-padding store's stacks come back as stored (the first frame repeated):
         what the writer compares the next add's obs with."""
+        if out is None:
+            batch = self._compiled_transitions(steps, weight=weight, discount=discount, padded=padded)
+            if batch is not None:
+                return batch
         fields = self.table.read_fields(steps)
         # In place, and count_nonzero rather than any(): numpy's ufunc calls cost microseconds on arrays
         # of a batch, as much as reading the batch's small frames (CartPole's: benchmarks/bench_classic.py).
@@ -95,6 +101,42 @@ class TransitionReader:
             discount=discount,
             user_fields=self._fields(steps),
         ))
+
+    def _compiled_transitions(
+        self,
+        steps: npt.NDArray[np.int64],
+        *,
+        weight: npt.NDArray[np.float32],
+        discount: npt.NDArray[np.float32],
+        padded: bool,
+    ) -> Batch | None:
+        """``transitions`` in one compiled call (``_lz4batch.read_transitions``): rows checked and
+        unpacked, stacks followed and frames decoded straight into the new batch's arrays. None where that
+        call cannot read the batch (no extension, a reference ring, a DETACHED row, a row or frame that
+        fails its check, a frame outside the segments mapped so far): the general path then reads it,
+        and raises what the failure was. Every check of the general path is made here too."""
+        rows = self.table.compiled_rows
+        frames = None if rows is None else self.frames.compiled_frames()
+        if frames is None:
+            return None
+        assert _lz4batch is not None
+        n = len(steps)
+        pixels = np.empty((n, self.stack_size + 1, *self.frame_shape), self.frame_dtype)
+        action = np.empty(n, self.table.batch_action)
+        reward = np.empty(n, np.float32)
+        terminated = np.empty(n, np.bool_)
+        truncated = np.empty(n, np.bool_)
+        env_index = np.empty(n, np.int64)
+        steps = np.ascontiguousarray(steps, np.int64)
+        if not _lz4batch.read_transitions(
+            *rows, *frames, steps, self.stack_size, self.zero_padding and padded, pixels, action, reward,
+            terminated, truncated, env_index, discount, codec.decode_threads(pixels.nbytes),
+        ):
+            return None
+        return Batch._assemble(
+            pixels[:, : self.stack_size], action, reward, pixels[:, -self.stack_size :], terminated, truncated,
+            steps, env_index, weight, discount, self._fields(steps),
+        )
 
     def n_step(
         self,

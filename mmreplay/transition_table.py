@@ -133,6 +133,8 @@ class TransitionTable:
         self._rows: npt.NDArray[np.void] = self._mapping.view(np.ndarray)
         self._bytes = self._rows.view(np.uint8).reshape(-1).data if writable else None
         self._reservation = BlockReservation(path) if writable else None
+        # What _lz4batch.read_transitions takes to read rows as gather_fields does; None where it cannot.
+        self.compiled_rows = (self._rows, row_slots, self._env_bytes, version_3) if self._gather_fields else None
 
     @classmethod
     def create(cls, path: Path, *, dtype: np.dtype, row_slots: int) -> TransitionTable:
@@ -211,6 +213,12 @@ class TransitionTable:
     @property
     def dtype(self) -> np.dtype:
         return self._rows.dtype
+
+    @property
+    def batch_action(self) -> np.dtype:
+        """A batch's action: the stored field in native byte order, as ``(base, shape)`` (``np.empty(n,
+        batch_action)`` is then ``(n, *shape)`` of the base dtype)."""
+        return self._action
 
     def link(self, step: int, next_step: int) -> None:
         """Record that ``next_step`` continues the episode of ``step`` (same env)."""
@@ -331,4 +339,5 @@ class TransitionTable:
             self._mapping.flush()
         if self._reservation is not None:
             self._reservation.close()
+        self.compiled_rows = None
         del self._rows, self._mapping, self._bytes
