@@ -52,6 +52,10 @@ class TransitionReader:
         self.frame_shape = frames.frame_shape
         self.frame_dtype = frames.frame_dtype
         self.action_dtype = action_dtype
+        # What the compiled read of a batch (``_compiled_transitions``) needs, fixed for the reader's life.
+        self._compiled = _lz4batch is not None and table.compiled_rows is not None
+        self._columns = (stack_size + 1, *self.frame_shape)  # frames per transition, then a frame's shape
+        self._batch_action = table.batch_action
 
     def transition_frames(self, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         next_frames = next_frame_steps(self.table.read(steps), steps)
@@ -70,8 +74,8 @@ class TransitionReader:
         becomes the batch's: zeroed in place where a transition terminated (no bootstrapping past it). With
         ``padded=False`` a zero-padding store's stacks come back as stored (the first frame repeated):
         what the writer compares the next add's obs with."""
-        if out is None:
-            batch = self._compiled_transitions(steps, weight=weight, discount=discount, padded=padded)
+        if out is None and self._compiled:
+            batch = self._compiled_transitions(steps, weight, discount, padded)
             if batch is not None:
                 return batch
         fields = self.table.read_fields(steps)
@@ -105,24 +109,27 @@ class TransitionReader:
     def _compiled_transitions(
         self,
         steps: npt.NDArray[np.int64],
-        *,
         weight: npt.NDArray[np.float32],
         discount: npt.NDArray[np.float32],
         padded: bool,
     ) -> Batch | None:
-        """``transitions`` in one compiled call (``_lz4batch.read_transitions``): rows checked and
-        unpacked, stacks followed and frames decoded straight into the new batch's arrays. None where that
-        call cannot read the batch (no extension, a reference ring, a DETACHED row, a row or frame that
-        fails its check, a frame outside the segments mapped so far): the general path then reads it,
-        and raises what the failure was. Every check of the general path is made here too."""
+        """``transitions`` without ``out``, in one compiled call (``_lz4batch.read_transitions``): rows
+        checked and unpacked, stacks followed and frames decoded straight into the new batch's arrays.
+        None where that call does not read the batch (a reference ring or no segment views yet, a DETACHED
+        row, a row or frame that fails its check, a frame outside the segments mapped so far): the general
+        path then reads it, and raises what failed. Every check of the general path is made here too.
+
+        For small frames this is most of a batch's cost saved: CartPole's 16-byte frames decode in a
+        fraction of the ~10 numpy and Python steps that the general path takes around its three compiled
+        calls (``benchmarks/bench_classic.py``)."""
         rows = self.table.compiled_rows
-        frames = None if rows is None else self.frames.compiled_frames()
-        if frames is None:
+        frames = self.frames.compiled_frames()
+        if rows is None or frames is None:
             return None
         assert _lz4batch is not None
         n = len(steps)
-        pixels = np.empty((n, self.stack_size + 1, *self.frame_shape), self.frame_dtype)
-        action = np.empty(n, self.table.batch_action)
+        pixels = np.empty((n, *self._columns), self.frame_dtype)
+        action = np.empty(n, self._batch_action)
         reward = np.empty(n, np.float32)
         terminated = np.empty(n, np.bool_)
         truncated = np.empty(n, np.bool_)
@@ -133,9 +140,10 @@ class TransitionReader:
             terminated, truncated, env_index, discount, codec.decode_threads(pixels.nbytes),
         ):
             return None
+        size = self.stack_size
         return Batch._assemble(
-            pixels[:, : self.stack_size], action, reward, pixels[:, -self.stack_size :], terminated, truncated,
-            steps, env_index, weight, discount, self._fields(steps),
+            pixels[:, :size], action, reward, pixels[:, -size:], terminated, truncated, steps, env_index, weight,
+            discount, {} if self.field_table is None else self.field_table.read(steps),
         )
 
     def n_step(
