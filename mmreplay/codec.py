@@ -52,6 +52,12 @@ def decode_threads(nbytes: int) -> int:
     return 2 if nbytes >= _SPLIT_MIN_BYTES else 1
 
 
+def rows_on_two_threads(row_nbytes: int) -> int:
+    """The fewest rows of ``row_nbytes`` decoded bytes each that ``decode_threads`` splits over two
+    threads, for a caller that decides per batch from its row count alone."""
+    return -(-_SPLIT_MIN_BYTES // row_nbytes)
+
+
 def compress(frame: npt.NDArray[np.uint8]) -> bytes:
     """Compress one contiguous frame; the uncompressed size is not stored (the store knows it)."""
     payload: bytes = lz4.block.compress(frame, store_size=False)

@@ -56,6 +56,8 @@ class TransitionReader:
         self._compiled = _lz4batch is not None and table.compiled_rows is not None
         self._columns = (stack_size + 1, *self.frame_shape)  # frames per transition, then a frame's shape
         self._batch_action = table.batch_action
+        # Batches of this many transitions or more decode on two threads (codec.decode_threads).
+        self._split_rows = codec.rows_on_two_threads((stack_size + 1) * frames.frame_nbytes)
 
     def transition_frames(self, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         next_frames = next_frame_steps(self.table.read(steps), steps)
@@ -134,10 +136,11 @@ class TransitionReader:
         terminated = np.empty(n, np.bool_)
         truncated = np.empty(n, np.bool_)
         env_index = np.empty(n, np.int64)
-        steps = np.ascontiguousarray(steps, np.int64)
+        if steps.dtype != np.int64 or not steps.flags.c_contiguous:
+            steps = np.ascontiguousarray(steps, np.int64)
         if not _lz4batch.read_transitions(
             *rows, *frames, steps, self.stack_size, self.zero_padding and padded, pixels, action, reward,
-            terminated, truncated, env_index, discount, codec.decode_threads(pixels.nbytes),
+            terminated, truncated, env_index, discount, 1 if n < self._split_rows else 2,
         ):
             return None
         size = self.stack_size

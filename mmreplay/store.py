@@ -901,7 +901,8 @@ class ReplayStore:
         comes back in new arrays, obs and next_obs separate, rather than raising (``batches(reuse=True)``,
         which then refills that batch)."""
         self._check_open("sample")
-        check_out(out, Batch)
+        if out is not None:
+            check_out(out, Batch)
         # What a training loop passes at every call (Python ints and floats in range) is taken as it
         # stands: the parse_* calls cost ~0.6 us, a twentieth of sampling a batch of small frames. Any
         # other value goes through them, accepted or refused as always.
