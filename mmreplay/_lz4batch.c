@@ -1229,6 +1229,51 @@ done:
     return result;
 }
 
+/* prefetch_rows(table, row_slots, steps) -> None: starts fetching the rows of steps (int64) into the
+ * CPU's caches and returns at once, so that their misses (a page walk and a memory read each, in a
+ * table of millions of rows) overlap the caller's work before it reads them (read_transitions). A
+ * hint: steps that are not a buffer of aligned int64 are ignored, and every address lies in the table. */
+static PyObject *
+lz4batch_prefetch_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "prefetch_rows(table, row_slots, steps) takes 3 arguments");
+        return NULL;
+    }
+    long long row_slots = PyLong_AsLongLong(args[1]);
+    if (row_slots == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    Py_buffer table, steps;
+    if (PyObject_GetBuffer(args[0], &table, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[2], &steps, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&table);
+        return NULL;
+    }
+    Py_ssize_t n = steps.len / 8, row_size = row_slots > 0 ? table.len / row_slots : 0;
+    PyObject *result = NULL;
+    if (row_slots <= 0 || table.len != row_slots * row_size) {
+        PyErr_SetString(PyExc_ValueError, "prefetch_rows: table size and row_slots do not agree");
+        goto done;
+    }
+    if (steps.len != n * 8 || (uintptr_t)steps.buf % 8 != 0) {
+        n = 0;
+    }
+    const unsigned char *rows = (const unsigned char *)table.buf;
+    const int64_t *step = (const int64_t *)steps.buf;
+    int64_t anchor = n > 0 ? step[0] - ring_slot(step[0], row_slots) : 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        __builtin_prefetch(rows + ring_slot_near(step[i], anchor, row_slots) * row_size, 0, 3);
+    }
+    result = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&steps);
+    return result;
+}
+
 /* Writes all of data at offset of descriptor (pwrite may write less than asked); 0, or -1 with errno. */
 static int
 write_all(int descriptor, const char *data, size_t length, off_t offset)
@@ -1458,6 +1503,8 @@ static PyMethodDef lz4batch_methods[] = {
     {"follow_links", lz4batch_follow_links, METH_VARARGS,
      "follow_links(table, frame_slots, entry_size, link_offset, next_frames, out) -> None\n\n"
      "Frame stacks: each row of out (int64, n x columns) ends with next_frames[i] and steps back by links."},
+    {"prefetch_rows", (PyCFunction)(void (*)(void))lz4batch_prefetch_rows, METH_FASTCALL,
+     "prefetch_rows(table, row_slots, steps) -> None\n\nStart fetching the rows of these steps into the CPU's caches."},
     {"read_transitions", lz4batch_read_transitions, METH_VARARGS,
      "read_transitions(rows, row_slots, env_bytes, version_3, table, frame_slots, layout, seed_multiplier,\n"
      "                 segment_bytes, bytes_written, views, base, steps, stack_size, zero_padding, pixels,\n"

@@ -59,6 +59,16 @@ class TransitionReader:
         # Batches of this many transitions or more decode on two threads (codec.decode_threads).
         self._split_rows = codec.rows_on_two_threads((stack_size + 1) * frames.frame_nbytes)
 
+    def prefetch(self, steps: npt.NDArray[np.int64]) -> None:
+        """Start fetching the rows of these steps into the CPU's caches, and return at once: a hint for a
+        read of them that follows. Sampled rows of a large store each cost a page walk and a memory read;
+        issued before the caller's other work on the batch (its weights, the batch's arrays), those
+        overlap it rather than stalling the read (~0.7 us of ~19 in a CartPole batch of a 1,000,000
+        transition store)."""
+        if self._compiled and len(steps):
+            assert _lz4batch is not None and self.table.compiled_rows is not None
+            _lz4batch.prefetch_rows(self.table.compiled_rows[0], self.table.row_slots, steps)
+
     def transition_frames(self, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         next_frames = next_frame_steps(self.table.read(steps), steps)
         return self.frames.stacks(next_frames, self.stack_size)

@@ -920,6 +920,7 @@ class ReplayStore:
         def draw_and_read() -> Batch:
             with self._lock:
                 steps = self._draw(batch_size, generator)
+                reading.prefetch(steps)
                 weight = self._sampler.weights(steps, beta=beta)
                 if n_step == 1:
                     discount = np.empty(batch_size, np.float32)
