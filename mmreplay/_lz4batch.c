@@ -159,7 +159,7 @@ crc_tables_init(void)
     }
 }
 
-static uint32_t
+static inline uint32_t
 crc32_short(uint32_t crc, const unsigned char *buf, size_t len)
 {
     const uint32_t(*t)[256] = (const uint32_t(*)[256])crc_tables;
@@ -829,6 +829,11 @@ row_crc(const unsigned char *row, Py_ssize_t row_size, int64_t step)
 {
     unsigned char step_bytes[8];
     write_le(step_bytes, (uint64_t)step, 8);
+#ifdef MMREPLAY_HAVE_SLICE8
+    if (row_size < 64 + 8) { /* most rows: both parts in the short CRC, inlined */
+        return crc32_short(crc32_short(0, step_bytes, 8), row + 8, (size_t)(row_size - 8));
+    }
+#endif
     uint32_t crc = frame_crc32(0, step_bytes, 8);
     return frame_crc32(crc, row + 8, (size_t)(row_size - 8));
 }

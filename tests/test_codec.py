@@ -15,6 +15,8 @@ import zlib
 import numpy as np
 import numpy.typing as npt
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from atari_data import load_stream
 from extension_status import absent_reason
 
@@ -391,3 +393,37 @@ def test_a_forked_child_decodes_on_two_threads_after_its_parent_did() -> None:
         time.sleep(0.01)
     os.kill(pid, 9)
     pytest.fail("the forked child never finished its decode (waiting on its parent's helpers)")
+
+
+@pytest.mark.skipif(not codec.ACCELERATED, reason=NOT_BUILT)
+@settings(max_examples=400, deadline=None)
+@given(
+    frame_nbytes=st.integers(1, 300),
+    literals=st.integers(0, 600),
+    token_low=st.integers(0, 15),
+    trailing=st.binary(max_size=3),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_a_block_of_literals_only_decodes_exactly_where_python_lz4_decodes_it(
+    frame_nbytes: int, literals: int, token_low: int, trailing: bytes, seed: int
+) -> None:
+    """The extension copies a block of literals only (CartPole's frames compress to one) without liblz4's
+    decoder: it must accept exactly the blocks python-lz4 accepts, with the same bytes, whatever the
+    token's low nibble, the length's extra bytes, the literal count and bytes after them. Each block's
+    CRC matches, so that the decode alone decides."""
+    rng = np.random.default_rng(seed)
+    header = bytes([min(literals, 15) << 4 | token_low])
+    if literals >= 15:
+        rest = literals - 15
+        header += b"\xff" * (rest // 255) + bytes([rest % 255])
+    payload = header + rng.integers(0, 256, literals, dtype=np.uint8).tobytes() + trailing
+    results = []
+    for accelerated in (True, False):
+        arrays = [np.array([value], dtype) for value, dtype in [(0, np.int64), (0, np.int64), (len(payload), np.int64),
+                  (codec.checksum(payload, seed), np.uint32), (seed, np.int64)]]
+        out = np.zeros((1, frame_nbytes), np.uint8)
+        bad = codec.decode_batch(*arrays, out, views=[memoryview(payload)], accelerated=accelerated)  # type: ignore[arg-type]
+        results.append((bad, out.tobytes() if bad == -1 else None))
+    assert results[0] == results[1]
+    if literals == frame_nbytes and not trailing:
+        assert results[0] == (-1, payload[len(header) :])
