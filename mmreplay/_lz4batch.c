@@ -35,6 +35,9 @@
  * follow_links(table, frame_slots, entry_size, link_offset, next_frames, out) -> None: the frame ring's
  *   stacks (stacking.transition_frames over its table). These are index work of a sampled batch, compiled
  *   because in numpy they cost ~33 us a batch, a quarter of its decode (12 us compiled).
+ * read_transitions(...) -> bool: gather_fields, follow_links and decode_entries of a plain batch in one
+ *   call (TransitionReader.transitions' fast path; see below). prefetch_rows(table, row_slots, steps):
+ *   a hint that starts fetching a batch's rows before read_transitions reads them.
  *
  * append_frames(...) -> int and write_rows(...) -> None: add's fast path (ReplayStore._add_single_frames):
  *   compress frames and write them with their frame-table entries (FrameRing.append_frames), and write

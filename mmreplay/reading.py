@@ -63,7 +63,7 @@ class TransitionReader:
         """Start fetching the rows of these steps into the CPU's caches, and return at once: a hint for a
         read of them that follows. Sampled rows of a large store each cost a page walk and a memory read;
         issued before the caller's other work on the batch (its weights, the batch's arrays), those
-        overlap it rather than stalling the read (~0.7 us of ~19 in a CartPole batch of a 1,000,000
+        overlap it rather than stalling the read (0.5 to 0.7 us of ~18 in a CartPole batch of a 1,000,000
         transition store)."""
         if self._compiled and len(steps):
             assert _lz4batch is not None and self.table.compiled_rows is not None
