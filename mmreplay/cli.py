@@ -297,7 +297,7 @@ def _verify(arguments: argparse.Namespace) -> int:
 
 def _export(arguments: argparse.Namespace) -> int:
     from mmreplay.hdf5 import export_hdf5
-    from mmreplay.hdf5_minari import DATASET_ID
+    from mmreplay.hdf5.minari_layout import DATASET_ID
 
     if arguments.layout == "minari" and arguments.dataset_id is not None and not DATASET_ID.match(arguments.dataset_id):
         raise ValueError(f"--dataset-id must look like '[namespace/]name-v0' (Minari's rule); got "

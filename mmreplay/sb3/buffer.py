@@ -14,7 +14,7 @@ stored as they happened; ``handle_timeout_termination`` only decides what ``samp
 The store outlives the buffer: a buffer made at a path that holds a store reopens it (SB3 builds the
 buffer again at ``DQN.load`` from the ``replay_buffer_kwargs`` saved in the zip), a pickled buffer is
 the store's absolute path and the counters, and unpickling reopens it. See ``MmreplayBuffer``.
-Stable-Baselines3 and torch are imported by this module only; ``mmreplay.sb3_observations`` maps
+Stable-Baselines3 and torch are imported by this module only; ``mmreplay.sb3.observations`` maps
 observation spaces onto frames and SB3's ``dones`` onto the store.
 """
 
@@ -38,7 +38,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 from mmreplay.batch import Batch
 from mmreplay.errors import StoreLockedError
-from mmreplay.sb3_observations import DoneFlags, StackingCheck, StackMismatch, StoreLayout, check_layout, frame_layout
+from mmreplay.sb3.observations import DoneFlags, StackingCheck, StackMismatch, StoreLayout, check_layout, frame_layout
 from mmreplay.store import ReplayStore
 from mmreplay.validation import parse_number, parse_positive_int
 
