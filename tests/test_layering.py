@@ -44,9 +44,9 @@ ALLOWED = {
     # The public API, and the records it returns (Episode, from episodes); files for building an
     # export beside its target (make_sibling_directory, building.SiblingBuild), as the store builds itself.
     "serialization": {"store", "episodes", "files", "building"},
-    # The command line prints the on-disk format version (format.FORMAT_VERSION) beside the layout, and
-    # refuses output paths as imports and exports do (building.check_new_path) and names their leftovers.
-    "integrations": {"store", "episodes", "format", "building"} | SERIALIZATION,
+    # The command line refuses output paths as imports and exports do (building.check_new_path) and
+    # names their leftovers.
+    "integrations": {"store", "episodes", "building"} | SERIALIZATION,
 }
 # Only these modules import a third-party codec or file format directly.
 THIRD_PARTY_OWNERS = {
