@@ -7,8 +7,10 @@
 
 Vocabulary bridge. SB3 says *done* where mmreplay says terminated or truncated: a done env whose
 ``info["TimeLimit.truncated"]`` is true was truncated, any other done env terminated. Both flags are
-stored as they happened; ``handle_timeout_termination`` only decides what ``sample`` returns as
-``dones`` (SB3's rule: terminated only when True, terminated or truncated when False). SB3's
+stored as they happened; ``handle_timeout_termination`` decides what ``sample`` returns as ``dones``
+(SB3's rule: terminated only when True, terminated or truncated when False), and, when True, that an
+env marked ``TimeLimit.truncated`` but not done was truncated too (SB3's buffer records that timeout
+then, and its n-step windows stop there; VecEnvs never send it, a caller's own ``add`` may). SB3's
 ``buffer_size`` is the capacity in transitions, kept as ``buffer_size // n_envs`` rows of ``n_envs``.
 
 The store outlives the buffer: a buffer made at a path that holds a store reopens it (SB3 builds the
@@ -252,10 +254,12 @@ class MmreplayBuffer(ReplayBuffer):
         infos: Sequence[Mapping[str, Any]] | Mapping[str, Any],
     ) -> None:
         """Record one row: a transition of each env. ``next_obs`` is the true next observation (SB3
-        puts ``infos[i]["terminal_observation"]`` there for done envs)."""
+        puts ``infos[i]["terminal_observation"]`` there for done envs). An env that is not done but whose
+        ``TimeLimit.truncated`` is true was truncated too when ``handle_timeout_termination`` is True:
+        SB3's buffer records its timeout, and its n-step windows stop there."""
         store = self._writer()
         done = np.asarray(done).reshape(self.n_envs).astype(bool)
-        truncated = done & self._timeouts(infos)
+        truncated = (done | self.handle_timeout_termination) & self._timeouts(infos)
         obs_array, next_obs_array = self._parse_obs(obs, "obs"), self._parse_obs(next_obs, "next_obs")
         going_on = ~done.reshape(-1)
         if self._stacking is not None and going_on.any():
