@@ -270,7 +270,8 @@ class MmreplayBuffer(ReplayBuffer):
         first = 0 if self.n_envs == 1 else slice(None)
         store.add(
             obs_array[first],
-            np.asarray(action).reshape((self.n_envs, self.action_dim))[first],
+            # Cast as SB3's buffer casts when it stores (float64 actions of a float64 space to float32, GH#1145).
+            np.asarray(action).reshape((self.n_envs, self.action_dim)).astype(self._layout.action_dtype)[first],
             np.asarray(reward, dtype=np.float32).reshape(self.n_envs)[first],
             next_obs_array[first],
             (done & ~truncated)[first],
