@@ -22,7 +22,6 @@ from abc import ABCMeta
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from gymnasium import spaces
 
