@@ -5,6 +5,7 @@ corrupt link can make them."""
 
 from __future__ import annotations
 
+import json
 import zlib
 
 import numpy as np
@@ -130,3 +131,87 @@ def test_read_fields_unpacks_what_read_gives_and_fails_at_the_same_row(tmp_path_
     np.testing.assert_array_equal(fields.truncated, (rows["flags"] & 2) != 0)
     np.testing.assert_array_equal(fields.env_index, rows["env"].astype(np.int64))
     table.close()
+
+
+# -- the compiled read of a batch, against the general path, on damaged files ----------------------
+
+
+@pytest.fixture(scope="module")
+def damaged_store(tmp_path_factory):
+    """A closed store of float32 (4,) frames, stacks of 4, wrapped around, with ended episodes."""
+    from mmreplay import ReplayStore
+
+    path = tmp_path_factory.mktemp("damage") / "s.mmr"
+    states = np.random.default_rng(5).normal(size=(80, 4)).astype(np.float32)
+    with ReplayStore.create(path, frame_shape=(4,), capacity=30, stack_size=4, frame_dtype=np.float32,
+                            stack_padding="zeros") as store:
+        obs = states[0]
+        for i in range(1, 80):
+            store.add(obs, np.int64(i), float(i), states[i], i % 17 == 0, i % 23 == 0)
+            obs = states[i]
+    return path
+
+
+def _outcome(read):
+    """Every array of the batch ``read`` returns, or the type and message of what it raised."""
+    from dataclasses import fields
+
+    from mmreplay import CorruptStoreError
+
+    try:
+        batch = read()
+    except (CorruptStoreError, IndexError) as error:
+        return type(error).__name__, str(error)
+    return [(item.name, getattr(batch, item.name).tobytes()) for item in fields(batch)]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    flips=st.lists(st.tuples(st.sampled_from(["transitions.tbl", "frames-0.idx", "frames/0000000000.seg"]),
+                             st.floats(0, 1, exclude_max=True), st.integers(0, 7)), min_size=1, max_size=4),
+    picks=st.lists(st.integers(49, 78), min_size=1, max_size=40),
+)
+def test_read_transitions_gives_what_the_general_path_gives_on_damaged_files(damaged_store, flips, picks) -> None:
+    """Bits flipped in live rows, live frame-table entries or live frames of an open store (its maps see
+    them): the compiled read of a batch (``_lz4batch.read_transitions``) returns the batch the general
+    path returns, bit for bit, or declines and the general path raises; never a different batch."""
+    from mmreplay import ReplayStore
+
+    steps = np.array(picks, np.int64)
+    with ReplayStore.open(damaged_store, "r") as store:
+        store.read(steps)  # maps the segment: the compiled read can run
+        reader = store._reader
+        assert reader._compiled and reader.frames.compiled_frames() is not None
+        originals = []
+        header = json.loads((damaged_store / "header.json").read_text())
+        commit, layout = header["commit"], header["layout"]
+        live_frames = commit["frames_written"] - commit["frame_tail"]
+        for name, where, bit in flips:  # a bit of a live row, a live frame entry, or a live frame's bytes
+            path = damaged_store / name
+            if name == "transitions.tbl":
+                offset = ((49 + int(where * 30)) % layout["row_slots"]) * 26 + int(where * 30 * 26) % 26
+            elif name == "frames-0.idx":
+                frame = commit["frame_tail"] + int(where * live_frames)
+                offset = (frame % commit["frame_slots"]) * 18 + int(where * live_frames * 18) % 18
+            else:
+                offset = int(where * commit["bytes_written"])
+            data = path.read_bytes()
+            originals.append((path, offset, data[offset]))
+            with open(path, "r+b") as file:
+                file.seek(offset)
+                file.write(bytes([data[offset] ^ (1 << bit)]))
+        try:
+            def read(compiled: bool):
+                reader._compiled = compiled
+                try:
+                    ones = np.ones(len(steps), np.float32)
+                    return _outcome(lambda: reader.transitions(steps, weight=ones, discount=ones.copy()))
+                finally:
+                    reader._compiled = True
+
+            assert read(True) == read(False)
+        finally:
+            for path, offset, byte in reversed(originals):
+                with open(path, "r+b") as file:
+                    file.seek(offset)
+                    file.write(bytes([byte]))
