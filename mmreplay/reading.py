@@ -24,6 +24,7 @@ from mmreplay.windows import follow_episodes, n_step_returns
 T = TypeVar("T", Batch, SequenceBatch)
 
 _lz4batch = extensions.load("_lz4batch")  # its read_transitions is ``transitions``' fast path
+_NO_DETACHED = np.zeros(0, np.bool_)  # for _pixels_of: a batch the compiled read holds has no DETACHED row
 
 
 class SharedOutError(ValueError):
@@ -53,11 +54,21 @@ class TransitionReader:
         self.frame_dtype = frames.frame_dtype
         self.action_dtype = action_dtype
         # What the compiled read of a batch (``_compiled_transitions``) needs, fixed for the reader's life.
-        self._compiled = _lz4batch is not None and table.compiled_rows is not None
+        # A subclass that decodes its own way (encoded.EncodingReader keeps the frames compressed) reads
+        # through its _decode: the compiled read, which decodes into the batch, is the base class's.
+        self._compiled = (
+            _lz4batch is not None and table.compiled_rows is not None and type(self)._decode is TransitionReader._decode
+        )
         self._columns = (stack_size + 1, *self.frame_shape)  # frames per transition, then a frame's shape
         self._batch_action = table.batch_action
         # Batches of this many transitions or more decode on two threads (codec.decode_threads).
         self._split_rows = codec.rows_on_two_threads((stack_size + 1) * frames.frame_nbytes)
+        # (dtype, shape after the batch axis) of a batch's action, reward, terminated, truncated,
+        # env_index, index, weight and discount: what an ``out`` batch's arrays must be.
+        action = table.batch_action
+        self._batch_arrays = [(action.base, action.shape)] + [
+            (np.dtype(dtype), ()) for dtype in (np.float32, np.bool_, np.bool_, np.int64, np.int64, np.float32, np.float32)
+        ]
 
     def prefetch(self, steps: npt.NDArray[np.int64]) -> None:
         """Start fetching the rows of these steps into the CPU's caches, and return at once: a hint for a
@@ -86,8 +97,11 @@ class TransitionReader:
         becomes the batch's: zeroed in place where a transition terminated (no bootstrapping past it). With
         ``padded=False`` a zero-padding store's stacks come back as stored (the first frame repeated):
         what the writer compares the next add's obs with."""
-        if out is None and self._compiled:
-            batch = self._compiled_transitions(steps, weight, discount, padded)
+        if self._compiled:
+            if out is None:
+                batch = self._compiled_transitions(steps, weight, discount, padded)
+            else:
+                batch = self._compiled_refill(out, steps, weight, discount, padded)
             if batch is not None:
                 return batch
         fields = self.table.read_fields(steps)
@@ -158,6 +172,57 @@ class TransitionReader:
             pixels[:, :size], action, reward, pixels[:, -size:], terminated, truncated, steps, env_index, weight,
             discount, {} if self.field_table is None else self.field_table.read(steps),
         )
+
+    def _compiled_refill(
+        self,
+        out: Batch,
+        steps: npt.NDArray[np.int64],
+        weight: npt.NDArray[np.float32],
+        discount: npt.NDArray[np.float32],
+        padded: bool,
+    ) -> Batch | None:
+        """``_compiled_transitions`` into ``out``'s arrays: ``out`` refilled and returned, or None where
+        that call declines or ``out`` is not a batch it can fill as it stands (obs and next_obs separate,
+        or any array not the one this store's batch has): the general path then refills it, or raises
+        what is wrong with it, in its own order. ``out``'s contents are then unspecified, as when the
+        general path raises."""
+        rows = self.table.compiled_rows
+        frames = self.frames.compiled_frames()
+        if rows is None or frames is None:
+            return None
+        assert _lz4batch is not None
+        n = len(steps)
+        try:
+            pixels, separate = self._pixels_of(out, steps.shape, _NO_DETACHED)
+        except ValueError:
+            return None
+        targets = (out.action, out.reward, out.terminated, out.truncated, out.env_index, out.index, out.weight,
+                   out.discount)
+        # Separate obs and next_obs hold 2 * stack_size frames a row: the compiled read's layout (stack_size + 1)
+        # only for stacks of one frame.
+        if (separate and self.stack_size > 1) or not all(
+            type(target) is np.ndarray and target.dtype == dtype and target.shape[1:] == shape
+            and len(target) == n and target.flags.c_contiguous and target.flags.writeable
+            for target, (dtype, shape) in zip(targets, self._batch_arrays)
+        ):
+            return None
+        if steps.dtype != np.int64 or not steps.flags.c_contiguous:
+            steps = np.ascontiguousarray(steps, np.int64)
+        assert pixels is not None
+        if not _lz4batch.read_transitions(
+            *rows, *frames, steps, self.stack_size, self.zero_padding and padded, pixels, *targets[:5], discount,
+            1 if n < self._split_rows else 2,
+        ):
+            return None
+        np.copyto(out.index, steps)
+        np.copyto(out.weight, weight)
+        np.copyto(out.discount, discount)
+        if self.field_table is not None:
+            return _filled(out, Batch._assemble(
+                out.obs, out.action, out.reward, out.next_obs, out.terminated, out.truncated, out.index,
+                out.env_index, out.weight, out.discount, self.field_table.read(steps),
+            ))
+        return out if not out.fields else None
 
     def n_step(
         self,

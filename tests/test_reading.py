@@ -93,6 +93,41 @@ def test_sampled_and_read_batches_equal_the_reference_for_every_frame_dtype_and_
         assert_discounts(batch, 1.0)
 
 
+@pytest.mark.parametrize("stack_size", [1, 4])
+@pytest.mark.parametrize("frame_dtype", DTYPES, ids=DTYPE_IDS)
+def test_a_batch_refilled_in_place_equals_a_fresh_one_for_every_frame_dtype_and_stack_size(
+    tmp_path: Path, frame_dtype, stack_size: int
+) -> None:
+    """``sample(out=...)`` with a batch an earlier call returned: the same batch object, refilled with
+    exactly what a fresh call with an equal generator returns; a batch whose obs and next_obs share
+    frames refuses one that holds a final observation stored as given (DETACHED), as always."""
+    from dataclasses import fields
+
+    config = dict(frame_shape=(4,), capacity=40, stack_size=stack_size, frame_dtype=frame_dtype)
+    ref = ReferenceStore(**config)
+    plan = [(6, (True, False), True), (9, (False, True), False), (30, (False, False), False)]
+    refused = refilled = 0
+    with ReplayStore.create(tmp_path / "s.mmr", **config) as store:
+        record(store, ref, plan, stacks=True, source=FrameSource((4,), frame_dtype))
+        out = store.sample(16, rng=np.random.default_rng(100), gamma=0.5)
+        for seed in range(40):
+            fresh = store.sample(16, rng=np.random.default_rng(seed), gamma=0.5)
+            try:
+                batch = store.sample(16, rng=np.random.default_rng(seed), gamma=0.5, out=out)
+            except ValueError as error:
+                assert "stored as given" in str(error) and stack_size > 1
+                refused += 1
+                out = fresh
+                continue
+            refilled += 1
+            assert batch is out
+            assert_batch_matches(batch, ref)
+            assert_discounts(batch, 0.5)
+            for item in fields(batch):
+                assert np.array_equal(bits(getattr(batch, item.name)), bits(getattr(fresh, item.name))), item.name
+    assert refilled > 10
+
+
 # -- the pure-Python path --------------------------------------------------------------------------
 
 PURE_SAMPLES = """
