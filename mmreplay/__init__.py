@@ -5,7 +5,15 @@ neighbouring frames at sample time, never crossing an episode start.
 """
 
 from mmreplay.batch import Batch, SequenceBatch
-from mmreplay.encoded import EncodedBatch, EncodedFrames, decode_batch, encode_frames, encode_stacks
+from mmreplay.encoded import (
+    EncodedBatch,
+    EncodedFrames,
+    EncodedSequenceBatch,
+    decode_batch,
+    decode_sequences,
+    encode_frames,
+    encode_stacks,
+)
 from mmreplay.errors import (
     ClosedStoreError,
     CorruptStoreError,
@@ -31,6 +39,7 @@ __all__ = [
     "ClosedStoreError",
     "EncodedBatch",
     "EncodedFrames",
+    "EncodedSequenceBatch",
     "CorruptStoreError",
     "FormatVersionError",
     "MmreplayError",
@@ -45,6 +54,7 @@ __all__ = [
     "StepsEvictedError",
     "UniformSampler",
     "decode_batch",
+    "decode_sequences",
     "encode_frames",
     "encode_stacks",
     "export_hdf5",

@@ -24,7 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay import codec
-from mmreplay.batch import Batch
+from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.errors import CorruptStoreError
 from mmreplay.frame_encoding import FrameEncoder
 from mmreplay.frame_ring import FrameChecksumError
@@ -54,32 +54,79 @@ class EncodedFrames:
         """Bytes of blocks, lengths, checksums and seeds: what sending these frames costs."""
         return len(self.data) + self.lengths.nbytes + self.checksums.nbytes + self.seeds.nbytes
 
+    def blocks(self, order: npt.NDArray[np.int64]) -> BlockRefs:
+        """Where frames ``order`` (indices into these frames, any shape, repeats allowed) lie in ``data``:
+        each one's start, length, checksum and seed, shaped as ``order``."""
+        starts = np.zeros(len(self) + 1, np.int64)
+        np.cumsum(self.lengths, out=starts[1:])
+        return BlockRefs(np.zeros(order.shape, np.int64), starts[order], self.lengths[order], self.checksums[order],
+                         self.seeds[order].astype(np.int64))
+
     def decode(self, order: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.uint8]:
         """The frames' pixels, (n, *frame_shape) uint8, in ``order`` (indices into these frames, repeats
         allowed; by default each once), each checked against its checksum: ``CorruptStoreError`` if one
         fails or does not decode to exactly one frame."""
         if order is None:
             order = np.arange(len(self), dtype=np.int64)
-        starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
         pixels = np.empty((len(order), *self.frame_shape), np.uint8)
-        bad = codec.decode_batch(
-            np.zeros(len(order), np.int64),
-            starts[order],
-            self.lengths[order],
-            self.checksums[order],
-            self.seeds[order].astype(np.int64),
-            pixels.reshape(len(order), -1),
-            views=[memoryview(self.data)],
-        )
-        if bad >= 0:
-            raise CorruptStoreError(
-                f"encoded frame {int(order[bad])} fails its checksum or does not decode to one frame of shape "
-                f"{self.frame_shape}: it was damaged on the way, or made by another codec than encode_frames"
-            )
+        decode_blocks([self], self.blocks(order), pixels, numbers=order)
         return pixels
 
     def __repr__(self) -> str:
         return f"EncodedFrames(frames={len(self)}, frame_shape={self.frame_shape}, nbytes={self.nbytes:,})"
+
+
+@dataclass(frozen=True)
+class BlockRefs:
+    """Frames among the blocks of several ``EncodedFrames`` (the *sources*): frame i is the block of
+    ``lengths[i]`` bytes at ``starts[i]`` of source ``sources[i]``, with its checksum and CRC seed. Arrays
+    of any one shape (rows of a batch by their frames); ``take`` and ``join`` rearrange them, so that
+    the frames of a batch drawn from several shards decode in one compiled call (``decode_blocks``)."""
+
+    sources: npt.NDArray[np.int64]
+    starts: npt.NDArray[np.int64]
+    lengths: npt.NDArray[np.int64]
+    checksums: npt.NDArray[np.uint32]
+    seeds: npt.NDArray[np.int64]
+
+    def take(self, rows: npt.NDArray[np.int64] | slice) -> BlockRefs:
+        """These references' rows ``rows`` (along the first axis)."""
+        return BlockRefs(self.sources[rows], self.starts[rows], self.lengths[rows], self.checksums[rows], self.seeds[rows])
+
+    def from_source(self, source: int) -> BlockRefs:
+        """The same references, all into source ``source``."""
+        return BlockRefs(np.full(self.sources.shape, source, np.int64), self.starts, self.lengths, self.checksums,
+                         self.seeds)
+
+    @staticmethod
+    def join(parts: Sequence[BlockRefs], order: npt.NDArray[np.int64] | None = None) -> BlockRefs:
+        """The parts' rows one after the other, then in ``order`` (row i is the joined rows' ``order[i]``)."""
+        arrays = [np.concatenate([getattr(part, name) for part in parts]) for name in
+                  ("sources", "starts", "lengths", "checksums", "seeds")]
+        joined = BlockRefs(*arrays)
+        return joined if order is None else joined.take(order)
+
+
+def decode_blocks(
+    sources: Sequence[EncodedFrames], refs: BlockRefs, out: npt.NDArray[np.uint8], *,
+    numbers: npt.NDArray[np.int64] | None = None,
+) -> None:
+    """Decode the referenced frames into ``out`` ((refs' size, *frame_shape) uint8, C-contiguous) in one
+    call of the compiled decoder, each checked against its checksum: ``CorruptStoreError`` if one fails
+    or does not decode to exactly one frame, naming it by ``numbers`` (by default its position)."""
+    count = refs.starts.size
+    if count == 0:
+        return
+    bad = codec.decode_batch(
+        refs.sources.reshape(-1), refs.starts.reshape(-1), refs.lengths.reshape(-1), refs.checksums.reshape(-1),
+        refs.seeds.reshape(-1), out.reshape(count, -1), views=[memoryview(source.data) for source in sources],
+    )
+    if bad >= 0:
+        raise CorruptStoreError(
+            f"encoded frame {bad if numbers is None else int(numbers.reshape(-1)[bad])} fails its checksum or does "
+            f"not decode to one frame of shape {out.shape[1:]}: it was damaged on disk or on the way, or made by "
+            "another codec than encode_frames"
+        )
 
 
 def encode_frames(frames: npt.ArrayLike) -> EncodedFrames:
@@ -307,13 +354,83 @@ def decode_batch(encoded: EncodedBatch) -> Batch:
     )
 
 
+@dataclass(frozen=True, repr=False)
+class EncodedSequenceBatch:
+    """A ``SequenceBatch`` whose pixels are still the stored blocks: ``frame_index`` (B, length, columns)
+    says which of ``frames`` make each position's obs (its first ``stack_size`` columns) and next_obs
+    (its last ``stack_size``). The other fields are ``SequenceBatch``'s. ``decode()`` gives the
+    ``SequenceBatch`` that ``sample_sequences`` returns for the same draw (zero past each window's end)."""
+
+    frames: EncodedFrames
+    frame_index: npt.NDArray[np.int64]
+    stack_size: int
+    action: npt.NDArray[np.generic]
+    reward: npt.NDArray[np.float32]
+    terminated: npt.NDArray[np.bool_]
+    truncated: npt.NDArray[np.bool_]
+    mask: npt.NDArray[np.bool_]
+    index: npt.NDArray[np.int64]
+    env_index: npt.NDArray[np.int64]
+    weight: npt.NDArray[np.float32]
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of every array and block: what sending this batch costs."""
+        arrays = [getattr(self, item.name) for item in fields(self) if item.name not in ("frames", "stack_size")]
+        return self.frames.nbytes + int(sum(array.nbytes for array in arrays))
+
+    def decode(self) -> SequenceBatch:
+        """The windows with their pixels (see ``decode_sequences``)."""
+        return decode_sequences(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"EncodedSequenceBatch(windows={len(self)}, frames={len(self.frames)}, "
+            f"frame_index=int64{list(self.frame_index.shape)}, nbytes={self.nbytes:,})"
+        )
+
+
+def decode_sequences(encoded: EncodedSequenceBatch) -> SequenceBatch:
+    """Decode an ``EncodedSequenceBatch`` into the ``SequenceBatch`` that ``sample_sequences`` returns for
+    the same draw, in one call of the compiled decoder (every block checked against its checksum)."""
+    if not isinstance(encoded, EncodedSequenceBatch):
+        raise TypeError(f"encoded must be an EncodedSequenceBatch; got {type(encoded).__name__}")
+    shape = encoded.frame_index.shape
+    pixels = encoded.frames.decode(encoded.frame_index.reshape(-1)).reshape(*shape, *encoded.frames.frame_shape)
+    pixels[~encoded.mask] = 0  # past a window's end, as sample_sequences zeroes it
+    size = encoded.stack_size
+    return SequenceBatch(
+        obs=pixels[:, :, :size],
+        action=encoded.action,
+        reward=encoded.reward,
+        next_obs=pixels[:, :, -size:],
+        terminated=encoded.terminated,
+        truncated=encoded.truncated,
+        mask=encoded.mask,
+        index=encoded.index,
+        env_index=encoded.env_index,
+        weight=encoded.weight,
+    )
+
+
 class EncodingReader(TransitionReader):
     """A ``TransitionReader`` that gathers the stored blocks of a batch's frames instead of decoding
     them: it locates frames exactly as the store's reader does, so ``encoded(batch)`` of what it read
-    is what ``sample`` would have decoded. One reader serves one batch."""
+    is what ``sample`` (``encoded_sequences``: ``sample_sequences``) would have decoded. One reader
+    serves one batch.
+
+    ``verify``: check each block against its checksum as it is gathered. A reader that may be behind
+    the writer (a read-only store) must, so that a frame overwritten since it was located raises
+    ``FrameChecksumError`` and the store reads again; in the writer's own process nothing moves under
+    a read, and ``decode`` checks every block end to end anyway (one compiled pass instead of a Python
+    call per frame here)."""
 
     _captured: EncodedFrames | None = None
     _frame_index: npt.NDArray[np.int64] | None = None
+    verify: bool = True
 
     def _decode(
         self,
@@ -325,24 +442,27 @@ class EncodingReader(TransitionReader):
     ) -> npt.NDArray[np.uint8]:
         distinct, inverse = np.unique(frames.reshape(-1), return_inverse=True)
         self._captured = self._blocks(distinct, steps, frames)
-        self._frame_index = inverse.reshape(frames.shape).astype(np.int64)
-        # No pixels: a zero-strided stand-in with the shape the batch's obs and next_obs slice.
-        return np.broadcast_to(np.uint8(0), (*frames.shape, *self.frame_shape))
+        self._frame_index = inverse.reshape(frames.shape).astype(np.int64, copy=False)
+        # No pixels: a zero-strided stand-in (one byte of memory) with the shape the batch's obs and
+        # next_obs slice; writeable, since sequences zero the positions past a window's end in it.
+        shape = (*frames.shape, *self.frame_shape)
+        return np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), shape, (0,) * len(shape), writeable=True)
 
     def _blocks(
         self, frame_steps: npt.NDArray[np.int64], steps: npt.NDArray[np.int64], frames: npt.NDArray[np.int64]
     ) -> EncodedFrames:
-        """The stored blocks of these frames, each checked against its checksum here (a reader behind
-        the writer then retries, as ``sample`` does)."""
+        """The stored blocks of these frames, checked against their checksums here if ``verify`` (a
+        reader behind the writer then retries, as ``sample`` does)."""
         data, lengths, checksums, seeds = self.frames.blocks(frame_steps)
-        for i, (start, stop) in enumerate(_spans(lengths)):
-            if codec.checksum(data[start:stop], int(seeds[i])) != int(checksums[i]):
-                frame_step = int(frame_steps[i])
-                needing = steps[(frames == frame_step).any(axis=1)]
-                raise FrameChecksumError(
-                    f"frame {frame_step} fails its checksum (read for transition {int(needing[0])})",
-                    frame_step=frame_step,
-                )
+        if self.verify:
+            for i, (start, stop) in enumerate(_spans(lengths)):
+                if codec.checksum(data[start:stop], int(seeds[i])) != int(checksums[i]):
+                    frame_step = int(frame_steps[i])
+                    needing = steps[(frames == frame_step).any(axis=1)]
+                    raise FrameChecksumError(
+                        f"frame {frame_step} fails its checksum (read for transition {int(needing[0])})",
+                        frame_step=frame_step,
+                    )
         return EncodedFrames(data, lengths, checksums, seeds, tuple(self.frame_shape))
 
     def encoded(self, batch: Batch) -> EncodedBatch:
@@ -360,6 +480,23 @@ class EncodingReader(TransitionReader):
             env_index=batch.env_index,
             weight=batch.weight,
             discount=batch.discount,
+        )
+
+    def encoded_sequences(self, batch: SequenceBatch) -> EncodedSequenceBatch:
+        """The encoded form of ``batch``, windows which this reader has just read."""
+        assert self._captured is not None and self._frame_index is not None, "encoded_sequences() follows a read"
+        return EncodedSequenceBatch(
+            frames=self._captured,
+            frame_index=self._frame_index.reshape(*batch.index.shape, -1),
+            stack_size=self.stack_size,
+            action=batch.action,
+            reward=batch.reward,
+            terminated=batch.terminated,
+            truncated=batch.truncated,
+            mask=batch.mask,
+            index=batch.index,
+            env_index=batch.env_index,
+            weight=batch.weight,
         )
 
 
