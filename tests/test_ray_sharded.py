@@ -266,6 +266,66 @@ def test_prefetched_batches_are_the_batches_sample_draws_with_the_same_rng(clust
     replay.close(destroy=True)
 
 
+@pytest.mark.parametrize("direct_read", [False, True], ids=["through-the-actors", "direct-read"])
+def test_grouped_batches_hold_each_shards_rows_in_place_and_draw_the_union_uniformly(
+    cluster: Path, direct_read: bool
+) -> None:
+    replay = make(cluster, f"grouped-{direct_read}", num_shards=3, capacity=6000, placement="local")
+    for k, size in enumerate([100, 300, 600]):
+        writer = replay.writer(f"w{k}", shard=k, steps_per_send=100)
+        write_episode(writer, size, tag=k)
+        writer.flush()
+    batches = replay.batches(50, prefetch=2, group=8, rng=0, direct_read=direct_read)
+    shards = []
+    for _ in range(200):  # 25 groups
+        batch = next(batches)
+        assert batch.obs.shape == (50, 4, *FRAME) and batch.index.shape == (50,)
+        shard, _, step = split_ids(batch.index)
+        assert (np.diff(shard) >= 0).all()  # shard after shard, as sample joins them
+        sizes = np.array([100, 300, 600])[shard]
+        np.testing.assert_array_equal(number_of(batch.obs[:, 0]), step)
+        np.testing.assert_array_equal(number_of(batch.next_obs[:, -1]), step + 4)
+        np.testing.assert_array_equal(batch.obs[:, 0, 0, 2], shard)
+        np.testing.assert_array_equal(batch.reward, step.astype(np.float32))
+        np.testing.assert_array_equal(batch.terminated, step == sizes - 1)
+        shards.append(shard)
+    share = np.bincount(np.concatenate(shards), minlength=3) / 10_000
+    # 10,000 draws: the standard error of a share of 0.1 is 0.003
+    np.testing.assert_allclose(share, [0.1, 0.3, 0.6], atol=0.015)
+    replay.close(destroy=True)
+
+
+def test_grouped_batches_keep_a_final_obs_stored_whole_next_to_shared_stacks(cluster: Path) -> None:
+    replay = make(cluster, "grouped-final", num_shards=2, capacity=1000, placement="local")
+    for k in range(2):
+        writer = replay.writer(f"w{k}", shard=k, steps_per_send=5)
+        for episode in range(3):  # each episode ends on a final obs given whole: 4 frames numbered 900+
+            start = 100 * episode
+            for t in range(9):
+                obs = np.stack([numbered(start + t + i, k) for i in range(4)])
+                following = np.stack([numbered(start + t + i + 1, k) for i in range(4)])
+                if t == 8:
+                    following = np.stack([numbered(900 + i, k) for i in range(4)])
+                writer.add(obs, 0, float(t), following, t == 8, False)
+        writer.flush()
+    for direct_read in (False, True):
+        batches = replay.batches(12, prefetch=1, group=5, rng=1, direct_read=direct_read)
+        ended = 0
+        for _ in range(40):
+            batch = next(batches)
+            shard, _, step = split_ids(batch.index)
+            t = step % 9
+            start = 100 * (step // 9)
+            np.testing.assert_array_equal(number_of(batch.obs[:, 0]), start + t)
+            np.testing.assert_array_equal(batch.obs[:, 0, 0, 2], shard)
+            final = batch.terminated
+            assert (number_of(batch.next_obs[final]) == 900 + np.arange(4)).all()
+            np.testing.assert_array_equal(number_of(batch.next_obs[~final, -1]), (start + t + 4)[~final])
+            ended += int(final.sum())
+        assert ended > 0
+    replay.close(destroy=True)
+
+
 def test_sequences_are_drawn_over_shards_within_one_episode(cluster: Path) -> None:
     replay = make(cluster, "sequences", num_shards=2, capacity=1000)
     for k in range(2):
