@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -236,52 +236,23 @@ def parse_encoded_add(
         if array.ndim == 0 or len(array) != steps:
             raise ValueError(f"{name} has shape {array.shape}; expected a leading axis of {steps} steps, as obs")
     pixels = frames.decode()
-    parsed = [_for_env(arguments, env, shapes.num_envs) for arguments in _parse_steps(pixels, obs_index, next_index, arrays, shapes)]
+    one_env = AddShapes.of(
+        frame_shape=shapes.frame_shape,
+        stack_size=shapes.stack_size,
+        num_envs=1,
+        action_shape=shapes.action_shape,
+        action_dtype=shapes.action_dtype,
+    )
+    parsed = []
+    for t in range(steps):
+        arguments = parse_add(
+            pixels[obs_index[t]], arrays["action"][t], arrays["reward"][t], pixels[next_index[t]],
+            arrays["terminated"][t], arrays["truncated"][t], None, one_env,
+        )
+        parsed.append(_for_env(arguments, env, shapes.num_envs))
     starts = np.concatenate([[0], np.cumsum(frames.lengths)]).tolist()
     received = {pixels[i].tobytes(): frames.data[starts[i] : starts[i + 1]] for i in range(len(frames))}
     return parsed, received
-
-
-def _parse_steps(
-    pixels: npt.NDArray[np.uint8],
-    obs_index: npt.NDArray[np.int64],
-    next_index: npt.NDArray[np.int64],
-    arrays: dict[str, npt.NDArray[Any]],
-    shapes: AddShapes,
-) -> list[AddArguments]:
-    """Each step checked as ``add`` checks one env's step, as an ``AddArguments`` of one env (every
-    array with an env axis of 1, as ``parse_add`` gives them for a store of one env).
-
-    The T steps are checked in one ``parse_add`` call, as the T envs of one add (every rule of ``add``
-    is a rule per env); if that refuses them, they are checked again one by one, so that the error
-    names the step as ``add`` would have named it."""
-    one_env = AddShapes.of(
-        frame_shape=shapes.frame_shape, stack_size=shapes.stack_size, num_envs=1, action_shape=shapes.action_shape,
-        action_dtype=shapes.action_dtype,
-    )
-    steps = len(obs_index)
-    obs, next_obs = pixels[obs_index], pixels[next_index]
-    columns = (arrays["action"], arrays["reward"], arrays["terminated"], arrays["truncated"])
-    if steps > 1:
-        as_envs = AddShapes.of(
-            frame_shape=shapes.frame_shape, stack_size=shapes.stack_size, num_envs=steps,
-            action_shape=shapes.action_shape, action_dtype=shapes.action_dtype,
-        )
-        try:
-            every = parse_add(obs, columns[0], columns[1], next_obs, columns[2], columns[3], None, as_envs)
-        except (TypeError, ValueError):
-            pass  # checked again step by step below, for the message add would give
-        else:
-            return [
-                AddArguments(every.obs[t : t + 1], every.action[t : t + 1], every.reward[t : t + 1],
-                             every.next_obs[t : t + 1], every.terminated[t : t + 1], every.truncated[t : t + 1],
-                             every.stacked, [0], every.detached[t : t + 1])
-                for t in range(steps)
-            ]
-    return [
-        parse_add(obs[t], columns[0][t], columns[1][t], next_obs[t], columns[2][t], columns[3][t], None, one_env)
-        for t in range(steps)
-    ]
 
 
 def _parse_frame_index(index: object, name: str, frame_count: int, shapes: AddShapes) -> npt.NDArray[np.int64]:
