@@ -247,6 +247,17 @@ def test_rate_limit_holds_samples_per_insert_within_its_error_bound(cluster: Pat
     replay.close(destroy=True)
 
 
+@pytest.mark.parametrize("limit", [RateLimit(2.0, 40, 60), RateLimit(0.3, 7, 2.5), RateLimit.min_size(5), RateLimit(3.0, 1, 3.0)])
+def test_insertable_is_the_most_inserts_can_insert_allows_one_by_one(limit: RateLimit) -> None:
+    for inserts in range(0, 120, 7):
+        for samples in range(0, 400, 13):
+            for count in (0, 1, 5, 32, 200):
+                one_by_one = 0
+                while one_by_one < count and limit.can_insert(one_by_one + 1, inserts=inserts, samples=samples):
+                    one_by_one += 1
+                assert limit.insertable(count, inserts=inserts, samples=samples) == one_by_one
+
+
 def test_prefetched_batches_are_the_batches_sample_draws_with_the_same_rng(cluster: Path) -> None:
     replay = make(cluster, "prefetched", num_shards=2, capacity=1000)
     for k in range(2):

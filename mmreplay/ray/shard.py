@@ -138,7 +138,8 @@ class ReplayShard:
         return len(self.queue)
 
     def _drain(self) -> None:
-        """Write queued sends, oldest first, as far as the rate limit allows (step by step)."""
+        """Write queued sends, oldest first, as far as the rate limit allows: one store call per send (or
+        per part of a send, when the limit lets only its first steps in)."""
         while self.queue:
             send = self.queue[0]
             allowed = len(send) if self.limit is None else self._insertable(len(send))
@@ -156,10 +157,7 @@ class ReplayShard:
     def _insertable(self, count: int) -> int:
         """How many of ``count`` steps the rate limit lets in now."""
         assert self.limit is not None
-        allowed = 0
-        while allowed < count and self.limit.can_insert(allowed + 1, inserts=self.inserts, samples=self.samples):
-            allowed += 1
-        return allowed
+        return self.limit.insertable(count, inserts=self.inserts, samples=self.samples)
 
     def flush(self) -> bool:
         """Commit what was written; False (nothing committed) while sends wait in the queue."""
