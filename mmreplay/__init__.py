@@ -6,10 +6,12 @@ neighbouring frames at sample time, never crossing an episode start.
 
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.encoded import (
+    BlockRefs,
     EncodedBatch,
     EncodedFrames,
     EncodedSequenceBatch,
     decode_batch,
+    decode_blocks,
     decode_sequences,
     encode_frames,
     encode_stacks,
@@ -34,6 +36,7 @@ from mmreplay.dopamine import import_dopamine  # noqa: E402
 
 __all__ = [
     "Batch",
+    "BlockRefs",
     "PrioritizedSampler",
     "SequenceBatch",
     "ClosedStoreError",
@@ -54,6 +57,7 @@ __all__ = [
     "StepsEvictedError",
     "UniformSampler",
     "decode_batch",
+    "decode_blocks",
     "decode_sequences",
     "encode_frames",
     "encode_stacks",

@@ -6,7 +6,10 @@ codec (``encode_frames``), with its CRC-32. ``EncodedFrames`` holds several back
 blocks of the frames it needs, plus, for each transition, which of those blocks make its obs and
 next_obs. A batch of 32 Pong transitions (stack 4) is ~42 KB encoded against 1.1 MB decoded: what
 crosses a network or a process boundary should be the encoded form, decoded where it is used
-(``EncodedBatch.decode``, by the compiled decoder that ``sample`` uses).
+(``EncodedBatch.decode``, by the compiled decoder that ``sample`` uses). ``sample_sequences_encoded``
+gives an ``EncodedSequenceBatch``, the same for ``sample_sequences``. ``BlockRefs`` names frames among
+the blocks of several ``EncodedFrames`` (``EncodedFrames.blocks``), so that ``decode_blocks`` decodes
+the frames of a batch drawn from several stores (shards) in one call, straight into place.
 
 Both directions are checked: frames that arrive are decoded against their checksums before anything
 is written (the pixels are needed anyway: the store compares each obs with its env's last next_obs),

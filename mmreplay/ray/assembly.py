@@ -22,8 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay.batch import Batch, SequenceBatch
-from mmreplay.encoded import BlockRefs, EncodedBatch, EncodedSequenceBatch, decode_blocks
+from mmreplay import Batch, BlockRefs, EncodedBatch, EncodedSequenceBatch, SequenceBatch, decode_blocks
 
 SHARD_BITS, EPOCH_BITS, STEP_BITS = 16, 8, 40
 _FIELDS = ("action", "reward", "terminated", "truncated", "env_index", "discount")
