@@ -5,17 +5,8 @@ neighbouring frames at sample time, never crossing an episode start.
 """
 
 from mmreplay.batch import Batch, SequenceBatch
-from mmreplay.encoded import (
-    BlockRefs,
-    EncodedBatch,
-    EncodedFrames,
-    EncodedSequenceBatch,
-    decode_batch,
-    decode_blocks,
-    decode_sequences,
-    encode_frames,
-    encode_stacks,
-)
+from mmreplay.encoded import BlockRefs, EncodedFrames, decode_blocks, encode_frames, encode_stacks
+from mmreplay.encoded_batches import EncodedBatch, EncodedSequenceBatch, decode_batch, decode_sequences
 from mmreplay.errors import (
     ClosedStoreError,
     CorruptStoreError,

@@ -31,7 +31,8 @@ import numpy.typing as npt
 from mmreplay import autocommit, directory_swap, encoded, format, frame_encoding as encodings, stacking
 from mmreplay.autocommit import CommitSchedule
 from mmreplay.batch import Batch, SequenceBatch
-from mmreplay.encoded import EncodedBatch, EncodedFrames, EncodedSequenceBatch
+from mmreplay.encoded import EncodedFrames
+from mmreplay.encoded_batches import EncodedBatch, EncodedSequenceBatch, EncodingReader
 from mmreplay.episodes import (
     EnvEpisode, Episode, FramePlan, advance_all, continuations, plan_frames, split_episodes
 )
@@ -989,7 +990,7 @@ class ReplayStore:
 
         return self._consistent(draw_and_read)
 
-    def _encoding_reader(self, operation: str) -> encoded.EncodingReader:
+    def _encoding_reader(self, operation: str) -> EncodingReader:
         """A reader that gathers a batch's stored blocks for ``operation`` (named in its errors)."""
         if self.frame_encoding != "lz4":
             raise ValueError(
@@ -1004,7 +1005,7 @@ class ReplayStore:
             )
         if self.frame_dtype != np.uint8:
             raise ValueError(f"{operation} gives uint8 frames; this store's frame_dtype is {self.frame_dtype}: use sample")
-        reader = encoded.EncodingReader(
+        reader = EncodingReader(
             self._table, self._frames, stack_size=self._layout.stack_size, action_dtype=self._action_dtype
         )
         reader.verify = self._mode != "r+"  # only a reader that may be behind the writer sees frames move
