@@ -337,6 +337,46 @@ def test_grouped_batches_keep_a_final_obs_stored_whole_next_to_shared_stacks(clu
     replay.close(destroy=True)
 
 
+def test_a_group_joins_encoded_and_decoded_parts_row_for_row(tmp_path: Path) -> None:
+    """``GroupBatches`` (no cluster): shard 0 answered encoded (through its actor), shard 1 decoded (read
+    directly), shard 1's stacks stored whole at episode ends: batch g is shard 0's rows for g, then
+    shard 1's, pixels and fields as each store sampled them, ids global, weights as drawn."""
+    from mmreplay import ReplayStore
+    from mmreplay.ray import global_ids
+    from mmreplay.ray.assembly import GroupBatches, Part
+
+    stores = []
+    for tag in range(2):
+        store = ReplayStore.create(tmp_path / f"s{tag}", frame_shape=FRAME, capacity=200, commit_interval_s=None)
+        for t in range(40):
+            obs = np.stack([numbered(t + i, tag) for i in range(4)])
+            following = np.stack([numbered(t + i + 1, tag) for i in range(4)])
+            ended = tag == 1 and t % 10 == 9
+            if ended:
+                following = np.stack([numbered(900 + i, tag) for i in range(4)])
+            store.add(obs, t % 3, float(t), following, ended, False)
+        stores.append(store)
+    counts = [np.array([3, 5, 0, 2]), np.array([5, 3, 8, 6])]
+    encoded = stores[0].sample_encoded(10, rng=1)
+    decoded = stores[1].sample(22, rng=2)
+    assert encoded.frame_index.shape[1] == 5 and decoded.obs.base.shape[1] == 8  # shared and separate stacks
+    infos = [{"epoch": 3, "min_leaf": 1.0}, {"epoch": 4, "min_leaf": 1.0}]
+    group = GroupBatches([Part(1, decoded, infos[1], counts[1]), Part(0, encoded, infos[0], counts[0])],
+                         batch_size=8, stack_size=4, global_min=1.0, beta=0.4)
+    whole = [encoded.decode(), decoded]
+    first = [np.cumsum(c) - c for c in counts]
+    for g in range(4):
+        batch = group.batch(g)
+        rows = [slice(int(first[k][g]), int(first[k][g] + counts[k][g])) for k in range(2)]
+        for name in ("obs", "next_obs", "action", "reward", "terminated", "weight"):
+            expected = np.concatenate([getattr(whole[k], name)[rows[k]] for k in range(2)])
+            np.testing.assert_array_equal(getattr(batch, name), expected, err_msg=f"{name} of batch {g}")
+        expected_ids = np.concatenate([global_ids(k, 3 + k, whole[k].index[rows[k]]) for k in range(2)])
+        np.testing.assert_array_equal(batch.index, expected_ids)
+    for store in stores:
+        store.close()
+
+
 def test_sequences_are_drawn_over_shards_within_one_episode(cluster: Path) -> None:
     replay = make(cluster, "sequences", num_shards=2, capacity=1000)
     for k in range(2):
