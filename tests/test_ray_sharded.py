@@ -221,6 +221,22 @@ def test_a_vector_writer_records_each_env_as_its_own_episode(cluster: Path) -> N
     replay.close(destroy=True)
 
 
+def test_a_writer_keeps_the_pixels_of_arrays_its_caller_reuses(cluster: Path) -> None:
+    replay = make(cluster, "reused", num_shards=1, capacity=100)
+    writer = replay.writer("w", steps_per_send=50)
+    obs, next_obs = np.zeros(FRAME, np.uint8), np.zeros(FRAME, np.uint8)  # one buffer each, written in place
+    for t in range(10):
+        obs[...] = numbered(t)
+        next_obs[...] = numbered(t + 1)
+        writer.add(obs, 0, 0.0, next_obs, False, False)
+    writer.flush()  # the one send goes now, after every step overwrote the buffers
+    batch = replay.sample(64, rng=0)
+    _, _, step = split_ids(batch.index)
+    np.testing.assert_array_equal(number_of(batch.obs[:, -1]), step)
+    np.testing.assert_array_equal(number_of(batch.next_obs[:, -1]), step + 1)
+    replay.close(destroy=True)
+
+
 def test_rate_limit_holds_samples_per_insert_within_its_error_bound(cluster: Path) -> None:
     limit = RateLimit(samples_per_insert=2.0, min_size_to_sample=40, error_buffer=60)
     replay = make(cluster, "limited", num_shards=1, capacity=1000, rate_limit=limit)

@@ -38,8 +38,10 @@ class _Pending:
     last: tuple[bytes, list[int]] | None = None  # the previous step's next_obs: pixels and indices
 
     def index(self, frames: npt.NDArray[np.uint8]) -> list[int]:
+        """Keep a copy of these frames (the caller may reuse its arrays before the send, as a vector
+        env that writes its observations in place does); their indices among the kept frames."""
         first = len(self.frames)
-        self.frames.extend(frames)
+        self.frames.extend(np.array(frames, np.uint8))
         return list(range(first, first + len(frames)))
 
 
