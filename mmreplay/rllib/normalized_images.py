@@ -20,7 +20,7 @@ def pixels_of(observations: npt.NDArray[np.float32]) -> npt.NDArray[np.uint8]:
     is not such a value (another scaling, say ``p / 255``)."""
     with np.errstate(invalid="ignore"):  # NaN and out-of-range values are caught by the comparison below
         scaled = np.rint((observations + np.float32(1)) * np.float32(128))
-        pixels = np.clip(scaled, 0, 255).astype(np.uint8)
+        pixels: npt.NDArray[np.uint8] = np.clip(scaled, 0, 255).astype(np.uint8)
     again = np.empty(observations.shape, np.float32)
     normalize_into(again, pixels.copy())
     if not np.array_equal(again, observations):

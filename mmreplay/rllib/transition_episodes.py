@@ -20,12 +20,14 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
+import numpy.typing as npt
 from ray.rllib.env.single_agent_episode import SingleAgentEpisode
 from ray.rllib.env.utils.infinite_lookback_buffer import InfiniteLookbackBuffer
 
 # The fields a sampled episode sets itself; every other attribute is the template's.
 _OWN = ("id_", "observations", "infos", "actions", "rewards", "extra_model_outputs", "is_terminated",
         "is_truncated", "t_started", "t", "_custom_data")  # fmt: skip
+Items = Sequence[Any] | npt.NDArray[Any]  # one item per transition, indexed by its position in the batch
 _IMMUTABLE = (type(None), bool, int, float, str, tuple, frozenset)
 
 
@@ -53,10 +55,10 @@ class TransitionEpisodes:
 
     def build(
         self,
-        obs: Sequence[Any],
-        next_obs: Sequence[Any],
+        obs: Items,
+        next_obs: Items,
         *,
-        action: Sequence[Any],
+        action: Items,
         reward: Sequence[float],
         terminated: Sequence[bool],
         truncated: Sequence[bool],
