@@ -120,8 +120,9 @@ def test_float32_observations_that_are_not_rllibs_encoding_are_refused(tmp_path:
     episode = chunks(4)[0]
     # p / 255: pixel 0 of frame 0 is 0 / 255 = 0.0, also RLlib's value for p = 128; frame 1's is 1 / 255
     scaled = [np.rint((o + 1) * 128).astype(np.float32) / 255 for o in episode.get_observations()]
-    with pytest.raises(ValueError, match=r"observations are float32 but not RLlib's p / 128 - 1 of uint8 pixels p: "
-                                         r"the observation at \(0, 0, 0, 1\) is 0.00392156886; expected one of k / 128 - 1"):
+    message = (r"observations are float32 but not RLlib's p / 128 - 1 of uint8 pixels p: the observation at "
+               r"\(0, 0, 0, 1\) is 0.00392156886; expected one of k / 128 - 1")
+    with pytest.raises(ValueError, match=message):
         buffer.add(SingleAgentEpisode(observations=scaled, actions=[0] * 4, rewards=[0.0] * 4, len_lookback_buffer=0))
     assert len(buffer) == 0
 
@@ -131,7 +132,8 @@ def test_observations_of_another_dtype_or_a_changed_dtype_are_refused(tmp_path: 
     episode = chunks(4)[0]
     as_float64 = [o.astype(np.float64) for o in episode.get_observations()]
     with pytest.raises(TypeError, match="observations are float64; expected uint8 pixels or float32 p / 128 - 1"):
-        buffer.add(SingleAgentEpisode(observations=as_float64, actions=[0] * 4, rewards=[0.0] * 4, len_lookback_buffer=0))
+        buffer.add(SingleAgentEpisode(observations=as_float64, actions=[0] * 4, rewards=[0.0] * 4,
+                                      len_lookback_buffer=0))
     buffer.add(episode)
     as_uint8 = [np.rint((o + 1) * 128).astype(np.uint8) for o in episode.get_observations()]
     with pytest.raises(TypeError, match="observations are uint8; this buffer was given float32 ones first"):
