@@ -163,6 +163,23 @@ def test_sampled_episodes_are_what_rllibs_constructor_makes_of_the_same_values(t
     assert len(set(ids)) == len(ids) and not any("_" in id_ for id_ in ids)
 
 
+@pytest.mark.parametrize("observation_buffers, later_samples", [(0, 20), (3, 2)])
+def test_a_samples_observations_stay_as_they_were_through_later_samples(
+    tmp_path: Path, observation_buffers: int, later_samples: int
+) -> None:
+    """By default for good (new arrays each sample); with k recycled arrays, for the next k - 1 samples."""
+    buffer = MmreplayEpisodeReplayBuffer(1000, path=str(tmp_path / "b.mmr"), seed=0,
+                                         observation_buffers=observation_buffers)
+    buffer.add(chunks(40))
+    first = buffer.sample(num_items=16, n_step=3)
+    kept = [[o.copy() for o in episode.get_observations()] for episode in first]
+    for _ in range(later_samples):
+        buffer.sample(num_items=16, n_step=3)
+    for episode, copies in zip(first, kept):
+        for observation, copy in zip(episode.get_observations(), copies):
+            assert_bit_identical(observation, copy)
+
+
 def test_update_priorities_is_positional_against_the_last_sample(tmp_path: Path) -> None:
     buffer = MmreplayEpisodeReplayBuffer(1000, path=str(tmp_path / "b.mmr"), alpha=1.0, epsilon=0.0, seed=1)
     buffer.add(chunks(100))

@@ -45,10 +45,14 @@ class MmreplayEpisodeReplayBuffer(PrioritizedEpisodeReplayBuffer):
 
     It subclasses ``PrioritizedEpisodeReplayBuffer`` because DQN sends priorities only to such a buffer
     (``utils/replay_buffers/utils.py:41``), but skips its constructor (its trees are O(capacity) Python
-    objects). ``prioritized=False`` samples uniformly (and ignores priorities). Sampled float32
-    observations are views into ``observation_buffers`` arrays used in turn (two a sample): a sample's
-    episodes stay valid for the next ``observation_buffers // 2 - 1`` samples, as long as DQN's
-    synchronous loop needs them (0: new arrays every sample, valid for good).
+    objects). ``prioritized=False`` samples uniformly (and ignores priorities).
+
+    A sample's float32 observations are views into one new array by default (``observation_buffers=0``),
+    which no later sample writes into. ``observation_buffers=k > 0`` recycles k arrays in turn, one a
+    sample: a sample's episodes then stay valid for the next k - 1 samples only. DQN's synchronous loop
+    needs 1 (its learner copies the observations into a train batch, or sends them to remote learners,
+    before it samples again); it is no faster on the development machine than new arrays, which the
+    allocator hands back from the previous sample's freed memory, so it is not the default.
     """
 
     def __init__(
@@ -61,7 +65,7 @@ class MmreplayEpisodeReplayBuffer(PrioritizedEpisodeReplayBuffer):
         epsilon: float = 1e-6,
         prioritized: bool = True,
         num_envs: int = 64,
-        observation_buffers: int = 8,
+        observation_buffers: int = 0,
         seed: int | None = None,
         metrics_num_episodes_for_smoothing: int = 100,
         **kwargs: Any,
@@ -215,7 +219,7 @@ class MmreplayEpisodeReplayBuffer(PrioritizedEpisodeReplayBuffer):
         return obs.transpose(0, 2, 3, 1), next_obs.transpose(0, 2, 3, 1)
 
     def _recycled(self, shape: tuple[int, ...]) -> npt.NDArray[np.float32]:
-        """The next of ``observation_buffers`` float32 arrays, in turn (a new one when 0 or the shape changed)."""
+        """A new float32 array, or the next of ``observation_buffers`` in turn (a new one if the shape changed)."""
         if self._observation_buffers == 0:
             return np.empty(shape, np.float32)
         self._turn = (self._turn + 1) % self._observation_buffers
