@@ -4,10 +4,13 @@ Loaded with ``-p sb3_swap_plugin`` (``benchmarks/`` on ``PYTHONPATH``) by ``sb3_
 configure time, before SB3's test modules are imported, it replaces ``ReplayBuffer`` and
 ``NStepReplayBuffer`` in ``stable_baselines3.common.buffers`` and ``off_policy_algorithm`` (where the
 algorithms choose their default buffer) by classes that build an ``MmreplayBuffer`` at a fresh store
-path for every buffer whose observations mmreplay stores (uint8 Box images of 2 or more dimensions), and SB3's own class for
-any other (float vectors, scalars, dicts). ``isinstance`` checks against the replaced names accept
-both. Each test's outcome is written with the buffers it built (``--mmreplay-report``), so the harness
-can say which tests exercised mmreplay and which were not applicable, and why.
+path for every observation space the buffer accepts (a ``Box`` of any numeric or bool dtype and any
+shape: images, vectors, scalars), and SB3's own class for any other, with the buffer's own reason
+(``Discrete``, ``MultiDiscrete``, ``MultiBinary``). ``DictReplayBuffer`` (and ``HerReplayBuffer``, its
+subclass) is not swapped: mmreplay has no dict observations; the plugin only records that a test built
+one. ``isinstance`` checks against the replaced names accept SB3's own buffers too. Each test's outcome
+is written with the buffers it built (``--mmreplay-report``), so the harness can say which tests
+exercised mmreplay and which were not applicable, and why.
 """
 
 from __future__ import annotations
@@ -19,13 +22,13 @@ from abc import ABCMeta
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 from gymnasium import spaces
 
 import stable_baselines3.common.buffers as sb3_buffers
 import stable_baselines3.common.off_policy_algorithm as sb3_off_policy
 from mmreplay.sb3 import MmreplayBuffer
+from mmreplay.sb3.observations import frame_layout
 
 ORIGINAL_REPLAY = sb3_buffers.ReplayBuffer
 ORIGINAL_N_STEP = sb3_buffers.NStepReplayBuffer
@@ -55,13 +58,12 @@ SWAP = _Swap()
 
 
 def not_stored_by_mmreplay(space: spaces.Space[Any]) -> str | None:
-    """Why mmreplay does not store these observations (it stores uint8 frames), or None."""
-    if not isinstance(space, spaces.Box):
-        return f"{type(space).__name__} observations"
-    if space.dtype != np.uint8:
-        return f"{space.dtype} observations {tuple(space.shape)}"
-    if len(space.shape) < 2:
-        return f"uint8 vector observations {tuple(space.shape)}, not images"
+    """Why ``MmreplayBuffer`` refuses these observations (its own message), or None when it takes them.
+    The buffer decides by ``frame_layout``, the check its constructor makes first."""
+    try:
+        frame_layout(space, None)
+    except (TypeError, ValueError) as error:
+        return f"{type(space).__name__} observations: MmreplayBuffer refuses them ({error})"
     return None
 
 
@@ -79,11 +81,17 @@ class _AcceptsSB3Buffers(ABCMeta):
 class SwappedReplayBuffer(MmreplayBuffer, metaclass=_AcceptsSB3Buffers):
     accepts = ORIGINAL_REPLAY
 
-    def __new__(cls, buffer_size: int, observation_space: spaces.Space[Any], action_space: spaces.Space[Any], *args: Any, **kwargs: Any) -> Any:
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """An ``MmreplayBuffer`` when it takes the observation space, else SB3's own class (whose
+        ``__init__`` Python then leaves alone). No arguments: unpickling (``load_replay_buffer``,
+        ``copy.deepcopy``), which calls ``__setstate__`` next."""
+        if not args and not kwargs:
+            return super().__new__(cls)
+        observation_space = args[1] if len(args) > 1 else kwargs["observation_space"]
         reason = not_stored_by_mmreplay(observation_space)
         if reason is not None:
             SWAP.record("sb3", reason)
-            return cls.accepts(buffer_size, observation_space, action_space, *args, **kwargs)
+            return cls.accepts(*args, **kwargs)
         return super().__new__(cls)
 
     def __init__(
@@ -115,10 +123,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--mmreplay-report", default=None, help="write each test's outcome and buffers as JSON here")
 
 
+ORIGINAL_DICT_INIT = sb3_buffers.DictReplayBuffer.__init__
+
+
+def _recording_dict_init(self: sb3_buffers.DictReplayBuffer, *args: Any, **kwargs: Any) -> None:
+    """``DictReplayBuffer.__init__`` unchanged, noting that the test built one (not swapped)."""
+    SWAP.record("sb3", f"{type(self).__name__} (Dict observations: mmreplay has none, not swapped)")
+    ORIGINAL_DICT_INIT(self, *args, **kwargs)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for module in (sb3_buffers, sb3_off_policy):
         module.ReplayBuffer = SwappedReplayBuffer  # type: ignore[misc]
         module.NStepReplayBuffer = SwappedNStepReplayBuffer  # type: ignore[misc]
+    sb3_buffers.DictReplayBuffer.__init__ = _recording_dict_init  # type: ignore[method-assign]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from mmreplay import __version__, drawing, extensions, format
+from mmreplay import __version__, drawing, extensions
 from mmreplay.building import check_new_path
 from mmreplay.errors import CorruptStoreError, MmreplayError
 from mmreplay.store import ReplayStore
@@ -180,7 +180,7 @@ def _info(arguments: argparse.Namespace) -> int:
         # One uncompressed frame per transition.
         raw = len(store) * int(np.prod(store.frame_shape)) * store.frame_dtype.itemsize
         info = {
-            "path": str(store.path), "format_version": format.FORMAT_VERSION, "frame_shape": list(store.frame_shape),
+            "path": str(store.path), "format_version": store.format_version, "frame_shape": list(store.frame_shape),
             "frame_dtype": str(store.frame_dtype),
             "stack_size": store.stack_size, "capacity": store.capacity, "transitions": len(store),
             "transitions_added": store.transitions_added, "episodes": len(store.episodes()),
@@ -297,7 +297,7 @@ def _verify(arguments: argparse.Namespace) -> int:
 
 def _export(arguments: argparse.Namespace) -> int:
     from mmreplay.hdf5 import export_hdf5
-    from mmreplay.hdf5_minari import DATASET_ID
+    from mmreplay.hdf5.minari_layout import DATASET_ID
 
     if arguments.layout == "minari" and arguments.dataset_id is not None and not DATASET_ID.match(arguments.dataset_id):
         raise ValueError(f"--dataset-id must look like '[namespace/]name-v0' (Minari's rule); got "

@@ -106,6 +106,7 @@ class ReplayStore:
         format_version: int = format.FORMAT_VERSION,
     ) -> None:
         self._constructed = False  # until the end: a store whose opening failed is never committed
+        self._format_version = format_version
         self._directory = directory
         self._layout = layout
         self._commit = commit
@@ -366,6 +367,11 @@ class ReplayStore:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def format_version(self) -> int:
+        """The on-disk format version this store was written in (an older one opens read-only)."""
+        return self._format_version
 
     @property
     def frame_shape(self) -> tuple[int, ...]:

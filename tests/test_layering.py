@@ -1,4 +1,6 @@
-"""The package's layers point one way, read from the import statements of ``mmreplay/*.py``.
+"""The package's layers point one way, read from the import statements of ``mmreplay/*.py`` and of the
+family folders (``mmreplay/hdf5/``, ``mmreplay/dopamine/``, ``mmreplay/sb3/``; a module there is named
+``family.module``, its ``__init__.py`` by the family's name).
 
 Storage (frames, rows, files, the header) knows nothing of sampling, the public store, serialization or
 the command line; samplers deal in integers and know nothing of storage; serialization and the
@@ -24,10 +26,10 @@ STORAGE = {
 SAMPLING = {"samplers", "sum_tree", "priorities"}
 API = {"store", "reading", "episodes", "windows", "prefetch", "autocommit", "encoded"}
 SERIALIZATION = {
-    "hdf5", "hdf5_checks", "hdf5_datasets", "hdf5_minari", "hdf5_mmreplay_layout", "hdf5_replay", "dopamine",
-    "dopamine_episodes",
+    "hdf5", "hdf5.conversion", "hdf5.checks", "hdf5.datasets", "hdf5.minari_layout", "hdf5.mmreplay_layout",
+    "hdf5.replay", "dopamine", "dopamine.checkpoints", "dopamine.episodes", "dopamine.importing",
 }
-INTEGRATIONS = {"cli", "drawing", "verification", "sb3", "sb3_observations", "recorder"}
+INTEGRATIONS = {"cli", "drawing", "verification", "sb3", "sb3.buffer", "sb3.observations", "recorder"}
 LAYERS = {
     "base": BASE, "storage": STORAGE, "sampling": SAMPLING, "api": API,
     "serialization": SERIALIZATION, "integrations": INTEGRATIONS,
@@ -42,22 +44,45 @@ ALLOWED = {
     # The public API, and the records it returns (Episode, from episodes); files for building an
     # export beside its target (make_sibling_directory, building.SiblingBuild), as the store builds itself.
     "serialization": {"store", "episodes", "files", "building"},
-    # The command line prints the on-disk format version (format.FORMAT_VERSION) beside the layout, and
-    # refuses output paths as imports and exports do (building.check_new_path) and names their leftovers.
-    "integrations": {"store", "episodes", "format", "building"} | SERIALIZATION,
+    # The command line refuses output paths as imports and exports do (building.check_new_path) and
+    # names their leftovers.
+    "integrations": {"store", "episodes", "building"} | SERIALIZATION,
 }
 # Only these modules import a third-party codec or file format directly.
-THIRD_PARTY_OWNERS = {"lz4": {"codec", "reference_codec"}, "h5py": {"hdf5", "hdf5_checks", "hdf5_datasets", "hdf5_minari", "hdf5_mmreplay_layout"}}
+THIRD_PARTY_OWNERS = {
+    "lz4": {"codec", "reference_codec"},
+    "h5py": {"hdf5.conversion", "hdf5.checks", "hdf5.datasets", "hdf5.minari_layout", "hdf5.mmreplay_layout"},
+}
+# Folders of one family of modules, read like the top-level modules (mmreplay/ray/ and mmreplay/rllib/
+# are integration packages, checked by the last test).
+FAMILIES = ("dopamine", "hdf5", "sb3")
 
 
 def modules() -> list[str]:
-    return sorted(path.stem for path in PACKAGE.glob("*.py"))
+    names = [path.stem for path in PACKAGE.glob("*.py")]
+    for family in FAMILIES:
+        names += [family if path.stem == "__init__" else f"{family}.{path.stem}" for path in (PACKAGE / family).glob("*.py")]
+    return sorted(names)
+
+
+def source_of(module: str) -> Path:
+    if module in FAMILIES:
+        return PACKAGE / module / "__init__.py"
+    return PACKAGE / (module.replace(".", "/") + ".py")
+
+
+def module_name(parts: list[str]) -> str:
+    """The module named by ``mmreplay.<parts>``: ``family.module`` inside a family folder, else the first part."""
+    if parts[0] in FAMILIES and len(parts) > 1 and (PACKAGE / parts[0] / f"{parts[1]}.py").exists():
+        return f"{parts[0]}.{parts[1]}"
+    return parts[0]
 
 
 def imports_of(module: str) -> tuple[set[str], set[str]]:
     """The package modules and the top-level third-party packages that ``module`` imports, anywhere in it
     (also inside functions: a lazy import is a dependency too)."""
-    tree = ast.parse((PACKAGE / f"{module}.py").read_text(), filename=f"{module}.py")
+    path = source_of(module)
+    tree = ast.parse(path.read_text(), filename=str(path))
     package_modules: set[str] = set()
     others: set[str] = set()
     for node in ast.walk(tree):
@@ -65,17 +90,24 @@ def imports_of(module: str) -> tuple[set[str], set[str]]:
             for alias in node.names:
                 parts = alias.name.split(".")
                 if parts[0] == "mmreplay":
-                    package_modules.update(parts[1:2])
+                    if len(parts) > 1:
+                        package_modules.add(module_name(parts[1:]))
                 else:
                     others.add(parts[0])
         elif isinstance(node, ast.ImportFrom):
             name = node.module or ""
-            if node.level or name.split(".")[0] == "mmreplay":
-                parts = name.split(".")[0 if node.level else 1 :]
-                if parts and parts[0]:
-                    package_modules.add(parts[0])
+            if node.level:
+                raise AssertionError(f"{module}: relative imports are not used in this package")
+            if name.split(".")[0] == "mmreplay":
+                parts = name.split(".")[1:]
+                if parts:
+                    package_modules.add(module_name(parts))
+                    if len(parts) == 1 and parts[0] in FAMILIES:  # ``from mmreplay.hdf5 import checks``
+                        package_modules.update(f"{parts[0]}.{alias.name}" for alias in node.names
+                                               if (PACKAGE / parts[0] / f"{alias.name}.py").exists())
                 else:  # ``from mmreplay import format``: the names are modules (or __init__'s public names)
-                    package_modules.update(alias.name for alias in node.names if (PACKAGE / f"{alias.name}.py").exists())
+                    package_modules.update(alias.name for alias in node.names
+                                           if (PACKAGE / f"{alias.name}.py").exists() or alias.name in FAMILIES)
             else:
                 others.add(name.split(".")[0])
     package_modules.discard(module)
@@ -113,6 +145,10 @@ def test_the_import_reader_sees_each_form_of_import() -> None:
     assert {"format", "batch", "frame_ring", "samplers"} <= imported
     assert "numpy" in others
     assert {"lz4"} <= imports_of("codec")[1]
+    # a family folder's modules are read too, under their ``family.module`` names
+    assert {"hdf5.checks", "hdf5.datasets", "store"} <= imports_of("hdf5.conversion")[0]
+    assert "hdf5.conversion" in imports_of("hdf5")[0]
+    assert "h5py" in imports_of("hdf5.checks")[1]
 
 
 # The integration packages (mmreplay/ray/, mmreplay/rllib/) build on the public API: the package's own

@@ -163,3 +163,12 @@ def test_the_version_is_written_once_in_the_package_and_read_by_pyproject() -> N
     assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
     assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "mmreplay.__version__"}
     assert isinstance(mmreplay.__version__, str) and mmreplay.__version__.count(".") == 2
+
+
+def test_every_folder_of_the_package_is_listed_as_a_package_in_pyproject() -> None:
+    # setuptools ships only the packages listed: a folder left out installs from a checkout but is
+    # missing from the wheel, and its imports fail only for users.
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
+    listed = set(tomllib.loads((SOURCES / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    folders = {".".join(path.parent.relative_to(SOURCES).parts) for path in (SOURCES / "mmreplay").rglob("__init__.py")}
+    assert folders == listed

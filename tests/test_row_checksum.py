@@ -139,3 +139,18 @@ def test_a_version_4_header_over_version_3_rows_fails_their_checksums(tmp_path: 
     (path / "header.json").write_bytes(header)
     with pytest.raises(CorruptStoreError, match="fails its checksum"):
         ReplayStore.open(path).read([5])
+
+
+def test_the_store_and_info_report_the_format_version_of_the_files_not_the_librarys(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = build(tmp_path / "s.mmr")
+    with ReplayStore.open(path) as store:
+        assert store.format_version == 4
+    make_version_3(path)
+    with ReplayStore.open(path) as store:
+        assert store.format_version == 3
+    shown = subprocess.run([sys.executable, "-m", "mmreplay", "info", "--json", str(path)], capture_output=True,
+                           text=True, check=True)
+    assert json.loads(shown.stdout)["format_version"] == 3

@@ -737,3 +737,103 @@ def test_sampled_observations_and_next_observations_are_independent_tensors(tmp_
         np.random.seed(0)
         assert th.equal(buffer.sample(16).observations + 1, samples.observations)
     buffer.close()
+
+
+def fill_vectors(buffers, space: spaces.Box, rows: int, *, truncated_at: int | None = None, done_at: int | None = None) -> None:
+    """Rows of observations drawn from ``space`` (one env, an episode going on), the same in every buffer;
+    ``truncated_at`` marks ``TimeLimit.truncated`` without ``done``, as SB3's own n-step test does."""
+    rng = np.random.default_rng(0)
+    draw = (lambda: rng.random(space.shape) < 0.5) if space.dtype == np.bool_ else (lambda: rng.integers(0, 100, space.shape).astype(space.dtype))
+    obs = draw()
+    for i in range(rows):
+        next_obs = draw()
+        infos = [{"TimeLimit.truncated": i == truncated_at}]
+        action_space = buffers[0].action_space
+        # Actions of the space's own dtype: a float64 space's are cast to float32 by the buffers (GH#1145).
+        action = np.array([[rng.integers(0, 2)]]) if isinstance(action_space, spaces.Discrete) else rng.standard_normal((1, 1)).astype(action_space.dtype)
+        reward = np.array([rng.standard_normal()])
+        for buffer in buffers:
+            buffer.add(obs[None], next_obs[None], action, reward, np.array([i == done_at]), infos)
+        obs = next_obs
+
+
+def assert_seeded_samples_equal(theirs, ours, fields=("observations", "actions", "next_observations", "dones", "rewards")) -> None:
+    for seed in range(3):
+        np.random.seed(seed)
+        expected = theirs.sample(16)
+        np.random.seed(seed)
+        got = ours.sample(16)
+        for name in fields:
+            want, have = getattr(expected, name), getattr(got, name)
+            assert have.dtype == want.dtype and have.shape == want.shape, name
+            assert th.equal(have, want), name
+
+
+SB3_OBSERVATION_DTYPES = [np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32, np.uint64, np.int64, np.float16, np.float32, np.float64, np.bool_]
+
+
+@pytest.mark.parametrize("dtype", SB3_OBSERVATION_DTYPES, ids=lambda dtype: np.dtype(dtype).name)
+@pytest.mark.parametrize(
+    "action_space",
+    [spaces.Discrete(10), spaces.Box(-1.0, 1.0, dtype=np.float32), spaces.Box(-1.0, 1.0, dtype=np.float64)],
+    ids=["discrete", "box-float32", "box-float64"],
+)
+def test_samples_keep_the_observation_dtype_and_sb3s_action_cast_for_every_dtype_of_sb3s_own_test(tmp_path, dtype, action_space):
+    """SB3's test_buffer_dtypes reads ``replay_buffer.observations.dtype``, an array this buffer does not
+    keep: the same dtypes, compared with SB3's buffer on seeded samples (float64 actions cast to float32)."""
+    space = spaces.Box(0, 1 if dtype == np.bool_ else 100, (3,), dtype)
+    theirs = ReplayBuffer(20, space, action_space, device="cpu")
+    ours = MmreplayBuffer(20, space, action_space, device="cpu", path=tmp_path / "b.mmr")
+    fill_vectors([theirs, ours], space, 12)
+    assert_seeded_samples_equal(theirs, ours)
+    ours.close()
+
+
+def test_a_scalar_box_observation_is_stored_as_one_value_and_sampled_in_the_spaces_shape(tmp_path):
+    """A Box of shape () (SB3's own buffer cannot sample one: it indexes a third axis) is a frame of one
+    value; samples give one value per transition, shape (batch,), as the space's shape says."""
+    space = spaces.Box(-100.0, 100.0, shape=(), dtype=np.float32)
+    path = tmp_path / "b.mmr"
+    buffer = MmreplayBuffer(20, space, spaces.Discrete(2), device="cpu", path=path)
+    for step in range(25):  # past the first wrap: positions 0..4 hold steps 20..24
+        buffer.add(np.array([step], np.float32), np.array([step + 0.5], np.float32), np.array([1]), np.array([1.0]), np.array([False]), [{}])
+    buffer.close()
+    reopened = MmreplayBuffer(20, space, spaces.Discrete(2), device="cpu", path=path)
+    samples = reopened.samples_at([0, 4, 5, 19], [0, 0, 0, 0])
+    assert samples.observations.shape == (4,) and samples.observations.dtype == th.float32
+    assert samples.observations.tolist() == [20.0, 24.0, 5.0, 19.0]
+    assert samples.next_observations.tolist() == [20.5, 24.5, 5.5, 19.5]
+    reopened.close()
+
+
+@pytest.mark.parametrize("handle_timeout_termination", [True, False])
+@pytest.mark.parametrize("n_steps", [1, 3])
+def test_a_timeout_without_done_ends_the_window_exactly_where_sb3s_buffer_ends_it(tmp_path, handle_timeout_termination, n_steps):
+    """SB3's own n-step test marks ``TimeLimit.truncated`` on an env that is not done: SB3's buffer
+    records that timeout (with ``handle_timeout_termination=True``) and stops n-step windows there."""
+    from stable_baselines3.common.buffers import NStepReplayBuffer
+
+    space = spaces.Box(0, 1, (4,), np.float32)
+    common = {"device": "cpu", "handle_timeout_termination": handle_timeout_termination}
+    if n_steps == 1:
+        theirs = ReplayBuffer(10, space, spaces.Box(0, 1, (1,), np.float32), **common)
+    else:
+        theirs = NStepReplayBuffer(10, space, spaces.Box(0, 1, (1,), np.float32), n_steps=n_steps, gamma=0.9, **common)
+    ours = MmreplayBuffer(10, space, spaces.Box(0, 1, (1,), np.float32), path=tmp_path / "b.mmr", n_steps=n_steps, gamma=0.9, **common)
+    fill_vectors([theirs, ours], space, 8, truncated_at=2)
+    fields = ("observations", "actions", "next_observations", "dones", "rewards")
+    assert_seeded_samples_equal(theirs, ours, fields + (("discounts",) if n_steps > 1 else ()))
+    ours.close()
+
+
+def test_float64_actions_that_float32_cannot_hold_exactly_are_stored_cast_as_sb3_stores_them(tmp_path):
+    """SB3 keeps a float64 action space's actions as float32 (GH#1145) and casts what it is given; the
+    store alone refuses a lossy cast, so the buffer casts first."""
+    action_space = spaces.Box(-1.0, 1.0, (2,), np.float64)
+    buffer = MmreplayBuffer(10, spaces.Box(0, 1, (3,), np.float32), action_space, device="cpu", path=tmp_path / "b.mmr")
+    action = np.array([[0.1, -1 / 3]])  # neither is a float32
+    obs = np.zeros((1, 3), np.float32)
+    buffer.add(obs, obs + 1, action, np.array([0.0]), np.array([False]), [{}])
+    stored = buffer.samples_at([0], [0]).actions
+    assert stored.dtype == th.float32 and stored.tolist() == [action.astype(np.float32).ravel().tolist()]
+    buffer.close()

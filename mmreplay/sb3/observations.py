@@ -37,7 +37,9 @@ def frame_layout(space: spaces.Space[Any], stack_size: int | None) -> FrameLayou
     """The frames of a Box observation space of any numeric or bool dtype (the store's ``frame_dtype``;
     a vector such as CartPole's is one frame): ``stack_size`` along the first axis when given,
     else inferred (see ``MmreplayBuffer``: channel-first images are RGB frames when 3 divides the
-    channels, else grayscale frames; a 4-d space is a stack along its first axis; else one frame)."""
+    channels, else grayscale frames; a 4-d space is a stack along its first axis; else one frame).
+    A scalar space (shape ``()``) is one frame of shape ``(1,)``: a store's frames have at least one
+    axis, and the buffer reshapes them back to ``()`` as SB3's own buffer gives them."""
     if not isinstance(space, spaces.Box):
         raise TypeError(f"observation_space must be a gymnasium Box; got {space}")
     if space.dtype is None or space.dtype.kind not in "biuf":
@@ -50,7 +52,7 @@ def frame_layout(space: spaces.Space[Any], stack_size: int | None) -> FrameLayou
         raise ValueError(f"stack_size must be a positive int; got {stack_size!r}")
     first_axis = shape[0] if shape else 1
     if stack_size == 1:
-        return FrameLayout(shape, 1, inferred, first_axis)
+        return FrameLayout(shape or (1,), 1, inferred, first_axis)
     if not shape or shape[0] % stack_size:
         raise ValueError(
             f"stack_size={stack_size} must divide the observation's first axis; observation_space has shape {shape}"

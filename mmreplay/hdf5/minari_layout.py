@@ -30,8 +30,8 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.episodes import Episode
-from mmreplay.hdf5_checks import close_file
-from mmreplay.hdf5_datasets import (
+from mmreplay.hdf5.checks import close_file
+from mmreplay.hdf5.datasets import (
     FIELD_PREFIX,
     FORMAT_NAMES,
     Source,
@@ -46,7 +46,7 @@ MINARI_VERSION = "0.5.4"
 MINARI_FILE = "main_data.hdf5"
 MINARI_METADATA = "metadata.json"
 DATASET_ID = re.compile(r"^(?:[-_\w][-_\w/]*[-_\w]+/)?[-_\w]+?-v\d+$")  # Minari's rule: [namespace/]name-vN
-# Our column names (hdf5_datasets.COLUMNS) -> Minari's dataset names.
+# Our column names (datasets.COLUMNS) -> Minari's dataset names.
 MINARI_COLUMNS = {"action": "actions", "reward": "rewards", "terminated": "terminations",
                   "truncated": "truncations", "step": "mmreplay_steps"}
 

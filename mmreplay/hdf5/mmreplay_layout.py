@@ -1,6 +1,6 @@
 """The ``"mmreplay"`` HDF5 layout: one file, flat columns, episodes one after another.
 
-Datasets (root attributes from ``hdf5_datasets.root_attrs``):
+Datasets (root attributes from ``datasets.root_attrs``):
 
 * ``frames`` (F, *frame_shape) of the store's frame dtype (root attribute ``frame_dtype``), one frame
   per chunk: an episode of T transitions owns ``stack_size + T`` consecutive frames starting at
@@ -11,7 +11,7 @@ Datasets (root attributes from ``hdf5_datasets.root_attrs``):
 * ``transitions/{action, reward, terminated, truncated, step}``: one row per transition; an episode's
   T rows are consecutive from ``episodes/transition_start``. ``step`` is the transition's original step.
   A store with user fields adds ``transitions/fields/<name>`` (T, *shape) of the field's dtype, rows as
-  the other columns, and the root attribute ``fields`` (``hdf5_datasets.root_attrs``).
+  the other columns, and the root attribute ``fields`` (``datasets.root_attrs``).
 * ``episodes/{env_index, length, transition_start, frame_start, first_step, ended_by, complete,
   final_stack}``: one entry per episode, in the order of ``ReplayStore.episodes()`` (``final_stack``
   since format version 2; a version 1 file has none).
@@ -26,8 +26,8 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.episodes import Episode
-from mmreplay.hdf5_checks import close_file
-from mmreplay.hdf5_datasets import (
+from mmreplay.hdf5.checks import close_file
+from mmreplay.hdf5.datasets import (
     COLUMNS,
     check_episode_table,
     FIELD_PREFIX,

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from mmreplay.hdf5_datasets import FIELD_PREFIX, Source
+from mmreplay.hdf5.datasets import FIELD_PREFIX, Source
 from mmreplay.store import ReplayStore
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.errors import CorruptStoreError, FormatVersionError
-from mmreplay.hdf5_checks import ACTION_KINDS, MAX_ACTION_BYTES, MAX_FIELD_BYTES, MAX_FRAME_BYTES, MAX_SLOTS, close_file
+from mmreplay.hdf5.checks import ACTION_KINDS, MAX_ACTION_BYTES, MAX_FIELD_BYTES, MAX_FRAME_BYTES, MAX_SLOTS, close_file
 from mmreplay.store import ReplayStore
 
 LAYOUTS = ("mmreplay", "minari")

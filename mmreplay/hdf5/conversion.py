@@ -2,24 +2,24 @@
 
 Two layouts, both described in the README ("HDF5 datasets"):
 
-* ``"mmreplay"`` (``hdf5_mmreplay_layout``): one file. Frames are one HDF5 chunk each (deflate level 1,
+* ``"mmreplay"`` (``mmreplay_layout``): one file. Frames are one HDF5 chunk each (deflate level 1,
   in every HDF5 build); episodes are stored one after another: an episode of T transitions owns
   ``stack_size + T`` consecutive frames (its first obs stack, then each transition's newest next_obs
   frame; ``stack_size - 1`` more when its last next_obs was stored whole, as given) and T consecutive
   rows of the ``transitions`` columns.
-* ``"minari"`` (``hdf5_minari``): a Minari 0.5.4 dataset directory (``<dir>/data/main_data.hdf5`` and
+* ``"minari"`` (``minari_layout``): a Minari 0.5.4 dataset directory (``<dir>/data/main_data.hdf5`` and
   ``metadata.json``), one ``episode_{i}`` group per episode with observations of length T + 1 (single
   frames, lossless).
 
 Both keep each transition's original *step*, so ``import_hdf5`` replays the transitions of every env
-in their original order (``hdf5_replay``): the imported store reads back the same transitions
+in their original order (``replay``): the imported store reads back the same transitions
 (env_index included), its steps renumbered from 0. Import adds each episode's first obs as its whole
 stack, and the rest of the episode frame by frame, so stacks are rebuilt exactly as they were.
 
 Memory stays flat: frames move in chunks of ``chunk_steps`` transitions; what grows with the store is
 two small integers per transition (which episode, which position) during export.
 
-This module and the ``hdf5_*`` modules it composes are the only ones importing h5py.
+This package (``mmreplay.hdf5``) holds the only modules that import h5py.
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ from tqdm import tqdm
 from mmreplay.building import SiblingBuild, check_new_path
 from mmreplay.episodes import Episode
 from mmreplay.errors import CorruptStoreError
-from mmreplay.hdf5_checks import READ_BLOCK_BYTES, check_input, close_file
-from mmreplay.hdf5_datasets import FIELD_PREFIX, FORMAT_NAMES, LAYOUTS, LayoutWriter, Source
-from mmreplay.hdf5_minari import DATASET_ID, MINARI_FILE, MinariSource, MinariWriter
-from mmreplay.hdf5_mmreplay_layout import MmreplayLayoutSource, MmreplayLayoutWriter
-from mmreplay.hdf5_replay import Feeder, merged
+from mmreplay.hdf5.checks import READ_BLOCK_BYTES, check_input, close_file
+from mmreplay.hdf5.datasets import FIELD_PREFIX, FORMAT_NAMES, LAYOUTS, LayoutWriter, Source
+from mmreplay.hdf5.minari_layout import DATASET_ID, MINARI_FILE, MinariSource, MinariWriter
+from mmreplay.hdf5.mmreplay_layout import MmreplayLayoutSource, MmreplayLayoutWriter
+from mmreplay.hdf5.replay import Feeder, merged
 from mmreplay.store import ReplayStore
 from mmreplay.validation import parse_positive_int
 
@@ -184,7 +184,7 @@ def import_hdf5(
     only when complete: it is built beside ``store_path`` and renamed (see ``export_hdf5``).
 
     Only ``path`` is read: datasets stored in external files, external links and virtual datasets are
-    refused unless ``allow_external=True``, plugin filters always (see ``mmreplay.hdf5_checks``); every
+    refused unless ``allow_external=True``, plugin filters always (see ``mmreplay.hdf5.checks``); every
     attribute and declared size is checked before anything is allocated from it, and frames are read
     at most 64 MiB at a time.
     """

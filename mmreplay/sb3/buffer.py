@@ -7,14 +7,16 @@
 
 Vocabulary bridge. SB3 says *done* where mmreplay says terminated or truncated: a done env whose
 ``info["TimeLimit.truncated"]`` is true was truncated, any other done env terminated. Both flags are
-stored as they happened; ``handle_timeout_termination`` only decides what ``sample`` returns as
-``dones`` (SB3's rule: terminated only when True, terminated or truncated when False). SB3's
+stored as they happened; ``handle_timeout_termination`` decides what ``sample`` returns as ``dones``
+(SB3's rule: terminated only when True, terminated or truncated when False), and, when True, that an
+env marked ``TimeLimit.truncated`` but not done was truncated too (SB3's buffer records that timeout
+then, and its n-step windows stop there; VecEnvs never send it, a caller's own ``add`` may). SB3's
 ``buffer_size`` is the capacity in transitions, kept as ``buffer_size // n_envs`` rows of ``n_envs``.
 
 The store outlives the buffer: a buffer made at a path that holds a store reopens it (SB3 builds the
 buffer again at ``DQN.load`` from the ``replay_buffer_kwargs`` saved in the zip), a pickled buffer is
 the store's absolute path and the counters, and unpickling reopens it. See ``MmreplayBuffer``.
-Stable-Baselines3 and torch are imported by this module only; ``mmreplay.sb3_observations`` maps
+Stable-Baselines3 and torch are imported by this module only; ``mmreplay.sb3.observations`` maps
 observation spaces onto frames and SB3's ``dones`` onto the store.
 """
 
@@ -38,7 +40,7 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 from mmreplay.batch import Batch
 from mmreplay.errors import StoreLockedError
-from mmreplay.sb3_observations import DoneFlags, StackingCheck, StackMismatch, StoreLayout, check_layout, frame_layout
+from mmreplay.sb3.observations import DoneFlags, StackingCheck, StackMismatch, StoreLayout, check_layout, frame_layout
 from mmreplay.store import ReplayStore
 from mmreplay.validation import parse_number, parse_positive_int
 
@@ -252,10 +254,12 @@ class MmreplayBuffer(ReplayBuffer):
         infos: Sequence[Mapping[str, Any]] | Mapping[str, Any],
     ) -> None:
         """Record one row: a transition of each env. ``next_obs`` is the true next observation (SB3
-        puts ``infos[i]["terminal_observation"]`` there for done envs)."""
+        puts ``infos[i]["terminal_observation"]`` there for done envs). An env that is not done but whose
+        ``TimeLimit.truncated`` is true was truncated too when ``handle_timeout_termination`` is True:
+        SB3's buffer records its timeout, and its n-step windows stop there."""
         store = self._writer()
         done = np.asarray(done).reshape(self.n_envs).astype(bool)
-        truncated = done & self._timeouts(infos)
+        truncated = (done | self.handle_timeout_termination) & self._timeouts(infos)
         obs_array, next_obs_array = self._parse_obs(obs, "obs"), self._parse_obs(next_obs, "next_obs")
         going_on = ~done.reshape(-1)
         if self._stacking is not None and going_on.any():
@@ -266,7 +270,8 @@ class MmreplayBuffer(ReplayBuffer):
         first = 0 if self.n_envs == 1 else slice(None)
         store.add(
             obs_array[first],
-            np.asarray(action).reshape((self.n_envs, self.action_dim))[first],
+            # Cast as SB3's buffer casts when it stores (float64 actions of a float64 space to float32, GH#1145).
+            np.asarray(action).reshape((self.n_envs, self.action_dim)).astype(self._layout.action_dtype)[first],
             np.asarray(reward, dtype=np.float32).reshape(self.n_envs)[first],
             next_obs_array[first],
             (done & ~truncated)[first],
