@@ -92,7 +92,8 @@ def test_sampled_observations_are_exact_and_n_step_is_cut_at_the_episode_end(tmp
 def test_every_sampled_observation_is_the_one_added_bit_for_bit(tmp_path_factory: pytest.TempPathFactory,
                                                                    data: st.DataObject) -> None:
     """Against a plain list of the episode's observations: random pixels (all of 0..255 drawn, so -1.0,
-    0.0 and 127/128 occur), float32 as RLlib's wrapper makes them or uint8, in chunks of any size."""
+    0.0 and 127/128 occur), float32 as RLlib's wrapper makes them or uint8, in chunks of any size, the
+    final observation the last one shifted or any other."""
     length = data.draw(st.integers(2, 24), label="length")
     uint8 = data.draw(st.booleans(), label="uint8")
     chunk_size = data.draw(st.integers(1, 6), label="chunk_size")
@@ -101,6 +102,10 @@ def test_every_sampled_observation_is_the_one_added_bit_for_bit(tmp_path_factory
     frames = pixels.reshape(length + 1, 5, 6)
     # RLlib's frame stack: the reset frame repeated, then each step pushes the newest frame (H, W, stack).
     stacks = [np.stack([frames[max(0, t - 3 + i)] for i in range(4)], axis=-1) for t in range(length + 1)]
+    if data.draw(st.booleans(), label="final observation not the last one shifted"):
+        # Kept as given (the store then hands out obs and next_obs as two views of 8 frames a transition).
+        final = np.frombuffer(data.draw(st.binary(min_size=120, max_size=120)), np.uint8)
+        stacks[-1] = final.reshape(5, 6, 4)
     reference = stacks if uint8 else [(s.astype(np.float32) / 128.0) - 1.0 for s in stacks]  # NormalizedImageEnv
     buffer = MmreplayEpisodeReplayBuffer(100, path=str(tmp_path_factory.mktemp("b") / "b.mmr"), seed=0)
     for start in range(0, length, chunk_size):
