@@ -13,8 +13,14 @@ Vocabulary and rules:
 
 - Observations are image frame stacks ``(H, W, stack_size)`` (what ``wrap_atari_for_new_api_stack(...,
   framestack=4)`` gives), as uint8 pixels or as RLlib's ``p / 128 - 1`` float32 encoding, which maps back
-  to the pixel exactly; sampled observations come back in the dtype the episodes brought (uint8 end to
-  end when the module takes uint8). Other observation spaces are refused: use RLlib's own buffers.
+  to the pixel exactly; sampled observations come back bit for bit as they went in, in the dtype the
+  episodes brought (uint8 end to end when the module takes uint8). Float32 values that are not that
+  encoding, other dtypes and other observation spaces are refused: use RLlib's own buffers for them.
+- A sample's episodes are what RLlib's constructor makes, built from a template at a tenth of its cost
+  (``transition_episodes``); float32 observations are converted from the decoded pixels in one array
+  per sample, each transition's frames once (5 for a 1-step sample, whose obs and next_obs share 3;
+  ``normalized_images``). RLlib's own buffer hands back references to the float32 arrays it keeps;
+  ``benchmarks/bench_ray.py`` compares the two.
 - Each episode in progress gets an env of the store (``num_envs`` of them); chunks of one episode
   (RLlib sends 4-step chunks whose first observation is the previous chunk's last) continue it.
 - n-step as DQN asks for it: a window cut by the episode's end sums the m < n rewards it has and
