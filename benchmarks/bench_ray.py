@@ -2,14 +2,17 @@
 
 1. Bytes per sampled batch through Ray: the encoded batch (stored lz4 blocks + index) against its pixels.
 2. Learner batches/s: a local store's ``sample`` against ``ShardedReplay`` (synchronous ``sample``, the
-   prefetching ``batches`` iterator, and ``direct_read`` of co-located shards), same contents.
+   prefetching ``batches`` iterator with --prefetch and --group and with the small groups of before,
+   and ``direct_read`` of co-located shards), same contents, in --rounds rounds: each rate is measured
+   right after the local store's, and the ratios reported are the medians of the per-round ratios.
 3. Ingest: transitions/s from K writer actors into S shards, until every writer's flush returned.
 4. RLlib: ``MmreplayEpisodeReplayBuffer`` against RLlib's ``PrioritizedEpisodeReplayBuffer``, each in its
    own process, fed the same real Pong steps as ``(84, 84, 4)`` float32 in 4-step chunks (as DQN feeds
    them): RSS growth (scaled to 10,000 steps), seconds per 1,000 adds, ms per ``sample(32, n_step=3)``
    (median of 100); and the mmreplay buffer fed uint8 stacks, which it returns as uint8 (no conversion).
 
-    python benchmarks/bench_ray.py [--seconds 5] [--writers 2] [--shards 2] [--rllib-steps 3000]
+    python benchmarks/bench_ray.py [--seconds 5] [--rounds 3] [--prefetch 3] [--group 64] [--direct-group 16]
+        [--writers 2] [--shards 2] [--rllib-steps 3000]
 
 Prints one JSON object (and writes it to --out if given).
 """
@@ -65,6 +68,11 @@ def rate(call: Any, seconds: float) -> float:
     return count / (time.perf_counter() - start)
 
 
+def iterate(batches: Any) -> Any:
+    """A call that takes the iterator's next batch."""
+    return lambda: next(batches)
+
+
 def ray_figures(stream: dict[str, np.ndarray], args: argparse.Namespace, work: Path) -> dict[str, Any]:
     import ray
 
@@ -79,7 +87,6 @@ def ray_figures(stream: dict[str, np.ndarray], args: argparse.Namespace, work: P
     results["add_transitions_per_s"] = round(results["transitions"] / (time.perf_counter() - start))
     results["add_encoded_transitions_per_s"] = add_encoded_rate(stream, work)
     rng = np.random.default_rng(0)
-    results["local_sample_batches_per_s"] = rate(lambda: local.sample(32, rng), args.seconds)
     encoded = local.sample_encoded(32, rng=0)
     decoded = decode_batch(encoded)
     results["bytes_per_batch_decoded"] = int(decoded.obs.base.nbytes)
@@ -106,13 +113,29 @@ def ray_figures(stream: dict[str, np.ndarray], args: argparse.Namespace, work: P
                              "seconds": round(seconds, 2), "transitions_per_s": round(added / seconds)}
         parts = replay.sample_encoded(32, rng=0)
         results["bytes_per_batch_over_ray"] = int(sum(part.nbytes for _, part, _ in parts))
-        results["client_sample_batches_per_s"] = rate(lambda: replay.sample(32, rng), args.seconds)
-        batches = replay.batches(32, prefetch=4, rng=1)
-        results["client_prefetch_batches_per_s"] = rate(lambda: next(batches), args.seconds)
-        local_batches = replay.batches(32, prefetch=4, rng=2, direct_read=True)
-        results["client_direct_read_batches_per_s"] = rate(lambda: next(local_batches), args.seconds)
-        for path in ("prefetch", "direct_read"):
-            results[f"{path}_over_local"] = round(results[f"client_{path}_batches_per_s"] / results["local_sample_batches_per_s"], 3)
+        sequences = local.sample_sequences_encoded(8, 10, rng=0)
+        results["sequences_8x10_bytes_decoded_encoded"] = [int(sequences.decode().obs.base.nbytes), int(sequences.nbytes)]
+        # Rates in rounds, each path right after the local store's own sample: ratios per round, then medians.
+        paths = {
+            "client_sample": lambda: replay.sample(32, rng),
+            "client_prefetch": iterate(replay.batches(32, prefetch=args.prefetch, group=args.group, rng=1)),
+            "client_prefetch_group4": iterate(replay.batches(32, prefetch=4, group=4, rng=3)),
+            "client_direct_read": iterate(replay.batches(32, prefetch=2, group=args.direct_group, rng=2, direct_read=True)),
+        }
+        rounds: dict[str, list[float]] = {"local_sample": [], **{name: [] for name in paths}}
+        ratios: dict[str, list[float]] = {name: [] for name in paths}
+        for _ in range(args.rounds):
+            for name, call in paths.items():
+                local_rate = rate(lambda: local.sample(32, rng), args.seconds)
+                rounds["local_sample"].append(local_rate)
+                rounds[name].append(rate(call, args.seconds))
+                ratios[name].append(rounds[name][-1] / local_rate)
+        results["settings"] = {"prefetch": args.prefetch, "group": args.group, "rounds": args.rounds,
+                               "seconds_per_rate": args.seconds, "prefetch_group4": [4, 4], "direct_read": [2, args.direct_group]}
+        for name, values in rounds.items():
+            results[f"{name}_batches_per_s"] = round(float(np.median(values)))
+        for name, values in ratios.items():
+            results[f"{name.removeprefix('client_')}_over_local"] = round(float(np.median(values)), 3)
         replay.close(destroy=True)
     finally:
         ray.shutdown()
@@ -246,6 +269,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="how long each rate is measured")
     parser.add_argument("--writers", type=int, default=2)
     parser.add_argument("--shards", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of every rate (medians are reported)")
+    parser.add_argument("--prefetch", type=int, default=3, help="ShardedReplay.batches' prefetch")
+    parser.add_argument("--group", type=int, default=64, help="ShardedReplay.batches' group, through the actors")
+    parser.add_argument("--direct-group", type=int, default=16, help="ShardedReplay.batches' group, direct reads")
     parser.add_argument("--rllib-steps", type=int, default=3000, help="Pong steps fed to each RLlib buffer")
     parser.add_argument("--skip-rllib", action="store_true")
     parser.add_argument("--only-rllib", action="store_true")

@@ -5,7 +5,8 @@ neighbouring frames at sample time, never crossing an episode start.
 """
 
 from mmreplay.batch import Batch, SequenceBatch
-from mmreplay.encoded import EncodedBatch, EncodedFrames, decode_batch, encode_frames, encode_stacks
+from mmreplay.encoded import BlockRefs, EncodedFrames, decode_blocks, encode_frames, encode_stacks
+from mmreplay.encoded_batches import EncodedBatch, EncodedSequenceBatch, decode_batch, decode_sequences
 from mmreplay.errors import (
     ClosedStoreError,
     CorruptStoreError,
@@ -26,11 +27,13 @@ from mmreplay.dopamine import import_dopamine  # noqa: E402
 
 __all__ = [
     "Batch",
+    "BlockRefs",
     "PrioritizedSampler",
     "SequenceBatch",
     "ClosedStoreError",
     "EncodedBatch",
     "EncodedFrames",
+    "EncodedSequenceBatch",
     "CorruptStoreError",
     "FormatVersionError",
     "MmreplayError",
@@ -45,6 +48,8 @@ __all__ = [
     "StepsEvictedError",
     "UniformSampler",
     "decode_batch",
+    "decode_blocks",
+    "decode_sequences",
     "encode_frames",
     "encode_stacks",
     "export_hdf5",

@@ -6,7 +6,10 @@ codec (``encode_frames``), with its CRC-32. ``EncodedFrames`` holds several back
 blocks of the frames it needs, plus, for each transition, which of those blocks make its obs and
 next_obs. A batch of 32 Pong transitions (stack 4) is ~42 KB encoded against 1.1 MB decoded: what
 crosses a network or a process boundary should be the encoded form, decoded where it is used
-(``EncodedBatch.decode``, by the compiled decoder that ``sample`` uses).
+(``EncodedBatch.decode``, by the compiled decoder that ``sample`` uses; the batches are in
+``encoded_batches``). ``BlockRefs`` names frames among the blocks of several ``EncodedFrames``
+(``EncodedFrames.blocks``), so that ``decode_blocks`` decodes the frames of a batch drawn from several
+stores (shards) in one call, straight into place.
 
 Both directions are checked: frames that arrive are decoded against their checksums before anything
 is written (the pixels are needed anyway: the store compares each obs with its env's last next_obs),
@@ -17,18 +20,15 @@ end to end, from the store's disk to the learner.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from mmreplay import codec
-from mmreplay.batch import Batch
 from mmreplay.errors import CorruptStoreError
 from mmreplay.frame_encoding import FrameEncoder
-from mmreplay.frame_ring import FrameChecksumError
-from mmreplay.reading import TransitionReader
 from mmreplay.validation import AddArguments, AddShapes, parse_add
 
 T = TypeVar("T", bound=np.generic)
@@ -54,32 +54,79 @@ class EncodedFrames:
         """Bytes of blocks, lengths, checksums and seeds: what sending these frames costs."""
         return len(self.data) + self.lengths.nbytes + self.checksums.nbytes + self.seeds.nbytes
 
+    def blocks(self, order: npt.NDArray[np.int64]) -> BlockRefs:
+        """Where frames ``order`` (indices into these frames, any shape, repeats allowed) lie in ``data``:
+        each one's start, length, checksum and seed, shaped as ``order``."""
+        starts = np.zeros(len(self) + 1, np.int64)
+        np.cumsum(self.lengths, out=starts[1:])
+        return BlockRefs(np.zeros(order.shape, np.int64), starts[order], self.lengths[order], self.checksums[order],
+                         self.seeds[order].astype(np.int64))
+
     def decode(self, order: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.uint8]:
         """The frames' pixels, (n, *frame_shape) uint8, in ``order`` (indices into these frames, repeats
         allowed; by default each once), each checked against its checksum: ``CorruptStoreError`` if one
         fails or does not decode to exactly one frame."""
         if order is None:
             order = np.arange(len(self), dtype=np.int64)
-        starts = np.concatenate([[0], np.cumsum(self.lengths)[:-1]]).astype(np.int64)
         pixels = np.empty((len(order), *self.frame_shape), np.uint8)
-        bad = codec.decode_batch(
-            np.zeros(len(order), np.int64),
-            starts[order],
-            self.lengths[order],
-            self.checksums[order],
-            self.seeds[order].astype(np.int64),
-            pixels.reshape(len(order), -1),
-            views=[memoryview(self.data)],
-        )
-        if bad >= 0:
-            raise CorruptStoreError(
-                f"encoded frame {int(order[bad])} fails its checksum or does not decode to one frame of shape "
-                f"{self.frame_shape}: it was damaged on the way, or made by another codec than encode_frames"
-            )
+        decode_blocks([self], self.blocks(order), pixels, numbers=order)
         return pixels
 
     def __repr__(self) -> str:
         return f"EncodedFrames(frames={len(self)}, frame_shape={self.frame_shape}, nbytes={self.nbytes:,})"
+
+
+@dataclass(frozen=True)
+class BlockRefs:
+    """Frames among the blocks of several ``EncodedFrames`` (the *sources*): frame i is the block of
+    ``lengths[i]`` bytes at ``starts[i]`` of source ``sources[i]``, with its checksum and CRC seed. Arrays
+    of any one shape (rows of a batch by their frames); ``take`` and ``join`` rearrange them, so that
+    the frames of a batch drawn from several shards decode in one compiled call (``decode_blocks``)."""
+
+    sources: npt.NDArray[np.int64]
+    starts: npt.NDArray[np.int64]
+    lengths: npt.NDArray[np.int64]
+    checksums: npt.NDArray[np.uint32]
+    seeds: npt.NDArray[np.int64]
+
+    def take(self, rows: npt.NDArray[np.int64] | slice) -> BlockRefs:
+        """These references' rows ``rows`` (along the first axis)."""
+        return BlockRefs(self.sources[rows], self.starts[rows], self.lengths[rows], self.checksums[rows], self.seeds[rows])
+
+    def from_source(self, source: int) -> BlockRefs:
+        """The same references, all into source ``source``."""
+        return BlockRefs(np.full(self.sources.shape, source, np.int64), self.starts, self.lengths, self.checksums,
+                         self.seeds)
+
+    @staticmethod
+    def join(parts: Sequence[BlockRefs], order: npt.NDArray[np.int64] | None = None) -> BlockRefs:
+        """The parts' rows one after the other, then in ``order`` (row i is the joined rows' ``order[i]``)."""
+        arrays = [np.concatenate([getattr(part, name) for part in parts]) for name in
+                  ("sources", "starts", "lengths", "checksums", "seeds")]
+        joined = BlockRefs(*arrays)
+        return joined if order is None else joined.take(order)
+
+
+def decode_blocks(
+    sources: Sequence[EncodedFrames], refs: BlockRefs, out: npt.NDArray[np.uint8], *,
+    numbers: npt.NDArray[np.int64] | None = None,
+) -> None:
+    """Decode the referenced frames into ``out`` ((refs' size, *frame_shape) uint8, C-contiguous) in one
+    call of the compiled decoder, each checked against its checksum: ``CorruptStoreError`` if one fails
+    or does not decode to exactly one frame, naming it by ``numbers`` (by default its position)."""
+    count = refs.starts.size
+    if count == 0:
+        return
+    bad = codec.decode_batch(
+        refs.sources.reshape(-1), refs.starts.reshape(-1), refs.lengths.reshape(-1), refs.checksums.reshape(-1),
+        refs.seeds.reshape(-1), out.reshape(count, -1), views=[memoryview(source.data) for source in sources],
+    )
+    if bad >= 0:
+        raise CorruptStoreError(
+            f"encoded frame {bad if numbers is None else int(numbers.reshape(-1)[bad])} fails its checksum or does "
+            f"not decode to one frame of shape {out.shape[1:]}: it was damaged on disk or on the way, or made by "
+            "another codec than encode_frames"
+        )
 
 
 def encode_frames(frames: npt.ArrayLike) -> EncodedFrames:
@@ -239,130 +286,3 @@ def _for_env(arguments: AddArguments, env: int, num_envs: int) -> AddArguments:
         spread(arguments.terminated), spread(arguments.truncated), arguments.stacked, [env],
         spread(arguments.detached),
     )
-
-
-# -- sampling ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, repr=False)
-class EncodedBatch:
-    """A ``Batch`` whose pixels are still the stored blocks: ``frames`` holds the distinct frames the
-    batch needs, and ``frame_index`` (B, columns) says which of them, in order, make each transition's
-    frames: ``obs`` is its first ``stack_size`` columns and ``next_obs`` its last ``stack_size`` (they
-    overlap when there are ``stack_size + 1`` columns, as in ``sample``'s own batches). The other fields
-    are ``Batch``'s. ``decode()`` gives the ``Batch`` that ``sample`` returns for the same draw."""
-
-    frames: EncodedFrames
-    frame_index: npt.NDArray[np.int64]
-    stack_size: int
-    action: npt.NDArray[np.generic]
-    reward: npt.NDArray[np.float32]
-    terminated: npt.NDArray[np.bool_]
-    truncated: npt.NDArray[np.bool_]
-    index: npt.NDArray[np.int64]
-    env_index: npt.NDArray[np.int64]
-    weight: npt.NDArray[np.float32]
-    discount: npt.NDArray[np.float32]
-
-    def __len__(self) -> int:
-        return len(self.index)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of every array and block: what sending this batch costs."""
-        arrays = [getattr(self, item.name) for item in fields(self) if item.name not in ("frames", "stack_size")]
-        return self.frames.nbytes + int(sum(array.nbytes for array in arrays))
-
-    def decode(self) -> Batch:
-        """The batch with its pixels (see ``decode_batch``)."""
-        return decode_batch(self)
-
-    def __repr__(self) -> str:
-        return (
-            f"EncodedBatch(transitions={len(self)}, frames={len(self.frames)}, "
-            f"frame_index=int64{list(self.frame_index.shape)}, nbytes={self.nbytes:,})"
-        )
-
-
-def decode_batch(encoded: EncodedBatch) -> Batch:
-    """Decode an ``EncodedBatch`` into the ``Batch`` that ``sample`` returns for the same draw: each
-    transition's frames decoded straight into place by the compiled decoder, every block checked
-    against the checksum it had on disk (``CorruptStoreError`` if one fails)."""
-    if not isinstance(encoded, EncodedBatch):
-        raise TypeError(f"encoded must be an EncodedBatch; got {type(encoded).__name__}")
-    rows, columns = encoded.frame_index.shape
-    pixels = encoded.frames.decode(encoded.frame_index.reshape(-1)).reshape(rows, columns, *encoded.frames.frame_shape)
-    size = encoded.stack_size
-    return Batch(
-        obs=pixels[:, :size],
-        action=encoded.action,
-        reward=encoded.reward,
-        next_obs=pixels[:, -size:],
-        terminated=encoded.terminated,
-        truncated=encoded.truncated,
-        index=encoded.index,
-        env_index=encoded.env_index,
-        weight=encoded.weight,
-        discount=encoded.discount,
-    )
-
-
-class EncodingReader(TransitionReader):
-    """A ``TransitionReader`` that gathers the stored blocks of a batch's frames instead of decoding
-    them: it locates frames exactly as the store's reader does, so ``encoded(batch)`` of what it read
-    is what ``sample`` would have decoded. One reader serves one batch."""
-
-    _captured: EncodedFrames | None = None
-    _frame_index: npt.NDArray[np.int64] | None = None
-
-    def _decode(
-        self,
-        frames: npt.NDArray[np.int64],
-        steps: npt.NDArray[np.int64],
-        pixels: npt.NDArray[np.generic] | None = None,
-        *,
-        padded: bool = True,  # the store is not zero-padded (sample_encoded refuses those): nothing to zero
-    ) -> npt.NDArray[np.uint8]:
-        distinct, inverse = np.unique(frames.reshape(-1), return_inverse=True)
-        self._captured = self._blocks(distinct, steps, frames)
-        self._frame_index = inverse.reshape(frames.shape).astype(np.int64)
-        # No pixels: a zero-strided stand-in with the shape the batch's obs and next_obs slice.
-        return np.broadcast_to(np.uint8(0), (*frames.shape, *self.frame_shape))
-
-    def _blocks(
-        self, frame_steps: npt.NDArray[np.int64], steps: npt.NDArray[np.int64], frames: npt.NDArray[np.int64]
-    ) -> EncodedFrames:
-        """The stored blocks of these frames, each checked against its checksum here (a reader behind
-        the writer then retries, as ``sample`` does)."""
-        data, lengths, checksums, seeds = self.frames.blocks(frame_steps)
-        for i, (start, stop) in enumerate(_spans(lengths)):
-            if codec.checksum(data[start:stop], int(seeds[i])) != int(checksums[i]):
-                frame_step = int(frame_steps[i])
-                needing = steps[(frames == frame_step).any(axis=1)]
-                raise FrameChecksumError(
-                    f"frame {frame_step} fails its checksum (read for transition {int(needing[0])})",
-                    frame_step=frame_step,
-                )
-        return EncodedFrames(data, lengths, checksums, seeds, tuple(self.frame_shape))
-
-    def encoded(self, batch: Batch) -> EncodedBatch:
-        """The encoded form of ``batch``, which this reader has just read."""
-        assert self._captured is not None and self._frame_index is not None, "encoded() follows a read"
-        return EncodedBatch(
-            frames=self._captured,
-            frame_index=self._frame_index,
-            stack_size=self.stack_size,
-            action=batch.action,
-            reward=batch.reward,
-            terminated=batch.terminated,
-            truncated=batch.truncated,
-            index=batch.index,
-            env_index=batch.env_index,
-            weight=batch.weight,
-            discount=batch.discount,
-        )
-
-
-def _spans(lengths: npt.NDArray[np.int64]) -> Sequence[tuple[int, int]]:
-    ends = np.cumsum(lengths).tolist()
-    return list(zip([0, *ends[:-1]], ends))

@@ -31,7 +31,8 @@ import numpy.typing as npt
 from mmreplay import autocommit, directory_swap, encoded, format, frame_encoding as encodings, stacking
 from mmreplay.autocommit import CommitSchedule
 from mmreplay.batch import Batch, SequenceBatch
-from mmreplay.encoded import EncodedBatch, EncodedFrames
+from mmreplay.encoded import EncodedFrames
+from mmreplay.encoded_batches import EncodedBatch, EncodedSequenceBatch, EncodingReader
 from mmreplay.episodes import (
     EnvEpisode, Episode, FramePlan, advance_all, continuations, plan_frames, split_episodes
 )
@@ -957,26 +958,67 @@ class ReplayStore:
         batch on Atari, to send to another process. ``encoded.decode()`` is the ``Batch`` that ``sample``
         returns with the same arguments and rng. Plain (``"lz4"``) stores only: a reference-encoded
         frame needs its references to decode."""
-        if self.frame_encoding != "lz4":
-            raise ValueError(
-                f"sample_encoded needs a store of frame_encoding='lz4'; this one is {self.frame_encoding!r}, "
-                "whose frames decode only against their references: use sample"
-            )
-        if self._layout.stack_padding != "first" or self._field_table is not None:
-            raise ValueError(
-                "sample_encoded needs a store with stack_padding='first' and no user fields (an encoded batch "
-                f"carries neither zero padding nor fields); this one has stack_padding={self.stack_padding!r} "
-                f"and fields {list(self.fields)}: use sample"
-            )
-        if self.frame_dtype != np.uint8:
-            raise ValueError(f"sample_encoded gives uint8 frames; this store's frame_dtype is {self.frame_dtype}: use sample")
-        reader = encoded.EncodingReader(
-            self._table, self._frames, stack_size=self._layout.stack_size, action_dtype=self._action_dtype
-        )
+        reader = self._encoding_reader("sample_encoded")
         batch = self._sample(
             batch_size, rng, beta=beta, n_step=n_step, gamma=gamma, out=None, replace_shared_out=False, reader=reader
         )
         return reader.encoded(batch)
+
+    def sample_sequences_encoded(
+        self,
+        batch_size: int,
+        length: int,
+        rng: np.random.Generator | int | None = None,
+        *,
+        beta: float = 0.4,
+    ) -> EncodedSequenceBatch:
+        """``sample_sequences``'s draw with its frames left compressed: an ``EncodedSequenceBatch`` whose
+        ``decode()`` is the ``SequenceBatch`` that ``sample_sequences`` returns with the same arguments
+        and rng, byte for byte. Plain (``"lz4"``) uint8 stores without user fields, as ``sample_encoded``."""
+        self._check_open("sample_sequences_encoded")
+        reader = self._encoding_reader("sample_sequences_encoded")
+        batch_size = parse_positive_int(batch_size, "batch_size")
+        length = parse_positive_int(length, "length")
+        beta = parse_number(beta, "beta", low=0.0)
+        generator = parse_rng(rng)
+
+        def draw_and_read() -> EncodedSequenceBatch:
+            with self._lock:
+                steps = self._draw(batch_size, generator)
+                weight = self._sampler.weights(steps, beta=beta)
+                window, mask = follow_episodes(
+                    steps,
+                    length,
+                    rows_of=self._table.read,
+                    newest_exclusive=self._transitions_added,
+                    stacks=self._frames.stacks,
+                    stack_size=self._layout.stack_size,
+                    table_path=self._table.path,
+                )
+                return reader.encoded_sequences(reader.sequences(window, mask, weight))
+
+        return self._consistent(draw_and_read)
+
+    def _encoding_reader(self, operation: str) -> EncodingReader:
+        """A reader that gathers a batch's stored blocks for ``operation`` (named in its errors)."""
+        if self.frame_encoding != "lz4":
+            raise ValueError(
+                f"{operation} needs a store of frame_encoding='lz4'; this one is {self.frame_encoding!r}, "
+                "whose frames decode only against their references: use sample"
+            )
+        if self._layout.stack_padding != "first" or self._field_table is not None:
+            raise ValueError(
+                f"{operation} needs a store with stack_padding='first' and no user fields (an encoded batch "
+                f"carries neither zero padding nor fields); this one has stack_padding={self.stack_padding!r} "
+                f"and fields {list(self.fields)}: use sample"
+            )
+        if self.frame_dtype != np.uint8:
+            raise ValueError(f"{operation} gives uint8 frames; this store's frame_dtype is {self.frame_dtype}: use sample")
+        reader = EncodingReader(
+            self._table, self._frames, stack_size=self._layout.stack_size, action_dtype=self._action_dtype
+        )
+        reader.verify = self._mode != "r+"  # only a reader that may be behind the writer sees frames move
+        return reader
 
     def sample_sequences(
         self,

@@ -15,10 +15,12 @@ from hypothesis import strategies as st
 from mmreplay import (
     CorruptStoreError,
     EncodedBatch,
+    EncodedSequenceBatch,
     PrioritizedSampler,
     ReplayStore,
     UniformSampler,
     decode_batch,
+    decode_sequences,
     encode_frames,
 )
 
@@ -150,6 +152,40 @@ def test_sample_encoded_decodes_to_what_sample_returns(
     assert len(encoded.frames) <= encoded.frame_index.size
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=chunks(), length=st.integers(1, 5), seed=st.integers(0, 2**16), prioritized=st.booleans())
+def test_sample_sequences_encoded_decodes_to_what_sample_sequences_returns(
+    tmp_path_factory: pytest.TempPathFactory, case: dict, length: int, seed: int, prioritized: bool
+) -> None:
+    tmp = tmp_path_factory.mktemp("case")
+    sampler = (lambda: PrioritizedSampler(alpha=0.6)) if prioritized else UniformSampler
+    _, store = fill_both(tmp, case, sampler)
+    if prioritized:
+        steps = np.array(store.stored_steps)
+        store.update_priorities(steps, (steps % 7 + 1).astype(np.float64))
+    expected = store.sample_sequences(7, length, rng=np.random.default_rng(seed), beta=0.5)
+    encoded = store.sample_sequences_encoded(7, length, rng=np.random.default_rng(seed), beta=0.5)
+    assert isinstance(encoded, EncodedSequenceBatch)
+    for decoded in (encoded.decode(), decode_sequences(encoded)):
+        for name in ("obs", "next_obs", "action", "reward", "terminated", "truncated", "mask", "index", "env_index",
+                     "weight"):
+            actual, wanted = getattr(decoded, name), getattr(expected, name)
+            assert actual.dtype == wanted.dtype and actual.shape == wanted.shape, name
+            assert actual.tobytes() == wanted.tobytes(), name  # byte for byte
+    assert len(encoded.frames) <= encoded.frame_index.size
+
+
+def test_encoded_sequences_of_real_sized_frames_are_many_times_smaller(tmp_path: Path) -> None:
+    store = filled_store(tmp_path / "s")
+    encoded = store.sample_sequences_encoded(8, 10, rng=0)
+    decoded = encoded.decode()
+    assert decoded.obs.shape == (8, 10, 4, 84, 84)
+    assert encoded.nbytes * 20 < decoded.obs.base.nbytes
+    assert "EncodedSequenceBatch(windows=8" in repr(encoded)
+    with pytest.raises(TypeError, match="encoded must be an EncodedSequenceBatch; got EncodedBatch"):
+        decode_sequences(store.sample_encoded(2, rng=0))
+
+
 def filled_store(path: Path, steps: int = 50) -> ReplayStore:
     store = ReplayStore.create(path, frame_shape=(84, 84), capacity=1000, commit_interval_s=None)
     frames = np.zeros((steps + 1, 84, 84), np.uint8)
@@ -211,3 +247,5 @@ def test_sample_encoded_refuses_a_reference_encoded_store(tmp_path: Path) -> Non
     store.add(np.zeros(FRAME, np.uint8), 0, 0.0, np.ones(FRAME, np.uint8), False, False)
     with pytest.raises(ValueError, match="sample_encoded needs a store of frame_encoding='lz4'"):
         store.sample_encoded(2, rng=0)
+    with pytest.raises(ValueError, match="sample_sequences_encoded needs a store of frame_encoding='lz4'"):
+        store.sample_sequences_encoded(2, 3, rng=0)

@@ -221,6 +221,22 @@ def test_a_vector_writer_records_each_env_as_its_own_episode(cluster: Path) -> N
     replay.close(destroy=True)
 
 
+def test_a_writer_keeps_the_pixels_of_arrays_its_caller_reuses(cluster: Path) -> None:
+    replay = make(cluster, "reused", num_shards=1, capacity=100)
+    writer = replay.writer("w", steps_per_send=50)
+    obs, next_obs = np.zeros(FRAME, np.uint8), np.zeros(FRAME, np.uint8)  # one buffer each, written in place
+    for t in range(10):
+        obs[...] = numbered(t)
+        next_obs[...] = numbered(t + 1)
+        writer.add(obs, 0, 0.0, next_obs, False, False)
+    writer.flush()  # the one send goes now, after every step overwrote the buffers
+    batch = replay.sample(64, rng=0)
+    _, _, step = split_ids(batch.index)
+    np.testing.assert_array_equal(number_of(batch.obs[:, -1]), step)
+    np.testing.assert_array_equal(number_of(batch.next_obs[:, -1]), step + 1)
+    replay.close(destroy=True)
+
+
 def test_rate_limit_holds_samples_per_insert_within_its_error_bound(cluster: Path) -> None:
     limit = RateLimit(samples_per_insert=2.0, min_size_to_sample=40, error_buffer=60)
     replay = make(cluster, "limited", num_shards=1, capacity=1000, rate_limit=limit)
@@ -247,6 +263,17 @@ def test_rate_limit_holds_samples_per_insert_within_its_error_bound(cluster: Pat
     replay.close(destroy=True)
 
 
+@pytest.mark.parametrize("limit", [RateLimit(2.0, 40, 60), RateLimit(0.3, 7, 2.5), RateLimit.min_size(5), RateLimit(3.0, 1, 3.0)])
+def test_insertable_is_the_most_inserts_can_insert_allows_one_by_one(limit: RateLimit) -> None:
+    for inserts in range(0, 120, 7):
+        for samples in range(0, 400, 13):
+            for count in (0, 1, 5, 32, 200):
+                one_by_one = 0
+                while one_by_one < count and limit.can_insert(one_by_one + 1, inserts=inserts, samples=samples):
+                    one_by_one += 1
+                assert limit.insertable(count, inserts=inserts, samples=samples) == one_by_one
+
+
 def test_prefetched_batches_are_the_batches_sample_draws_with_the_same_rng(cluster: Path) -> None:
     replay = make(cluster, "prefetched", num_shards=2, capacity=1000)
     for k in range(2):
@@ -264,6 +291,106 @@ def test_prefetched_batches_are_the_batches_sample_draws_with_the_same_rng(clust
         batch = next(grouped)
         np.testing.assert_array_equal(number_of(batch.next_obs[:, -1]), number_of(batch.obs[:, -1]) + 1)
     replay.close(destroy=True)
+
+
+@pytest.mark.parametrize("direct_read", [False, True], ids=["through-the-actors", "direct-read"])
+def test_grouped_batches_hold_each_shards_rows_in_place_and_draw_the_union_uniformly(
+    cluster: Path, direct_read: bool
+) -> None:
+    replay = make(cluster, f"grouped-{direct_read}", num_shards=3, capacity=6000, placement="local")
+    for k, size in enumerate([100, 300, 600]):
+        writer = replay.writer(f"w{k}", shard=k, steps_per_send=100)
+        write_episode(writer, size, tag=k)
+        writer.flush()
+    batches = replay.batches(50, prefetch=2, group=8, rng=0, direct_read=direct_read)
+    shards = []
+    for _ in range(200):  # 25 groups
+        batch = next(batches)
+        assert batch.obs.shape == (50, 4, *FRAME) and batch.index.shape == (50,)
+        shard, _, step = split_ids(batch.index)
+        assert (np.diff(shard) >= 0).all()  # shard after shard, as sample joins them
+        sizes = np.array([100, 300, 600])[shard]
+        np.testing.assert_array_equal(number_of(batch.obs[:, 0]), step)
+        np.testing.assert_array_equal(number_of(batch.next_obs[:, -1]), step + 4)
+        np.testing.assert_array_equal(batch.obs[:, 0, 0, 2], shard)
+        np.testing.assert_array_equal(batch.reward, step.astype(np.float32))
+        np.testing.assert_array_equal(batch.terminated, step == sizes - 1)
+        shards.append(shard)
+    share = np.bincount(np.concatenate(shards), minlength=3) / 10_000
+    # 10,000 draws: the standard error of a share of 0.1 is 0.003
+    np.testing.assert_allclose(share, [0.1, 0.3, 0.6], atol=0.015)
+    replay.close(destroy=True)
+
+
+def test_grouped_batches_keep_a_final_obs_stored_whole_next_to_shared_stacks(cluster: Path) -> None:
+    replay = make(cluster, "grouped-final", num_shards=2, capacity=1000, placement="local")
+    for k in range(2):
+        writer = replay.writer(f"w{k}", shard=k, steps_per_send=5)
+        for episode in range(3):  # each episode ends on a final obs given whole: 4 frames numbered 900+
+            start = 100 * episode
+            for t in range(9):
+                obs = np.stack([numbered(start + t + i, k) for i in range(4)])
+                following = np.stack([numbered(start + t + i + 1, k) for i in range(4)])
+                if t == 8:
+                    following = np.stack([numbered(900 + i, k) for i in range(4)])
+                writer.add(obs, 0, float(t), following, t == 8, False)
+        writer.flush()
+    for direct_read in (False, True):
+        batches = replay.batches(12, prefetch=1, group=5, rng=1, direct_read=direct_read)
+        ended = 0
+        for _ in range(40):
+            batch = next(batches)
+            shard, _, step = split_ids(batch.index)
+            t = step % 9
+            start = 100 * (step // 9)
+            np.testing.assert_array_equal(number_of(batch.obs[:, 0]), start + t)
+            np.testing.assert_array_equal(batch.obs[:, 0, 0, 2], shard)
+            final = batch.terminated
+            assert (number_of(batch.next_obs[final]) == 900 + np.arange(4)).all()
+            np.testing.assert_array_equal(number_of(batch.next_obs[~final, -1]), (start + t + 4)[~final])
+            ended += int(final.sum())
+        assert ended > 0
+    replay.close(destroy=True)
+
+
+def test_a_group_joins_encoded_and_decoded_parts_row_for_row(tmp_path: Path) -> None:
+    """``GroupBatches`` (no cluster): shard 0 answered encoded (through its actor), shard 1 decoded (read
+    directly), shard 1's stacks stored whole at episode ends: batch g is shard 0's rows for g, then
+    shard 1's, pixels and fields as each store sampled them, ids global, weights as drawn."""
+    from mmreplay import ReplayStore
+    from mmreplay.ray import global_ids
+    from mmreplay.ray.assembly import GroupBatches, Part
+
+    stores = []
+    for tag in range(2):
+        store = ReplayStore.create(tmp_path / f"s{tag}", frame_shape=FRAME, capacity=200, commit_interval_s=None)
+        for t in range(40):
+            obs = np.stack([numbered(t + i, tag) for i in range(4)])
+            following = np.stack([numbered(t + i + 1, tag) for i in range(4)])
+            ended = tag == 1 and t % 10 == 9
+            if ended:
+                following = np.stack([numbered(900 + i, tag) for i in range(4)])
+            store.add(obs, t % 3, float(t), following, ended, False)
+        stores.append(store)
+    counts = [np.array([3, 5, 0, 2]), np.array([5, 3, 8, 6])]
+    encoded = stores[0].sample_encoded(10, rng=1)
+    decoded = stores[1].sample(22, rng=2)
+    assert encoded.frame_index.shape[1] == 5 and decoded.obs.base.shape[1] == 8  # shared and separate stacks
+    infos = [{"epoch": 3, "min_leaf": 1.0}, {"epoch": 4, "min_leaf": 1.0}]
+    group = GroupBatches([Part(1, decoded, infos[1], counts[1]), Part(0, encoded, infos[0], counts[0])],
+                         batch_size=8, stack_size=4, global_min=1.0, beta=0.4)
+    whole = [encoded.decode(), decoded]
+    first = [np.cumsum(c) - c for c in counts]
+    for g in range(4):
+        batch = group.batch(g)
+        rows = [slice(int(first[k][g]), int(first[k][g] + counts[k][g])) for k in range(2)]
+        for name in ("obs", "next_obs", "action", "reward", "terminated", "weight"):
+            expected = np.concatenate([getattr(whole[k], name)[rows[k]] for k in range(2)])
+            np.testing.assert_array_equal(getattr(batch, name), expected, err_msg=f"{name} of batch {g}")
+        expected_ids = np.concatenate([global_ids(k, 3 + k, whole[k].index[rows[k]]) for k in range(2)])
+        np.testing.assert_array_equal(batch.index, expected_ids)
+    for store in stores:
+        store.close()
 
 
 def test_sequences_are_drawn_over_shards_within_one_episode(cluster: Path) -> None:

@@ -275,13 +275,58 @@ def check_encoded(namespace: dict[str, Any]) -> None:
     np.testing.assert_array_equal(batch.obs, again.obs)
 
 
-def setup_ray(namespace: dict[str, Any]) -> None:
-    pytest.importorskip("ray", reason="Ray is not installed here: the Ray examples run in test.sh's Ray venv pass")
+# The Ray examples run on a local Ray cluster started once for this module (``ray_cluster``), at small
+# sizes: each ``(README text, replacement)`` must be found in the example, so that an edit of the README
+# that the test no longer matches fails here instead of running unbounded.
+SMALL_SIZES = {
+    "ray-sharded": [
+        ('"/data/replay"', "root"),
+        ("num_shards=4", "num_shards=2"),
+        ("capacity=4_000_000", "capacity=4_000"),
+        ("min_size_to_sample=20_000", "min_size_to_sample=1"),
+        ("for batch in replay.batches(32, prefetch=4, rng=rng): ...", "for batch in replay.batches(32, prefetch=4, rng=rng): break"),
+    ],
+    "rllib-buffer": [('"capacity": 1_000_000', '"capacity": 1_000')],
+}
 
 
-def check_compiles(namespace: dict[str, Any]) -> None:
-    """The Ray examples need a cluster and an RLlib config: tests/test_ray_*.py and test_rllib_buffer.py
-    run the same calls; here the names they import must exist."""
+def setup_ray_sharded(namespace: dict[str, Any]) -> None:
+    """One real Pong transition for a writer, and what the example's later lines use."""
+    from mmreplay import PrioritizedSampler
+
+    frames = load_stream("pong", ("frames",), 2)["frames"]
+    namespace.update(
+        PrioritizedSampler=PrioritizedSampler, root=str(Path.cwd() / "replay"), key="actor-0", obs=frames[0],
+        action=3, reward=1.0, next_obs=frames[1], terminated=False, truncated=False, rng=np.random.default_rng(0),
+        td_errors=np.full(32, 0.5),
+    )
+
+
+def check_ray_sharded(namespace: dict[str, Any]) -> None:
+    batch, frames = namespace["batch"], load_stream("pong", ("frames",), 2)["frames"]
+    assert batch.obs.shape == (32, 4, 84, 84)  # the one transition, drawn 32 times
+    assert (batch.obs == frames[0]).all() and (batch.next_obs[:, -1] == frames[1]).all()
+    assert (batch.action == 3).all() and (batch.reward == 1.0).all()
+    assert sorted(path.name for path in (Path.cwd() / "replay").iterdir()) == ["shard-0000", "shard-0001"]
+
+
+def setup_rllib_buffer(namespace: dict[str, Any]) -> None:
+    from ray.rllib.algorithms.dqn import DQNConfig
+
+    namespace["DQNConfig"] = DQNConfig
+
+
+def check_rllib_buffer(namespace: dict[str, Any]) -> None:
+    """RLlib builds the buffer from the config as DQN does (``from_config`` of its dotted type)."""
+    from ray.rllib.utils.from_config import from_config
+    from ray.rllib.utils.replay_buffers import ReplayBuffer
+    from ray.rllib.utils.replay_buffers.prioritized_episode_buffer import PrioritizedEpisodeReplayBuffer
+
+    from mmreplay.rllib import MmreplayEpisodeReplayBuffer
+
+    buffer = from_config(ReplayBuffer, dict(namespace["config"].replay_buffer_config))
+    assert isinstance(buffer, MmreplayEpisodeReplayBuffer) and isinstance(buffer, PrioritizedEpisodeReplayBuffer)
+    assert buffer.path == Path("dqn.mmr")
 
 
 def setup_reference_encoding(namespace: dict[str, Any]) -> None:
@@ -324,8 +369,8 @@ EXAMPLES: dict[str, tuple[Callable[[dict[str, Any]], None], Callable[[dict[str, 
     "reference-encoding": (setup_reference_encoding, check_reference_encoding),
     "any-dtype": (setup_any_dtype, check_any_dtype),
     "encoded": (setup_encoded, check_encoded),
-    "ray-sharded": (setup_ray, check_compiles),
-    "rllib-buffer": (setup_ray, check_compiles),
+    "ray-sharded": (setup_ray_sharded, check_ray_sharded),
+    "rllib-buffer": (setup_rllib_buffer, check_rllib_buffer),
 }
 # Examples that are one step of a loop: run this many times over the same names.
 REPEATS = {"vector-same-step": 20}
@@ -360,21 +405,38 @@ def test_every_python_block_of_the_readme_is_named_and_known() -> None:
     assert len(PYTHON_BLOCKS) >= len(EXAMPLES)
 
 
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A local Ray cluster for this module's Ray examples (bound to loopback, its own temporary directory),
+    stopped when the module's tests are done."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed here: the Ray examples run in test.sh's Ray venv pass")
+    temp = tmp_path_factory.mktemp("ray")
+    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", _temp_dir=str(temp),
+             namespace="mmreplay-readme", log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
 @pytest.mark.parametrize(("name", "code", "line"), PYTHON_BLOCKS, ids=[f"{name}@{line}" for name, _, line in PYTHON_BLOCKS])
-def test_the_readme_python_example_runs(name: str | None, code: str, line: int, in_tmp_dir: Path) -> None:
+def test_the_readme_python_example_runs(
+    name: str | None, code: str, line: int, in_tmp_dir: Path, request: pytest.FixtureRequest
+) -> None:
     if name not in EXAMPLES:
         pytest.fail(f"the python block at README.md line {line} is not named or not known (see the test above)")
     setup, check = EXAMPLES[name]
     from mmreplay import ReplayStore
 
+    if name in SMALL_SIZES:
+        request.getfixturevalue("ray_cluster")
+        for text, replacement in SMALL_SIZES[name]:
+            assert text in code, f"README.md:{line} ({name}) no longer holds {text!r}: update SMALL_SIZES"
+            code = code.replace(text, replacement)
     # The API tour's imports are in scope, as for a reader who follows the README from the top.
     namespace: dict[str, Any] = {"__name__": "readme_example", "np": np, "ReplayStore": ReplayStore}
     setup(namespace)
     compiled = compile(code, f"README.md:{line}", "exec")
-    if check is check_compiles:  # import lines only: the rest needs a running cluster (see check_compiles)
-        imports = "\n".join(text for text in code.splitlines() if text.startswith(("from ", "import ")))
-        exec(compile(imports, f"README.md:{line}", "exec"), namespace)
-        return
     try:
         for _ in range(REPEATS.get(name, 1)):
             exec(compiled, namespace)

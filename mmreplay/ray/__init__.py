@@ -5,7 +5,8 @@ actor that owns one store), ``writer`` (the acting side) and ``rate_limit`` (Rev
 """
 
 from mmreplay.ray.rate_limit import RateLimit
-from mmreplay.ray.sharded import ShardedReplay, global_ids, split_ids
+from mmreplay.ray.assembly import global_ids
+from mmreplay.ray.sharded import ShardedReplay, split_ids
 from mmreplay.ray.writer import ShardWriter
 
 __all__ = ["RateLimit", "ShardWriter", "ShardedReplay", "global_ids", "split_ids"]

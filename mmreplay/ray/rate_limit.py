@@ -71,6 +71,21 @@ class RateLimit:
             return True
         return self.diff(inserts, samples) + count * self.samples_per_insert <= self.max_diff
 
+    def insertable(self, count: int, *, inserts: int, samples: int) -> int:
+        """The most of ``count`` inserts allowed now: the largest n <= count with ``can_insert(n)`` (which
+        holds for every smaller n too), worked out in closed form rather than one step at a time."""
+        if self.can_insert(count, inserts=inserts, samples=samples):
+            return count
+        by_size = max(0, self.min_size_to_sample - inserts)
+        by_diff = math.floor((self.max_diff - self.diff(inserts, samples)) / self.samples_per_insert)
+        allowed = min(count, max(by_size, by_diff, 0))
+        # Float rounding may put the closed form one off: settle on the exact boundary.
+        while allowed > 0 and not self.can_insert(allowed, inserts=inserts, samples=samples):
+            allowed -= 1
+        while allowed < count and self.can_insert(allowed + 1, inserts=inserts, samples=samples):
+            allowed += 1
+        return allowed
+
     def can_sample(self, count: int, *, inserts: int, samples: int, size: int) -> bool:
         if size < self.min_size_to_sample:
             return False

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import EncodedBatch, EncodedFrames, ReplayStore, SequenceBatch, StoreNotFoundError
+from mmreplay import EncodedBatch, EncodedFrames, EncodedSequenceBatch, ReplayStore, StoreNotFoundError
 from mmreplay.ray.rate_limit import RateLimit
 from mmreplay.samplers import PrioritizedSampler, sampler_from_config
 
@@ -96,6 +96,7 @@ class ReplayShard:
         self.inserts = len(self.store)  # the rate limiter's counts start from what the store holds
         self.samples = 0
         self.queue: deque[Send] = deque()
+        self.where = {"path": str(self.store.path), "node": socket.gethostname(), "pid": os.getpid(), "node_id": _node_id()}
 
     # -- files ---------------------------------------------------------------------------------
 
@@ -137,7 +138,8 @@ class ReplayShard:
         return len(self.queue)
 
     def _drain(self) -> None:
-        """Write queued sends, oldest first, as far as the rate limit allows (step by step)."""
+        """Write queued sends, oldest first, as far as the rate limit allows: one store call per send (or
+        per part of a send, when the limit lets only its first steps in)."""
         while self.queue:
             send = self.queue[0]
             allowed = len(send) if self.limit is None else self._insertable(len(send))
@@ -155,10 +157,7 @@ class ReplayShard:
     def _insertable(self, count: int) -> int:
         """How many of ``count`` steps the rate limit lets in now."""
         assert self.limit is not None
-        allowed = 0
-        while allowed < count and self.limit.can_insert(allowed + 1, inserts=self.inserts, samples=self.samples):
-            allowed += 1
-        return allowed
+        return self.limit.insertable(count, inserts=self.inserts, samples=self.samples)
 
     def flush(self) -> bool:
         """Commit what was written; False (nothing committed) while sends wait in the queue."""
@@ -184,8 +183,7 @@ class ReplayShard:
             "shard": self.shard, "epoch": self.epoch, "len": len(self.store),
             "transitions_added": self.store.transitions_added, "mass": mass, "min_leaf": min_leaf,
             "inserts": self.inserts, "samples": self.samples, "queued": len(self.queue),
-            "reopened": self.reopened, "path": str(self.store.path), "node": socket.gethostname(),
-            "pid": os.getpid(), "node_id": _node_id(),
+            "reopened": self.reopened, **self.where,
         }
 
     def can_sample(self, count: int) -> bool:
@@ -209,22 +207,15 @@ class ReplayShard:
 
     def sample_sequences(
         self, count: int, seed: int, *, length: int, beta: float
-    ) -> tuple[SequenceBatch, dict[str, Any]] | None:
-        """``count`` windows of ``length`` (``ReplayStore.sample_sequences``, decoded), with ``info``; None
+    ) -> tuple[EncodedSequenceBatch, dict[str, Any]] | None:
+        """``count`` windows of ``length`` (``ReplayStore.sample_sequences_encoded``), with ``info``; None
         when the rate limit does not allow it yet."""
         if not self.can_sample(count):
             return None
-        batch = self.store.sample_sequences(count, length, np.random.default_rng(seed), beta=beta)
+        batch = self.store.sample_sequences_encoded(count, length, np.random.default_rng(seed), beta=beta)
         self.samples += count
         self._drain()
         return batch, self.info()
-
-    def sample_many(
-        self, draws: list[tuple[int, int]], *, beta: float, n_step: int, gamma: float
-    ) -> list[tuple[EncodedBatch, dict[str, Any]] | None]:
-        """``sample(count, seed)`` for each (count, seed) of several batches, in one call (one call's
-        overhead for them all); None for each the rate limit does not allow."""
-        return [self.sample(count, seed, beta=beta, n_step=n_step, gamma=gamma) for count, seed in draws]
 
     def update_priorities(self, epoch: int, steps: npt.NDArray[np.int64], priorities: npt.NDArray[np.float64]) -> int:
         """Set priorities of steps sampled in ``epoch``; a stale epoch's are dropped. Returns how many applied."""

@@ -31,20 +31,15 @@ import numpy.typing as npt
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from mmreplay import Batch, EncodedBatch, PrioritizedSampler, ReplayStore, Sampler, SequenceBatch, decode_batch
+from mmreplay import Batch, EncodedBatch, PrioritizedSampler, ReplayStore, Sampler, SequenceBatch
+from mmreplay.ray.assembly import EPOCH_BITS, SHARD_BITS, STEP_BITS, GroupBatches, Part, global_ids, join_sequences
 from mmreplay.ray.rate_limit import RateLimit
 from mmreplay.ray.shard import ReplayShard, ShardConfig
 from mmreplay.ray.writer import ShardWriter
 from mmreplay.validation import parse_positive_int, parse_rng
 
-SHARD_BITS, EPOCH_BITS, STEP_BITS = 16, 8, 40
 _LOST = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
 _WAIT_S = 0.002
-
-
-def global_ids(shard: int, epoch: int, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """The global ids of a shard's steps sampled in ``epoch``."""
-    return (np.int64(shard) << (EPOCH_BITS + STEP_BITS)) | (np.int64(epoch) << STEP_BITS) | steps
 
 
 def split_ids(ids: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -221,8 +216,9 @@ class ShardedReplay:
         """``batch_size`` transitions drawn over the union of the shards (see the module docstring): a
         ``Batch`` whose ``index`` holds global ids. ``beta``: None for the stores' default (0.4).
         Waits (up to ``timeout_s``, then ``TimeoutError``) while a rate limiter holds sampling back."""
-        return self._assemble(self.sample_encoded(batch_size, rng, beta, n_step, gamma,
-                                                  direct_read=direct_read, timeout_s=timeout_s), beta)
+        answers = self.sample_encoded(batch_size, rng, beta, n_step, gamma, direct_read=direct_read, timeout_s=timeout_s)
+        parts = [Part(k, part, info, np.array([len(part)])) for k, part, info in answers]
+        return self._group(parts, batch_size, beta).batch(0)
 
     def sample_encoded(
         self,
@@ -243,20 +239,26 @@ class ShardedReplay:
         pause = _WAIT_S
         while True:
             self.refresh()
-            parts = self._gather(self._request(batch_size, seed, beta, n_step, gamma, direct_read=direct_read))
+            parts = self._gather(self._request(batch_size, 1, seed, beta, n_step, gamma, direct_read=direct_read))
             if parts is not None:
-                return parts
+                return [(part.shard, part.batch, part.info) for part in parts]
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"no batch of {batch_size} within {timeout_s} s: a rate limit holds sampling back")
             time.sleep(pause)
             pause = min(2 * pause, 0.1)
 
     def _request(
-        self, batch_size: int, seed: int, beta: float | None, n_step: int, gamma: float, *, direct_read: bool
-    ) -> list[tuple[int, Any, dict[str, Any] | None]] | None:
-        """Draw the shards' counts from their last known state and ask each for its part: (shard, an
-        actor call, or a batch read directly, its info); None when no shard holds anything yet."""
-        generator = np.random.default_rng(seed)
+        self, batch_size: int, group: int, seed: int, beta: float | None, n_step: int, gamma: float, *,
+        direct_read: bool,
+    ) -> list[tuple[int, Any, dict[str, Any] | None, npt.NDArray[np.int64]]] | None:
+        """Ask the shards for a group of ``group`` batches drawn from the shards' last known state: per
+        shard, one call for its rows of all of them: (shard, the call, or the part read directly and its
+        info, its rows per batch); None when no shard holds anything yet.
+
+        ``default_rng(seed)`` draws each batch's counts per shard (``Multinomial(batch_size, mass_k /
+        total)``), then one seed per shard. Shard k draws its rows of the whole group at once, with its
+        seed: one draw of n transitions is n independent draws, as n draws spread over several calls
+        would be, and a group of one batch is exactly what ``sample`` draws with ``seed``."""
         infos = list(self._infos)
         if direct_read:
             for k in range(self.num_shards):
@@ -267,31 +269,34 @@ class ShardedReplay:
             if self._description["rate_limited"]:
                 return None
             raise ValueError("cannot sample: no shard that answers holds a transition")
-        counts = generator.multinomial(batch_size, masses / masses.sum())
-        seeds = generator.integers(2**63, size=self.num_shards)
+        generator = np.random.default_rng(seed)
+        counts = generator.multinomial(batch_size, masses / masses.sum(), size=group)  # (group, shards)
+        shard_seeds = generator.integers(2**63, size=self.num_shards)
         beta_value = 0.4 if beta is None else beta
-        requests = []
-        for k in np.flatnonzero(counts).tolist():
-            shard_rng = np.random.default_rng(int(seeds[k]))
+        requests: list[tuple[int, Any, dict[str, Any] | None, npt.NDArray[np.int64]]] = []
+        for k in np.flatnonzero(counts.sum(axis=0)).tolist():
+            total = int(counts[:, k].sum())
+            shard_seed = int(shard_seeds[k])
             if direct_read and self._is_local(k):
-                part = self._reader(k).sample(int(counts[k]), shard_rng, beta=beta_value, n_step=n_step, gamma=gamma)
-                requests.append((k, part, infos[k]))
+                part = self._reader(k).sample(total, np.random.default_rng(shard_seed), beta=beta_value,
+                                              n_step=n_step, gamma=gamma)
+                requests.append((k, part, infos[k], counts[:, k]))
             else:
-                call = self._shards[k].sample.remote(int(counts[k]), int(seeds[k]), beta=beta_value, n_step=n_step, gamma=gamma)
-                requests.append((k, call, None))
+                call = self._shards[k].sample.remote(total, shard_seed, beta=beta_value, n_step=n_step, gamma=gamma)
+                requests.append((k, call, None, counts[:, k]))
         return requests
 
     def _gather(
-        self, requests: list[tuple[int, Any, dict[str, Any] | None]] | None
-    ) -> list[tuple[int, EncodedBatch | Batch, dict[str, Any]]] | None:
-        """The parts of requested batch, each shard's info updated from its answer; None when a shard
+        self, requests: list[tuple[int, Any, dict[str, Any] | None, npt.NDArray[np.int64]]] | None
+    ) -> list[Part] | None:
+        """The parts of a requested group, each shard's info updated from its answer; None when a shard
         refused (its rate limit) or was lost."""
         if requests is None:
             return None
         parts, complete = [], True
-        for k, call, info in requests:
+        for k, call, info, counts in requests:
             if info is not None:
-                parts.append((k, call, info))
+                parts.append(Part(k, call, info, counts))
                 continue
             try:
                 answer = ray.get(call)
@@ -303,7 +308,7 @@ class ShardedReplay:
                 complete = False
             else:
                 self._infos[k] = answer[1]
-                parts.append((k, answer[0], answer[1]))
+                parts.append(Part(k, answer[0], answer[1], counts))
         return parts if complete else None
 
     def _local_info(self, k: int) -> dict[str, Any]:
@@ -316,32 +321,19 @@ class ShardedReplay:
             info["mass"], info["min_leaf"] = reader.sampler.mass
         return info
 
-    def _assemble(self, parts: list[tuple[int, EncodedBatch | Batch, dict[str, Any]]], beta: float | None) -> Batch:
-        """Decode and join the shards' parts: global ids, and weights normalised by the global minimum."""
-        beta_value = 0.4 if beta is None else beta
-        # The global minimum leaf is over every shard that holds transitions (an empty one has none).
-        global_min = min(info["min_leaf"] for info in self._infos if info is not None and info["len"] > 0)
-        batches = []
-        for k, part, info in parts:
-            batch = decode_batch(part) if isinstance(part, EncodedBatch) else part
-            scale = np.float32((info["min_leaf"] / global_min) ** -beta_value)
-            batches.append((batch, global_ids(k, info["epoch"], batch.index), batch.weight * scale))
-        joined: dict[str, Any] = {
-            name: np.concatenate([getattr(batch, name) for batch, _, _ in batches])
-            for name in ("action", "reward", "terminated", "truncated", "env_index", "discount")
-        }
-        size = self._description["stack_size"]
-        first = batches[0][0]
-        pixels = np.empty((len(joined["reward"]), 2 * size, *first.obs.shape[2:]), np.uint8)
-        row = 0
-        for batch, _, _ in batches:  # one copy of each part's frames into the batch's one array
-            pixels[row : row + len(batch), :size] = batch.obs
-            pixels[row : row + len(batch), size:] = batch.next_obs
-            row += len(batch)
-        return Batch(
-            obs=pixels[:, :size], next_obs=pixels[:, size:], index=np.concatenate([ids for _, ids, _ in batches]),
-            weight=np.concatenate([weight for _, _, weight in batches]).astype(np.float32), **joined,
-        )
+    def _global_min(self, infos: list[dict[str, Any]]) -> float:
+        """The smallest priority leaf over every shard that holds transitions, as last reported, with the
+        states of ``infos`` (those the parts were drawn in) taking precedence."""
+        known = list(self._infos)
+        for info in infos:
+            known[info["shard"]] = info
+        return float(min(info["min_leaf"] for info in known if info is not None and info["len"] > 0))
+
+    def _group(self, parts: list[Part], batch_size: int, beta: float | None) -> GroupBatches:
+        """The batches of a group's parts: global ids, weights normalised by the global minimum."""
+        return GroupBatches(parts, batch_size=batch_size, stack_size=self._description["stack_size"],
+                            global_min=self._global_min([part.info for part in parts]),
+                            beta=0.4 if beta is None else beta)
 
     def sample_sequences(
         self,
@@ -352,7 +344,8 @@ class ShardedReplay:
     ) -> SequenceBatch:
         """Windows of ``length`` consecutive transitions of one env and episode (``ReplayStore.
         sample_sequences``), drawn over the union of the shards as ``sample`` draws transitions; ``index``
-        holds global ids (-1 past a window's end). The shards send them decoded."""
+        holds global ids (-1 past a window's end). The shards send them encored
+        (``ReplayStore.sample_sequences_encoded``) and the client decodes them in one call."""
         batch_size = parse_positive_int(batch_size, "batch_size")
         length = parse_positive_int(length, "length")
         generator = np.random.default_rng(int(parse_rng(rng).integers(2**63)))
@@ -370,97 +363,44 @@ class ShardedReplay:
             answer = ray.get(call)
             if answer is None:
                 raise ValueError(f"shard {k}'s rate limit holds sampling back; sample_sequences does not wait")
+            self._infos[k] = answer[1]
             parts.append((k, *answer))
-        global_min = min(info["min_leaf"] for info in self._infos if info is not None and info["len"] > 0)
-        fields: dict[str, Any] = {name: np.concatenate([getattr(part, name) for _, part, _ in parts])
-                  for name in ("obs", "action", "reward", "next_obs", "terminated", "truncated", "mask", "env_index")}
-        index = np.concatenate([np.where(part.index >= 0, global_ids(k, info["epoch"], np.maximum(part.index, 0)), -1)
-                                for k, part, info in parts])
-        weight = np.concatenate([part.weight * np.float32((info["min_leaf"] / global_min) ** -beta_value)
-                                 for _, part, info in parts]).astype(np.float32)
-        return SequenceBatch(index=index, weight=weight, **fields)
+        return join_sequences(parts, stack_size=self._description["stack_size"], beta=beta_value,
+                              global_min=self._global_min([info for _, _, info in parts]))
 
     def batches(
-        self, batch_size: int, *, prefetch: int = 4, rng: np.random.Generator | int | None = None,
+        self, batch_size: int, *, prefetch: int = 2, rng: np.random.Generator | int | None = None,
         beta: float | None = None, n_step: int = 1, gamma: float = 0.99, direct_read: bool = False,
-        group: int = 4,
+        group: int = 16,
     ) -> Iterator[Batch]:
         """An endless iterator of batches requested ahead from the shards: ``prefetch`` requests in flight,
-        each for ``group`` batches (one call per shard for them all: Ray's per-call overhead, ~1.5 ms here,
-        is paid once a group), so that answers travel while the learner trains. Each batch is drawn from
+        each for ``group`` batches (one call per shard for them all, which draws the shard's rows of the
+        whole group at once: Ray's per-call overhead, ~1.5 ms here, and the shard's per-call work are
+        paid once a group), so that answers travel while the learner trains. Each batch's frames are
+        decoded, from every shard's blocks in one call, when it is yielded. Each batch is drawn from
         the shards' state as their previous answers reported it (``sample`` asks first: exact at that
-        moment; here the proportions lag by the adds of up to ``prefetch * group`` batches). A batch
-        that a shard refused or lost is drawn again by ``sample``."""
+        moment; here the proportions lag by the adds of up to ``prefetch * group`` batches). The
+        batches of a group that a shard refused or lost are drawn again by ``sample``."""
         batch_size = parse_positive_int(batch_size, "batch_size")
         prefetch = parse_positive_int(prefetch, "prefetch")
         group = parse_positive_int(group, "group")
         generator = parse_rng(rng)
         self.refresh()
-        pending: deque[tuple[list[int], Any]] = deque()
+        pending: deque[tuple[int, Any]] = deque()
         while True:
             while len(pending) < prefetch:
-                seeds = [int(seed) for seed in generator.integers(2**63, size=group)]
-                pending.append((seeds, self._request_group(batch_size, seeds, beta, n_step, gamma, direct_read)))
-            seeds, requests = pending.popleft()
-            for seed, parts in zip(seeds, self._gather_group(requests, len(seeds))):
-                if parts is None:
-                    parts = self.sample_encoded(batch_size, np.random.default_rng(seed), beta, n_step, gamma,
-                                                direct_read=direct_read)
-                yield self._assemble(parts, beta)
-
-    def _request_group(
-        self, batch_size: int, seeds: list[int], beta: float | None, n_step: int, gamma: float, direct_read: bool
-    ) -> list[tuple[int, Any, list[int]]]:
-        """``_request`` for several batches at once: per shard, one call for its parts of all of them:
-        (shard, the call or the batches read directly, which batches they belong to)."""
-        draws: dict[int, list[tuple[int, int, int]]] = {}  # shard: (batch, count, seed)
-        infos = list(self._infos)
-        if direct_read:
-            for k in range(self.num_shards):
-                if self._is_local(k):
-                    infos[k] = self._local_info(k)
-        masses = np.array([0.0 if info is None else info["mass"] for info in infos])
-        if not masses.sum() > 0:
-            return []
-        for b, seed in enumerate(seeds):
-            generator = np.random.default_rng(seed)  # the draw _request makes for this seed
-            counts = generator.multinomial(batch_size, masses / masses.sum())
-            shard_seeds = generator.integers(2**63, size=self.num_shards)
-            for k in np.flatnonzero(counts).tolist():
-                draws.setdefault(k, []).append((b, int(counts[k]), int(shard_seeds[k])))
-        beta_value = 0.4 if beta is None else beta
-        requests = []
-        for k, wanted in draws.items():
-            owners = [b for b, _, _ in wanted]
-            if direct_read and self._is_local(k):
-                reader = self._reader(k)
-                parts = [(reader.sample(count, np.random.default_rng(seed), beta=beta_value, n_step=n_step, gamma=gamma),
-                          infos[k]) for _, count, seed in wanted]
-                requests.append((k, parts, owners))
-            else:
-                call = self._shards[k].sample_many.remote([(count, seed) for _, count, seed in wanted],
-                                                          beta=beta_value, n_step=n_step, gamma=gamma)
-                requests.append((k, call, owners))
-        return requests
-
-    def _gather_group(self, requests: list[tuple[int, Any, list[int]]], size: int) -> list[list[Any] | None]:
-        """Each batch's parts from ``_request_group``'s calls; None for a batch a shard refused or lost."""
-        batches: list[list[Any] | None] = [[] for _ in range(size)] if requests else [None] * size
-        for k, call, owners in requests:
-            try:
-                answers = call if isinstance(call, list) else ray.get(call)
-            except _LOST:
-                self._infos[k] = None
-                answers = [None] * len(owners)
-            for b, answer in zip(owners, answers):
-                parts = batches[b]
-                if answer is None or parts is None:
-                    batches[b] = None
-                    continue
-                if not isinstance(call, list):
-                    self._infos[k] = answer[1]
-                parts.append((k, answer[0], answer[1]))
-        return batches
+                seed = int(generator.integers(2**63))
+                pending.append((seed, self._request(batch_size, group, seed, beta, n_step, gamma, direct_read=direct_read)))
+            seed, requests = pending.popleft()
+            parts = self._gather(requests)
+            if parts is None:
+                for g in range(group):
+                    yield self.sample(batch_size, np.random.default_rng([seed, g]), beta, n_step, gamma,
+                                      direct_read=direct_read)
+                continue
+            batches = self._group(parts, batch_size, beta)
+            for g in range(group):
+                yield batches.batch(g)
 
     def update_priorities(self, index: npt.ArrayLike, priorities: npt.ArrayLike) -> None:
         """Set the priorities of sampled transitions by global id, each sent to the shard that owns it;

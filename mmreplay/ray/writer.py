@@ -38,8 +38,10 @@ class _Pending:
     last: tuple[bytes, list[int]] | None = None  # the previous step's next_obs: pixels and indices
 
     def index(self, frames: npt.NDArray[np.uint8]) -> list[int]:
+        """Keep a copy of these frames (the caller may reuse its arrays before the send, as a vector
+        env that writes its observations in place does); their indices among the kept frames."""
         first = len(self.frames)
-        self.frames.extend(frames)
+        self.frames.extend(np.array(frames, np.uint8))
         return list(range(first, first + len(frames)))
 
 
@@ -83,20 +85,24 @@ class ShardWriter:
     ) -> None:
         """One step of each env, as ``ReplayStore.add`` takes it (a leading env axis when ``num_envs > 1``;
         frames or stacks); the shard checks it by ``add``'s rules when it arrives."""
-        vector = self.num_envs > 1
         obs_a, next_a = np.asarray(obs, np.uint8), np.asarray(next_obs, np.uint8)
-        columns = [np.asarray(value) for value in (action, reward, terminated, truncated)]
-        if not vector:
-            obs_a, next_a = obs_a[None], next_a[None]
-            columns = [value[None] for value in columns]
         frame_dims = len(self._frame_shape)
+        if self.num_envs == 1:  # the common case, without the env axis: no per-step arrays to build
+            if obs_a.shape[-frame_dims:] != self._frame_shape or next_a.shape[-frame_dims:] != self._frame_shape:
+                raise ValueError(
+                    f"obs has shape {np.shape(obs)}; expected frames or stacks of {self._frame_shape} for 1 env"
+                )
+            if env_mask is None or bool(np.asarray(env_mask).reshape(-1)[0]):
+                self._add_step(0, obs_a, next_a, (action, reward, terminated, truncated))
+            return
+        columns = [np.asarray(value) for value in (action, reward, terminated, truncated)]
         if obs_a.shape[0] != self.num_envs or obs_a.shape[-frame_dims:] != self._frame_shape:
             raise ValueError(
                 f"obs has shape {np.shape(obs)}; expected frames or stacks of {self._frame_shape} "
                 f"for {self.num_envs} envs"
             )
-        mask = np.ones(self.num_envs, bool) if env_mask is None else np.asarray(env_mask, bool).reshape(self.num_envs)
-        for env in np.flatnonzero(mask).tolist():
+        envs = range(self.num_envs) if env_mask is None else np.flatnonzero(np.asarray(env_mask, bool).reshape(self.num_envs)).tolist()
+        for env in envs:
             self._add_step(env, obs_a[env], next_a[env], tuple(column[env] for column in columns))
 
     def _add_step(

@@ -13,8 +13,14 @@ Vocabulary and rules:
 
 - Observations are image frame stacks ``(H, W, stack_size)`` (what ``wrap_atari_for_new_api_stack(...,
   framestack=4)`` gives), as uint8 pixels or as RLlib's ``p / 128 - 1`` float32 encoding, which maps back
-  to the pixel exactly; sampled observations come back in the dtype the episodes brought (uint8 end to
-  end when the module takes uint8). Other observation spaces are refused: use RLlib's own buffers.
+  to the pixel exactly; sampled observations come back bit for bit as they went in, in the dtype the
+  episodes brought (uint8 end to end when the module takes uint8). Float32 values that are not that
+  encoding, other dtypes and other observation spaces are refused: use RLlib's own buffers for them.
+- A sample's episodes are what RLlib's constructor makes, built from a template at a tenth of its cost
+  (``transition_episodes``); float32 observations are converted from the decoded pixels in one array
+  per sample, each transition's frames once (5 for a 1-step sample, whose obs and next_obs share 3;
+  ``normalized_images``). RLlib's own buffer hands back references to the float32 arrays it keeps;
+  ``benchmarks/bench_ray.py`` compares the two.
 - Each episode in progress gets an env of the store (``num_envs`` of them); chunks of one episode
   (RLlib sends 4-step chunks whose first observation is the previous chunk's last) continue it.
 - n-step as DQN asks for it: a window cut by the episode's end sums the m < n rewards it has and
@@ -36,6 +42,8 @@ from ray.rllib.utils.replay_buffers.episode_replay_buffer import EpisodeReplayBu
 from ray.rllib.utils.replay_buffers.prioritized_episode_buffer import PrioritizedEpisodeReplayBuffer
 
 from mmreplay import PrioritizedSampler, ReplayStore, UniformSampler, encode_stacks
+from mmreplay.rllib.normalized_images import normalize_into, pixels_of
+from mmreplay.rllib.transition_episodes import TransitionEpisodes
 
 
 class MmreplayEpisodeReplayBuffer(PrioritizedEpisodeReplayBuffer):
@@ -43,10 +51,14 @@ class MmreplayEpisodeReplayBuffer(PrioritizedEpisodeReplayBuffer):
 
     It subclasses ``PrioritizedEpisodeReplayBuffer`` because DQN sends priorities only to such a buffer
     (``utils/replay_buffers/utils.py:41``), but skips its constructor (its trees are O(capacity) Python
-    objects). ``prioritized=False`` samples uniformly (and ignores priorities). Sampled float32
-    observations are views into ``observation_buffers`` arrays used in turn (two a sample): a sample's
-    episodes stay valid for the next ``observation_buffers // 2 - 1`` samples, as long as DQN's
-    synchronous loop needs them (0: new arrays every sample, valid for good).
+    objects). ``prioritized=False`` samples uniformly (and ignores priorities).
+
+    A sample's float32 observations are views into one new array by default (``observation_buffers=0``),
+    which no later sample writes into. ``observation_buffers=k > 0`` recycles k arrays in turn, one a
+    sample: a sample's episodes then stay valid for the next k - 1 samples only. DQN's synchronous loop
+    needs 1 (its learner copies the observations into a train batch, or sends them to remote learners,
+    before it samples again); it is no faster on the development machine than new arrays, which the
+    allocator hands back from the previous sample's freed memory, so it is not the default.
     """
 
     def __init__(
@@ -59,7 +71,7 @@ class MmreplayEpisodeReplayBuffer(PrioritizedEpisodeReplayBuffer):
         epsilon: float = 1e-6,
         prioritized: bool = True,
         num_envs: int = 64,
-        observation_buffers: int = 8,
+        observation_buffers: int = 0,
         seed: int | None = None,
         metrics_num_episodes_for_smoothing: int = 100,
         **kwargs: Any,
@@ -81,6 +93,7 @@ class MmreplayEpisodeReplayBuffer(PrioritizedEpisodeReplayBuffer):
         self._observation_buffers = observation_buffers
         self._buffers: list[npt.NDArray[np.float32]] = []
         self._turn = -1
+        self._episodes = TransitionEpisodes()
 
     # -- adding --------------------------------------------------------------------------------
 
@@ -116,12 +129,20 @@ class MmreplayEpisodeReplayBuffer(PrioritizedEpisodeReplayBuffer):
                 f"observations have shape {observations.shape[1:]}; expected image stacks (H, W, stack_size) "
                 "(wrap_atari_for_new_api_stack with framestack=4); use RLlib's own buffers for other spaces"
             )
+        if observations.dtype not in (np.uint8, np.float32):
+            raise TypeError(
+                f"observations are {observations.dtype}; expected uint8 pixels or float32 p / 128 - 1 "
+                "(wrap_atari_for_new_api_stack)"
+            )
+        float_obs = observations.dtype == np.float32
         if self._float_obs is None:
-            self._float_obs = observations.dtype != np.uint8
-        if observations.dtype == np.uint8:
-            pixels = observations
-        else:
-            pixels = np.rint((observations.astype(np.float32) + 1.0) * 128.0).astype(np.uint8)
+            self._float_obs = float_obs
+        elif float_obs != self._float_obs:
+            raise TypeError(
+                f"observations are {observations.dtype}; this buffer was given "
+                f"{'float32' if self._float_obs else 'uint8'} ones first, and gives back the dtype it was given"
+            )
+        pixels = pixels_of(observations) if float_obs else observations
         return np.ascontiguousarray(pixels.transpose(0, 3, 1, 2))
 
     def _open(self, frame_shape: tuple[int, ...], stack_size: int) -> ReplayStore:
@@ -182,36 +203,29 @@ class MmreplayEpisodeReplayBuffer(PrioritizedEpisodeReplayBuffer):
         batch = self._store.sample(count, self._rng, beta=self._beta if beta is None else beta, n_step=n, gamma=gamma)
         self._last_index = batch.index
         self.sampled_timesteps += count
-        used = _steps_used(batch.discount, gamma, n)
-        obs, next_obs = self._observations(batch.obs), self._observations(batch.next_obs)
-        weight = batch.weight.tolist()
-        return [
-            SingleAgentEpisode(
-                observations=[obs[i], next_obs[i]],
-                actions=[batch.action[i]],
-                rewards=[float(batch.reward[i])],
-                terminated=bool(batch.terminated[i]),
-                truncated=bool(batch.truncated[i]),
-                extra_model_outputs={"weights": [weight[i]], "n_step": [int(used[i])]},
-                len_lookback_buffer=0,
-                t_started=int(batch.index[i]),
-            )
-            for i in range(count)
-        ]
+        obs, next_obs = self._observations(batch.obs, batch.next_obs)
+        return self._episodes.build(
+            obs, next_obs, action=batch.action, reward=batch.reward.tolist(), terminated=batch.terminated.tolist(),
+            truncated=batch.truncated.tolist(), weight=batch.weight.tolist(),
+            n_step=_steps_used(batch.discount, gamma, n).tolist(), t_started=batch.index.tolist(),
+        )
 
-    def _observations(self, stacks: npt.NDArray[np.generic]) -> npt.NDArray[Any]:
-        """(B, stack, H, W) uint8 as the episodes brought them: (B, H, W, stack), uint8 or p/128 - 1."""
-        # Converted in the stored layout, into a recycled array (a fresh 3.6 MB array costs ~900 first-touch
-        # page faults, several ms on a VM), then handed out as channels-last views: RLlib's connectors
-        # stack the items into a train batch at once.
+    def _observations(
+        self, obs: npt.NDArray[np.generic], next_obs: npt.NDArray[np.generic]
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+        """A batch's (B, stack, H, W) uint8 obs and next_obs as the episodes brought them: (B, H, W,
+        stack) views, uint8 or p / 128 - 1 float32."""
+        # Converted in the stored layout (a transposing copy, with its inner loop over stack_size items,
+        # costs ~10x more), then handed out as channels-last views: RLlib's learner connectors stack the
+        # items into a train batch at once, as fast from these views as from contiguous arrays.
         if self._float_obs:
-            converted = self._recycled(stacks.shape)
-            np.multiply(stacks, np.float32(1 / 128), out=converted, dtype=np.float32)
-            stacks = np.subtract(converted, np.float32(1), out=converted)
-        return stacks.transpose(0, 2, 3, 1)
+            frames, first_next = _frames_of(obs, next_obs)
+            converted = normalize_into(self._recycled(frames.shape), frames)
+            obs, next_obs = converted[:, : obs.shape[1]], converted[:, first_next:]
+        return obs.transpose(0, 2, 3, 1), next_obs.transpose(0, 2, 3, 1)
 
     def _recycled(self, shape: tuple[int, ...]) -> npt.NDArray[np.float32]:
-        """The next of ``observation_buffers`` float32 arrays, in turn (a new one when 0 or the shape changed)."""
+        """A new float32 array, or the next of ``observation_buffers`` in turn (a new one if the shape changed)."""
         if self._observation_buffers == 0:
             return np.empty(shape, np.float32)
         self._turn = (self._turn + 1) % self._observation_buffers
@@ -254,6 +268,31 @@ class MmreplayEpisodeReplayBuffer(PrioritizedEpisodeReplayBuffer):
     def store(self) -> ReplayStore | None:
         """The mmreplay store (None before the first add)."""
         return self._store
+
+
+def _frames_of(
+    obs: npt.NDArray[np.generic], next_obs: npt.NDArray[np.generic]
+) -> tuple[npt.NDArray[np.uint8], int]:
+    """A sample's obs and next_obs (B, stack, H, W) as one array of each transition's frames, which the
+    caller may overwrite, and where next_obs starts in it. ``ReplayStore.sample`` returns both as views
+    of one array of ``stack + 1`` frames per transition (they share ``stack - 1``: 5 frames to convert
+    instead of 8) or ``2 * stack`` (n-step); that array is found from the two views' own memory layout,
+    checked, and a copy of both is made when they are laid out any other way."""
+    rows, stack = obs.shape[:2]
+    frame = obs.strides[1]
+    columns, rest = divmod(obs.strides[0], frame) if frame else (0, 1)
+    start = obs.__array_interface__["data"][0]
+    shifted = next_obs.__array_interface__["data"][0] - start
+    if (
+        obs.dtype == np.uint8 and next_obs.dtype == np.uint8 and obs.flags.writeable
+        and obs.base is not None and obs.base is next_obs.base
+        and obs.strides == next_obs.strides and rest == 0
+        and frame == obs[0, 0].nbytes and obs[0, 0].flags.c_contiguous and stack < columns <= 2 * stack
+        and shifted == (columns - stack) * frame
+    ):  # fmt: skip
+        frames = np.lib.stride_tricks.as_strided(obs, (rows, columns, *obs.shape[2:]), obs.strides, writeable=True)
+        return frames, columns - stack
+    return np.concatenate([obs, next_obs], axis=1).astype(np.uint8), stack
 
 
 def _steps_used(discount: npt.NDArray[np.float32], gamma: float, n_step: int) -> npt.NDArray[np.int64]:

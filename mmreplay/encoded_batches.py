@@ -1,0 +1,238 @@
+"""Encoded batches: what ``sample`` and ``sample_sequences`` return with their pixels left as the stored
+lz4 blocks (``ReplayStore.sample_encoded``, ``sample_sequences_encoded``), and their decoding.
+
+An *encoded batch* holds the distinct frames a batch needs (``EncodedFrames``, each block with the CRC
+and seed it has on disk) and, for each transition, which of them make its obs and next_obs; the other
+fields are the decoded batch's. ``decode`` gives exactly the batch that the store's own sampling
+returns for the same draw, decoded by the same compiled decoder, each block checked end to end.
+``EncodingReader`` is the store's reader with its decode replaced by a gathering of blocks, so that a
+draw locates its frames exactly as ``sample`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
+import numpy.typing as npt
+
+from mmreplay import codec
+from mmreplay.batch import Batch, SequenceBatch
+from mmreplay.encoded import EncodedFrames
+from mmreplay.frame_ring import FrameChecksumError
+from mmreplay.reading import TransitionReader
+
+
+@dataclass(frozen=True, repr=False)
+class EncodedBatch:
+    """A ``Batch`` whose pixels are still the stored blocks: ``frames`` holds the distinct frames the
+    batch needs, and ``frame_index`` (B, columns) says which of them, in order, make each transition's
+    frames: ``obs`` is its first ``stack_size`` columns and ``next_obs`` its last ``stack_size`` (they
+    overlap when there are ``stack_size + 1`` columns, as in ``sample``'s own batches). The other fields
+    are ``Batch``'s. ``decode()`` gives the ``Batch`` that ``sample`` returns for the same draw."""
+
+    frames: EncodedFrames
+    frame_index: npt.NDArray[np.int64]
+    stack_size: int
+    action: npt.NDArray[np.generic]
+    reward: npt.NDArray[np.float32]
+    terminated: npt.NDArray[np.bool_]
+    truncated: npt.NDArray[np.bool_]
+    index: npt.NDArray[np.int64]
+    env_index: npt.NDArray[np.int64]
+    weight: npt.NDArray[np.float32]
+    discount: npt.NDArray[np.float32]
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of every array and block: what sending this batch costs."""
+        arrays = [getattr(self, item.name) for item in fields(self) if item.name not in ("frames", "stack_size")]
+        return self.frames.nbytes + int(sum(array.nbytes for array in arrays))
+
+    def decode(self) -> Batch:
+        """The batch with its pixels (see ``decode_batch``)."""
+        return decode_batch(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"EncodedBatch(transitions={len(self)}, frames={len(self.frames)}, "
+            f"frame_index=int64{list(self.frame_index.shape)}, nbytes={self.nbytes:,})"
+        )
+
+
+def decode_batch(encoded: EncodedBatch) -> Batch:
+    """Decode an ``EncodedBatch`` into the ``Batch`` that ``sample`` returns for the same draw: each
+    transition's frames decoded straight into place by the compiled decoder, every block checked
+    against the checksum it had on disk (``CorruptStoreError`` if one fails)."""
+    if not isinstance(encoded, EncodedBatch):
+        raise TypeError(f"encoded must be an EncodedBatch; got {type(encoded).__name__}")
+    rows, columns = encoded.frame_index.shape
+    pixels = encoded.frames.decode(encoded.frame_index.reshape(-1)).reshape(rows, columns, *encoded.frames.frame_shape)
+    size = encoded.stack_size
+    return Batch(
+        obs=pixels[:, :size],
+        action=encoded.action,
+        reward=encoded.reward,
+        next_obs=pixels[:, -size:],
+        terminated=encoded.terminated,
+        truncated=encoded.truncated,
+        index=encoded.index,
+        env_index=encoded.env_index,
+        weight=encoded.weight,
+        discount=encoded.discount,
+    )
+
+
+@dataclass(frozen=True, repr=False)
+class EncodedSequenceBatch:
+    """A ``SequenceBatch`` whose pixels are still the stored blocks: ``frame_index`` (B, length, columns)
+    says which of ``frames`` make each position's obs (its first ``stack_size`` columns) and next_obs
+    (its last ``stack_size``). The other fields are ``SequenceBatch``'s. ``decode()`` gives the
+    ``SequenceBatch`` that ``sample_sequences`` returns for the same draw (zero past each window's end)."""
+
+    frames: EncodedFrames
+    frame_index: npt.NDArray[np.int64]
+    stack_size: int
+    action: npt.NDArray[np.generic]
+    reward: npt.NDArray[np.float32]
+    terminated: npt.NDArray[np.bool_]
+    truncated: npt.NDArray[np.bool_]
+    mask: npt.NDArray[np.bool_]
+    index: npt.NDArray[np.int64]
+    env_index: npt.NDArray[np.int64]
+    weight: npt.NDArray[np.float32]
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of every array and block: what sending this batch costs."""
+        arrays = [getattr(self, item.name) for item in fields(self) if item.name not in ("frames", "stack_size")]
+        return self.frames.nbytes + int(sum(array.nbytes for array in arrays))
+
+    def decode(self) -> SequenceBatch:
+        """The windows with their pixels (see ``decode_sequences``)."""
+        return decode_sequences(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"EncodedSequenceBatch(windows={len(self)}, frames={len(self.frames)}, "
+            f"frame_index=int64{list(self.frame_index.shape)}, nbytes={self.nbytes:,})"
+        )
+
+
+def decode_sequences(encoded: EncodedSequenceBatch) -> SequenceBatch:
+    """Decode an ``EncodedSequenceBatch`` into the ``SequenceBatch`` that ``sample_sequences`` returns for
+    the same draw, in one call of the compiled decoder (every block checked against its checksum)."""
+    if not isinstance(encoded, EncodedSequenceBatch):
+        raise TypeError(f"encoded must be an EncodedSequenceBatch; got {type(encoded).__name__}")
+    shape = encoded.frame_index.shape
+    pixels = encoded.frames.decode(encoded.frame_index.reshape(-1)).reshape(*shape, *encoded.frames.frame_shape)
+    pixels[~encoded.mask] = 0  # past a window's end, as sample_sequences zeroes it
+    size = encoded.stack_size
+    return SequenceBatch(
+        obs=pixels[:, :, :size],
+        action=encoded.action,
+        reward=encoded.reward,
+        next_obs=pixels[:, :, -size:],
+        terminated=encoded.terminated,
+        truncated=encoded.truncated,
+        mask=encoded.mask,
+        index=encoded.index,
+        env_index=encoded.env_index,
+        weight=encoded.weight,
+    )
+
+
+class EncodingReader(TransitionReader):
+    """A ``TransitionReader`` that gathers the stored blocks of a batch's frames instead of decoding
+    them: it locates frames exactly as the store's reader does, so ``encoded(batch)`` of what it read
+    is what ``sample`` (``encoded_sequences``: ``sample_sequences``) would have decoded. One reader
+    serves one batch.
+
+    ``verify``: check each block against its checksum as it is gathered. A reader that may be behind
+    the writer (a read-only store) must, so that a frame overwritten since it was located raises
+    ``FrameChecksumError`` and the store reads again; in the writer's own process nothing moves under
+    a read, and ``decode`` checks every block end to end anyway (one compiled pass instead of a Python
+    call per frame here)."""
+
+    _captured: EncodedFrames | None = None
+    _frame_index: npt.NDArray[np.int64] | None = None
+    verify: bool = True
+
+    def _decode(
+        self,
+        frames: npt.NDArray[np.int64],
+        steps: npt.NDArray[np.int64],
+        pixels: npt.NDArray[np.generic] | None = None,
+        *,
+        padded: bool = True,  # the store is not zero-padded (sample_encoded refuses those): nothing to zero
+    ) -> npt.NDArray[np.uint8]:
+        distinct, inverse = np.unique(frames.reshape(-1), return_inverse=True)
+        self._captured = self._blocks(distinct, steps, frames)
+        self._frame_index = inverse.reshape(frames.shape).astype(np.int64, copy=False)
+        # No pixels: a zero-strided stand-in (one byte of memory) with the shape the batch's obs and
+        # next_obs slice; writeable, since sequences zero the positions past a window's end in it.
+        shape = (*frames.shape, *self.frame_shape)
+        return np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), shape, (0,) * len(shape), writeable=True)
+
+    def _blocks(
+        self, frame_steps: npt.NDArray[np.int64], steps: npt.NDArray[np.int64], frames: npt.NDArray[np.int64]
+    ) -> EncodedFrames:
+        """The stored blocks of these frames, checked against their checksums here if ``verify`` (a
+        reader behind the writer then retries, as ``sample`` does)."""
+        data, lengths, checksums, seeds = self.frames.blocks(frame_steps)
+        if self.verify:
+            for i, (start, stop) in enumerate(_spans(lengths)):
+                if codec.checksum(data[start:stop], int(seeds[i])) != int(checksums[i]):
+                    frame_step = int(frame_steps[i])
+                    needing = steps[(frames == frame_step).any(axis=1)]
+                    raise FrameChecksumError(
+                        f"frame {frame_step} fails its checksum (read for transition {int(needing[0])})",
+                        frame_step=frame_step,
+                    )
+        return EncodedFrames(data, lengths, checksums, seeds, tuple(self.frame_shape))
+
+    def encoded(self, batch: Batch) -> EncodedBatch:
+        """The encoded form of ``batch``, which this reader has just read."""
+        assert self._captured is not None and self._frame_index is not None, "encoded() follows a read"
+        return EncodedBatch(
+            frames=self._captured,
+            frame_index=self._frame_index,
+            stack_size=self.stack_size,
+            action=batch.action,
+            reward=batch.reward,
+            terminated=batch.terminated,
+            truncated=batch.truncated,
+            index=batch.index,
+            env_index=batch.env_index,
+            weight=batch.weight,
+            discount=batch.discount,
+        )
+
+    def encoded_sequences(self, batch: SequenceBatch) -> EncodedSequenceBatch:
+        """The encoded form of ``batch``, windows which this reader has just read."""
+        assert self._captured is not None and self._frame_index is not None, "encoded_sequences() follows a read"
+        return EncodedSequenceBatch(
+            frames=self._captured,
+            frame_index=self._frame_index.reshape(*batch.index.shape, -1),
+            stack_size=self.stack_size,
+            action=batch.action,
+            reward=batch.reward,
+            terminated=batch.terminated,
+            truncated=batch.truncated,
+            mask=batch.mask,
+            index=batch.index,
+            env_index=batch.env_index,
+            weight=batch.weight,
+        )
+
+
+def _spans(lengths: npt.NDArray[np.int64]) -> Sequence[tuple[int, int]]:
+    ends = np.cumsum(lengths).tolist()
+    return list(zip([0, *ends[:-1]], ends))

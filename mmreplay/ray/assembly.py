@@ -1,0 +1,176 @@
+"""Joining the shards' encoded answers into the learner's batches, decoded in one compiled call each.
+
+Vocabulary: a *group* is ``G`` batches of ``batch_size`` transitions drawn together; each shard answers
+a group with one *part* holding its rows for all ``G`` batches, batch after batch (``counts[g]`` rows
+for batch g): an ``EncodedBatch`` from a shard actor, or a decoded ``Batch`` from a co-located shard's
+store read directly (decoding there costs less than gathering the blocks: one shard's rows of a whole
+group decode in one call). ``GroupBatches`` lays the parts' rows out as the batches are (batch g: its
+rows from shard 0, then shard 1, ..., as ``ShardedReplay.sample`` joins them), turns each shard's steps
+into global ids, rescales its importance weights to the global minimum priority, and fills batch g's
+frames straight into the array it returns: decoded from a part's blocks, or copied from its pixels.
+
+Everything but the frames is done once per group with numpy calls over all its rows: the per-batch
+work is one slice of each field and one decode (or copy) per shard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from mmreplay import Batch, BlockRefs, EncodedBatch, EncodedSequenceBatch, SequenceBatch, decode_blocks
+
+SHARD_BITS, EPOCH_BITS, STEP_BITS = 16, 8, 40
+_FIELDS = ("action", "reward", "terminated", "truncated", "env_index", "discount")
+
+
+def global_ids(shard: int, epoch: int, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """The global ids of a shard's steps sampled in ``epoch``."""
+    return (np.int64(shard) << (EPOCH_BITS + STEP_BITS)) | (np.int64(epoch) << STEP_BITS) | steps
+
+
+@dataclass(frozen=True)
+class Part:
+    """One shard's answer for a group: ``batch`` holds ``counts[g]`` rows for batch g, batch after batch,
+    drawn when the shard's state was ``info`` (its ``epoch`` and ``min_leaf``). An ``EncodedBatch`` from
+    a shard actor, or a decoded ``Batch`` from a shard's store read directly."""
+
+    shard: int
+    batch: EncodedBatch | Batch
+    info: dict[str, Any]
+    counts: npt.NDArray[np.int64]
+
+
+def weight_scale(info: dict[str, Any], global_min: float, beta: float) -> np.float32:
+    """What turns a shard's importance weights (normalised by its own smallest leaf) into weights
+    normalised by the smallest leaf over all shards: ``(min_k / min)^-beta``."""
+    return np.float32((info["min_leaf"] / global_min) ** -beta)
+
+
+def frame_columns(index: npt.NDArray[np.int64], stack_size: int, columns: int) -> npt.NDArray[np.int64]:
+    """A part's frame index (rows, c) with ``columns`` columns: obs is the first ``stack_size``, next_obs
+    the last. ``stack_size + 1`` columns (obs and next_obs share frames) widen to ``2 * stack_size``."""
+    if index.shape[-1] == columns:
+        return index
+    shared = np.r_[0:stack_size, 1 : stack_size + 1]
+    return index[..., shared]
+
+
+def _columns_of(batch: EncodedBatch | Batch, stack_size: int) -> int:
+    """How many frames per row a part holds: ``stack_size + 1`` when its obs and next_obs share frames."""
+    if isinstance(batch, EncodedBatch):
+        return int(batch.frame_index.shape[1])
+    base = batch.obs.base
+    shared = isinstance(base, np.ndarray) and batch.next_obs.base is base and base.size == batch.obs.size // stack_size * (stack_size + 1)
+    return stack_size + 1 if shared else 2 * stack_size
+
+
+class GroupBatches:
+    """The ``G`` batches of one group, from the shards' parts (see the module docstring)."""
+
+    def __init__(self, parts: Sequence[Part], *, batch_size: int, stack_size: int, global_min: float, beta: float) -> None:
+        parts = sorted(parts, key=lambda part: part.shard)
+        counts = np.stack([part.counts for part in parts], axis=1)  # (G, parts)
+        groups = len(counts)
+        assert (counts.sum(axis=1) == batch_size).all(), "each batch's parts add up to batch_size"
+        # Batch g's rows: shard after shard. Part p's rows for batch g start at first[g, p] in the part
+        # and at within[g, p] in the batch.
+        self.first = np.cumsum(counts, axis=0) - counts
+        self.within = np.cumsum(counts, axis=1) - counts
+        self.counts = counts
+        starts = batch_size * np.arange(groups)[:, None] + self.within
+        positions = []
+        for p in range(len(parts)):
+            batch_of_row = np.repeat(np.arange(groups), counts[:, p])
+            positions.append(starts[batch_of_row, p] + np.arange(len(batch_of_row)) - self.first[batch_of_row, p])
+        order = np.empty(groups * batch_size, np.int64)
+        order[np.concatenate(positions)] = np.arange(groups * batch_size)
+        self.parts = parts
+        self.stack_size = stack_size
+        self.batch_size = batch_size
+        self.columns = stack_size + 1
+        if any(_columns_of(part.batch, stack_size) != stack_size + 1 for part in parts):
+            self.columns = 2 * stack_size
+        self.frame_shape = tuple(parts[0].batch.obs.shape[2:]) if isinstance(parts[0].batch, Batch) else parts[0].batch.frames.frame_shape
+        # Per part: the blocks of its frames (encoded), or its pixels as (rows, columns, *frame_shape).
+        self.sources: list[BlockRefs | npt.NDArray[np.uint8]] = [self._source(part.batch) for part in parts]
+        # When every part is encoded, a batch's frames decode in one call, from all the parts' blocks.
+        self.joined: BlockRefs | None = None
+        if all(isinstance(source, BlockRefs) for source in self.sources):
+            self.joined = BlockRefs.join(
+                [source.from_source(p) for p, source in enumerate(self.sources) if isinstance(source, BlockRefs)], order
+            )
+        self.fields: dict[str, Any] = {
+            name: np.concatenate([getattr(part.batch, name) for part in parts])[order] for name in _FIELDS
+        }
+        self.fields["index"] = np.concatenate(
+            [global_ids(part.shard, part.info["epoch"], part.batch.index) for part in parts]
+        )[order]
+        self.fields["weight"] = np.concatenate(
+            [part.batch.weight * weight_scale(part.info, global_min, beta) for part in parts]
+        ).astype(np.float32, copy=False)[order]
+        self.groups = groups
+
+    def _source(self, batch: EncodedBatch | Batch) -> BlockRefs | npt.NDArray[np.uint8]:
+        size = self.stack_size
+        if isinstance(batch, EncodedBatch):
+            return batch.frames.blocks(frame_columns(batch.frame_index, size, self.columns))
+        if _columns_of(batch, size) == self.columns:
+            base: npt.NDArray[np.uint8] = batch.obs.base  # type: ignore[assignment]
+            return base.reshape(len(batch), self.columns, *self.frame_shape)
+        return np.concatenate([batch.obs, batch.next_obs], axis=1)  # 2 * stack_size columns, obs then next_obs
+
+    def batch(self, g: int) -> Batch:
+        """Batch g of the group, its frames decoded (or copied, from parts read decoded) into a new array
+        (obs and next_obs view it)."""
+        pixels = np.empty((self.batch_size, self.columns, *self.frame_shape), np.uint8)
+        rows = slice(g * self.batch_size, (g + 1) * self.batch_size)
+        if self.joined is not None:
+            frames = [part.batch.frames for part in self.parts if isinstance(part.batch, EncodedBatch)]
+            decode_blocks(frames, self.joined.take(rows), pixels.reshape(-1, *self.frame_shape))
+        for p, part in enumerate(self.parts if self.joined is None else []):
+            count = int(self.counts[g, p])
+            if count == 0:
+                continue
+            taken = slice(int(self.first[g, p]), int(self.first[g, p]) + count)
+            target = pixels[int(self.within[g, p]) : int(self.within[g, p]) + count]
+            source = self.sources[p]
+            if isinstance(source, BlockRefs):
+                assert isinstance(part.batch, EncodedBatch)
+                decode_blocks([part.batch.frames], source.take(taken), target.reshape(-1, *self.frame_shape))
+            else:
+                target[...] = source[taken]
+        size = self.stack_size
+        return Batch(obs=pixels[:, :size], next_obs=pixels[:, -size:],
+                     **{name: array[rows] for name, array in self.fields.items()})
+
+
+def join_sequences(
+    parts: Sequence[tuple[int, EncodedSequenceBatch, dict[str, Any]]], *, stack_size: int, global_min: float, beta: float
+) -> SequenceBatch:
+    """The shards' encoded windows (shard, windows, its info), shard after shard, as one ``SequenceBatch``:
+    global ids (-1 past a window's end), weights rescaled to the global minimum, every frame decoded in
+    one call."""
+    columns = stack_size + 1
+    if any(part.frame_index.shape[-1] != stack_size + 1 for _, part, _ in parts):
+        columns = 2 * stack_size
+    refs = BlockRefs.join([part.frames.blocks(frame_columns(part.frame_index, stack_size, columns)).from_source(p)
+                           for p, (_, part, _) in enumerate(parts)])
+    mask = np.concatenate([part.mask for _, part, _ in parts])
+    frame_shape = parts[0][1].frames.frame_shape
+    pixels = np.empty((*mask.shape, columns, *frame_shape), np.uint8)
+    decode_blocks([part.frames for _, part, _ in parts], refs, pixels.reshape(-1, *frame_shape))
+    pixels[~mask] = 0
+    arrays: dict[str, Any] = {
+        name: np.concatenate([getattr(part, name) for _, part, _ in parts])
+        for name in ("action", "reward", "terminated", "truncated", "env_index")
+    }
+    index = np.concatenate([np.where(part.index >= 0, global_ids(k, info["epoch"], np.maximum(part.index, 0)), -1)
+                            for k, part, info in parts])
+    weight = np.concatenate([part.weight * weight_scale(info, global_min, beta) for _, part, info in parts])
+    return SequenceBatch(obs=pixels[:, :, :stack_size], next_obs=pixels[:, :, -stack_size:], mask=mask, index=index,
+                         weight=weight.astype(np.float32, copy=False), **arrays)
