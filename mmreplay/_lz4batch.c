@@ -1530,6 +1530,11 @@ static PyMethodDef lz4batch_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* The interface of this module's functions, as mmreplay/extensions.py's INTERFACES expects it: bump
+ * both when a function is added or its arguments change, so that a build from older sources is
+ * refused (and its pure-Python fallback used) rather than failing mid-call. */
+#define INTERFACE 2
+
 static struct PyModuleDef lz4batch_module = {
     PyModuleDef_HEAD_INIT, "mmreplay._lz4batch",
     "Batch lz4 decoding for mmreplay.codec, the index work of reading a sampled batch, and add's fast path.", -1, lz4batch_methods,
@@ -1546,7 +1551,8 @@ PyInit__lz4batch(void)
     crc_tables_init();
 #endif
     PyObject *module = PyModule_Create(&lz4batch_module);
-    if (module != NULL && PyModule_AddIntConstant(module, "LZ4_VERSION", LZ4_versionNumber()) < 0) {
+    if (module != NULL && (PyModule_AddIntConstant(module, "LZ4_VERSION", LZ4_versionNumber()) < 0
+                           || PyModule_AddIntConstant(module, "INTERFACE", INTERFACE) < 0)) {
         Py_DECREF(module);
         return NULL;
     }

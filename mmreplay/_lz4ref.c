@@ -707,6 +707,11 @@ static PyMethodDef lz4ref_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* The interface of this module's functions, as mmreplay/extensions.py's INTERFACES expects it: bump
+ * both when a function is added or its arguments change, so that a build from older sources is
+ * refused (and its pure-Python fallback used) rather than failing mid-call. */
+#define INTERFACE 1
+
 static struct PyModuleDef lz4ref_module = {
     PyModuleDef_HEAD_INIT, "mmreplay._lz4ref", "lz4 against a reference frame, for mmreplay.reference_codec.", -1,
     lz4ref_methods,
@@ -715,5 +720,10 @@ static struct PyModuleDef lz4ref_module = {
 PyMODINIT_FUNC
 PyInit__lz4ref(void)
 {
-    return PyModule_Create(&lz4ref_module);
+    PyObject *module = PyModule_Create(&lz4ref_module);
+    if (module != NULL && PyModule_AddIntConstant(module, "INTERFACE", INTERFACE) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }

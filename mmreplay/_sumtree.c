@@ -445,6 +445,11 @@ static PyMethodDef sumtree_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+/* The interface of this module's functions, as mmreplay/extensions.py's INTERFACES expects it: bump
+ * both when a function is added or its arguments change, so that a build from older sources is
+ * refused (and its pure-Python fallback used) rather than failing mid-call. */
+#define INTERFACE 1
+
 static struct PyModuleDef sumtree_module = {
     PyModuleDef_HEAD_INIT, "mmreplay._sumtree", "The hot loops of mmreplay.sum_tree.SumTree.", -1, sumtree_methods,
 };
@@ -452,5 +457,10 @@ static struct PyModuleDef sumtree_module = {
 PyMODINIT_FUNC
 PyInit__sumtree(void)
 {
-    return PyModule_Create(&sumtree_module);
+    PyObject *module = PyModule_Create(&sumtree_module);
+    if (module != NULL && PyModule_AddIntConstant(module, "INTERFACE", INTERFACE) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
 }

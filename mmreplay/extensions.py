@@ -15,6 +15,10 @@ from types import ModuleType
 
 # Every compiled extension of the package (setup.py builds them; each is optional).
 NAMES = ("_lz4batch", "_lz4ref", "_sumtree")
+# The interface each extension's functions must have, its C file's INTERFACE (bump both together when a
+# function is added or its arguments change). A build from older sources, left in place by an update that
+# did not rebuild, is refused like a missing one: its fallback runs and the warning says to rebuild.
+INTERFACES = {"_lz4batch": 2, "_lz4ref": 1, "_sumtree": 1}
 HIDE_VARIABLE = "MMREPLAY_PURE_PYTHON"
 
 # Measured on this project's machine (2 vCPUs shared with other jobs), compiled against
@@ -50,9 +54,19 @@ def load(name: str) -> ModuleType | None:
     if hidden():
         return None
     try:
-        return importlib.import_module(f"mmreplay.{name}")
-    except ImportError:  # not built (no compiler, or no liblz4 at build time), or liblz4.so.1 missing now
+        return _import(name)
+    except ImportError:  # not built (no compiler, or no liblz4 at build time), liblz4.so.1 missing now, or stale
         return None
+
+
+def _import(name: str) -> ModuleType:
+    """``mmreplay.<name>``; ``ImportError`` when it was built from sources with another interface."""
+    module = importlib.import_module(f"mmreplay.{name}")
+    built = getattr(module, "INTERFACE", None)
+    if built != INTERFACES[name]:
+        raise ImportError(f"built from other sources than this mmreplay's (interface {built}, expected "
+                          f"{INTERFACES[name]}): rebuild it")
+    return module
 
 
 def import_errors() -> dict[str, str]:
@@ -66,10 +80,10 @@ def import_errors() -> dict[str, str]:
     errors = {}
     for name in NAMES:
         try:
-            importlib.import_module(f"mmreplay.{name}")
+            _import(name)
         except ModuleNotFoundError as error:
             errors[name] = "not built" if error.name == f"mmreplay.{name}" else str(error)
-        except ImportError as error:  # built, but a library it links cannot be loaded (liblz4.so.1)
+        except ImportError as error:  # built, but stale, or a library it links cannot be loaded (liblz4.so.1)
             errors[name] = str(error)
     return errors
 

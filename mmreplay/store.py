@@ -1256,7 +1256,7 @@ class ReplayStore:
                             f"were evicted by the writer's adds before the pass reached them (stored steps are "
                             f"now [{oldest}, {self._transitions_added}))"
                         )
-                    return self._reader.transitions(steps, weight=ones, discount=ones)
+                    return self._reader.transitions(steps, weight=ones, discount=ones.copy())
 
             yield self._consistent(check_and_read)
 

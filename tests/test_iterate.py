@@ -47,6 +47,19 @@ def test_iterate_gives_every_stored_transition_once_in_step_order(tmp_path: Path
         assert list(store.iterate(4, start=30, stop=30)) == []
 
 
+def test_iterate_gives_weight_one_and_the_discount_read_gives_also_where_an_episode_terminates(tmp_path: Path) -> None:
+    # weight and discount once shared one array, so the zero discount of a terminal row zeroed its weight
+    with ReplayStore.create(tmp_path / "s.mmr", frame_shape=(4, 4), capacity=50) as store:
+        add_episodes(store, [3, 4, 5])
+        whole = store.read(store.stored_steps)
+        batches = list(store.iterate(5))
+        weight = np.concatenate([b.weight for b in batches])
+        discount = np.concatenate([b.discount for b in batches])
+        assert whole.terminated.sum() == 3 and weight.tolist() == [1.0] * 12
+        np.testing.assert_array_equal(discount, whole.discount)
+        assert discount[whole.terminated].tolist() == [0.0] * 3
+
+
 @pytest.mark.parametrize(
     ("start", "stop", "message"),
     [(5, None, r"start and stop must satisfy 10 <= start <= stop <= 60 \(the stored steps\); got start=5, stop=60"),

@@ -106,6 +106,20 @@ def test_an_extension_whose_library_cannot_be_loaded_is_named_with_the_loaders_e
                               f"could not be imported ({error}).")
 
 
+def test_an_extension_built_from_older_sources_is_refused_and_its_fallback_used_with_a_warning_to_rebuild() -> None:
+    # An update that did not rebuild leaves the old module in place: it would lack the newer functions.
+    stale = "import sys, types\nsys.modules['mmreplay._sumtree'] = types.ModuleType('mmreplay._sumtree')\n"
+    done = run_python(stale + IMPORT_AND_RECORD)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+
+    assert result["accelerated"] == [True, False, True]
+    [message] = performance_warnings(result)
+    assert ("the compiled extension(s) _sumtree could not be imported (built from other sources than this "
+            "mmreplay's (interface None, expected 1): rebuild it)") in message
+    assert "pip install --force-reinstall --no-deps -e ." in message
+
+
 def test_extensions_hidden_by_mmreplay_pure_python_give_no_warning() -> None:
     result = import_with({}, hide=True)
 
