@@ -29,6 +29,8 @@
  *   True when every frame lies below bytes_written and inside its view and decodes as decode() checks;
  *   False otherwise, with nothing said about which frame: the caller's general path finds it.
  *
+ * gather_entries(...) -> bytes | int | None: the same frames' stored blocks, still compressed (see below).
+ *
  * row_checksums(rows, row_size, steps, out) -> None: mmreplay.row_checksum's compiled half.
  * gather_rows(table, row_slots, steps, out) -> int: the transition table's read (see below).
  * gather_fields(...) -> int: the same, unpacked into a batch's arrays (TransitionTable.read_fields).
@@ -804,6 +806,98 @@ done:
     return result;
 }
 
+/* gather_entries(views, base, table, frame_slots, layout, steps, seed_multiplier, segment_bytes,
+ *                bytes_written, lengths, checksums, seeds, verify) -> bytes | int | None
+ *   The stored blocks of frames, still compressed, located as decode_entries locates them: their bytes
+ *   back to back, and each one's length (int64), checksum and CRC seed (uint32) into the arrays given.
+ *   With verify, each block is checked against its checksum: the index of the first that fails. None
+ *   when a frame lies outside the bytes written or the views (the caller's general path finds it). */
+static PyObject *
+lz4batch_gather_entries(PyObject *module, PyObject *args)
+{
+    PyObject *views_arg;
+    long long base, frame_slots, segment_bytes, bytes_written;
+    Py_buffer table, steps, lengths, checksums, seeds;
+    EntryLayout layout;
+    unsigned long seed_multiplier;
+    int verify;
+    if (!PyArg_ParseTuple(args, "OLy*L(nnnnnn)y*kLLw*w*w*p:gather_entries", &views_arg, &base, &table, &frame_slots,
+                          &layout.size, &layout.position, &layout.length, &layout.checksum, &layout.link,
+                          &layout.length_bytes, &steps, &seed_multiplier, &segment_bytes, &bytes_written, &lengths,
+                          &checksums, &seeds, &verify)) {
+        return NULL;
+    }
+    PyObject *result = NULL, *views = NULL;
+    const char **sources = NULL;
+    Py_buffer *buffers = NULL;
+    Py_ssize_t acquired = 0;
+    Py_ssize_t n = steps.len / 8;
+    if (frame_slots <= 0 || segment_bytes <= 0 || bytes_written < 0 || !layout_fits(&layout)) {
+        PyErr_SetString(PyExc_ValueError, "gather_entries: sizes or entry layout out of range");
+        goto done;
+    }
+    if (check_array(&steps, "steps", n, 8) < 0 || check_array(&lengths, "lengths", n, 8) < 0
+        || check_array(&checksums, "checksums", n, 4) < 0 || check_array(&seeds, "seeds", n, 4) < 0) {
+        goto done;
+    }
+    if (table.len != frame_slots * layout.size) {
+        PyErr_Format(PyExc_ValueError, "table has %zd bytes; expected %lld entries of %zd bytes", table.len,
+                     frame_slots, layout.size);
+        goto done;
+    }
+    views = PySequence_Fast(views_arg, "views must be a sequence of buffers");
+    if (views == NULL) {
+        goto done;
+    }
+    Py_ssize_t buffer_count = PySequence_Fast_GET_SIZE(views) < n ? PySequence_Fast_GET_SIZE(views) : n;
+    sources = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof(*sources));
+    buffers = PyMem_Malloc((size_t)(buffer_count > 0 ? buffer_count : 1) * sizeof(*buffers));
+    if (sources == NULL || buffers == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *length = (int64_t *)lengths.buf;
+    uint32_t *checksum = (uint32_t *)checksums.buf, *seed = (uint32_t *)seeds.buf;
+    int located = locate_entries(views, base, &table, frame_slots, &layout, (const int64_t *)steps.buf, NULL, n,
+                                 (uint32_t)seed_multiplier, segment_bytes, bytes_written, sources, length, checksum,
+                                 seed, buffers, &acquired);
+    if (located != 0) {
+        result = located < 0 ? NULL : Py_NewRef(Py_None);
+        goto done;
+    }
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        total += (Py_ssize_t)length[i]; /* each within bytes_written: no overflow */
+    }
+    for (Py_ssize_t i = 0; verify && i < n; i++) {
+        if (frame_crc32(seed[i], (const unsigned char *)sources[i], (size_t)length[i]) != checksum[i]) {
+            result = PyLong_FromSsize_t(i);
+            goto done;
+        }
+    }
+    result = PyBytes_FromStringAndSize(NULL, total);
+    if (result == NULL) {
+        goto done;
+    }
+    char *data = PyBytes_AS_STRING(result);
+    for (Py_ssize_t i = 0; i < n; data += length[i], i++) {
+        memcpy(data, sources[i], (size_t)length[i]);
+    }
+done:
+    for (Py_ssize_t k = 0; k < acquired; k++) {
+        PyBuffer_Release(&buffers[k]);
+    }
+    PyMem_Free(buffers);
+    PyMem_Free(sources);
+    Py_XDECREF(views);
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&steps);
+    PyBuffer_Release(&lengths);
+    PyBuffer_Release(&checksums);
+    PyBuffer_Release(&seeds);
+    return result;
+}
+
 static PyObject *
 lz4batch_crc32(PyObject *module, PyObject *args)
 {
@@ -1498,6 +1592,11 @@ static PyMethodDef lz4batch_methods[] = {
      "               bytes_written, out, frame_nbytes, threads) -> bool\n\n"
      "Locate frames through a frame table and decode them into out with the GIL released; True when every\n"
      "frame lies in the bytes written and in a view and is good, else False (out is then unspecified)."},
+    {"gather_entries", lz4batch_gather_entries, METH_VARARGS,
+     "gather_entries(views, base, table, frame_slots, layout, steps, seed_multiplier, segment_bytes,\n"
+     "               bytes_written, lengths, checksums, seeds, verify) -> bytes | int | None\n\n"
+     "The stored blocks of frames back to back, their lengths, checksums and seeds into the arrays given;\n"
+     "with verify, the first block that fails its checksum (an int); None when a frame lies outside."},
     {"row_checksums", lz4batch_row_checksums, METH_VARARGS,
      "row_checksums(rows, row_size, steps, out) -> None\n\n"
      "The row checksum (mmreplay.row_checksum) of each packed row at its step, into out (uint32)."},
@@ -1533,7 +1632,7 @@ static PyMethodDef lz4batch_methods[] = {
 /* The interface of this module's functions, as mmreplay/extensions.py's INTERFACES expects it: bump
  * both when a function is added or its arguments change, so that a build from older sources is
  * refused (and its pure-Python fallback used) rather than failing mid-call. */
-#define INTERFACE 2
+#define INTERFACE 3
 
 static struct PyModuleDef lz4batch_module = {
     PyModuleDef_HEAD_INIT, "mmreplay._lz4batch",

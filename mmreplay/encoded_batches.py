@@ -11,13 +11,11 @@ draw locates its frames exactly as ``sample`` does.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import codec
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.encoded import EncodedFrames
 from mmreplay.frame_ring import FrameChecksumError
@@ -186,16 +184,14 @@ class EncodingReader(TransitionReader):
     ) -> EncodedFrames:
         """The stored blocks of these frames, checked against their checksums here if ``verify`` (a
         reader behind the writer then retries, as ``sample`` does)."""
-        data, lengths, checksums, seeds = self.frames.blocks(frame_steps)
-        if self.verify:
-            for i, (start, stop) in enumerate(_spans(lengths)):
-                if codec.checksum(data[start:stop], int(seeds[i])) != int(checksums[i]):
-                    frame_step = int(frame_steps[i])
-                    needing = steps[(frames == frame_step).any(axis=1)]
-                    raise FrameChecksumError(
-                        f"frame {frame_step} fails its checksum (read for transition {int(needing[0])})",
-                        frame_step=frame_step,
-                    )
+        data, lengths, checksums, seeds, bad = self.frames.blocks(frame_steps, verify=self.verify)
+        if bad >= 0:
+            frame_step = int(frame_steps[bad])
+            needing = steps[(frames == frame_step).any(axis=1)]
+            raise FrameChecksumError(
+                f"frame {frame_step} fails its checksum (read for transition {int(needing[0])})",
+                frame_step=frame_step,
+            )
         return EncodedFrames(data, lengths, checksums, seeds, tuple(self.frame_shape))
 
     def encoded(self, batch: Batch) -> EncodedBatch:
@@ -231,8 +227,3 @@ class EncodingReader(TransitionReader):
             env_index=batch.env_index,
             weight=batch.weight,
         )
-
-
-def _spans(lengths: npt.NDArray[np.int64]) -> Sequence[tuple[int, int]]:
-    ends = np.cumsum(lengths).tolist()
-    return list(zip([0, *ends[:-1]], ends))

@@ -432,24 +432,47 @@ class FrameRing:
                 views, base)
 
     def blocks(
-        self, frame_steps: npt.NDArray[np.int64]
-    ) -> tuple[bytes, npt.NDArray[np.int64], npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
-        """The stored blocks of these frames, unchecked: their bytes back to back, and each one's length,
-        checksum and CRC seed (``frame_seed``), for a reader that sends frames on still compressed."""
-        entries = self._table.take(frame_steps, mode="wrap")
+        self, frame_steps: npt.NDArray[np.int64], *, verify: bool = False
+    ) -> tuple[bytes, npt.NDArray[np.int64], npt.NDArray[np.uint32], npt.NDArray[np.uint32], int]:
+        """The stored blocks of these frames, for a reader that sends frames on still compressed: their
+        bytes back to back, each one's length, checksum and CRC seed (``frame_seed``), and, with
+        ``verify``, the index of the first block that fails its checksum (-1 when none does, or unchecked)."""
+        steps = np.ascontiguousarray(frame_steps, np.int64)
+        compiled = self.compiled_frames()
+        if compiled is not None and len(steps):
+            table, frame_slots, layout, multiplier, segment_bytes, bytes_written, views, base = compiled
+            lengths = np.empty(len(steps), np.int64)
+            checksums, seeds = np.empty(len(steps), np.uint32), np.empty(len(steps), np.uint32)
+            assert _lz4batch is not None
+            gathered = _lz4batch.gather_entries(views, base, table, frame_slots, layout, steps, multiplier,
+                                                segment_bytes, bytes_written, lengths, checksums, seeds, verify)
+            if isinstance(gathered, bytes):
+                return gathered, lengths, checksums, seeds, -1
+            if gathered is not None:
+                return b"", lengths, checksums, seeds, int(gathered)
+            # a frame outside the views kept (or the bytes written): the general path maps or names it
+        entries = self._table.take(steps, mode="wrap")
         positions, lengths = entries["position"], entries["length"].astype(np.int64)
-        if len(frame_steps) and ((positions + lengths.astype(np.uint64)).max() > self.bytes_written):
-            self._raise_outside(frame_steps, positions, entries["length"])
+        if len(steps) and ((positions + lengths.astype(np.uint64)).max() > self.bytes_written):
+            self._raise_outside(steps, positions, entries["length"])
         segments = positions.view(np.int64) // self.segment_bytes
         offsets = positions.view(np.int64) - segments * self.segment_bytes
         data = b"".join(
             self._segment_view(segment, frame_step)[offset : offset + length]
             for segment, offset, length, frame_step in zip(
-                segments.tolist(), offsets.tolist(), lengths.tolist(), frame_steps.tolist()
+                segments.tolist(), offsets.tolist(), lengths.tolist(), steps.tolist()
             )
         )
-        seeds = frame_steps.astype(np.uint32) * np.uint32(_SEED_MULTIPLIER) + entries["prev_delta"]
-        return data, lengths, entries["checksum"].astype(np.uint32), seeds.astype(np.uint32)
+        checksums = entries["checksum"].astype(np.uint32)
+        seeds = (steps.astype(np.uint32) * np.uint32(_SEED_MULTIPLIER) + entries["prev_delta"]).astype(np.uint32)
+        bad = -1
+        if verify:
+            ends = np.cumsum(lengths).tolist()
+            for i, (start, stop) in enumerate(zip([0, *ends[:-1]], ends)):
+                if codec.checksum(data[start:stop], int(seeds[i])) != int(checksums[i]):
+                    bad = i
+                    break
+        return data, lengths, checksums, seeds, bad
 
     def _raise_outside(
         self, frame_steps: npt.NDArray[np.int64], positions: npt.NDArray[np.uint64], lengths: npt.NDArray[np.uint32]

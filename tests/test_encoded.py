@@ -4,6 +4,7 @@ and ``sample_encoded(...).decode()`` is what ``sample`` returns for the same dra
 from __future__ import annotations
 
 import filecmp
+import json
 import os
 from pathlib import Path
 
@@ -214,6 +215,22 @@ def test_a_damaged_block_fails_decode_with_corrupt_store_error(tmp_path: Path) -
     damaged = EncodedBatch(**{**encoded.__dict__, "frames": frames})
     with pytest.raises(CorruptStoreError, match="fails its checksum or does not decode"):
         damaged.decode()
+
+
+@pytest.mark.parametrize("mode", ["r", "r+"])
+def test_a_damaged_stored_frame_is_never_sent_encoded(tmp_path: Path, mode: str) -> None:
+    # A reader ("r") checks each block as it gathers it and raises; the writer's own process ("r+")
+    # gathers unchecked, and decoding the batch checks every block.
+    filled_store(tmp_path / "s").close()
+    written = json.loads((tmp_path / "s" / "header.json").read_text())["commit"]["bytes_written"]
+    with open(tmp_path / "s" / "frames" / "0000000000.seg", "r+b") as segment:
+        segment.seek(written // 2)
+        byte = segment.read(1)[0]
+        segment.seek(written // 2)
+        segment.write(bytes([byte ^ 0x10]))
+    with ReplayStore.open(tmp_path / "s", mode) as store:
+        with pytest.raises(CorruptStoreError, match="fails its checksum"):
+            store.sample_encoded(500, rng=0).decode()  # 500 draws of 50 transitions reach every frame
 
 
 def test_add_encoded_rejects_an_index_outside_the_frames_and_writes_nothing(tmp_path: Path) -> None:
