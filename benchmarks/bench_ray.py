@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every rate (medians are reported)")
     parser.add_argument("--prefetch", type=int, default=3, help="ShardedReplay.batches' prefetch")
     parser.add_argument("--group", type=int, default=64, help="ShardedReplay.batches' group, through the actors")
-    parser.add_argument("--direct-group", type=int, default=16, help="ShardedReplay.batches' group, direct reads")
+    parser.add_argument("--direct-group", type=int, default=64, help="ShardedReplay.batches' group, direct reads")
     parser.add_argument("--rllib-steps", type=int, default=3000, help="Pong steps fed to each RLlib buffer")
     parser.add_argument("--skip-rllib", action="store_true")
     parser.add_argument("--only-rllib", action="store_true")

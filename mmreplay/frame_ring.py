@@ -438,19 +438,28 @@ class FrameRing:
         bytes back to back, each one's length, checksum and CRC seed (``frame_seed``), and, with
         ``verify``, the index of the first block that fails its checksum (-1 when none does, or unchecked)."""
         steps = np.ascontiguousarray(frame_steps, np.int64)
-        compiled = self.compiled_frames()
-        if compiled is not None and len(steps):
-            table, frame_slots, layout, multiplier, segment_bytes, bytes_written, views, base = compiled
-            lengths = np.empty(len(steps), np.int64)
-            checksums, seeds = np.empty(len(steps), np.uint32), np.empty(len(steps), np.uint32)
-            assert _lz4batch is not None
-            gathered = _lz4batch.gather_entries(views, base, table, frame_slots, layout, steps, multiplier,
-                                                segment_bytes, bytes_written, lengths, checksums, seeds, verify)
-            if isinstance(gathered, bytes):
-                return gathered, lengths, checksums, seeds, -1
-            if gathered is not None:
-                return b"", lengths, checksums, seeds, int(gathered)
-            # a frame outside the views kept (or the bytes written): the general path maps or names it
+        for attempt in range(2 if _lz4batch is not None and not self._with_refs and len(steps) else 0):
+            compiled = self.compiled_frames()
+            if compiled is not None:
+                table, frame_slots, layout, multiplier, segment_bytes, bytes_written, views, base = compiled
+                lengths = np.empty(len(steps), np.int64)
+                checksums, seeds = np.empty(len(steps), np.uint32), np.empty(len(steps), np.uint32)
+                assert _lz4batch is not None
+                gathered = _lz4batch.gather_entries(views, base, table, frame_slots, layout, steps, multiplier,
+                                                    segment_bytes, bytes_written, lengths, checksums, seeds, verify)
+                if isinstance(gathered, bytes):
+                    return gathered, lengths, checksums, seeds, -1
+                if gathered is not None:
+                    return b"", lengths, checksums, seeds, int(gathered)
+            if attempt == 0:  # map the segments of these frames (a writer that never read has none kept)
+                entries = self._table.take(steps, mode="wrap")
+                if (entries["position"] + entries["length"]).max() > self.bytes_written:
+                    break  # the general path names the frame
+                segments = entries["position"].view(np.int64) // self.segment_bytes
+                if int(segments.min()) < 0:
+                    break
+                self._views_covering(int(segments.min()), int(segments.max()), segments, steps)
+        # The general path: no extension, or a frame outside the bytes written or the views kept.
         entries = self._table.take(steps, mode="wrap")
         positions, lengths = entries["position"], entries["length"].astype(np.int64)
         if len(steps) and ((positions + lengths.astype(np.uint64)).max() > self.bytes_written):

@@ -353,9 +353,9 @@ def test_grouped_batches_keep_a_final_obs_stored_whole_next_to_shared_stacks(clu
     replay.close(destroy=True)
 
 
-def test_a_group_joins_encoded_and_decoded_parts_row_for_row(tmp_path: Path) -> None:
-    """``GroupBatches`` (no cluster): shard 0 answered encoded (through its actor), shard 1 decoded (read
-    directly), shard 1's stacks stored whole at episode ends: batch g is shard 0's rows for g, then
+def test_a_group_joins_the_shards_encoded_parts_row_for_row(tmp_path: Path) -> None:
+    """``GroupBatches`` (no cluster): two shards' encoded answers (through an actor or read directly), shard
+    1's stacks stored whole at episode ends: batch g is shard 0's rows for g, then
     shard 1's, pixels and fields as each store sampled them, ids global, weights as drawn."""
     from mmreplay import ReplayStore
     from mmreplay.ray import global_ids
@@ -374,12 +374,12 @@ def test_a_group_joins_encoded_and_decoded_parts_row_for_row(tmp_path: Path) -> 
         stores.append(store)
     counts = [np.array([3, 5, 0, 2]), np.array([5, 3, 8, 6])]
     encoded = stores[0].sample_encoded(10, rng=1)
-    decoded = stores[1].sample(22, rng=2)
-    assert encoded.frame_index.shape[1] == 5 and decoded.obs.base.shape[1] == 8  # shared and separate stacks
+    apart = stores[1].sample_encoded(22, rng=2)
+    assert encoded.frame_index.shape[1] == 5 and apart.frame_index.shape[1] == 8  # shared and separate stacks
     infos = [{"epoch": 3, "min_leaf": 1.0}, {"epoch": 4, "min_leaf": 1.0}]
-    group = GroupBatches([Part(1, decoded, infos[1], counts[1]), Part(0, encoded, infos[0], counts[0])],
+    group = GroupBatches([Part(1, apart, infos[1], counts[1]), Part(0, encoded, infos[0], counts[0])],
                          batch_size=8, stack_size=4, global_min=1.0, beta=0.4)
-    whole = [encoded.decode(), decoded]
+    whole = [encoded.decode(), apart.decode()]
     first = [np.cumsum(c) - c for c in counts]
     for g in range(4):
         batch = group.batch(g)

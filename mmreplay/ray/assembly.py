@@ -2,15 +2,14 @@
 
 Vocabulary: a *group* is ``G`` batches of ``batch_size`` transitions drawn together; each shard answers
 a group with one *part* holding its rows for all ``G`` batches, batch after batch (``counts[g]`` rows
-for batch g): an ``EncodedBatch`` from a shard actor, or a decoded ``Batch`` from a co-located shard's
-store read directly (decoding there costs less than gathering the blocks: one shard's rows of a whole
-group decode in one call). ``GroupBatches`` lays the parts' rows out as the batches are (batch g: its
-rows from shard 0, then shard 1, ..., as ``ShardedReplay.sample`` joins them), turns each shard's steps
-into global ids, rescales its importance weights to the global minimum priority, and fills batch g's
-frames straight into the array it returns: decoded from a part's blocks, or copied from its pixels.
+for batch g): an ``EncodedBatch``, from a shard actor or from a co-located shard's store read directly.
+``GroupBatches`` lays the parts' rows out as the batches are (batch g: its rows from shard 0, then
+shard 1, ..., as ``ShardedReplay.sample`` joins them), turns each shard's steps into global ids,
+rescales its importance weights to the global minimum priority, and decodes batch g's frames, from
+every part's blocks in one call, straight into the array it returns.
 
 Everything but the frames is done once per group with numpy calls over all its rows: the per-batch
-work is one slice of each field and one decode (or copy) per shard.
+work is one slice of each field and one decode.
 """
 
 from __future__ import annotations
@@ -36,11 +35,10 @@ def global_ids(shard: int, epoch: int, steps: npt.NDArray[np.int64]) -> npt.NDAr
 @dataclass(frozen=True)
 class Part:
     """One shard's answer for a group: ``batch`` holds ``counts[g]`` rows for batch g, batch after batch,
-    drawn when the shard's state was ``info`` (its ``epoch`` and ``min_leaf``). An ``EncodedBatch`` from
-    a shard actor, or a decoded ``Batch`` from a shard's store read directly."""
+    drawn when the shard's state was ``info`` (its ``epoch`` and ``min_leaf``)."""
 
     shard: int
-    batch: EncodedBatch | Batch
+    batch: EncodedBatch
     info: dict[str, Any]
     counts: npt.NDArray[np.int64]
 
@@ -60,15 +58,6 @@ def frame_columns(index: npt.NDArray[np.int64], stack_size: int, columns: int) -
     return index[..., shared]
 
 
-def _columns_of(batch: EncodedBatch | Batch, stack_size: int) -> int:
-    """How many frames per row a part holds: ``stack_size + 1`` when its obs and next_obs share frames."""
-    if isinstance(batch, EncodedBatch):
-        return int(batch.frame_index.shape[1])
-    base = batch.obs.base
-    shared = isinstance(base, np.ndarray) and batch.next_obs.base is base and base.size == batch.obs.size // stack_size * (stack_size + 1)
-    return stack_size + 1 if shared else 2 * stack_size
-
-
 class GroupBatches:
     """The ``G`` batches of one group, from the shards' parts (see the module docstring)."""
 
@@ -78,32 +67,29 @@ class GroupBatches:
         groups = len(counts)
         assert (counts.sum(axis=1) == batch_size).all(), "each batch's parts add up to batch_size"
         # Batch g's rows: shard after shard. Part p's rows for batch g start at first[g, p] in the part
-        # and at within[g, p] in the batch.
-        self.first = np.cumsum(counts, axis=0) - counts
-        self.within = np.cumsum(counts, axis=1) - counts
-        self.counts = counts
-        starts = batch_size * np.arange(groups)[:, None] + self.within
+        # and at within[g, p] in the batch; order maps the batches' rows to the parts' rows, joined.
+        first = np.cumsum(counts, axis=0) - counts
+        within = np.cumsum(counts, axis=1) - counts
+        starts = batch_size * np.arange(groups)[:, None] + within
         positions = []
         for p in range(len(parts)):
             batch_of_row = np.repeat(np.arange(groups), counts[:, p])
-            positions.append(starts[batch_of_row, p] + np.arange(len(batch_of_row)) - self.first[batch_of_row, p])
+            positions.append(starts[batch_of_row, p] + np.arange(len(batch_of_row)) - first[batch_of_row, p])
         order = np.empty(groups * batch_size, np.int64)
         order[np.concatenate(positions)] = np.arange(groups * batch_size)
         self.parts = parts
         self.stack_size = stack_size
         self.batch_size = batch_size
         self.columns = stack_size + 1
-        if any(_columns_of(part.batch, stack_size) != stack_size + 1 for part in parts):
+        if any(part.batch.frame_index.shape[1] != stack_size + 1 for part in parts):  # obs, next_obs apart
             self.columns = 2 * stack_size
-        self.frame_shape = tuple(parts[0].batch.obs.shape[2:]) if isinstance(parts[0].batch, Batch) else parts[0].batch.frames.frame_shape
-        # Per part: the blocks of its frames (encoded), or its pixels as (rows, columns, *frame_shape).
-        self.sources: list[BlockRefs | npt.NDArray[np.uint8]] = [self._source(part.batch) for part in parts]
-        # When every part is encoded, a batch's frames decode in one call, from all the parts' blocks.
-        self.joined: BlockRefs | None = None
-        if all(isinstance(source, BlockRefs) for source in self.sources):
-            self.joined = BlockRefs.join(
-                [source.from_source(p) for p, source in enumerate(self.sources) if isinstance(source, BlockRefs)], order
-            )
+        self.frame_shape = parts[0].batch.frames.frame_shape
+        # Every part's blocks, in the batches' row order: a batch's frames decode in one call.
+        self.joined = BlockRefs.join(
+            [part.batch.frames.blocks(frame_columns(part.batch.frame_index, stack_size, self.columns)).from_source(p)
+             for p, part in enumerate(parts)],
+            order,
+        )
         self.fields: dict[str, Any] = {
             name: np.concatenate([getattr(part.batch, name) for part in parts])[order] for name in _FIELDS
         }
@@ -113,37 +99,13 @@ class GroupBatches:
         self.fields["weight"] = np.concatenate(
             [part.batch.weight * weight_scale(part.info, global_min, beta) for part in parts]
         ).astype(np.float32, copy=False)[order]
-        self.groups = groups
-
-    def _source(self, batch: EncodedBatch | Batch) -> BlockRefs | npt.NDArray[np.uint8]:
-        size = self.stack_size
-        if isinstance(batch, EncodedBatch):
-            return batch.frames.blocks(frame_columns(batch.frame_index, size, self.columns))
-        if _columns_of(batch, size) == self.columns:
-            base: npt.NDArray[np.uint8] = batch.obs.base  # type: ignore[assignment]
-            return base.reshape(len(batch), self.columns, *self.frame_shape)
-        return np.concatenate([batch.obs, batch.next_obs], axis=1)  # 2 * stack_size columns, obs then next_obs
 
     def batch(self, g: int) -> Batch:
-        """Batch g of the group, its frames decoded (or copied, from parts read decoded) into a new array
-        (obs and next_obs view it)."""
+        """Batch g of the group, its frames decoded into a new array (obs and next_obs view it)."""
         pixels = np.empty((self.batch_size, self.columns, *self.frame_shape), np.uint8)
         rows = slice(g * self.batch_size, (g + 1) * self.batch_size)
-        if self.joined is not None:
-            frames = [part.batch.frames for part in self.parts if isinstance(part.batch, EncodedBatch)]
-            decode_blocks(frames, self.joined.take(rows), pixels.reshape(-1, *self.frame_shape))
-        for p, part in enumerate(self.parts if self.joined is None else []):
-            count = int(self.counts[g, p])
-            if count == 0:
-                continue
-            taken = slice(int(self.first[g, p]), int(self.first[g, p]) + count)
-            target = pixels[int(self.within[g, p]) : int(self.within[g, p]) + count]
-            source = self.sources[p]
-            if isinstance(source, BlockRefs):
-                assert isinstance(part.batch, EncodedBatch)
-                decode_blocks([part.batch.frames], source.take(taken), target.reshape(-1, *self.frame_shape))
-            else:
-                target[...] = source[taken]
+        decode_blocks([part.batch.frames for part in self.parts], self.joined.take(rows),
+                      pixels.reshape(-1, *self.frame_shape))
         size = self.stack_size
         return Batch(obs=pixels[:, :size], next_obs=pixels[:, -size:],
                      **{name: array[rows] for name, array in self.fields.items()})

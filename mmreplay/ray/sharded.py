@@ -32,7 +32,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from mmreplay import Batch, EncodedBatch, PrioritizedSampler, ReplayStore, Sampler, SequenceBatch
-from mmreplay.ray.assembly import EPOCH_BITS, SHARD_BITS, STEP_BITS, GroupBatches, Part, global_ids, join_sequences
+from mmreplay.ray.assembly import EPOCH_BITS, SHARD_BITS, STEP_BITS, GroupBatches, Part, join_sequences
 from mmreplay.ray.rate_limit import RateLimit
 from mmreplay.ray.shard import ReplayShard, ShardConfig
 from mmreplay.ray.writer import ShardWriter
@@ -230,9 +230,9 @@ class ShardedReplay:
         *,
         direct_read: bool = False,
         timeout_s: float | None = None,
-    ) -> list[tuple[int, EncodedBatch | Batch, dict[str, Any]]]:
+    ) -> list[tuple[int, EncodedBatch, dict[str, Any]]]:
         """The parts of a batch as the shards return them: (shard, encoded batch, the shard's info at the
-        draw); ``sample`` decodes and joins them. Directly read shards give decoded batches."""
+        draw); ``sample`` decodes and joins them. Directly read shards give theirs encoded too."""
         batch_size = parse_positive_int(batch_size, "batch_size")
         seed = int(parse_rng(rng).integers(2**63))  # one draw from the caller's rng, however long we wait
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -278,8 +278,10 @@ class ShardedReplay:
             total = int(counts[:, k].sum())
             shard_seed = int(shard_seeds[k])
             if direct_read and self._is_local(k):
-                part = self._reader(k).sample(total, np.random.default_rng(shard_seed), beta=beta_value,
-                                              n_step=n_step, gamma=gamma)
+                # encoded here too: gathering its blocks costs less than decoding the whole group's rows
+                # at once, and each batch then decodes from every part's blocks straight into its array
+                part = self._reader(k).sample_encoded(total, np.random.default_rng(shard_seed), beta=beta_value,
+                                                      n_step=n_step, gamma=gamma)
                 requests.append((k, part, infos[k], counts[:, k]))
             else:
                 call = self._shards[k].sample.remote(total, shard_seed, beta=beta_value, n_step=n_step, gamma=gamma)
@@ -344,7 +346,7 @@ class ShardedReplay:
     ) -> SequenceBatch:
         """Windows of ``length`` consecutive transitions of one env and episode (``ReplayStore.
         sample_sequences``), drawn over the union of the shards as ``sample`` draws transitions; ``index``
-        holds global ids (-1 past a window's end). The shards send them encored
+        holds global ids (-1 past a window's end). The shards send them encoded
         (``ReplayStore.sample_sequences_encoded``) and the client decodes them in one call."""
         batch_size = parse_positive_int(batch_size, "batch_size")
         length = parse_positive_int(length, "length")
