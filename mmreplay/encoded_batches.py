@@ -48,8 +48,7 @@ class EncodedBatch:
     @property
     def nbytes(self) -> int:
         """Bytes of every array and block: what sending this batch costs."""
-        arrays = [getattr(self, item.name) for item in fields(self) if item.name not in ("frames", "stack_size")]
-        return self.frames.nbytes + int(sum(array.nbytes for array in arrays))
+        return _nbytes(self)
 
     def decode(self) -> Batch:
         """The batch with its pixels (see ``decode_batch``)."""
@@ -60,6 +59,12 @@ class EncodedBatch:
             f"EncodedBatch(transitions={len(self)}, frames={len(self.frames)}, "
             f"frame_index=int64{list(self.frame_index.shape)}, nbytes={self.nbytes:,})"
         )
+
+
+def _nbytes(batch: EncodedBatch | EncodedSequenceBatch) -> int:
+    """The bytes of an encoded batch's blocks and arrays."""
+    arrays = [getattr(batch, item.name) for item in fields(batch) if item.name not in ("frames", "stack_size")]
+    return batch.frames.nbytes + int(sum(array.nbytes for array in arrays))
 
 
 def decode_batch(encoded: EncodedBatch) -> Batch:
@@ -110,8 +115,7 @@ class EncodedSequenceBatch:
     @property
     def nbytes(self) -> int:
         """Bytes of every array and block: what sending this batch costs."""
-        arrays = [getattr(self, item.name) for item in fields(self) if item.name not in ("frames", "stack_size")]
-        return self.frames.nbytes + int(sum(array.nbytes for array in arrays))
+        return _nbytes(self)
 
     def decode(self) -> SequenceBatch:
         """The windows with their pixels (see ``decode_sequences``)."""
