@@ -170,8 +170,11 @@ def test_rgb_frames_stacked_along_channels_are_stored_as_frames(tmp_path):
 
 
 def test_observation_spaces_that_cannot_be_split_into_frames_are_refused(tmp_path):
-    with pytest.raises(TypeError, match=r"^observation_space must be a gymnasium Box; got Discrete\(3\)$"):
-        MmreplayBuffer(8, spaces.Discrete(3), spaces.Discrete(2), path=tmp_path / "x")
+    with pytest.raises(TypeError, match=r"^observation_space must be a gymnasium Box, Discrete, MultiDiscrete or "
+                                        r"MultiBinary; got Dict\('a': Discrete\(3\)\)$"):
+        MmreplayBuffer(8, spaces.Dict({"a": spaces.Discrete(3)}), spaces.Discrete(2), path=tmp_path / "x")
+    with pytest.raises(ValueError, match=r"^stack_size must be 1 for a Discrete observation space; got 4$"):
+        MmreplayBuffer(8, spaces.Discrete(3), spaces.Discrete(2), path=tmp_path / "x", stack_size=4)
     with pytest.raises(ValueError, match=r"stack_size=3 must divide the observation's first axis; observation_space has shape \(4, 84, 84\)"):
         MmreplayBuffer(8, spaces.Box(0, 255, (4, 84, 84), np.uint8), spaces.Discrete(2), path=tmp_path / "x", stack_size=3)
     assert not (tmp_path / "x").exists()
@@ -837,3 +840,39 @@ def test_float64_actions_that_float32_cannot_hold_exactly_are_stored_cast_as_sb3
     stored = buffer.samples_at([0], [0]).actions
     assert stored.dtype == th.float32 and stored.tolist() == [action.astype(np.float32).ravel().tolist()]
     buffer.close()
+
+
+@pytest.mark.parametrize(
+    "space",
+    [spaces.Discrete(16), spaces.Discrete(5, start=-2), spaces.MultiDiscrete([3, 4, 5]), spaces.MultiBinary(6),
+     spaces.MultiBinary([2, 3])],
+    ids=["discrete", "discrete-start", "multidiscrete", "multibinary", "multibinary-2d"],
+)
+def test_integer_observation_spaces_sample_what_sb3s_buffer_samples(tmp_path, space):
+    """FrozenLake's ``Discrete`` states and the other integer spaces SB3 stores: one frame of SB3's shape
+    per observation ((1,) for Discrete, whose observations come as (n_envs,)), the space's dtype."""
+    theirs = ReplayBuffer(20, space, spaces.Discrete(4), device="cpu")
+    ours = MmreplayBuffer(20, space, spaces.Discrete(4), device="cpu", path=tmp_path / "b.mmr")
+    space.seed(0)
+    obs = space.sample()
+    for step in range(30):  # past the first wrap
+        next_obs = space.sample()
+        done = np.array([step % 7 == 6])
+        action = np.array([[step % 4]])
+        for buffer in (theirs, ours):
+            buffer.add(np.array([obs]), np.array([next_obs]), action, np.array([float(step)]), done, [{}])
+        obs = space.sample() if done[0] else next_obs
+    assert_seeded_samples_equal(theirs, ours)
+    ours.close()
+
+
+def test_dqn_learns_on_a_discrete_observation_space_with_the_buffer(tmp_path):
+    from stable_baselines3 import DQN
+
+    model = DQN("MlpPolicy", "FrozenLake-v1", learning_starts=50, buffer_size=500, train_freq=4, seed=0,
+                replay_buffer_class=MmreplayBuffer, replay_buffer_kwargs={"path": str(tmp_path / "frozen.mmr")})
+    model.learn(300)
+    assert model.replay_buffer.size() == 300
+    samples = model.replay_buffer.sample(8)
+    assert samples.observations.shape == (8, 1) and samples.observations.dtype == th.int64
+    model.replay_buffer.close()

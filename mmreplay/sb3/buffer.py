@@ -304,6 +304,8 @@ class MmreplayBuffer(ReplayBuffer):
     def _parse_obs(self, obs: npt.ArrayLike, name: str) -> npt.NDArray[Any]:
         """``obs`` as SB3 gives it: (n_envs, *obs_shape), or obs_shape alone with one env."""
         array = np.asarray(obs)
+        if isinstance(self.observation_space, spaces.Discrete) and array.shape in ((self.n_envs,), ()):
+            array = array.reshape(self.n_envs, 1)  # SB3's own buffer reshapes Discrete observations so
         if array.shape != (self.n_envs, *self.obs_shape) and (self.n_envs > 1 or array.shape != self.obs_shape):
             raise ValueError(
                 f"{name} has shape {array.shape}; expected {(self.n_envs, *self.obs_shape)} "

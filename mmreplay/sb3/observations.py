@@ -34,14 +34,17 @@ class FrameLayout:
 
 
 def frame_layout(space: spaces.Space[Any], stack_size: int | None) -> FrameLayout:
-    """The frames of a Box observation space of any numeric or bool dtype (the store's ``frame_dtype``;
+    """The frames of an observation space. ``Discrete``, ``MultiDiscrete`` and ``MultiBinary`` are one
+    frame each, of SB3's shape and the space's dtype. A ``Box`` of any numeric or bool dtype (the store's ``frame_dtype``;
     a vector such as CartPole's is one frame): ``stack_size`` along the first axis when given,
     else inferred (see ``MmreplayBuffer``: channel-first images are RGB frames when 3 divides the
     channels, else grayscale frames; a 4-d space is a stack along its first axis; else one frame).
     A scalar space (shape ``()``) is one frame of shape ``(1,)``: a store's frames have at least one
     axis, and the buffer reshapes them back to ``()`` as SB3's own buffer gives them."""
+    if isinstance(space, (spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)):
+        return _integer_layout(space, stack_size)
     if not isinstance(space, spaces.Box):
-        raise TypeError(f"observation_space must be a gymnasium Box; got {space}")
+        raise TypeError(f"observation_space must be a gymnasium Box, Discrete, MultiDiscrete or MultiBinary; got {space}")
     if space.dtype is None or space.dtype.kind not in "biuf":
         raise TypeError(f"observation_space must have a numeric or bool dtype; got {space.dtype}")
     shape = tuple(int(n) for n in space.shape)
@@ -58,6 +61,22 @@ def frame_layout(space: spaces.Space[Any], stack_size: int | None) -> FrameLayou
             f"stack_size={stack_size} must divide the observation's first axis; observation_space has shape {shape}"
         )
     return FrameLayout(_frame_shape(shape, shape[0] // stack_size), stack_size, inferred, first_axis)
+
+
+def _integer_layout(
+    space: spaces.Discrete | spaces.MultiDiscrete | spaces.MultiBinary, stack_size: int | None
+) -> FrameLayout:
+    """One frame of SB3's shape for these spaces (``get_obs_shape``): (1,) for ``Discrete``, (n,) for
+    ``MultiDiscrete``'s n values, ``MultiBinary``'s own shape; in the space's dtype (int64, or int8)."""
+    if stack_size not in (None, 1):
+        raise ValueError(f"stack_size must be 1 for a {type(space).__name__} observation space; got {stack_size!r}")
+    if isinstance(space, spaces.Discrete):
+        shape: tuple[int, ...] = (1,)
+    elif isinstance(space, spaces.MultiDiscrete):
+        shape = (int(np.prod(space.nvec.shape)),)
+    else:
+        shape = tuple(int(n) for n in space.shape)
+    return FrameLayout(shape, 1, stack_size is None, shape[0])
 
 
 def _inferred_stack_size(shape: tuple[int, ...]) -> int:
