@@ -143,9 +143,11 @@ def test_ctrl_c_ends_with_one_line_and_status_130_leaving_nothing(tmp_path: Path
             store.add(rng.integers(0, 255, (84, 84), np.uint8), 0, 1.0, rng.integers(0, 255, (84, 84), np.uint8),
                       t % 50 == 49, False)
     environment = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # The child takes Ctrl-C as a terminal delivers it: a shell that started this run in the background
+    # (`... &` without job control) left SIGINT ignored, and a child inherits that.
     child = subprocess.Popen([sys.executable, "-m", "mmreplay", "export", str(tmp_path / "s.mmr"),
                               str(tmp_path / "x.h5")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env=environment)
+                             env=environment, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert child.stderr is not None
     child.stderr.read(1)  # the progress bar's first character: the export is under way
     child.send_signal(signal.SIGINT)
