@@ -977,27 +977,9 @@ class ReplayStore:
         and rng, byte for byte. Plain (``"lz4"``) uint8 stores without user fields, as ``sample_encoded``."""
         self._check_open("sample_sequences_encoded")
         reader = self._encoding_reader("sample_sequences_encoded")
-        batch_size = parse_positive_int(batch_size, "batch_size")
-        length = parse_positive_int(length, "length")
-        beta = parse_number(beta, "beta", low=0.0)
-        generator = parse_rng(rng)
-
-        def draw_and_read() -> EncodedSequenceBatch:
-            with self._lock:
-                steps = self._draw(batch_size, generator)
-                weight = self._sampler.weights(steps, beta=beta)
-                window, mask = follow_episodes(
-                    steps,
-                    length,
-                    rows_of=self._table.read,
-                    newest_exclusive=self._transitions_added,
-                    stacks=self._frames.stacks,
-                    stack_size=self._layout.stack_size,
-                    table_path=self._table.path,
-                )
-                return reader.encoded_sequences(reader.sequences(window, mask, weight))
-
-        return self._consistent(draw_and_read)
+        batch = self._sample_sequences("sample_sequences_encoded", batch_size, length, rng, beta=beta, out=None,
+                                       reader=reader)
+        return reader.encoded_sequences(batch)
 
     def _encoding_reader(self, operation: str) -> EncodingReader:
         """A reader that gathers a batch's stored blocks for ``operation`` (named in its errors)."""
@@ -1036,12 +1018,28 @@ class ReplayStore:
         with a prioritized sampler it is drawn by the priority of its first transition. ``out``: as in
         ``sample``, a batch an earlier call with the same sizes returned, refilled in place.
         """
-        self._check_open("sample_sequences")
+        return self._sample_sequences("sample_sequences", batch_size, length, rng, beta=beta, out=out)
+
+    def _sample_sequences(
+        self,
+        operation: str,
+        batch_size: int,
+        length: int,
+        rng: np.random.Generator | int | None,
+        *,
+        beta: float,
+        out: SequenceBatch | None,
+        reader: TransitionReader | None = None,
+    ) -> SequenceBatch:
+        """``sample_sequences``, read by ``reader`` (the store's own by default; ``sample_sequences_encoded``
+        passes one that gathers the stored blocks)."""
+        self._check_open(operation)
         check_out(out, SequenceBatch)
         batch_size = parse_positive_int(batch_size, "batch_size")
         length = parse_positive_int(length, "length")
         beta = parse_number(beta, "beta", low=0.0)
         generator = parse_rng(rng)
+        reading = self._reader if reader is None else reader
 
         def draw_and_read() -> SequenceBatch:
             with self._lock:
@@ -1056,7 +1054,7 @@ class ReplayStore:
                     stack_size=self._layout.stack_size,
                     table_path=self._table.path,
                 )
-                return self._reader.sequences(window, mask, weight, out)
+                return reading.sequences(window, mask, weight, out)
 
         return self._consistent(draw_and_read)
 
