@@ -115,6 +115,11 @@ def decode_blocks(
     call of the compiled decoder, each checked against its checksum: ``CorruptStoreError`` if one fails
     or does not decode to exactly one frame, naming it by ``numbers`` (by default its position)."""
     count = refs.starts.size
+    if not isinstance(out, np.ndarray) or out.dtype != np.uint8 or out.ndim < 2 or out.shape[0] != count:
+        raise ValueError(
+            f"out must be a uint8 array of shape ({count}, *frame_shape), a frame for each of refs' {count} "
+            f"references; got {type(out).__name__} {getattr(out, 'dtype', '')} of shape {getattr(out, 'shape', None)}"
+        )
     if count == 0:
         return
     bad = codec.decode_batch(

@@ -20,7 +20,9 @@ from mmreplay import (
     PrioritizedSampler,
     ReplayStore,
     UniformSampler,
+    BlockRefs,
     decode_batch,
+    decode_blocks,
     decode_sequences,
     encode_frames,
 )
@@ -266,3 +268,18 @@ def test_sample_encoded_refuses_a_reference_encoded_store(tmp_path: Path) -> Non
         store.sample_encoded(2, rng=0)
     with pytest.raises(ValueError, match="sample_sequences_encoded needs a store of frame_encoding='lz4'"):
         store.sample_sequences_encoded(2, 3, rng=0)
+
+
+def test_decode_blocks_decodes_frames_of_several_sources_in_any_order_and_checks_its_out() -> None:
+    rng = np.random.default_rng(0)
+    pixels = [rng.integers(0, 4, (3, *FRAME), dtype=np.uint8), rng.integers(0, 4, (2, *FRAME), dtype=np.uint8)]
+    sources = [encode_frames(frames) for frames in pixels]
+    refs = BlockRefs.join([sources[0].blocks(np.array([2, 0])).from_source(0),
+                           sources[1].blocks(np.array([1, 1, 0])).from_source(1)], np.array([4, 0, 3, 1, 2]))
+    out = np.empty((5, *FRAME), np.uint8)
+    decode_blocks(sources, refs, out)
+    expected = np.stack([pixels[1][0], pixels[0][2], pixels[1][1], pixels[0][0], pixels[1][1]])
+    np.testing.assert_array_equal(out, expected)
+    with pytest.raises(ValueError, match=r"out must be a uint8 array of shape \(5, \*frame_shape\), a frame for each "
+                                         r"of refs' 5 references; got ndarray uint8 of shape \(4, 3, 4\)"):
+        decode_blocks(sources, refs, np.empty((4, *FRAME), np.uint8))
