@@ -6,6 +6,7 @@ from __future__ import annotations
 import filecmp
 import json
 import os
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -205,6 +206,33 @@ def test_an_encoded_batch_is_many_times_smaller_than_the_decoded_one(tmp_path: P
     decoded = encoded.decode()
     assert encoded.nbytes * 20 < decoded.obs.base.nbytes
     assert "EncodedBatch(transitions=32" in repr(encoded)
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+def test_an_encoded_batch_pickles_in_band_with_every_protocol(tmp_path: Path, protocol: int) -> None:
+    store = filled_store(tmp_path / "s")
+    encoded = store.sample_encoded(32, rng=0)
+    copy = pickle.loads(pickle.dumps(encoded, protocol=protocol))
+    assert isinstance(copy.frames.data, bytes) and copy.frames.data == encoded.frames.data
+    assert np.array_equal(copy.decode().obs, store.sample(32, rng=0).obs)
+
+
+def test_an_encoded_batch_sends_its_blocks_out_of_band_and_the_receiver_decodes_them_in_place(tmp_path: Path) -> None:
+    # Protocol 5 with a buffer callback (Ray's transport): the blocks are one buffer beside the pickle,
+    # not inside it, and the receiver views the buffer it is handed instead of copying it.
+    store = filled_store(tmp_path / "s")
+    encoded = store.sample_encoded(32, rng=1)
+    buffers: list[pickle.PickleBuffer] = []
+    payload = pickle.dumps(encoded, protocol=5, buffer_callback=buffers.append)
+    assert encoded.frames.data not in payload  # the blocks are not in the pickle
+    raw = [bytearray(buffer.raw()) for buffer in buffers]  # the receiver's memory
+    blocks = next(memory for memory in raw if len(memory) == len(encoded.frames.data))
+    copy = pickle.loads(payload, buffers=raw)
+    assert isinstance(copy.frames.data, memoryview) and bytes(copy.frames.data) == encoded.frames.data
+    assert np.array_equal(copy.decode().obs, store.sample(32, rng=1).obs)
+    blocks[len(blocks) // 2] ^= 0xFF  # a view, not a copy: damage in the received memory is seen and refused
+    with pytest.raises(CorruptStoreError, match="fails its checksum or does not decode"):
+        copy.decode()
 
 
 def test_a_damaged_block_fails_decode_with_corrupt_store_error(tmp_path: Path) -> None:
