@@ -8,7 +8,8 @@ Each actor runs its own env with an epsilon-greedy copy of the learner's network
 ``--sync-every`` of its steps) and writes through its sticky ``ShardWriter``: its frames go lz4-compressed
 from the actor to its shard, never through the learner. The learner draws prioritized batches over the
 union of the shards (prefetched, decoded in the learner), and a rate limit holds samples per insert near
-``--samples-per-insert``. It prints one JSON line: env steps, updates, batches/s, the shards' sizes.
+``--samples-per-insert``. It prints one JSON line: env steps, updates, batches/s, and each shard's size,
+inserts and samples (its rate limiter's counts) and priority mass.
 """
 
 from __future__ import annotations
@@ -146,10 +147,14 @@ def main(argv: list[str] | None = None) -> None:
                 ray.get(holder.put.remote({k: v.clone() for k, v in network.state_dict().items()}))
         seconds = time.perf_counter() - start
         env_steps = sum(ray.get(acting))
+        infos = [info for info in replay.stats() if info is not None]
         print(json.dumps({
             "actors": args.actors, "shards": args.shards, "env_steps": env_steps, "updates": args.updates,
             "learner_batches_per_s": round(args.updates / seconds, 1),
-            "shard_sizes": [info["len"] for info in replay.stats() if info is not None],
+            "shard_sizes": [info["len"] for info in infos],
+            # what each shard's rate limiter counted, and its priority mass (its size until priorities came)
+            "shard_inserts": [info["inserts"] for info in infos], "shard_samples": [info["samples"] for info in infos],
+            "shard_masses": [info["mass"] for info in infos],
         }))
         replay.close(destroy=True)
     finally:

@@ -3,7 +3,10 @@ placed on given nodes, and a node removed while the shard on the other node keep
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -48,3 +51,22 @@ def test_removing_a_node_leaves_the_shard_on_the_other_node_sampling(monkeypatch
         ray.shutdown()
         cluster.shutdown()
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_the_ape_x_script_trains_from_shards_with_rate_limits_and_priorities() -> None:
+    pytest.importorskip("ale_py", reason="ale-py is not installed")
+    pytest.importorskip("torch", reason="torch is not installed")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "apex_pong.py"
+    run = subprocess.run([sys.executable, str(script), "--actors", "2", "--shards", "2", "--updates", "24",
+                          "--min-size", "200", "--samples-per-insert", "4"], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert report["updates"] == 24
+    assert sum(report["shard_sizes"]) == report["env_steps"]  # every actor step reached a shard, none twice
+    assert all(size > 0 for size in report["shard_sizes"])  # each actor writes to its own shard
+    assert sum(report["shard_samples"]) >= 24 * 32  # and the batches requested ahead
+    # Each shard keeps samples within its share of the error buffer (4 * 2000 over 2 shards) of 4 per insert.
+    for inserts, samples in zip(report["shard_inserts"], report["shard_samples"]):
+        assert samples <= 4 * inserts + 4000
+    # TD errors went back by global id: the shards' masses are no longer their sizes (every leaf 1 at first).
+    assert report["shard_masses"] != [float(size) for size in report["shard_sizes"]]

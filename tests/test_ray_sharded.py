@@ -5,8 +5,11 @@ Frames encode their own step (``numbered``), so every sampled pixel can be check
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -202,6 +205,52 @@ def test_connect_finds_a_detached_replay_by_name(cluster: Path) -> None:
                              envs_per_shard=8)
     with pytest.raises(ValueError):
         ShardedReplay.connect("named")
+
+
+# A learner process: it joins the cluster, creates a replay, writes one episode to each shard, prints a
+# batch's ids and exits without closing anything.
+_LEARNER = """
+import json, sys
+import numpy as np
+import ray
+from mmreplay.ray import ShardedReplay
+address, name, root, detached = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1"
+ray.init(address=address, namespace="mmreplay-tests", log_to_driver=False)
+replay = ShardedReplay.create(name, root, num_shards=2, frame_shape=(4, 4), capacity=100, envs_per_shard=4,
+                              commit_interval_s=None, detached=detached)
+for k in range(2):
+    writer = replay.writer(f"w{k}", shard=k)
+    for t in range(10 + 5 * k):
+        obs, next_obs = np.full((4, 4), t, np.uint8), np.full((4, 4), t + 1, np.uint8)
+        writer.add(obs, 1, float(t), next_obs, t == 9 + 5 * k, False)
+    writer.flush()
+print(json.dumps(replay.sample(16, rng=5).index.tolist()))
+"""
+
+
+def run_learner(cluster: Path, name: str, *, detached: bool) -> list[int]:
+    address = ray.get_runtime_context().gcs_address
+    done = subprocess.run([sys.executable, "-c", _LEARNER, address, name, str(cluster / name), str(int(detached))],
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_detached_replay_survives_the_learner_process_that_created_it(cluster: Path) -> None:
+    ids = run_learner(cluster, "survivor", detached=True)  # that process has exited: its job is over
+    again = ShardedReplay.connect("survivor")
+    assert [info["len"] for info in again.stats()] == [10, 15]
+    assert again.sample(16, rng=5).index.tolist() == ids  # the same state: the same draw
+    again.close(destroy=True)
+    run_learner(cluster, "ephemeral", detached=False)  # actors of the learner's job end with it
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            ShardedReplay.connect("ephemeral")
+        except ValueError:
+            break
+        assert time.monotonic() < deadline, "a replay created with detached=False outlived its learner"
+        time.sleep(0.5)
 
 
 def test_a_vector_writer_records_each_env_as_its_own_episode(cluster: Path) -> None:
