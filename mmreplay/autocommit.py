@@ -42,6 +42,10 @@ class CommitSchedule:
         self._due_step = math.inf if self.every is None else transitions_added + self.every
         self._due_time = time.monotonic() + self.interval
 
+    def steps_until_due(self, transitions_added: int) -> float:
+        """How many more transitions make a commit due by ``commit_every`` (inf without it)."""
+        return self._due_step - transitions_added
+
     def due(self, transitions_added: int) -> bool:
         """Whether the transitions added so far should be committed now (a comparison and a clock read)."""
         return transitions_added >= self._due_step or time.monotonic() >= self._due_time

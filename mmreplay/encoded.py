@@ -19,6 +19,8 @@ end to end, from the store's disk to the learner.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -199,18 +201,18 @@ def encode_stacks(stacks: npt.ArrayLike) -> tuple[EncodedFrames, npt.NDArray[np.
 
 
 class ReceivedEncoder:
-    """A plain store's frame encoder that hands back the blocks that arrived for a frame's pixels
-    instead of compressing them again (any other frame is compressed by the store's own encoder)."""
+    """A plain store's frame encoder that hands back the blocks that arrived in ``send`` for a frame's
+    pixels instead of compressing them again (any other frame is compressed by the store's own encoder)."""
 
     records_references = False
 
-    def __init__(self, own: FrameEncoder, received: dict[bytes, bytes]) -> None:
+    def __init__(self, own: FrameEncoder, send: EncodedSend) -> None:
         self._own = own
-        self._received = received
+        self._send = send
         self.frame_tail = own.frame_tail
 
     def encode(self, env: int, frame_step: int, frame: npt.NDArray[np.uint8], *, restart: bool) -> tuple[bytes, int]:
-        payload = self._received.get(frame.tobytes())
+        payload = self._send.received.get(frame.tobytes())
         return (payload, 0) if payload is not None else self._own.encode(env, frame_step, frame, restart=restart)
 
     def checkpoint(self) -> None:
@@ -220,7 +222,60 @@ class ReceivedEncoder:
         self._own.rollback()
 
 
-def parse_encoded_add(
+@dataclass(frozen=True)
+class EncodedSend:
+    """A checked ``add_encoded`` call: T consecutive steps of env ``env``.
+
+    ``steps`` holds the T steps as ``parse_add`` checked them, one row each (as if they were T envs of
+    one add), with their decoded pixels; ``frames`` are the blocks that arrived, ``pixels`` the same
+    decoded; ``obs_index`` and ``next_index`` are the frame indices the caller gave ((T,) for single
+    frames, (T, stack_size) for stacks)."""
+
+    steps: AddArguments
+    env: int
+    frames: EncodedFrames
+    pixels: npt.NDArray[np.uint8]
+    obs_index: npt.NDArray[np.int64]
+    next_index: npt.NDArray[np.int64]
+    joins: npt.NDArray[np.bool_]  # (T,): step t continues step t - 1 with one new frame (``step_joins``)
+
+    def __len__(self) -> int:
+        return len(self.obs_index)
+
+    def step(self, t: int, num_envs: int) -> AddArguments:
+        """Step t alone, as ``add``'s general path takes it: an add of a store of ``num_envs`` envs that
+        records only this send's env."""
+        steps, row = self.steps, slice(t, t + 1)
+        one = AddArguments(steps.obs[row], steps.action[row], steps.reward[row], steps.next_obs[row],
+                           steps.terminated[row], steps.truncated[row], steps.stacked, [0], steps.detached[row])
+        return _for_env(one, self.env, num_envs)
+
+    def continuing_until(self, start: int) -> int:
+        """The end of the run of steps from ``start`` on in which each step continues the one before it
+        with one new frame (``joins``); ``start`` itself is the caller's to check against the env's episode."""
+        breaks = np.flatnonzero(~self.joins[start + 1 :])
+        return len(self) if len(breaks) == 0 else start + 1 + int(breaks[0])
+
+    def new_blocks(self, start: int, stop: int) -> list[bytes]:
+        """The blocks that arrived for the new frames (next_obs's newest) of steps ``[start, stop)``."""
+        newest = self.next_index[start:stop, -1] if self.next_index.ndim == 2 else self.next_index[start:stop]
+        return [self._block(i) for i in newest.tolist()]
+
+    @functools.cached_property
+    def received(self) -> dict[bytes, bytes]:
+        """Each frame's block by its pixels (for ``ReceivedEncoder``: ``add``'s general path meets frames
+        as pixels)."""
+        return {self.pixels[i].tobytes(): self._block(i) for i in range(len(self.frames))}
+
+    def _block(self, i: int) -> bytes:
+        return bytes(self.frames.data[self._starts[i] : self._starts[i + 1]])
+
+    @functools.cached_property
+    def _starts(self) -> list[int]:
+        return [0, *itertools.accumulate(self.frames.lengths.tolist())]
+
+
+def parse_encoded_send(
     frames: object,
     obs: object,
     action: object,
@@ -231,13 +286,14 @@ def parse_encoded_add(
     *,
     env_index: object,
     shapes: AddShapes,
-) -> tuple[list[AddArguments], dict[bytes, bytes]]:
-    """Check an ``add_encoded`` call and decode its frames: one ``AddArguments`` per step, for env
-    ``env_index`` of a store of ``shapes.num_envs`` envs, and each frame's block by its pixels.
+) -> EncodedSend:
+    """Check an ``add_encoded`` call and decode its frames, for env ``env_index`` of a store of
+    ``shapes.num_envs`` envs.
 
     ``obs`` and ``next_obs`` are integer arrays (T,) (single frames) or (T, stack_size) (stacks, newest
     last) of indices into ``frames``; the other arguments have a leading axis of T steps. Everything is
-    checked (each step as ``add`` checks it) before the caller writes anything.
+    checked (each step as ``add`` checks it, in one ``parse_add`` call over the T steps) before the
+    caller writes anything; a refused step is named in the error.
     """
     if not isinstance(frames, EncodedFrames):
         raise TypeError(f"frames must be EncodedFrames (from mmreplay.encode_frames); got {type(frames).__name__}")
@@ -260,23 +316,50 @@ def parse_encoded_add(
         if array.ndim == 0 or len(array) != steps:
             raise ValueError(f"{name} has shape {array.shape}; expected a leading axis of {steps} steps, as obs")
     pixels = frames.decode()
-    one_env = AddShapes.of(
-        frame_shape=shapes.frame_shape,
-        stack_size=shapes.stack_size,
-        num_envs=1,
-        action_shape=shapes.action_shape,
-        action_dtype=shapes.action_dtype,
-    )
-    parsed = []
-    for t in range(steps):
-        arguments = parse_add(
-            pixels[obs_index[t]], arrays["action"][t], arrays["reward"][t], pixels[next_index[t]],
-            arrays["terminated"][t], arrays["truncated"][t], None, one_env,
-        )
-        parsed.append(_for_env(arguments, env, shapes.num_envs))
-    starts = np.concatenate([[0], np.cumsum(frames.lengths)]).tolist()
-    received = {pixels[i].tobytes(): bytes(frames.data[starts[i] : starts[i + 1]]) for i in range(len(frames))}
-    return parsed, received
+    # The T steps as T envs of one add (an env axis even for one step), so that parse_add checks them at once.
+    frame_shape, size = shapes.frame_shape, shapes.stack_size
+    as_steps = AddShapes(frame_shape, size, steps, shapes.action_shape, shapes.action_dtype, (steps,),
+                         (steps, *frame_shape), (steps, size, *frame_shape), (steps, *shapes.action_shape),
+                         shapes.frame_dtype)
+    values = (pixels[obs_index], arrays["action"], arrays["reward"], pixels[next_index], arrays["terminated"],
+              arrays["truncated"])
+    try:
+        checked = parse_add(*values, None, as_steps)
+    except (TypeError, ValueError, OverflowError):
+        _raise_for_step(values, shapes)  # the same check step by step, to name the step it refuses
+        raise
+    return EncodedSend(checked, env, frames, pixels, obs_index, next_index, step_joins(checked, obs_index, next_index))
+
+
+def step_joins(
+    steps: AddArguments, obs_index: npt.NDArray[np.int64], next_index: npt.NDArray[np.int64]
+) -> npt.NDArray[np.bool_]:
+    """Whether each step t continues step t - 1 with one new frame, as ``add`` would see it: t - 1
+    neither terminated nor truncated, t's obs is t - 1's next_obs (the same frame indices, or else the
+    same pixels) and t's next_obs is its obs shifted (not stored whole). Step 0 is False: whether it
+    continues depends on the env's episode in the store."""
+    joins = np.zeros(len(obs_index), np.bool_)
+    if len(obs_index) < 2:
+        return joins
+    ended = steps.terminated[:-1] | steps.truncated[:-1]
+    same = (obs_index[1:] == next_index[:-1]).reshape(len(obs_index) - 1, -1).all(axis=1)
+    for t in np.flatnonzero(~same & ~ended).tolist():  # other indices may still hold the same pixels
+        same[t] = steps.obs[t + 1].tobytes() == steps.next_obs[t].tobytes()
+    joins[1:] = same & ~ended & ~steps.detached[1:]
+    return joins
+
+
+def _raise_for_step(values: tuple[npt.NDArray[Any], ...], shapes: AddShapes) -> None:
+    """Check the steps one by one, as one env's adds, and raise the first step's error, naming the step."""
+    one_env = AddShapes.of(frame_shape=shapes.frame_shape, stack_size=shapes.stack_size, num_envs=1,
+                           action_shape=shapes.action_shape, action_dtype=shapes.action_dtype,
+                           frame_dtype=shapes.frame_dtype)
+    for t in range(len(values[0])):
+        obs, action, reward, next_obs, terminated, truncated = (value[t] for value in values)
+        try:
+            parse_add(obs, action, reward, next_obs, terminated, truncated, None, one_env)
+        except (TypeError, ValueError, OverflowError) as error:
+            raise type(error)(f"step {t} of the send: {error}") from error
 
 
 def _parse_frame_index(index: object, name: str, frame_count: int, shapes: AddShapes) -> npt.NDArray[np.int64]:

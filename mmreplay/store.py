@@ -587,15 +587,70 @@ class ReplayStore:
             raise ValueError(
                 f"add_encoded takes no user fields; this store has fields {list(self.fields)}: use add(..., fields=)"
             )
-        steps, received = encoded.parse_encoded_add(
+        send = encoded.parse_encoded_send(
             frames, obs, action, reward, next_obs, terminated, truncated, env_index=env_index, shapes=self._add_shapes
         )
         own = self._encoder
-        encoder = own if own.records_references else encoded.ReceivedEncoder(own, received)
-        for arguments in steps:
-            self._add_parsed(arguments, encoder)
+        if own.records_references:  # frames compressed against earlier ones: encoded again, step by step
+            for t in range(len(send)):
+                self._add_parsed(send.step(t, self.num_envs), own)
+        else:
+            self._add_send(send, encoded.ReceivedEncoder(own, send))
         if self._schedule.due(self._transitions_added):
             self.flush()
+
+    def _add_send(self, send: encoded.EncodedSend, encoder: FrameEncoder) -> None:
+        """A plain store's ``add_encoded``: each run of steps that continue the env's episode with one new
+        frame apiece is written at once (``_add_run``), any other step by ``add``'s general path. The
+        files end up as T general-path adds leave them: a run stops where one of those adds would have
+        committed first (no room left, or ``commit_every`` reached)."""
+        if self._env_frames_pending is not None:
+            self._load_env_frames()
+        steps, t = send.steps, 0
+        while t < len(send):
+            room = min(self._row_limit - self._transitions_added, self._frame_limit - self._frames.frames_written)
+            if room > 0 and not steps.detached[t] and self._continues(send.env, steps.obs[t], steps.stacked):
+                room = int(min(room, max(1, self._schedule.steps_until_due(self._transitions_added))))
+                stop = min(send.continuing_until(t), t + room)
+                self._add_run(send, t, stop)
+                if self._schedule.due(self._transitions_added):
+                    self.flush()
+                t = stop
+            else:
+                self._add_parsed(send.step(t, self.num_envs), encoder)
+                t += 1
+
+    def _continues(self, env: int, obs: npt.NDArray[Any], stacked: bool) -> bool:
+        """Whether ``obs`` continues env's episode from its newest transition, which is still stored."""
+        episode = self._episodes[env]
+        oldest_stored = max(0, self._transitions_added - self._layout.capacity)
+        return episode.last_step >= oldest_stored and episode.continues_with(obs.tobytes(), stacked)
+
+    def _add_run(self, send: encoded.EncodedSend, start: int, stop: int) -> None:
+        """Steps ``[start, stop)`` of a send, each continuing the env's episode with one new frame, in one
+        write: the frames, rows and links that ``stop - start`` general-path adds write, for a run that
+        fits before the next commit (the caller checked). Only the run's last step may end the episode."""
+        env, count, steps = send.env, stop - start, send.steps
+        episode = self._episodes[env]
+        first_step, first_frame = self._transitions_added, self._frames.frames_written
+        terminated, truncated = steps.terminated[start:stop], steps.truncated[start:stop]
+        with self._lock:
+            self._frames.append(send.new_blocks(start, stop), [first_frame - episode.frame_steps[-1]] + [1] * (count - 1))
+            self._table.write(
+                first_step,
+                next_frames=list(range(first_frame, first_frame + count)),
+                envs=[env] * count,
+                rewards=steps.reward[start:stop],
+                flags=(TERMINATED * terminated | TRUNCATED * truncated).tolist(),
+                actions=steps.action[start:stop],
+            )
+            self._count_added(first_step, count)
+            self._table.link(episode.last_step, first_step)
+            for step in range(first_step + 1, first_step + count):
+                self._table.link(step - 1, step)
+            for i in range(max(0, count - self.stack_size), count):  # the episode keeps its newest stack
+                episode.advance(steps.next_obs[start + i, -1].tobytes(), first_frame + i, step=first_step + i,
+                                ended=bool(terminated[i] or truncated[i]))
 
     def _add_parsed(
         self,

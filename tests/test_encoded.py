@@ -56,13 +56,16 @@ def chunks(draw: st.DrawFn) -> dict[str, object]:
     stacked = draw(st.booleans())
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     stacks: dict[int, np.ndarray | None] = {env: None for env in range(num_envs)}
+    ended_with: dict[int, np.ndarray | None] = {env: None for env in range(num_envs)}  # an ended episode's next_obs
     result = []
     for _ in range(draw(st.integers(1, 8))):
         env = draw(st.integers(0, num_envs - 1))
         steps = []
         for _ in range(draw(st.integers(1, 6))):
             current = stacks[env]
-            if current is None or draw(st.integers(0, 9)) == 0:  # an episode start (or a cut)
+            if current is None and ended_with[env] is not None and draw(st.integers(0, 3)) == 0:
+                current = ended_with[env]  # a reset obs equal to the final one: a new episode all the same
+            elif current is None or draw(st.integers(0, 9)) == 0:  # an episode start (or a cut)
                 current = rng.integers(0, palette, (stack_size, *FRAME), dtype=np.uint8)
                 if draw(st.booleans()):
                     current[:] = current[-1]  # a reset stack: one frame repeated
@@ -74,16 +77,20 @@ def chunks(draw: st.DrawFn) -> dict[str, object]:
             reward = draw(st.sampled_from([0.0, 1.0, -1.0]))
             steps.append((current, following, draw(st.integers(0, 5)), reward, terminated, truncated))
             stacks[env] = None if terminated or truncated else following
+            ended_with[env] = following if terminated or truncated else None
         result.append((env, steps))
     return {"stack_size": stack_size, "num_envs": num_envs, "stacked": stacked, "chunks": result,
-            "capacity": draw(st.integers(max(num_envs, 3), 40))}
+            "capacity": draw(st.integers(max(num_envs, 3), 40)),
+            "commit_every": draw(st.one_of(st.none(), st.integers(1, 7))),
+            # whether a chunk sends a repeated frame once (indices equal where pixels are) or again
+            "dedup": draw(st.booleans())}
 
 
 def fill_both(tmp: Path, case: dict[str, object], sampler: object = None) -> tuple[ReplayStore, ReplayStore]:
     """Store "added" through ``add`` step by step, store "encoded" through ``add_encoded`` chunk by chunk."""
     num_envs, stack_size, stacked = case["num_envs"], case["stack_size"], case["stacked"]
     options = dict(frame_shape=FRAME, capacity=case["capacity"], stack_size=stack_size, num_envs=num_envs,
-                   commit_interval_s=None)
+                   commit_interval_s=None, commit_every=case.get("commit_every"))
     added = ReplayStore.create(tmp / "added", sampler=sampler() if sampler else None, **options)
     encoded = ReplayStore.create(tmp / "encoded", sampler=sampler() if sampler else None, **options)
     for env, steps in case["chunks"]:
@@ -95,7 +102,7 @@ def fill_both(tmp: Path, case: dict[str, object], sampler: object = None) -> tup
             found = []
             for frame in (stack if stacked else stack[-1:]):
                 key = frame.tobytes()
-                if key not in index:
+                if key not in index or not case.get("dedup", True):
                     index[key] = len(pixels)
                     pixels.append(key)
                 found.append(index[key])
@@ -120,6 +127,8 @@ def fill_both(tmp: Path, case: dict[str, object], sampler: object = None) -> tup
         shape_of = (lambda rows: np.array(rows)) if stacked else (lambda rows: np.array(rows)[:, 0])  # noqa: E731
         encoded.add_encoded(frames, shape_of(obs), np.array(columns[0]), np.array(columns[1], np.float32),
                             shape_of(next_obs), np.array(columns[2]), np.array(columns[3]), env_index=env)
+        # The same commits at the same steps: what a crash would leave is the same too.
+        assert (tmp / "added" / "header.json").read_bytes() == (tmp / "encoded" / "header.json").read_bytes()
     return added, encoded
 
 
@@ -132,6 +141,29 @@ def test_add_encoded_writes_the_same_files_as_add(tmp_path_factory: pytest.TempP
     added.close()
     encoded.close()
     assert same_files(tmp / "added", tmp / "encoded")
+
+
+def test_add_encoded_past_the_row_slack_and_frame_table_growth_writes_the_same_files_as_add(tmp_path: Path) -> None:
+    # 3,000 steps into capacity 60: the adds run out of row slack (1,024 slots past capacity) and frame
+    # slots, so runs of steps written at once must stop where a step-by-step add commits first.
+    rng = np.random.default_rng(5)
+    steps = []
+    current = rng.integers(0, 4, (4, *FRAME), dtype=np.uint8)
+    for t in range(3000):
+        following = np.concatenate([current[1:], rng.integers(0, 4, (1, *FRAME), dtype=np.uint8)])
+        ended = t % 97 == 96
+        steps.append((current, following, t % 4, float(t % 3), ended, False))
+        current = rng.integers(0, 4, (4, *FRAME), dtype=np.uint8) if ended else following
+    chunks = [(0, steps[first : first + 32]) for first in range(0, len(steps), 32)]
+    for commit_every in (None, 50):
+        tmp = tmp_path / str(commit_every)
+        case = {"stack_size": 4, "num_envs": 1, "stacked": True, "chunks": chunks, "capacity": 60,
+                "commit_every": commit_every}
+        added, encoded = fill_both(tmp, case)
+        assert len(added) == len(encoded) == 60
+        added.close()
+        encoded.close()
+        assert same_files(tmp / "added", tmp / "encoded")
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -277,6 +309,24 @@ def test_add_encoded_rejects_an_index_outside_the_frames_and_writes_nothing(tmp_
     assert len(store) == 0
     store.add_encoded(frames, np.array([0, 1]), next_obs=np.array([1, 2]), **good)
     assert len(store) == 2
+
+
+def test_add_encoded_names_the_step_it_refuses_and_writes_none_of_the_send(tmp_path: Path) -> None:
+    store = ReplayStore.create(tmp_path / "s", frame_shape=FRAME, capacity=10, stack_size=2, action_dtype="uint8")
+    frames = encode_frames(np.arange(6 * 12, dtype=np.uint8).reshape(6, *FRAME))
+    obs, next_obs = np.arange(5), np.arange(1, 6)
+    flags = dict(terminated=np.zeros(5, bool), truncated=np.zeros(5, bool))
+    with pytest.raises(ValueError, match="step 3 of the send: reward must be finite"):
+        store.add_encoded(frames, obs, np.zeros(5, np.int64), np.array([0, 1, 0, np.nan, 0], np.float32), next_obs, **flags)
+    with pytest.raises(ValueError, match="step 1 of the send: action has values out of range for uint8"):
+        store.add_encoded(frames, obs, np.array([0, 256, 1, 2, 3]), np.zeros(5, np.float32), next_obs, **flags)
+    stacks = np.stack([np.arange(4), np.arange(1, 5)], axis=1)  # (4, 2): stacks of two frames
+    shifted = stacks + 1
+    shifted[2, 0] = 0  # step 2's next_obs is no shifted stack, and step 2 goes on
+    with pytest.raises(ValueError, match=r"step 2 of the send: next_obs\[:-1\] must equal obs\[1:\]"):
+        store.add_encoded(frames, stacks, np.zeros(4, np.int64), np.zeros(4, np.float32), shifted,
+                          terminated=np.zeros(4, bool), truncated=np.zeros(4, bool))
+    assert len(store) == 0 and store.transitions_added == 0
 
 
 def test_add_encoded_refuses_a_damaged_frame_before_writing(tmp_path: Path) -> None:
