@@ -6,7 +6,8 @@
    groups of before, and ``direct_read`` of co-located shards), same contents, in --rounds rounds: each
    rate is measured right after the local store's (an iterator first hands out what it fetched ahead
    meanwhile, untimed), and the ratios reported are the medians of the per-round ratios.
-3. Ingest: transitions/s from K writer actors into S shards, until every writer's flush returned.
+3. Ingest: transitions/s from K writer actors into S shards, until every writer's flush returned (sends of
+   32 steps, the default, and of 128).
 4. RLlib: ``MmreplayEpisodeReplayBuffer`` against RLlib's ``PrioritizedEpisodeReplayBuffer``, each in its
    own process, fed the same real Pong steps as ``(84, 84, 4)`` float32 in 4-step chunks (as DQN feeds
    them): RSS growth (scaled to 10,000 steps), seconds per 1,000 adds, ms per ``sample(32, n_step=3)``
@@ -103,18 +104,27 @@ def ray_figures(stream: dict[str, np.ndarray], args: argparse.Namespace, work: P
                                       capacity=400_000, placement="local", envs_per_shard=16)
 
         @ray.remote(num_cpus=0)
-        def act(key: str, stream_ref: Any) -> int:
-            writer = ShardedReplay.connect("bench").writer(key, shard=int(key[1:]) % args.shards)
+        def act(name: str, key: str, stream_ref: Any, steps_per_send: int) -> int:
+            writer = ShardedReplay.connect(name).writer(key, shard=int(key[1:]) % args.shards,
+                                                        steps_per_send=steps_per_send)
             count = fill(writer.add, stream_ref)
             writer.flush()
             return count
 
+        def ingest(name: str, steps_per_send: int) -> dict[str, Any]:
+            start = time.perf_counter()
+            added = sum(ray.get([act.remote(name, f"w{k}", stream_ref, steps_per_send) for k in range(args.writers)]))
+            seconds = time.perf_counter() - start
+            return {"writers": args.writers, "shards": args.shards, "steps_per_send": steps_per_send,
+                    "transitions": added, "seconds": round(seconds, 2), "transitions_per_s": round(added / seconds)}
+
         stream_ref = ray.put(stream)
-        start = time.perf_counter()
-        added = sum(ray.get([act.remote(f"w{k}", stream_ref) for k in range(args.writers)]))
-        seconds = time.perf_counter() - start
-        results["ingest"] = {"writers": args.writers, "shards": args.shards, "transitions": added,
-                             "seconds": round(seconds, 2), "transitions_per_s": round(added / seconds)}
+        results["ingest"] = ingest("bench", 32)  # the writers' default sends
+        # Larger sends: a Ray call per 128 steps of an env instead of 32 (into replays of their own).
+        larger = ShardedReplay.create("bench-128", str(work / "shards-128"), num_shards=args.shards,
+                                      frame_shape=(84, 84), capacity=400_000, placement="local", envs_per_shard=16)
+        results["ingest_steps_per_send_128"] = ingest("bench-128", 128)
+        larger.close(destroy=True)
         parts = replay.sample_encoded(32, rng=0)
         results["bytes_per_batch_over_ray"] = int(sum(part.nbytes for _, part, _ in parts))
         sequences = local.sample_sequences_encoded(8, 10, rng=0)

@@ -383,7 +383,7 @@ class ShardedReplay:
         the shards' state as their previous answers reported it (``sample`` asks first: exact at that
         moment; here the proportions lag by the adds of up to ``prefetch * group`` batches). Larger
         groups pay Ray's per-call and per-megabyte costs over more batches (``benchmarks/bench_ray.py``
-        on two cores: 0.44x a local store's ``sample`` with groups of 64, 0.64x with 512), at the price
+        on two cores: 0.46x a local store's ``sample`` with groups of 64, 0.73x with 512), at the price
         of that lag. The batches of a group that a shard refused or lost are drawn again by ``sample``."""
         batch_size = parse_positive_int(batch_size, "batch_size")
         prefetch = parse_positive_int(prefetch, "prefetch")
