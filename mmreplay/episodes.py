@@ -15,7 +15,8 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.frame_encoding import FrameEncoder
-from mmreplay.transition_table import DETACHED, EPISODE_START, FRAGMENT_START, TERMINATED, TRUNCATED
+from mmreplay.reading import TransitionReader
+from mmreplay.transition_table import DETACHED, EPISODE_START, FRAGMENT_START, TERMINATED, TRUNCATED, TransitionTable
 from mmreplay.validation import AddArguments
 
 
@@ -61,6 +62,36 @@ class EnvEpisode:
         self.frame_steps.extend(range(newest_frame_step - len(frames) + 1, newest_frame_step + 1))
         self.last_step = step
         self.open = False
+
+
+def load_env_episodes(
+    table: TransitionTable, reader: TransitionReader, stored: range, *, num_envs: int, stack_size: int
+) -> tuple[list[EnvEpisode], npt.NDArray[np.int64] | None]:
+    """Each env's episode in progress, rebuilt from its newest stored transition's row, and those
+    transitions' steps (None when no env has one), whose next_obs pixels (what the next ``add`` compares
+    obs with) ``load_env_frames`` decodes at the first add: opening decodes no frame, a reader never
+    needs them, and a corrupt newest frame fails the call that needs it instead of ``open``."""
+    episodes = [EnvEpisode(stack_size) for _ in range(num_envs)]
+    newest = table.newest_of_each_env(stored.start, stored.stop, num_envs)
+    if not newest:
+        return episodes, None
+    steps = np.array(sorted(newest.values()), dtype=np.int64)
+    rows = table.read(steps)
+    frame_steps = reader.transition_frames(steps)
+    for i, step in enumerate(steps.tolist()):
+        episode = episodes[int(rows["env"][i])]
+        episode.frame_steps.extend(frame_steps[i, 1:].tolist())
+        episode.last_step = step
+        episode.open = not rows["flags"][i] & (TERMINATED | TRUNCATED)
+    return episodes, steps
+
+
+def load_env_frames(reader: TransitionReader, episodes: list[EnvEpisode], steps: npt.NDArray[np.int64]) -> None:
+    """Decode the newest next_obs of each env that has one (the ``steps`` of ``load_env_episodes``)."""
+    ones = np.ones(len(steps), np.float32)
+    batch = reader.transitions(steps, weight=ones, discount=ones.copy(), padded=False)
+    for i in range(len(steps)):
+        episodes[int(batch.env_index[i])].frames.extend(frame.tobytes() for frame in batch.next_obs[i])
 
 
 def continuations(

@@ -14,7 +14,6 @@ commit: when an add would need one, the store commits first (an automatic flush)
 from __future__ import annotations
 
 import functools
-import operator
 import os
 import shutil
 import threading
@@ -28,13 +27,13 @@ from typing import IO, Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import autocommit, directory_swap, encoded, format, frame_encoding as encodings, stacking
+from mmreplay import autocommit, creating, directory_swap, encoded, format, frame_encoding as encodings, passes, stacking
 from mmreplay.autocommit import CommitSchedule
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.encoded import EncodedFrames
 from mmreplay.encoded_batches import EncodedBatch, EncodedSequenceBatch, EncodingReader
 from mmreplay.episodes import (
-    EnvEpisode, Episode, FramePlan, advance_all, continuations, plan_frames, split_episodes
+    Episode, FramePlan, advance_all, continuations, load_env_episodes, load_env_frames, plan_frames, split_episodes
 )
 from mmreplay.errors import (
     ClosedStoreError,
@@ -42,26 +41,22 @@ from mmreplay.errors import (
     FormatVersionError,
     ReadOnlyStoreError,
     StepsEvictedError,
-    StoreExistsError,
 )
 from mmreplay.field_table import FieldChecksumError, FieldTable
-from mmreplay.files import acquire_writer_lock, file_signature, fsync_directory, make_sibling_directory
+from mmreplay.files import acquire_writer_lock, file_signature
 from mmreplay.frame_encoding import FrameEncoder
-from mmreplay.frame_ring import FrameChecksumError, FrameRing, MissingSegmentError
+from mmreplay.frame_ring import FrameChecksumError, MissingSegmentError
 from mmreplay.prefetch import Prefetcher, recycling
 from mmreplay.reference_codec import ReferenceScheme
 from mmreplay.reading import SharedOutError, TransitionReader
-from mmreplay.samplers import Sampler, UniformSampler, sampler_from_config
+from mmreplay.samplers import Sampler, sampler_from_config
 from mmreplay.windows import follow_episodes
-from mmreplay.transition_table import MAX_ENVS, TERMINATED, TRUNCATED, RowChecksumError, TransitionTable, row_dtype
+from mmreplay.transition_table import TERMINATED, TRUNCATED, RowChecksumError, TransitionTable, row_dtype
 from mmreplay.validation import (
     AddArguments,
     AddShapes,
     check_out,
-    parse_action_dtype,
     parse_add,
-    parse_frame_dtype,
-    parse_field_specs,
     parse_fields,
     parse_env_mask,
     parse_mode,
@@ -69,7 +64,6 @@ from mmreplay.validation import (
     parse_positive_int,
     parse_priorities,
     parse_rng,
-    parse_shape,
     parse_single_frames,
     parse_steps,
     records_every_env,
@@ -218,64 +212,13 @@ class ReplayStore:
         values). ``"lz4-reference"`` takes uint8 only.
         """
         schedule = CommitSchedule(commit_every=commit_every, commit_interval_s=commit_interval_s)
-        if stack_padding not in format.STACK_PADDINGS:
-            raise ValueError(f"stack_padding must be one of {format.STACK_PADDINGS}; got {stack_padding!r}")
-        frame_shape = parse_shape(frame_shape, "frame_shape", allow_empty=False)
-        capacity = parse_positive_int(capacity, "capacity")
-        stack_size = parse_positive_int(stack_size, "stack_size")
-        num_envs = parse_positive_int(num_envs, "num_envs")
-        action_shape = parse_shape(action_shape, "action_shape", allow_empty=True)
-        dtype = parse_action_dtype(action_dtype)
-        frames_dtype = parse_frame_dtype(frame_dtype)
-        field_specs = parse_field_specs(fields)
-        encoding, scheme = encodings.parse_frame_encoding(frame_encoding, reference_scheme)
-        sampler = UniformSampler() if sampler is None else sampler
-        if encoding != "lz4" and frames_dtype != np.uint8:
-            raise ValueError(f"frame_encoding={encoding!r} takes uint8 frames only; got frame_dtype={frames_dtype}")
-        if num_envs > MAX_ENVS:
-            raise ValueError(f"num_envs must be <= {MAX_ENVS}; got {num_envs}")
-        if capacity < num_envs:
-            raise ValueError(f"capacity must be >= num_envs ({num_envs}); got {capacity}")
+        layout, commit, sampler = creating.new_layout(
+            frame_shape=frame_shape, capacity=capacity, stack_size=stack_size, num_envs=num_envs,
+            action_shape=action_shape, action_dtype=action_dtype, sampler=sampler, frame_encoding=frame_encoding,
+            reference_scheme=reference_scheme, fields=fields, stack_padding=stack_padding, frame_dtype=frame_dtype,
+        )
         directory = Path(path)
-        if directory.exists():
-            raise StoreExistsError(f"cannot create a store at {str(directory)!r}: the path already exists")
-        layout, commit = format.new_store(
-            frame_shape=frame_shape,
-            capacity=capacity,
-            stack_size=stack_size,
-            num_envs=num_envs,
-            action_shape=action_shape,
-            action_dtype=dtype,
-            sampler=sampler.config(),
-            frame_dtype=frames_dtype,
-        )
-        layout = replace(
-            layout, frame_encoding=encoding, reference_scheme=scheme, fields=field_specs, stack_padding=stack_padding
-        )
-        # Build the store beside its final path, then rename it into place: a crash never leaves a
-        # half-made store at ``path``.
-        directory.parent.mkdir(parents=True, exist_ok=True)
-        building = make_sibling_directory(directory, "creating")
-        lock: IO[bytes] | None = None
-        try:
-            _build_empty(building, layout, commit)
-            # Locked before it becomes visible: no other writer can open it between the rename and ours.
-            lock = acquire_writer_lock(building / format.LOCK_NAME)
-            try:
-                os.rename(building, directory)
-            except OSError:
-                if directory.exists():
-                    raise StoreExistsError(
-                        f"cannot create a store at {str(directory)!r}: the path already exists"
-                    ) from None
-                raise
-            fsync_directory(directory.parent)
-        except BaseException:
-            if lock is not None:
-                lock.close()
-            if building.exists():
-                shutil.rmtree(building, ignore_errors=True)
-            raise
+        lock = creating.build_store(directory, layout, commit)
         return cls._open(directory, "r+", sampler=sampler, schedule=schedule, lock=lock)
 
     @classmethod
@@ -1279,39 +1222,11 @@ class ReplayStore:
         ``stored_steps``' ends and must lie within them): what a writer appends later is not in it, and
         what it holds is what that commit held (stored rows never change). Memory stays that of one
         batch. A writer that evicts a step before the pass reaches it makes the next batch raise
-        ``IndexError`` naming the steps lost (a capacity larger than what is added during a pass
-        avoids it).
+        ``StepsEvictedError`` (an ``IndexError``) naming the steps lost (a capacity larger than what is
+        added during a pass avoids it).
         """
         self._check_open("iterate")
-        batch_size = parse_positive_int(batch_size, "batch_size")
-        snapshot = self.stored_steps
-        first = snapshot.start if start is None else _parse_step(start, "start")
-        last = snapshot.stop if stop is None else _parse_step(stop, "stop")
-        if not snapshot.start <= first <= last <= snapshot.stop:
-            raise ValueError(
-                f"start and stop must satisfy {snapshot.start} <= start <= stop <= {snapshot.stop} (the stored "
-                f"steps); got start={first}, stop={last}"
-            )
-        return self._ordered_pass(batch_size, first, last)
-
-    def _ordered_pass(self, batch_size: int, start: int, stop: int) -> Iterator[Batch]:
-        for first in range(start, stop, batch_size):
-            steps = np.arange(first, min(stop, first + batch_size), dtype=np.int64)
-            ones = np.ones(len(steps), np.float32)
-
-            def check_and_read() -> Batch:
-                with self._lock:
-                    self._check_open("iterate")
-                    oldest = self._stored().start
-                    if first < oldest:
-                        raise IndexError(
-                            f"iterate: steps [{first}, {min(oldest, stop)}) of the pass over [{start}, {stop}) "
-                            f"were evicted by the writer's adds before the pass reached them (stored steps are "
-                            f"now [{oldest}, {self._transitions_added}))"
-                        )
-                    return self._reader.transitions(steps, weight=ones, discount=ones.copy())
-
-            yield self._consistent(check_and_read)
+        return passes.ordered_pass(self, batch_size, start=start, stop=stop)
 
     def sample_episodes(
         self, n: int, rng: np.random.Generator | int | None = None, *, weighting: str = "uniform"
@@ -1325,16 +1240,7 @@ class ReplayStore:
         transitions (the episode of a uniformly drawn transition). ``rng``: as in ``sample``.
         """
         self._check_open("sample_episodes")
-        n = parse_positive_int(n, "n")
-        if weighting not in ("uniform", "length"):
-            raise ValueError(f"weighting must be 'uniform' or 'length'; got {weighting!r}")
-        generator = parse_rng(rng)
-        whole = [episode for episode in self.episodes() if episode.complete and episode.ended_by != "in progress"]
-        if not whole:
-            raise ValueError("cannot sample episodes: no stored episode is complete and ended")
-        lengths = np.array([len(episode.steps) for episode in whole], np.float64)
-        chosen = generator.choice(len(whole), size=n, p=None if weighting == "uniform" else lengths / lengths.sum())
-        return [self.read(whole[i].steps) for i in chosen.tolist()]
+        return passes.sample_episodes(self, n, rng, weighting=weighting)
 
     def episodes(self) -> list[Episode]:
         """The stored episodes, oldest first: env, steps, return, how each ended, whether it is complete."""
@@ -1376,13 +1282,7 @@ class ReplayStore:
                 num_envs=layout.num_envs, action_shape=layout.action_shape,
                 action_dtype=np.dtype(layout.action_dtype), sampler=layout.sampler,
             )
-            building = make_sibling_directory(self._directory, "clearing")
-            try:
-                _build_empty(building, layout, commit)
-                lock = acquire_writer_lock(building / format.LOCK_NAME)
-            except BaseException:
-                shutil.rmtree(building, ignore_errors=True)
-                raise
+            building, lock = creating.build_beside(self._directory, layout, commit, "clearing")
             try:
                 directory_swap.exchange(self._directory, building)
             except BaseException:
@@ -1406,36 +1306,15 @@ class ReplayStore:
     # -- state -----------------------------------------------------------------------------------
 
     def _load_env_state(self) -> None:
-        """Rebuild each env's episode in progress from its newest stored transition's row.
-
-        Its next_obs pixels (what the next ``add`` compares obs with) are decoded at the first ``add``
-        (``_load_env_frames``), not here: opening decodes no frame, a reader never needs them, and a
-        corrupt newest frame fails the call that needs it instead of ``open``.
-        """
-        self._episodes = [EnvEpisode(self.stack_size) for _ in range(self.num_envs)]
-        self._env_frames_pending: npt.NDArray[np.int64] | None = None
-        stored = self._stored()
-        newest = self._table.newest_of_each_env(stored.start, stored.stop, self.num_envs)
-        if not newest:
-            return
-        steps = np.array(sorted(newest.values()), dtype=np.int64)
-        rows = self._table.read(steps)
-        frame_steps = self._reader.transition_frames(steps)
-        for i, step in enumerate(steps.tolist()):
-            episode = self._episodes[int(rows["env"][i])]
-            episode.frame_steps.extend(frame_steps[i, 1:].tolist())
-            episode.last_step = step
-            episode.open = not rows["flags"][i] & (TERMINATED | TRUNCATED)
-        self._env_frames_pending = steps
+        """Each env's episode in progress, from its newest stored transition (its frames decoded at the
+        first add: ``episodes.load_env_frames``)."""
+        self._episodes, self._env_frames_pending = load_env_episodes(
+            self._table, self._reader, self._stored(), num_envs=self.num_envs, stack_size=self.stack_size
+        )
 
     def _load_env_frames(self) -> None:
-        """Decode the newest next_obs of each env that has one (see ``_load_env_state``)."""
-        steps = self._env_frames_pending
-        assert steps is not None
-        ones = np.ones(len(steps), np.float32)
-        batch = self._reader.transitions(steps, weight=ones, discount=ones.copy(), padded=False)
-        for i in range(len(steps)):
-            self._episodes[int(batch.env_index[i])].frames.extend(frame.tobytes() for frame in batch.next_obs[i])
+        assert self._env_frames_pending is not None
+        load_env_frames(self._reader, self._episodes, self._env_frames_pending)
         self._env_frames_pending = None
 
     def _check_open(self, operation: str) -> None:
@@ -1449,34 +1328,6 @@ class ReplayStore:
                 f"cannot {operation}: the store at {str(self._directory)!r} is open read-only (mode 'r'); "
                 "open it with mode 'r+' to append"
             )
-
-
-def _parse_step(value: object, name: str) -> int:
-    """A step bound of ``iterate``: an int (or a numpy integer)."""
-    try:
-        return operator.index(value)  # type: ignore[arg-type]
-    except TypeError:
-        raise TypeError(f"{name} must be an int step; got {type(value).__name__} {value!r}") from None
-
-
-def _build_empty(building: Path, layout: format.Layout, commit: format.Commit) -> None:
-    """The files of an empty store with this layout and empty commit, in the directory ``building``."""
-    FrameRing.create(
-        building,
-        frame_shape=layout.frame_shape,
-        segment_bytes=layout.segment_bytes,
-        frame_slots=commit.frame_slots,
-        references=encodings.has_references(layout),
-        frame_dtype=np.dtype(layout.frame_dtype),
-    ).close()
-    TransitionTable.create(
-        building / format.TRANSITIONS_NAME,
-        dtype=row_dtype(layout.action_shape, np.dtype(layout.action_dtype), layout.num_envs),
-        row_slots=layout.row_slots,
-    ).close()
-    if layout.fields:
-        FieldTable.create(building / format.FIELDS_NAME, specs=layout.fields, row_slots=layout.row_slots).close()
-    format.write_header(building, layout, commit)
 
 
 def _close_all(closers: list[Callable[[], None]]) -> None:

@@ -24,7 +24,7 @@ STORAGE = {
     "directory_swap",
 }
 SAMPLING = {"samplers", "sum_tree", "priorities"}
-API = {"store", "reading", "episodes", "windows", "prefetch", "autocommit", "encoded", "encoded_batches"}
+API = {"store", "reading", "episodes", "windows", "prefetch", "autocommit", "encoded", "encoded_batches", "passes", "creating"}
 SERIALIZATION = {
     "hdf5", "hdf5.conversion", "hdf5.checks", "hdf5.datasets", "hdf5.minari_layout", "hdf5.mmreplay_layout",
     "hdf5.replay", "dopamine", "dopamine.checkpoints", "dopamine.episodes", "dopamine.importing",
