@@ -30,7 +30,11 @@ exactly those of the header it reopened at (their CRC is the header's: none from
 was never written survive); a few more adds go in and, after close and reopen,
 everything stored is again bit-exact.
 
-    python scripts/crash_stress.py --trials 1000 --seed 0 [--json [PATH]]
+With ``--add-encoded`` the writer records through ``add_encoded`` instead: one env, sends of 1 to 32
+consecutive steps with their frames compressed beforehand (``encode_frames``), as a Ray shard receives
+them; a send may commit part-way (room, as the adds it stands for would), and the checks are the same.
+
+    python scripts/crash_stress.py --trials 1000 --seed 0 [--add-encoded] [--json [PATH]]
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ import tempfile
 import time
 import traceback
 from collections import Counter, deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +65,7 @@ for directory in (REPO, REPO / "scripts"):  # the package, and atari_frames when
 
 import atari_frames  # noqa: E402
 
-from mmreplay import PrioritizedSampler, ReplayStore  # noqa: E402
+from mmreplay import PrioritizedSampler, ReplayStore, encode_frames  # noqa: E402
 
 PHASES = {
     0: "starting",
@@ -105,6 +109,7 @@ class Variant:
     fail_primitive: int = 1  # which primitive call inside such a flush raises it
     fail_errno: int = errno.ENOSPC
     kill_after_failure: bool = False  # the flush after a failed one is killed just before its header's rename
+    encoded: bool = False  # the writer sends its steps through add_encoded (--add-encoded; one env)
 
 
 def draw_variant(seed: int, games: list[str], max_delay: float, samplers: list[str]) -> Variant:
@@ -337,10 +342,18 @@ def run_writer(path: Path, side_path: Path, variant: Variant, data: dict[str, np
     store = ReplayStore.open(path, "r+")
     stream = Stream(variant, data, seed)
     rng = np.random.default_rng([seed, 2])
+    send_sizes = np.random.default_rng([seed, 4])
     for _ in range(MAX_ADDS):
-        arguments, mask, _ = stream.next_add()
-        progress.set(3 if len(store) == store.capacity else 2, store.transitions_added)
-        store.add(*arguments, env_mask=mask)
+        phase = 3 if len(store) == store.capacity else 2
+        if variant.encoded:
+            adds = [stream.next_add()[0] for _ in range(int(send_sizes.integers(1, 33)))]
+            # A send may commit part-way: up to all of its steps may count after the kill.
+            progress.set(phase, store.transitions_added + len(adds))
+            store.add_encoded(*encoded_send(adds, variant.stacked))
+        else:
+            arguments, mask, _ = stream.next_add()
+            progress.set(phase, store.transitions_added)
+            store.add(*arguments, env_mask=mask)
         if rng.random() < variant.flush_probability:
             progress.set(4, store.transitions_added)
             flushes += 1
@@ -368,6 +381,29 @@ def run_writer(path: Path, side_path: Path, variant: Variant, data: dict[str, np
     write(side, b"%d\n" % stream.steps)
     fsync(side)
     progress.set(9, stream.steps)
+
+
+def encoded_send(adds: list[tuple[Any, ...]], stacked: bool) -> tuple[Any, ...]:
+    """``add_encoded``'s arguments for consecutive one-env adds: their distinct frames, encoded, and each
+    step's obs and next_obs as indices into them."""
+    position: dict[bytes, int] = {}
+    frames: list[np.ndarray] = []
+
+    def index(frame: np.ndarray) -> int:
+        key = frame.tobytes()
+        if key not in position:
+            position[key] = len(frames)
+            frames.append(frame)
+        return position[key]
+
+    def indices(value: np.ndarray) -> Any:
+        return [index(frame) for frame in value] if stacked else index(value)
+
+    obs = np.array([indices(add[0]) for add in adds])
+    next_obs = np.array([indices(add[3]) for add in adds])
+    return (encode_frames(np.stack(frames)), obs, np.array([int(add[1]) for add in adds], np.int64),
+            np.array([add[2] for add in adds], np.float32), next_obs, np.array([bool(add[4]) for add in adds]),
+            np.array([bool(add[5]) for add in adds]))
 
 
 # -- the checker ---------------------------------------------------------------------------------
@@ -530,9 +566,12 @@ def check_store(path: Path, variant: Variant, data: dict[str, np.ndarray], seed:
 
 
 def run_trial(seed: int, data: dict[str, dict[str, np.ndarray]], work: Path, *, max_delay: float,
-              samplers: list[str], keep_failures: Path | None = None, frame_encoding: str = "lz4") -> TrialResult:
+              samplers: list[str], keep_failures: Path | None = None, frame_encoding: str = "lz4",
+              add_encoded: bool = False) -> TrialResult:
     started = time.perf_counter()
     variant = draw_variant(seed, sorted(data), max_delay, samplers)
+    if add_encoded:
+        variant = replace(variant, encoded=True, num_envs=1, mask_probability=0.0)
     game = data[variant.game]
     trial_dir = Path(tempfile.mkdtemp(prefix=f"trial{seed}-", dir=work))
     path, side_path = trial_dir / "store.mmr", trial_dir / "committed.txt"
@@ -651,7 +690,8 @@ class Summary:
 
 def run_trials(trials: int, seed: int, *, games: list[str] | None = None, max_frames: int | None = None,
                max_delay: float = 0.5, samplers: list[str] | None = None, work: Path | None = None,
-               keep_failures: Path | None = None, on_result: Any = None, frame_encoding: str = "lz4") -> Summary:
+               keep_failures: Path | None = None, on_result: Any = None, frame_encoding: str = "lz4",
+               add_encoded: bool = False) -> Summary:
     """Run trials with seeds ``seed, seed + 1, ...``; returns the totals."""
     data = load_games(games or ["pong"], max_frames)
     summary = Summary()
@@ -661,7 +701,7 @@ def run_trials(trials: int, seed: int, *, games: list[str] | None = None, max_fr
             result = run_trial(
                 trial_seed, data, Path(directory), max_delay=max_delay,
                 samplers=samplers or ["uniform", "prioritized"], keep_failures=keep_failures,
-                frame_encoding=frame_encoding,
+                frame_encoding=frame_encoding, add_encoded=add_encoded,
             )
             summary.trials += 1
             summary.killed += result.killed
@@ -698,6 +738,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samplers", default="uniform,prioritized", help="samplers to draw trials from")
     parser.add_argument("--frame-encoding", choices=("lz4", "lz4-reference"), default="lz4",
                         help="how the stores compress frames (ReplayStore.create's frame_encoding)")
+    parser.add_argument("--add-encoded", action="store_true",
+                        help="the writer records through add_encoded (one env, sends of 1 to 32 steps)")
     parser.add_argument("--max-delay", type=float, default=0.5, help="longest timer delay before the kill, seconds")
     parser.add_argument("--keep-failures", type=Path, help="copy the directory of each failed trial here")
     parser.add_argument("--json", nargs="?", const="-", help="also write the summary as JSON (to PATH, or stdout)")
@@ -716,7 +758,7 @@ def main(argv: list[str] | None = None) -> int:
 
     summary = run_trials(
         args.trials, args.seed, games=args.games.split(","), max_delay=args.max_delay,
-        samplers=args.samplers.split(","), frame_encoding=args.frame_encoding,
+        samplers=args.samplers.split(","), frame_encoding=args.frame_encoding, add_encoded=args.add_encoded,
         keep_failures=args.keep_failures, on_result=report,
     )
     print(f"trials: {summary.trials} ({summary.killed} killed, {summary.trials - summary.killed} finished first)")

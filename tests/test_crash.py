@@ -56,6 +56,17 @@ def test_kills_of_a_uniform_store_lose_no_committed_transition(
     assert summary.transitions_checked > least_checked
 
 
+def test_kills_of_a_writer_that_adds_encoded_sends_lose_no_committed_transition(tmp_path: Path) -> None:
+    """Sends of up to 32 steps through ``add_encoded`` (runs of steps written at once): a kill inside a send,
+    or inside a commit it makes part-way, loses nothing committed."""
+    stress = _crash_stress()
+    summary = stress.run_trials(12, 8000, max_frames=2500, max_delay=0.3, work=tmp_path, add_encoded=True)
+    assert summary.trials == 12
+    assert summary.losses == 0
+    assert summary.failures == []
+    assert summary.killed >= 8
+
+
 def test_kills_of_a_prioritized_store_lose_no_committed_transition(tmp_path: Path) -> None:
     """As above, and sampling by the committed priorities and ``update_priorities`` work after the crash."""
     stress = _crash_stress()
