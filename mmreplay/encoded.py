@@ -316,15 +316,10 @@ def parse_encoded_send(
         if array.ndim == 0 or len(array) != steps:
             raise ValueError(f"{name} has shape {array.shape}; expected a leading axis of {steps} steps, as obs")
     pixels = frames.decode()
-    # The T steps as T envs of one add (an env axis even for one step), so that parse_add checks them at once.
-    frame_shape, size = shapes.frame_shape, shapes.stack_size
-    as_steps = AddShapes(frame_shape, size, steps, shapes.action_shape, shapes.action_dtype, (steps,),
-                         (steps, *frame_shape), (steps, size, *frame_shape), (steps, *shapes.action_shape),
-                         shapes.frame_dtype)
     values = (pixels[obs_index], arrays["action"], arrays["reward"], pixels[next_index], arrays["terminated"],
               arrays["truncated"])
     try:
-        checked = parse_add(*values, None, as_steps)
+        checked = parse_add(*values, None, shapes.as_envs(steps))  # the T steps at once, as T envs of one add
     except (TypeError, ValueError, OverflowError):
         _raise_for_step(values, shapes)  # the same check step by step, to name the step it refuses
         raise

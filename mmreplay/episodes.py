@@ -42,6 +42,11 @@ class EnvEpisode:
         # startswith at an offset compares in place: slicing several envs' obs would copy each part first.
         return obs_bytes.startswith(b"".join(self.frames) if stacked else self.frames[-1], offset)
 
+    def continued_by(self, obs_bytes: bytes, stacked: bool, *, oldest_stored_step: int, offset: int = 0) -> bool:
+        """Whether an obs continues this episode from its newest transition, which is still stored: the
+        new transition then links to it and writes one new frame (``continues_with``'s arguments)."""
+        return self.last_step >= oldest_stored_step and self.continues_with(obs_bytes, stacked, offset)
+
     def start(self, frames: list[bytes], frame_steps: list[int]) -> None:
         """A new episode whose obs stack is these frames (padded by repeating the first one)."""
         padding = self.stack_size - len(frames)
@@ -104,7 +109,7 @@ def continuations(
     previous_steps, prev_deltas = [], []
     size = len(obs) // len(episodes)
     for env, episode in enumerate(episodes):
-        if episode.last_step < oldest_stored_step or not episode.continues_with(obs, stacked, env * size):
+        if not episode.continued_by(obs, stacked, oldest_stored_step=oldest_stored_step, offset=env * size):
             return None
         previous_steps.append(episode.last_step)
         prev_deltas.append(first_frame + env - episode.frame_steps[-1])

@@ -552,7 +552,13 @@ class ReplayStore:
         steps, t = send.steps, 0
         while t < len(send):
             room = min(self._row_limit - self._transitions_added, self._frame_limit - self._frames.frames_written)
-            if room > 0 and not steps.detached[t] and self._continues(send.env, steps.obs[t], steps.stacked):
+            oldest_stored = max(0, self._transitions_added - self._layout.capacity)
+            if (
+                room > 0
+                and not steps.detached[t]
+                and self._episodes[send.env].continued_by(steps.obs[t].tobytes(), steps.stacked,
+                                                         oldest_stored_step=oldest_stored)
+            ):
                 room = int(min(room, max(1, self._schedule.steps_until_due(self._transitions_added))))
                 stop = min(send.continuing_until(t), t + room)
                 self._add_run(send, t, stop)
@@ -562,12 +568,6 @@ class ReplayStore:
             else:
                 self._add_parsed(send.step(t, self.num_envs), encoder)
                 t += 1
-
-    def _continues(self, env: int, obs: npt.NDArray[Any], stacked: bool) -> bool:
-        """Whether ``obs`` continues env's episode from its newest transition, which is still stored."""
-        episode = self._episodes[env]
-        oldest_stored = max(0, self._transitions_added - self._layout.capacity)
-        return episode.last_step >= oldest_stored and episode.continues_with(obs.tobytes(), stacked)
 
     def _add_run(self, send: encoded.EncodedSend, start: int, stop: int) -> None:
         """Steps ``[start, stop)`` of a send, each continuing the env's episode with one new frame, in one

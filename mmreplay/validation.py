@@ -147,6 +147,16 @@ class AddShapes:
             env_axis + frame_shape, (*env_axis, stack_size, *frame_shape), env_axis + action_shape, frame_dtype,
         )
 
+    def as_envs(self, count: int) -> AddShapes:
+        """The same store's adds of ``count`` envs, with the env axis in front even for one (``add_encoded``
+        checks a send's steps as the envs of one add)."""
+        env_axis = (count,)
+        return AddShapes(
+            self.frame_shape, self.stack_size, count, self.action_shape, self.action_dtype, env_axis,
+            env_axis + self.frame_shape, (*env_axis, self.stack_size, *self.frame_shape),
+            env_axis + self.action_shape, self.frame_dtype,
+        )
+
 
 def parse_add(
     obs: object,
