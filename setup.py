@@ -84,7 +84,7 @@ setup(
             **lz4_link_args(),  # type: ignore[arg-type]
             optional=True,
         ),
-        # Frames compressed against a reference frame (mmreplay.reference_codec); optional like the above.
+        # Frames compressed against a reference frame (mmreplay.frames.reference_codec); optional like the above.
         Extension(
             "mmreplay._lz4ref",
             sources=["mmreplay/_lz4ref.c"],
@@ -93,7 +93,7 @@ setup(
             **lz4_link_args(),  # type: ignore[arg-type]
             optional=True,
         ),
-        # The sum tree's hot loops (mmreplay.sum_tree); no libraries; optional like the above.
+        # The sum tree's hot loops (mmreplay.sampling.sum_tree); no libraries; optional like the above.
         Extension("mmreplay._sumtree", sources=["mmreplay/_sumtree.c"], optional=True),
     ]
 )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mmreplay import codec
+from mmreplay.frames import lz4_codec as codec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from frame_streams import stream_path  # noqa: E402

@@ -36,10 +36,12 @@ import lz4.block
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import codec, format, reference_codec
-from mmreplay.frame_ring import frame_entry
-from mmreplay.reference_codec import EnvReferences, ReferenceScheme
-from mmreplay.transition_table import row_dtype
+from mmreplay.frames import lz4_codec as codec
+from mmreplay.disk import header as format
+from mmreplay.frames import reference_codec
+from mmreplay.frames.ring import frame_entry
+from mmreplay.frames.reference_codec import EnvReferences, ReferenceScheme
+from mmreplay.rows.transitions import row_dtype
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from frame_streams import stream_path  # noqa: E402

@@ -2,7 +2,7 @@
 
 Three buffers take the same real Pong transitions (single frames, one env, the stream's numpy scalars)
 and a float16 state of 2x512 per transition (a random walk squashed by tanh: rows of a GRU's hidden
-state compress to 0.996x with lz4, see mmreplay/field_table.py, so its bytes do not matter here):
+state compress to 0.996x with lz4, see mmreplay/rows/fields.py, so its bytes do not matter here):
 
 * ``no field``: a store without fields (add's fast path, the baseline);
 * ``field in store``: a store created with ``fields={"state": ((2, 512), np.float16)}``, every add

@@ -5,25 +5,25 @@ neighbouring frames at sample time, never crossing an episode start.
 """
 
 from mmreplay.batch import Batch, SequenceBatch
-from mmreplay.encoded import BlockRefs, EncodedFrames, decode_blocks, encode_frames, encode_stacks
-from mmreplay.encoded_batches import EncodedBatch, EncodedSequenceBatch, decode_batch, decode_sequences
+from mmreplay.dopamine import import_dopamine  # noqa: E402
 from mmreplay.errors import (
     ClosedStoreError,
     CorruptStoreError,
     FormatVersionError,
     MmreplayError,
     ReadOnlyStoreError,
+    StepsEvictedError,
     StoreExistsError,
     StoreLockedError,
     StoreNotFoundError,
-    StepsEvictedError,
 )
 from mmreplay.extensions import PerformanceWarning, warn_if_not_built
-from mmreplay.reference_codec import ReferenceScheme
-from mmreplay.samplers import PrioritizedSampler, Sampler, UniformSampler
-from mmreplay.store import ReplayStore
+from mmreplay.frames.reference_codec import ReferenceScheme
+from mmreplay.frames.wire import BlockRefs, EncodedFrames, decode_blocks, encode_frames, encode_stacks
 from mmreplay.hdf5 import export_hdf5, import_hdf5  # noqa: E402 (they use the store API above)
-from mmreplay.dopamine import import_dopamine  # noqa: E402
+from mmreplay.sampling.samplers import PrioritizedSampler, Sampler, UniformSampler
+from mmreplay.store import ReplayStore
+from mmreplay.store.encoded_batches import EncodedBatch, EncodedSequenceBatch, decode_batch, decode_sequences
 
 __all__ = [
     "Batch",

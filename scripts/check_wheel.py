@@ -34,9 +34,9 @@ def main() -> int:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         import mmreplay
-        import mmreplay.codec
-        import mmreplay.reference_codec
-        import mmreplay.sum_tree
+        import mmreplay.frames.lz4_codec
+        import mmreplay.frames.reference_codec
+        import mmreplay.sampling.sum_tree
     failures += [f"import warned: {w.category.__name__}: {str(w.message).splitlines()[0]}" for w in caught
                  if w.category.__name__ == "PerformanceWarning"]
 
@@ -45,7 +45,7 @@ def main() -> int:
     print(f"mmreplay {mmreplay.__version__} from {package}")
     if "site-packages" not in package.parts:
         failures.append(f"mmreplay was imported from {package}, not from the venv's site-packages")
-    for module in (mmreplay.codec, mmreplay.reference_codec, mmreplay.sum_tree):
+    for module in (mmreplay.frames.lz4_codec, mmreplay.frames.reference_codec, mmreplay.sampling.sum_tree):
         print(f"  {module.__name__}.ACCELERATED = {module.ACCELERATED}")
         if not module.ACCELERATED:
             failures.append(f"{module.__name__}.ACCELERATED is False")

@@ -491,10 +491,10 @@ class TrialResult:
 
 
 def _check_committed_priorities(path: Path, store: ReplayStore) -> None:
-    """The committed priorities of the stored slots (``priorities.tree``, see mmreplay.priorities) have the
+    """The committed priorities of the stored slots (``priorities.tree``, see mmreplay.sampling.priority_file) have the
     CRC the header commits: the store reopened with exactly the header's priorities."""
-    from mmreplay.priorities import leaf_checksum, slot_ranges
-    from mmreplay.sum_tree import tree_size
+    from mmreplay.sampling.priority_file import leaf_checksum, slot_ranges
+    from mmreplay.sampling.sum_tree import tree_size
 
     state = json.loads((path / "header.json").read_text())["commit"]["sampler_state"]
     if "checksum" not in state:

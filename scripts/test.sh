@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh demo sb3 minari show
 if [ "${MMREPLAY_REQUIRE_EXTENSION:-0}" = "1" ]; then
-  .venv/bin/python -c "import mmreplay.codec as c, mmreplay.sum_tree as t, mmreplay.reference_codec as r, sys; sys.exit(0 if c.ACCELERATED and t.ACCELERATED and r.ACCELERATED else 'a compiled extension (_lz4batch, _sumtree, _lz4ref) did not build')"
+  .venv/bin/python -c "import mmreplay.frames.lz4_codec as c, mmreplay.sampling.sum_tree as t, mmreplay.frames.reference_codec as r, sys; sys.exit(0 if c.ACCELERATED and t.ACCELERATED and r.ACCELERATED else 'a compiled extension (_lz4batch, _sumtree, _lz4ref) did not build')"
 fi
 .venv/bin/python scripts/atari_frames.py   # the real frames the tests read: recorded with ALE once (~10 s), then cached
 # The Ray and RLlib tests, and the README's Ray examples, run in their own venv below (ray[rllib] pins

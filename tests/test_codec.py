@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from atari_data import load_stream
 from extension_status import absent_reason
 
-from mmreplay import codec
+from mmreplay.frames import lz4_codec as codec
 
 FRAME_SHAPE = (84, 84)
 NOT_BUILT = absent_reason("_lz4batch")

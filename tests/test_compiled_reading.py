@@ -14,7 +14,8 @@ from extension_status import absent_reason
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mmreplay import extensions, stacking
+from mmreplay import extensions
+from mmreplay.rows import stacking
 
 _lz4batch = extensions.load("_lz4batch")
 pytestmark = pytest.mark.skipif(_lz4batch is None, reason=absent_reason("_lz4batch"))
@@ -103,7 +104,7 @@ def test_follow_links_equals_transition_frames_over_the_same_table(
 def test_read_fields_unpacks_what_read_gives_and_fails_at_the_same_row(tmp_path_factory, spec, slots, steps, seed, valid) -> None:
     """``TransitionTable.read_fields`` through ``gather_fields`` against its numpy definition (``read``,
     then the fields), on rows of random bytes that mostly match their checksums."""
-    from mmreplay.transition_table import RowChecksumError, TransitionTable, row_dtype
+    from mmreplay.rows.transitions import RowChecksumError, TransitionTable, row_dtype
 
     action_shape, action_dtype, num_envs = spec
     dtype = row_dtype(action_shape, np.dtype(action_dtype), num_envs)

@@ -24,7 +24,7 @@ from issue3_reference import add_masked, assert_n_step_matches, assert_sequences
 from reference import ReferenceStore, assert_batch_matches, assert_store_matches
 
 from mmreplay import CorruptStoreError, FormatVersionError, ReferenceScheme, ReplayStore
-from mmreplay.frame_ring import FrameChecksumError, frame_entry
+from mmreplay.frames.ring import FrameChecksumError, frame_entry
 
 GAMES = ["pong", "breakout", "mspacman"]
 KEYS = ("frames", "action", "reward", "terminated")

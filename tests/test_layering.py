@@ -1,10 +1,11 @@
-"""The package's layers point one way, read from the import statements of ``mmreplay/*.py`` and of the
-family folders (``mmreplay/hdf5/``, ``mmreplay/dopamine/``, ``mmreplay/sb3/``; a module there is named
-``family.module``, its ``__init__.py`` by the family's name).
+"""The package's layers point one way, read from the import statements of every module of ``mmreplay/``
+(a module in a folder is named ``folder.module``, the folder's ``__init__.py`` by the folder's name).
 
-Storage (frames, rows, files, the header) knows nothing of sampling, the public store, serialization or
-the command line; samplers deal in integers and know nothing of storage; serialization and the
-integrations reach a store through its public API (``mmreplay.store``), not through its files.
+The layers are folders. ``disk`` (files, the header) is the ground; ``rows`` (the transition and field
+tables) and ``frames`` (codecs and rings) stand on it; ``sampling`` deals in integers and knows nothing of
+storage; the ``store`` package is built on all of them; serialization (``hdf5``, ``dopamine``) and the
+integrations (``cli``, ``sb3``, ``recorder``) reach a store through its public face (``mmreplay.store``),
+never through its files; ``ray`` and ``rllib`` use only the package's public names.
 """
 
 from __future__ import annotations
@@ -16,64 +17,61 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "mmreplay"
 
-# Every module of the package, by layer. A new module must be placed here (a test checks it).
-BASE = {"errors", "extensions", "validation", "batch", "__init__", "__main__"}
-STORAGE = {
-    "files", "building", "format", "codec", "frame_ring", "transition_table", "stacking",
-    "reference_codec", "reference_ring", "frame_encoding", "row_checksum", "header_fields", "field_table",
-    "directory_swap",
+# The top-level modules, each placed in a layer; every folder is a layer of its own (or part of one).
+TOP_LEVEL = {
+    "base": {"errors", "extensions", "validation", "batch", "__init__", "__main__"},
+    "integrations": {"recorder"},
 }
-SAMPLING = {"samplers", "sum_tree", "priorities"}
-API = {"store", "reading", "episodes", "windows", "prefetch", "autocommit", "encoded", "encoded_batches", "passes", "creating"}
-SERIALIZATION = {
-    "hdf5", "hdf5.conversion", "hdf5.checks", "hdf5.datasets", "hdf5.minari_layout", "hdf5.mmreplay_layout",
-    "hdf5.replay", "dopamine", "dopamine.checkpoints", "dopamine.episodes", "dopamine.importing",
+FOLDER_LAYERS = {
+    "disk": "disk", "rows": "rows", "frames": "frames", "sampling": "sampling", "store": "store",
+    "hdf5": "serialization", "dopamine": "serialization",
+    "cli": "integrations", "sb3": "integrations",
+    "ray": "public-api", "rllib": "public-api",
 }
-INTEGRATIONS = {"cli", "drawing", "verification", "sb3", "sb3.buffer", "sb3.observations", "recorder"}
-LAYERS = {
-    "base": BASE, "storage": STORAGE, "sampling": SAMPLING, "api": API,
-    "serialization": SERIALIZATION, "integrations": INTEGRATIONS,
-}
-
-# What each layer may import from the package (besides its own layer and the base modules).
+# What each layer may import from the package besides its own layer and the base modules: whole folders
+# (``"disk/"``), single modules (``"store.episode_list"``; ``"store"`` is the folder's __init__, its public
+# face), or whole layers (``"layer:serialization"``).
 ALLOWED = {
     "base": set(),
-    "storage": set(),
+    "disk": set(),
+    "rows": {"disk/"},
+    # frames rebuild stacks with the rows' index arithmetic
+    "frames": {"disk/", "rows.stacking"},
     "sampling": set(),
-    "api": STORAGE | SAMPLING,
-    # The public API, and the records it returns (Episode, from episodes); files for building an
-    # export beside its target (make_sibling_directory, building.SiblingBuild), as the store builds itself.
-    "serialization": {"store", "episodes", "files", "building"},
-    # The command line refuses output paths as imports and exports do (building.check_new_path) and
+    "store": {"disk/", "rows/", "frames/", "sampling/"},
+    # The public store and the records it returns (Episode); files for building an export beside its
+    # target (make_sibling_directory, atomic_builds.SiblingBuild), as the store builds itself.
+    "serialization": {"store", "store.episode_list", "disk.files", "disk.atomic_builds"},
+    # The command line refuses output paths as imports and exports do (atomic_builds.check_new_path) and
     # names their leftovers.
-    "integrations": {"store", "episodes", "building"} | SERIALIZATION,
+    "integrations": {"store", "store.episode_list", "disk.atomic_builds", "layer:serialization"},
+    # The integration packages build on the package's own names (``from mmreplay import ...``), its
+    # samplers and the validators; never storage.
+    "public-api": {"sampling.samplers", "validation"},
 }
 # Only these modules import a third-party codec or file format directly.
 THIRD_PARTY_OWNERS = {
-    "lz4": {"codec", "reference_codec"},
+    "lz4": {"frames.lz4_codec", "frames.reference_codec"},
     "h5py": {"hdf5.conversion", "hdf5.checks", "hdf5.datasets", "hdf5.minari_layout", "hdf5.mmreplay_layout"},
 }
-# Folders of one family of modules, read like the top-level modules (mmreplay/ray/ and mmreplay/rllib/
-# are integration packages, checked by the last test).
-FAMILIES = ("dopamine", "hdf5", "sb3")
 
 
 def modules() -> list[str]:
     names = [path.stem for path in PACKAGE.glob("*.py")]
-    for family in FAMILIES:
-        names += [family if path.stem == "__init__" else f"{family}.{path.stem}" for path in (PACKAGE / family).glob("*.py")]
+    for folder in FOLDER_LAYERS:
+        names += [folder if path.stem == "__init__" else f"{folder}.{path.stem}" for path in (PACKAGE / folder).glob("*.py")]
     return sorted(names)
 
 
 def source_of(module: str) -> Path:
-    if module in FAMILIES:
+    if module in FOLDER_LAYERS:
         return PACKAGE / module / "__init__.py"
     return PACKAGE / (module.replace(".", "/") + ".py")
 
 
 def module_name(parts: list[str]) -> str:
-    """The module named by ``mmreplay.<parts>``: ``family.module`` inside a family folder, else the first part."""
-    if parts[0] in FAMILIES and len(parts) > 1 and (PACKAGE / parts[0] / f"{parts[1]}.py").exists():
+    """The module named by ``mmreplay.<parts>``: ``folder.module`` inside a folder, else the first part."""
+    if parts[0] in FOLDER_LAYERS and len(parts) > 1 and (PACKAGE / parts[0] / f"{parts[1]}.py").exists():
         return f"{parts[0]}.{parts[1]}"
     return parts[0]
 
@@ -100,14 +98,16 @@ def imports_of(module: str) -> tuple[set[str], set[str]]:
                 raise AssertionError(f"{module}: relative imports are not used in this package")
             if name.split(".")[0] == "mmreplay":
                 parts = name.split(".")[1:]
-                if parts:
+                if len(parts) == 1 and parts[0] in FOLDER_LAYERS:
+                    # ``from mmreplay.disk import header``: modules of the folder, or names of its __init__
+                    for alias in node.names:
+                        is_module = (PACKAGE / parts[0] / f"{alias.name}.py").exists()
+                        package_modules.add(f"{parts[0]}.{alias.name}" if is_module else parts[0])
+                elif parts:
                     package_modules.add(module_name(parts))
-                    if len(parts) == 1 and parts[0] in FAMILIES:  # ``from mmreplay.hdf5 import checks``
-                        package_modules.update(f"{parts[0]}.{alias.name}" for alias in node.names
-                                               if (PACKAGE / parts[0] / f"{alias.name}.py").exists())
-                else:  # ``from mmreplay import format``: the names are modules (or __init__'s public names)
+                else:  # ``from mmreplay import validation``: the names are modules (or __init__'s public names)
                     package_modules.update(alias.name for alias in node.names
-                                           if (PACKAGE / f"{alias.name}.py").exists() or alias.name in FAMILIES)
+                                           if (PACKAGE / f"{alias.name}.py").exists() or alias.name in FOLDER_LAYERS)
             else:
                 others.add(name.split(".")[0])
     package_modules.discard(module)
@@ -115,21 +115,37 @@ def imports_of(module: str) -> tuple[set[str], set[str]]:
 
 
 def layer_of(module: str) -> str:
-    return next(name for name, members in LAYERS.items() if module in members)
+    folder = module.split(".")[0]
+    if folder in FOLDER_LAYERS:
+        return FOLDER_LAYERS[folder]
+    return next(name for name, members in TOP_LEVEL.items() if module in members)
+
+
+def allowed_for(layer: str, module: str) -> bool:
+    """Whether a module of ``layer`` may import ``module``."""
+    target = layer_of(module)
+    if target in (layer, "base"):
+        return True
+    folder = module.split(".")[0]
+    names = ALLOWED[layer]
+    return module in names or f"{folder}/" in names or f"layer:{target}" in names
 
 
 def test_every_module_has_a_layer() -> None:
-    placed = set().union(*LAYERS.values())
-    assert [module for module in modules() if module not in placed] == []
-    assert sorted(placed - set(modules())) == []  # no stale names either
+    top = {path.stem for path in PACKAGE.glob("*.py")}
+    placed = set().union(*TOP_LEVEL.values())
+    assert sorted(top - placed) == []
+    assert sorted(placed - top) == []  # no stale names either
+    folders = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
+    assert sorted(folders ^ set(FOLDER_LAYERS)) == []
 
 
 @pytest.mark.parametrize("module", [m for m in modules() if m not in {"__init__", "__main__"}])
 def test_a_module_imports_only_from_its_own_layer_and_the_layers_below(module: str) -> None:
     layer = layer_of(module)
-    allowed = LAYERS[layer] | BASE | ALLOWED[layer]
     imported, _ = imports_of(module)
-    assert sorted(imported - allowed) == [], f"{module} ({layer}) imports outside its layers"
+    outside = sorted(name for name in imported if not allowed_for(layer, name))
+    assert outside == [], f"{module} ({layer}) imports outside its layers"
 
 
 @pytest.mark.parametrize("package, owners", sorted(THIRD_PARTY_OWNERS.items()))
@@ -139,21 +155,27 @@ def test_lz4_and_h5py_are_imported_by_their_owning_modules_only(package: str, ow
 
 
 def test_the_import_reader_sees_each_form_of_import() -> None:
-    # store.py uses ``from mmreplay import format``, ``from mmreplay.batch import ...`` and numpy:
-    # a reader that missed a form would pass every test above for the wrong reason.
-    imported, others = imports_of("store")
-    assert {"format", "batch", "frame_ring", "samplers"} <= imported
+    # replay_store.py uses ``from mmreplay.disk import header``, ``from mmreplay.batch import ...`` and
+    # numpy: a reader that missed a form would pass every test above for the wrong reason.
+    imported, others = imports_of("store.replay_store")
+    assert {"disk.header", "batch", "frames.ring", "sampling.samplers", "store.passes"} <= imported
     assert "numpy" in others
-    assert {"lz4"} <= imports_of("codec")[1]
-    # a family folder's modules are read too, under their ``family.module`` names
+    assert {"lz4"} <= imports_of("frames.lz4_codec")[1]
+    # a folder's modules are read under their ``folder.module`` names, its __init__ by the folder's
     assert {"hdf5.checks", "hdf5.datasets", "store"} <= imports_of("hdf5.conversion")[0]
     assert "hdf5.conversion" in imports_of("hdf5")[0]
+    assert "store.replay_store" in imports_of("store")[0]
     assert "h5py" in imports_of("hdf5.checks")[1]
+    # and the layer rule itself refuses what it should
+    assert not allowed_for("disk", "frames.ring")
+    assert not allowed_for("sampling", "rows.transitions")
+    assert not allowed_for("serialization", "store.reading")
+    assert allowed_for("frames", "rows.stacking") and not allowed_for("frames", "rows.transitions")
 
 
 # The integration packages (mmreplay/ray/, mmreplay/rllib/) build on the public API: the package's own
-# names (``from mmreplay import ...``), its records and samplers, and the validators; never storage.
-INTEGRATION_PACKAGES = {"ray": {"samplers", "validation", "ray"}, "rllib": {"rllib"}}
+# names (``from mmreplay import ...``), its samplers and the validators; never storage.
+INTEGRATION_PACKAGES = {"ray": {"sampling.samplers", "validation"}, "rllib": set()}
 
 
 @pytest.mark.parametrize("package", sorted(INTEGRATION_PACKAGES))
@@ -163,7 +185,8 @@ def test_the_integration_packages_use_only_the_public_api(package: str) -> None:
         used = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mmreplay."):
-                used.add(node.module.split(".")[1])
+                used.add(module_name(node.module.split(".")[1:]))
             elif isinstance(node, ast.Import):
-                used.update(a.name.split(".")[1] for a in node.names if a.name.startswith("mmreplay."))
+                used.update(module_name(a.name.split(".")[1:]) for a in node.names if a.name.startswith("mmreplay."))
+        used = {name for name in used if name.split(".")[0] != package}
         assert sorted(used - INTEGRATION_PACKAGES[package]) == [], f"{path.name} reaches past the public API"

@@ -41,10 +41,10 @@ import json, warnings
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     import mmreplay
-    import mmreplay.codec, mmreplay.sum_tree, mmreplay.reference_codec, mmreplay.cli
+    import mmreplay.frames.lz4_codec, mmreplay.sampling.sum_tree, mmreplay.frames.reference_codec, mmreplay.cli
 print(json.dumps({"warnings": [[w.category.__name__, str(w.message), w.filename] for w in caught],
-                  "accelerated": [mmreplay.codec.ACCELERATED, mmreplay.sum_tree.ACCELERATED,
-                                  mmreplay.reference_codec.ACCELERATED]}))
+                  "accelerated": [mmreplay.frames.lz4_codec.ACCELERATED, mmreplay.sampling.sum_tree.ACCELERATED,
+                                  mmreplay.frames.reference_codec.ACCELERATED]}))
 """
 
 RUN_CLI = """
@@ -146,8 +146,8 @@ def test_version_says_when_the_extensions_are_hidden() -> None:
 def test_python_dash_m_mmreplay_version_says_compiled_code_is_in_use_when_it_is() -> None:
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     environment.pop("MMREPLAY_PURE_PYTHON", None)
-    probe = subprocess.run([sys.executable, "-c", "import mmreplay.codec as c, mmreplay.sum_tree as t, "
-                            "mmreplay.reference_codec as r; print(c.ACCELERATED and t.ACCELERATED and r.ACCELERATED)"],
+    probe = subprocess.run([sys.executable, "-c", "import mmreplay.frames.lz4_codec as c, mmreplay.sampling.sum_tree as t, "
+                            "mmreplay.frames.reference_codec as r; print(c.ACCELERATED and t.ACCELERATED and r.ACCELERATED)"],
                            capture_output=True, text=True, env=environment, cwd=REPO)
     if probe.stdout.strip() != "True":
         pytest.skip("the compiled extensions are not built here (scripts/setup.sh builds them)")

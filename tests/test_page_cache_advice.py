@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from strategies import numbered_frame
 
-from mmreplay import ReplayStore, frame_ring
+from mmreplay import ReplayStore
+from mmreplay.frames import ring as frame_ring
 
 SMAPS = Path("/proc/self/smaps")
 pytestmark = pytest.mark.skipif(not SMAPS.exists(), reason="needs Linux's /proc/self/smaps")

@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mmreplay import PrioritizedSampler, ReplayStore, format
+from mmreplay import PrioritizedSampler, ReplayStore
+from mmreplay.disk import header as format
 
 fork = multiprocessing.get_context("fork")
 STEPS = np.arange(20)

@@ -1,7 +1,7 @@
 """``priorities.tree`` under damage and races: the undo journal, commits newer than the header a process
 read, and stores written before priorities had checksums.
 
-The file layout used here is the one ``mmreplay/priorities.py`` documents: committed leaf of slot at
+The file layout used here is the one ``mmreplay/sampling/priority_file.py`` documents: committed leaf of slot at
 float64 entry ``size + slot``, the undo journal at byte ``48 * size`` (``size``: row_slots rounded up to a
 power of two).
 """
@@ -21,7 +21,8 @@ import pytest
 from issue3_reference import assert_distribution
 from strategies import numbered_frame
 
-from mmreplay import CorruptStoreError, PrioritizedSampler, ReplayStore, format
+from mmreplay import CorruptStoreError, PrioritizedSampler, ReplayStore
+from mmreplay.disk import header as format
 
 FRAME = (2, 3)
 

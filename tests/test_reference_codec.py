@@ -17,9 +17,9 @@ import pytest
 from atari_data import load_stream
 from extension_status import absent_reason
 
-from mmreplay import reference_codec
+from mmreplay.frames import reference_codec
 from mmreplay.errors import CorruptStoreError
-from mmreplay.reference_codec import CorruptFrameError, EnvReferences, ReferenceScheme
+from mmreplay.frames.reference_codec import CorruptFrameError, EnvReferences, ReferenceScheme
 
 NOT_BUILT = absent_reason("_lz4ref")
 needs_extension = pytest.mark.skipif(not reference_codec.ACCELERATED, reason=NOT_BUILT)

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mmreplay import CorruptStoreError, FormatVersionError, ReplayStore
-from mmreplay.row_checksum import row_checksum, row_checksums
+from mmreplay.rows.checksums import row_checksum, row_checksums
 
 ROW_BYTES = 26
 FRAME_LEAD, ACTION = 8, 18  # byte offsets inside a row

@@ -16,8 +16,8 @@ from extension_status import absent_reason
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mmreplay import sum_tree
-from mmreplay.sum_tree import ACCELERATED, TOP_LEVEL, SumTree, tree_size
+from mmreplay.sampling import sum_tree
+from mmreplay.sampling.sum_tree import ACCELERATED, TOP_LEVEL, SumTree, tree_size
 
 
 def tree_and_nodes(

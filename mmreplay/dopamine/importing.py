@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from mmreplay.building import SiblingBuild
+from mmreplay.disk.atomic_builds import SiblingBuild
 from mmreplay.dopamine.checkpoints import (
     ARRAYS,
     COLUMN_BYTES,
@@ -64,7 +64,7 @@ from mmreplay.dopamine.checkpoints import (
     read_episode_ends,
     spill_frames,
 )
-from mmreplay.dopamine.episodes import Slot, SlotEpisodes
+from mmreplay.dopamine.slot_episodes import Slot, SlotEpisodes
 from mmreplay.errors import CorruptStoreError
 from mmreplay.store import ReplayStore
 

@@ -23,7 +23,7 @@ BUILTIN_FILTERS = {h5py.h5z.FILTER_DEFLATE, h5py.h5z.FILTER_SHUFFLE, h5py.h5z.FI
 MAX_INFLATION = 1100  # declared bytes per stored byte: deflate's ratio is at most about 1032:1
 INFLATION_SLACK = 1 << 20  # small datasets: HDF5 may leave a dataset of fill values unallocated
 READ_BLOCK_BYTES = 1 << 26  # frames are read at most this many bytes at a time (64 MiB)
-# An imported layout's bounds, as a store header's (mmreplay.header_fields): a frame, an action, a count.
+# An imported layout's bounds, as a store header's (mmreplay.disk.header_parsing): a frame, an action, a count.
 MAX_FRAME_BYTES = 1 << 30
 MAX_ACTION_BYTES = 1 << 12
 MAX_FIELD_BYTES = 1 << 24  # one transition's value of one user field (as header_fields)

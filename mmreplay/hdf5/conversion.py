@@ -34,8 +34,7 @@ import numpy as np
 import numpy.typing as npt
 from tqdm import tqdm
 
-from mmreplay.building import SiblingBuild, check_new_path
-from mmreplay.episodes import Episode
+from mmreplay.disk.atomic_builds import SiblingBuild, check_new_path
 from mmreplay.errors import CorruptStoreError
 from mmreplay.hdf5.checks import READ_BLOCK_BYTES, check_input, close_file
 from mmreplay.hdf5.datasets import FIELD_PREFIX, FORMAT_NAMES, LAYOUTS, LayoutWriter, Source
@@ -43,6 +42,7 @@ from mmreplay.hdf5.minari_layout import DATASET_ID, MINARI_FILE, MinariSource, M
 from mmreplay.hdf5.mmreplay_layout import MmreplayLayoutSource, MmreplayLayoutWriter
 from mmreplay.hdf5.replay import Feeder, merged
 from mmreplay.store import ReplayStore
+from mmreplay.store.episode_list import Episode
 from mmreplay.validation import parse_positive_int
 
 __all__ = ["LAYOUTS", "export_hdf5", "import_hdf5"]

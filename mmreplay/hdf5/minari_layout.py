@@ -29,7 +29,6 @@ import h5py  # type: ignore[import-untyped]
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay.episodes import Episode
 from mmreplay.hdf5.checks import close_file
 from mmreplay.hdf5.datasets import (
     FIELD_PREFIX,
@@ -41,6 +40,7 @@ from mmreplay.hdf5.datasets import (
     write_frames,
 )
 from mmreplay.store import ReplayStore
+from mmreplay.store.episode_list import Episode
 
 MINARI_VERSION = "0.5.4"
 MINARI_FILE = "main_data.hdf5"

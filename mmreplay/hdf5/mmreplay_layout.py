@@ -25,13 +25,12 @@ import h5py  # type: ignore[import-untyped]
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay.episodes import Episode
 from mmreplay.hdf5.checks import close_file
 from mmreplay.hdf5.datasets import (
     COLUMNS,
-    check_episode_table,
     FIELD_PREFIX,
     Source,
+    check_episode_table,
     column_dataset,
     frame_counts,
     frame_dataset,
@@ -39,6 +38,7 @@ from mmreplay.hdf5.datasets import (
     write_frames,
 )
 from mmreplay.store import ReplayStore
+from mmreplay.store.episode_list import Episode
 
 
 class MmreplayLayoutWriter:

@@ -4,8 +4,8 @@
 actor that owns one store), ``writer`` (the acting side) and ``rate_limit`` (Reverb's rate limiting).
 """
 
-from mmreplay.ray.rate_limit import RateLimit
 from mmreplay.ray.assembly import global_ids
+from mmreplay.ray.rate_limit import RateLimit
 from mmreplay.ray.sharded import ShardedReplay, split_ids
 from mmreplay.ray.writer import ShardWriter
 

@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from mmreplay import EncodedBatch, EncodedFrames, EncodedSequenceBatch, ReplayStore, StoreNotFoundError
 from mmreplay.ray.rate_limit import RateLimit
-from mmreplay.samplers import PrioritizedSampler, sampler_from_config
+from mmreplay.sampling.samplers import PrioritizedSampler, sampler_from_config
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay import extensions
+from mmreplay.disk.files import BlockReservation, create_sparse
 from mmreplay.errors import CorruptStoreError
-from mmreplay.files import BlockReservation, create_sparse
-from mmreplay.row_checksum import row_checksum, row_checksums
+from mmreplay.rows.checksums import row_checksum, row_checksums
 
 TERMINATED = 1
 TRUNCATED = 2
@@ -51,7 +51,7 @@ def row_dtype(action_shape: tuple[int, ...], action_dtype: np.dtype, num_envs: i
     """The packed little-endian row layout for a given action field and number of envs."""
     return np.dtype(
         [
-            ("checksum", "<u4"),  # of the bytes after next_delta at the row's step: see mmreplay.row_checksum
+            ("checksum", "<u4"),  # of the bytes after next_delta at the row's step: see mmreplay.rows.checksums
             ("next_delta", "<u4"),  # steps forward to the env's next transition in this episode; 0: none yet
             # next_obs frame step minus transition step: every transition writes its next_obs frame, so
             # the lead is never negative; it grows by one per episode start (that episode's reset frame).

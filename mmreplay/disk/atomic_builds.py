@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from mmreplay.files import fsync_directory, make_sibling_directory
+from mmreplay.disk.files import fsync_directory, make_sibling_directory
 
 LOCK_NAME = ".building.lock"
 # A sibling without a lock file is a build that has only just begun, or one killed before it could make

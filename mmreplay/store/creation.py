@@ -13,14 +13,16 @@ from typing import IO
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import format, frame_encoding as encodings
+from mmreplay.disk import header
+from mmreplay.disk.files import fsync_directory, make_sibling_directory
+from mmreplay.disk.writer_lock import acquire_writer_lock
 from mmreplay.errors import StoreExistsError
-from mmreplay.field_table import FieldTable
-from mmreplay.files import acquire_writer_lock, fsync_directory, make_sibling_directory
-from mmreplay.frame_ring import FrameRing
-from mmreplay.reference_codec import ReferenceScheme
-from mmreplay.samplers import Sampler, UniformSampler
-from mmreplay.transition_table import MAX_ENVS, TransitionTable, row_dtype
+from mmreplay.frames import encodings
+from mmreplay.frames.reference_codec import ReferenceScheme
+from mmreplay.frames.ring import FrameRing
+from mmreplay.rows.fields import FieldTable
+from mmreplay.rows.transitions import MAX_ENVS, TransitionTable, row_dtype
+from mmreplay.sampling.samplers import Sampler, UniformSampler
 from mmreplay.validation import (
     parse_action_dtype,
     parse_field_specs,
@@ -44,11 +46,11 @@ def new_layout(
     fields: dict[str, tuple[tuple[int, ...], npt.DTypeLike]] | None,
     stack_padding: str,
     frame_dtype: npt.DTypeLike,
-) -> tuple[format.Layout, format.Commit, Sampler]:
+) -> tuple[header.Layout, header.Commit, Sampler]:
     """``ReplayStore.create``'s arguments checked (an error names what was expected and what was given):
     the new store's layout, its empty commit, and its sampler (uniform unless one was given)."""
-    if stack_padding not in format.STACK_PADDINGS:
-        raise ValueError(f"stack_padding must be one of {format.STACK_PADDINGS}; got {stack_padding!r}")
+    if stack_padding not in header.STACK_PADDINGS:
+        raise ValueError(f"stack_padding must be one of {header.STACK_PADDINGS}; got {stack_padding!r}")
     frame_shape = parse_shape(frame_shape, "frame_shape", allow_empty=False)
     capacity = parse_positive_int(capacity, "capacity")
     stack_size = parse_positive_int(stack_size, "stack_size")
@@ -65,7 +67,7 @@ def new_layout(
         raise ValueError(f"num_envs must be <= {MAX_ENVS}; got {num_envs}")
     if capacity < num_envs:
         raise ValueError(f"capacity must be >= num_envs ({num_envs}); got {capacity}")
-    layout, commit = format.new_store(
+    layout, commit = header.new_store(
         frame_shape=frame_shape,
         capacity=capacity,
         stack_size=stack_size,
@@ -81,7 +83,7 @@ def new_layout(
     return layout, commit, sampler
 
 
-def build_store(directory: Path, layout: format.Layout, commit: format.Commit) -> IO[bytes]:
+def build_store(directory: Path, layout: header.Layout, commit: header.Commit) -> IO[bytes]:
     """Build the empty store at ``directory`` (which must not exist): beside it, then renamed into place.
     Returns its writer lock, taken before the store became visible, so that no other writer can open
     it between the rename and the caller."""
@@ -106,20 +108,20 @@ def build_store(directory: Path, layout: format.Layout, commit: format.Commit) -
 
 
 def build_beside(
-    directory: Path, layout: format.Layout, commit: format.Commit, purpose: str
+    directory: Path, layout: header.Layout, commit: header.Commit, purpose: str
 ) -> tuple[Path, IO[bytes]]:
     """An empty store with this layout and commit in a new hidden sibling of ``directory`` (named for
     ``purpose``), its writer lock held: the sibling's path and the lock. Nothing is left on an error."""
     building = make_sibling_directory(directory, purpose)
     try:
         build_empty(building, layout, commit)
-        return building, acquire_writer_lock(building / format.LOCK_NAME)
+        return building, acquire_writer_lock(building / header.LOCK_NAME)
     except BaseException:
         shutil.rmtree(building, ignore_errors=True)
         raise
 
 
-def build_empty(building: Path, layout: format.Layout, commit: format.Commit) -> None:
+def build_empty(building: Path, layout: header.Layout, commit: header.Commit) -> None:
     """The files of an empty store with this layout and empty commit, in the directory ``building``."""
     FrameRing.create(
         building,
@@ -130,10 +132,10 @@ def build_empty(building: Path, layout: format.Layout, commit: format.Commit) ->
         frame_dtype=np.dtype(layout.frame_dtype),
     ).close()
     TransitionTable.create(
-        building / format.TRANSITIONS_NAME,
+        building / header.TRANSITIONS_NAME,
         dtype=row_dtype(layout.action_shape, np.dtype(layout.action_dtype), layout.num_envs),
         row_slots=layout.row_slots,
     ).close()
     if layout.fields:
-        FieldTable.create(building / format.FIELDS_NAME, specs=layout.fields, row_slots=layout.row_slots).close()
-    format.write_header(building, layout, commit)
+        FieldTable.create(building / header.FIELDS_NAME, specs=layout.fields, row_slots=layout.row_slots).close()
+    header.write_header(building, layout, commit)

@@ -17,9 +17,9 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.batch import Batch, SequenceBatch
-from mmreplay.encoded import EncodedFrames
-from mmreplay.frame_ring import FrameChecksumError
-from mmreplay.reading import TransitionReader
+from mmreplay.frames.ring import FrameChecksumError
+from mmreplay.frames.wire import EncodedFrames
+from mmreplay.store.reading import TransitionReader
 
 
 @dataclass(frozen=True, repr=False)

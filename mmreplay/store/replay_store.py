@@ -18,23 +18,19 @@ import os
 import shutil
 import threading
 import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
-from collections.abc import Callable, Iterator
 from typing import IO, Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import autocommit, creating, directory_swap, encoded, format, frame_encoding as encodings, passes, stacking
-from mmreplay.autocommit import CommitSchedule
 from mmreplay.batch import Batch, SequenceBatch
-from mmreplay.encoded import EncodedFrames
-from mmreplay.encoded_batches import EncodedBatch, EncodedSequenceBatch, EncodingReader
-from mmreplay.episodes import (
-    Episode, FramePlan, advance_all, continuations, load_env_episodes, load_env_frames, plan_frames, split_episodes
-)
+from mmreplay.disk import directory_swap, header
+from mmreplay.disk.files import file_signature
+from mmreplay.disk.writer_lock import acquire_writer_lock
 from mmreplay.errors import (
     ClosedStoreError,
     CorruptStoreError,
@@ -42,31 +38,47 @@ from mmreplay.errors import (
     ReadOnlyStoreError,
     StepsEvictedError,
 )
-from mmreplay.field_table import FieldChecksumError, FieldTable
-from mmreplay.files import acquire_writer_lock, file_signature
-from mmreplay.frame_encoding import FrameEncoder
-from mmreplay.frame_ring import FrameChecksumError, MissingSegmentError
-from mmreplay.prefetch import Prefetcher, recycling
-from mmreplay.reference_codec import ReferenceScheme
-from mmreplay.reading import SharedOutError, TransitionReader
-from mmreplay.samplers import Sampler, sampler_from_config
-from mmreplay.windows import follow_episodes
-from mmreplay.transition_table import TERMINATED, TRUNCATED, RowChecksumError, TransitionTable, row_dtype
-from mmreplay.validation import (
+from mmreplay.frames import encodings
+from mmreplay.frames.encodings import FrameEncoder
+from mmreplay.frames.reference_codec import ReferenceScheme
+from mmreplay.frames.ring import FrameChecksumError, MissingSegmentError
+from mmreplay.frames.wire import EncodedFrames
+from mmreplay.rows import stacking
+from mmreplay.rows.episode_windows import follow_episodes
+from mmreplay.rows.fields import FieldChecksumError, FieldTable
+from mmreplay.rows.transitions import TERMINATED, TRUNCATED, RowChecksumError, TransitionTable, row_dtype
+from mmreplay.sampling.samplers import Sampler, sampler_from_config
+from mmreplay.store import autocommit, creation, encoded_adds, passes
+from mmreplay.store.add_arguments import (
     AddArguments,
     AddShapes,
-    check_out,
     parse_add,
-    parse_fields,
     parse_env_mask,
+    parse_fields,
+    parse_single_frames,
+    records_every_env,
+)
+from mmreplay.store.autocommit import CommitSchedule
+from mmreplay.store.encoded_batches import EncodedBatch, EncodedSequenceBatch, EncodingReader
+from mmreplay.store.env_episodes import (
+    FramePlan,
+    advance_all,
+    continuations,
+    load_env_episodes,
+    load_env_frames,
+    plan_frames,
+)
+from mmreplay.store.episode_list import Episode, split_episodes
+from mmreplay.store.prefetch import Prefetcher, recycling
+from mmreplay.store.reading import SharedOutError, TransitionReader
+from mmreplay.validation import (
+    check_out,
     parse_mode,
     parse_number,
     parse_positive_int,
     parse_priorities,
     parse_rng,
-    parse_single_frames,
     parse_steps,
-    records_every_env,
 )
 
 PathLike = str | os.PathLike[str]
@@ -91,14 +103,14 @@ class ReplayStore:
     def __init__(
         self,
         directory: Path,
-        layout: format.Layout,
-        commit: format.Commit,
+        layout: header.Layout,
+        commit: header.Commit,
         *,
         mode: str,
         sampler: Sampler,
         lock: IO[bytes] | None,
         schedule: CommitSchedule,
-        format_version: int = format.FORMAT_VERSION,
+        format_version: int = header.FORMAT_VERSION,
     ) -> None:
         self._constructed = False  # until the end: a store whose opening failed is never committed
         self._format_version = format_version
@@ -124,7 +136,7 @@ class ReplayStore:
         self._frames = encodings.open_ring(directory, layout, commit, writable=mode == "r+")
         self._encoder = encodings.encoder_for(layout, directory)
         self._table = TransitionTable(
-            directory / format.TRANSITIONS_NAME,
+            directory / header.TRANSITIONS_NAME,
             dtype=row_dtype(layout.action_shape, self._action_dtype, layout.num_envs),
             row_slots=layout.row_slots,
             writable=mode == "r+",
@@ -132,13 +144,13 @@ class ReplayStore:
         )
         self._field_table = (
             FieldTable(
-                directory / format.FIELDS_NAME, specs=layout.fields, row_slots=layout.row_slots, writable=mode == "r+"
+                directory / header.FIELDS_NAME, specs=layout.fields, row_slots=layout.row_slots, writable=mode == "r+"
             )
             if layout.fields
             else None
         )
         # Which files this object maps: a ``clear`` by the writer replaces them (see ``refresh``).
-        self._table_inode = os.stat(directory / format.TRANSITIONS_NAME).st_ino
+        self._table_inode = os.stat(directory / header.TRANSITIONS_NAME).st_ino
         self._reader = TransitionReader(
             self._table,
             self._frames,
@@ -151,7 +163,7 @@ class ReplayStore:
         # ``add`` may take its fast path (``_add_single_frames``): a writer of plain lz4 frames, still open.
         self._fast_add = mode == "r+" and not self._encoder.records_references
         self._set_room_limits()
-        self._header_signature: tuple[int, int, int] | None = file_signature(directory / format.HEADER_NAME)
+        self._header_signature: tuple[int, int, int] | None = file_signature(directory / header.HEADER_NAME)
         self._read_signature = self._header_signature  # of the header refresh read last
         if mode == "r+":
             self._frames.remove_other_generations()
@@ -198,7 +210,7 @@ class ReplayStore:
         ``"lz4"`` (each frame alone) or ``"lz4-reference"`` (each frame against an earlier frame of its
         env, arranged by ``reference_scheme``, by default groups of 256 frames with branching 4: on
         Atari 2.4x (Pong) to 5.9x (MsPacman) fewer bytes per transition, 1.1x to 1.7x slower adds, and
-        samples 1.2x (MsPacman) to 2.9x (Pong) slower; see ``mmreplay.frame_encoding`` and the README).
+        samples 1.2x (MsPacman) to 2.9x (Pong) slower; see ``mmreplay.frames.encodings`` and the README).
         ``commit_every`` and ``commit_interval_s``: see ``open``. ``fields`` declares user fields stored
         beside each transition, ``{"name": (shape, dtype)}`` (a fixed shape; a numeric or bool dtype), such
         as a recurrent state or a legal-action mask: every ``add`` then takes them (``add(..., fields=)``)
@@ -212,13 +224,13 @@ class ReplayStore:
         values). ``"lz4-reference"`` takes uint8 only.
         """
         schedule = CommitSchedule(commit_every=commit_every, commit_interval_s=commit_interval_s)
-        layout, commit, sampler = creating.new_layout(
+        layout, commit, sampler = creation.new_layout(
             frame_shape=frame_shape, capacity=capacity, stack_size=stack_size, num_envs=num_envs,
             action_shape=action_shape, action_dtype=action_dtype, sampler=sampler, frame_encoding=frame_encoding,
             reference_scheme=reference_scheme, fields=fields, stack_padding=stack_padding, frame_dtype=frame_dtype,
         )
         directory = Path(path)
-        lock = creating.build_store(directory, layout, commit)
+        lock = creation.build_store(directory, layout, commit)
         return cls._open(directory, "r+", sampler=sampler, schedule=schedule, lock=lock)
 
     @classmethod
@@ -254,13 +266,13 @@ class ReplayStore:
         mode = parse_mode(mode)
         if mode == "r+":
             return cls._open_once(path, mode, sampler=sampler, schedule=schedule, lock=lock)
-        header = Path(path) / format.HEADER_NAME
+        header_path = Path(path) / header.HEADER_NAME
         for _ in range(_READ_ATTEMPTS - 1):
-            signature = file_signature(header)
+            signature = file_signature(header_path)
             try:
                 return cls._open_once(path, mode, sampler=sampler, schedule=schedule, lock=None)
             except CorruptStoreError:
-                if file_signature(header) == signature:
+                if file_signature(header_path) == signature:
                     raise
         return cls._open_once(path, mode, sampler=sampler, schedule=schedule, lock=None)
 
@@ -270,18 +282,18 @@ class ReplayStore:
         lock: IO[bytes] | None,
     ) -> ReplayStore:
         directory = Path(path)
-        layout, commit, version = format.read_versioned_header(directory)
-        if mode == "r+" and version != format.FORMAT_VERSION:
+        layout, commit, version = header.read_versioned_header(directory)
+        if mode == "r+" and version != header.FORMAT_VERSION:
             raise FormatVersionError(
-                f"{directory / format.HEADER_NAME}: format version {version} opens read-only (mode 'r'): its "
+                f"{directory / header.HEADER_NAME}: format version {version} opens read-only (mode 'r'): its "
                 f"rows carry version {version}'s checksum; to append, export it and import it into a new store"
             )
         if lock is None and mode == "r+":
-            lock = acquire_writer_lock(directory / format.LOCK_NAME)
+            lock = acquire_writer_lock(directory / header.LOCK_NAME)
         try:
             if lock is not None:
                 # A writer that died may have left newer, uncommitted files: reread under the lock.
-                layout, commit = format.read_header(directory)
+                layout, commit = header.read_header(directory)
             if sampler is None:
                 sampler = sampler_from_config(layout.sampler)
             elif sampler.config() != layout.sampler:
@@ -399,7 +411,7 @@ class ReplayStore:
         if (
             self._mode == "r"
             and not self._closed
-            and file_signature(self._directory / format.HEADER_NAME) != self._header_signature
+            and file_signature(self._directory / header.HEADER_NAME) != self._header_signature
         ):
             self.refresh()
 
@@ -436,7 +448,7 @@ class ReplayStore:
         if len(self):
             first = self._frames.position_of(self._commit.frame_tail) // self._frames.segment_bytes
             last = max(self._frames.bytes_written - 1, 0) // self._frames.segment_bytes
-            present = {int(path.stem) for path in (self._directory / format.SEGMENTS_DIR).glob("*.seg")
+            present = {int(path.stem) for path in (self._directory / header.SEGMENTS_DIR).glob("*.seg")
                        if path.stem.isdigit()}
             segment = first
             while segment <= last and len(missing) < limit:
@@ -530,7 +542,7 @@ class ReplayStore:
             raise ValueError(
                 f"add_encoded takes no user fields; this store has fields {list(self.fields)}: use add(..., fields=)"
             )
-        send = encoded.parse_encoded_send(
+        send = encoded_adds.parse_encoded_send(
             frames, obs, action, reward, next_obs, terminated, truncated, env_index=env_index, shapes=self._add_shapes
         )
         own = self._encoder
@@ -538,11 +550,11 @@ class ReplayStore:
             for t in range(len(send)):
                 self._add_parsed(send.step(t, self.num_envs), own)
         else:
-            self._add_send(send, encoded.ReceivedEncoder(own, send))
+            self._add_send(send, encoded_adds.ReceivedEncoder(own, send))
         if self._schedule.due(self._transitions_added):
             self.flush()
 
-    def _add_send(self, send: encoded.EncodedSend, encoder: FrameEncoder) -> None:
+    def _add_send(self, send: encoded_adds.EncodedSend, encoder: FrameEncoder) -> None:
         """A plain store's ``add_encoded``: each run of steps that continue the env's episode with one new
         frame apiece is written at once (``_add_run``), any other step by ``add``'s general path. The
         files end up as T general-path adds leave them: a run stops where one of those adds would have
@@ -569,7 +581,7 @@ class ReplayStore:
                 self._add_parsed(send.step(t, self.num_envs), encoder)
                 t += 1
 
-    def _add_run(self, send: encoded.EncodedSend, start: int, stop: int) -> None:
+    def _add_run(self, send: encoded_adds.EncodedSend, start: int, stop: int) -> None:
         """Steps ``[start, stop)`` of a send, each continuing the env's episode with one new frame, in one
         write: the frames, rows and links that ``stop - start`` general-path adds write, for a run that
         fits before the next commit (the caller checked). Only the run's last step may end the episode."""
@@ -757,10 +769,10 @@ class ReplayStore:
             self._sampler.sync()
             # A sampler written before Sampler.settle existed has nothing to settle.
             settle: Callable[[bool], None] = getattr(self._sampler, "settle", lambda committed: None)
-            commit: format.Commit | None = None
+            commit: header.Commit | None = None
             try:
                 frame_tail = self._frame_tail()
-                commit = format.Commit(
+                commit = header.Commit(
                     transitions_added=self._transitions_added,
                     frames_written=self._frames.frames_written,
                     bytes_written=self._frames.bytes_written,
@@ -779,15 +791,15 @@ class ReplayStore:
             self._frames.release_segments_before(self._frames.position_of(frame_tail))
             self._schedule.committed(self._transitions_added)
 
-    def _header_holds(self, commit: format.Commit) -> bool:
+    def _header_holds(self, commit: header.Commit) -> bool:
         """Whether the header on disk is ``commit`` (after a failed write: did the rename happen?)."""
         try:
-            return format.read_header(self._directory)[1] == commit
+            return header.read_header(self._directory)[1] == commit
         except (OSError, ValueError):
             return False
 
-    def _write_commit(self, commit: format.Commit) -> None:
-        format.write_header(self._directory, self._layout, commit)
+    def _write_commit(self, commit: header.Commit) -> None:
+        header.write_header(self._directory, self._layout, commit)
         self._commit = commit
         self._set_room_limits()
 
@@ -1122,16 +1134,16 @@ class ReplayStore:
                     # A reader that was descheduled between reading the header and the files it names finds
                     # them reused or replaced by the writer's later commits: only a header that stayed the
                     # same makes that corruption.
-                    if file_signature(self._directory / format.HEADER_NAME) == self._read_signature:
+                    if file_signature(self._directory / header.HEADER_NAME) == self._read_signature:
                         raise
             return self._follow_header()
 
     def _follow_header(self) -> bool:
         """``refresh``, once: follow the header as it is now."""
-        signature = file_signature(self._directory / format.HEADER_NAME)
+        signature = file_signature(self._directory / header.HEADER_NAME)
         self._read_signature = signature
-        _, commit = format.read_header(self._directory)
-        if os.stat(self._directory / format.TRANSITIONS_NAME).st_ino != self._table_inode:
+        _, commit = header.read_header(self._directory)
+        if os.stat(self._directory / header.TRANSITIONS_NAME).st_ino != self._table_inode:
             raise ClosedStoreError(
                 f"cannot refresh: the store at {str(self._directory)!r} was cleared by its writer since this "
                 "reader opened it; open it again"
@@ -1173,7 +1185,7 @@ class ReplayStore:
         """
         if self._mode == "r+":
             return read()
-        if file_signature(self._directory / format.HEADER_NAME) != self._header_signature:
+        if file_signature(self._directory / header.HEADER_NAME) != self._header_signature:
             self.refresh()
         for _ in range(_READ_ATTEMPTS - 1):
             try:
@@ -1277,12 +1289,12 @@ class ReplayStore:
             prefetcher.close()
         with self._lock:
             layout = self._layout
-            _, commit = format.new_store(
+            _, commit = header.new_store(
                 frame_shape=layout.frame_shape, capacity=layout.capacity, stack_size=layout.stack_size,
                 num_envs=layout.num_envs, action_shape=layout.action_shape,
                 action_dtype=np.dtype(layout.action_dtype), sampler=layout.sampler,
             )
-            building, lock = creating.build_beside(self._directory, layout, commit, "clearing")
+            building, lock = creation.build_beside(self._directory, layout, commit, "clearing")
             try:
                 directory_swap.exchange(self._directory, building)
             except BaseException:

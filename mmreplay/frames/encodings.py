@@ -25,15 +25,16 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import codec, format
+from mmreplay.disk import header
 from mmreplay.errors import CorruptStoreError
-from mmreplay.frame_ring import FrameRing
-from mmreplay.reference_codec import EnvReferences, ReferenceScheme, compress_against
-from mmreplay.reference_ring import ReferenceFrameRing
+from mmreplay.frames import lz4_codec
+from mmreplay.frames.reference_codec import EnvReferences, ReferenceScheme, compress_against
+from mmreplay.frames.reference_ring import ReferenceFrameRing
+from mmreplay.frames.ring import FrameRing
 
 PLAIN = "lz4"
 REFERENCE = "lz4-reference"
-assert format.FRAME_ENCODINGS == (PLAIN, REFERENCE)
+assert header.FRAME_ENCODINGS == (PLAIN, REFERENCE)
 # A store's scheme when create is given none. Measured through ReplayStore at 30,000 transitions
 # (stack 4) against ReferenceScheme()'s groups of 64 with branching 8 (depth 2): 3% fewer bytes per
 # transition on Pong, 8% on MsPacman, for the same sampling time (a batch's frames share references).
@@ -46,8 +47,8 @@ def parse_frame_encoding(
     """The layout's ``frame_encoding`` and ``reference_scheme`` fields for ``ReplayStore.create``'s arguments."""
     if not isinstance(frame_encoding, str):
         raise TypeError(f"frame_encoding must be a str; got {type(frame_encoding).__name__} {frame_encoding!r}")
-    if frame_encoding not in format.FRAME_ENCODINGS:
-        expected = " or ".join(repr(name) for name in format.FRAME_ENCODINGS)
+    if frame_encoding not in header.FRAME_ENCODINGS:
+        expected = " or ".join(repr(name) for name in header.FRAME_ENCODINGS)
         raise ValueError(f"frame_encoding is {frame_encoding!r}; expected {expected}")
     if reference_scheme is not None and not isinstance(reference_scheme, ReferenceScheme):
         raise TypeError(
@@ -60,7 +61,7 @@ def parse_frame_encoding(
     return REFERENCE, asdict(reference_scheme if reference_scheme is not None else DEFAULT_SCHEME)
 
 
-def scheme_of(layout: format.Layout, directory: Path) -> ReferenceScheme | None:
+def scheme_of(layout: header.Layout, directory: Path) -> ReferenceScheme | None:
     """The store's reference scheme (None for plain frames), checked as the header gives it."""
     if layout.frame_encoding == PLAIN:
         return None
@@ -71,16 +72,16 @@ def scheme_of(layout: format.Layout, directory: Path) -> ReferenceScheme | None:
         return ReferenceScheme(**fields)
     except (TypeError, ValueError) as error:
         raise CorruptStoreError(
-            f"{directory / format.HEADER_NAME}: reference_scheme {fields!r} is not a valid scheme ({error})"
+            f"{directory / header.HEADER_NAME}: reference_scheme {fields!r} is not a valid scheme ({error})"
         ) from None
 
 
-def has_references(layout: format.Layout) -> bool:
+def has_references(layout: header.Layout) -> bool:
     """Whether the store's frame table entries hold ``ref_delta`` (see ``frame_ring.frame_entry``)."""
     return layout.frame_encoding == REFERENCE
 
 
-def open_ring(directory: Path, layout: format.Layout, commit: format.Commit, *, writable: bool) -> FrameRing:
+def open_ring(directory: Path, layout: header.Layout, commit: header.Commit, *, writable: bool) -> FrameRing:
     """The store's frame ring, of the class its encoding needs, at its committed counts."""
     scheme = scheme_of(layout, directory)
     make = FrameRing if scheme is None else functools.partial(ReferenceFrameRing, scheme=scheme)
@@ -123,7 +124,7 @@ class PlainEncoder:
     def encode(
         self, env: int, frame_step: int, frame: npt.NDArray[np.uint8], *, restart: bool
     ) -> tuple[bytes, int]:
-        return codec.compress(frame), 0
+        return lz4_codec.compress(frame), 0
 
     def checkpoint(self) -> None:
         pass
@@ -169,7 +170,7 @@ class ReferenceEncoder:
         self._saved = {}
 
 
-def encoder_for(layout: format.Layout, directory: Path) -> FrameEncoder:
+def encoder_for(layout: header.Layout, directory: Path) -> FrameEncoder:
     """A new writer's frame encoder for the store's encoding."""
     scheme = scheme_of(layout, directory)
     if scheme is None:

@@ -1,83 +1,17 @@
-"""File primitives the storage modules share: sparse creation, block reservation, durable renames."""
+"""The writer lock: one writer per store, held by this process alone (not by forked children), released
+by the OS when the process dies.
+"""
 
 from __future__ import annotations
 
 import fcntl
 import os
-import secrets
 import struct
 import weakref
 from pathlib import Path
 from typing import IO
 
 from mmreplay.errors import StoreLockedError
-
-RESERVE_STEP = 1 << 16  # bytes reserved at a time ahead of the writes into a memory map
-RESERVE_WINDOW = 1 << 24  # at most this many bytes before a write are reserved with it
-
-
-def create_sparse(path: Path, nbytes: int) -> None:
-    """Create a file of ``nbytes`` without allocating its blocks (disk use follows what is written)."""
-    with open(path, "xb") as file:
-        file.truncate(nbytes)
-        os.fsync(file.fileno())
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make a rename or a new file inside ``directory`` durable."""
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def make_sibling_directory(target: Path, purpose: str) -> Path:
-    """A new, uniquely named, hidden directory beside ``target`` (``.NAME.PURPOSE-XXXXXXXX``) in which a
-    store or dataset is built before it is renamed to ``target``.
-
-    Its mode follows the process umask, like any directory a tool creates (``tempfile.mkdtemp`` would
-    make it 0700, and the renamed store unreadable to the other users it may be meant for).
-    """
-    for _ in range(100):
-        candidate = target.parent / f".{target.name}.{purpose}-{secrets.token_hex(4)}"
-        try:
-            os.mkdir(candidate, 0o777)
-        except FileExistsError:
-            continue
-        return candidate
-    raise FileExistsError(f"could not find a free name beside {str(target)!r} to build it in")
-
-
-class BlockReservation:
-    """Reserves a memory-mapped file's blocks just ahead of the bytes written into it.
-
-    A store into a memory map whose block cannot be allocated (a full disk) kills the process with
-    SIGBUS; reserving with ``posix_fallocate`` first turns that into an ``OSError`` raised before anything
-    is written, while the file stays sparse beyond what is used.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._descriptor = os.open(path, os.O_RDWR)
-        self._size = os.fstat(self._descriptor).st_size
-        self._reserved = 0
-
-    def ensure(self, end: int) -> None:
-        """Make sure bytes ``[0, end)`` have blocks (an ``OSError`` such as ENOSPC if they cannot)."""
-        if end <= self._reserved:
-            return
-        new_end = min(self._size, max(end, self._reserved + RESERVE_STEP))
-        # Bytes before the window were written before this process opened the file (a writer resumes
-        # where the last commit ended): only the window is reserved, never a span a header could make
-        # as large as a sparse file (a crafted header must not allocate terabytes of disk).
-        start = max(self._reserved, end - RESERVE_WINDOW)
-        if new_end > start:
-            os.posix_fallocate(self._descriptor, start, new_end - start)
-        self._reserved = new_end
-
-    def close(self) -> None:
-        os.close(self._descriptor)
 
 
 def acquire_writer_lock(path: Path) -> IO[bytes]:
@@ -150,12 +84,3 @@ def _drop_inherited_locks() -> None:
 
 
 os.register_at_fork(after_in_child=_drop_inherited_locks)
-
-
-def file_signature(path: Path) -> tuple[int, int, int]:
-    """Identity and version of a file that is replaced by renames: changes with every replacement."""
-    try:
-        status = os.stat(path)
-    except FileNotFoundError:
-        return (0, 0, 0)
-    return (status.st_ino, status.st_mtime_ns, status.st_size)

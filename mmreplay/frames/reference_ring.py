@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import reference_codec
-from mmreplay.frame_ring import FrameChecksumError, FrameRing, frame_seed
-from mmreplay.reference_codec import CorruptFrameError, ReferenceScheme
+from mmreplay.frames import reference_codec
+from mmreplay.frames.reference_codec import CorruptFrameError, ReferenceScheme
+from mmreplay.frames.ring import FrameChecksumError, FrameRing, frame_seed
 
 
 class ReferenceFrameRing(FrameRing):

@@ -14,12 +14,14 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import codec, extensions, stacking
+from mmreplay import extensions
 from mmreplay.batch import Batch, SequenceBatch
-from mmreplay.field_table import FieldArrays, FieldTable
-from mmreplay.frame_ring import FrameChecksumError, FrameRing
-from mmreplay.transition_table import TERMINATED, TRUNCATED, TransitionTable, detached_rows, next_frame_steps
-from mmreplay.windows import follow_episodes, n_step_returns
+from mmreplay.frames import lz4_codec
+from mmreplay.frames.ring import FrameChecksumError, FrameRing
+from mmreplay.rows import stacking
+from mmreplay.rows.episode_windows import follow_episodes, n_step_returns
+from mmreplay.rows.fields import FieldArrays, FieldTable
+from mmreplay.rows.transitions import TERMINATED, TRUNCATED, TransitionTable, detached_rows, next_frame_steps
 
 T = TypeVar("T", Batch, SequenceBatch)
 
@@ -61,8 +63,8 @@ class TransitionReader:
         )
         self._columns = (stack_size + 1, *self.frame_shape)  # frames per transition, then a frame's shape
         self._batch_action = table.batch_action
-        # Batches of this many transitions or more decode on two threads (codec.decode_threads).
-        self._split_rows = codec.rows_on_two_threads((stack_size + 1) * frames.frame_nbytes)
+        # Batches of this many transitions or more decode on two threads (lz4_codec.decode_threads).
+        self._split_rows = lz4_codec.rows_on_two_threads((stack_size + 1) * frames.frame_nbytes)
         # (dtype, shape after the batch axis) of a batch's action, reward, terminated, truncated,
         # env_index, index, weight and discount: what an ``out`` batch's arrays must be.
         action = table.batch_action

@@ -28,10 +28,12 @@ from typing import NoReturn
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import codec, extensions, stacking
+from mmreplay import extensions
+from mmreplay.disk.files import BlockReservation, create_sparse, fsync_directory
+from mmreplay.disk.header import SEGMENTS_DIR, frame_table_name, segment_name
 from mmreplay.errors import CorruptStoreError
-from mmreplay.files import BlockReservation, create_sparse, fsync_directory
-from mmreplay.format import SEGMENTS_DIR, frame_table_name, segment_name
+from mmreplay.frames import lz4_codec
+from mmreplay.rows import stacking
 
 
 class FrameChecksumError(CorruptStoreError):
@@ -97,7 +99,7 @@ def _entry_packer(entry: np.dtype) -> struct.Struct:
 
 
 def _entry_layout(entry: np.dtype) -> tuple[int, ...]:
-    """The entry as codec.decode_from_table reads it: its size, the byte offsets of position, length,
+    """The entry as lz4_codec.decode_from_table reads it: its size, the byte offsets of position, length,
     checksum and prev_delta, and the width of length."""
     assert entry.fields is not None
     offsets = [entry.fields[name][1] for name in ("position", "length", "checksum", "prev_delta")]
@@ -215,10 +217,10 @@ class FrameRing:
             seed = (step * _SEED_MULTIPLIER + prev_delta + ref_delta * _REF_SEED_MULTIPLIER) & 0xFFFFFFFF
             if with_refs:
                 pack_into(entries, (step % frame_slots) * entry_size, position, length,
-                          codec.checksum(payload, seed), prev_delta, ref_delta)
+                          lz4_codec.checksum(payload, seed), prev_delta, ref_delta)
             else:
                 pack_into(entries, (step % frame_slots) * entry_size, position, length,
-                          codec.checksum(payload, seed), prev_delta)
+                          lz4_codec.checksum(payload, seed), prev_delta)
             position += length
             step += 1
         self._write_run(run, run_start)
@@ -245,7 +247,7 @@ class FrameRing:
                 return
             # They would run past the segment's end: the general path moves on to the next segment.
         frame_bytes = frames.reshape(len(prev_deltas), -1).view(np.uint8)
-        self.append([codec.compress(frame) for frame in frame_bytes], prev_deltas)
+        self.append([lz4_codec.compress(frame) for frame in frame_bytes], prev_deltas)
 
     def _reserve_entries(self, frame_stop: int) -> None:
         """Reserve the frame table's blocks up to the entry of frame step ``frame_stop`` (exclusive)."""
@@ -376,7 +378,7 @@ class FrameRing:
         if len(frame_steps) == 0:
             return
         assert out.dtype == self.frame_dtype and out.nbytes == len(frame_steps) * self.frame_nbytes
-        if self._view_cache is not None and codec.decode_from_table(  # writes bytes into any dtype
+        if self._view_cache is not None and lz4_codec.decode_from_table(  # writes bytes into any dtype
             self._table,
             frame_steps,
             out,
@@ -403,7 +405,7 @@ class FrameRing:
         if first < 0:
             self._raise_outside(frame_steps, positions, lengths)
         base, views = self._views_covering(first, last, segments, frame_steps)
-        bad = codec.decode_batch(
+        bad = lz4_codec.decode_batch(
             np.subtract(segments, base, out=segments),  # each frame's index into views
             offsets,
             lengths.astype(np.int64),
@@ -478,7 +480,7 @@ class FrameRing:
         if verify:
             ends = np.cumsum(lengths).tolist()
             for i, (start, stop) in enumerate(zip([0, *ends[:-1]], ends)):
-                if codec.checksum(data[start:stop], int(seeds[i])) != int(checksums[i]):
+                if lz4_codec.checksum(data[start:stop], int(seeds[i])) != int(checksums[i]):
                     bad = i
                     break
         return data, lengths, checksums, seeds, bad

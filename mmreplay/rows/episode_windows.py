@@ -19,9 +19,15 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay.stacking import Stacks
-from mmreplay.transition_table import (
-    EPISODE_START, FRAGMENT_START, TERMINATED, TRUNCATED, RowChecksumError, detached_rows, next_frame_steps
+from mmreplay.rows.stacking import Stacks
+from mmreplay.rows.transitions import (
+    EPISODE_START,
+    FRAGMENT_START,
+    TERMINATED,
+    TRUNCATED,
+    RowChecksumError,
+    detached_rows,
+    next_frame_steps,
 )
 
 RowsOf = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.void]]

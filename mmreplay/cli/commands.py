@@ -22,11 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from mmreplay import __version__, drawing, extensions
-from mmreplay.building import check_new_path
+from mmreplay import __version__, extensions
+from mmreplay.cli import drawing
+from mmreplay.cli.verification import open_to_describe, verify_store
+from mmreplay.disk.atomic_builds import check_new_path
 from mmreplay.errors import CorruptStoreError, MmreplayError
 from mmreplay.store import ReplayStore
-from mmreplay.verification import open_to_describe, verify_store
 
 CHUNK_STEPS = 1024
 

@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay.row_checksum import row_checksum, row_checksums
+from mmreplay.disk.files import BlockReservation, create_sparse
+from mmreplay.disk.header import FieldSpec
 from mmreplay.errors import CorruptStoreError
-from mmreplay.files import BlockReservation, create_sparse
-from mmreplay.format import FieldSpec
+from mmreplay.rows.checksums import row_checksum, row_checksums
 
 FieldArrays = dict[str, npt.NDArray[np.generic]]
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from mmreplay.building import leftovers
+from mmreplay.disk.atomic_builds import leftovers
 from mmreplay.errors import CorruptStoreError, StepsEvictedError, StoreNotFoundError
 from mmreplay.store import ReplayStore
 

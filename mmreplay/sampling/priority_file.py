@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.errors import CorruptStoreError
-from mmreplay.sum_tree import SumTree, tree_size
+from mmreplay.sampling.sum_tree import SumTree, tree_size
 
 JOURNAL_HEADER = struct.Struct("<QQQQ")  # sequence, checksum, entry count, CRC-32 of the other fields and entries
 JOURNAL_ENTRY = np.dtype([("slot", "<u8"), ("leaf", "<f8")])

@@ -16,8 +16,8 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay import extensions
-from mmreplay.priorities import Committed, PriorityFile, slot_ranges
-from mmreplay.sum_tree import SumTree
+from mmreplay.sampling.priority_file import Committed, PriorityFile, slot_ranges
+from mmreplay.sampling.sum_tree import SumTree
 
 _sumtree = extensions.load("_sumtree")
 
@@ -127,7 +127,7 @@ class PrioritizedSampler:
     """Proportional prioritized replay (Schaul et al. 2016): P(i) = p_i^alpha / sum_j p_j^alpha.
 
     New transitions get the largest priority seen so far. Leaves hold ``(priority + epsilon)^alpha`` in a
-    sum tree whose committed leaves live in the file ``priorities.tree`` (see ``mmreplay.priorities``):
+    sum tree whose committed leaves live in the file ``priorities.tree`` (see ``mmreplay.sampling.priority_file``):
     a commit writes them with an undo journal and the header holds their checksum, so what a commit
     counts survives a crash and damage is detected. When every stored leaf is 0 (``epsilon=0`` and zero
     priorities) there is no mass to draw by: steps are drawn uniformly, with weights of 1.

@@ -23,15 +23,15 @@ from pathlib import Path
 
 import numpy as np
 
+from mmreplay.disk.files import fsync_directory
+from mmreplay.disk.header_parsing import parse_commit_fields, parse_layout_fields
 from mmreplay.errors import CorruptStoreError, FormatVersionError, StoreNotFoundError
-from mmreplay.files import fsync_directory
-from mmreplay.header_fields import parse_commit_fields, parse_layout_fields
 
 MAGIC = "mmreplay"
 # 2: rows without oldest_delta (the frame chain gives it). 3: rows hold frame_lead (u4) for next_frame
 # (u8) and a one-byte env in stores of at most 256 envs; frame entries a u2 length for frames of 84x84.
 # 4: row flag 8 (DETACHED: a whole next_obs stack stored as given), which a version 3 reader would misread,
-# and rows checked by a CRC-32 mixed with the step (mmreplay.row_checksum) instead of a weighted byte sum.
+# and rows checked by a CRC-32 mixed with the step (mmreplay.rows.checksums) instead of a weighted byte sum.
 FORMAT_VERSION = 4
 # Version 3 stores are read as they are (rows checked by their byte sum); they open read-only, since
 # rows with a version 4 checksum would not match the version 3 header.

@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 
-from mmreplay.files import fsync_directory
+from mmreplay.disk.files import fsync_directory
 
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2  # linux/fs.h

@@ -1,0 +1,193 @@
+"""Frames that travel compressed: into a store (``add_encoded``) and out of it (``sample_encoded``).
+
+Vocabulary: an *encoded frame* is one frame as the store keeps it, an lz4 block made by the store's own
+codec (``encode_frames``), with its CRC-32. ``EncodedFrames`` holds several back to back. An
+*encoded batch* (``EncodedBatch``) is what ``sample`` would return with its pixels left as the stored
+blocks of the frames it needs, plus, for each transition, which of those blocks make its obs and
+next_obs. A batch of 32 Pong transitions (stack 4) is ~42 KB encoded against 1.1 MB decoded: what
+crosses a network or a process boundary should be the encoded form, decoded where it is used
+(``EncodedBatch.decode``, by the compiled decoder that ``sample`` uses; the batches are in
+``encoded_batches``). ``BlockRefs`` names frames among the blocks of several ``EncodedFrames``
+(``EncodedFrames.blocks``), so that ``decode_blocks`` decodes the frames of a batch drawn from several
+stores (shards) in one call, straight into place.
+
+Both directions are checked: frames that arrive are decoded against their checksums before anything
+is written (the pixels are needed anyway: the store compares each obs with its env's last next_obs),
+and an encoded batch carries each frame's stored checksum and seed, so its ``decode`` checks the bytes
+end to end, from the store's disk to the learner.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from mmreplay.errors import CorruptStoreError
+from mmreplay.frames import lz4_codec
+
+T = TypeVar("T", bound=np.generic)
+
+
+@dataclass(frozen=True, repr=False)
+class EncodedFrames:
+    """Frames compressed by the store's codec: ``data`` holds the lz4 blocks back to back, frame i's
+    ``lengths[i]`` bytes from ``sum(lengths[:i])``, with ``checksums[i]`` its CRC-32 seeded with
+    ``seeds[i]`` (0 for frames from ``encode_frames``; a stored frame's own seed in an ``EncodedBatch``).
+
+    Pickled with protocol 5 (Ray's, and ``multiprocessing``'s), ``data`` travels out of band: Ray copies
+    it once into its object store and the receiver maps it there, so ``data`` is then a read-only
+    ``memoryview`` of those bytes instead of ``bytes`` (a copy of a megabyte less on each side)."""
+
+    data: bytes | memoryview
+    lengths: npt.NDArray[np.int64]
+    checksums: npt.NDArray[np.uint32]
+    seeds: npt.NDArray[np.uint32]
+    frame_shape: tuple[int, ...]
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of blocks, lengths, checksums and seeds: what sending these frames costs."""
+        return len(self.data) + self.lengths.nbytes + self.checksums.nbytes + self.seeds.nbytes
+
+    def blocks(self, order: npt.NDArray[np.int64]) -> BlockRefs:
+        """Where frames ``order`` (indices into these frames, any shape, repeats allowed) lie in ``data``:
+        each one's start, length, checksum and seed, shaped as ``order``."""
+        starts = np.zeros(len(self) + 1, np.int64)
+        np.cumsum(self.lengths, out=starts[1:])
+        return BlockRefs(np.zeros(order.shape, np.int64), starts[order], self.lengths[order], self.checksums[order],
+                         self.seeds[order].astype(np.int64))
+
+    def decode(self, order: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.uint8]:
+        """The frames' pixels, (n, *frame_shape) uint8, in ``order`` (indices into these frames, repeats
+        allowed; by default each once), each checked against its checksum: ``CorruptStoreError`` if one
+        fails or does not decode to exactly one frame."""
+        if order is None:
+            order = np.arange(len(self), dtype=np.int64)
+        pixels = np.empty((len(order), *self.frame_shape), np.uint8)
+        decode_blocks([self], self.blocks(order), pixels, numbers=order)
+        return pixels
+
+    def __repr__(self) -> str:
+        return f"EncodedFrames(frames={len(self)}, frame_shape={self.frame_shape}, nbytes={self.nbytes:,})"
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        data: object = pickle.PickleBuffer(self.data) if protocol >= 5 else bytes(self.data)
+        return _rebuild_frames, (data, self.lengths, self.checksums, self.seeds, self.frame_shape)
+
+
+def _rebuild_frames(
+    data: object, lengths: npt.NDArray[np.int64], checksums: npt.NDArray[np.uint32], seeds: npt.NDArray[np.uint32],
+    frame_shape: tuple[int, ...],
+) -> EncodedFrames:
+    """An unpickled ``EncodedFrames``: ``data`` is bytes (in band) or the buffer its receiver handed over
+    (out of band), viewed as bytes without a copy."""
+    blocks = data if isinstance(data, bytes) else memoryview(data).cast("B")  # type: ignore[arg-type]
+    return EncodedFrames(blocks, lengths, checksums, seeds, frame_shape)
+
+
+@dataclass(frozen=True)
+class BlockRefs:
+    """Frames among the blocks of several ``EncodedFrames`` (the *sources*): frame i is the block of
+    ``lengths[i]`` bytes at ``starts[i]`` of source ``sources[i]``, with its checksum and CRC seed. Arrays
+    of any one shape (rows of a batch by their frames); ``take`` and ``join`` rearrange them, so that
+    the frames of a batch drawn from several shards decode in one compiled call (``decode_blocks``)."""
+
+    sources: npt.NDArray[np.int64]
+    starts: npt.NDArray[np.int64]
+    lengths: npt.NDArray[np.int64]
+    checksums: npt.NDArray[np.uint32]
+    seeds: npt.NDArray[np.int64]
+
+    def take(self, rows: npt.NDArray[np.int64] | slice) -> BlockRefs:
+        """These references' rows ``rows`` (along the first axis)."""
+        return BlockRefs(self.sources[rows], self.starts[rows], self.lengths[rows], self.checksums[rows], self.seeds[rows])
+
+    def from_source(self, source: int) -> BlockRefs:
+        """The same references, all into source ``source``."""
+        return BlockRefs(np.full(self.sources.shape, source, np.int64), self.starts, self.lengths, self.checksums,
+                         self.seeds)
+
+    @staticmethod
+    def join(parts: Sequence[BlockRefs], order: npt.NDArray[np.int64] | None = None) -> BlockRefs:
+        """The parts' rows one after the other, then in ``order`` (row i is the joined rows' ``order[i]``)."""
+        arrays = [np.concatenate([getattr(part, name) for part in parts]) for name in
+                  ("sources", "starts", "lengths", "checksums", "seeds")]
+        joined = BlockRefs(*arrays)
+        return joined if order is None else joined.take(order)
+
+
+def decode_blocks(
+    sources: Sequence[EncodedFrames], refs: BlockRefs, out: npt.NDArray[np.uint8], *,
+    numbers: npt.NDArray[np.int64] | None = None,
+) -> None:
+    """Decode the referenced frames into ``out`` ((refs' size, *frame_shape) uint8, C-contiguous) in one
+    call of the compiled decoder, each checked against its checksum: ``CorruptStoreError`` if one fails
+    or does not decode to exactly one frame, naming it by ``numbers`` (by default its position)."""
+    count = refs.starts.size
+    if not isinstance(out, np.ndarray) or out.dtype != np.uint8 or out.ndim < 2 or out.shape[0] != count:
+        raise ValueError(
+            f"out must be a uint8 array of shape ({count}, *frame_shape), a frame for each of refs' {count} "
+            f"references; got {type(out).__name__} {getattr(out, 'dtype', '')} of shape {getattr(out, 'shape', None)}"
+        )
+    if count == 0:
+        return
+    bad = lz4_codec.decode_batch(
+        refs.sources.reshape(-1), refs.starts.reshape(-1), refs.lengths.reshape(-1), refs.checksums.reshape(-1),
+        refs.seeds.reshape(-1), out.reshape(count, -1), views=[memoryview(source.data) for source in sources],
+    )
+    if bad >= 0:
+        raise CorruptStoreError(
+            f"encoded frame {bad if numbers is None else int(numbers.reshape(-1)[bad])} fails its checksum or does "
+            f"not decode to one frame of shape {out.shape[1:]}: it was damaged on disk or on the way, or made by "
+            "another codec than encode_frames"
+        )
+
+
+def encode_frames(frames: npt.ArrayLike) -> EncodedFrames:
+    """Compress frames (uint8, (n, *frame_shape)) with the store's codec, one lz4 block each: the same
+    bytes that ``ReplayStore.add`` writes for them, so a store given them by ``add_encoded`` holds
+    exactly what ``add`` would have written."""
+    array = np.asarray(frames)
+    if array.dtype != np.uint8:
+        raise TypeError(f"frames must be uint8; got {array.dtype}")
+    if array.ndim < 2:
+        raise ValueError(f"frames has shape {array.shape}; expected (n, *frame_shape)")
+    array = np.ascontiguousarray(array)
+    payloads = [lz4_codec.compress(frame) for frame in array]
+    return EncodedFrames(
+        data=b"".join(payloads),
+        lengths=np.array([len(payload) for payload in payloads], np.int64),
+        checksums=np.array([lz4_codec.checksum(payload, 0) for payload in payloads], np.uint32),
+        seeds=np.zeros(len(payloads), np.uint32),
+        frame_shape=tuple(array.shape[1:]),
+    )
+
+
+def encode_stacks(stacks: npt.ArrayLike) -> tuple[EncodedFrames, npt.NDArray[np.int64]]:
+    """Consecutive observation stacks (n, stack_size, *frame_shape) of one env as their distinct frames,
+    encoded, and each stack as indices into them, (n, stack_size): a stack that is the one before
+    shifted by one frame adds only its newest frame. ``add_encoded(frames, index[:-1], ...,
+    index[1:], ...)`` then records the n - 1 transitions between them."""
+    array = np.asarray(stacks)
+    if array.dtype != np.uint8 or array.ndim < 3:
+        raise ValueError(f"stacks must be uint8 (n, stack_size, *frame_shape); got {array.dtype} {array.shape}")
+    size = array.shape[1]
+    index = np.empty(array.shape[:2], np.int64)
+    chosen: list[npt.NDArray[np.uint8]] = []
+    for t in range(len(array)):
+        if t and size > 1 and np.array_equal(array[t, :-1], array[t - 1, 1:]):
+            index[t, :-1] = index[t - 1, 1:]
+            index[t, -1] = len(chosen)
+            chosen.append(array[t, -1])
+        else:
+            index[t] = np.arange(len(chosen), len(chosen) + size)
+            chosen.extend(array[t])
+    return encode_frames(np.stack(chosen)), index
