@@ -75,6 +75,8 @@ def export_hdf5(
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}; got {layout!r}")
     chunk_steps = parse_positive_int(chunk_steps, "chunk_steps")
+    if len(store) == 0:
+        raise ValueError(f"{store.path}: the store holds no transitions: there is nothing to export")
     target = Path(path)
     check_new_path(target, "an export")
     if layout == "minari":
