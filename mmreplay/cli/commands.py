@@ -110,7 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
                                "directory (--layout minari).")
     export.add_argument("store", help=STORE_HELP)
     export.add_argument("output", help="the file (mmreplay) or dataset directory (minari) to create")
-    export.add_argument("--layout", choices=("mmreplay", "minari"), default="mmreplay")
+    export.add_argument("--layout", choices=("mmreplay", "minari"), default="mmreplay",
+                        help="mmreplay: one HDF5 file, readable with plain h5py; minari: a Minari dataset directory "
+                             "(default: %(default)s)")
     export.add_argument("--dataset-id", help="Minari dataset id, [namespace/]name-vN (default: made from the "
                                              "output's name: 'export' gives 'export-v0')")
     export.add_argument("--progress", action=argparse.BooleanOptionalAction, help=PROGRESS_HELP)
@@ -211,8 +213,9 @@ def _info(arguments: argparse.Namespace) -> int:
 def _episodes(arguments: argparse.Namespace) -> int:
     with _open(arguments.store) as store:
         if arguments.env is not None and not 0 <= arguments.env < store.num_envs:
-            raise ValueError(f"--env must be an env of this store, 0 to {store.num_envs - 1} (it has "
-                             f"{store.num_envs} env{'s' if store.num_envs > 1 else ''}); got {arguments.env}")
+            envs = "0 (the store has one env)" if store.num_envs == 1 else (
+                f"0 to {store.num_envs - 1} (the store has {store.num_envs} envs)")
+            raise ValueError(f"--env must be {envs}; got {arguments.env}")
         listed = [e for e in store.episodes() if arguments.env is None or e.env_index == arguments.env]
     rows = [{"id": e.id, "env": e.env_index, "first_step": e.first_step, "length": e.length,
              "return": e.total_reward, "ended_by": e.ended_by, "complete": e.complete} for e in listed]
