@@ -5,14 +5,17 @@ non-zero exit (or, where the question is sound, an honest empty answer), and lea
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from reference import ReferenceStore
+from strategies import frame
 from test_episode_ids import Recorder, cli
 
-from mmreplay import ReplayStore
+from mmreplay import ReplayStore, export_hdf5
 from mmreplay.cli import build_parser
 
 STORE_COMMANDS = {  # each command that reads a store, with the rest of its command line
@@ -22,6 +25,18 @@ STORE_COMMANDS = {  # each command that reads a store, with the rest of its comm
     "verify": [],
     "export": ["{tmp}/out.h5"],
 }
+
+
+def write_dopamine_checkpoint(directory: Path) -> None:
+    """Checkpoint 0 of a Dopamine replay: one episode of 2 transitions."""
+    directory.mkdir()
+    arrays = {"$store$_observation": np.array([np.zeros((3, 4)), frame(1), frame(2)], np.uint8),
+              "$store$_action": np.array([0, 5, 6], np.int32), "$store$_reward": np.array([0, 1, 1], np.float32),
+              "$store$_terminal": np.array([0, 0, 1], np.uint8), "add_count": np.array(3),
+              "invalid_range": np.array([2, 0])}
+    for name, array in arrays.items():
+        with gzip.open(directory / f"{name}_ckpt.0.gz", "wb") as out:
+            np.save(out, array, allow_pickle=False)
 
 
 def argv(command: str, store: Path, tmp_path: Path) -> list[str]:
@@ -139,8 +154,6 @@ def test_a_file_where_the_output_s_directory_should_be_is_named(command: str, st
     pytest.importorskip("PIL.Image")
     (tmp_path / "notes.txt").write_text("a file")
     with ReplayStore.open(store_dir) as store:
-        from mmreplay import export_hdf5
-
         export_hdf5(store, tmp_path / "x.h5")
     target = tmp_path / "notes.txt" / "out"
     what, line = {
@@ -162,6 +175,21 @@ def test_an_import_from_a_missing_source_names_it(command: str, source: str, tmp
     kind = "HDF5 dataset" if command == "import" else "Dopamine checkpoint directory"
     assert err == f"mmreplay: error: no {kind} at '{tmp_path / source}'\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["import", "import-dopamine"])
+def test_an_import_with_a_capacity_of_zero_is_refused_before_anything_is_written(command: str, store_dir: Path,
+                                                                                 tmp_path: Path) -> None:
+    if command == "import":
+        with ReplayStore.open(store_dir) as store:
+            export_hdf5(store, tmp_path / "x.h5")
+        source, message = tmp_path / "x.h5", "capacity must be >= 1; got 0"
+    else:
+        write_dopamine_checkpoint(tmp_path / "logs")
+        source, message = tmp_path / "logs", "capacity must be a positive int; got 0"
+    status, out, err = cli(command, str(source), str(tmp_path / "c.mmr"), "--capacity", "0")
+    assert (status, out, err) == (1, "", f"mmreplay: error: {message}\n")
+    assert not (tmp_path / "c.mmr").exists()
 
 
 def test_progress_bars_are_drawn_only_on_a_terminal_unless_asked(store_dir: Path, tmp_path: Path) -> None:
