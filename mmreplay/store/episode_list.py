@@ -70,7 +70,8 @@ class Episode:
 
 class EpisodeList(list[Episode]):
     """The stored episodes, oldest first (so in the order of their ids), as ``ReplayStore.episodes()``
-    returns them: a plain list of ``Episode`` records that also finds one by its id."""
+    returns them: a plain list of ``Episode`` records that also finds one by its id. Its errors read the
+    list as the whole store (every stored step in one of its episodes); a slice is a plain list."""
 
     def by_id(self, id: int) -> Episode:
         """The episode whose id (the step of its first stored transition, ``Episode.id``) is ``id``.
@@ -106,7 +107,9 @@ class EpisodeList(list[Episode]):
             return f"step {wanted} was evicted (the oldest stored step is {oldest}); {ids}"
         if wanted > newest:
             return f"step {wanted} was not added yet (the newest stored step is {newest}); {ids}"
-        holder = next(episode for episode in self if episode.id <= wanted and wanted in episode.steps)
+        holder = next((episode for episode in self if episode.id <= wanted and wanted in episode.steps), None)
+        if holder is None:  # a list filtered by hand: the step is another env's
+            return f"no episode of this list starts at step {wanted}; {ids}"
         return f"step {wanted} is inside episode {holder.id} (env {holder.env_index}), and ids are first steps; {ids}"
 
     def _stored_ids(self) -> str:
