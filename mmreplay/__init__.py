@@ -9,6 +9,7 @@ from mmreplay.dopamine import import_dopamine  # noqa: E402
 from mmreplay.errors import (
     ClosedStoreError,
     CorruptStoreError,
+    EpisodeNotFoundError,
     FormatVersionError,
     MmreplayError,
     ReadOnlyStoreError,
@@ -35,6 +36,7 @@ __all__ = [
     "EncodedFrames",
     "EncodedSequenceBatch",
     "CorruptStoreError",
+    "EpisodeNotFoundError",
     "FormatVersionError",
     "MmreplayError",
     "PerformanceWarning",

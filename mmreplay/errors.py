@@ -48,3 +48,8 @@ class StepsEvictedError(MmreplayError, IndexError):
     def __init__(self, message: str, *, steps: list[int]) -> None:
         super().__init__(message)
         self.steps = steps
+
+
+class EpisodeNotFoundError(MmreplayError, LookupError):
+    """No stored episode has the id asked for (``store.episodes().by_id``, ``mmreplay show``): the id is
+    not an episode's first step, or that step was evicted. The message says which ids are stored."""

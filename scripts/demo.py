@@ -300,7 +300,7 @@ def print_next_commands(path: Path) -> None:
     store = shell_path(path)
     with ReplayStore.open(path, "r") as kept:
         episodes = kept.episodes()
-    episode = next((e.episode_id for e in episodes if e.complete), episodes[0].episode_id if episodes else 0)
+    episode = next((e.id for e in episodes if e.complete), episodes[0].id if episodes else 0)
     print(f"\nstore kept at {store}. Next, look at it with mmreplay's command line:")
     print(f"  {command} info {store}")
     print(f"  {command} episodes {store}")

@@ -65,11 +65,11 @@ def test_show_of_a_missing_episode_is_an_error(store_dir: Path, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("PIL.Image", reason="show needs Pillow: pip install 'mmreplay[show]'")
     status, _, err = run(capsys, "show", str(store_dir), "9", "-o", str(tmp_path / "e.png"))
-    assert status == 1 and err == ("mmreplay: error: no episode has id 9; stored steps are 0..4 ('mmreplay episodes' "
-                                   "lists the ids)\n")
+    assert status == 1 and err == ("mmreplay: error: no episode has id 9: step 9 was not added yet (the newest "
+                                   "stored step is 4); the stored episodes' ids are 0, 3\n")
     status, _, err = run(capsys, "show", str(store_dir), "1", "-o", str(tmp_path / "e.png"))
-    assert status == 1 and err == ("mmreplay: error: no episode has id 1: step 1 is inside episode 0 (ids are the "
-                                   "first steps 'mmreplay episodes' lists)\n")
+    assert status == 1 and err == ("mmreplay: error: no episode has id 1: step 1 is inside episode 0 (env 0), and "
+                                   "ids are first steps; the stored episodes' ids are 0, 3\n")
 
 
 def test_verify_passes_a_sound_store(store_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:

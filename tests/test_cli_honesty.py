@@ -113,7 +113,7 @@ def test_episode_ids_survive_eviction_and_appends(tmp_path: Path, capsys: pytest
     assert ids_before == [0, 2, 5]
     assert [(r["id"], r["complete"]) for r in rows] == [(2, True), (5, True), (7, True)]
     status, _, err = run(capsys, "show", str(path), "0", "-o", str(tmp_path / "x.png"))
-    assert status == 1 and "episode 0 was evicted (the oldest stored step is 2)" in err
+    assert status == 1 and "no episode has id 0: step 0 was evicted (the oldest stored step is 2)" in err
 
 
 def test_a_minari_export_to_a_folder_named_export_gets_a_valid_id(store_dir: Path, tmp_path: Path,
@@ -146,7 +146,7 @@ def test_ctrl_c_ends_with_one_line_and_status_130_leaving_nothing(tmp_path: Path
     # The child takes Ctrl-C as a terminal delivers it: a shell that started this run in the background
     # (`... &` without job control) left SIGINT ignored, and a child inherits that.
     child = subprocess.Popen([sys.executable, "-m", "mmreplay", "export", str(tmp_path / "s.mmr"),
-                              str(tmp_path / "x.h5")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              str(tmp_path / "x.h5"), "--progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              env=environment, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert child.stderr is not None
     child.stderr.read(1)  # the progress bar's first character: the export is under way

@@ -3,12 +3,14 @@
 Each command calls the library; errors are printed as ``mmreplay: error: ...`` on stderr with exit
 status 1 (2 for a wrong command line, as argparse does); ``verify`` exits 1 when it finds problems;
 Ctrl-C ends a command with ``mmreplay: interrupted`` and exit status 130 (an import or export leaves
-nothing at its target then). Every command takes ``--json``.
+nothing at its target then). Every command takes ``--json``; progress bars are drawn on stderr when it
+is a terminal (``--progress`` and ``--no-progress`` decide otherwise), as git and curl do.
 
-Episode ids are *steps*: an episode's id is the step of its first stored transition, which never
-changes while that transition is stored (whatever is added, or evicted before it). When eviction
-removes an episode's first transitions, what remains is listed as incomplete under the step of its
-oldest remaining transition, and the old id is answered as evicted, never with another episode.
+Episode ids are the library's (``Episode.id``, ``store.episodes().by_id``): an episode's id is the step
+of its first stored transition, which never changes while that transition is stored (whatever is
+added, or evicted before it). When eviction removes an episode's first transitions, what remains is
+listed as incomplete under the step of its oldest remaining transition, and the old id is answered as
+evicted, never with another episode.
 """
 
 from __future__ import annotations
@@ -28,8 +30,11 @@ from mmreplay.cli.verification import open_to_describe, verify_store
 from mmreplay.disk.atomic_builds import check_new_path
 from mmreplay.errors import CorruptStoreError, MmreplayError
 from mmreplay.store import ReplayStore
+from mmreplay.store.episode_list import Episode, EpisodeList
 
 CHUNK_STEPS = 1024
+STORE_HELP = "the store's directory"
+PROGRESS_HELP = "draw a progress bar on stderr (default: when stderr is a terminal)"
 
 EXAMPLES = {
     "info": "example: mmreplay info pong.mmr --json",
@@ -70,19 +75,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     info = command("info", "Show a store's layout and size: frame shape, capacity, transitions, episodes, "
                            "envs, bytes on disk, compression ratio, format version.")
-    info.add_argument("store", help="the store's directory")
+    info.add_argument("store", help=STORE_HELP)
     info.add_argument("--json", action="store_true", help="print one JSON object")
 
     episodes = command("episodes", "List the stored episodes: id, env, first step, length, return, how it ended.")
-    episodes.add_argument("store")
-    episodes.add_argument("--env", type=int, help="only this env's episodes")
+    episodes.add_argument("store", help=STORE_HELP)
+    episodes.add_argument("--env", type=int, help="only this env's episodes (0 to the store's num_envs - 1)")
     episodes.add_argument("--json", action="store_true", help="print a JSON list")
 
     show = command("show", "Draw an episode's frames: a contact sheet (.png, each frame labelled with its step) or "
                            "an animation (.gif). Needs Pillow (pip install 'mmreplay[show]').")
-    show.add_argument("store")
-    show.add_argument("episode", type=int, help="the episode's id: the step of its first transition, as "
-                                                "'mmreplay episodes' lists it")
+    show.add_argument("store", help=STORE_HELP)
+    show.add_argument("episode", type=int, metavar="ID", help="the episode's id: the step of its first stored "
+                                                              "transition, as 'mmreplay episodes' lists it")
     show.add_argument("-o", "--output", required=True, help="out.png (contact sheet) or out.gif (animation); "
                                                             "an existing file is refused unless --force")
     show.add_argument("--force", action="store_true", help="replace an existing output file")
@@ -97,18 +102,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     verify = command("verify", "Decode every frame and check every transition and episode; exit status 1 and "
                                "a list of problems when something is wrong.")
-    verify.add_argument("store")
+    verify.add_argument("store", help=STORE_HELP)
     verify.add_argument("--json", action="store_true", help="print one JSON object")
-    verify.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    verify.add_argument("--progress", action=argparse.BooleanOptionalAction, help=PROGRESS_HELP)
 
     export = command("export", "Export a store to HDF5: one file (--layout mmreplay) or a Minari dataset "
                                "directory (--layout minari).")
-    export.add_argument("store")
+    export.add_argument("store", help=STORE_HELP)
     export.add_argument("output", help="the file (mmreplay) or dataset directory (minari) to create")
-    export.add_argument("--layout", choices=("mmreplay", "minari"), default="mmreplay")
+    export.add_argument("--layout", choices=("mmreplay", "minari"), default="mmreplay",
+                        help="mmreplay: one HDF5 file, readable with plain h5py; minari: a Minari dataset directory "
+                             "(default: %(default)s)")
     export.add_argument("--dataset-id", help="Minari dataset id, [namespace/]name-vN (default: made from the "
                                              "output's name: 'export' gives 'export-v0')")
-    export.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    export.add_argument("--progress", action=argparse.BooleanOptionalAction, help=PROGRESS_HELP)
     export.add_argument("--json", action="store_true", help="print one JSON object")
 
     imp = command("import", "Create a store from an HDF5 file in the mmreplay layout or a Minari dataset.")
@@ -116,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("store", help="the store to create")
     imp.add_argument("--capacity", type=int, help="store capacity (default: the exporting store's)")
     imp.add_argument("--stack-size", type=int, help="frames per obs, for Minari datasets not made by mmreplay")
-    imp.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    imp.add_argument("--progress", action=argparse.BooleanOptionalAction, help=PROGRESS_HELP)
     imp.add_argument("--json", action="store_true", help="print one JSON object")
 
     dop = command("import-dopamine", "Create a store from Dopamine replay checkpoints ($store$_observation_ckpt.N.gz "
@@ -132,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="stacks at an episode start: zero-padded as Dopamine's sampler builds them, or the "
                           "first frame repeated as gymnasium does (default: %(default)s)")
     dop.add_argument("--capacity", type=int, help="store capacity (default: the slots read)")
-    dop.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    dop.add_argument("--progress", action=argparse.BooleanOptionalAction, help=PROGRESS_HELP)
     dop.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
@@ -163,6 +170,11 @@ def _print(arguments: argparse.Namespace, value: Any, text: str) -> None:
     print(json.dumps(value) if getattr(arguments, "json", False) else text)
 
 
+def _progress(arguments: argparse.Namespace) -> bool:
+    """Whether to draw a progress bar: as asked, else when stderr is a terminal (not a pipe or a log)."""
+    return bool(arguments.progress) if arguments.progress is not None else sys.stderr.isatty()
+
+
 def _open(path: str) -> ReplayStore:
     """Open a store to describe it, checking first that the files its contents need are there."""
     store = open_to_describe(path)
@@ -189,18 +201,23 @@ def _info(arguments: argparse.Namespace) -> int:
             "action_dtype": str(store.action_dtype), "frame_encoding": store.frame_encoding,
             "fields": {name: f"{dtype}{list(shape)}" for name, (shape, dtype) in store.fields.items()},
             "bytes_on_disk": on_disk,
-            "compression_ratio": round(raw / on_disk, 2) if on_disk else None,
+            "compression_ratio": round(raw / on_disk, 2) if raw and on_disk else None,  # none without frames
             "compiled_code": extensions.summary(),
         }
     width = max(len(key) for key in info)
-    _print(arguments, info, "\n".join(f"{key.replace('_', ' '):<{width}}  {value}" for key, value in info.items()))
+    _print(arguments, info, "\n".join(f"{key.replace('_', ' '):<{width}}  {'n/a' if value is None else value}"
+                                      for key, value in info.items()))
     return 0
 
 
 def _episodes(arguments: argparse.Namespace) -> int:
     with _open(arguments.store) as store:
+        if arguments.env is not None and not 0 <= arguments.env < store.num_envs:
+            envs = "0 (the store has one env)" if store.num_envs == 1 else (
+                f"0 to {store.num_envs - 1} (the store has {store.num_envs} envs)")
+            raise ValueError(f"--env must be {envs}; got {arguments.env}")
         listed = [e for e in store.episodes() if arguments.env is None or e.env_index == arguments.env]
-    rows = [{"id": e.first_step, "env": e.env_index, "first_step": e.first_step, "length": e.length,
+    rows = [{"id": e.id, "env": e.env_index, "first_step": e.first_step, "length": e.length,
              "return": e.total_reward, "ended_by": e.ended_by, "complete": e.complete} for e in listed]
     lines = [f"{'id':>10} {'env':>4} {'length':>8} {'return':>10}  ended by"]
     lines += [f"{r['id']:>10} {r['env']:>4} {r['length']:>8} {r['return']:>10g}  "
@@ -209,22 +226,11 @@ def _episodes(arguments: argparse.Namespace) -> int:
     return 0
 
 
-def _find_episode(store: ReplayStore, episode_id: int) -> Any:
-    """The episode whose id (the step of its first stored transition) is ``episode_id``."""
+def _find_episode(store: ReplayStore, episode_id: int) -> Episode:
+    """The episode whose id is ``episode_id``, as the library finds it (its error lists the stored ids)."""
     episodes = store.episodes()
-    for episode in episodes:
-        if episode.first_step == episode_id:
-            return episode
-    stored = store.stored_steps
-    if episode_id < stored.start:
-        raise IndexError(f"episode {episode_id} was evicted (the oldest stored step is {stored.start}); "
-                         "'mmreplay episodes' lists the stored ones")
-    holder = next((e for e in episodes if episode_id in set(e.steps.tolist())), None)
-    if holder is not None:
-        raise IndexError(f"no episode has id {episode_id}: step {episode_id} is inside episode {holder.first_step} "
-                         "(ids are the first steps 'mmreplay episodes' lists)")
-    raise IndexError(f"no episode has id {episode_id}; stored steps are {stored.start}..{stored.stop - 1} "
-                     "('mmreplay episodes' lists the ids)")
+    assert isinstance(episodes, EpisodeList)  # what episode_list.split_episodes builds
+    return episodes.by_id(episode_id)
 
 
 def _episode_frames(store: ReplayStore, steps: np.ndarray) -> np.ndarray:
@@ -263,12 +269,14 @@ def _show(arguments: argparse.Namespace) -> int:
         raise ValueError(f"cannot draw frames of shape {frames.shape[1:]}: expected (H, W), (H, W, 1) or (H, W, 3)")
     if frames.ndim == 4 and frames.shape[-1] == 1:
         frames = frames[..., 0]
-    report: dict[str, Any] = {"output": str(output), "episode": episode.first_step, "frames_in_episode": len(frames)}
+    report: dict[str, Any] = {"output": str(output), "episode": episode.id, "env": episode.env_index,
+                              "first_step": episode.first_step, "last_step": int(episode.steps[-1]),
+                              "length": episode.length, "frames_in_episode": len(frames)}
     if output.suffix.lower() == ".gif":
         fps = arguments.fps or drawing.default_fps(arguments.frame_skip)
         drawing.save_animation(drawing.animation(frames, scale=arguments.scale), output, fps=fps)
         report.update(frames_drawn=len(frames), fps=fps, scale=arguments.scale)
-        text = (f"wrote {output}: all {len(frames)} frames of episode {episode.first_step}, x{arguments.scale}, "
+        text = (f"wrote {output}: all {len(frames)} frames of episode {episode.id}, x{arguments.scale}, "
                 f"{fps:g} fps")
     else:
         chosen = np.unique(np.linspace(0, len(frames) - 1, min(len(frames), arguments.max_frames)).astype(int))
@@ -276,14 +284,14 @@ def _show(arguments: argparse.Namespace) -> int:
         labels = [str(steps[i]) if i < len(steps) else "final" for i in chosen.tolist()]
         drawing.contact_sheet(frames[chosen], labels, columns=arguments.columns, scale=arguments.scale).save(output)
         report.update(frames_drawn=len(chosen), scale=arguments.scale)
-        text = (f"wrote {output}: {len(chosen)} of the {len(frames)} frames of episode {episode.first_step}, "
+        text = (f"wrote {output}: {len(chosen)} of the {len(frames)} frames of episode {episode.id}, "
                 "each labelled with its step")
     _print(arguments, report, text)
     return 0
 
 
 def _verify(arguments: argparse.Namespace) -> int:
-    report = verify_store(arguments.store, progress=not arguments.no_progress)
+    report = verify_store(arguments.store, progress=_progress(arguments))
     problems = report["problems"]
     lines = [f"{len(problems)} problem(s) in {arguments.store}:"] + [f"  - {problem}" for problem in problems]
     if report["stopped_early"]:
@@ -305,7 +313,7 @@ def _export(arguments: argparse.Namespace) -> int:
                          f"{arguments.dataset_id!r}")
     with _open(arguments.store) as store:
         count = export_hdf5(store, arguments.output, layout=arguments.layout, dataset_id=arguments.dataset_id,
-                            progress=not arguments.no_progress)
+                            progress=_progress(arguments))
     _print(arguments, {"output": arguments.output, "layout": arguments.layout, "transitions": count},
            f"exported {count} transitions to {arguments.output} ({arguments.layout} layout)")
     return 0
@@ -326,7 +334,7 @@ def _import(arguments: argparse.Namespace) -> int:
     from mmreplay.hdf5 import import_hdf5
 
     count = import_hdf5(arguments.input, arguments.store, capacity=arguments.capacity,
-                        stack_size=arguments.stack_size, progress=not arguments.no_progress)
+                        stack_size=arguments.stack_size, progress=_progress(arguments))
     return _imported(arguments, count, {}, "")
 
 
@@ -336,7 +344,7 @@ def _import_dopamine(arguments: argparse.Namespace) -> int:
     count = import_dopamine(arguments.directory, arguments.store, checkpoints=arguments.checkpoints,
                             stack_size=arguments.stack_size, writer_stack_size=arguments.writer_stack_size,
                             stack_padding=arguments.stack_padding, capacity=arguments.capacity,
-                            progress=not arguments.no_progress)
+                            progress=_progress(arguments))
     note = ("\nstacks at episode starts are zero-padded, as Dopamine's sampler builds them (--stack-padding first "
             "repeats the first frame instead)" if arguments.stack_padding == "zeros" else "")
     return _imported(arguments, count, {"stack_padding": arguments.stack_padding}, note)

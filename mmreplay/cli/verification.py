@@ -70,9 +70,9 @@ def verify_store(path: str, *, progress: bool = False, max_problems: int = 100) 
         report["transitions"] = len(stored)
         report["evicted_while_verifying"] = 0
         report["episodes"] = len(episodes)
-        episode_of = np.full(len(stored), -1, np.int64)
-        for episode in episodes:
-            episode_of[episode.steps - stored.start] = episode.episode_id
+        episode_of = np.full(len(stored), -1, np.int64)  # each step's episode, by its position in the list
+        for position, episode in enumerate(episodes):
+            episode_of[episode.steps - stored.start] = position
         if episodes and (episode_of < 0).any():
             problems.append(f"step {int(np.flatnonzero(episode_of < 0)[0]) + stored.start} belongs to no episode")
         last_next: dict[int, np.ndarray] = {}
@@ -124,18 +124,19 @@ def _verify_chunk(store: ReplayStore, steps: np.ndarray, episode_of: np.ndarray,
             continue
         episode = episodes[number]
         if batch.env_index[i] != episode.env_index:
-            problems.append(f"step {step}: env {batch.env_index[i]} but its episode {number} is env {episode.env_index}")
+            problems.append(f"step {step}: env {batch.env_index[i]} but its episode {episode.id} is env "
+                            f"{episode.env_index}")
         # Frames compare by their bytes, as the store compares them (a NaN frame equals itself).
         if number in last_next and last_next[number].tobytes() != batch.obs[i].tobytes():
-            problems.append(f"step {step}: obs does not continue the previous next_obs of episode {number}")
+            problems.append(f"step {step}: obs does not continue the previous next_obs of episode {episode.id}")
         last = step == int(episode.steps[-1])
         ended = "terminated" if batch.terminated[i] else "truncated" if batch.truncated[i] else None
         if not ended and batch.next_obs[i, :-1].tobytes() != batch.obs[i, 1:].tobytes():
             problems.append(f"step {step}: next_obs is not obs shifted by one frame, though it did not end its episode")
         if ended and not last:
-            problems.append(f"step {step}: {ended} inside episode {number}, which goes on")
+            problems.append(f"step {step}: {ended} inside episode {episode.id}, which goes on")
         if last and ended and episode.ended_by != ended:
-            problems.append(f"step {step}: {ended}, but episode {number} is listed as {episode.ended_by!r}")
+            problems.append(f"step {step}: {ended}, but episode {episode.id} is listed as {episode.ended_by!r}")
         if last:
             last_next.pop(number, None)
         else:

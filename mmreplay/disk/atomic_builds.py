@@ -38,6 +38,9 @@ def check_new_path(target: Path, what: str) -> None:
     if target.exists() or target.is_symlink():
         raise FileExistsError(f"cannot create {what} at {str(target)!r}: the path already exists")
     parent = target.parent
+    if parent.exists() and not parent.is_dir():
+        raise NotADirectoryError(f"cannot create {what} at {str(target)!r}: {str(parent)!r} is a file, not a "
+                                 "directory")
     if not parent.is_dir():
         raise FileNotFoundError(f"cannot create {what} at {str(target)!r}: the directory {str(parent)!r} does "
                                 "not exist (it is not created for you)")

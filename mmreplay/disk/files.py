@@ -81,6 +81,6 @@ def file_signature(path: Path) -> tuple[int, int, int]:
     """Identity and version of a file that is replaced by renames: changes with every replacement."""
     try:
         status = os.stat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no such file, or a file where its directory should be
         return (0, 0, 0)
     return (status.st_ino, status.st_mtime_ns, status.st_size)

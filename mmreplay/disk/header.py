@@ -197,6 +197,9 @@ def read_header(directory: Path) -> tuple[Layout, Commit]:
 def read_versioned_header(directory: Path) -> tuple[Layout, Commit, int]:
     """``read_header``, and the format version the header gives."""
     path = directory / HEADER_NAME
+    if directory.exists() and not directory.is_dir():
+        raise StoreNotFoundError(f"no mmreplay store at {str(directory)!r}: it is a file, and a store is a "
+                                 f"directory (holding {HEADER_NAME})")
     if not directory.is_dir() or not path.is_file():
         raise StoreNotFoundError(f"no mmreplay store at {str(directory)!r} (missing {HEADER_NAME})")
     raw = path.read_bytes()

@@ -165,7 +165,7 @@ def import_dopamine(
     if stack_padding not in STACK_PADDINGS:
         raise ValueError(f"stack_padding must be one of {STACK_PADDINGS}; got {stack_padding!r}")
     for name, value in (("stack_size", stack_size), ("writer_stack_size", writer_stack_size),
-                        ("block_slots", block_slots)):
+                        ("capacity", capacity), ("block_slots", block_slots)):
         if value is not None and (not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1):
             raise ValueError(f"{name} must be a positive int; got {value!r}")
     numbers = find_checkpoints(folder) if checkpoints is None else [int(n) for n in checkpoints]
@@ -178,7 +178,7 @@ def import_dopamine(
     target = Path(store_path)
     with SiblingBuild(target, "importing", "a store") as build:
         store = ReplayStore.create(build.directory / "store", frame_shape=found[0].frame_shape,
-                                   capacity=capacity or max(slots, 1), stack_size=stack_size, action_dtype=np.int32,
+                                   capacity=max(slots, 1) if capacity is None else capacity, stack_size=stack_size, action_dtype=np.int32,
                                    stack_padding=stack_padding)
         with store, tqdm(total=slots, disable=not progress, file=sys.stderr, unit="slot",
                          desc="import-dopamine") as bar:

@@ -68,7 +68,7 @@ def export_hdf5(
     (``default_dataset_id``). The file appears at ``path`` only once complete: it is built beside it and
     renamed, so a process killed at any moment leaves nothing there or the whole export (and the next
     export to ``path`` removes what a killed one left beside it). ``path`` must not exist; its directory
-    must.
+    must. A store without transitions is refused: there is nothing to export.
     """
     if not isinstance(store, ReplayStore):
         raise TypeError(f"store must be a ReplayStore; got {type(store).__name__}")
@@ -81,6 +81,8 @@ def export_hdf5(
         dataset_id = default_dataset_id(target) if dataset_id is None else dataset_id
         if not isinstance(dataset_id, str) or not DATASET_ID.match(dataset_id):
             raise ValueError(f"dataset_id must look like '[namespace/]name-v0' (Minari's rule); got {dataset_id!r}")
+    if len(store) == 0:
+        raise ValueError(f"{store.path}: the store holds no transitions: there is nothing to export")
     episodes = store.episodes()
     final_stacks = _final_stacks(store, episodes, chunk_steps)
     final_steps = np.array([int(episode.steps[-1]) for episode in episodes], np.int64)

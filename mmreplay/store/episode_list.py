@@ -1,20 +1,38 @@
 """The stored episodes, as ``ReplayStore.episodes()`` lists them: one ``Episode`` record each, split from
-the transition table's env, flag and reward columns.
+the transition table's env, flag and reward columns, and found again by id (``EpisodeList.by_id``).
+
+An episode's *id* is the step of its first stored transition: the API (``Episode.id``, ``by_id``) and the
+command line (``mmreplay episodes``, ``mmreplay show``) name an episode by it, and nothing else.
 """
 
 from __future__ import annotations
 
+import bisect
+import operator
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
+from mmreplay.errors import EpisodeNotFoundError
 from mmreplay.rows.transitions import EPISODE_START, FRAGMENT_START, TERMINATED, TRUNCATED
+
+SHOWN_IDS = 8  # an error lists every stored id up to this many, else the first and last few
 
 
 @dataclass(frozen=True)
 class Episode:
     """One episode's stored transitions, as listed by ``ReplayStore.episodes()``.
+
+    ``id`` names the episode: the step of its first stored transition. Steps never wrap, so the id never
+    changes while that transition is stored, whatever is added or evicted before it; ``by_id`` and
+    ``mmreplay show`` take it. When eviction removes an episode's first transitions, what remains is an
+    incomplete episode whose id is its oldest remaining step (the old id is then answered as evicted,
+    never with another episode).
+
+    ``episode_id`` is the episode's position in this list (0 is the oldest stored episode): it shifts
+    whenever eviction removes an older episode, so it names an episode only within one listing. It is
+    kept for code written before ``id``; name episodes by ``id``.
 
     ``ended_by`` is ``"terminated"``, ``"truncated"``, ``"cut"`` (the env's next obs did not continue it,
     without a flag) or ``"in progress"`` (its env may still continue it). ``complete`` is False when
@@ -30,6 +48,11 @@ class Episode:
     complete: bool
 
     @property
+    def id(self) -> int:
+        """The episode's id: the step of its first stored transition (``first_step``)."""
+        return int(self.steps[0])
+
+    @property
     def first_step(self) -> int:
         return int(self.steps[0])
 
@@ -39,10 +62,65 @@ class Episode:
 
     def __repr__(self) -> str:
         return (
-            f"Episode(episode_id={self.episode_id}, env_index={self.env_index}, first_step={self.first_step}, "
-            f"length={self.length}, total_reward={self.total_reward:g}, ended_by={self.ended_by!r}, "
-            f"complete={self.complete})"
+            f"Episode(id={self.id}, env_index={self.env_index}, length={self.length}, "
+            f"total_reward={self.total_reward:g}, ended_by={self.ended_by!r}, complete={self.complete}, "
+            f"episode_id={self.episode_id})"
         )
+
+
+class EpisodeList(list[Episode]):
+    """The stored episodes, oldest first (so in the order of their ids), as ``ReplayStore.episodes()``
+    returns them: a plain list of ``Episode`` records that also finds one by its id. Its errors read the
+    list as the whole store (every stored step in one of its episodes); a slice is a plain list."""
+
+    def by_id(self, id: int) -> Episode:
+        """The episode whose id (the step of its first stored transition, ``Episode.id``) is ``id``.
+
+        Raises ``EpisodeNotFoundError`` (a ``LookupError``) when no stored episode has that id: the step
+        is inside another episode, was evicted, was not added yet, or is negative. The message says
+        which, and which ids are stored.
+        """
+        expected = "id must be an int (an episode's first step, as Episode.id gives it)"
+        if isinstance(id, (bool, np.bool_)):
+            raise TypeError(f"{expected}; got {type(id).__name__}")
+        try:
+            wanted = operator.index(id)
+        except TypeError:
+            raise TypeError(f"{expected}; got {type(id).__name__}") from None
+        # Episodes are kept in the order of their ids: a binary search finds one.
+        at = bisect.bisect_left(self, wanted, key=lambda episode: episode.id)
+        if at < len(self) and self[at].id == wanted:
+            return self[at]
+        raise EpisodeNotFoundError(f"no episode has id {wanted}: {self._why_not(wanted)}")
+
+    def _why_not(self, wanted: int) -> str:
+        if not self:
+            return "the store holds no episodes (it is empty)"
+        ids = self._stored_ids()
+        oldest = self[0].id
+        newest = max(int(episode.steps[-1]) for episode in self)
+        if wanted < 0:
+            return f"ids are steps, which start at 0; {ids}"
+        if wanted < oldest:
+            # Every stored step belongs to an episode, so the oldest stored step is the oldest id, and it
+            # is above 0 only when eviction removed the steps before it.
+            return f"step {wanted} was evicted (the oldest stored step is {oldest}); {ids}"
+        if wanted > newest:
+            return f"step {wanted} was not added yet (the newest stored step is {newest}); {ids}"
+        holder = next((episode for episode in self if episode.id <= wanted and wanted in episode.steps), None)
+        if holder is None:  # a list filtered by hand: the step is another env's
+            return f"no episode of this list starts at step {wanted}; {ids}"
+        return f"step {wanted} is inside episode {holder.id} (env {holder.env_index}), and ids are first steps; {ids}"
+
+    def _stored_ids(self) -> str:
+        ids = [episode.id for episode in self]
+        if len(ids) == 1:
+            return f"the stored episode's id is {ids[0]}"
+        if len(ids) <= SHOWN_IDS:
+            return f"the stored episodes' ids are {', '.join(map(str, ids))}"
+        few = SHOWN_IDS // 2 - 1
+        return (f"the {len(ids):,} stored episodes' ids are {', '.join(map(str, ids[:few]))}, ..., "
+                f"{', '.join(map(str, ids[-few:]))}")
 
 
 def split_episodes(
@@ -52,8 +130,9 @@ def split_episodes(
     rewards: npt.NDArray[np.floating],
     *,
     open_envs: set[int],
-) -> list[Episode]:
-    """Group stored transitions (columns in step order) into episodes, numbered by their first step.
+) -> EpisodeList:
+    """Group stored transitions (columns in step order) into episodes, in the order of their ids (their
+    first steps).
 
     ``open_envs`` are the envs whose newest episode has not ended (a later add may continue it).
     """
@@ -79,4 +158,6 @@ def split_episodes(
             complete = bool(env_flags[start] & EPISODE_START)
             found.append((int(steps[where[start]]), env, steps[where[start:end]], float(totals[i]), ended_by, complete))
     found.sort(key=lambda episode: episode[0])
-    return [Episode(i, env, ep_steps, total, ended, complete) for i, (_, env, ep_steps, total, ended, complete) in enumerate(found)]
+    return EpisodeList(
+        Episode(i, env, ep_steps, total, ended, complete) for i, (_, env, ep_steps, total, ended, complete) in enumerate(found)
+    )
