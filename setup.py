@@ -93,32 +93,36 @@ def sources(*jobs: str) -> list[str]:
 
 HEADERS = sorted(glob("mmreplay/_c/*.h"))  # a changed header rebuilds every extension
 
+
+def lz4_extension(name: str, jobs: tuple[str, ...], lz4: dict[str, list[str]]) -> Extension:
+    """An optional extension of these jobs that links liblz4 (``lz4``: ``lz4_link_args()``) and zlib.
+
+    The libraries are merged: ``lz4`` may name liblz4 among ``libraries`` too (no liblz4 found, the
+    development symlink, Homebrew), and passing that beside zlib's would be a TypeError of setup.py
+    itself, not a skipped extension.
+    """
+    link = {key: list(values) for key, values in lz4.items()}
+    libraries = [*link.pop("libraries", []), "z"]
+    return Extension(name, sources=sources(*jobs), depends=HEADERS, libraries=libraries, optional=True, **link)  # type: ignore[arg-type]
+
+
+LZ4 = lz4_link_args()
+
 setup(
     cmdclass={"build_ext": build_optional_ext},
     ext_modules=[
-        Extension(
+        lz4_extension(
             "mmreplay._lz4batch",
-            sources=sources(
-                "lz4batch_module", "lz4_decode", "work_pool", "frame_sources", "frame_entries", "crc32",
-                "row_checksum", "row_layout", "row_gather", "link_follow", "transition_read", "fast_add",
-                "argument_arrays",
-            ),
-            depends=HEADERS,
-            libraries=["z"],
-            **lz4_link_args(),  # type: ignore[arg-type]
-            optional=True,
+            ("lz4batch_module", "lz4_decode", "work_pool", "frame_sources", "frame_entries", "crc32", "row_checksum",
+             "row_layout", "row_gather", "link_follow", "transition_read", "fast_add", "argument_arrays"),
+            LZ4,
         ),
         # Frames compressed against a reference frame (mmreplay.frames.reference_codec); optional like the above.
-        Extension(
+        lz4_extension(
             "mmreplay._lz4ref",
-            sources=sources(
-                "lz4ref_module", "reference_decode", "reference_plan", "reference_encode", "frame_sources", "crc32",
-                "argument_arrays",
-            ),
-            depends=HEADERS,
-            libraries=["z"],
-            **lz4_link_args(),  # type: ignore[arg-type]
-            optional=True,
+            ("lz4ref_module", "reference_decode", "reference_plan", "reference_encode", "frame_sources", "crc32",
+             "argument_arrays"),
+            LZ4,
         ),
         # The samplers' hot loops (mmreplay.sampling.sum_tree, samplers); no libraries; optional like the above.
         Extension("mmreplay._sumtree", sources=sources("sumtree_module", "sum_tree", "uniform_steps"),
