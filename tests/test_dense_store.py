@@ -299,7 +299,8 @@ def test_create_validates_the_encoding_before_making_anything(tmp_path: Path, op
 WRITE_WITHOUT_EXTENSION = """
 import sys
 import numpy as np
-from mmreplay import ReplayStore, reference_codec
+from mmreplay import ReplayStore
+from mmreplay.frames import reference_codec
 assert not reference_codec.ACCELERATED
 data = np.load(sys.argv[2])
 with ReplayStore.create(sys.argv[1], frame_shape=(84, 84), capacity=250, num_envs=2,

@@ -133,7 +133,8 @@ def test_a_batch_refilled_in_place_equals_a_fresh_one_for_every_frame_dtype_and_
 PURE_SAMPLES = """
 import sys, numpy as np
 from dataclasses import fields
-from mmreplay import ReplayStore, codec
+from mmreplay import ReplayStore
+from mmreplay.frames import lz4_codec as codec
 assert not codec.ACCELERATED, "MMREPLAY_PURE_PYTHON=1 should hide the extension"
 for path in sys.argv[1:]:
     with ReplayStore.open(path, "r") as store:
