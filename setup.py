@@ -103,7 +103,9 @@ def lz4_extension(name: str, jobs: tuple[str, ...], lz4: dict[str, list[str]]) -
     """
     link = {key: list(values) for key, values in lz4.items()}
     libraries = [*link.pop("libraries", []), "z"]
-    return Extension(name, sources=sources(*jobs), depends=HEADERS, libraries=libraries, optional=True, **link)  # type: ignore[arg-type]
+    return Extension(
+        name, sources=sources(*jobs), depends=HEADERS, libraries=libraries, optional=True, **link  # type: ignore[arg-type]
+    )
 
 
 LZ4 = lz4_link_args()

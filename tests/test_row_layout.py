@@ -94,7 +94,8 @@ def test_compiled_rows_hold_each_field_where_row_dtype_puts_it(
     np.testing.assert_array_equal(fields.detached, (np.array(flags) & DETACHED) != 0)
     np.testing.assert_array_equal(rows["flags"], flags)
     expected_action = actions.view(stored_action).reshape(envs, *action_shape)
-    np.testing.assert_array_equal(fields.action.view(np.uint8), expected_action.astype(fields.action.dtype).view(np.uint8))
+    expected_bytes = expected_action.astype(fields.action.dtype).view(np.uint8)
+    np.testing.assert_array_equal(fields.action.view(np.uint8), expected_bytes)
     np.testing.assert_array_equal(rows["next_delta"], 0)
     # each env's previous row got its link to the new row
     linked = np.fromfile(tmp_path / "compiled.tbl", dtype)[(steps - envs) % slots]["next_delta"]

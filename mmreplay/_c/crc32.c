@@ -105,7 +105,8 @@ frame_crc32_init(void)
     }
     for (int t = 1; t < 8; t++) {
         for (int i = 0; i < 256; i++) {
-            frame_crc32_tables[t][i] = (frame_crc32_tables[t - 1][i] >> 8) ^ frame_crc32_tables[0][frame_crc32_tables[t - 1][i] & 0xFF];
+            uint32_t previous = frame_crc32_tables[t - 1][i];
+            frame_crc32_tables[t][i] = (previous >> 8) ^ frame_crc32_tables[0][previous & 0xFF];
         }
     }
 #endif

@@ -46,17 +46,19 @@ decode_block(const char *src, int length, char *dst, int frame_nbytes)
     return LZ4_decompress_safe(src, dst, length, frame_nbytes) == frame_nbytes;
 }
 
-/* A batch shared by the pool's threads: each task is a block of BLOCK_FRAMES frames. */
+/* A batch shared by the pool's threads: each task is a block of BLOCK_FRAMES frames. The helpers read
+ * the batch and first_bad on cache lines of their own, never on one the caller writes meanwhile (the
+ * job lives on the caller's stack). */
 typedef struct {
-    const FrameBatch *batch;
-    _Atomic Py_ssize_t first_bad; /* batch->n while none is known */
+    _Alignas(64) FrameBatch batch;
+    _Alignas(64) _Atomic Py_ssize_t first_bad; /* batch.n while none is known */
 } DecodeJob;
 
 static void
 decode_task(void *context, Py_ssize_t number)
 {
     DecodeJob *job = context;
-    const FrameBatch *b = job->batch;
+    const FrameBatch *b = &job->batch;
     Py_ssize_t start = number * BLOCK_FRAMES, stop = start + BLOCK_FRAMES < b->n ? start + BLOCK_FRAMES : b->n;
     if (start >= atomic_load(&job->first_bad)) {
         return; /* frames after a known bad one need no decoding: the caller discards the batch */
@@ -85,7 +87,7 @@ decode_task(void *context, Py_ssize_t number)
 Py_ssize_t
 decode_frames(const FrameBatch *batch, int threads)
 {
-    DecodeJob job = {.batch = batch};
+    DecodeJob job = {.batch = *batch};
     atomic_init(&job.first_bad, batch->n);
     pool_run((batch->n + BLOCK_FRAMES - 1) / BLOCK_FRAMES, threads, decode_task, &job);
     Py_ssize_t bad = atomic_load(&job.first_bad);
