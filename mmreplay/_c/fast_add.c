@@ -65,6 +65,28 @@ compress_frames(LZ4_stream_t *stream, const char *frames, Py_ssize_t n, int fram
     return total;
 }
 
+/* The frame-table entries of frames first_step, first_step + 1, ...: each block's ring position (the
+ * first at `position`, the others after it), length, CRC-32 (seeded with step * seed_multiplier + its
+ * link) and link prev[i]. */
+static void
+write_entries(unsigned char *entries, long long frame_slots, const EntryLayout *layout, long long first_step,
+              Py_ssize_t n, long long position, const char *blocks, const int *lengths, const uint32_t *prev,
+              uint32_t seed_multiplier)
+{
+    const char *block = blocks;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t step = first_step + i;
+        unsigned char *entry = entries + ring_slot(step, frame_slots) * layout->size;
+        uint32_t seed = (uint32_t)((uint64_t)step * seed_multiplier + prev[i]);
+        write_le(entry + layout->position, (uint64_t)position, 8);
+        write_le(entry + layout->length, (uint64_t)lengths[i], (int)layout->length_bytes);
+        write_le(entry + layout->checksum, frame_crc32(seed, (const unsigned char *)block, (size_t)lengths[i]), 4);
+        write_le(entry + layout->link, prev[i], 4);
+        position += lengths[i];
+        block += lengths[i];
+    }
+}
+
 PyObject *
 py_append_frames(PyObject *module, PyObject *args)
 {
@@ -136,20 +158,8 @@ py_append_frames(PyObject *module, PyObject *args)
         result = PyLong_FromLong(-1);
         goto done;
     }
-    unsigned char *entries = (unsigned char *)table.buf;
-    long long position = segment_start + offset;
-    const char *block = blocks;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t step = first_step + i;
-        unsigned char *entry = entries + ring_slot(step, frame_slots) * layout.size;
-        uint32_t seed = (uint32_t)((uint64_t)step * seed_multiplier + prev[i]);
-        write_le(entry + layout.position, (uint64_t)position, 8);
-        write_le(entry + layout.length, (uint64_t)lengths[i], (int)layout.length_bytes);
-        write_le(entry + layout.checksum, frame_crc32(seed, (const unsigned char *)block, (size_t)lengths[i]), 4);
-        write_le(entry + layout.link, prev[i], 4);
-        position += lengths[i];
-        block += lengths[i];
-    }
+    write_entries((unsigned char *)table.buf, frame_slots, &layout, first_step, n, segment_start + offset, blocks,
+                  lengths, prev, (uint32_t)seed_multiplier);
     result = PyLong_FromLongLong(total);
 done:
     if (stream != NULL) {

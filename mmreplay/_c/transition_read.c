@@ -16,6 +16,67 @@
 #include "transition_read.h"
 #include "work_pool.h"
 
+/* The frame steps of a batch's stacks and their table slots, (n, stack_size + 1) each, newest last. */
+typedef struct {
+    int64_t *frames, *slots;
+    Py_ssize_t stack_size;
+    const unsigned char *entries; /* the frame table */
+    const EntryLayout *entry;
+    long long frame_slots;
+    int64_t anchor; /* a multiple of frame_slots near the batch's frames (ring_slot_near) */
+} Stacks;
+
+/* The rows of steps: checked copies, unpacked into the batch's arrays (as gather_fields), discount 0
+ * where one terminated, and each next_obs frame step and slot as its stack's newest. 1, or 0 when a row
+ * fails its checksum or is DETACHED (the caller's general path reads the batch). n > 0. */
+static int
+read_rows(const RowLayout *layout, const unsigned char *rows, long long row_slots, const int64_t *step, Py_ssize_t n,
+          int version_3, const RowArrays *arrays, float *discount, int64_t *row_slot, Stacks *stacks)
+{
+    Py_ssize_t row_size = layout->size, columns = stacks->stack_size + 1;
+    int64_t row_anchor = step[0] - ring_slot(step[0], row_slots);
+    for (Py_ssize_t i = 0; i < n; i++) { /* sampled rows lie far apart: overlap their cache misses */
+        row_slot[i] = ring_slot_near(step[i], row_anchor, row_slots);
+        __builtin_prefetch(rows + row_slot[i] * row_size, 0, 0);
+    }
+    unsigned char copy[ROW_COPY_BYTES];
+    for (Py_ssize_t i = 0; i < n; i++) {
+        copy_row(copy, rows + row_slot[i] * row_size, row_size);
+        if (!row_matches(copy, row_size, step[i], version_3) || (copy[layout->flags] & layout->detached) != 0) {
+            return 0;
+        }
+        int64_t next_frame = row_next_frame(layout, copy, step[i]);
+        if (i == 0) {
+            stacks->anchor = next_frame - ring_slot(next_frame, stacks->frame_slots);
+        }
+        Py_ssize_t newest = i * columns + stacks->stack_size;
+        stacks->frames[newest] = next_frame;
+        stacks->slots[newest] = ring_slot_near(next_frame, stacks->anchor, stacks->frame_slots);
+        __builtin_prefetch(stacks->entries + stacks->slots[newest] * stacks->entry->size, 0, 0);
+        if (unpack_row(layout, copy, i, arrays) & layout->terminated) {
+            discount[i] = 0.0f;
+        }
+    }
+    return 1;
+}
+
+/* The stacks, back from each next_obs frame through the entries' links (as follow_links). */
+static void
+follow_stacks(const Stacks *stacks, Py_ssize_t n)
+{
+    Py_ssize_t stack_size = stacks->stack_size, columns = stack_size + 1;
+    const EntryLayout *entry = stacks->entry;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t *stack = stacks->frames + i * columns, *stack_slots = stacks->slots + i * columns;
+        int64_t frame = stack[stack_size];
+        for (Py_ssize_t c = stack_size - 1; c >= 0; c--) {
+            frame -= entry_link(stacks->entries, stack_slots[c + 1], entry->size, entry->link);
+            stack[c] = frame;
+            stack_slots[c] = ring_slot_near(frame, stacks->anchor, stacks->frame_slots);
+        }
+    }
+}
+
 /* Zeroes each padding frame of the decoded stacks: column c < stack_size holding the frame step of
  * column c + 1 (stacking.padding_columns). */
 static void
@@ -96,49 +157,16 @@ py_read_transitions(PyObject *module, PyObject *args)
     const char **sources = (const char **)(row_slot + n);
     uint32_t *checksums = (uint32_t *)(sources + count), *seeds = checksums + count;
 
-    /* The rows: checked copies, unpacked into the batch's arrays (as gather_fields). */
-    const unsigned char *rows = (const unsigned char *)rows_buf.buf;
-    const unsigned char *entries = (const unsigned char *)table.buf;
-    const EntryLayout *entry = &frame_table.layout;
-    long long frame_slots = frame_table.frame_slots;
-    const int64_t *step = (const int64_t *)steps_buf.buf;
     RowArrays arrays = {(int64_t *)env_index.buf, (char *)reward.buf, (unsigned char *)terminated.buf,
                         (unsigned char *)truncated.buf, (char *)action.buf};
-    int64_t row_anchor = step[0] - ring_slot(step[0], row_slots);
-    for (Py_ssize_t i = 0; i < n; i++) { /* sampled rows lie far apart: overlap their cache misses */
-        row_slot[i] = ring_slot_near(step[i], row_anchor, row_slots);
-        __builtin_prefetch(rows + row_slot[i] * row_size, 0, 0);
+    Stacks stacks = {frames, frame_slot, stack_size, (const unsigned char *)table.buf, &frame_table.layout,
+                     frame_table.frame_slots, 0};
+    if (!read_rows(layout, (const unsigned char *)rows_buf.buf, row_slots, (const int64_t *)steps_buf.buf, n,
+                   version_3, &arrays, (float *)discount.buf, row_slot, &stacks)) {
+        result = Py_NewRef(Py_False);
+        goto done;
     }
-    unsigned char copy[ROW_COPY_BYTES];
-    int64_t frame_anchor = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        copy_row(copy, rows + row_slot[i] * row_size, row_size);
-        if (!row_matches(copy, row_size, step[i], version_3) || (copy[layout->flags] & layout->detached) != 0) {
-            result = Py_NewRef(Py_False);
-            goto done;
-        }
-        int64_t next_frame = row_next_frame(layout, copy, step[i]);
-        if (i == 0) {
-            frame_anchor = next_frame - ring_slot(next_frame, frame_slots);
-        }
-        Py_ssize_t newest = i * columns + stack_size;
-        frames[newest] = next_frame;
-        frame_slot[newest] = ring_slot_near(next_frame, frame_anchor, frame_slots);
-        __builtin_prefetch(entries + frame_slot[newest] * entry->size, 0, 0);
-        if (unpack_row(layout, copy, i, &arrays) & layout->terminated) {
-            ((float *)discount.buf)[i] = 0.0f;
-        }
-    }
-    /* The stacks, back from each next_obs frame through the entries' links (as follow_links). */
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t *stack = frames + i * columns, *stack_slots = frame_slot + i * columns;
-        int64_t frame = stack[stack_size];
-        for (Py_ssize_t c = stack_size - 1; c >= 0; c--) {
-            frame -= entry_link(entries, stack_slots[c + 1], entry->size, entry->link);
-            stack[c] = frame;
-            stack_slots[c] = ring_slot_near(frame, frame_anchor, frame_slots);
-        }
-    }
+    follow_stacks(&stacks, n);
     int located = locate_entries(&frame_table, views, frames, frame_slot, m, sources, lengths, checksums, seeds,
                                  buffers, &acquired);
     if (located != 0) {
