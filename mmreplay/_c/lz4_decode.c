@@ -89,7 +89,15 @@ decode_frames(const FrameBatch *batch, int threads)
 {
     DecodeJob job = {.batch = *batch};
     atomic_init(&job.first_bad, batch->n);
-    pool_run((batch->n + BLOCK_FRAMES - 1) / BLOCK_FRAMES, threads, decode_task, &job);
+    Py_ssize_t blocks = (batch->n + BLOCK_FRAMES - 1) / BLOCK_FRAMES;
+    if (threads <= 1) { /* the calling thread alone: decode_task inlined, not called through the pool */
+        for (Py_ssize_t block = 0; block < blocks; block++) {
+            decode_task(&job, block);
+        }
+    }
+    else {
+        pool_run(blocks, threads, decode_task, &job);
+    }
     Py_ssize_t bad = atomic_load(&job.first_bad);
     return bad < batch->n ? bad : -1;
 }

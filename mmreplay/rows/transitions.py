@@ -65,10 +65,11 @@ def row_dtype(action_shape: tuple[int, ...], action_dtype: np.dtype, num_envs: i
 
 
 def row_layout(dtype: np.dtype) -> tuple[int, ...]:
-    """The row as the compiled code reads and writes it (``_lz4batch.row_layout`` takes it, and the row
-    functions the layout that returns): the row's size, the byte offsets of checksum, next_delta,
-    frame_lead and env, env's width, the offsets of reward, flags and action, action's size, then the
-    flag bits TERMINATED, TRUNCATED and DETACHED. The C code has no offsets of its own."""
+    """The row as the compiled code reads and writes it, which has no offsets of its own:
+    ``_lz4batch.row_layout(*row_layout(dtype))`` checks it once and returns what the row functions take.
+    In order: the row's size, the byte offsets of checksum, next_delta, frame_lead and env, env's width,
+    the offsets of reward, flags and action, action's size, then the flag bits TERMINATED, TRUNCATED and
+    DETACHED."""
     assert dtype.fields is not None
     offsets = {name: dtype.fields[name][1] for name in dtype.names or ()}
     return (
