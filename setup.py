@@ -1,5 +1,7 @@
 """Build of the optional extensions mmreplay._lz4batch, _lz4ref and _sumtree; all other metadata lives in pyproject.toml.
 
+Their C sources lie in mmreplay/_c/, one source and header per job; each extension builds the sources of
+its jobs (the lists below), and the two lz4 extensions share a few (CRC-32, locating a batch's frames).
 The lz4 extensions link the system's liblz4 and zlib. Each is optional: without a compiler or without
 liblz4 the build skips it, prints at the end what is slower and how to fix it, and mmreplay runs its
 pure-Python code instead (and warns at import). Development build: ``python setup.py build_ext --inplace``.
@@ -13,6 +15,7 @@ import runpy
 import subprocess
 import sys
 import warnings
+from glob import glob
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -31,6 +34,12 @@ class build_optional_ext(build_ext):
     build backend's warnings at the end of even a quiet install, and ``python setup.py`` prints it.
     """
 
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        # One extension at a time: the lz4 extensions share sources, and two compiles of one source at
+        # once (build_ext --parallel) would write the same object file in build_temp.
+        self.parallel = None
+
     def run(self) -> None:
         self.failed: list[str] = []
         super().run()
@@ -40,6 +49,10 @@ class build_optional_ext(build_ext):
                           f"{EXTENSIONS['FIX']}", UserWarning, stacklevel=1)
 
     def build_extension(self, ext: Extension) -> None:
+        if self.compiler.compiler_type == "unix" and "-fvisibility=hidden" not in ext.extra_compile_args:
+            # Only PyInit_* is exported (PyMODINIT_FUNC marks it visible): the jobs' functions, shared
+            # between source files, are then resolved inside the extension, not through its symbol table.
+            ext.extra_compile_args = [*ext.extra_compile_args, "-fvisibility=hidden"]
         try:
             super().build_extension(ext)
         except Exception:
@@ -73,27 +86,48 @@ def lz4_link_args() -> dict[str, list[str]]:
     return {"extra_link_args": [f"-l:{found}"]}
 
 
+def sources(*jobs: str) -> list[str]:
+    """The C files of these jobs (mmreplay/_c/<job>.c)."""
+    return [f"mmreplay/_c/{job}.c" for job in jobs]
+
+
+HEADERS = sorted(glob("mmreplay/_c/*.h"))  # a changed header rebuilds every extension
+
+
+def lz4_extension(name: str, jobs: tuple[str, ...], lz4: dict[str, list[str]]) -> Extension:
+    """An optional extension of these jobs that links liblz4 (``lz4``: ``lz4_link_args()``) and zlib.
+
+    The libraries are merged: ``lz4`` may name liblz4 among ``libraries`` too (no liblz4 found, the
+    development symlink, Homebrew), and passing that beside zlib's would be a TypeError of setup.py
+    itself, not a skipped extension.
+    """
+    link = {key: list(values) for key, values in lz4.items()}
+    libraries = [*link.pop("libraries", []), "z"]
+    return Extension(
+        name, sources=sources(*jobs), depends=HEADERS, libraries=libraries, optional=True, **link  # type: ignore[arg-type]
+    )
+
+
+LZ4 = lz4_link_args()
+
 setup(
     cmdclass={"build_ext": build_optional_ext},
     ext_modules=[
-        Extension(
+        lz4_extension(
             "mmreplay._lz4batch",
-            sources=["mmreplay/_lz4batch.c"],
-            depends=["mmreplay/_frames_common.h"],
-            libraries=["z"],
-            **lz4_link_args(),  # type: ignore[arg-type]
-            optional=True,
+            ("lz4batch_module", "lz4_decode", "work_pool", "frame_sources", "frame_entries", "crc32", "row_checksum",
+             "row_layout", "row_gather", "link_follow", "transition_read", "fast_add", "argument_arrays"),
+            LZ4,
         ),
         # Frames compressed against a reference frame (mmreplay.frames.reference_codec); optional like the above.
-        Extension(
+        lz4_extension(
             "mmreplay._lz4ref",
-            sources=["mmreplay/_lz4ref.c"],
-            depends=["mmreplay/_frames_common.h"],
-            libraries=["z"],
-            **lz4_link_args(),  # type: ignore[arg-type]
-            optional=True,
+            ("lz4ref_module", "reference_decode", "reference_plan", "reference_encode", "frame_sources", "crc32",
+             "argument_arrays"),
+            LZ4,
         ),
-        # The sum tree's hot loops (mmreplay.sampling.sum_tree); no libraries; optional like the above.
-        Extension("mmreplay._sumtree", sources=["mmreplay/_sumtree.c"], optional=True),
+        # The samplers' hot loops (mmreplay.sampling.sum_tree, samplers); no libraries; optional like the above.
+        Extension("mmreplay._sumtree", sources=sources("sumtree_module", "sum_tree", "uniform_steps"),
+                  depends=HEADERS, optional=True),
     ]
 )

@@ -15,10 +15,11 @@ from types import ModuleType
 
 # Every compiled extension of the package (setup.py builds them; each is optional).
 NAMES = ("_lz4batch", "_lz4ref", "_sumtree")
-# The interface each extension's functions must have, its C file's INTERFACE (bump both together when a
-# function is added or its arguments change). A build from older sources, left in place by an update that
-# did not rebuild, is refused like a missing one: its fallback runs and the warning says to rebuild.
-INTERFACES = {"_lz4batch": 3, "_lz4ref": 1, "_sumtree": 1}
+# The interface each extension's functions must have, its module file's INTERFACE (mmreplay/_c/*_module.c;
+# bump both together when a function is added or its arguments change). A build from older sources, left
+# in place by an update that did not rebuild, is refused like a missing one: its fallback runs and the
+# warning says to rebuild.
+INTERFACES = {"_lz4batch": 4, "_lz4ref": 1, "_sumtree": 1}
 HIDE_VARIABLE = "MMREPLAY_PURE_PYTHON"
 
 # Measured on this project's machine (2 vCPUs shared with other jobs), compiled against

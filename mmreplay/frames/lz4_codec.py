@@ -35,7 +35,7 @@ ACCELERATED: bool = _lz4batch is not None
 
 # A second thread pays from about half a sampled batch. The extension keeps its helper threads (starting
 # one cost 20-45 us, as much as decoding half a sampled batch) and a helper polls for the next batch for
-# 200 us before it sleeps (_lz4batch.c, SPIN_NANOSECONDS). Measured on the 2-core development machine, a
+# 200 us before it sleeps (_c/work_pool.c, SPIN_NANOSECONDS). Measured on the 2-core development machine, a
 # loop of store.sample(32) calls on a 100k Pong store (medians of 12 interleaved rounds of 500 batches):
 # one thread 5,263 batches/s, two 6,581 (+25%); with a 56 us poll two threads gained 1% (the helper
 # slept between batches, and waking it cost what it saved). Likewise the caller polls (up to 100 us) for

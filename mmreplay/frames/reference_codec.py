@@ -27,9 +27,9 @@ reader decodes a batch with two compiled calls: ``plan_decode`` lists the reques
 each, the references they need (and theirs), key frames first, so that a reference is decoded before
 the frames that use it; ``decode_batch`` decodes that list with the GIL released once. Without the
 extension ``mmreplay._lz4ref`` both run in Python (python-lz4) with identical results. Dependent frames
-are encoded by the extension's reference-aware encoder (``_lz4ref.c``: ~10 us for an 84x84 frame, within
-a few percent of lz4 HC 9's size) or, without it, by python-lz4's HC mode with the reference as
-dictionary: different bytes, the same frames once decoded.
+are encoded by the extension's reference-aware encoder (``_c/reference_encode.c``: ~10 us for an 84x84
+frame, within a few percent of lz4 HC 9's size) or, without it, by python-lz4's HC mode with the
+reference as dictionary: different bytes, the same frames once decoded.
 """
 
 from __future__ import annotations

@@ -64,6 +64,21 @@ def row_dtype(action_shape: tuple[int, ...], action_dtype: np.dtype, num_envs: i
     )
 
 
+def row_layout(dtype: np.dtype) -> tuple[int, ...]:
+    """The row as the compiled code reads and writes it, which has no offsets of its own:
+    ``_lz4batch.row_layout(*row_layout(dtype))`` checks it once and returns what the row functions take.
+    In order: the row's size, the byte offsets of checksum, next_delta, frame_lead and env, env's width,
+    the offsets of reward, flags and action, action's size, then the flag bits TERMINATED, TRUNCATED and
+    DETACHED."""
+    assert dtype.fields is not None
+    offsets = {name: dtype.fields[name][1] for name in dtype.names or ()}
+    return (
+        dtype.itemsize, offsets["checksum"], offsets["next_delta"], offsets["frame_lead"], offsets["env"],
+        dtype["env"].itemsize, offsets["reward"], offsets["flags"], offsets["action"], dtype["action"].itemsize,
+        TERMINATED, TRUNCATED, DETACHED,
+    )
+
+
 class RowFields(NamedTuple):
     """The fields of rows read for a batch (``TransitionTable.read_fields``), one entry per step."""
 
@@ -89,6 +104,7 @@ def next_frame_steps(rows: npt.NDArray[np.void], steps: npt.NDArray[np.int64]) -
 
 _UNCHECKED_BYTES = 8  # checksum and next_delta
 _lz4batch = extensions.load("_lz4batch")  # its gather_rows is read's copy and checksums, compiled
+_ROW_COPY_BYTES = 256  # the longest row the compiled code unpacks (_c/row_gather.h, ROW_COPY_BYTES)
 _STEP_MIX = 2654435761  # of format version 3's row sum
 
 
@@ -121,11 +137,15 @@ class TransitionTable:
         self._chunk_minimums: dict[int, int] = {}
         self._weights = np.arange(1, 2 * (dtype.itemsize - _UNCHECKED_BYTES), 2, dtype=np.uint64)
         self._row_size, self._env_bytes = dtype.itemsize, dtype["env"].itemsize
+        # The layout the compiled row functions take, checked by the extension once, here.
+        self._layout = None if _lz4batch is None else _lz4batch.row_layout(*row_layout(dtype))
         stored_action = dtype["action"]
         # A batch's action: the stored field in native byte order.
         self._action = np.dtype((stored_action.base.newbyteorder("="), stored_action.shape))
         # gather_fields copies the action's little-endian bytes: right where they are native.
-        self._gather_fields = _lz4batch is not None and self._row_size <= 256 and self._action.base == stored_action.base
+        self._gather_fields = (
+            _lz4batch is not None and self._row_size <= _ROW_COPY_BYTES and self._action.base == stored_action.base
+        )
         # The fields between next_delta and action, packed exactly as in row_dtype.
         self._middle = struct.Struct("<I" + ("B" if self._env_bytes == 1 else "H") + "fB")
         self._mapping = np.memmap(path, dtype=dtype, mode="r+" if writable else "r", shape=(row_slots,))
@@ -134,7 +154,7 @@ class TransitionTable:
         self._bytes = self._rows.view(np.uint8).reshape(-1).data if writable else None
         self._reservation = BlockReservation(path) if writable else None
         # What _lz4batch.read_transitions takes to read rows as gather_fields does; None where it cannot.
-        self.compiled_rows = (self._rows, row_slots, self._env_bytes, version_3) if self._gather_fields else None
+        self.compiled_rows = (self._rows, row_slots, self._layout, version_3) if self._gather_fields else None
 
     @classmethod
     def create(cls, path: Path, *, dtype: np.dtype, row_slots: int) -> TransitionTable:
@@ -186,7 +206,7 @@ class TransitionTable:
         self._reservation.ensure(min(first_step + len(flags), self.row_slots) * self._row_size)
         if _lz4batch is not None:
             _lz4batch.write_rows(
-                self._bytes, self.row_slots, first_step, frame_lead, self._env_bytes, rewards, flags, actions,
+                self._bytes, self.row_slots, first_step, frame_lead, self._layout, rewards, flags, actions,
                 previous_steps,
             )
             return
@@ -306,7 +326,7 @@ class TransitionTable:
                 np.empty(len(steps), np.bool_),
             )
             first_bad = _lz4batch.gather_fields(
-                self._rows, self.row_slots, steps, self._env_bytes, *fields, self._version_3
+                self._rows, self.row_slots, steps, self._layout, *fields, self._version_3
             )
             if first_bad >= 0:
                 self._raise_checksum_error(int(steps[first_bad]))

@@ -1,44 +1,12 @@
-/* mmreplay._sumtree: the hot loops of mmreplay.sum_tree.SumTree and of the uniform sampler, one C call per batch.
- *
- * The numpy code in mmreplay/sum_tree.py is the fallback and the specification: these loops make the
- * same IEEE double operations on the same operands in an order that yields the same bits, so the two
- * give identical trees and find identical leaves (tests/test_sum_tree.py compares them bit for bit).
- * Only additions, subtractions and comparisons of doubles occur (nothing an FMA could contract), and
- * the build refuses a platform that evaluates doubles in wider precision (x87), where the optional
- * extension is then skipped.
- *
- * The node arrays are C-contiguous, aligned float64 buffers of 2 * size nodes in heap order (node 1
- * the root, children 2i and 2i + 1, leaf j at node size + j, size a power of two), possibly memory
- * maps of a file. sum_tree.py checks their dtype; here the lengths and alignment are checked.
- *
- * find(sums, targets, out, top_level) -> None
- *   For each float64 target, the leaf (an int64 written to out) that SumTree.find's numpy code finds:
- *   cumulative sums of the 2^top nodes of the top level, added one after the other as np.cumsum does,
- *   searched as np.searchsorted(side="right") does, then one comparison per level below; a target that
- *   ends in an empty leaf takes the guarded descent from the root (SumTree._find_guarded).
- * set(sums, minimums, indices, values) -> None
- *   Leaves indices[i] (int64, each in [0, size)) to values[i] (the last of repeats wins) and every
- *   ancestor of them recomputed from its two children, up to the root. Nothing is written when an
- *   index is out of range (IndexError).
- * settle(sums, minimums, start, stop) -> None
- *   Every ancestor of leaves [start, stop) recomputed from its two children, up to the root.
- *
- * uniform_steps(bit_generator, count, start, out) -> None
- *   Fills out (int64) with start + floor(u * count), u drawn as Generator.random draws it (the bit
- *   generator's next_double, one per step): samplers.uniform_steps' numpy code, without its four numpy
- *   calls (~10 us a batch once a decoded batch has pushed numpy out of the CPU caches). The caller holds
- *   bit_generator.lock, as Generator.random does.
- *
- * The GIL is released only for large batches: for a batch of 32 the loops take a few microseconds,
- * and a thread that lets the GIL go may wait a whole switch interval (5 ms) to get it back from a
- * busy thread (the prefetcher samples while the learner runs).
- */
+/* The sum tree's hot loops: see sum_tree.h. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
+
+#include "sum_tree.h"
 
 #if defined(FLT_EVAL_METHOD) && FLT_EVAL_METHOD != 0 && FLT_EVAL_METHOD != -1
 #error "mmreplay._sumtree needs doubles evaluated in double precision; the numpy sum tree is used instead"
@@ -195,8 +163,8 @@ find_all(const Tree *tree, int top, double *cumulative, const double *targets, i
     }
 }
 
-static PyObject *
-sumtree_find(PyObject *module, PyObject *args)
+PyObject *
+py_find(PyObject *module, PyObject *args)
 {
     Py_buffer sums_view, targets_view, out_view;
     int top;
@@ -296,8 +264,8 @@ parse_pair(Py_buffer *sums_view, Py_buffer *minimums_view, Tree *tree)
     return 0;
 }
 
-static PyObject *
-sumtree_set(PyObject *module, PyObject *args)
+PyObject *
+py_set(PyObject *module, PyObject *args)
 {
     Py_buffer sums_view, minimums_view, indices_view, values_view;
     if (!PyArg_ParseTuple(args, "w*w*y*y*:set", &sums_view, &minimums_view, &indices_view, &values_view)) {
@@ -356,8 +324,8 @@ settle_range(const Tree *tree, double *minimums, Py_ssize_t start, Py_ssize_t st
     }
 }
 
-static PyObject *
-sumtree_settle(PyObject *module, PyObject *args)
+PyObject *
+py_settle(PyObject *module, PyObject *args)
 {
     Py_buffer sums_view, minimums_view;
     Py_ssize_t start, stop;
@@ -389,78 +357,4 @@ done:
     PyBuffer_Release(&sums_view);
     PyBuffer_Release(&minimums_view);
     return result;
-}
-
-/* numpy's bitgen_t (numpy/random/bitgen.h), which a BitGenerator's "capsule" holds: a stable layout. */
-typedef struct {
-    void *state;
-    uint64_t (*next_uint64)(void *state);
-    uint32_t (*next_uint32)(void *state);
-    double (*next_double)(void *state);
-    uint64_t (*next_raw)(void *state);
-} BitGen;
-
-static PyObject *
-sumtree_uniform_steps(PyObject *module, PyObject *args)
-{
-    PyObject *bit_generator;
-    long long count, start;
-    Py_buffer out;
-    if (!PyArg_ParseTuple(args, "OLLw*:uniform_steps", &bit_generator, &count, &start, &out)) {
-        return NULL;
-    }
-    PyObject *result = NULL;
-    PyObject *capsule = PyObject_GetAttrString(bit_generator, "capsule");
-    BitGen *bitgen = capsule == NULL ? NULL : PyCapsule_GetPointer(capsule, "BitGenerator");
-    if (bitgen == NULL) {
-        goto done; /* the error is set: not a numpy BitGenerator */
-    }
-    if (out.len % (Py_ssize_t)sizeof(int64_t) != 0 || (uintptr_t)out.buf % sizeof(int64_t) != 0 || count < 1) {
-        PyErr_Format(PyExc_ValueError,
-                     "uniform_steps: expected an aligned int64 out and count >= 1; got %zd bytes of out and count %lld",
-                     out.len, count);
-        goto done;
-    }
-    int64_t *steps = (int64_t *)out.buf;
-    double scale = (double)count; /* as numpy turns the Python int into a float64 */
-    for (Py_ssize_t i = 0; i < out.len / (Py_ssize_t)sizeof(int64_t); i++) {
-        steps[i] = (int64_t)(bitgen->next_double(bitgen->state) * scale) + start; /* astype truncates */
-    }
-    result = Py_NewRef(Py_None);
-done:
-    Py_XDECREF(capsule);
-    PyBuffer_Release(&out);
-    return result;
-}
-
-static PyMethodDef sumtree_methods[] = {
-    {"find", sumtree_find, METH_VARARGS,
-     "find(sums, targets, out, top_level): the leaf of each target, as SumTree.find's numpy code finds it."},
-    {"set", sumtree_set, METH_VARARGS,
-     "set(sums, minimums, indices, values): set leaves (the last of repeats wins) and recompute their ancestors."},
-    {"settle", sumtree_settle, METH_VARARGS,
-     "settle(sums, minimums, start, stop): recompute the ancestors of leaves [start, stop)."},
-    {"uniform_steps", sumtree_uniform_steps, METH_VARARGS,
-     "uniform_steps(bit_generator, count, start, out): out[i] = start + floor(u_i * count), u_i as Generator.random."},
-    {NULL, NULL, 0, NULL},
-};
-
-/* The interface of this module's functions, as mmreplay/extensions.py's INTERFACES expects it: bump
- * both when a function is added or its arguments change, so that a build from older sources is
- * refused (and its pure-Python fallback used) rather than failing mid-call. */
-#define INTERFACE 1
-
-static struct PyModuleDef sumtree_module = {
-    PyModuleDef_HEAD_INIT, "mmreplay._sumtree", "The hot loops of mmreplay.sum_tree.SumTree.", -1, sumtree_methods,
-};
-
-PyMODINIT_FUNC
-PyInit__sumtree(void)
-{
-    PyObject *module = PyModule_Create(&sumtree_module);
-    if (module != NULL && PyModule_AddIntConstant(module, "INTERFACE", INTERFACE) < 0) {
-        Py_DECREF(module);
-        return NULL;
-    }
-    return module;
 }

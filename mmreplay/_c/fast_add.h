@@ -1,0 +1,41 @@
+/* add's fast path (ReplayStore._add_single_frames), its writes in one call each: the frames compressed
+ * and written with their frame-table entries (FrameRing.append_frames), and the transition rows written
+ * with their links (TransitionTable.write_continuations). The general path writes the same bytes
+ * (tests/test_fast_add.py). */
+#ifndef MMREPLAY_FAST_ADD_H
+#define MMREPLAY_FAST_ADD_H
+
+#include <Python.h>
+
+/* append_frames(frames, prev_deltas, first_step, table, frame_slots, layout, seed_multiplier, descriptor,
+ *               segment_start, offset, segment_bytes) -> int
+ *   FrameRing.append of frames compressed alone, given uncompressed (a Python loop over the frames costs
+ *   as much as compressing them). frames holds len(prev_deltas) contiguous frames; each is compressed
+ *   with lz4 (the bytes of lz4_codec.compress, python-lz4's), and all are written back to back at offset
+ *   of the segment file open as descriptor, whose first byte is ring position segment_start. Then entry
+ *   (first_step + i) mod frame_slots gets the frame's ring position, length, checksum (CRC-32 seeded
+ *   with step * seed_multiplier + prev delta) and prev_deltas[i]; layout as decode_entries takes it,
+ *   link = prev_delta. The bytes go out before the entries that point at them. Returns the bytes
+ *   written; -1 with nothing written when they would run past the segment's end (the caller's general
+ *   path then starts the next segment). */
+PyObject *py_append_frames(PyObject *module, PyObject *args);
+
+/* write_rows(table, row_slots, first_step, frame_lead, layout, rewards, flags, actions, previous_steps)
+ *   TransitionTable.write of the rows of envs 0, 1, ... at steps first_step + env: each row gets
+ *   next_delta 0, frame_lead, its env, rewards[env] (a float, stored as float32), flags[env] (a byte) and
+ *   its equal part of actions (bytes), then its checksum. Then the row of previous_steps[env], the env's
+ *   transition before, gets its next_delta link to the new row. Table slots are steps mod row_slots;
+ *   layout: row_layout(). */
+PyObject *py_write_rows(PyObject *module, PyObject *args);
+
+#define FAST_ADD_METHODS                                                                                           \
+    {"append_frames", py_append_frames, METH_VARARGS,                                                              \
+     "append_frames(frames, prev_deltas, first_step, table, frame_slots, layout, seed_multiplier, descriptor,\n"   \
+     "              segment_start, offset, segment_bytes) -> int\n\n"                                              \
+     "Compress frames, write them at offset of a segment file and fill their frame-table entries: the bytes\n"     \
+     "written, or -1 (nothing written) when they would run past the segment's end."},                              \
+    {"write_rows", py_write_rows, METH_VARARGS,                                                                    \
+     "write_rows(table, row_slots, first_step, frame_lead, layout, rewards, flags, actions, previous_steps)\n\n"   \
+     "Write the transition rows of envs 0, 1, ... with their checksums, and link each env's previous row."},
+
+#endif

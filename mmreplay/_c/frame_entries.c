@@ -1,0 +1,167 @@
+/* Frames located through a frame ring's table: see frame_entries.h. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "argument_arrays.h"
+#include "crc32.h"
+#include "frame_entries.h"
+#include "frame_sources.h"
+#include "little_endian.h"
+
+/* Whether every field lies inside the entry, and length is 2 or 4 bytes wide. */
+static int
+layout_fits(const EntryLayout *layout)
+{
+    return layout->size > 0 && layout->position >= 0 && layout->position + 8 <= layout->size
+           && (layout->length_bytes == 2 || layout->length_bytes == 4) && layout->length >= 0
+           && layout->length + layout->length_bytes <= layout->size && layout->checksum >= 0
+           && layout->checksum + 4 <= layout->size && layout->link >= 0 && layout->link + 4 <= layout->size;
+}
+
+int
+frame_table_check(const FrameTable *frames, const char *function)
+{
+    if (frames->frame_slots <= 0 || frames->segment_bytes <= 0 || frames->bytes_written < 0
+        || !layout_fits(&frames->layout)) {
+        PyErr_Format(PyExc_ValueError, "%s: frame_slots, segment_bytes, bytes_written or entry layout out of range",
+                     function);
+        return -1;
+    }
+    if (frames->table->len != frames->frame_slots * frames->layout.size) {
+        PyErr_Format(PyExc_ValueError, "%s: table has %zd bytes; expected %lld entries of %zd bytes", function,
+                     frames->table->len, frames->frame_slots, frames->layout.size);
+        return -1;
+    }
+    return 0;
+}
+
+int
+locate_entries(const FrameTable *frames, PyObject *views, const int64_t *steps, const int64_t *slots,
+               Py_ssize_t n, const char **sources, int64_t *lengths, uint32_t *checksums, uint32_t *seeds,
+               Py_buffer *buffers, Py_ssize_t *acquired)
+{
+    BatchViews batch;
+    if (batch_views_open(&batch, views, buffers, acquired) < 0) {
+        return -1;
+    }
+    const EntryLayout *layout = &frames->layout;
+    const unsigned char *entries = (const unsigned char *)frames->table->buf;
+    uint64_t segment_bytes = (uint64_t)frames->segment_bytes, bytes_written = (uint64_t)frames->bytes_written;
+    /* The segment of the last frame, [segment_start, segment_start + segment_bytes): most frames of a
+     * batch lie in the same one as the frame before, and need no division to find it. */
+    uint64_t segment_start = 1, segment_end = 0;
+    const Py_buffer *buffer = NULL;
+    int status = 0;
+    for (Py_ssize_t i = 0; i < n && status == 0; i++) {
+        if (steps[i] < 0) {
+            status = 1;
+            break;
+        }
+        int64_t slot = slots != NULL ? slots[i] : steps[i] % frames->frame_slots;
+        const unsigned char *entry = entries + (size_t)slot * (size_t)layout->size;
+        uint64_t position = read_le(entry + layout->position, 8);
+        uint64_t length = read_le(entry + layout->length, (int)layout->length_bytes);
+        if (position > bytes_written || length > bytes_written - position) {
+            status = 1;
+            break;
+        }
+        if (position < segment_start || position >= segment_end) {
+            long long view = (long long)(position / segment_bytes) - frames->base;
+            if (view < 0 || view >= batch.count) {
+                status = 1;
+                break;
+            }
+            buffer = batch_views_get(&batch, (Py_ssize_t)view);
+            if (buffer == NULL) {
+                status = -1;
+                break;
+            }
+            segment_start = position - position % segment_bytes;
+            segment_end = segment_start + segment_bytes;
+        }
+        uint64_t offset = position - segment_start;
+        if (offset > (uint64_t)buffer->len || length > (uint64_t)buffer->len - offset) {
+            status = 1;
+            break;
+        }
+        sources[i] = (const char *)buffer->buf + offset;
+        __builtin_prefetch(sources[i], 0, 0); /* the frame's first bytes: their misses overlap the next lookups */
+        lengths[i] = (int64_t)length;
+        checksums[i] = (uint32_t)read_le(entry + layout->checksum, 4);
+        seeds[i] = (uint32_t)((uint64_t)steps[i] * frames->seed_multiplier + read_le(entry + layout->link, 4));
+    }
+    batch_views_close(&batch);
+    return status;
+}
+
+PyObject *
+py_gather_entries(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *views_arg;
+    Py_buffer table, steps, lengths, checksums, seeds;
+    FrameTable frames = {.table = &table};
+    unsigned long seed_multiplier;
+    int verify;
+    if (!PyArg_ParseTuple(args, "OLy*L(nnnnnn)y*kLLw*w*w*p:gather_entries", &views_arg, &frames.base, &table,
+                          &frames.frame_slots, ENTRY_LAYOUT_FIELDS(frames.layout), &steps, &seed_multiplier,
+                          &frames.segment_bytes, &frames.bytes_written, &lengths, &checksums, &seeds, &verify)) {
+        return NULL;
+    }
+    frames.seed_multiplier = (uint32_t)seed_multiplier;
+    PyObject *result = NULL, *views = NULL;
+    const char **sources = NULL;
+    Py_buffer *buffers = NULL;
+    Py_ssize_t acquired = 0;
+    Py_ssize_t n = steps.len / 8;
+    if (frame_table_check(&frames, "gather_entries") < 0) {
+        goto done;
+    }
+    if (check_array(&steps, "steps", n, 8) < 0 || check_array(&lengths, "lengths", n, 8) < 0
+        || check_array(&checksums, "checksums", n, 4) < 0 || check_array(&seeds, "seeds", n, 4) < 0) {
+        goto done;
+    }
+    if (views_prepare(views_arg, n, &views, &buffers) < 0) {
+        goto done;
+    }
+    sources = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof(*sources));
+    if (sources == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *length = (int64_t *)lengths.buf;
+    uint32_t *checksum = (uint32_t *)checksums.buf, *seed = (uint32_t *)seeds.buf;
+    int located = locate_entries(&frames, views, (const int64_t *)steps.buf, NULL, n, sources, length, checksum,
+                                 seed, buffers, &acquired);
+    if (located != 0) {
+        result = located < 0 ? NULL : Py_NewRef(Py_None);
+        goto done;
+    }
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        total += (Py_ssize_t)length[i]; /* each within bytes_written: no overflow */
+    }
+    for (Py_ssize_t i = 0; verify && i < n; i++) {
+        if (frame_crc32(seed[i], (const unsigned char *)sources[i], (size_t)length[i]) != checksum[i]) {
+            result = PyLong_FromSsize_t(i);
+            goto done;
+        }
+    }
+    result = PyBytes_FromStringAndSize(NULL, total);
+    if (result == NULL) {
+        goto done;
+    }
+    char *data = PyBytes_AS_STRING(result);
+    for (Py_ssize_t i = 0; i < n; data += length[i], i++) {
+        memcpy(data, sources[i], (size_t)length[i]);
+    }
+done:
+    views_release(views, buffers, acquired);
+    PyMem_Free(sources);
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&steps);
+    PyBuffer_Release(&lengths);
+    PyBuffer_Release(&checksums);
+    PyBuffer_Release(&seeds);
+    return result;
+}

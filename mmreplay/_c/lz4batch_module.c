@@ -1,0 +1,67 @@
+/* mmreplay._lz4batch: the compiled half of reading and writing lz4 frames and transition rows. Each job
+ * lives in a file of its own (see each header for its functions and their arguments):
+ *
+ *   lz4_decode       decode, decode_entries: a batch of lz4 frames decoded with the GIL released once,
+ *                    shared with the helper threads of work_pool
+ *   frame_entries    gather_entries: frames located through a frame ring's table, still compressed
+ *   crc32            crc32: CRC-32 of frames (zlib's), folded 16 bytes at a time where the CPU can
+ *   row_checksum     row_checksums: the checksum of records tied to their step (transition rows)
+ *   row_layout       row_layout: the transition row's layout, passed in from Python once per table
+ *   row_gather       gather_rows, gather_fields, prefetch_rows: a sampled batch's rows, checked
+ *   link_follow      follow_links: frame stacks through the frame table's episode links
+ *   transition_read  read_transitions: rows, stacks and frames of a sampled batch in one call
+ *   fast_add         append_frames, write_rows: add's fast path, its writes in one call each
+ *
+ * The pure-Python code each function accelerates gives identical results (MMREPLAY_PURE_PYTHON=1 runs it). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "crc32.h"
+#include "fast_add.h"
+#include "frame_entries.h"
+#include "link_follow.h"
+#include "lz4_api.h"
+#include "lz4_decode.h"
+#include "row_checksum.h"
+#include "row_gather.h"
+#include "row_layout.h"
+#include "transition_read.h"
+
+static PyMethodDef methods[] = {
+    LZ4_DECODE_METHODS
+    FRAME_ENTRIES_METHODS
+    CRC32_METHODS
+    ROW_CHECKSUM_METHODS
+    ROW_LAYOUT_METHODS
+    ROW_GATHER_METHODS
+    LINK_FOLLOW_METHODS
+    TRANSITION_READ_METHODS
+    FAST_ADD_METHODS
+    {NULL, NULL, 0, NULL},
+};
+
+/* The interface of this module's functions, as mmreplay/extensions.py's INTERFACES expects it: bump
+ * both when a function is added or its arguments change, so that a build from older sources is
+ * refused (and its pure-Python fallback used) rather than failing mid-call. 4: the row functions take
+ * row_layout()'s capsule instead of env_bytes. */
+#define INTERFACE 4
+
+static struct PyModuleDef module_definition = {
+    PyModuleDef_HEAD_INIT, "mmreplay._lz4batch",
+    "Batch lz4 decoding for mmreplay.frames.lz4_codec, the index work of reading a sampled batch, and add's "
+    "fast path.", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__lz4batch(void)
+{
+    frame_crc32_init();
+    PyObject *module = PyModule_Create(&module_definition);
+    if (module != NULL && (PyModule_AddIntConstant(module, "LZ4_VERSION", LZ4_versionNumber()) < 0
+                           || PyModule_AddIntConstant(module, "INTERFACE", INTERFACE) < 0
+                           || PyModule_AddIntConstant(module, "UNCHECKED_BYTES", RECORD_UNCHECKED_BYTES) < 0)) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

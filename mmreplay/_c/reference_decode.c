@@ -1,0 +1,130 @@
+/* Decoding a batch of reference-compressed frames: see reference_decode.h. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+
+#include "argument_arrays.h"
+#include "crc32.h"
+#include "frame_sources.h"
+#include "lz4_api.h"
+#include "reference_decode.h"
+
+typedef struct {
+    const char *const *sources; /* sources[i]: entry i's compressed bytes, NULL when out of range */
+    const int64_t *lengths, *refs, *rows;
+    const uint32_t *checksums, *seeds;
+    char *out, *scratch;
+    Py_ssize_t n_out;
+    int frame_nbytes;
+    Py_ssize_t m;
+} Plan;
+
+static char *
+row_pointer(const Plan *p, int64_t row)
+{
+    return row < p->n_out ? p->out + (size_t)row * (size_t)p->frame_nbytes
+                          : p->scratch + (size_t)(row - p->n_out) * (size_t)p->frame_nbytes;
+}
+
+static Py_ssize_t
+decode_plan(const Plan *p)
+{
+    for (Py_ssize_t i = 0; i < p->m; i++) {
+        const char *src = p->sources[i];
+        int length = (int)p->lengths[i]; /* range-checked when sources[i] was set */
+        if (src == NULL || frame_crc32(p->seeds[i], (const unsigned char *)src, (size_t)length) != p->checksums[i]) {
+            return i;
+        }
+        char *dst = row_pointer(p, p->rows[i]);
+        int decoded = p->refs[i] < 0
+                          ? LZ4_decompress_safe(src, dst, length, p->frame_nbytes)
+                          : LZ4_decompress_safe_usingDict(src, dst, length, p->frame_nbytes,
+                                                          row_pointer(p, p->rows[p->refs[i]]), p->frame_nbytes);
+        if (decoded != p->frame_nbytes) {
+            return i;
+        }
+    }
+    return -1;
+}
+
+/* refs must point backwards and rows inside out and scratch, each row written once, so that a
+ * frame's reference is never overwritten before its dependents are decoded. */
+static int
+check_plan(const int64_t *refs, const int64_t *rows, Py_ssize_t m, Py_ssize_t total_rows)
+{
+    unsigned char *written = PyMem_Calloc((size_t)(total_rows > 0 ? total_rows : 1), 1);
+    if (written == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int status = 0;
+    for (Py_ssize_t i = 0; i < m && status == 0; i++) {
+        if (refs[i] < -1 || refs[i] >= i) {
+            PyErr_Format(PyExc_ValueError, "refs[%zd] is %lld; expected -1 or an earlier entry (0 to %zd)", i,
+                         (long long)refs[i], i - 1);
+            status = -1;
+        }
+        else if (rows[i] < 0 || rows[i] >= total_rows || written[rows[i]]) {
+            PyErr_Format(PyExc_ValueError,
+                         "rows[%zd] is %lld; expected a row not used before, 0 <= row < %zd (out and scratch rows)",
+                         i, (long long)rows[i], total_rows);
+            status = -1;
+        }
+        else {
+            written[rows[i]] = 1;
+        }
+    }
+    PyMem_Free(written);
+    return status;
+}
+
+PyObject *
+py_reference_decode(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *views_arg;
+    FrameSources frames;
+    Py_buffer refs, rows, out, scratch;
+    Py_ssize_t frame_nbytes;
+    if (!PyArg_ParseTuple(args, "Oy*y*y*y*y*y*y*w*w*n:decode", &views_arg, &frames.segments, &frames.offsets,
+                          &frames.lengths, &frames.checksums, &frames.seeds, &refs, &rows, &out, &scratch,
+                          &frame_nbytes)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t m = frames.segments.len / 8;
+    if (frame_sources_check(&frames, frame_nbytes) < 0 || check_array(&refs, "refs", m, 8) < 0
+        || check_array(&rows, "rows", m, 8) < 0) {
+        goto done;
+    }
+    if (out.len % frame_nbytes != 0 || scratch.len % frame_nbytes != 0) {
+        PyErr_Format(PyExc_ValueError, "out has %zd bytes and scratch %zd; expected whole frames of %zd bytes",
+                     out.len, scratch.len, frame_nbytes);
+        goto done;
+    }
+    Py_ssize_t n_out = out.len / frame_nbytes;
+    if (check_plan((const int64_t *)refs.buf, (const int64_t *)rows.buf, m, n_out + scratch.len / frame_nbytes)
+        < 0) {
+        goto done;
+    }
+    if (frame_sources_locate(&frames, views_arg) < 0) {
+        goto done;
+    }
+    Plan plan = {frames.sources, (const int64_t *)frames.lengths.buf, (const int64_t *)refs.buf,
+                 (const int64_t *)rows.buf, (const uint32_t *)frames.checksums.buf,
+                 (const uint32_t *)frames.seeds.buf, (char *)out.buf, (char *)scratch.buf, n_out,
+                 (int)frame_nbytes, m};
+    Py_ssize_t bad;
+    Py_BEGIN_ALLOW_THREADS
+    bad = decode_plan(&plan);
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSsize_t(bad);
+done:
+    frame_sources_release(&frames);
+    PyBuffer_Release(&refs);
+    PyBuffer_Release(&rows);
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&scratch);
+    return result;
+}

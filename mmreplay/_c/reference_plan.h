@@ -1,0 +1,24 @@
+/* The order in which a batch of reference-compressed frames decodes (mmreplay/frames/reference_codec.py):
+ * each frame after the frame it references, each reference decoded once. */
+#ifndef MMREPLAY_REFERENCE_PLAN_H
+#define MMREPLAY_REFERENCE_PLAN_H
+
+#include <Python.h>
+
+/* plan(chain, width, entries) -> int
+ *   chain:   int64[width][n]: chain[0] the requested frame steps, chain[k + 1][i] the reference of
+ *            chain[k][i], a key frame being its own reference; chain[width - 1] == chain[width - 2]
+ *   entries: int64[3][n * (width - 1)] output: steps, refs, rows as decode() takes them
+ * Lists each requested frame (repeats included) and each reference not requested (once), ordered by
+ * level (how many references lie between the frame and its key frame: key frames first) and then by
+ * first appearance: the order decode() needs. Returns the number of entries m; rows[i] is the requested
+ * row i for a requested frame and n, n + 1, ... for the references added, in order of first appearance.
+ * Raises ValueError when chain is not such a table. */
+PyObject *py_plan(PyObject *module, PyObject *args);
+
+#define REFERENCE_PLAN_METHODS                                                                                     \
+    {"plan", py_plan, METH_VARARGS,                                                                                \
+     "plan(chain, width, entries) -> int\n\n"                                                                      \
+     "List requested frames and their references in decode order (see reference_plan.h)."},
+
+#endif

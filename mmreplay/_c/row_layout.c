@@ -1,0 +1,92 @@
+/* The transition row's layout, passed in from Python: see row_layout.h. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdlib.h>
+
+#include "row_checksum.h"
+#include "row_layout.h"
+
+#define CAPSULE_NAME "mmreplay._lz4batch.RowLayout"
+
+static void
+free_layout(PyObject *capsule)
+{
+    PyMem_Free(PyCapsule_GetPointer(capsule, CAPSULE_NAME));
+}
+
+const RowLayout *
+row_layout_from(PyObject *capsule, const char *name)
+{
+    if (!PyCapsule_IsValid(capsule, CAPSULE_NAME)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a row layout that row_layout() made; got %s", name,
+                     Py_TYPE(capsule)->tp_name);
+        return NULL;
+    }
+    return (const RowLayout *)PyCapsule_GetPointer(capsule, CAPSULE_NAME);
+}
+
+/* 0 when the field [offset, offset + width) lies after the row's first 8 bytes and inside its size. */
+static int
+check_field(const char *name, Py_ssize_t offset, Py_ssize_t width, Py_ssize_t size)
+{
+    if (offset < RECORD_UNCHECKED_BYTES || width < 1 || offset > size - width) {
+        PyErr_Format(PyExc_ValueError,
+                     "row layout: %s at byte %zd (%zd bytes) does not lie in bytes %d to %zd of the row (after "
+                     "the checksum and next_delta)", name, offset, width, RECORD_UNCHECKED_BYTES, size);
+        return -1;
+    }
+    return 0;
+}
+
+static int
+check_flag(const char *name, Py_ssize_t bit, Py_ssize_t taken)
+{
+    if (bit < 1 || bit > 128 || (bit & (bit - 1)) != 0 || (bit & taken) != 0) {
+        PyErr_Format(PyExc_ValueError, "row layout: flag %s is %zd; expected a single bit (1 to 128) of its own",
+                     name, bit);
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *
+py_row_layout(PyObject *module, PyObject *args)
+{
+    (void)module;
+    Py_ssize_t f[13];
+    if (!PyArg_ParseTuple(args, "nnnnnnnnnnnnn:row_layout", &f[0], &f[1], &f[2], &f[3], &f[4], &f[5], &f[6], &f[7],
+                          &f[8], &f[9], &f[10], &f[11], &f[12])) {
+        return NULL;
+    }
+    Py_ssize_t size = f[0], env_bytes = f[5];
+    if (f[1] != RECORD_CHECKSUM_OFFSET || f[2] != RECORD_CHECKSUM_OFFSET + 4) {
+        PyErr_Format(PyExc_ValueError, "row layout: checksum at byte %zd and next_delta at byte %zd; expected %d "
+                     "and %d, the first %d bytes, which the row checksum leaves out", f[1], f[2],
+                     RECORD_CHECKSUM_OFFSET, RECORD_CHECKSUM_OFFSET + 4, RECORD_UNCHECKED_BYTES);
+        return NULL;
+    }
+    if (env_bytes != 1 && env_bytes != 2) {
+        PyErr_Format(PyExc_ValueError, "row layout: env is %zd bytes wide; expected 1 or 2", env_bytes);
+        return NULL;
+    }
+    if (check_field("frame_lead", f[3], 4, size) < 0 || check_field("env", f[4], env_bytes, size) < 0
+        || check_field("reward", f[6], 4, size) < 0 || check_field("flags", f[7], 1, size) < 0
+        || check_field("action", f[8], f[9], size) < 0 || check_flag("terminated", f[10], 0) < 0
+        || check_flag("truncated", f[11], f[10]) < 0 || check_flag("detached", f[12], f[10] | f[11]) < 0) {
+        return NULL;
+    }
+    RowLayout *layout = PyMem_Malloc(sizeof(RowLayout));
+    if (layout == NULL) {
+        return PyErr_NoMemory();
+    }
+    *layout = (RowLayout){.size = size, .checksum = f[1], .next_delta = f[2], .frame_lead = f[3], .env = f[4],
+                          .env_bytes = (int)env_bytes, .reward = f[6], .flags = f[7], .action = f[8],
+                          .action_bytes = f[9], .terminated = (unsigned char)f[10],
+                          .truncated = (unsigned char)f[11], .detached = (unsigned char)f[12]};
+    PyObject *capsule = PyCapsule_New(layout, CAPSULE_NAME, free_layout);
+    if (capsule == NULL) {
+        PyMem_Free(layout);
+    }
+    return capsule;
+}

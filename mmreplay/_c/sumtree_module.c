@@ -1,0 +1,37 @@
+/* mmreplay._sumtree: the hot loops of the samplers, one C call per batch (see each header):
+ *
+ *   sum_tree       find, set, settle: mmreplay.sampling.sum_tree.SumTree's
+ *   uniform_steps  uniform_steps: mmreplay.sampling.samplers.uniform_steps' draws
+ *
+ * The numpy code each accelerates gives identical results, bit for bit. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "sum_tree.h"
+#include "uniform_steps.h"
+
+static PyMethodDef methods[] = {
+    SUM_TREE_METHODS
+    UNIFORM_STEPS_METHODS
+    {NULL, NULL, 0, NULL},
+};
+
+/* The interface of this module's functions, as mmreplay/extensions.py's INTERFACES expects it: bump
+ * both when a function is added or its arguments change, so that a build from older sources is
+ * refused (and its pure-Python fallback used) rather than failing mid-call. */
+#define INTERFACE 1
+
+static struct PyModuleDef module_definition = {
+    PyModuleDef_HEAD_INIT, "mmreplay._sumtree", "The hot loops of mmreplay.sampling.sum_tree.SumTree.", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__sumtree(void)
+{
+    PyObject *module = PyModule_Create(&module_definition);
+    if (module != NULL && PyModule_AddIntConstant(module, "INTERFACE", INTERFACE) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}
