@@ -11,8 +11,8 @@ if [ "${MMREPLAY_REQUIRE_EXTENSION:-0}" = "1" ]; then
   .venv/bin/python -c "import mmreplay.frames.lz4_codec as c, mmreplay.sampling.sum_tree as t, mmreplay.frames.reference_codec as r, sys; sys.exit(0 if c.ACCELERATED and t.ACCELERATED and r.ACCELERATED else 'a compiled extension (_lz4batch, _sumtree, _lz4ref) did not build')"
 fi
 .venv/bin/python scripts/atari_frames.py   # the real frames the tests read: recorded with ALE once (~10 s), then cached
-# The Ray and RLlib tests, and the README's Ray examples, run in their own venv below (ray[rllib] pins
-# another gymnasium).
+# The Ray and RLlib tests, and the manual's Ray and RLlib examples (tests/test_readme.py's ray-sharded and
+# rllib-buffer), run in their own venv below (ray[rllib] pins another gymnasium).
 .venv/bin/python -m pytest tests --ignore=tests/test_ray_sharded.py --ignore=tests/test_ray_cluster.py \
   --ignore=tests/test_rllib_buffer.py -k "not ray-sharded and not rllib-buffer" "$@"
 echo "--- again without the compiled extensions (MMREPLAY_PURE_PYTHON=1): store semantics, real frames, corruption, sum tree, reference frames"
@@ -20,11 +20,11 @@ MMREPLAY_PURE_PYTHON=1 .venv/bin/python -m pytest -q tests/test_store_model.py t
   tests/test_real_frames.py tests/test_corruption.py tests/test_frame_errors.py tests/test_codec.py \
   tests/test_sum_tree.py tests/test_dense_store.py tests/test_reference_codec.py tests/test_field_widths.py \
   tests/test_sample_out.py tests/test_fast_add.py tests/test_final_obs.py tests/test_dtypes.py tests/test_reading.py "$@"
-echo "--- Ray and RLlib (mmreplay.ray, mmreplay.rllib, the README's Ray examples): their own venv, .venv-ray, since ray[rllib] 2.60.0 pins gymnasium 1.2.2"
+echo "--- Ray and RLlib (mmreplay.ray, mmreplay.rllib, the manual's Ray and RLlib examples): their own venv, .venv-ray, since ray[rllib] 2.60.0 pins gymnasium 1.2.2"
 [ -x .venv-ray/bin/python ] || python3 -m venv .venv-ray
 .venv-ray/bin/python -m pip install --quiet --upgrade pip "setuptools>=77"
 .venv-ray/bin/python -m pip install --quiet "torch==2.13.0"
 .venv-ray/bin/python -m pip install --quiet -e ".[rllib,test]" ale-py opencv-python-headless
 .venv-ray/bin/python -m pytest -q tests/test_ray_sharded.py tests/test_ray_cluster.py tests/test_rllib_buffer.py \
-  tests/test_encoded.py tests/test_readme.py -k "not test_readme or ray or rllib" "$@"
+  tests/test_encoded.py tests/test_readme.py -k "not test_readme or ray-sharded or rllib-buffer" "$@"
 

@@ -1,6 +1,7 @@
-"""Every code block of README.md runs: the Python examples are executed, the command lines are run.
+"""Every code block of the manual runs (README.md and every page under docs/): the Python examples are
+executed, the command lines are run.
 
-Each Python block is preceded in the README by ``<!-- example: NAME -->``; NAME picks the setup below,
+Each Python block is preceded on its page by ``<!-- example: NAME -->``; NAME picks the setup below,
 which provides only what the example leaves to the reader's own loop (and the API tour's imports, ``np``
 and ``ReplayStore``) (its env's observations, a policy, a
 TD error), with real Atari frames and real gymnasium/ALE envs. Nothing is faked but what would need a
@@ -29,27 +30,39 @@ import pytest
 from atari_data import load_stream
 
 REPO = Path(__file__).resolve().parents[1]
-README = REPO / "README.md"
+# The manual: README.md and the pages that mkdocs.yml builds into a site.
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 MARKER = re.compile(r"<!-- example: ([\w-]+) -->")
+FENCE = re.compile(r"^ {0,3}```(\S*)\s*$")
 
 
-def blocks(language: str) -> list[tuple[str | None, str, int]]:
-    """(name from the marker line above it or None, code, line number) of each ``language`` block."""
-    lines = README.read_text().splitlines()
-    found, i = [], 0
-    while i < len(lines):
-        if lines[i].strip() == f"```{language}":
-            start = i
-            previous = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
-            marker = MARKER.search(previous)
-            i += 1
-            body = []
-            while lines[i].strip() != "```":
-                body.append(lines[i])
+def fenced_blocks() -> list[tuple[str, str, str, str | None]]:
+    """(language, code, where: ``page:line``, name from the marker line above it or None) of every
+    fenced code block of the manual, in page order."""
+    found = []
+    for page in PAGES:
+        lines = page.read_text().splitlines()
+        i = 0
+        while i < len(lines):
+            opening = FENCE.match(lines[i])
+            if opening:
+                start = i
+                previous = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
+                marker = MARKER.search(previous)
                 i += 1
-            found.append((marker.group(1) if marker else None, "\n".join(body), start + 1))
-        i += 1
+                body = []
+                while i < len(lines) and lines[i].strip() != "```":
+                    body.append(lines[i])
+                    i += 1
+                where = f"{page.relative_to(REPO)}:{start + 1}"
+                found.append((opening.group(1), "\n".join(body), where, marker.group(1) if marker else None))
+            i += 1
     return found
+
+
+def blocks(language: str) -> list[tuple[str | None, str, str]]:
+    """(name or None, code, ``page:line``) of each ``language`` block of the manual."""
+    return [(name, code, where) for found, code, where, name in fenced_blocks() if found == language]
 
 
 # -- what the examples leave to the reader ---------------------------------------------------------
@@ -87,7 +100,7 @@ class Countdown:
 
 
 def make_pong(max_episode_steps: int = 9) -> Callable[[], Any]:
-    """A real ALE Pong env as the README's recipes wrap it, with short episodes so that the examples
+    """A real ALE Pong env as the guide's recipes wrap it, with short episodes so that the examples
     meet episode ends and autoresets within a few steps."""
     import ale_py
     import gymnasium
@@ -190,9 +203,11 @@ def check_prioritized(namespace: dict[str, Any]) -> None:
 
 
 def setup_sb3(namespace: dict[str, Any]) -> None:
+    import ale_py
     import gymnasium
     from stable_baselines3.common.env_util import make_atari_env
 
+    gymnasium.register_envs(ale_py)  # PongNoFrameskip-v4, whichever example ran first
     namespace["env"] = make_atari_env("PongNoFrameskip-v4", n_envs=1, seed=0)
     namespace["envs"] = gymnasium.vector.SyncVectorEnv([make_pong()])
     namespace["args"] = SimpleNamespace(buffer_size=1000)
@@ -276,7 +291,7 @@ def check_encoded(namespace: dict[str, Any]) -> None:
 
 
 # The Ray examples run on a local Ray cluster started once for this module (``ray_cluster``), at small
-# sizes: each ``(README text, replacement)`` must be found in the example, so that an edit of the README
+# sizes: each ``(page text, replacement)`` must be found in the example, so that an edit of the page
 # that the test no longer matches fails here instead of running unbounded.
 SMALL_SIZES = {
     "ray-sharded": [
@@ -397,12 +412,17 @@ def close_stores(namespace: dict[str, Any]) -> None:
 PYTHON_BLOCKS = blocks("python")
 
 
-def test_every_python_block_of_the_readme_is_named_and_known() -> None:
-    unnamed = [line for name, _, line in PYTHON_BLOCKS if name is None]
-    unknown = [(name, line) for name, _, line in PYTHON_BLOCKS if name is not None and name not in EXAMPLES]
-    assert not unnamed, f"README.md python blocks at lines {unnamed} have no <!-- example: NAME --> line above"
-    assert not unknown, f"README.md names examples tests/test_readme.py does not know: {unknown}"
-    assert len(PYTHON_BLOCKS) >= len(EXAMPLES)
+def test_every_code_block_of_the_manual_is_python_or_bash_so_that_none_escapes_these_tests() -> None:
+    others = [(language, where) for language, _, where, _ in fenced_blocks() if language not in ("python", "bash")]
+    assert not others, f"code blocks these tests neither run nor check (write python or bash): {others}"
+
+
+def test_every_python_block_of_the_manual_is_named_and_known() -> None:
+    unnamed = [where for name, _, where in PYTHON_BLOCKS if name is None]
+    unknown = [(name, where) for name, _, where in PYTHON_BLOCKS if name is not None and name not in EXAMPLES]
+    assert not unnamed, f"python blocks at {unnamed} have no <!-- example: NAME --> line above"
+    assert not unknown, f"the manual names examples tests/test_readme.py does not know: {unknown}"
+    assert {name for name, _, _ in PYTHON_BLOCKS} == set(EXAMPLES), "an example of EXAMPLES is on no page"
 
 
 @pytest.fixture(scope="module")
@@ -419,24 +439,24 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         ray.shutdown()
 
 
-@pytest.mark.parametrize(("name", "code", "line"), PYTHON_BLOCKS, ids=[f"{name}@{line}" for name, _, line in PYTHON_BLOCKS])
-def test_the_readme_python_example_runs(
-    name: str | None, code: str, line: int, in_tmp_dir: Path, request: pytest.FixtureRequest
+@pytest.mark.parametrize(("name", "code", "where"), PYTHON_BLOCKS, ids=[f"{name}@{where}" for name, _, where in PYTHON_BLOCKS])
+def test_the_manual_python_example_runs(
+    name: str | None, code: str, where: str, in_tmp_dir: Path, request: pytest.FixtureRequest
 ) -> None:
     if name not in EXAMPLES:
-        pytest.fail(f"the python block at README.md line {line} is not named or not known (see the test above)")
+        pytest.fail(f"the python block at {where} is not named or not known (see the test above)")
     setup, check = EXAMPLES[name]
     from mmreplay import ReplayStore
 
     if name in SMALL_SIZES:
         request.getfixturevalue("ray_cluster")
         for text, replacement in SMALL_SIZES[name]:
-            assert text in code, f"README.md:{line} ({name}) no longer holds {text!r}: update SMALL_SIZES"
+            assert text in code, f"{where} ({name}) no longer holds {text!r}: update SMALL_SIZES"
             code = code.replace(text, replacement)
-    # The API tour's imports are in scope, as for a reader who follows the README from the top.
+    # The API tour's imports are in scope, as for a reader who follows the guide from the top.
     namespace: dict[str, Any] = {"__name__": "readme_example", "np": np, "ReplayStore": ReplayStore}
     setup(namespace)
-    compiled = compile(code, f"README.md:{line}", "exec")
+    compiled = compile(code, where, "exec")
     try:
         for _ in range(REPEATS.get(name, 1)):
             exec(compiled, namespace)
@@ -452,6 +472,8 @@ def test_the_readme_python_example_runs(
 NOT_RUN = {
     "bash scripts/demo.sh": "the demo: installs its extras and records 40,000 Pong steps (about a minute)",
     "bash scripts/test.sh": "the test command itself: CI runs it",
+    "bash scripts/setup.sh": "installs extras into .venv (and then type-checks or builds the manual): CI runs both",
+    "bash scripts/check_package.sh": "builds and checks the sdist and wheels (minutes, pip access): CI runs it",
     "pip install": "installs into the reader's own environment: scripts/check_package.sh builds and installs both",
     "cd mmreplay": "the clone's directory, before pip install",
     ".venv/bin/python benchmarks/report.py": "the benchmark report: about an hour",
@@ -459,26 +481,26 @@ NOT_RUN = {
 }
 
 
-def shell_commands() -> list[tuple[str, int]]:
-    """Every command line of the README's bash blocks, with its block's line."""
+def shell_commands() -> list[tuple[str, str]]:
+    """Every command line of the manual's bash blocks, with its block's ``page:line``."""
     commands = []
-    for _, code, line in blocks("bash"):
+    for _, code, where in blocks("bash"):
         for command in code.splitlines():
             command = command.split("  #")[0].strip()
             if command:
-                commands.append((command, line))
+                commands.append((command, where))
     return commands
 
 
-def test_every_shell_command_of_the_readme_is_run_here_or_named_with_a_reason() -> None:
-    for command, line in shell_commands():
+def test_every_shell_command_of_the_manual_is_run_here_or_named_with_a_reason() -> None:
+    for command, where in shell_commands():
         assert command.startswith("mmreplay ") or any(command.startswith(prefix) for prefix in NOT_RUN), (
-            f"README.md line {line}: {command!r} is neither run by test_the_readme_cli_commands_run nor in NOT_RUN"
+            f"{where}: {command!r} is neither run by test_the_manual_cli_commands_run nor in NOT_RUN"
         )
 
 
-def test_the_readme_cli_commands_run(in_tmp_dir: Path) -> None:
-    """Every ``mmreplay ...`` line of the README, optional ``[...]`` parts included, on real files made here."""
+def test_the_manual_cli_commands_run(in_tmp_dir: Path) -> None:
+    """Every ``mmreplay ...`` line of the manual, optional ``[...]`` parts included, on real files made here."""
     from mmreplay import ReplayStore
 
     with ReplayStore.create("pong.mmr", frame_shape=(84, 84), capacity=1000) as store:
@@ -487,12 +509,12 @@ def test_the_readme_cli_commands_run(in_tmp_dir: Path) -> None:
     write_dopamine_checkpoints(Path("replay_logs"), [49, 50])
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     ran = 0
-    for command, line in shell_commands():
+    for command, where in shell_commands():
         if not command.startswith("mmreplay "):
             continue
         words = [word for word in shlex.split(command.replace("[", "").replace("]", ""))]
         result = subprocess.run([sys.executable, "-m", "mmreplay", *words[1:]], capture_output=True, text=True,
                                 env=env, timeout=300)
-        assert result.returncode == 0, f"README.md line {line}: {command!r} exited {result.returncode}: {result.stderr}"
+        assert result.returncode == 0, f"{where}: {command!r} exited {result.returncode}: {result.stderr}"
         ran += 1
     assert ran >= 5
