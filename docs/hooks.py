@@ -40,7 +40,7 @@ def _virtual(target: str, src_uri: str, config: MkDocsConfig) -> str | None:
     """The site path (relative to docs/) of a link's target, or None for a link this hook leaves alone."""
     if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", target) or target.startswith("/"):
         return None
-    real = Path(os_normpath(_real_dir(src_uri, config) / target))
+    real = Path(posixpath.normpath((_real_dir(src_uri, config) / target).as_posix()))
     docs, root = Path(config.docs_dir).resolve(), _root(config)
     if real.is_relative_to(docs):
         return real.relative_to(docs).as_posix()
@@ -49,10 +49,6 @@ def _virtual(target: str, src_uri: str, config: MkDocsConfig) -> str | None:
     if not real.is_file():
         raise PluginError(f"{src_uri} links {target!r}: {real.relative_to(root)} is not a file of the repository")
     return f"{PREFIX}/{real.relative_to(root).as_posix()}"
-
-
-def os_normpath(path: Path) -> str:
-    return posixpath.normpath(path.as_posix())
 
 
 def _links(markdown: str) -> list[re.Match[str]]:
