@@ -196,7 +196,8 @@ class ReferenceStore:
         shifted_padding = obs_padding[1:] + (False,)
         if self._is_stack(next_obs):
             next_stack = next_obs.copy()
-            detached = (terminated or truncated) and not np.array_equal(next_obs[:-1], obs_stack[1:])
+            # bit for bit, as the store compares frames (a NaN frame equals itself)
+            detached = (terminated or truncated) and not same_bits(next_obs[:-1], obs_stack[1:])
             next_padding = (False,) * size if detached else shifted_padding
         else:
             next_stack = np.concatenate([obs_stack[1:], next_obs[None]], axis=0)
