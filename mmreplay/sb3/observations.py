@@ -1,6 +1,5 @@
-"""How ``MmreplayBuffer`` maps SB3's observations and arrays onto a store: frames and stacks of an
-observation space, the check of an inferred stack against the data, the layout a reopened store must
-have, and SB3's ``dones`` array as a view of the store.
+"""How ``MmreplayBuffer`` maps SB3's observations onto a store: frames and stacks of an observation
+space, the check of an inferred stack against the data, and the layout a reopened store must have.
 """
 
 from __future__ import annotations
@@ -8,16 +7,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from gymnasium import spaces
 
 from mmreplay.store import ReplayStore
-
-if TYPE_CHECKING:
-    from mmreplay.sb3 import MmreplayBuffer
 
 RGB = 3  # channels of a colour frame
 
@@ -196,57 +192,3 @@ def check_layout(
                 "action_space and stack_size): pass the arguments it was made with, or another path"
             )
     return layout
-
-
-class DoneFlags:
-    """SB3's ``replay_buffer.dones``: (buffer_size, n_envs) float32, 1.0 where the transition at that
-    position and env ended its episode; 0.0 at positions that hold no transition yet.
-
-    Indexing reads the selected positions' rows from the store (``buffer.dones[pos]``, ``[pos, env]``,
-    slices, arrays; ``numpy.asarray`` reads them all). Assigning a true value ends those transitions'
-    episodes: SB3's ``learn`` does ``dones[pos] = True`` for the newest row (its memory-saving buffer
-    has no next observation for it). The buffer keeps the true next observation, so it records a
-    truncation by the caller: samples bootstrap from it under ``handle_timeout_termination=True`` and
-    count it as done otherwise; n-step windows stop there. A flag the store holds cannot be cleared.
-    """
-
-    dtype = np.dtype(np.float32)
-
-    def __init__(self, buffer: MmreplayBuffer) -> None:
-        self._buffer = buffer
-        self.shape = (buffer.buffer_size, buffer.n_envs)
-        self.ndim = 2
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __getitem__(self, key: Any) -> npt.NDArray[np.float32] | np.float32:
-        rows, env_key = self._split(key)
-        ended = self._buffer.ended_at(np.atleast_1d(rows).reshape(-1))
-        return ended.astype(np.float32).reshape(np.shape(rows) + (self.shape[1],))[(Ellipsis, env_key)]
-
-    def __setitem__(self, key: Any, value: npt.ArrayLike) -> None:
-        rows, env_key = self._split(key)
-        positions = np.atleast_1d(rows).reshape(-1)
-        before = self._buffer.ended_at(positions)
-        after = before.copy()
-        after.reshape(np.shape(rows) + (self.shape[1],))[(Ellipsis, env_key)] = np.asarray(value).astype(bool)
-        buffer = self._buffer
-        empty = ~(buffer.full | (positions < buffer.pos))
-        if (after[empty]).any():
-            raise ValueError(f"dones: position {int(positions[empty][0])} holds no transition yet (pos={buffer.pos})")
-        if (before & ~after).any():
-            raise ValueError("dones: a transition that ended its episode in the store cannot be marked as not done")
-        row, env = np.nonzero(after & ~before)
-        if len(row):
-            buffer.end_episodes_at(positions[row], env)
-
-    def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> npt.NDArray[Any]:
-        flags = self[:]
-        assert isinstance(flags, np.ndarray)
-        return flags if dtype is None else flags.astype(dtype)
-
-    def _split(self, key: Any) -> tuple[Any, Any]:
-        """The selected positions (an int or an array of ints, as numpy indexes the rows) and the env key."""
-        row_key, env_key = (key if len(key) == 2 else (*key, slice(None))) if isinstance(key, tuple) else (key, slice(None))
-        return np.arange(self.shape[0])[row_key], env_key
