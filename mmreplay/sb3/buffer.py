@@ -38,8 +38,21 @@ from stable_baselines3.common.vec_env import VecNormalize
 
 from mmreplay.batch import Batch
 from mmreplay.sb3.buffer_store import BufferStore, open_or_create
-from mmreplay.sb3.observations import StackingCheck, StackMismatch, StoreLayout, check_layout, frame_layout
-from mmreplay.sb3.views import DoneFlags, StoredArray, TimeoutFlags
+from mmreplay.sb3.observations import (
+    StackingCheck,
+    StackMismatch,
+    StoreLayout,
+    check_layout,
+    frame_layout,
+)
+from mmreplay.sb3.transitions import parse_row
+from mmreplay.sb3.views import (
+    DoneFlags,
+    StoredArray,
+    TimeoutFlags,
+    action_view,
+    reward_view,
+)
 from mmreplay.store import ReplayStore
 from mmreplay.validation import parse_number, parse_positive_int
 
@@ -209,10 +222,12 @@ class MmreplayBuffer(ReplayBuffer):
         ``TimeLimit.truncated`` is true was truncated too when ``handle_timeout_termination`` is True:
         SB3's buffer records its timeout, and its n-step windows stop there."""
         store = self._rows.writer()
-        done = np.asarray(done).reshape(self.n_envs).astype(bool)
-        truncated = (done | self.handle_timeout_termination) & self._timeouts(infos)
+        row = parse_row(
+            action, reward, done, infos, n_envs=self.n_envs, action_dim=self.action_dim,
+            action_dtype=self._layout.action_dtype, handle_timeout_termination=self.handle_timeout_termination,
+        )
         obs_array, next_obs_array = self._parse_obs(obs, "obs"), self._parse_obs(next_obs, "next_obs")
-        going_on = ~done.reshape(-1)
+        going_on = ~row.done
         if self._stacking is not None and going_on.any():
             # A done env's next_obs may be anything (CleanRL passes the reset obs at termination).
             store = self._check_stacking(obs_array.reshape(self.n_envs, -1)[going_on], next_obs_array.reshape(self.n_envs, -1)[going_on])
@@ -220,13 +235,7 @@ class MmreplayBuffer(ReplayBuffer):
         obs_array, next_obs_array = obs_array.reshape(obs_shape), next_obs_array.reshape(obs_shape)
         first = 0 if self.n_envs == 1 else slice(None)
         store.add(
-            obs_array[first],
-            # Cast as SB3's buffer casts when it stores (float64 actions of a float64 space to float32, GH#1145).
-            np.asarray(action).reshape((self.n_envs, self.action_dim)).astype(self._layout.action_dtype)[first],
-            np.asarray(reward, dtype=np.float32).reshape(self.n_envs)[first],
-            next_obs_array[first],
-            (done & ~truncated)[first],
-            truncated[first],
+            obs_array[first], row.action[first], row.reward[first], next_obs_array[first], row.terminated[first], row.truncated[first]
         )
         self._rows.count(self._rows.transitions + self.n_envs)
         self._sync()
@@ -264,20 +273,6 @@ class MmreplayBuffer(ReplayBuffer):
             )
         return array.astype(self._layout.frame_dtype, copy=False)
 
-    def _timeouts(self, infos: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> npt.NDArray[np.bool_]:
-        """Which envs SB3's ``TimeLimit.truncated`` marks. Gymnasium's dict of arrays (CleanRL passes
-        it with ``handle_timeout_termination=False``) carries no such key: no timeouts."""
-        if isinstance(infos, Mapping):
-            if self.handle_timeout_termination:
-                raise TypeError(
-                    "infos must be a list of one dict per env (SB3's VecEnv infos) when "
-                    "handle_timeout_termination=True; got a dict"
-                )
-            return np.zeros(self.n_envs, dtype=bool)
-        if len(infos) != self.n_envs:
-            raise ValueError(f"infos has {len(infos)} entries; expected {self.n_envs} for n_envs={self.n_envs}")
-        return np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos], dtype=bool)
-
     # -- SB3's arrays, as views of the store ----------------------------------------------------------
 
     @property
@@ -295,13 +290,12 @@ class MmreplayBuffer(ReplayBuffer):
     @property
     def actions(self) -> StoredArray:  # type: ignore[override]
         """SB3's ``actions``, (buffer_size, n_envs, action_dim) in the stored action dtype."""
-        return StoredArray(self._rows, name="actions", item_shape=(self.action_dim,), dtype=self._layout.action_dtype,
-                           take=lambda batch, steps: batch.action)
+        return action_view(self._rows, action_dim=self.action_dim, dtype=self._layout.action_dtype)
 
     @property
     def rewards(self) -> StoredArray:  # type: ignore[override]
         """SB3's ``rewards``, (buffer_size, n_envs) float32."""
-        return StoredArray(self._rows, name="rewards", item_shape=(), dtype=np.float32, take=lambda batch, steps: batch.reward)
+        return reward_view(self._rows)
 
     @property
     def dones(self) -> DoneFlags:  # type: ignore[override]

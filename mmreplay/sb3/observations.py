@@ -5,7 +5,7 @@ space, the check of an inferred stack against the data, and the layout a reopene
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -157,12 +157,14 @@ class StoreLayout:
     action_dtype: np.dtype[Any]
     capacity: int
     frame_dtype: np.dtype[Any] = np.dtype(np.uint8)  # the observation space's, little-endian
+    # User fields, name -> (shape, dtype): a Dict space's keys other than its frame keys.
+    fields: dict[str, tuple[tuple[int, ...], np.dtype[Any]]] = field(default_factory=dict)
 
     def create(self, path: Path) -> ReplayStore:
         return ReplayStore.create(
             path, frame_shape=self.frame_shape, stack_size=self.stack_size, num_envs=self.num_envs,
             action_shape=self.action_shape, action_dtype=self.action_dtype, capacity=self.capacity,
-            frame_dtype=self.frame_dtype,
+            frame_dtype=self.frame_dtype, fields=dict(self.fields) or None,
         )
 
     def with_frames(self, frames: FrameLayout) -> StoreLayout:
@@ -170,7 +172,12 @@ class StoreLayout:
 
 
 def check_layout(
-    store: ReplayStore, layout: StoreLayout, *, observation_space: spaces.Space[Any], inferred: bool
+    store: ReplayStore,
+    layout: StoreLayout,
+    *,
+    observation_space: spaces.Space[Any],
+    inferred: bool,
+    owner: str = "MmreplayBuffer",
 ) -> StoreLayout:
     """The layout of a store a buffer reopens: the buffer's, else a ``ValueError`` naming the field that
     differs. With an inferred stack, the store may split the observation space another way (chosen
@@ -183,12 +190,12 @@ def check_layout(
         if split is not None and split.frame_shape == store.frame_shape:
             layout = layout.with_frames(split)
     for item in fields(layout):
-        field, expected = item.name, getattr(layout, item.name)
-        actual = getattr(store, field)
+        name, expected = item.name, getattr(layout, item.name)
+        actual = getattr(store, name)
         if actual != expected:
             raise ValueError(
-                f"the store at {str(store.path)!r} has {field}={actual!r}; this MmreplayBuffer needs "
-                f"{field}={expected!r} (from observation_space {observation_space}, buffer_size, n_envs, "
+                f"the store at {str(store.path)!r} has {name}={actual!r}; this {owner} needs "
+                f"{name}={expected!r} (from observation_space {observation_space}, buffer_size, n_envs, "
                 "action_space and stack_size): pass the arguments it was made with, or another path"
             )
     return layout

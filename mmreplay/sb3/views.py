@@ -154,6 +154,16 @@ class TimeoutFlags(StoredArray):
         _cut(self._rows, flat.reshape(-1), after & ~before)
 
 
+def action_view(rows: BufferStore, *, action_dim: int, dtype: npt.DTypeLike) -> StoredArray:
+    """SB3's ``actions``, (buffer_size, n_envs, action_dim) in the stored action dtype."""
+    return StoredArray(rows, name="actions", item_shape=(action_dim,), dtype=dtype, take=lambda batch, steps: batch.action)
+
+
+def reward_view(rows: BufferStore) -> StoredArray:
+    """SB3's ``rewards``, (buffer_size, n_envs) float32."""
+    return StoredArray(rows, name="rewards", item_shape=(), dtype=np.float32, take=lambda batch, steps: batch.reward)
+
+
 def _check_flag_write(
     name: str,
     rows: BufferStore,
