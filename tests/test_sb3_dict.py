@@ -249,6 +249,7 @@ def test_a_short_multi_input_dqn_run_is_bit_identical_to_sb3s_dict_replay_buffer
     from stable_baselines3.common.vec_env import VecFrameStack
 
     def train(buffer_class, kwargs):
+        np.random.seed(0)  # SimpleMultiObsEnv draws its images with numpy's global generator when it is made
         env = make_vec_env(lambda: SimpleMultiObsEnv(random_start=True), n_envs=2, seed=0)
         if n_stack:
             env = VecFrameStack(env, n_stack=n_stack)

@@ -199,7 +199,7 @@ class MmreplayDictBuffer(DictReplayBuffer):
         layout = self._dict_layout
         frames, next_frames = layout.to_frames(obs_arrays, self.n_envs), layout.to_frames(next_arrays, self.n_envs)
         first = 0 if self.n_envs == 1 else slice(None)
-        fields = {}
+        fields: dict[str, npt.ArrayLike] = {}
         for key, (obs_name, next_name) in layout.field_names.items():
             fields[obs_name], fields[next_name] = obs_arrays[key][first], next_arrays[key][first]
         store.add(

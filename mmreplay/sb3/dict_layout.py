@@ -105,7 +105,7 @@ def dict_layout(space: spaces.Space[Any], *, frame_keys: tuple[str, ...] | None,
     stacks = {layout.stack_size for layout in frames.values()}
     if stack_size is None and len(stacks) > 1:
         frames = {key: frame_layout(space[key], 1) for key in keys}  # keys disagree: whole observations
-    dtypes = {key: np.dtype(subspace.dtype).newbyteorder("=") for key, subspace in space.spaces.items()}  # type: ignore[arg-type]
+    dtypes = {key: np.dtype(subspace.dtype).newbyteorder("=") for key, subspace in space.spaces.items()}
     obs_shapes = {key: _obs_shape(subspace) for key, subspace in space.spaces.items()}
     return DictLayout(
         frames=frames,
@@ -129,7 +129,7 @@ def _frame_keys(space: spaces.Dict, given: tuple[str, ...] | None) -> tuple[str,
     not_boxes = [key for key in keys if not isinstance(space[key], spaces.Box)]
     if not_boxes:
         raise ValueError(f"frame_keys must name Box keys; observation_space[{not_boxes[0]!r}] is {space[not_boxes[0]]}")
-    dtypes = {np.dtype(space[key].dtype) for key in keys}  # type: ignore[arg-type]
+    dtypes = {np.dtype(space[key].dtype) for key in keys}
     if len(dtypes) > 1:
         raise ValueError(f"frame_keys must share one dtype (one frame stream); got {sorted(str(d) for d in dtypes)}")
     return tuple(key for key in space.spaces if key in keys)  # in the space's order

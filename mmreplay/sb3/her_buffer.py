@@ -21,7 +21,8 @@ from stable_baselines3.her.her_replay_buffer import HerReplayBuffer
 from mmreplay.sb3.dict_buffer import MmreplayDictBuffer, StoreArguments
 
 
-class MmreplayHerBuffer(HerReplayBuffer, MmreplayDictBuffer):
+# HER's add takes dict[str, ndarray] and MmreplayDictBuffer's any Mapping: the same calls.
+class MmreplayHerBuffer(HerReplayBuffer, MmreplayDictBuffer):  # type: ignore[misc]
     """SB3's ``HerReplayBuffer`` whose transitions live in a store (``MmreplayDictBuffer``).
 
     The one place mmreplay combines two bases: every HER method runs as SB3 wrote it (no HER code is
