@@ -42,6 +42,7 @@ class BufferStore:
         self.owner = owner  # the buffer's class name, for messages
         self.cut_steps: set[int] = set()
         self.transitions = 0
+        self._last_read: tuple[bytes, int, ReplayStore, Batch] | None = None
         self._attach(store)
         self.count(store.transitions_added)
 
@@ -143,6 +144,19 @@ class BufferStore:
             return self.store.read(steps)
         return _zero_filled(self.store, steps, held)
 
+    def read_shared(self, steps: npt.NDArray[np.int64]) -> Batch:
+        """``read``, reusing the last batch when the same steps are read again before an add: SB3's
+        ``HerReplayBuffer`` reads one draw's transitions through every array it indexes (each key of
+        ``observations`` and ``next_observations``, ``actions``, ``dones``, ...). The batch is shared:
+        callers copy what they hand out."""
+        key = steps.tobytes()
+        last = self._last_read
+        if last is not None and last[0] == key and last[1] == self.transitions and last[2] is self.store:
+            return last[3]
+        batch = self.read(steps)
+        self._last_read = (key, self.transitions, self.store, batch)
+        return batch
+
     # -- episodes ended by a write to SB3's dones ----------------------------------------------------
 
     def ended(self, batch: Batch, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
@@ -166,7 +180,7 @@ class BufferStore:
         """The absolute path and the counts; pickling commits the store."""
         if not self.store.closed and self.store.mode == "r+":
             self.store.flush()
-        return {key: value for key, value in self.__dict__.items() if key not in ("store", "_finalizer")} | {
+        return {key: value for key, value in self.__dict__.items() if key not in ("store", "_finalizer", "_last_read")} | {
             "path": str(self.path)
         }
 
@@ -175,6 +189,7 @@ class BufferStore:
         has gone on since is adopted with a warning (see ``reconcile``)."""
         self.__dict__.update(state)
         self.path = Path(state["path"])
+        self._last_read = None
         store = open_existing(self.path)
         try:
             transitions = reconcile(store, self.transitions)

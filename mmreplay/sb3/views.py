@@ -79,14 +79,24 @@ class StoredArray:
         lead, rest = parts[:2], parts[2:]
         if any(part is Ellipsis or part is None for part in parts) or not all(isinstance(part, slice) for part in rest):
             return None
-        grid = np.arange(self.shape[0] * self.shape[1], dtype=np.int64).reshape(self.shape[:2])
+        rows, envs = self.shape[:2]
+        if len(lead) == 2 and _is_integer_index(lead[0]) and _is_integer_index(lead[1]):
+            # SB3's own reads (``array[batch_inds, env_indices]``): no index grid of the whole buffer.
+            positions, env_indices = np.broadcast_arrays(np.asarray(lead[0], dtype=np.int64), np.asarray(lead[1], dtype=np.int64))
+            for values, size, axis in ((positions, rows, 0), (env_indices, envs, 1)):
+                outside = (values < -size) | (values >= size)
+                if outside.any():
+                    raise IndexError(f"index {int(values[outside].flat[0])} is out of bounds for axis {axis} with size {size}")
+            return (positions % rows) * envs + env_indices % envs, tuple(rest)
+        grid = np.arange(rows * envs, dtype=np.int64).reshape(rows, envs)
         return np.asarray(grid[lead]), tuple(rest)
 
     def _read(self, flat: npt.NDArray[np.int64]) -> npt.NDArray[Any]:
         positions, envs = np.divmod(flat.reshape(-1), self.shape[1])
         steps = self._rows.steps_at(positions, envs)
-        values = self._take(self._rows.read(steps), steps)
-        return np.asarray(values, dtype=self.dtype).reshape(flat.shape + self.shape[2:])
+        values = self._take(self._rows.read_shared(steps), steps)
+        # A copy: the batch read is shared with the next view that reads the same steps.
+        return np.array(values, dtype=self.dtype).reshape(flat.shape + self.shape[2:])
 
     def _selected_steps(self, key: Any) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """The flat indices and steps a flag write selects (over positions and envs only)."""
@@ -152,6 +162,12 @@ class TimeoutFlags(StoredArray):
             raise ValueError(f"timeouts: step {int(steps[terminated][0])} terminated; it cannot be made a timeout")
         _check_flag_write(self.name, self._rows, flat, steps, before, after, cleared="not a timeout")
         _cut(self._rows, flat.reshape(-1), after & ~before)
+
+
+def _is_integer_index(part: Any) -> bool:
+    if isinstance(part, (int, np.integer)) and not isinstance(part, bool):
+        return True
+    return isinstance(part, np.ndarray) and part.dtype.kind in "iu"
 
 
 def action_view(rows: BufferStore, *, action_dim: int, dtype: npt.DTypeLike) -> StoredArray:
