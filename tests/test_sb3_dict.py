@@ -325,3 +325,29 @@ def test_her_truncates_the_last_trajectory_of_a_loaded_buffer_through_dones_and_
     assert samples.dones.sum() == 0  # truncated: bootstrap
     for other in (buffer, loaded):
         other.close()
+
+
+@pytest.mark.parametrize("steps", [37, 230], ids=["before-the-wrap", "after-the-wrap"])
+def test_her_over_a_reopened_store_rebuilds_the_episodes_its_bookkeeping_had(tmp_path, steps):
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.envs import BitFlippingEnv
+
+    env = make_vec_env(lambda: BitFlippingEnv(n_bits=6, continuous=True), n_envs=2, seed=0)
+    buffer = MmreplayHerBuffer(200, env.observation_space, env.action_space, env, device="cpu", n_envs=2, path=tmp_path / "her.mmr")
+    rng = np.random.default_rng(0)
+    obs = env.reset()
+    for _ in range(steps):  # episodes of up to 6 steps, ended by reaching the goal or the time limit
+        actions = (rng.random((2, 6)) < 0.3).astype(np.float32)
+        next_obs, rewards, dones, infos = env.step(actions)
+        buffer.add(obs, next_obs, actions, rewards, dones, infos)
+        obs = next_obs
+    buffer.close()
+    reopened = MmreplayHerBuffer(200, env.observation_space, env.action_space, env, device="cpu", n_envs=2,
+                                 path=tmp_path / "her.mmr", if_exists="reopen")
+    valid = buffer.ep_length > 0
+    assert np.array_equal(reopened.ep_length > 0, valid) and valid.any()
+    assert np.array_equal(reopened.ep_length[valid], buffer.ep_length[valid])
+    assert np.array_equal(reopened.ep_start[valid], buffer.ep_start[valid])
+    assert np.array_equal(reopened._current_ep_start, buffer._current_ep_start)
+    reopened.sample(16)
+    reopened.close()

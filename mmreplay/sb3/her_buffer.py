@@ -12,6 +12,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch as th
 from gymnasium import spaces
 from stable_baselines3.common.vec_env import VecEnv
@@ -61,6 +62,30 @@ class MmreplayHerBuffer(HerReplayBuffer, MmreplayDictBuffer):  # type: ignore[mi
             self, buffer_size, observation_space, action_space, env, device, n_envs, optimize_memory_usage,
             handle_timeout_termination, n_sampled_goal, goal_selection_strategy, copy_info_dict,
         )
+        if self.size():
+            self._rebuild_episodes()
+
+    def _rebuild_episodes(self) -> None:
+        """HER's ``ep_start``, ``ep_length`` and ``_current_ep_start`` for the transitions the store holds,
+        as HER's ``add`` would have left them: each env's episodes end at its ended flags (``dones``)."""
+        rows = self.size()
+        positions = (self.pos - rows + np.arange(rows)) % self.buffer_size  # the oldest row first
+        ended = np.asarray(self.dones)[positions] > 0
+        # Whether each env's oldest held transition starts its episode: the store knows what it evicted.
+        oldest = set(self._rows.steps_at(np.repeat(positions[0], self.n_envs), np.arange(self.n_envs)).tolist())
+        starts_whole = {episode.env_index for episode in self.store.episodes() if episode.complete and episode.first_step in oldest}
+        for env in range(self.n_envs):
+            ends = np.flatnonzero(ended[:, env])
+            starts = np.concatenate([[0], ends + 1])  # chronological indices; the last may be rows
+            for start, stop in zip(starts[:-1], ends + 1, strict=True):
+                span = positions[start:stop]
+                self.ep_start[span, env] = positions[start]
+                # An oldest episode whose start was overwritten: HER samples none of it.
+                complete = start > 0 or env in starts_whole
+                self.ep_length[span, env] = stop - start if complete else 0
+            last = int(starts[-1])
+            self.ep_start[positions[last:], env] = positions[last] if last < rows else 0
+            self._current_ep_start[env] = positions[last] if last < rows else self.pos
 
     def __getstate__(self) -> dict[str, Any]:
         """HER's state (without the env, which it leaves out) and the store's path and counts."""
