@@ -167,3 +167,26 @@ def test_float64_observations_under_subprocvecenv_train_without_a_dtype_error(tm
         model.replay_buffer.close()
     finally:
         env.close()
+
+
+def test_a_buffer_pickled_by_the_earlier_mmreplay_still_loads_and_adds(tmp_path):
+    from mmreplay.sb3.observations import StoreLayout
+
+    space = spaces.Box(-1, 1, (3,), np.float32)
+    buffer = MmreplayBuffer(20, space, spaces.Discrete(3), device="cpu", path=tmp_path / "b.mmr")
+    for row in vector_rows(space, 7, seed=1):
+        buffer.add(*row)
+    buffer.flush()
+    # The state the earlier MmreplayBuffer pickled: its counts in the buffer, a layout without fields.
+    earlier_layout = object.__new__(StoreLayout)
+    earlier_layout.__dict__.update({key: value for key, value in vars(buffer._layout).items() if key != "fields"})
+    state = {key: value for key, value in vars(buffer).items() if key != "_rows"}
+    state |= {"path": str(buffer.path), "_transitions": 7, "_cut_steps": set(), "_layout": earlier_layout}
+    expected = np.asarray(buffer.observations)
+    buffer.close()
+    loaded = MmreplayBuffer.__new__(MmreplayBuffer)
+    loaded.__setstate__(state)
+    assert loaded.size() == 7 and np.array_equal(np.asarray(loaded.observations), expected)
+    loaded.add(*next(vector_rows(space, 1, seed=2)))
+    assert loaded.store.transitions_added == 8
+    loaded.close()

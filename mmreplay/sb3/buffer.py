@@ -192,12 +192,10 @@ class MmreplayBuffer(ReplayBuffer):
         self._rows.close()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        """Unpickling reopens the store (``BufferStore``) and checks its layout against the buffer's."""
+        """Unpickling reopens the store (``BufferStore``) and checks its layout against the buffer's. A
+        pickle of an earlier mmreplay (the counts in the buffer itself) is read too."""
         if "_rows" not in state:
-            raise ValueError(
-                "this MmreplayBuffer was pickled by an older mmreplay; open its store with "
-                f"ReplayStore.open({str(state.get('path'))!r}), or make a new buffer with if_exists='reopen'"
-            )
+            state = _earlier_pickle(state)
         self.__dict__.update(state)
         try:
             self._layout = check_layout(self.store, self._layout, observation_space=self.observation_space, inferred=self._inferred)
@@ -422,6 +420,23 @@ class MmreplayBuffer(ReplayBuffer):
 
     def reset(self) -> None:
         raise NotImplementedError("an MmreplayBuffer cannot be emptied; create a new one at another path")
+
+
+def _earlier_pickle(state: dict[str, Any]) -> dict[str, Any]:
+    """The state of a buffer pickled before ``BufferStore`` (its path and counts in the buffer itself)."""
+    if "_transitions" not in state:
+        raise ValueError(
+            "this MmreplayBuffer was pickled by an older mmreplay, without its transition count; open its "
+            f"store with ReplayStore.open({str(state.get('path'))!r}), or make a new buffer with if_exists='reopen'"
+        )
+    rows = BufferStore.__new__(BufferStore)
+    rows.__setstate__({
+        "path": str(state["path"]), "buffer_size": state["buffer_size"], "n_envs": state["n_envs"],
+        "owner": "MmreplayBuffer", "cut_steps": set(state.get("_cut_steps", ())), "transitions": state["_transitions"],
+    })
+    earlier = {key: value for key, value in state.items() if key not in ("_transitions", "_cut_steps", "store")}
+    layout = StoreLayout(**vars(state["_layout"]))  # pickled before StoreLayout had fields
+    return earlier | {"_rows": rows, "path": Path(state["path"]), "_layout": layout}
 
 
 def warn_if_relative(given: str | os.PathLike[str], path: Path, owner: str) -> None:
