@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "mmreplay"
 
 # The top-level modules, each placed in a layer; every folder is a layer of its own (or part of one).
 TOP_LEVEL = {
-    "base": {"errors", "extensions", "validation", "batch", "__init__", "__main__"},
+    "base": {"errors", "extensions", "extras", "validation", "batch", "__init__", "__main__"},
     "integrations": {"recorder"},
 }
 FOLDER_LAYERS = {
@@ -175,7 +175,8 @@ def test_the_import_reader_sees_each_form_of_import() -> None:
 
 # The integration packages (mmreplay/ray/, mmreplay/rllib/) build on the public API: the package's own
 # names (``from mmreplay import ...``), its samplers and the validators; never storage.
-INTEGRATION_PACKAGES = {"ray": {"sampling.samplers", "validation"}, "rllib": set()}
+# Both may name their extra when its dependencies are missing (``extras.require``).
+INTEGRATION_PACKAGES = {"ray": {"sampling.samplers", "validation", "extras"}, "rllib": {"extras"}}
 
 
 @pytest.mark.parametrize("package", sorted(INTEGRATION_PACKAGES))
