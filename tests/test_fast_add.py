@@ -1,4 +1,4 @@
-"""``add``'s fast path (``ReplayStore._add_single_frames``: each env continues its episode with one new
+"""``add``'s fast path (``Writer._add_single_frames``: each env continues its episode with one new
 frame, given alone or as the newest of a stack) writes exactly what the general path writes: a store fed
 with it on and one fed the same adds with it off hold the same files, byte for byte, and both equal the
 in-memory reference model.
@@ -34,16 +34,16 @@ class CountingStore:
         sampler = (lambda: PrioritizedSampler(alpha=0.6)) if prioritized else (lambda: None)
         self.fast = ReplayStore.create(directory / "fast.mmr", sampler=sampler(), **config)
         self.general = ReplayStore.create(directory / "general.mmr", sampler=sampler(), **config)
-        self.general._fast_add = False
+        self.general._role._fast_add = False
         self.fast_adds = 0
-        take_fast_path = self.fast._add_single_frames
+        take_fast_path = self.fast._role._add_single_frames
 
         def counted(*args: Any) -> bool:
             taken = take_fast_path(*args)
             self.fast_adds += taken
             return taken
 
-        self.fast._add_single_frames = counted  # type: ignore[method-assign]
+        self.fast._role._add_single_frames = counted  # type: ignore[method-assign]
 
     def add(self, *args: Any, **kwargs: Any) -> None:
         self.fast.add(*args, **kwargs)
@@ -230,10 +230,10 @@ class KindStores:
     def __init__(self, directory: Path, **config: Any) -> None:
         self.stores = {name: ReplayStore.create(directory / f"{name}.mmr", **config)
                        for name in ("canonical", "fast", "general")}
-        self.stores["general"]._fast_add = False
+        self.stores["general"]._role._fast_add = False
         self.taken = dict.fromkeys(self.stores, 0)
         for name, store in self.stores.items():
-            store._add_single_frames = self._counting(name, store._add_single_frames)  # type: ignore[method-assign]
+            store._role._add_single_frames = self._counting(name, store._role._add_single_frames)  # type: ignore[method-assign]
 
     def _counting(self, name: str, take_fast_path: Any) -> Any:
         def counted(*args: Any) -> bool:

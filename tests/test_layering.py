@@ -155,11 +155,13 @@ def test_lz4_and_h5py_are_imported_by_their_owning_modules_only(package: str, ow
 
 
 def test_the_import_reader_sees_each_form_of_import() -> None:
-    # replay_store.py uses ``from mmreplay.disk import header``, ``from mmreplay.batch import ...`` and
-    # numpy: a reader that missed a form would pass every test above for the wrong reason.
+    # replay_store.py uses ``from mmreplay.store import passes``, ``from mmreplay.batch import ...`` and
+    # numpy, follower.py ``from mmreplay.disk import header``: a reader that missed a form would pass every
+    # test above for the wrong reason.
     imported, others = imports_of("store.replay_store")
-    assert {"disk.header", "batch", "frames.ring", "sampling.samplers", "store.passes"} <= imported
+    assert {"batch", "frames.wire", "sampling.samplers", "store.passes"} <= imported
     assert "numpy" in others
+    assert {"disk.header", "frames.ring"} <= imports_of("store.follower")[0]
     assert {"lz4"} <= imports_of("frames.lz4_codec")[1]
     # a folder's modules are read under their ``folder.module`` names, its __init__ by the folder's
     assert {"hdf5.checks", "hdf5.datasets", "store"} <= imports_of("hdf5.conversion")[0]
