@@ -35,15 +35,14 @@ from mmreplay.store.add_arguments import (
     parse_single_frames,
     records_every_env,
 )
+from mmreplay.store.add_plans import AddPlan, plan_add, plan_run
 from mmreplay.store.autocommit import CommitSchedule, Committable
 from mmreplay.store.committer import Committer
 from mmreplay.store.env_episodes import (
-    FramePlan,
     advance_all,
     continuations,
     load_env_episodes,
     load_env_frames,
-    plan_frames,
 )
 from mmreplay.store.mapped_files import MappedFiles, close_all, matching_sampler
 from mmreplay.store.stored_steps import stored_steps
@@ -305,29 +304,11 @@ class Writer:
 
     def _add_run(self, send: encoded_adds.EncodedSend, start: int, stop: int) -> None:
         """Steps ``[start, stop)`` of a send, each continuing the env's episode with one new frame, in one
-        write: the frames, rows and links that ``stop - start`` general-path adds write, for a run that
-        fits before the next commit (the caller checked). Only the run's last step may end the episode."""
-        env, count, steps = send.env, stop - start, send.steps
-        episode = self._episodes[env]
-        first_step, first_frame = self.transitions_added, self._frames.frames_written
-        terminated, truncated = steps.terminated[start:stop], steps.truncated[start:stop]
+        write (``plan_run``), for a run that fits before the next commit (the caller checked)."""
+        plan = plan_run(send, start, stop, self._episodes[send.env], first_step=self.transitions_added,
+                        next_frame_step=self._frames.frames_written)
         with self._lock:
-            self._frames.append(send.new_blocks(start, stop), [first_frame - episode.frame_steps[-1]] + [1] * (count - 1))
-            self._table.write(
-                first_step,
-                next_frames=list(range(first_frame, first_frame + count)),
-                envs=[env] * count,
-                rewards=steps.reward[start:stop],
-                flags=(TERMINATED * terminated | TRUNCATED * truncated).tolist(),
-                actions=steps.action[start:stop],
-            )
-            self._count_added(first_step, count)
-            self._table.link(episode.last_step, first_step)
-            for step in range(first_step + 1, first_step + count):
-                self._table.link(step - 1, step)
-            for i in range(max(0, count - self._layout.stack_size), count):  # the episode keeps its newest stack
-                episode.advance(steps.next_obs[start + i, -1].tobytes(), first_frame + i, step=first_step + i,
-                                ended=bool(terminated[i] or truncated[i]))
+            self._write(plan)
 
     def _add_parsed(
         self,
@@ -357,17 +338,17 @@ class Writer:
             encoder.frame_tail = self._committer.committed.frame_tail
         encoder.checkpoint()
         try:
-            plan = plan_frames(
+            plan = plan_add(
                 arguments,
-                envs,
                 self._episodes,
                 next_frame_step=self._frames.frames_written,
                 oldest_stored_step=max(0, self.transitions_added - layout.capacity),
                 encoder=encoder,
+                fields=values,
                 fragment=fragment,
             )
             with self._lock:
-                self._write(arguments, plan, values)
+                self._write(plan)
         except BaseException:
             encoder.rollback()  # no frame may be encoded against one that was not written
             raise
@@ -407,44 +388,32 @@ class Writer:
             self._count_added(first_step, count)
         return True
 
-    def _write(self, arguments: AddArguments, plan: FramePlan, fields: dict[str, npt.NDArray[Any]] | None) -> None:
-        envs = arguments.envs
-        first_step = self.transitions_added
-        new_frames = self._frames.frames_written + len(plan.payloads)
-        if first_step + len(envs) > self._committer.row_limit or new_frames > self._committer.frame_limit:
-            self._committer.make_room(first_step, new_rows=len(envs), new_frames=len(plan.payloads))
-        if fields:
-            self._field_table.write(first_step, {name: array[envs] for name, array in fields.items()})  # type: ignore[union-attr]
-        ref_deltas = plan.ref_deltas if self._encoder.records_references else None
-        self._frames.append(plan.payloads, plan.prev_deltas, ref_deltas)
-        every_env = len(envs) == len(arguments.reward)
+    def _write(self, plan: AddPlan) -> None:
+        """Write a planned add from the next transition step on (committing first where it needs room):
+        user fields, frames, rows, the links from the rows it continues, and each env's episode."""
+        first_step, count = self.transitions_added, len(plan.envs)
+        if (
+            first_step + count > self._committer.row_limit
+            or self._frames.frames_written + len(plan.payloads) > self._committer.frame_limit
+        ):
+            self._committer.make_room(first_step, new_rows=count, new_frames=len(plan.payloads))
+        if plan.fields:
+            self._field_table.write(first_step, plan.fields)  # type: ignore[union-attr]
+        self._frames.append(plan.payloads, plan.prev_deltas, plan.ref_deltas if self._encoder.records_references else None)
         self._table.write(
-            first_step,
-            next_frames=plan.next_frames,
-            envs=envs,
-            rewards=arguments.reward if every_env else arguments.reward[envs],
-            flags=plan.flags,
-            actions=arguments.action if every_env else arguments.action[envs],
+            first_step, next_frames=plan.next_frames, envs=plan.envs, rewards=plan.rewards, flags=plan.flags,
+            actions=plan.actions,
         )
-        self._count_added(first_step, len(envs))
-        for i, env in enumerate(envs):
-            episode = self._episodes[env]
-            previous = plan.previous_steps[i]
+        self._count_added(first_step, count)
+        for i, env in enumerate(plan.envs):
+            previous, start, frames = plan.previous_steps[i], plan.starts[i], plan.records[i]
             if previous is not None:
                 self._table.link(previous, first_step + i)
-            start = plan.starts[i]
             if start is not None:
-                episode.start(*start)
-            if arguments.detached[env]:
-                frames = [frame.tobytes() for frame in arguments.next_obs[env]]
-                episode.detach(frames, plan.next_frames[i], step=first_step + i)
-                continue
-            episode.advance(
-                arguments.next_obs[env, -1].tobytes(),
-                plan.next_frames[i],
-                step=first_step + i,
-                ended=bool(arguments.terminated[env] or arguments.truncated[env]),
-            )
+                self._episodes[env].start(*start)
+            if frames is not None:
+                self._episodes[env].record(frames, plan.next_frames[i], step=first_step + i,
+                                           ended=bool(plan.flags[i] & (TERMINATED | TRUNCATED)))
 
     def _count_added(self, first_step: int, count: int) -> None:
         """Count the transitions just written from ``first_step`` on, and tell the sampler which came in
