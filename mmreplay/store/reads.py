@@ -27,7 +27,9 @@ from mmreplay.validation import (
 )
 
 
-def draw_steps(files: MappedFiles, transitions_added: int, batch_size: int, rng: np.random.Generator) -> npt.NDArray[np.int64]:
+def draw_steps(
+    files: MappedFiles, transitions_added: int, batch_size: int, rng: np.random.Generator
+) -> npt.NDArray[np.int64]:
     """``batch_size`` stored steps, drawn by the store's sampler."""
     stored = stored_steps(transitions_added, files.layout.capacity)
     if not stored:

@@ -29,6 +29,7 @@ from mmreplay.store import autocommit, creation, encoded_adds
 from mmreplay.store.add_arguments import (
     AddArguments,
     AddShapes,
+    SingleFrames,
     parse_add,
     parse_env_mask,
     parse_fields,
@@ -61,7 +62,9 @@ class Writer:
     mode = "r+"
     sees_frames_move = False  # no commit but its own replaces what this object reads
 
-    def __init__(self, files: MappedFiles, commit: header.Commit, *, lock: IO[bytes], schedule: CommitSchedule) -> None:
+    def __init__(
+        self, files: MappedFiles, commit: header.Commit, *, lock: IO[bytes], schedule: CommitSchedule
+    ) -> None:
         layout = files.layout
         self.files = files
         self._layout = layout
@@ -202,28 +205,34 @@ class Writer:
         fields: dict[str, npt.ArrayLike] | None,
         fragment: bool,
     ) -> None:
-        """``ReplayStore.add`` (``fragment`` checked): the fast path when it applies, else the general one."""
+        """``ReplayStore.add`` (``fragment`` checked). The arguments are checked once: by the fast parse
+        (``parse_single_frames``) where the add may take the fast path, else (or where it returns None)
+        by ``parse_add``; an add the fast path declines goes on to the general path as parsed."""
         values = None
         if fields is not None or self._field_table is not None:
             self.check_writable("add")
             recorded = None if env_mask is None else parse_env_mask(env_mask, self._add_shapes.num_envs)
             values = parse_fields(fields, self._layout.fields, self._add_shapes, recorded)
+        parsed = None
         if (
             not fragment
             and self._fast_add
             and self._env_frames_pending is None
             and records_every_env(env_mask, self._add_shapes.num_envs)
-            and (
-                self._add_single_frames(obs, action, reward, next_obs, terminated, truncated)
-                if values is None
-                else self._add_single_frames(obs, action, reward, next_obs, terminated, truncated, fields=values)
-            )
         ):
-            if self._schedule.due(self.transitions_added):
-                self.flush()
-            return
+            parsed = parse_single_frames(
+                self._add_shapes, obs, action, reward, next_obs, terminated, truncated,
+                terminated_bit=TERMINATED, truncated_bit=TRUNCATED,
+            )
+            if parsed is not None and self._add_single_frames(parsed, values):
+                if self._schedule.due(self.transitions_added):
+                    self.flush()
+                return
         self.check_writable("add")
-        arguments = parse_add(obs, action, reward, next_obs, terminated, truncated, env_mask, self._add_shapes)
+        if parsed is None:
+            arguments = parse_add(obs, action, reward, next_obs, terminated, truncated, env_mask, self._add_shapes)
+        else:
+            arguments = parsed.arguments(self._add_shapes, terminated_bit=TERMINATED, truncated_bit=TRUNCATED)
         self._add_parsed(arguments, self._encoder, values=values, fragment=bool(fragment))
 
     def add_encoded(
@@ -245,10 +254,8 @@ class Writer:
                 f"add_encoded takes uint8 frames; this store's frame_dtype is {self._frames.frame_dtype}: use add"
             )
         if self._field_table is not None:
-            raise ValueError(
-                f"add_encoded takes no user fields; this store has fields {[name for name, _, _ in self._layout.fields]}: "
-                "use add(..., fields=)"
-            )
+            names = [name for name, _, _ in self._layout.fields]
+            raise ValueError(f"add_encoded takes no user fields; this store has fields {names}: use add(..., fields=)")
         send = encoded_adds.parse_encoded_send(
             frames, obs, action, reward, next_obs, terminated, truncated, env_index=env_index, shapes=self._add_shapes
         )
@@ -284,7 +291,9 @@ class Writer:
         steps, t = send.steps, 0
         committer = self._committer
         while t < len(send):
-            room = min(committer.row_limit - self.transitions_added, committer.frame_limit - self._frames.frames_written)
+            room = min(
+                committer.row_limit - self.transitions_added, committer.frame_limit - self._frames.frames_written
+            )
             oldest_stored = max(0, self.transitions_added - self._layout.capacity)
             if (
                 room > 0
@@ -355,15 +364,12 @@ class Writer:
         if self._schedule.due(self.transitions_added):
             self.flush()
 
-    def _add_single_frames(self, *transition: object, fields: dict[str, npt.NDArray[Any]] | None = None) -> bool:
-        """``add``'s fast path, given ``add``'s six transition arguments, for the add a training loop makes
-        at nearly every step: each env continues its episode with one new frame (given alone, or as the
-        newest of a stack), and no commit is due. It writes exactly what the general path writes
+    def _add_single_frames(self, parsed: SingleFrames, fields: dict[str, npt.NDArray[Any]] | None) -> bool:
+        """``add``'s fast path, for the add a training loop makes at nearly every step (``parsed``, with the
+        checked user ``fields``): each env continues its episode with one new frame (given alone, or as
+        the newest of a stack), and no commit is due. It writes exactly what the general path writes
         (test_fast_add checks the files byte for byte), in a third to a half of the time; False, with
         nothing written, when any of that does not hold."""
-        parsed = parse_single_frames(self._add_shapes, *transition, terminated_bit=TERMINATED, truncated_bit=TRUNCATED)
-        if parsed is None:
-            return False
         count = len(parsed.flags)
         first_step = self.transitions_added
         first_frame = self._frames.frames_written
@@ -371,7 +377,8 @@ class Writer:
             return False
         oldest_stored = first_step - self._layout.capacity
         links = continuations(
-            self._episodes, parsed.obs, stacked=parsed.stacked, first_frame=first_frame, oldest_stored_step=oldest_stored
+            self._episodes, parsed.obs, stacked=parsed.stacked, first_frame=first_frame,
+            oldest_stored_step=oldest_stored,
         )
         if links is None:
             return False
@@ -399,7 +406,8 @@ class Writer:
             self._committer.make_room(first_step, new_rows=count, new_frames=len(plan.payloads))
         if plan.fields:
             self._field_table.write(first_step, plan.fields)  # type: ignore[union-attr]
-        self._frames.append(plan.payloads, plan.prev_deltas, plan.ref_deltas if self._encoder.records_references else None)
+        ref_deltas = plan.ref_deltas if self._encoder.records_references else None
+        self._frames.append(plan.payloads, plan.prev_deltas, ref_deltas)
         self._table.write(
             first_step, next_frames=plan.next_frames, envs=plan.envs, rewards=plan.rewards, flags=plan.flags,
             actions=plan.actions,
