@@ -87,12 +87,12 @@ class Committer:
     def _header_holds(self, commit: header.Commit) -> bool:
         """Whether the header on disk is ``commit`` (after a failed write: did the rename happen?)."""
         try:
-            return header.read_header(self._files.directory)[1] == commit
+            return self._files.read_commit() == commit
         except (OSError, ValueError):
             return False
 
     def _write(self, commit: header.Commit) -> None:
-        header.write_header(self._files.directory, self._files.layout, commit)
+        self._files.write_commit(commit)
         self.committed = commit
         self._set_room_limits()
 

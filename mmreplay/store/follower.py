@@ -114,7 +114,7 @@ class Follower:
         files = self.files
         signature = files.header_signature()
         self._read_signature = signature
-        _, commit = header.read_header(files.directory)
+        commit = files.read_commit()
         if files.replaced():
             raise ClosedStoreError(
                 f"cannot refresh: the store at {str(files.directory)!r} was cleared by its writer since this "

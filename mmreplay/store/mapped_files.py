@@ -2,8 +2,9 @@
 fields, the frame ring and the sampler's, with the reader over them and the lock that serializes their use.
 
 A writer and a follower each hold one ``MappedFiles``, and the façade reads through it. It is the one place
-that owns the store's directory (every file is opened under it) and knows which files this object maps:
-a writer's ``clear`` replaces them at the path, and ``replaced`` tells a follower so.
+that owns the store's directory once the store is open (every file is opened, and the header read and
+replaced, under it) and knows which files this object maps: a writer's ``clear`` replaces them at the
+path, and ``replaced`` tells a follower so.
 """
 
 from __future__ import annotations
@@ -88,6 +89,14 @@ class MappedFiles:
     def check_open(self, operation: str) -> None:
         if self.closed:
             raise ClosedStoreError(f"cannot {operation}: the store at {str(self.directory)!r} is closed")
+
+    def read_commit(self) -> header.Commit:
+        """The commit the header on disk holds now."""
+        return header.read_header(self.directory)[1]
+
+    def write_commit(self, commit: header.Commit) -> None:
+        """Replace the header with one holding ``commit`` (atomically; a writer's commit)."""
+        header.write_header(self.directory, self.layout, commit)
 
     def header_signature(self) -> tuple[int, int, int]:
         """The header's identity and version on disk (one ``stat``): it changes with every commit."""

@@ -229,15 +229,11 @@ class ReplayStore:
     def stored_steps(self) -> range:
         """The steps of the stored transitions, oldest first (a reader's: of the newest commit)."""
         self._role.follow()
-        return self._stored()
+        return stored_steps(self._role.transitions_added, self._layout.capacity)
 
     def __len__(self) -> int:
         self._role.follow()
         return min(self._role.transitions_added, self.capacity)
-
-    def _stored(self) -> range:
-        """``stored_steps`` as the collaborator holds them now, without looking for a newer commit."""
-        return stored_steps(self._role.transitions_added, self._layout.capacity)
 
     def __repr__(self) -> str:
         if self.closed:
