@@ -10,7 +10,7 @@ where every env continues with one new frame, has a compiled write of its own.)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,7 +29,7 @@ from mmreplay.store.encoded_adds import EncodedSend
 from mmreplay.store.env_episodes import EnvEpisode
 
 
-@dataclass
+@dataclass(slots=True)
 class AddPlan:
     """Rows for the next transition steps, in order: row i is a transition of env ``envs[i]`` with
     ``rewards[i]``, ``actions[i]``, ``flags[i]`` and the newest next_obs frame at frame step
@@ -46,15 +46,15 @@ class AddPlan:
     envs: list[int]
     rewards: npt.NDArray[np.float32]
     actions: npt.NDArray[Any]
-    fields: dict[str, npt.NDArray[Any]] | None = None
-    payloads: list[bytes] = field(default_factory=list)
-    prev_deltas: list[int] = field(default_factory=list)
-    ref_deltas: list[int] = field(default_factory=list)
-    next_frames: list[int] = field(default_factory=list)
-    flags: list[int] = field(default_factory=list)
-    previous_steps: list[int | None] = field(default_factory=list)
-    starts: list[tuple[list[bytes], list[int]] | None] = field(default_factory=list)
-    records: list[list[bytes] | None] = field(default_factory=list)
+    fields: dict[str, npt.NDArray[Any]] | None
+    payloads: list[bytes]
+    prev_deltas: list[int]
+    ref_deltas: list[int]
+    next_frames: list[int]
+    flags: list[int]
+    previous_steps: list[int | None]
+    starts: list[tuple[list[bytes], list[int]] | None]
+    records: list[list[bytes] | None]
 
 
 def plan_add(
@@ -72,14 +72,15 @@ def plan_add(
     written). ``fields``: the checked user fields of every env. With ``fragment``, an obs that starts a
     new episode starts a fragment (flag FRAGMENT_START)."""
     envs = arguments.envs
-    every_env = len(envs) == len(arguments.reward)
-    plan = AddPlan(
-        envs,
-        arguments.reward if every_env else arguments.reward[envs],
-        arguments.action if every_env else arguments.action[envs],
-        None if not fields else {name: array[envs] for name, array in fields.items()},
-    )
-    payloads, ref_deltas, encode = plan.payloads, plan.ref_deltas, encoder.encode
+    payloads: list[bytes] = []
+    prev_deltas: list[int] = []
+    ref_deltas: list[int] = []
+    next_frames: list[int] = []
+    row_flags: list[int] = []
+    previous_steps: list[int | None] = []
+    starts: list[tuple[list[bytes], list[int]] | None] = []
+    records: list[list[bytes] | None] = []
+    encode = encoder.encode
     next_step = next_frame_step
     for env in envs:
         obs = arguments.obs[env]
@@ -88,23 +89,12 @@ def plan_add(
         continues = episode.continues_with(obs.tobytes(), arguments.stacked)
         if continues and episode.last_step >= oldest_stored_step:
             obs_steps = list(episode.frame_steps)
-            plan.previous_steps.append(episode.last_step)
-            plan.starts.append(None)
+            previous_steps.append(episode.last_step)
+            starts.append(None)
         else:
-            if continues:  # the previous transition was evicted: store the obs stack the env saw again,
-                # but its padding (positions that repeat one frame step) as padding again, so a zero-padding
-                # store reads back the same stack
-                held = list(episode.frame_steps)
-                padding = next((i for i in range(len(held) - 1) if held[i] != held[i + 1]), len(held) - 1)
-                stack = [np.frombuffer(frame, np.uint8) for frame in list(episode.frames)[padding:]]
-            else:
-                stack = list(obs)
+            stack = _obs_frames_to_store(episode, obs, continues=continues)
+            if not continues:
                 flags |= FRAGMENT_START if fragment else EPISODE_START
-                # A stack's leading repeats of its first frame come back by padding: store that frame once.
-                first_distinct = 1
-                while first_distinct < len(stack) and stack[first_distinct].tobytes() == stack[0].tobytes():
-                    first_distinct += 1
-                stack = stack[first_distinct - 1 :]
             frames = [frame.tobytes() for frame in stack]
             steps = list(range(next_step, next_step + len(frames)))
             for i, frame in enumerate(stack):
@@ -112,11 +102,11 @@ def plan_add(
                 payload, ref_delta = encode(env, next_step + i, frame, restart=i == 0 and bool(flags & EPISODE_START))
                 payloads.append(payload)
                 ref_deltas.append(ref_delta)
-            plan.prev_deltas.extend([0] + [1] * (len(frames) - 1))
+            prev_deltas.extend([0] + [1] * (len(frames) - 1))
             next_step += len(frames)
             obs_steps = [steps[0]] * (episode.stack_size - len(steps)) + steps
-            plan.previous_steps.append(None)
-            plan.starts.append((frames, steps))
+            previous_steps.append(None)
+            starts.append((frames, steps))
         # The new frames of next_obs: its newest, or, for a detached transition, all of its frames (no
         # repeats left out: its stack must come back as given), the oldest linked to obs's newest frame.
         new_frames = arguments.next_obs[env] if arguments.detached[env] else arguments.next_obs[env][-1:]
@@ -124,12 +114,36 @@ def plan_add(
             payload, ref_delta = encode(env, next_step + i, frame, restart=False)
             payloads.append(payload)
             ref_deltas.append(ref_delta)
-        plan.prev_deltas.extend([next_step - obs_steps[-1]] + [1] * (len(new_frames) - 1))
+        prev_deltas.extend([next_step - obs_steps[-1]] + [1] * (len(new_frames) - 1))
         next_step += len(new_frames)
-        plan.next_frames.append(next_step - 1)
-        plan.flags.append(flags | DETACHED * bool(arguments.detached[env]))
-        plan.records.append([frame.tobytes() for frame in new_frames])
-    return plan
+        next_frames.append(next_step - 1)
+        row_flags.append(flags | DETACHED * bool(arguments.detached[env]))
+        records.append([frame.tobytes() for frame in new_frames])
+    every_env = len(envs) == len(arguments.reward)
+    return AddPlan(
+        envs,
+        arguments.reward if every_env else arguments.reward[envs],
+        arguments.action if every_env else arguments.action[envs],
+        None if not fields else {name: array[envs] for name, array in fields.items()},
+        payloads, prev_deltas, ref_deltas, next_frames, row_flags, previous_steps, starts, records,
+    )
+
+
+def _obs_frames_to_store(episode: EnvEpisode, obs: npt.NDArray[Any], *, continues: bool) -> list[npt.NDArray[Any]]:
+    """The obs frames a transition that links to no stored transition writes: a new episode's obs stack,
+    or (``continues``: the episode goes on, but its newest transition was evicted) the stack the env saw."""
+    if continues:
+        # Stored again, but its padding (positions that repeat one frame step) as padding again, so a
+        # zero-padding store reads back the same stack.
+        held = list(episode.frame_steps)
+        padding = next((i for i in range(len(held) - 1) if held[i] != held[i + 1]), len(held) - 1)
+        return [np.frombuffer(frame, np.uint8) for frame in list(episode.frames)[padding:]]
+    stack = list(obs)
+    # A stack's leading repeats of its first frame come back by padding: store that frame once.
+    first_distinct = 1
+    while first_distinct < len(stack) and stack[first_distinct].tobytes() == stack[0].tobytes():
+        first_distinct += 1
+    return stack[first_distinct - 1 :]
 
 
 def plan_run(
@@ -146,6 +160,7 @@ def plan_run(
         [env] * count,
         steps.reward[start:stop],
         steps.action[start:stop],
+        fields=None,
         payloads=send.new_blocks(start, stop),
         prev_deltas=[next_frame_step - episode.frame_steps[-1]] + [1] * (count - 1),
         ref_deltas=[0] * count,
