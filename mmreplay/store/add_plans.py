@@ -72,15 +72,15 @@ def plan_add(
     written). ``fields``: the checked user fields of every env. With ``fragment``, an obs that starts a
     new episode starts a fragment (flag FRAGMENT_START)."""
     envs = arguments.envs
-    payloads: list[bytes] = []
-    prev_deltas: list[int] = []
-    ref_deltas: list[int] = []
-    next_frames: list[int] = []
-    row_flags: list[int] = []
-    previous_steps: list[int | None] = []
-    starts: list[tuple[list[bytes], list[int]] | None] = []
-    records: list[list[bytes] | None] = []
-    encode = encoder.encode
+    every_env = len(envs) == len(arguments.reward)
+    plan = AddPlan(
+        envs,
+        arguments.reward if every_env else arguments.reward[envs],
+        arguments.action if every_env else arguments.action[envs],
+        None if not fields else {name: array[envs] for name, array in fields.items()},
+        [], [], [], [], [], [], [], [],
+    )
+    payloads, ref_deltas, encode = plan.payloads, plan.ref_deltas, encoder.encode
     next_step = next_frame_step
     for env in envs:
         obs = arguments.obs[env]
@@ -89,8 +89,8 @@ def plan_add(
         continues = episode.continues_with(obs.tobytes(), arguments.stacked)
         if continues and episode.last_step >= oldest_stored_step:
             obs_steps = list(episode.frame_steps)
-            previous_steps.append(episode.last_step)
-            starts.append(None)
+            plan.previous_steps.append(episode.last_step)
+            plan.starts.append(None)
         else:
             stack = _obs_frames_to_store(episode, obs, continues=continues)
             if not continues:
@@ -102,11 +102,11 @@ def plan_add(
                 payload, ref_delta = encode(env, next_step + i, frame, restart=i == 0 and bool(flags & EPISODE_START))
                 payloads.append(payload)
                 ref_deltas.append(ref_delta)
-            prev_deltas.extend([0] + [1] * (len(frames) - 1))
+            plan.prev_deltas.extend([0] + [1] * (len(frames) - 1))
             next_step += len(frames)
             obs_steps = [steps[0]] * (episode.stack_size - len(steps)) + steps
-            previous_steps.append(None)
-            starts.append((frames, steps))
+            plan.previous_steps.append(None)
+            plan.starts.append((frames, steps))
         # The new frames of next_obs: its newest, or, for a detached transition, all of its frames (no
         # repeats left out: its stack must come back as given), the oldest linked to obs's newest frame.
         new_frames = arguments.next_obs[env] if arguments.detached[env] else arguments.next_obs[env][-1:]
@@ -114,19 +114,12 @@ def plan_add(
             payload, ref_delta = encode(env, next_step + i, frame, restart=False)
             payloads.append(payload)
             ref_deltas.append(ref_delta)
-        prev_deltas.extend([next_step - obs_steps[-1]] + [1] * (len(new_frames) - 1))
+        plan.prev_deltas.extend([next_step - obs_steps[-1]] + [1] * (len(new_frames) - 1))
         next_step += len(new_frames)
-        next_frames.append(next_step - 1)
-        row_flags.append(flags | DETACHED * bool(arguments.detached[env]))
-        records.append([frame.tobytes() for frame in new_frames])
-    every_env = len(envs) == len(arguments.reward)
-    return AddPlan(
-        envs,
-        arguments.reward if every_env else arguments.reward[envs],
-        arguments.action if every_env else arguments.action[envs],
-        None if not fields else {name: array[envs] for name, array in fields.items()},
-        payloads, prev_deltas, ref_deltas, next_frames, row_flags, previous_steps, starts, records,
-    )
+        plan.next_frames.append(next_step - 1)
+        plan.flags.append(flags | DETACHED * bool(arguments.detached[env]))
+        plan.records.append([frame.tobytes() for frame in new_frames])
+    return plan
 
 
 def _obs_frames_to_store(episode: EnvEpisode, obs: npt.NDArray[Any], *, continues: bool) -> list[npt.NDArray[Any]]:
