@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.rows.episode_windows import follow_episodes
-from mmreplay.store.episode_list import Episode, split_episodes
+from mmreplay.store.episode_list import EpisodeList, split_episodes
 from mmreplay.store.mapped_files import MappedFiles
 from mmreplay.store.reading import SharedOutError, TransitionReader
 from mmreplay.store.role import Role
@@ -140,11 +140,11 @@ def read_steps(role: Role, reader: TransitionReader, steps: npt.ArrayLike) -> Ba
     return role.consistent(check_and_read)
 
 
-def list_episodes(role: Role) -> list[Episode]:
+def list_episodes(role: Role) -> EpisodeList:
     """``ReplayStore.episodes`` of an open store."""
     files = role.files
 
-    def split() -> list[Episode]:
+    def split() -> EpisodeList:
         with files.lock:
             stored = stored_steps(role.transitions_added, files.layout.capacity)
             columns = files.table.columns(stored.start, stored.stop, ("env", "flags", "reward"))

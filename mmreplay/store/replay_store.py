@@ -36,7 +36,7 @@ from mmreplay.store.encoded_batches import (
     EncodedSequenceBatch,
     encoding_reader,
 )
-from mmreplay.store.episode_list import Episode
+from mmreplay.store.episode_list import EpisodeList
 from mmreplay.store.follower import Follower
 from mmreplay.store.prefetch import Prefetcher, recycling
 from mmreplay.store.reading import TransitionReader
@@ -552,8 +552,9 @@ class ReplayStore:
         self._files.check_open("sample_episodes")
         return passes.sample_episodes(self, n, rng, weighting=weighting)
 
-    def episodes(self) -> list[Episode]:
-        """The stored episodes, oldest first: env, steps, return, how each ended, whether it is complete."""
+    def episodes(self) -> EpisodeList:
+        """The stored episodes, oldest first: id (the first step), env, steps, return, how each ended, whether
+        it is complete; ``by_id(id)`` finds one."""
         self._files.check_open("list episodes")
         return reads.list_episodes(self._role)
 
