@@ -2,7 +2,7 @@
 
 One process fills one store per add form (``mmreplay_adapters.ADD_FORMS``: single frames or 4-frame
 stacks, with the stream's numpy scalars or with Python ``int``/``float``/``bool``), plus one store per
-frame form fed Python scalars with the fast path switched off (``ReplayStore._fast_add``, a private
+frame form fed Python scalars with the fast path switched off (``Writer._fast_add``, a private
 switch: this is the general path every add took before the fast path, and still takes at episode starts).
 The stores take turns, ``--block`` adds each, so a busy machine's drift hits every form alike; each
 block's rate is measured in wall time and in the process's CPU time (which leaves out the time other
@@ -48,7 +48,7 @@ def measure(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     adapters = []
     for label, form, fast in FORMS:
         adapter = MmreplayAdapter(stream, args.capacity, 0, tmpdir=args.tmpdir, add_form=form)
-        adapter.store._fast_add = fast and adapter.store._fast_add
+        adapter.store._role._fast_add = fast and adapter.store._role._fast_add
         adapters.append((label, adapter))
     wall: dict[str, list[float]] = {label: [] for label, _ in adapters}
     cpu: dict[str, list[float]] = {label: [] for label, _ in adapters}

@@ -337,13 +337,13 @@ def profile_adds(data: dict[str, np.ndarray], args: argparse.Namespace) -> dict[
                                    frame_dtype=np.float32, action_dtype=np.int64)
         add = store.add
         add_us = per_item(lambda transition: add(*transition), feed)
-        shapes = store._add_shapes
+        shapes = store._role._add_shapes
         validation_us = per_item(lambda transition: parse_single_frames(
             shapes, *transition, terminated_bit=TERMINATED, truncated_bit=TRUNCATED), feed)
         store.close()
         scratch = ReplayStore.create(directory / "scratch.mmr", frame_shape=(4,), capacity=args.capacity,
                                      stack_size=1, frame_dtype=np.float32)
-        ring, one = scratch._frames, [1]
+        ring, one = scratch._files.frames, [1]
         write_us = per_item(lambda frame: ring.append_frames(frame, one), frames)
         scratch.close()
     finally:

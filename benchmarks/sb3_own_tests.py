@@ -1,16 +1,18 @@
-"""Do Stable-Baselines3's own replay-buffer tests pass with ``MmreplayBuffer`` swapped in?
+"""Do Stable-Baselines3's own replay-buffer tests pass with mmreplay's buffers swapped in?
 
 Fetches the source distribution of the installed stable-baselines3 version (``pip download
 --no-binary :all: --no-deps``; its tests are not in the wheel) into ``--workdir``, unpacks it there,
-and runs its ``tests/test_buffers.py``, ``tests/test_save_load.py`` and ``tests/test_n_step_replay.py``
-(those present in that version) against the installed package, with ``sb3_swap_plugin`` (beside this
-file) replacing SB3's ``ReplayBuffer`` and ``NStepReplayBuffer``. Nothing of SB3's is copied into this
-repository. Prints one row per test case:
+and runs its ``tests/test_buffers.py``, ``tests/test_save_load.py``, ``tests/test_n_step_replay.py``,
+``tests/test_dict_env.py`` and ``tests/test_her.py`` (those present in that version) against the
+installed package, with ``sb3_swap_plugin`` (beside this file) replacing SB3's ``ReplayBuffer`` and
+``NStepReplayBuffer`` (``MmreplayBuffer``), ``DictReplayBuffer`` (``MmreplayDictBuffer``) and
+``HerReplayBuffer`` (``MmreplayHerBuffer``). Nothing of SB3's is copied into this repository. Prints
+one row per test case:
 
-* **pass** / **fail**: the test built at least one ``MmreplayBuffer`` (any ``Box`` observations);
-* **n/a**: it built SB3's own buffer only, because ``MmreplayBuffer`` refuses the test's observation
-  space (the reason is the buffer's own message) or the observations are a ``Dict``
-  (``DictReplayBuffer``, not swapped), or it built no replay buffer at all (on-policy algorithms);
+* **pass** / **fail**: the test built at least one of mmreplay's buffers; a pass says "built only"
+  when none of them was added to or sampled from (the test checks construction, dtypes or arguments);
+* **n/a**: it built SB3's own buffer only, because mmreplay's refuses the test's observation space
+  (the reason is the buffer's own message), or it built no replay buffer at all (on-policy algorithms);
 * **skipped**: skipped by SB3's test itself (the reason is SB3's).
 
     .venv/bin/python benchmarks/sb3_own_tests.py                            # into /tmp/mmreplay-sb3-own-tests
@@ -30,7 +32,10 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-TEST_FILES = ("tests/test_buffers.py", "tests/test_save_load.py", "tests/test_n_step_replay.py")
+TEST_FILES = (
+    "tests/test_buffers.py", "tests/test_save_load.py", "tests/test_n_step_replay.py", "tests/test_dict_env.py",
+    "tests/test_her.py",
+)
 
 
 def sdist_tests(version: str, workdir: Path) -> Path:
@@ -64,13 +69,6 @@ def run_tests(source: Path, report: Path, extra: list[str]) -> int:
 # Failures that are differences the README documents, by (test function, a part of the failure message).
 # A failure of a listed test with any other message stays unexplained.
 DOCUMENTED_DIFFERENCES = {
-    ("tests/test_buffers.py::test_buffer_dtypes", "has no attribute 'observations'"):
-        "MmreplayBuffer keeps no observations or actions arrays (README), and the test then sets full=True "
-        "on an empty buffer and samples rows no add wrote (IndexError here); tests/test_sb3.py compares "
-        "these dtypes' samples with SB3's buffer instead",
-    ("tests/test_save_load.py::test_save_load_replay_buffer", "has no attribute 'observations'"):
-        "MmreplayBuffer keeps no observations arrays to compare (README); the buffer was saved and "
-        "loaded before this line",
     ("tests/test_n_step_replay.py::test_nstep_no_terminations", "assert 0.0 == 1.0"):
         "a write to dones is recorded as a truncation by the caller, so samples bootstrap from the "
         "kept next observation (README); SB3 counts it as terminated. The n-step rewards matched",
@@ -90,8 +88,10 @@ def verdict(test: dict) -> tuple[str, str]:
         return "skipped", message
     if test["mmreplay"]:
         mixed = f" (also SB3's buffer for {', '.join(test['sb3'])})" if test["sb3"] else ""
+        used = test.get("used", [])
+        how = "added and sampled" if len(used) == 2 else f"{used[0]} only" if used else "built only: never added or sampled"
         if outcome == "passed":
-            return "pass", f"{test['mmreplay']} MmreplayBuffer(s){mixed}"
+            return "pass", f"{test['mmreplay']} mmreplay buffer(s), {how}{mixed}"
         difference = documented_difference(test["nodeid"], message)
         if difference is not None:
             return "fail", f"documented difference: {difference} ({outcome}: {message})"
@@ -130,13 +130,13 @@ def kind_of(result: str, why: str) -> str:
     """What kind of fail or n/a this is ('' for pass and skipped)."""
     if result == "fail":
         return "documented differences" if why.startswith("documented difference") else "unexplained"
+    if result == "pass":
+        return "built only" if "built only" in why else "added or sampled"
     if result != "n/a":
         return ""
     if why.startswith("builds no replay buffer"):
         return "no replay buffer"
-    if "Dict observations" in why:
-        return "Dict observations"
-    return "observation space refused by MmreplayBuffer"
+    return "observation space refused by mmreplay's buffer"
 
 
 def grouped(results: dict[str, dict]) -> str:
@@ -145,7 +145,7 @@ def grouped(results: dict[str, dict]) -> str:
     for nodeid, test in results.items():
         result, why = verdict(test)
         if result == "pass":
-            why = "MmreplayBuffer"
+            why = "mmreplay, built only" if "built only" in why else "mmreplay, added or sampled"
         key = (nodeid.split("[")[0], result, why)
         groups[key] = groups.get(key, 0) + 1
     lines = ["| test | cases | result | why |", "|---|---:|---|---|"]

@@ -1,16 +1,16 @@
-"""pytest plugin: run Stable-Baselines3's own tests with ``MmreplayBuffer`` in place of SB3's buffers.
+"""pytest plugin: run Stable-Baselines3's own tests with mmreplay's buffers in place of SB3's.
 
 Loaded with ``-p sb3_swap_plugin`` (``benchmarks/`` on ``PYTHONPATH``) by ``sb3_own_tests.py``. At
 configure time, before SB3's test modules are imported, it replaces ``ReplayBuffer`` and
-``NStepReplayBuffer`` in ``stable_baselines3.common.buffers`` and ``off_policy_algorithm`` (where the
-algorithms choose their default buffer) by classes that build an ``MmreplayBuffer`` at a fresh store
-path for every observation space the buffer accepts (a ``Box`` of any numeric or bool dtype and any
-shape: images, vectors, scalars), and SB3's own class for any other, with the buffer's own reason
-(``Discrete``, ``MultiDiscrete``, ``MultiBinary``). ``DictReplayBuffer`` (and ``HerReplayBuffer``, its
-subclass) is not swapped: mmreplay has no dict observations; the plugin only records that a test built
-one. ``isinstance`` checks against the replaced names accept SB3's own buffers too. Each test's outcome
-is written with the buffers it built (``--mmreplay-report``), so the harness can say which tests
-exercised mmreplay and which were not applicable, and why.
+``NStepReplayBuffer`` (by ``MmreplayBuffer``), ``DictReplayBuffer`` (by ``MmreplayDictBuffer``) and
+``HerReplayBuffer`` (by ``MmreplayHerBuffer``) where SB3's tests and algorithms look them up
+(``stable_baselines3.common.buffers``, ``off_policy_algorithm``'s defaults, ``stable_baselines3`` and
+``stable_baselines3.her``), each building mmreplay's buffer at a fresh store path for every observation
+space it accepts, and SB3's own class for any other, with the buffer's own reason. ``isinstance``
+checks against the replaced names accept SB3's own buffers too. Each test's outcome is written with the
+buffers it built and whether any of them was added to or sampled (``--mmreplay-report``), so the
+harness can say which tests exercised mmreplay, which only built a buffer, and which were not
+applicable, and why.
 """
 
 from __future__ import annotations
@@ -25,13 +25,19 @@ from typing import Any
 import pytest
 from gymnasium import spaces
 
+import stable_baselines3
 import stable_baselines3.common.buffers as sb3_buffers
 import stable_baselines3.common.off_policy_algorithm as sb3_off_policy
-from mmreplay.sb3 import MmreplayBuffer
+import stable_baselines3.her
+import stable_baselines3.her.her_replay_buffer as sb3_her
+from mmreplay.sb3 import MmreplayBuffer, MmreplayDictBuffer, MmreplayHerBuffer
+from mmreplay.sb3.dict_layout import dict_layout
 from mmreplay.sb3.observations import frame_layout
 
 ORIGINAL_REPLAY = sb3_buffers.ReplayBuffer
 ORIGINAL_N_STEP = sb3_buffers.NStepReplayBuffer
+ORIGINAL_DICT = sb3_buffers.DictReplayBuffer
+ORIGINAL_HER = sb3_her.HerReplayBuffer
 
 
 class _Swap:
@@ -44,9 +50,12 @@ class _Swap:
         self.built: dict[str, dict[str, Any]] = {}
 
     def record(self, kind: str, detail: str) -> None:
-        entry = self.built.setdefault(self.test or "<collection>", {"mmreplay": 0, "sb3": []})
+        entry = self.built.setdefault(self.test or "<collection>", {"mmreplay": 0, "sb3": [], "used": []})
         if kind == "mmreplay":
             entry["mmreplay"] += 1
+        elif kind == "used":
+            if detail not in entry["used"]:
+                entry["used"].append(detail)
         elif detail not in entry["sb3"]:
             entry["sb3"].append(detail)
 
@@ -57,14 +66,19 @@ class _Swap:
 SWAP = _Swap()
 
 
-def not_stored_by_mmreplay(space: spaces.Space[Any]) -> str | None:
-    """Why ``MmreplayBuffer`` refuses these observations (its own message), or None when it takes them.
-    The buffer decides by ``frame_layout``, the check its constructor makes first."""
+def not_stored_by_mmreplay(space: spaces.Space[Any], dict_buffer: bool = False) -> str | None:
+    """Why mmreplay's buffer refuses these observations (its own message), or None when it takes them.
+    The buffers decide by ``frame_layout`` and ``dict_layout``, the checks their constructors make first."""
+    name = "MmreplayDictBuffer" if dict_buffer else "MmreplayBuffer"
     try:
-        frame_layout(space, None)
+        dict_layout(space, frame_keys=None, stack_size=None) if dict_buffer else frame_layout(space, None)
     except (TypeError, ValueError) as error:
-        return f"{type(space).__name__} observations: MmreplayBuffer refuses them ({error})"
+        return f"{type(space).__name__} observations: {name} refuses them ({error})"
     return None
+
+
+def _observation_space(args: tuple[Any, ...], kwargs: dict[str, Any]) -> spaces.Space[Any]:
+    return args[1] if len(args) > 1 else kwargs["observation_space"]
 
 
 class _AcceptsSB3Buffers(ABCMeta):
@@ -75,10 +89,22 @@ class _AcceptsSB3Buffers(ABCMeta):
         accepted: type = cls.__dict__.get("accepts", ORIGINAL_REPLAY)
         if isinstance(instance, MmreplayBuffer):
             return cls is SwappedReplayBuffer or instance.n_steps > 1
-        return isinstance(instance, accepted)
+        return type.__instancecheck__(cls, instance) or isinstance(instance, accepted)
 
 
-class SwappedReplayBuffer(MmreplayBuffer, metaclass=_AcceptsSB3Buffers):
+class _RecordsUse:
+    """Notes that a test added to or sampled from one of mmreplay's buffers."""
+
+    def add(self, *args: Any, **kwargs: Any) -> None:
+        SWAP.record("used", "add")
+        super().add(*args, **kwargs)  # type: ignore[misc]
+
+    def sample(self, *args: Any, **kwargs: Any) -> Any:
+        SWAP.record("used", "sample")
+        return super().sample(*args, **kwargs)  # type: ignore[misc]
+
+
+class SwappedReplayBuffer(_RecordsUse, MmreplayBuffer, metaclass=_AcceptsSB3Buffers):
     accepts = ORIGINAL_REPLAY
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
@@ -87,8 +113,7 @@ class SwappedReplayBuffer(MmreplayBuffer, metaclass=_AcceptsSB3Buffers):
         ``copy.deepcopy``), which calls ``__setstate__`` next."""
         if not args and not kwargs:
             return super().__new__(cls)
-        observation_space = args[1] if len(args) > 1 else kwargs["observation_space"]
-        reason = not_stored_by_mmreplay(observation_space)
+        reason = not_stored_by_mmreplay(_observation_space(args, kwargs))
         if reason is not None:
             SWAP.record("sb3", reason)
             return cls.accepts(*args, **kwargs)
@@ -119,24 +144,57 @@ class SwappedNStepReplayBuffer(SwappedReplayBuffer):
         super().__init__(*args, n_steps=n_steps, gamma=gamma, **kwargs)
 
 
+class SwappedDictReplayBuffer(_RecordsUse, MmreplayDictBuffer, metaclass=_AcceptsSB3Buffers):
+    accepts = ORIGINAL_DICT
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """An ``MmreplayDictBuffer`` when it takes the observation space, else SB3's own class."""
+        if not args and not kwargs:
+            return super().__new__(cls)
+        reason = not_stored_by_mmreplay(_observation_space(args, kwargs), dict_buffer=True)
+        if reason is not None:
+            SWAP.record("sb3", reason)
+            return cls.accepts(*args, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        SWAP.record("mmreplay", "")
+        kwargs.setdefault("path", SWAP.next_path())
+        super().__init__(*args, **kwargs)
+
+
+class SwappedHerReplayBuffer(_RecordsUse, MmreplayHerBuffer, metaclass=_AcceptsSB3Buffers):
+    accepts = ORIGINAL_HER
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """An ``MmreplayHerBuffer`` when it takes the observation space, else SB3's own class."""
+        if not args and not kwargs:
+            return super().__new__(cls)
+        reason = not_stored_by_mmreplay(_observation_space(args, kwargs), dict_buffer=True)
+        if reason is not None:
+            SWAP.record("sb3", reason)
+            return cls.accepts(*args, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        SWAP.record("mmreplay", "")
+        kwargs.setdefault("path", SWAP.next_path())
+        super().__init__(*args, **kwargs)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--mmreplay-report", default=None, help="write each test's outcome and buffers as JSON here")
-
-
-ORIGINAL_DICT_INIT = sb3_buffers.DictReplayBuffer.__init__
-
-
-def _recording_dict_init(self: sb3_buffers.DictReplayBuffer, *args: Any, **kwargs: Any) -> None:
-    """``DictReplayBuffer.__init__`` unchanged, noting that the test built one (not swapped)."""
-    SWAP.record("sb3", f"{type(self).__name__} (Dict observations: mmreplay has none, not swapped)")
-    ORIGINAL_DICT_INIT(self, *args, **kwargs)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     for module in (sb3_buffers, sb3_off_policy):
         module.ReplayBuffer = SwappedReplayBuffer  # type: ignore[misc]
         module.NStepReplayBuffer = SwappedNStepReplayBuffer  # type: ignore[misc]
-    sb3_buffers.DictReplayBuffer.__init__ = _recording_dict_init  # type: ignore[method-assign]
+        module.DictReplayBuffer = SwappedDictReplayBuffer  # type: ignore[misc]
+    # The test modules import HerReplayBuffer from these; off_policy_algorithm keeps SB3's class for its
+    # issubclass and isinstance checks, which the swapped class (a subclass of it) passes.
+    for module in (stable_baselines3, stable_baselines3.her, sb3_her):
+        module.HerReplayBuffer = SwappedHerReplayBuffer  # type: ignore[attr-defined]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -144,6 +202,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     ``DictReplayBuffer`` calls ``super(ReplayBuffer, self)`` by that module's name."""
     sb3_buffers.ReplayBuffer = ORIGINAL_REPLAY  # type: ignore[misc]
     sb3_buffers.NStepReplayBuffer = ORIGINAL_N_STEP  # type: ignore[misc]
+    sb3_buffers.DictReplayBuffer = ORIGINAL_DICT  # type: ignore[misc]
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -175,5 +234,5 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     path = session.config.getoption("--mmreplay-report")
     if path is None:
         return
-    tests = {nodeid: {**outcome, **SWAP.built.get(nodeid, {"mmreplay": 0, "sb3": []})} for nodeid, outcome in _OUTCOMES.items()}
+    tests = {nodeid: {**outcome, **SWAP.built.get(nodeid, {"mmreplay": 0, "sb3": [], "used": []})} for nodeid, outcome in _OUTCOMES.items()}
     Path(path).write_text(json.dumps(tests, indent=1))

@@ -24,13 +24,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, SupportsFloat
 
-import gymnasium as gym
-import gymnasium.vector
-import numpy as np
-import numpy.typing as npt
-from gymnasium.vector import VectorEnv
+from mmreplay.extras import require
 
-from mmreplay.store import ReplayStore
+require("mmreplay.recorder", extra="recorder", modules=("gymnasium",))
+
+import gymnasium as gym  # noqa: E402  (after the check that names the extra)
+import gymnasium.vector  # noqa: E402
+import numpy as np  # noqa: E402
+import numpy.typing as npt  # noqa: E402
+from gymnasium.vector import VectorEnv  # noqa: E402
+
+from mmreplay.store import ReplayStore  # noqa: E402
 
 FieldsFromInfo = Callable[[dict[str, Any]], dict[str, npt.ArrayLike]]
 

@@ -1,4 +1,4 @@
-"""``add``'s fast path (``ReplayStore._add_single_frames``: each env continues its episode with one new
+"""``add``'s fast path (``Writer._add_single_frames``: each env continues its episode with one new
 frame, given alone or as the newest of a stack) writes exactly what the general path writes: a store fed
 with it on and one fed the same adds with it off hold the same files, byte for byte, and both equal the
 in-memory reference model.
@@ -13,13 +13,15 @@ from typing import Any
 import lz4
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from atari_data import load_stream
 from reference import ReferenceStore, assert_store_matches
 from strategies import FrameSource, draw_add, store_configs
 
 from mmreplay import PrioritizedSampler, ReplayStore, extensions
+from mmreplay.rows.transitions import TERMINATED, TRUNCATED
+from mmreplay.store.add_arguments import parse_add, parse_single_frames
 
 _lz4batch = extensions.load("_lz4batch")
 # Byte-identical segments need the system's liblz4 (the extension's compressor) and python-lz4's
@@ -34,16 +36,16 @@ class CountingStore:
         sampler = (lambda: PrioritizedSampler(alpha=0.6)) if prioritized else (lambda: None)
         self.fast = ReplayStore.create(directory / "fast.mmr", sampler=sampler(), **config)
         self.general = ReplayStore.create(directory / "general.mmr", sampler=sampler(), **config)
-        self.general._fast_add = False
+        self.general._role._fast_add = False
         self.fast_adds = 0
-        take_fast_path = self.fast._add_single_frames
+        take_fast_path = self.fast._role._add_single_frames
 
         def counted(*args: Any) -> bool:
             taken = take_fast_path(*args)
             self.fast_adds += taken
             return taken
 
-        self.fast._add_single_frames = counted  # type: ignore[method-assign]
+        self.fast._role._add_single_frames = counted  # type: ignore[method-assign]
 
     def add(self, *args: Any, **kwargs: Any) -> None:
         self.fast.add(*args, **kwargs)
@@ -85,6 +87,38 @@ def test_the_fast_path_writes_what_the_general_path_writes(tmp_path_factory, con
         assert_store_matches(pair.fast, ref)
     finally:
         pair.close_and_compare()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=store_configs(), data=st.data())
+def test_an_add_the_fast_parse_accepted_reaches_the_general_path_as_parse_add_gives_it(
+    tmp_path_factory, config, data
+) -> None:
+    """An add that the fast path parsed and then declined (an episode start, a commit due first) goes on
+    to the general path as ``SingleFrames.arguments``, not through ``parse_add`` again: the same arrays
+    (dtype, shape and bytes), envs and flags as ``parse_add`` gives."""
+    with ReplayStore.create(tmp_path_factory.mktemp("parse") / "s.mmr", **config) as store:
+        shapes = store._role._add_shapes
+    ref = ReferenceStore(**config)
+    frames = FrameSource.of(config)
+    accepted = 0
+    for _ in range(data.draw(st.integers(1, 12), label="adds")):
+        args = fast_path_form(draw_add(data, ref, frames).as_tuple(), config["num_envs"])
+        ref.add(*args)
+        parsed = parse_single_frames(shapes, *args, terminated_bit=TERMINATED, truncated_bit=TRUNCATED)
+        if parsed is None:
+            continue
+        accepted += 1
+        got = parsed.arguments(shapes, terminated_bit=TERMINATED, truncated_bit=TRUNCATED)
+        want = parse_add(*args, None, shapes)
+        for name, expected in want._asdict().items():
+            value = getattr(got, name)
+            if isinstance(expected, np.ndarray):
+                assert (value.dtype, value.shape) == (expected.dtype, expected.shape), name
+                assert value.tobytes() == expected.tobytes(), name
+            else:
+                assert value == expected, name
+    assume(accepted > 0)
 
 
 @pytest.mark.parametrize(
@@ -230,10 +264,10 @@ class KindStores:
     def __init__(self, directory: Path, **config: Any) -> None:
         self.stores = {name: ReplayStore.create(directory / f"{name}.mmr", **config)
                        for name in ("canonical", "fast", "general")}
-        self.stores["general"]._fast_add = False
+        self.stores["general"]._role._fast_add = False
         self.taken = dict.fromkeys(self.stores, 0)
         for name, store in self.stores.items():
-            store._add_single_frames = self._counting(name, store._add_single_frames)  # type: ignore[method-assign]
+            store._role._add_single_frames = self._counting(name, store._role._add_single_frames)  # type: ignore[method-assign]
 
     def _counting(self, name: str, take_fast_path: Any) -> Any:
         def counted(*args: Any) -> bool:

@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "mmreplay"
 
 # The top-level modules, each placed in a layer; every folder is a layer of its own (or part of one).
 TOP_LEVEL = {
-    "base": {"errors", "extensions", "validation", "batch", "__init__", "__main__"},
+    "base": {"errors", "extensions", "extras", "validation", "batch", "__init__", "__main__"},
     "integrations": {"recorder"},
 }
 FOLDER_LAYERS = {
@@ -155,11 +155,13 @@ def test_lz4_and_h5py_are_imported_by_their_owning_modules_only(package: str, ow
 
 
 def test_the_import_reader_sees_each_form_of_import() -> None:
-    # replay_store.py uses ``from mmreplay.disk import header``, ``from mmreplay.batch import ...`` and
-    # numpy: a reader that missed a form would pass every test above for the wrong reason.
+    # replay_store.py uses ``from mmreplay.store import passes``, ``from mmreplay.batch import ...`` and
+    # numpy, follower.py ``from mmreplay.disk import header``: a reader that missed a form would pass every
+    # test above for the wrong reason.
     imported, others = imports_of("store.replay_store")
-    assert {"disk.header", "batch", "frames.ring", "sampling.samplers", "store.passes"} <= imported
+    assert {"batch", "frames.wire", "sampling.samplers", "store.passes"} <= imported
     assert "numpy" in others
+    assert {"disk.header", "frames.ring"} <= imports_of("store.follower")[0]
     assert {"lz4"} <= imports_of("frames.lz4_codec")[1]
     # a folder's modules are read under their ``folder.module`` names, its __init__ by the folder's
     assert {"hdf5.checks", "hdf5.datasets", "store"} <= imports_of("hdf5.conversion")[0]
@@ -175,7 +177,8 @@ def test_the_import_reader_sees_each_form_of_import() -> None:
 
 # The integration packages (mmreplay/ray/, mmreplay/rllib/) build on the public API: the package's own
 # names (``from mmreplay import ...``), its samplers and the validators; never storage.
-INTEGRATION_PACKAGES = {"ray": {"sampling.samplers", "validation"}, "rllib": set()}
+# Both may name their extra when its dependencies are missing (``extras.require``).
+INTEGRATION_PACKAGES = {"ray": {"sampling.samplers", "validation", "extras"}, "rllib": {"extras"}}
 
 
 @pytest.mark.parametrize("package", sorted(INTEGRATION_PACKAGES))

@@ -212,6 +212,8 @@ def setup_sb3(namespace: dict[str, Any]) -> None:
     namespace["envs"] = gymnasium.vector.SyncVectorEnv([make_pong()])
     namespace["args"] = SimpleNamespace(buffer_size=1000)
     namespace["device"] = "cpu"
+    namespace["run_name"] = "PongNoFrameskip-v4__dqn_atari__1__1764201600"  # CleanRL's f"{env_id}__{exp_name}__{seed}__{time}"
+    Path("runs", namespace["run_name"]).mkdir(parents=True)  # CleanRL's SummaryWriter makes it first
 
 
 def check_sb3(namespace: dict[str, Any]) -> None:

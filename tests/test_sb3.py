@@ -339,9 +339,10 @@ def test_a_store_whose_layout_differs_from_the_buffers_is_refused_naming_the_fie
     ]
     for shape, action_space, buffer_size, message in cases:
         with pytest.raises(ValueError, match=message):
-            MmreplayBuffer(buffer_size, spaces.Box(0, 255, shape, np.uint8), action_space, device="cpu", path=tmp_path / "b.mmr")
+            MmreplayBuffer(buffer_size, spaces.Box(0, 255, shape, np.uint8), action_space, device="cpu",
+                           path=tmp_path / "b.mmr", if_exists="reopen")
     with pytest.raises(ValueError, match=r"has num_envs=1; this MmreplayBuffer needs num_envs=2"):
-        MmreplayBuffer(40, space, spaces.Discrete(2), device="cpu", n_envs=2, path=tmp_path / "b.mmr")
+        MmreplayBuffer(40, space, spaces.Discrete(2), device="cpu", n_envs=2, path=tmp_path / "b.mmr", if_exists="reopen")
     with ReplayStore.open(tmp_path / "b.mmr", "r+"):  # not left locked by the refused buffers
         pass
 
@@ -643,7 +644,7 @@ def test_a_misread_stack_is_replaced_while_the_store_is_empty_and_refused_naming
     assert (buffer.store.frame_shape, buffer.store.stack_size) == ((10, 12), 6)
     assert np.array_equal(buffer.samples_at([0], [0]).next_observations.numpy(), next_obs[0])
     buffer.close()
-    reopened = MmreplayBuffer(16, space, spaces.Discrete(2), device="cpu", path=tmp_path / "b.mmr")
+    reopened = MmreplayBuffer(16, space, spaces.Discrete(2), device="cpu", path=tmp_path / "b.mmr", if_exists="reopen")
     assert reopened.store.stack_size == 6 and reopened.size() == 1  # the store's split is kept
     reopened.close()
 
@@ -801,7 +802,7 @@ def test_a_scalar_box_observation_is_stored_as_one_value_and_sampled_in_the_spac
     for step in range(25):  # past the first wrap: positions 0..4 hold steps 20..24
         buffer.add(np.array([step], np.float32), np.array([step + 0.5], np.float32), np.array([1]), np.array([1.0]), np.array([False]), [{}])
     buffer.close()
-    reopened = MmreplayBuffer(20, space, spaces.Discrete(2), device="cpu", path=path)
+    reopened = MmreplayBuffer(20, space, spaces.Discrete(2), device="cpu", path=path, if_exists="reopen")
     samples = reopened.samples_at([0, 4, 5, 19], [0, 0, 0, 0])
     assert samples.observations.shape == (4,) and samples.observations.dtype == th.float32
     assert samples.observations.tolist() == [20.0, 24.0, 5.0, 19.0]

@@ -30,7 +30,7 @@ from mmreplay.cli.verification import open_to_describe, verify_store
 from mmreplay.disk.atomic_builds import check_new_path
 from mmreplay.errors import CorruptStoreError, MmreplayError
 from mmreplay.store import ReplayStore
-from mmreplay.store.episode_list import Episode, EpisodeList
+from mmreplay.store.episode_list import Episode
 
 CHUNK_STEPS = 1024
 STORE_HELP = "the store's directory"
@@ -228,9 +228,7 @@ def _episodes(arguments: argparse.Namespace) -> int:
 
 def _find_episode(store: ReplayStore, episode_id: int) -> Episode:
     """The episode whose id is ``episode_id``, as the library finds it (its error lists the stored ids)."""
-    episodes = store.episodes()
-    assert isinstance(episodes, EpisodeList)  # what episode_list.split_episodes builds
-    return episodes.by_id(episode_id)
+    return store.episodes().by_id(episode_id)
 
 
 def _episode_frames(store: ReplayStore, steps: np.ndarray) -> np.ndarray:

@@ -16,6 +16,7 @@ from tqdm import tqdm
 from mmreplay.disk.atomic_builds import leftovers
 from mmreplay.errors import CorruptStoreError, StepsEvictedError, StoreNotFoundError
 from mmreplay.store import ReplayStore
+from mmreplay.store.episode_list import Episode
 
 CHUNK_STEPS = 1024
 
@@ -59,6 +60,7 @@ def verify_store(path: str, *, progress: bool = False, max_problems: int = 100) 
         return report
     with store:
         report["fields"] = list(store.fields)
+        episodes: list[Episode]
         try:
             episodes = store.episodes()
         except CorruptStoreError as error:

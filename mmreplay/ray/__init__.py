@@ -4,9 +4,13 @@
 actor that owns one store), ``writer`` (the acting side) and ``rate_limit`` (Reverb's rate limiting).
 """
 
-from mmreplay.ray.assembly import global_ids
-from mmreplay.ray.rate_limit import RateLimit
-from mmreplay.ray.sharded import ShardedReplay, split_ids
-from mmreplay.ray.writer import ShardWriter
+from mmreplay.extras import require
+
+require("mmreplay.ray", extra="ray", modules=("ray",))
+
+from mmreplay.ray.assembly import global_ids  # noqa: E402  (after the check that names the extra)
+from mmreplay.ray.rate_limit import RateLimit  # noqa: E402
+from mmreplay.ray.sharded import ShardedReplay, split_ids  # noqa: E402
+from mmreplay.ray.writer import ShardWriter  # noqa: E402
 
 __all__ = ["RateLimit", "ShardWriter", "ShardedReplay", "global_ids", "split_ids"]

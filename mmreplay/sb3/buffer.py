@@ -13,19 +13,17 @@ env marked ``TimeLimit.truncated`` but not done was truncated too (SB3's buffer 
 then, and its n-step windows stop there; VecEnvs never send it, a caller's own ``add`` may). SB3's
 ``buffer_size`` is the capacity in transitions, kept as ``buffer_size // n_envs`` rows of ``n_envs``.
 
-The store outlives the buffer: a buffer made at a path that holds a store reopens it (SB3 builds the
-buffer again at ``DQN.load`` from the ``replay_buffer_kwargs`` saved in the zip), a pickled buffer is
-the store's absolute path and the counters, and unpickling reopens it. See ``MmreplayBuffer``.
-Stable-Baselines3 and torch are imported by this module only; ``mmreplay.sb3.observations`` maps
-observation spaces onto frames and SB3's ``dones`` onto the store.
+The store outlives the buffer: ``DQN.load`` reopens it (SB3 builds the buffer again from the
+``replay_buffer_kwargs`` saved in the zip), a pickled buffer is the store's absolute path and the
+counters, and unpickling reopens it; a new training run never adopts a store left at its path
+(``if_exists``). See ``MmreplayBuffer``; ``buffer_store`` maps SB3's positions onto the store,
+``observations`` observation spaces onto frames, and ``views`` SB3's arrays onto the store.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import warnings
-import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,8 +37,22 @@ from stable_baselines3.common.type_aliases import ReplayBufferSamples
 from stable_baselines3.common.vec_env import VecNormalize
 
 from mmreplay.batch import Batch
-from mmreplay.errors import StoreLockedError
-from mmreplay.sb3.observations import DoneFlags, StackingCheck, StackMismatch, StoreLayout, check_layout, frame_layout
+from mmreplay.sb3.buffer_store import BufferStore, open_or_create
+from mmreplay.sb3.observations import (
+    StackingCheck,
+    StackMismatch,
+    StoreLayout,
+    check_layout,
+    frame_layout,
+)
+from mmreplay.sb3.transitions import parse_row
+from mmreplay.sb3.views import (
+    DoneFlags,
+    StoredArray,
+    TimeoutFlags,
+    action_view,
+    reward_view,
+)
 from mmreplay.store import ReplayStore
 from mmreplay.validation import parse_number, parse_positive_int
 
@@ -56,9 +68,13 @@ class MmreplayBuffer(ReplayBuffer):
     **The store at** ``path`` (made absolute against the working directory at construction). Absent:
     it is created, as SB3 would allocate an empty buffer (a relative ``path`` then warns: a
     ``DQN.load`` from another directory would create a new store, so give an absolute one). Present:
-    it is reopened with the transitions it holds, for training or inference, when its layout (frame
-    shape, stack size, envs, action shape and dtype, capacity) is the one these arguments make; else
-    a ``ValueError`` names the field that differs. One writer appends to a store at a time: a buffer
+    by ``if_exists``, a new buffer refuses it (``"error"``, the default: a re-run would otherwise train
+    on the earlier run's data, even another game's; ``StoreExistsError`` says what was found and the
+    choices), deletes it and starts empty (``"replace"``), or reopens it with its transitions
+    (``"reopen"``). A buffer that SB3's ``load`` builds (``DQN.load``, from the kwargs saved in the
+    zip) always reopens: the store is the model's own. A reopened store's layout (frame shape, stack
+    size, envs, action shape and dtype, capacity) must be the one these arguments make; else a
+    ``ValueError`` names the field that differs. One writer appends to a store at a time: a buffer
     that cannot take the store's writer lock at construction (a deepcopy beside its original, a model
     loaded beside the one that trained it, another process writing) reads the store's last commit, and
     takes the lock at its first ``add``. Buffers of one process hand it over (the holder commits and
@@ -87,10 +103,20 @@ class MmreplayBuffer(ReplayBuffer):
     observation and ``dones`` are those of that last step and ``discounts`` is ``gamma**m`` for its m
     steps. With ``n_steps=1`` samples are ``ReplayBuffer``'s (``discounts`` None).
 
-    ``optimize_memory_usage`` is accepted for SB3's signature and ignored: frames are always stored
-    once, and next observations stay correct at truncations. ``dones`` is SB3's array of ended flags
-    as a view of the store (see ``DoneFlags``): SB3's ``learn`` writes ``dones[pos] = True`` to end the
-    newest transitions' episodes, which this buffer records as a truncation by the caller.
+    ``optimize_memory_usage``: frames are always stored once, and next observations stay correct at
+    truncations; with True, ``sample`` draws positions as SB3's memory-saving buffer does
+    (``(randint(1, buffer_size) + pos) % buffer_size`` once full: never the oldest row), so that a run
+    stays bit-identical to SB3's (and CleanRL's) after the ring wraps.
+
+    **Observations are cast** to the observation space's dtype as SB3's buffer casts them when it
+    stores them (a float64 observation of a float32 ``Box`` under ``SubprocVecEnv``), actions to the
+    action dtype (float64 to float32), rewards to float32.
+
+    **SB3's arrays** ``observations``, ``next_observations``, ``actions``, ``rewards``, ``dones`` and
+    ``timeouts`` are lazy views of the store (see ``mmreplay.sb3.views``): indexing reads the selected
+    transitions, zeros where no add wrote, as SB3's arrays read. They are read-only, except that SB3's
+    ``learn`` writes ``dones[pos] = True`` to end the newest transitions' episodes, which this buffer
+    records as a truncation by the caller.
     """
 
     def __init__(
@@ -104,6 +130,7 @@ class MmreplayBuffer(ReplayBuffer):
         handle_timeout_termination: bool = True,
         *,
         path: str | os.PathLike[str],
+        if_exists: str = "error",
         stack_size: int | None = None,
         n_steps: int = 1,
         gamma: float = 0.99,
@@ -117,7 +144,7 @@ class MmreplayBuffer(ReplayBuffer):
         # SB3's ReplayBuffer.__init__ would allocate its arrays: only the base class's attributes.
         BaseBuffer.__init__(self, buffer_size, observation_space, action_space, device, n_envs=n_envs)
         self.buffer_size = max(buffer_size // n_envs, 1)
-        self.optimize_memory_usage = False
+        self.optimize_memory_usage = bool(optimize_memory_usage)
         self.handle_timeout_termination = handle_timeout_termination
         self.path = Path(os.path.abspath(path))
         self._layout = StoreLayout(
@@ -130,11 +157,10 @@ class MmreplayBuffer(ReplayBuffer):
             frame_dtype=np.dtype(observation_space.dtype).newbyteorder("<"),
         )
         self._stacking = StackingCheck(frames) if frames.inferred and frames.stack_size > 1 else None
-        # Steps whose episode the caller ended by writing ``dones`` (kept outside the store's rows).
-        self._cut_steps: set[int] = set()
         self._inferred = frames.inferred
-        if self.path.exists():
-            store = _open(self.path)
+        warn_if_relative(path, self.path, type(self).__name__)
+        store, reopened = open_or_create(self.path, self._layout.create, if_exists=if_exists, owner=type(self).__name__)
+        if reopened:
             try:
                 self._layout = check_layout(store, self._layout, observation_space=observation_space, inferred=self._inferred)
             except BaseException:
@@ -142,105 +168,41 @@ class MmreplayBuffer(ReplayBuffer):
                 raise
             if (store.stack_size, store.frame_shape) != (frames.stack_size, frames.frame_shape):
                 self._stacking = None  # the store's split was chosen from data, or by hand
-        else:
-            if not Path(path).is_absolute():
-                warnings.warn(
-                    f"MmreplayBuffer path {os.fspath(path)!r} is relative: the store is created at "
-                    f"{str(self.path)!r}; a model saved with it and loaded from another directory would "
-                    "create a new empty store there. Pass an absolute path.",
-                    UserWarning,
-                    stacklevel=2,
-                )
-            store = self._layout.create(self.path)
-        self._attach(store)
-        self._set_count(store.transitions_added)
+        self._rows = BufferStore(self.path, store, buffer_size=self.buffer_size, n_envs=n_envs, owner=type(self).__name__)
+        self._sync()
 
     # -- the store behind the buffer ---------------------------------------------------------------
 
-    def _attach(self, store: ReplayStore) -> None:
-        """Use ``store``; it is closed (which commits) with this buffer, also when the buffer is dropped
-        unclosed or the interpreter exits."""
-        self.store = store
-        self._finalizer = weakref.finalize(self, store.close)
-        if store.mode == "r+":
-            _WRITERS[str(self.path)] = self
+    @property
+    def store(self) -> ReplayStore:
+        """The store this buffer reads (and, once it adds, writes)."""
+        return self._rows.store
 
-    def _yield_writer(self) -> None:
-        """Commit and hand the store's writer lock over to another buffer of this process: this one
-        reads the store from now on (and takes the lock back at its next ``add``)."""
-        self._finalizer()
-        self._attach(ReplayStore.open(self.path, "r"))
-
-    def _set_count(self, transitions: int) -> None:
-        """Set the transitions this buffer holds (``pos`` and ``full`` follow from it)."""
-        if transitions % self.n_envs:
-            raise ValueError(
-                f"the store at {str(self.path)!r} has {transitions} transitions, not whole rows of "
-                f"n_envs={self.n_envs}: it was not written by an MmreplayBuffer with {self.n_envs} envs"
-            )
-        self._transitions = transitions
-        rows = transitions // self.n_envs
-        self.full = rows >= self.buffer_size
-        self.pos = rows % self.buffer_size
-
-    def _writer(self) -> ReplayStore:
-        """The store, opened for appending if this buffer has so far only read it."""
-        if self.store.mode == "r+":
-            return self.store
-        holder = _WRITERS.get(str(self.path))
-        if holder is not None and holder is not self and not holder.store.closed and holder.store.mode == "r+":
-            holder._yield_writer()
-        try:
-            writer = ReplayStore.open(self.path, "r+")
-        except StoreLockedError as error:
-            raise StoreLockedError(
-                f"this MmreplayBuffer cannot add: {error}"
-            ) from None
-        try:
-            transitions = _reconcile(writer, self._transitions)
-        except BaseException:
-            writer.close()
-            raise
-        self._finalizer()
-        self._attach(writer)
-        self._set_count(transitions)
-        return writer
+    def _sync(self) -> None:
+        """SB3's ``pos`` and ``full`` from the transitions the buffer holds."""
+        self.pos, self.full = self._rows.pos, self._rows.full
 
     def flush(self) -> None:
         """Commit the transitions added so far: a buffer reading the store (``DQN.load`` beside this
         model, a deepcopy) sees the store's last commit."""
-        self.store.flush()
+        self._rows.flush()
 
     def close(self) -> None:
         """Commit and close the store (its directory stays; ``ReplayStore.open`` reads it)."""
-        self._finalizer()
-
-    def __getstate__(self) -> dict[str, Any]:
-        """Pickling commits the store and keeps its absolute path and the transitions added so far."""
-        if not self.store.closed and self.store.mode == "r+":
-            self.store.flush()
-        state = {key: value for key, value in self.__dict__.items() if key not in ("store", "_finalizer")}
-        state["path"] = str(self.path)
-        return state
+        self._rows.close()
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        """Unpickling reopens the store (see the class docstring for a store that has gone on since)."""
-        if "_transitions" not in state:
-            raise ValueError(
-                "this MmreplayBuffer was pickled by an older mmreplay, without its transition count; "
-                f"open its store with ReplayStore.open({state.get('store')!r}) or make a new buffer at its path"
-            )
+        """Unpickling reopens the store (``BufferStore``) and checks its layout against the buffer's. A
+        pickle of an earlier mmreplay (the counts in the buffer itself) is read too."""
+        if "_rows" not in state:
+            state = _earlier_pickle(state)
         self.__dict__.update(state)
-        self.path = Path(state["path"])
-        store = _open(self.path)
         try:
-            self._layout = check_layout(store, self._layout, observation_space=self.observation_space, inferred=self._inferred)
-            transitions = _reconcile(store, self._transitions)
+            self._layout = check_layout(self.store, self._layout, observation_space=self.observation_space, inferred=self._inferred)
         except BaseException:
-            store.close()
+            self.close()
             raise
-        self._attach(store)
-        self._set_count(transitions)
+        self._sync()
 
     # -- adding ------------------------------------------------------------------------------------
 
@@ -257,11 +219,13 @@ class MmreplayBuffer(ReplayBuffer):
         puts ``infos[i]["terminal_observation"]`` there for done envs). An env that is not done but whose
         ``TimeLimit.truncated`` is true was truncated too when ``handle_timeout_termination`` is True:
         SB3's buffer records its timeout, and its n-step windows stop there."""
-        store = self._writer()
-        done = np.asarray(done).reshape(self.n_envs).astype(bool)
-        truncated = (done | self.handle_timeout_termination) & self._timeouts(infos)
+        store = self._rows.writer()
+        row = parse_row(
+            action, reward, done, infos, n_envs=self.n_envs, action_dim=self.action_dim,
+            action_dtype=self._layout.action_dtype, handle_timeout_termination=self.handle_timeout_termination,
+        )
         obs_array, next_obs_array = self._parse_obs(obs, "obs"), self._parse_obs(next_obs, "next_obs")
-        going_on = ~done.reshape(-1)
+        going_on = ~row.done
         if self._stacking is not None and going_on.any():
             # A done env's next_obs may be anything (CleanRL passes the reset obs at termination).
             store = self._check_stacking(obs_array.reshape(self.n_envs, -1)[going_on], next_obs_array.reshape(self.n_envs, -1)[going_on])
@@ -269,15 +233,10 @@ class MmreplayBuffer(ReplayBuffer):
         obs_array, next_obs_array = obs_array.reshape(obs_shape), next_obs_array.reshape(obs_shape)
         first = 0 if self.n_envs == 1 else slice(None)
         store.add(
-            obs_array[first],
-            # Cast as SB3's buffer casts when it stores (float64 actions of a float64 space to float32, GH#1145).
-            np.asarray(action).reshape((self.n_envs, self.action_dim)).astype(self._layout.action_dtype)[first],
-            np.asarray(reward, dtype=np.float32).reshape(self.n_envs)[first],
-            next_obs_array[first],
-            (done & ~truncated)[first],
-            truncated[first],
+            obs_array[first], row.action[first], row.reward[first], next_obs_array[first], row.terminated[first], row.truncated[first]
         )
-        self._set_count(self._transitions + self.n_envs)
+        self._rows.count(self._rows.transitions + self.n_envs)
+        self._sync()
 
     def _check_stacking(self, obs: npt.NDArray[Any], next_obs: npt.NDArray[Any]) -> ReplayStore:
         """Check the inferred stack against the observations of this add's envs that go on (one row
@@ -290,19 +249,18 @@ class MmreplayBuffer(ReplayBuffer):
             if self._stacking.check(obs.reshape(shape), next_obs.reshape(shape)):
                 self._stacking = None
         except StackMismatch as error:
-            if self._transitions or self.store.transitions_added:
+            if self._rows.transitions or self.store.transitions_added:
                 raise
             frames = frame_layout(self.observation_space, error.fits[0])
-            self._finalizer()
-            shutil.rmtree(self.path)
             self._layout = self._layout.with_frames(frames)
-            self._attach(self._layout.create(self.path))
+            self._rows.recreate(self._layout.create)
             self._stacking = StackingCheck(frames) if frames.stack_size > 1 else None
             return self._check_stacking(obs, next_obs) if self._stacking is not None else self.store
         return self.store
 
     def _parse_obs(self, obs: npt.ArrayLike, name: str) -> npt.NDArray[Any]:
-        """``obs`` as SB3 gives it: (n_envs, *obs_shape), or obs_shape alone with one env."""
+        """``obs`` as SB3 gives it: (n_envs, *obs_shape), or obs_shape alone with one env; cast to the
+        observation space's dtype as SB3's buffer casts what it stores (``observations[pos] = obs``)."""
         array = np.asarray(obs)
         if isinstance(self.observation_space, spaces.Discrete) and array.shape in ((self.n_envs,), ()):
             array = array.reshape(self.n_envs, 1)  # SB3's own buffer reshapes Discrete observations so
@@ -311,53 +269,41 @@ class MmreplayBuffer(ReplayBuffer):
                 f"{name} has shape {array.shape}; expected {(self.n_envs, *self.obs_shape)} "
                 f"(n_envs={self.n_envs}, observation_space shape {self.obs_shape})"
             )
-        return array
+        return array.astype(self._layout.frame_dtype, copy=False)
 
-    def _timeouts(self, infos: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> npt.NDArray[np.bool_]:
-        """Which envs SB3's ``TimeLimit.truncated`` marks. Gymnasium's dict of arrays (CleanRL passes
-        it with ``handle_timeout_termination=False``) carries no such key: no timeouts."""
-        if isinstance(infos, Mapping):
-            if self.handle_timeout_termination:
-                raise TypeError(
-                    "infos must be a list of one dict per env (SB3's VecEnv infos) when "
-                    "handle_timeout_termination=True; got a dict"
-                )
-            return np.zeros(self.n_envs, dtype=bool)
-        if len(infos) != self.n_envs:
-            raise ValueError(f"infos has {len(infos)} entries; expected {self.n_envs} for n_envs={self.n_envs}")
-        return np.array([bool(info.get("TimeLimit.truncated", False)) for info in infos], dtype=bool)
-
-    # -- SB3's dones -------------------------------------------------------------------------------
+    # -- SB3's arrays, as views of the store ----------------------------------------------------------
 
     @property
-    def dones(self) -> DoneFlags:  # type: ignore[override]  # SB3's is an array this buffer does not keep
+    def observations(self) -> StoredArray:  # type: ignore[override]  # SB3's is an array this buffer does not keep
+        """SB3's ``observations``, (buffer_size, n_envs, *obs_shape), read from the store."""
+        return StoredArray(self._rows, name="observations", item_shape=self.obs_shape, dtype=self._layout.frame_dtype,
+                           take=lambda batch, steps: batch.obs)
+
+    @property
+    def next_observations(self) -> StoredArray:  # type: ignore[override]
+        """SB3's ``next_observations`` (the true next observation, also at truncations)."""
+        return StoredArray(self._rows, name="next_observations", item_shape=self.obs_shape,
+                           dtype=self._layout.frame_dtype, take=lambda batch, steps: batch.next_obs)
+
+    @property
+    def actions(self) -> StoredArray:  # type: ignore[override]
+        """SB3's ``actions``, (buffer_size, n_envs, action_dim) in the stored action dtype."""
+        return action_view(self._rows, action_dim=self.action_dim, dtype=self._layout.action_dtype)
+
+    @property
+    def rewards(self) -> StoredArray:  # type: ignore[override]
+        """SB3's ``rewards``, (buffer_size, n_envs) float32."""
+        return reward_view(self._rows)
+
+    @property
+    def dones(self) -> DoneFlags:  # type: ignore[override]
         """SB3's ``dones`` array, (buffer_size, n_envs) float32, read from the store (see ``DoneFlags``)."""
-        return DoneFlags(self)
+        return DoneFlags(self._rows)
 
-    def ended_at(self, positions: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
-        """Whether each of these positions' transitions, one per env ((len, n_envs)), ended its episode
-        (terminated, truncated or ended by a write to ``dones``); False at positions holding none."""
-        filled = self.full | (positions < self.pos)
-        ended = np.zeros((len(positions), self.n_envs), dtype=bool)
-        if filled.any():
-            rows = np.flatnonzero(filled)
-            steps = self.steps_at(np.repeat(positions[rows], self.n_envs), np.tile(np.arange(self.n_envs), len(rows)))
-            batch = self.store.read(steps)
-            flags = batch.terminated | batch.truncated | self._cut(steps)
-            ended[rows] = flags.reshape(len(rows), self.n_envs)
-        return ended
-
-    def end_episodes_at(self, positions: npt.NDArray[np.int64], envs: npt.NDArray[np.int64]) -> None:
-        """Mark these transitions as ending their episodes (what ``dones[pos] = True`` does): samples
-        treat each as truncated by the caller (its next observation is the true one)."""
-        steps = self.steps_at(positions, envs)
-        oldest = self._transitions - len(self.store)
-        self._cut_steps = {step for step in self._cut_steps if step >= oldest} | set(steps.tolist())
-
-    def _cut(self, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
-        if not self._cut_steps:
-            return np.zeros(len(steps), dtype=bool)
-        return np.isin(steps, np.fromiter(self._cut_steps, np.int64))
+    @property
+    def timeouts(self) -> TimeoutFlags:  # type: ignore[override]
+        """SB3's ``timeouts``, (buffer_size, n_envs) float32 (see ``TimeoutFlags``)."""
+        return TimeoutFlags(self._rows, handle_timeout_termination=self.handle_timeout_termination)
 
     # -- sampling ----------------------------------------------------------------------------------
 
@@ -383,7 +329,7 @@ class MmreplayBuffer(ReplayBuffer):
         """The transitions at these positions and envs, as SB3's ``ReplayBuffer`` would return them
         from ``observations[positions, env_indices]`` and its other arrays."""
         steps = self.steps_at(positions, env_indices)
-        batch = self.store.read(steps)
+        batch = self._rows.read(steps)
         return self._samples(batch, batch.next_obs, self._terminal(batch, steps), batch.reward.reshape(-1, 1), env=env)
 
     def n_step_samples_at(
@@ -396,24 +342,24 @@ class MmreplayBuffer(ReplayBuffer):
         """The n-step samples (``n_steps``, ``gamma``) of the transitions at these positions and envs, as
         SB3's ``NStepReplayBuffer`` computes them (see the class docstring)."""
         first = self.steps_at(positions, env_indices)
-        batch = self.store.read(first)
+        batch = self._rows.read(first)
         size, n = len(first), self.n_steps
         rewards = np.zeros((size, n), dtype=np.float32)
         rewards[:, 0] = batch.reward
         next_obs = batch.next_obs.copy()
         terminal = self._terminal(batch, first)
         steps_used = np.ones(size, dtype=np.int64)
-        going_on = ~(batch.terminated | batch.truncated | self._cut(first))
+        going_on = ~self._rows.ended(batch, first) & self._rows.held(first)
         for k in range(1, n):
-            rows = np.flatnonzero(going_on & (first + k * self.n_envs < self._transitions))
+            rows = np.flatnonzero(going_on & (first + k * self.n_envs < self._rows.transitions))
             if not len(rows):
                 break
             steps = first[rows] + k * self.n_envs
-            step_batch = self.store.read(steps)
+            step_batch = self._rows.read(steps)
             # The env's next transition continues the episode only if its obs is this next_obs.
             continues = (step_batch.obs == next_obs[rows]).reshape(len(rows), -1).all(axis=1)
             step_terminal = self._terminal(step_batch, steps)[continues]
-            step_ended = (step_batch.terminated | step_batch.truncated | self._cut(steps))[continues]
+            step_ended = self._rows.ended(step_batch, steps)[continues]
             going_on[:] = False
             rows = rows[continues]
             rewards[rows, k] = step_batch.reward[continues]
@@ -430,22 +376,14 @@ class MmreplayBuffer(ReplayBuffer):
 
     def steps_at(self, positions: npt.ArrayLike, env_indices: npt.ArrayLike) -> npt.NDArray[np.int64]:
         """The store's steps of the transitions at these positions (SB3 row indices) and envs."""
-        position_array = np.asarray(positions, dtype=np.int64)
-        env_array = np.asarray(env_indices, dtype=np.int64)
-        rows_added = self._transitions // self.n_envs
-        if self.full:
-            # The newest ``buffer_size`` rows; row r sits at position r % buffer_size.
-            rows = rows_added - self.buffer_size + (position_array - rows_added) % self.buffer_size
-        else:
-            rows = position_array
-        return rows * self.n_envs + env_array
+        return self._rows.steps_at(positions, env_indices)
 
     def _terminal(self, batch: Batch, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
         """SB3's sampled ``dones``: terminated only, or with ``handle_timeout_termination=False`` also
         truncated (and ended by the caller)."""
         if self.handle_timeout_termination:
             return batch.terminated.copy()
-        return batch.terminated | batch.truncated | self._cut(steps)
+        return self._rows.ended(batch, steps)
 
     def to_samples(self, batch: Batch, env: VecNormalize | None = None) -> ReplayBufferSamples:
         """A store batch as SB3's ``ReplayBufferSamples`` on this buffer's device: observations in
@@ -484,38 +422,31 @@ class MmreplayBuffer(ReplayBuffer):
         raise NotImplementedError("an MmreplayBuffer cannot be emptied; create a new one at another path")
 
 
-# The buffer of this process that holds each store's writer lock, by the store's absolute path. Buffers
-# over one store in one process (a deepcopy, a loaded pickle or checkpoint beside the model that saved
-# it) hand the lock to the one that adds: SB3 keeps replaced buffers alive (its callbacks hold the
-# locals of its rollout loop), so waiting for the holder to be collected would fail such flows.
-_WRITERS: weakref.WeakValueDictionary[str, MmreplayBuffer] = weakref.WeakValueDictionary()
-
-
-def _open(path: Path) -> ReplayStore:
-    """The store at ``path``, for appending, or read-only while another writer holds it (this process's
-    or another's): the buffer reads the last commit until its first ``add`` takes the lock."""
-    try:
-        return ReplayStore.open(path, "r+")
-    except StoreLockedError:
-        return ReplayStore.open(path, "r")
-
-
-def _reconcile(store: ReplayStore, pickled: int) -> int:
-    """The transitions a buffer that holds ``pickled`` transitions (as pickled, or before it takes the
-    writer lock) holds over ``store``'s commit: the store's, when it went on; never fewer."""
-    committed = store.transitions_added
-    if committed < pickled:
+def _earlier_pickle(state: dict[str, Any]) -> dict[str, Any]:
+    """The state of a buffer pickled before ``BufferStore`` (its path and counts in the buffer itself)."""
+    if "_transitions" not in state:
         raise ValueError(
-            f"the store at {str(store.path)!r} has committed {committed} transitions, fewer than the "
-            f"{pickled} this buffer was pickled with: it is not the store the buffer was saved from "
-            "(or it lost commits), so the buffer's positions would point at other transitions"
+            "this MmreplayBuffer was pickled by an older mmreplay, without its transition count; open its "
+            f"store with ReplayStore.open({str(state.get('path'))!r}), or make a new buffer with if_exists='reopen'"
         )
-    if committed > pickled:
+    rows = BufferStore.__new__(BufferStore)
+    rows.__setstate__({
+        "path": str(state["path"]), "buffer_size": state["buffer_size"], "n_envs": state["n_envs"],
+        "owner": "MmreplayBuffer", "cut_steps": set(state.get("_cut_steps", ())), "transitions": state["_transitions"],
+    })
+    earlier = {key: value for key, value in state.items() if key not in ("_transitions", "_cut_steps", "store")}
+    layout = StoreLayout(**vars(state["_layout"]))  # pickled before StoreLayout had fields
+    return earlier | {"_rows": rows, "path": Path(state["path"]), "_layout": layout}
+
+
+def warn_if_relative(given: str | os.PathLike[str], path: Path, owner: str) -> None:
+    """A relative ``path`` for a store about to be created warns: a model saved with it and loaded
+    from another directory would look for its store there."""
+    if not Path(given).is_absolute() and not path.exists():
         warnings.warn(
-            f"the store at {str(store.path)!r} has {committed} transitions, {committed - pickled} more than "
-            "this buffer holds (it was pickled before they were added, or another buffer of the store "
-            f"added them since): the buffer continues from the store's {committed}",
+            f"{owner} path {os.fspath(given)!r} is relative: the store is created at {str(path)!r}; a "
+            "model saved with it and loaded from another directory would create a new empty store there. "
+            "Pass an absolute path.",
             UserWarning,
             stacklevel=3,
         )
-    return committed

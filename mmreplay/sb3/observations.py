@@ -1,23 +1,19 @@
-"""How ``MmreplayBuffer`` maps SB3's observations and arrays onto a store: frames and stacks of an
-observation space, the check of an inferred stack against the data, the layout a reopened store must
-have, and SB3's ``dones`` array as a view of the store.
+"""How ``MmreplayBuffer`` maps SB3's observations onto a store: frames and stacks of an observation
+space, the check of an inferred stack against the data, and the layout a reopened store must have.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from gymnasium import spaces
 
 from mmreplay.store import ReplayStore
-
-if TYPE_CHECKING:
-    from mmreplay.sb3 import MmreplayBuffer
 
 RGB = 3  # channels of a colour frame
 
@@ -161,12 +157,14 @@ class StoreLayout:
     action_dtype: np.dtype[Any]
     capacity: int
     frame_dtype: np.dtype[Any] = np.dtype(np.uint8)  # the observation space's, little-endian
+    # User fields, name -> (shape, dtype): a Dict space's keys other than its frame keys.
+    fields: dict[str, tuple[tuple[int, ...], np.dtype[Any]]] = field(default_factory=dict)
 
     def create(self, path: Path) -> ReplayStore:
         return ReplayStore.create(
             path, frame_shape=self.frame_shape, stack_size=self.stack_size, num_envs=self.num_envs,
             action_shape=self.action_shape, action_dtype=self.action_dtype, capacity=self.capacity,
-            frame_dtype=self.frame_dtype,
+            frame_dtype=self.frame_dtype, fields=dict(self.fields) or None,
         )
 
     def with_frames(self, frames: FrameLayout) -> StoreLayout:
@@ -174,7 +172,12 @@ class StoreLayout:
 
 
 def check_layout(
-    store: ReplayStore, layout: StoreLayout, *, observation_space: spaces.Space[Any], inferred: bool
+    store: ReplayStore,
+    layout: StoreLayout,
+    *,
+    observation_space: spaces.Space[Any],
+    inferred: bool,
+    owner: str = "MmreplayBuffer",
 ) -> StoreLayout:
     """The layout of a store a buffer reopens: the buffer's, else a ``ValueError`` naming the field that
     differs. With an inferred stack, the store may split the observation space another way (chosen
@@ -187,66 +190,12 @@ def check_layout(
         if split is not None and split.frame_shape == store.frame_shape:
             layout = layout.with_frames(split)
     for item in fields(layout):
-        field, expected = item.name, getattr(layout, item.name)
-        actual = getattr(store, field)
+        name, expected = item.name, getattr(layout, item.name)
+        actual = getattr(store, name)
         if actual != expected:
             raise ValueError(
-                f"the store at {str(store.path)!r} has {field}={actual!r}; this MmreplayBuffer needs "
-                f"{field}={expected!r} (from observation_space {observation_space}, buffer_size, n_envs, "
+                f"the store at {str(store.path)!r} has {name}={actual!r}; this {owner} needs "
+                f"{name}={expected!r} (from observation_space {observation_space}, buffer_size, n_envs, "
                 "action_space and stack_size): pass the arguments it was made with, or another path"
             )
     return layout
-
-
-class DoneFlags:
-    """SB3's ``replay_buffer.dones``: (buffer_size, n_envs) float32, 1.0 where the transition at that
-    position and env ended its episode; 0.0 at positions that hold no transition yet.
-
-    Indexing reads the selected positions' rows from the store (``buffer.dones[pos]``, ``[pos, env]``,
-    slices, arrays; ``numpy.asarray`` reads them all). Assigning a true value ends those transitions'
-    episodes: SB3's ``learn`` does ``dones[pos] = True`` for the newest row (its memory-saving buffer
-    has no next observation for it). The buffer keeps the true next observation, so it records a
-    truncation by the caller: samples bootstrap from it under ``handle_timeout_termination=True`` and
-    count it as done otherwise; n-step windows stop there. A flag the store holds cannot be cleared.
-    """
-
-    dtype = np.dtype(np.float32)
-
-    def __init__(self, buffer: MmreplayBuffer) -> None:
-        self._buffer = buffer
-        self.shape = (buffer.buffer_size, buffer.n_envs)
-        self.ndim = 2
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __getitem__(self, key: Any) -> npt.NDArray[np.float32] | np.float32:
-        rows, env_key = self._split(key)
-        ended = self._buffer.ended_at(np.atleast_1d(rows).reshape(-1))
-        return ended.astype(np.float32).reshape(np.shape(rows) + (self.shape[1],))[(Ellipsis, env_key)]
-
-    def __setitem__(self, key: Any, value: npt.ArrayLike) -> None:
-        rows, env_key = self._split(key)
-        positions = np.atleast_1d(rows).reshape(-1)
-        before = self._buffer.ended_at(positions)
-        after = before.copy()
-        after.reshape(np.shape(rows) + (self.shape[1],))[(Ellipsis, env_key)] = np.asarray(value).astype(bool)
-        buffer = self._buffer
-        empty = ~(buffer.full | (positions < buffer.pos))
-        if (after[empty]).any():
-            raise ValueError(f"dones: position {int(positions[empty][0])} holds no transition yet (pos={buffer.pos})")
-        if (before & ~after).any():
-            raise ValueError("dones: a transition that ended its episode in the store cannot be marked as not done")
-        row, env = np.nonzero(after & ~before)
-        if len(row):
-            buffer.end_episodes_at(positions[row], env)
-
-    def __array__(self, dtype: npt.DTypeLike | None = None, copy: bool | None = None) -> npt.NDArray[Any]:
-        flags = self[:]
-        assert isinstance(flags, np.ndarray)
-        return flags if dtype is None else flags.astype(dtype)
-
-    def _split(self, key: Any) -> tuple[Any, Any]:
-        """The selected positions (an int or an array of ints, as numpy indexes the rows) and the env key."""
-        row_key, env_key = (key if len(key) == 2 else (*key, slice(None))) if isinstance(key, tuple) else (key, slice(None))
-        return np.arange(self.shape[0])[row_key], env_key

@@ -133,7 +133,7 @@ def parse_add(
 
 
 class SingleFrames(NamedTuple):
-    """An add that brings one new frame per env, for ``ReplayStore.add``'s fast path (``parse_single_frames``).
+    """An add that brings one new frame per env, for ``Writer.add``'s fast path (``parse_single_frames``).
 
     ``obs`` holds the envs' obs back to back (frames, or stacks when ``stacked``), ``next_obs`` each env's
     new frame (next_obs's newest) as bytes, ``new_frames`` the same frames as one contiguous array;
@@ -148,6 +148,28 @@ class SingleFrames(NamedTuple):
     action: bytes
     reward: list[float]
     flags: list[int]
+
+    def arguments(self, shapes: AddShapes, *, terminated_bit: int, truncated_bit: int) -> AddArguments:
+        """The same add as ``parse_add`` gives it, without checking it again: for the general path, where
+        the fast path declines an add it parsed (an env starts an episode, or a commit is due first).
+        ``terminated_bit`` and ``truncated_bit`` are those ``parse_single_frames`` was given."""
+        envs, frame_shape = shapes.num_envs, shapes.frame_shape
+        obs = np.frombuffer(self.obs, shapes.frame_dtype).reshape(envs, -1, *frame_shape)
+        newest = self.new_frames.reshape(envs, 1, *frame_shape)
+        # A stacked next_obs is obs shifted by one frame (parse_single_frames compared them) and its newest.
+        next_obs = np.concatenate([obs[:, 1:], newest], axis=1) if self.stacked else newest
+        action = np.frombuffer(self.action, shapes.action_dtype.newbyteorder("<")).reshape(envs, *shapes.action_shape)
+        return AddArguments(
+            obs,
+            action.astype(shapes.action_dtype, copy=False),
+            np.array(self.reward, np.float32),
+            next_obs,
+            np.array([bool(flags & terminated_bit) for flags in self.flags]),
+            np.array([bool(flags & truncated_bit) for flags in self.flags]),
+            self.stacked,
+            list(range(envs)),
+            np.zeros(envs, np.bool_),
+        )
 
 
 def parse_single_frames(

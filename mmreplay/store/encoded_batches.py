@@ -19,6 +19,7 @@ import numpy.typing as npt
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.frames.ring import FrameChecksumError
 from mmreplay.frames.wire import EncodedFrames
+from mmreplay.store.mapped_files import MappedFiles
 from mmreplay.store.reading import TransitionReader
 
 
@@ -237,3 +238,28 @@ class EncodingReader(TransitionReader):
             env_index=batch.env_index,
             weight=batch.weight,
         )
+
+
+def encoding_reader(files: MappedFiles, operation: str, *, verify: bool) -> EncodingReader:
+    """A reader of ``files`` that gathers a batch's stored blocks for ``operation`` (named in its errors):
+    plain (``"lz4"``) uint8 stores with stack_padding ``"first"`` and no user fields only. ``verify``: as
+    ``EncodingReader.verify``."""
+    layout = files.layout
+    if layout.frame_encoding != "lz4":
+        raise ValueError(
+            f"{operation} needs a store of frame_encoding='lz4'; this one is {layout.frame_encoding!r}, "
+            "whose frames decode only against their references: use sample"
+        )
+    if layout.stack_padding != "first" or files.field_table is not None:
+        raise ValueError(
+            f"{operation} needs a store with stack_padding='first' and no user fields (an encoded batch "
+            f"carries neither zero padding nor fields); this one has stack_padding={layout.stack_padding!r} "
+            f"and fields {[name for name, _, _ in layout.fields]}: use sample"
+        )
+    if files.frames.frame_dtype != np.uint8:
+        raise ValueError(
+            f"{operation} gives uint8 frames; this store's frame_dtype is {files.frames.frame_dtype}: use sample"
+        )
+    reader = EncodingReader(files.table, files.frames, stack_size=layout.stack_size, action_dtype=files.action_dtype)
+    reader.verify = verify
+    return reader

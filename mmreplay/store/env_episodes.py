@@ -14,9 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay.frames.encodings import FrameEncoder
-from mmreplay.rows.transitions import DETACHED, EPISODE_START, FRAGMENT_START, TERMINATED, TRUNCATED, TransitionTable
-from mmreplay.store.add_arguments import AddArguments
+from mmreplay.rows.transitions import TERMINATED, TRUNCATED, TransitionTable
 from mmreplay.store.reading import TransitionReader
 
 
@@ -60,13 +58,13 @@ class EnvEpisode:
         self.last_step = step
         self.open = not ended
 
-    def detach(self, frames: list[bytes], newest_frame_step: int, *, step: int) -> None:
-        """Record a detached transition of this env (it ended its episode): its whole next_obs stack
-        ``frames`` was written, the newest at ``newest_frame_step``."""
+    def record(self, frames: list[bytes], newest_frame_step: int, *, step: int, ended: bool) -> None:
+        """Record a transition of this env whose new next_obs frames are ``frames``, the newest at
+        ``newest_frame_step``: its newest frame (``advance``), or a detached transition's whole stack."""
         self.frames.extend(frames)
         self.frame_steps.extend(range(newest_frame_step - len(frames) + 1, newest_frame_step + 1))
         self.last_step = step
-        self.open = False
+        self.open = not ended
 
 
 def load_env_episodes(
@@ -121,86 +119,3 @@ def advance_all(episodes: list[EnvEpisode], frames: list[bytes], flags: list[int
     ``frames[env]`` at frame steps ``first_frame + env`` (``add``'s fast path)."""
     for env, episode in enumerate(episodes):
         episode.advance(frames[env], first_frame + env, step=first_step + env, ended=bool(flags[env]))
-
-
-@dataclass
-class FramePlan:
-    """What one ``add`` will write: compressed frames with their episode links, and each row's fields.
-
-    ``previous_steps[i]`` is the transition that the i-th recorded env's new transition continues
-    (None when it starts an episode, and then ``starts[i]`` holds the episode's first obs frames).
-    """
-
-    payloads: list[bytes] = field(default_factory=list)
-    prev_deltas: list[int] = field(default_factory=list)
-    ref_deltas: list[int] = field(default_factory=list)  # all 0 unless the encoder records references
-    next_frames: list[int] = field(default_factory=list)
-    flags: list[int] = field(default_factory=list)
-    previous_steps: list[int | None] = field(default_factory=list)
-    starts: list[tuple[list[bytes], list[int]] | None] = field(default_factory=list)
-
-
-def plan_frames(
-    arguments: AddArguments,
-    envs: list[int],
-    episodes: list[EnvEpisode],
-    *,
-    next_frame_step: int,
-    oldest_stored_step: int,
-    encoder: FrameEncoder,
-    fragment: bool = False,
-) -> FramePlan:
-    """Decide which frames each recorded env writes and compress them; nothing is written or changed
-    (but the encoder's state, which its ``rollback`` restores if the plan is not written). With
-    ``fragment``, an obs that starts a new episode starts a fragment (flag FRAGMENT_START)."""
-    plan = FramePlan()
-    payloads, ref_deltas, encode = plan.payloads, plan.ref_deltas, encoder.encode
-    next_step = next_frame_step
-    for env in envs:
-        obs = arguments.obs[env]
-        episode = episodes[env]
-        flags = TERMINATED * bool(arguments.terminated[env]) | TRUNCATED * bool(arguments.truncated[env])
-        continues = episode.continues_with(obs.tobytes(), arguments.stacked)
-        if continues and episode.last_step >= oldest_stored_step:
-            obs_steps = list(episode.frame_steps)
-            plan.previous_steps.append(episode.last_step)
-            plan.starts.append(None)
-        else:
-            if continues:  # the previous transition was evicted: store the obs stack the env saw again,
-                # but its padding (positions that repeat one frame step) as padding again, so a zero-padding
-                # store reads back the same stack
-                held = list(episode.frame_steps)
-                padding = next((i for i in range(len(held) - 1) if held[i] != held[i + 1]), len(held) - 1)
-                stack = [np.frombuffer(frame, np.uint8) for frame in list(episode.frames)[padding:]]
-            else:
-                stack = list(obs)
-                flags |= FRAGMENT_START if fragment else EPISODE_START
-                # A stack's leading repeats of its first frame come back by padding: store that frame once.
-                first_distinct = 1
-                while first_distinct < len(stack) and stack[first_distinct].tobytes() == stack[0].tobytes():
-                    first_distinct += 1
-                stack = stack[first_distinct - 1 :]
-            frames = [frame.tobytes() for frame in stack]
-            steps = list(range(next_step, next_step + len(frames)))
-            for i, frame in enumerate(stack):
-                # A new episode starts a new group of reference frames (reference_codec).
-                payload, ref_delta = encode(env, next_step + i, frame, restart=i == 0 and bool(flags & EPISODE_START))
-                payloads.append(payload)
-                ref_deltas.append(ref_delta)
-            plan.prev_deltas.extend([0] + [1] * (len(frames) - 1))
-            next_step += len(frames)
-            obs_steps = [steps[0]] * (episode.stack_size - len(steps)) + steps
-            plan.previous_steps.append(None)
-            plan.starts.append((frames, steps))
-        # The new frames of next_obs: its newest, or, for a detached transition, all of its frames (no
-        # repeats left out: its stack must come back as given), the oldest linked to obs's newest frame.
-        new_frames = arguments.next_obs[env] if arguments.detached[env] else arguments.next_obs[env][-1:]
-        for i, frame in enumerate(new_frames):
-            payload, ref_delta = encode(env, next_step + i, frame, restart=False)
-            payloads.append(payload)
-            ref_deltas.append(ref_delta)
-        plan.prev_deltas.extend([next_step - obs_steps[-1]] + [1] * (len(new_frames) - 1))
-        next_step += len(new_frames)
-        plan.next_frames.append(next_step - 1)
-        plan.flags.append(flags | DETACHED * bool(arguments.detached[env]))
-    return plan

@@ -1,0 +1,175 @@
+"""The files one open store maps, under the one directory that holds them: the transition table, the user
+fields, the frame ring and the sampler's, with the reader over them and the lock that serializes their use.
+
+A writer and a follower each hold one ``MappedFiles``, and the façade reads through it. It is the one place
+that owns the store's directory once the store is open (every file is opened, and the header read and
+replaced, under it) and knows which files this object maps: a writer's ``clear`` replaces them at the
+path, and ``replaced`` tells a follower so.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from mmreplay.disk import header
+from mmreplay.disk.files import file_signature
+from mmreplay.errors import ClosedStoreError
+from mmreplay.frames import encodings
+from mmreplay.rows.fields import FieldTable
+from mmreplay.rows.transitions import TransitionTable, row_dtype
+from mmreplay.sampling.samplers import Sampler, sampler_from_config
+from mmreplay.store.reading import TransitionReader
+from mmreplay.store.stored_steps import stored_steps
+
+
+class MappedFiles:
+    """The maps of one open store, all under ``directory``: ``frames`` (the frame ring), ``table`` (the
+    transition rows), ``field_table`` (the user fields, or None), ``sampler`` (which maps its own files),
+    and ``reader``, which builds batches from them. ``lock`` serializes adds, commits and reads between
+    the caller and a prefetching thread. ``writable``: mapped for a writer (mode ``"r+"``)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        layout: header.Layout,
+        commit: header.Commit,
+        *,
+        sampler: Sampler,
+        writable: bool,
+        format_version: int = header.FORMAT_VERSION,
+    ) -> None:
+        self.directory = directory
+        self.layout = layout
+        self.sampler = sampler
+        self.writable = writable
+        self.format_version = format_version
+        self.closed = False
+        self.lock = threading.RLock()
+        self.action_dtype = np.dtype(layout.action_dtype)
+        self.frames = encodings.open_ring(directory, layout, commit, writable=writable)
+        self.table = TransitionTable(
+            directory / header.TRANSITIONS_NAME,
+            dtype=row_dtype(layout.action_shape, self.action_dtype, layout.num_envs),
+            row_slots=layout.row_slots,
+            writable=writable,
+            version_3=format_version == 3,
+        )
+        self.field_table = (
+            FieldTable(directory / header.FIELDS_NAME, specs=layout.fields, row_slots=layout.row_slots,
+                       writable=writable)
+            if layout.fields
+            else None
+        )
+        # Which files this object maps: a ``clear`` by the writer replaces them (see ``replaced``).
+        self._table_inode = os.stat(directory / header.TRANSITIONS_NAME).st_ino
+        self.reader = TransitionReader(
+            self.table,
+            self.frames,
+            stack_size=layout.stack_size,
+            action_dtype=self.action_dtype,
+            field_table=self.field_table,
+            zero_padding=layout.stack_padding == "zeros",
+        )
+
+    def open_sampler(self, commit: header.Commit) -> None:
+        """Open (or reopen) the sampler's files as ``commit`` left them."""
+        self.sampler.open(
+            self.directory,
+            slots=self.layout.row_slots,
+            stored=stored_steps(commit.transitions_added, self.layout.capacity),
+            writable=self.writable,
+            state=commit.sampler_state,
+        )
+
+    def check_open(self, operation: str) -> None:
+        if self.closed:
+            raise ClosedStoreError(f"cannot {operation}: the store at {str(self.directory)!r} is closed")
+
+    def read_commit(self) -> header.Commit:
+        """The commit the header on disk holds now."""
+        return header.read_header(self.directory)[1]
+
+    def write_commit(self, commit: header.Commit) -> None:
+        """Replace the header with one holding ``commit`` (atomically; a writer's commit)."""
+        header.write_header(self.directory, self.layout, commit)
+
+    def header_signature(self) -> tuple[int, int, int]:
+        """The header's identity and version on disk (one ``stat``): it changes with every commit."""
+        return file_signature(self.directory / header.HEADER_NAME)
+
+    def replaced(self) -> bool:
+        """Whether the files at the path are no longer the ones mapped (a writer cleared the store)."""
+        return os.stat(self.directory / header.TRANSITIONS_NAME).st_ino != self._table_inode
+
+    def sync(self) -> None:
+        """Make everything written into the maps durable (a commit's first half)."""
+        self.frames.sync()
+        self.table.sync()
+        if self.field_table is not None:
+            self.field_table.sync()
+        self.sampler.sync()
+
+    def close(self) -> None:
+        """Release every map, even after one fails to close; then raise the first failure."""
+        self.closed = True
+        closers = [self.frames.close, self.table.close, self.sampler.close]
+        if self.field_table is not None:
+            closers.insert(2, self.field_table.close)
+        close_all(closers)
+
+    def missing(self, commit: header.Commit, *, limit: int) -> list[str]:
+        """``ReplayStore.missing_files`` for the contents ``commit`` holds."""
+        frames = self.frames
+        missing = [str(path) for path in (self.table.path, frames._table_path()) if not Path(path).is_file()]
+        if stored_steps(commit.transitions_added, self.layout.capacity):
+            first = frames.position_of(commit.frame_tail) // frames.segment_bytes
+            last = max(frames.bytes_written - 1, 0) // frames.segment_bytes
+            present = {int(path.stem) for path in (self.directory / header.SEGMENTS_DIR).glob("*.seg")
+                       if path.stem.isdigit()}
+            segment = first
+            while segment <= last and len(missing) < limit:
+                if segment not in present:
+                    missing.append(str(frames._segment_path(segment)))
+                segment += 1
+        return missing[:limit]
+
+    def bytes_on_disk(self) -> int:
+        """``ReplayStore.bytes_on_disk``: the allocated blocks of every file under the directory."""
+        total = 0
+        for root, _, files in os.walk(self.directory):
+            for name in files:
+                try:
+                    total += os.stat(os.path.join(root, name)).st_blocks * 512
+                except FileNotFoundError:  # a live writer released a segment or replaced a file meanwhile
+                    pass
+        return total
+
+
+def matching_sampler(sampler: Sampler | None, layout: header.Layout) -> Sampler:
+    """The sampler to open a store with: the store's own (``layout.sampler``) when ``sampler`` is None,
+    else ``sampler``, which must be configured as the store's."""
+    if sampler is None:
+        return sampler_from_config(layout.sampler)
+    if sampler.config() != layout.sampler:
+        raise ValueError(
+            f"sampler {sampler.config()} does not match the store's sampler {layout.sampler}; "
+            "open without sampler= to use the store's own"
+        )
+    return sampler
+
+
+def close_all(closers: list[Callable[[], None]]) -> None:
+    """Call every closer, even after one fails; then raise the first failure."""
+    first: BaseException | None = None
+    for close in closers:
+        try:
+            close()
+        except BaseException as error:  # noqa: BLE001 - re-raised below, after the others closed
+            first = first or error
+    if first is not None:
+        raise first

@@ -1,0 +1,447 @@
+"""A store open for appending (mode ``"r+"``): the one object through which transitions enter a store.
+
+``add`` enters here once and goes down: its fast path (each env continues its episode with one new frame,
+written by one compiled call per file), or its general path (checked arguments, a plan of the frames each
+env writes, then the write); ``add_encoded`` writes runs of steps that continue an episode at once and
+every other step by the general path. The writer holds each env's episode in progress, its commits and
+room (``Committer``), autocommit's schedule and the writer lock; it never calls back into the façade.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from mmreplay.disk import directory_swap, header
+from mmreplay.disk.writer_lock import acquire_writer_lock
+from mmreplay.errors import FormatVersionError
+from mmreplay.frames import encodings
+from mmreplay.frames.encodings import FrameEncoder
+from mmreplay.frames.wire import EncodedFrames
+from mmreplay.rows.transitions import TERMINATED, TRUNCATED
+from mmreplay.sampling.samplers import Sampler
+from mmreplay.store import autocommit, creation, encoded_adds
+from mmreplay.store.add_arguments import (
+    AddArguments,
+    AddShapes,
+    SingleFrames,
+    parse_add,
+    parse_env_mask,
+    parse_fields,
+    parse_single_frames,
+    records_every_env,
+)
+from mmreplay.store.add_plans import AddPlan, plan_add, plan_run
+from mmreplay.store.autocommit import CommitSchedule, Committable
+from mmreplay.store.committer import Committer
+from mmreplay.store.env_episodes import (
+    advance_all,
+    continuations,
+    load_env_episodes,
+    load_env_frames,
+)
+from mmreplay.store.mapped_files import MappedFiles, close_all, matching_sampler
+from mmreplay.store.stored_steps import stored_steps
+from mmreplay.validation import parse_priorities, parse_steps
+
+T = TypeVar("T")
+
+
+class Writer:
+    """The store's writer: adds, commits and the writer lock over one ``MappedFiles``.
+
+    Made by ``Writer.open`` (or ``cleared``); ``ReplayStore`` holds one as its collaborator in mode
+    ``"r+"``. ``transitions_added`` counts what was written (committed or not).
+    """
+
+    mode = "r+"
+    sees_frames_move = False  # no commit but its own replaces what this object reads
+
+    def __init__(
+        self, files: MappedFiles, commit: header.Commit, *, lock: IO[bytes], schedule: CommitSchedule
+    ) -> None:
+        layout = files.layout
+        self.files = files
+        self._layout = layout
+        self._lock = files.lock
+        self._frames, self._table, self._field_table = files.frames, files.table, files.field_table
+        self._sampler = files.sampler
+        self._writer_lock: IO[bytes] | None = lock
+        self._schedule = schedule
+        self._add_shapes = AddShapes.of(
+            frame_shape=layout.frame_shape,
+            stack_size=layout.stack_size,
+            num_envs=layout.num_envs,
+            action_shape=layout.action_shape,
+            action_dtype=files.action_dtype,
+            frame_dtype=np.dtype(layout.frame_dtype),
+        )
+        self._encoder = encodings.encoder_for(layout, files.directory)
+        # ``add`` may take its fast path (``_add_single_frames``): a writer of plain lz4 frames, still open.
+        self._fast_add = not self._encoder.records_references
+        self.transitions_added = commit.transitions_added
+        self._committer = Committer(files, commit, schedule)
+        self._frames.remove_other_generations()
+        self._episodes, self._env_frames_pending = load_env_episodes(
+            self._table, files.reader, self._stored(), num_envs=layout.num_envs, stack_size=layout.stack_size
+        )
+        files.open_sampler(commit)
+        schedule.committed(self.transitions_added)
+
+    @classmethod
+    def open(
+        cls, directory: Path, *, sampler: Sampler | None, schedule: CommitSchedule, lock: IO[bytes] | None = None
+    ) -> Writer:
+        """Open the store at ``directory`` for appending; ``lock``: the writer lock, already held (by
+        ``create``), else taken here (``StoreLockedError`` while another writer holds it)."""
+        layout, commit, version = header.read_versioned_header(directory)
+        if version != header.FORMAT_VERSION:
+            raise FormatVersionError(
+                f"{directory / header.HEADER_NAME}: format version {version} opens read-only (mode 'r'): its "
+                f"rows carry version {version}'s checksum; to append, export it and import it into a new store"
+            )
+        if lock is None:
+            lock = acquire_writer_lock(directory / header.LOCK_NAME)
+        try:
+            # A writer that died may have left newer, uncommitted files: reread under the lock.
+            layout, commit = header.read_header(directory)
+            files = MappedFiles(directory, layout, commit, sampler=matching_sampler(sampler, layout), writable=True)
+            return cls(files, commit, lock=lock, schedule=schedule)
+        except BaseException:
+            lock.close()
+            raise
+
+    # -- the collaborator's side of the façade -----------------------------------------------------
+
+    @property
+    def committed(self) -> header.Commit:
+        """The commit the header on disk holds."""
+        return self._committer.committed
+
+    def follow(self) -> None:
+        """A writer is the newest commit: nothing to follow."""
+
+    def refresh(self) -> bool:
+        return False
+
+    def consistent(self, read: Callable[[], T]) -> T:
+        """Run a read: nothing replaces what a writer reads but its own adds, under the same lock."""
+        return read()
+
+    def open_envs(self) -> set[int]:
+        """The envs whose episode is in progress (its newest transition neither terminated nor truncated)."""
+        return {env for env, episode in enumerate(self._episodes) if episode.open}
+
+    def check_writable(self, operation: str) -> None:
+        self.files.check_open(operation)
+
+    def close_at_exit(self, store: Committable) -> None:
+        """Have ``store`` (the façade over this writer) committed and closed at a normal interpreter exit."""
+        autocommit.close_at_exit(store)
+
+    def flush(self) -> None:
+        """Commit everything added so far."""
+        with self._lock:
+            self._committer.commit(self.transitions_added)
+
+    def close(self) -> None:
+        """Commit, then release the files and the writer lock (both, even when the commit fails)."""
+        try:
+            self.flush()
+        finally:
+            self._fast_add = False
+            close_all([self.files.close, self._release_writer_lock])
+
+    def cleared(self) -> Writer:
+        """``ReplayStore.clear``: the empty store with the same layout (and sampler) built beside the
+        directory and exchanged with it in one step; this writer's files (the old store's) are released
+        and deleted, and the writer of the empty store is returned."""
+        layout, directory = self._layout, self.files.directory
+        _, commit = header.new_store(
+            frame_shape=layout.frame_shape, capacity=layout.capacity, stack_size=layout.stack_size,
+            num_envs=layout.num_envs, action_shape=layout.action_shape,
+            action_dtype=np.dtype(layout.action_dtype), sampler=layout.sampler,
+        )
+        building, lock = creation.build_beside(directory, layout, commit, "clearing")
+        try:
+            directory_swap.exchange(directory, building)
+        except BaseException:
+            lock.close()
+            shutil.rmtree(building, ignore_errors=True)
+            raise
+        # The old store's files now live at ``building``: release them, then delete them.
+        try:
+            self._fast_add = False
+            close_all([self.files.close, self._release_writer_lock])
+        except BaseException:
+            lock.close()
+            raise
+        finally:
+            shutil.rmtree(building, ignore_errors=True)
+        try:
+            files = MappedFiles(directory, layout, commit, sampler=self._sampler, writable=True)
+            return Writer(files, commit, lock=lock, schedule=self._schedule)
+        except BaseException:
+            lock.close()
+            raise
+
+    # -- adding ----------------------------------------------------------------------------------
+
+    def add(
+        self,
+        obs: npt.ArrayLike,
+        action: npt.ArrayLike,
+        reward: npt.ArrayLike,
+        next_obs: npt.ArrayLike,
+        terminated: npt.ArrayLike,
+        truncated: npt.ArrayLike,
+        *,
+        env_mask: npt.ArrayLike | None,
+        fields: dict[str, npt.ArrayLike] | None,
+        fragment: bool,
+    ) -> None:
+        """``ReplayStore.add`` (``fragment`` checked). The arguments are checked once: by the fast parse
+        (``parse_single_frames``) where the add may take the fast path, else (or where it returns None)
+        by ``parse_add``; an add the fast path declines goes on to the general path as parsed."""
+        values = None
+        if fields is not None or self._field_table is not None:
+            self.check_writable("add")
+            recorded = None if env_mask is None else parse_env_mask(env_mask, self._add_shapes.num_envs)
+            values = parse_fields(fields, self._layout.fields, self._add_shapes, recorded)
+        parsed = None
+        if (
+            not fragment
+            and self._fast_add
+            and self._env_frames_pending is None
+            and records_every_env(env_mask, self._add_shapes.num_envs)
+        ):
+            parsed = parse_single_frames(
+                self._add_shapes, obs, action, reward, next_obs, terminated, truncated,
+                terminated_bit=TERMINATED, truncated_bit=TRUNCATED,
+            )
+            if parsed is not None and self._add_single_frames(parsed, values):
+                if self._schedule.due(self.transitions_added):
+                    self.flush()
+                return
+        self.check_writable("add")
+        if parsed is None:
+            arguments = parse_add(obs, action, reward, next_obs, terminated, truncated, env_mask, self._add_shapes)
+        else:
+            arguments = parsed.arguments(self._add_shapes, terminated_bit=TERMINATED, truncated_bit=TRUNCATED)
+        self._add_parsed(arguments, self._encoder, values=values, fragment=bool(fragment))
+
+    def add_encoded(
+        self,
+        frames: EncodedFrames,
+        obs: npt.ArrayLike,
+        action: npt.ArrayLike,
+        reward: npt.ArrayLike,
+        next_obs: npt.ArrayLike,
+        terminated: npt.ArrayLike,
+        truncated: npt.ArrayLike,
+        *,
+        env_index: int,
+    ) -> None:
+        """``ReplayStore.add_encoded``: the send checked whole, then written run by run."""
+        self.check_writable("add_encoded")
+        if self._frames.frame_dtype != np.uint8:
+            raise ValueError(
+                f"add_encoded takes uint8 frames; this store's frame_dtype is {self._frames.frame_dtype}: use add"
+            )
+        if self._field_table is not None:
+            names = [name for name, _, _ in self._layout.fields]
+            raise ValueError(f"add_encoded takes no user fields; this store has fields {names}: use add(..., fields=)")
+        send = encoded_adds.parse_encoded_send(
+            frames, obs, action, reward, next_obs, terminated, truncated, env_index=env_index, shapes=self._add_shapes
+        )
+        own = self._encoder
+        if own.records_references:  # frames compressed against earlier ones: encoded again, step by step
+            for t in range(len(send)):
+                self._add_parsed(send.step(t, self._layout.num_envs), own)
+        else:
+            self._add_send(send, encoded_adds.ReceivedEncoder(own, send))
+        if self._schedule.due(self.transitions_added):
+            self.flush()
+
+    def update_priorities(self, index: npt.ArrayLike, priority: npt.ArrayLike) -> None:
+        """``ReplayStore.update_priorities``."""
+        self.check_writable("update_priorities")
+        steps = parse_steps(index, "index")
+        priorities = parse_priorities(priority, like=steps)
+        never = (steps < 0) | (steps >= self.transitions_added)
+        if never.any():
+            raise ValueError(
+                f"index {int(steps[never][0])} was never added; transitions added so far: {self.transitions_added}"
+            )
+        with self._lock:
+            self._sampler.update_priorities(steps, priorities)
+
+    def _add_send(self, send: encoded_adds.EncodedSend, encoder: FrameEncoder) -> None:
+        """A plain store's ``add_encoded``: each run of steps that continue the env's episode with one new
+        frame apiece is written at once (``_add_run``), any other step by ``add``'s general path. The
+        files end up as T general-path adds leave them: a run stops where one of those adds would have
+        committed first (no room left, or ``commit_every`` reached)."""
+        if self._env_frames_pending is not None:
+            self._load_env_frames()
+        steps, t = send.steps, 0
+        committer = self._committer
+        while t < len(send):
+            room = min(
+                committer.row_limit - self.transitions_added, committer.frame_limit - self._frames.frames_written
+            )
+            oldest_stored = max(0, self.transitions_added - self._layout.capacity)
+            if (
+                room > 0
+                and not steps.detached[t]
+                and self._episodes[send.env].continued_by(steps.obs[t].tobytes(), steps.stacked,
+                                                         oldest_stored_step=oldest_stored)
+            ):
+                room = int(min(room, max(1, self._schedule.steps_until_due(self.transitions_added))))
+                stop = min(send.continuing_until(t), t + room)
+                self._add_run(send, t, stop)
+                if self._schedule.due(self.transitions_added):
+                    self.flush()
+                t = stop
+            else:
+                self._add_parsed(send.step(t, self._layout.num_envs), encoder)
+                t += 1
+
+    def _add_run(self, send: encoded_adds.EncodedSend, start: int, stop: int) -> None:
+        """Steps ``[start, stop)`` of a send, each continuing the env's episode with one new frame, in one
+        write (``plan_run``), for a run that fits before the next commit (the caller checked)."""
+        plan = plan_run(send, start, stop, self._episodes[send.env], first_step=self.transitions_added,
+                        next_frame_step=self._frames.frames_written)
+        with self._lock:
+            self._write(plan)
+
+    def _add_parsed(
+        self,
+        arguments: AddArguments,
+        encoder: FrameEncoder,
+        *,
+        values: dict[str, npt.NDArray[Any]] | None = None,
+        fragment: bool = False,
+    ) -> None:
+        """``add``'s general path for checked arguments; ``encoder`` compresses the new frames (the store's
+        own, or one that hands back frames that arrived compressed: ``encoded_adds.ReceivedEncoder``);
+        ``values`` are the user fields (checked), ``fragment`` as ``add``'s."""
+        layout = self._layout
+        envs = arguments.envs
+        if not envs:
+            return
+        if self._env_frames_pending is not None:
+            self._load_env_frames()
+        if encoder.records_references:
+            # Commit (if one is due) before encoding: a commit moves the frame tail, and a frame must
+            # not be encoded against a reference that the commit releases. An env writes at most
+            # 2 * stack_size frames: an episode's obs stack and a detached next_obs stack.
+            with self._lock:
+                self._committer.make_room(
+                    self.transitions_added, new_rows=len(envs), new_frames=len(envs) * 2 * layout.stack_size
+                )
+            encoder.frame_tail = self._committer.committed.frame_tail
+        encoder.checkpoint()
+        try:
+            plan = plan_add(
+                arguments,
+                self._episodes,
+                next_frame_step=self._frames.frames_written,
+                oldest_stored_step=max(0, self.transitions_added - layout.capacity),
+                encoder=encoder,
+                fields=values,
+                fragment=fragment,
+            )
+            with self._lock:
+                self._write(plan)
+        except BaseException:
+            encoder.rollback()  # no frame may be encoded against one that was not written
+            raise
+        if self._schedule.due(self.transitions_added):
+            self.flush()
+
+    def _add_single_frames(self, parsed: SingleFrames, fields: dict[str, npt.NDArray[Any]] | None) -> bool:
+        """``add``'s fast path, for the add a training loop makes at nearly every step (``parsed``, with the
+        checked user ``fields``): each env continues its episode with one new frame (given alone, or as
+        the newest of a stack), and no commit is due. It writes exactly what the general path writes
+        (test_fast_add checks the files byte for byte), in a third to a half of the time; False, with
+        nothing written, when any of that does not hold."""
+        count = len(parsed.flags)
+        first_step = self.transitions_added
+        first_frame = self._frames.frames_written
+        if first_step + count > self._committer.row_limit or first_frame + count > self._committer.frame_limit:
+            return False
+        oldest_stored = first_step - self._layout.capacity
+        links = continuations(
+            self._episodes, parsed.obs, stacked=parsed.stacked, first_frame=first_frame,
+            oldest_stored_step=oldest_stored,
+        )
+        if links is None:
+            return False
+        previous_steps, prev_deltas = links
+        with self._lock:
+            if fields:
+                self._field_table.write(first_step, fields)  # type: ignore[union-attr]
+            self._frames.append_frames(parsed.new_frames, prev_deltas)
+            self._table.write_continuations(
+                first_step, frame_lead=first_frame - first_step, previous_steps=previous_steps,
+                rewards=parsed.reward, flags=parsed.flags, actions=parsed.action,
+            )
+            advance_all(self._episodes, parsed.next_obs, parsed.flags, first_frame=first_frame, first_step=first_step)
+            self._count_added(first_step, count)
+        return True
+
+    def _write(self, plan: AddPlan) -> None:
+        """Write a planned add from the next transition step on (committing first where it needs room):
+        user fields, frames, rows, the links from the rows it continues, and each env's episode."""
+        first_step, count = self.transitions_added, len(plan.envs)
+        if (
+            first_step + count > self._committer.row_limit
+            or self._frames.frames_written + len(plan.payloads) > self._committer.frame_limit
+        ):
+            self._committer.make_room(first_step, new_rows=count, new_frames=len(plan.payloads))
+        if plan.fields:
+            self._field_table.write(first_step, plan.fields)  # type: ignore[union-attr]
+        ref_deltas = plan.ref_deltas if self._encoder.records_references else None
+        self._frames.append(plan.payloads, plan.prev_deltas, ref_deltas)
+        self._table.write(
+            first_step, next_frames=plan.next_frames, envs=plan.envs, rewards=plan.rewards, flags=plan.flags,
+            actions=plan.actions,
+        )
+        self._count_added(first_step, count)
+        for i, env in enumerate(plan.envs):
+            previous, start, frames = plan.previous_steps[i], plan.starts[i], plan.records[i]
+            if previous is not None:
+                self._table.link(previous, first_step + i)
+            if start is not None:
+                self._episodes[env].start(*start)
+            if frames is not None:
+                self._episodes[env].record(frames, plan.next_frames[i], step=first_step + i,
+                                           ended=bool(plan.flags[i] & (TERMINATED | TRUNCATED)))
+
+    def _count_added(self, first_step: int, count: int) -> None:
+        """Count the transitions just written from ``first_step`` on, and tell the sampler which came in
+        and which they evicted."""
+        self.transitions_added = added = first_step + count
+        self._sampler.added(range(first_step, added))
+        capacity = self._layout.capacity
+        if added > capacity:
+            self._sampler.evicted(range(max(0, first_step - capacity), added - capacity))
+
+    def _stored(self) -> range:
+        return stored_steps(self.transitions_added, self._layout.capacity)
+
+    def _load_env_frames(self) -> None:
+        """Decode each env's newest next_obs, which the first add compares obs with (``load_env_frames``)."""
+        assert self._env_frames_pending is not None
+        load_env_frames(self.files.reader, self._episodes, self._env_frames_pending)
+        self._env_frames_pending = None
+
+    def _release_writer_lock(self) -> None:
+        if self._writer_lock is not None:
+            self._writer_lock.close()
+            self._writer_lock = None
