@@ -9,6 +9,7 @@
 #include "frame_sources.h"
 #include "lz4_api.h"
 #include "reference_decode.h"
+#include "reference_frame.h"
 
 typedef struct {
     const char *const *sources; /* sources[i]: entry i's compressed bytes, NULL when out of range */
@@ -16,7 +17,7 @@ typedef struct {
     const uint32_t *checksums, *seeds;
     char *out, *scratch;
     Py_ssize_t n_out;
-    int frame_nbytes;
+    int frame_nbytes, row_nbytes, changed_rows;
     Py_ssize_t m;
 } Plan;
 
@@ -36,12 +37,9 @@ decode_plan(const Plan *p)
         if (src == NULL || frame_crc32(p->seeds[i], (const unsigned char *)src, (size_t)length) != p->checksums[i]) {
             return i;
         }
-        char *dst = row_pointer(p, p->rows[i]);
-        int decoded = p->refs[i] < 0
-                          ? LZ4_decompress_safe(src, dst, length, p->frame_nbytes)
-                          : LZ4_decompress_safe_usingDict(src, dst, length, p->frame_nbytes,
-                                                          row_pointer(p, p->rows[p->refs[i]]), p->frame_nbytes);
-        if (decoded != p->frame_nbytes) {
+        const char *ref = p->refs[i] < 0 ? NULL : row_pointer(p, p->rows[p->refs[i]]);
+        if (!reference_frame_decode(src, length, row_pointer(p, p->rows[i]), ref, p->frame_nbytes, p->row_nbytes,
+                                    p->changed_rows)) {
             return i;
         }
     }
@@ -86,16 +84,21 @@ py_reference_decode(PyObject *module, PyObject *args)
     PyObject *views_arg;
     FrameSources frames;
     Py_buffer refs, rows, out, scratch;
-    Py_ssize_t frame_nbytes;
-    if (!PyArg_ParseTuple(args, "Oy*y*y*y*y*y*y*w*w*n:decode", &views_arg, &frames.segments, &frames.offsets,
+    Py_ssize_t frame_nbytes, row_nbytes = 0;
+    if (!PyArg_ParseTuple(args, "Oy*y*y*y*y*y*y*w*w*n|n:decode", &views_arg, &frames.segments, &frames.offsets,
                           &frames.lengths, &frames.checksums, &frames.seeds, &refs, &rows, &out, &scratch,
-                          &frame_nbytes)) {
+                          &frame_nbytes, &row_nbytes)) {
         return NULL;
     }
     PyObject *result = NULL;
     Py_ssize_t m = frames.segments.len / 8;
     if (frame_sources_check(&frames, frame_nbytes) < 0 || check_array(&refs, "refs", m, 8) < 0
         || check_array(&rows, "rows", m, 8) < 0) {
+        goto done;
+    }
+    if (row_nbytes < 0 || (row_nbytes > 0 && frame_nbytes % row_nbytes != 0)) {
+        PyErr_Format(PyExc_ValueError, "row_nbytes is %zd; expected 0 (whole frames) or a divisor of %zd", row_nbytes,
+                     frame_nbytes);
         goto done;
     }
     if (out.len % frame_nbytes != 0 || scratch.len % frame_nbytes != 0) {
@@ -114,7 +117,7 @@ py_reference_decode(PyObject *module, PyObject *args)
     Plan plan = {frames.sources, (const int64_t *)frames.lengths.buf, (const int64_t *)refs.buf,
                  (const int64_t *)rows.buf, (const uint32_t *)frames.checksums.buf,
                  (const uint32_t *)frames.seeds.buf, (char *)out.buf, (char *)scratch.buf, n_out,
-                 (int)frame_nbytes, m};
+                 (int)frame_nbytes, (int)row_nbytes, row_nbytes > 0, m};
     Py_ssize_t bad;
     Py_BEGIN_ALLOW_THREADS
     bad = decode_plan(&plan);

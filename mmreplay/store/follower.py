@@ -65,11 +65,8 @@ class Follower:
 
     @classmethod
     def _open_once(cls, directory: Path, sampler: Sampler | None) -> Follower:
-        layout, commit, version = header.read_versioned_header(directory)
-        files = MappedFiles(
-            directory, layout, commit, sampler=matching_sampler(sampler, layout), writable=False,
-            format_version=version,
-        )
+        layout, commit = header.read_header(directory)
+        files = MappedFiles(directory, layout, commit, sampler=matching_sampler(sampler, layout), writable=False)
         return cls(files, commit)
 
     # -- following the writer --------------------------------------------------------------------

@@ -82,8 +82,9 @@ class Writer:
             frame_dtype=np.dtype(layout.frame_dtype),
         )
         self._encoder = encodings.encoder_for(layout, files.directory)
-        # ``add`` may take its fast path (``_add_single_frames``): a writer of plain lz4 frames, still open.
-        self._fast_add = not self._encoder.records_references
+        # ``add`` may take its fast path (``_add_single_frames``): a writer whose frames a compiled call
+        # writes (plain lz4, or reference frames of format version 5), still open.
+        self._fast_add = self._encoder.fast_path
         self.transitions_added = commit.transitions_added
         self._committer = Committer(files, commit, schedule)
         self._frames.remove_other_generations()
@@ -100,7 +101,7 @@ class Writer:
         """Open the store at ``directory`` for appending; ``lock``: the writer lock, already held (by
         ``create``), else taken here (``StoreLockedError`` while another writer holds it)."""
         layout, commit, version = header.read_versioned_header(directory)
-        if version != header.FORMAT_VERSION:
+        if version not in header.WRITABLE_VERSIONS:
             raise FormatVersionError(
                 f"{directory / header.HEADER_NAME}: format version {version} opens read-only (mode 'r'): its "
                 f"rows carry version {version}'s checksum; to append, export it and import it into a new store"
@@ -386,7 +387,17 @@ class Writer:
         with self._lock:
             if fields:
                 self._field_table.write(first_step, fields)  # type: ignore[union-attr]
-            self._frames.append_frames(parsed.new_frames, prev_deltas)
+            if self._encoder.groups is not None:
+                try:
+                    self._frames.append_reference_frames(  # type: ignore[attr-defined]
+                        self._encoder.groups, parsed.new_frames, prev_deltas,
+                        frame_tail=self._committer.committed.frame_tail,
+                    )
+                except BaseException:
+                    self._encoder.rollback()  # no frame may be encoded against one that was not written
+                    raise
+            else:
+                self._frames.append_frames(parsed.new_frames, prev_deltas)
             self._table.write_continuations(
                 first_step, frame_lead=first_frame - first_step, previous_steps=previous_steps,
                 rewards=parsed.reward, flags=parsed.flags, actions=parsed.action,
