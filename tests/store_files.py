@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import pytest
 
+from mmreplay.disk import header
 from mmreplay.frames.reference_codec import changed_rows_bound
 from mmreplay.frames.ring import EntryFormat
 from mmreplay.rows.transitions import row_dtype
@@ -64,3 +68,22 @@ def rows_dtype(path: Path) -> np.dtype:
     layout = document["layout"]
     return row_dtype(tuple(layout["action_shape"]), np.dtype(layout["action_dtype"]), layout["num_envs"],
                      row_slots=layout["row_slots"], version=document["format_version"])
+
+
+@contextmanager
+def writing_version(version: int) -> Iterator[None]:
+    """Stores created meanwhile are of format ``version`` (an older store for the tests that read one)."""
+    original = header.new_store
+
+    def new_store(**arguments: object) -> tuple[header.Layout, header.Commit]:
+        return original(**arguments, format_version=version)  # type: ignore[arg-type]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(header, "new_store", new_store)
+        yield
+
+
+def field_offsets(dtype: np.dtype) -> dict[str, int]:
+    """Each field's byte offset in a record of ``dtype``."""
+    assert dtype.fields is not None
+    return {name: int(dtype.fields[name][1]) for name in dtype.names or ()}
