@@ -30,7 +30,7 @@ import numpy.typing as npt
 
 from mmreplay import extensions
 from mmreplay.disk.files import BlockReservation, create_sparse, fsync_directory
-from mmreplay.disk.header import SEGMENTS_DIR, frame_table_name, segment_name
+from mmreplay.disk.header import FORMAT_VERSION, SEGMENTS_DIR, frame_table_name, segment_name
 from mmreplay.disk.packed_fields import byte_width, read_uint, uint_field, write_uint
 from mmreplay.errors import CorruptStoreError
 from mmreplay.frames import lz4_codec
@@ -57,6 +57,15 @@ _SEED_MULTIPLIER = 2654435761  # Knuth's multiplicative hash constant: spreads s
 _REF_SEED_MULTIPLIER = 2246822519  # xxHash's PRIME32_2 (odd: each 16-bit ref_delta moves the seed apart)
 
 _U2_LIMIT = 1 << 16
+def _iov_max() -> int:
+    """The most buffers one pwritev takes (IOV_MAX: 1,024 on Linux; POSIX allows as few as 16)."""
+    try:
+        return max(16, os.sysconf("SC_IOV_MAX"))
+    except (AttributeError, ValueError, OSError):
+        return 16
+
+
+_IOV_MAX = _iov_max()
 _lz4batch = extensions.load("_lz4batch")  # its follow_links is stacking.transition_frames over this table
 
 
@@ -279,7 +288,7 @@ class FrameRing:
         frame_shape: tuple[int, ...],
         segment_bytes: int,
         frame_slots: int,
-        version: int,
+        version: int = FORMAT_VERSION,
         max_distance: int | None = None,
         extra: int = 0,
         frame_dtype: np.dtype = np.dtype(np.uint8),
@@ -395,13 +404,17 @@ class FrameRing:
             return
         segment, offset = divmod(position, self.segment_bytes)
         descriptor = self._descriptor_of(segment)
-        # pwrite, not a store into the map: a full disk is then an OSError, not a SIGBUS.
-        if len(run) == 1:
-            written, length = os.pwrite(descriptor, run[0], offset), len(run[0])
-        else:
-            written, length = os.pwritev(descriptor, run, offset), sum(map(len, run))
-        if written != length:
-            raise OSError(f"{self._segment_path(segment)}: short write ({written} of {length} bytes)")
+        # pwrite, not a store into the map: a full disk is then an OSError, not a SIGBUS. pwritev takes at
+        # most IOV_MAX buffers (1,024 on Linux): an add of more frames (thousands of envs) goes in parts.
+        for start in range(0, len(run), _IOV_MAX):
+            part = run[start : start + _IOV_MAX]
+            if len(part) == 1:
+                written, length = os.pwrite(descriptor, part[0], offset), len(part[0])
+            else:
+                written, length = os.pwritev(descriptor, part, offset), sum(map(len, part))
+            if written != length:
+                raise OSError(f"{self._segment_path(segment)}: short write ({written} of {length} bytes)")
+            offset += length
 
     def sync(self) -> None:
         """Make every frame and table entry written so far durable (msync), before a commit."""
