@@ -148,7 +148,10 @@ class FrameEncoder(Protocol):
     # add's fast path may write this encoder's frames (a compiled call: FrameRing.append_frames or
     # ReferenceFrameRing.append_reference_frames with ``groups``)
     fast_path: bool
-    groups: object | None  # a reference encoder's compiled groups (_lz4batch.reference_groups); else None
+
+    @property
+    def groups(self) -> object | None:
+        """A reference encoder's compiled groups (``_lz4batch.reference_groups``); else None."""
 
     def encode(
         self, env: int, frame_step: int, frame: npt.NDArray[np.uint8], *, restart: bool
