@@ -43,8 +43,8 @@ static PyMethodDef methods[] = {
 /* The interface of this module's functions, as mmreplay/extensions.py's INTERFACES expects it: bump
  * both when a function is added or its arguments change, so that a build from older sources is
  * refused (and its pure-Python fallback used) rather than failing mid-call. 4: the row functions take
- * row_layout()'s capsule instead of env_bytes. */
-#define INTERFACE 4
+ * row_layout()'s capsule instead of env_bytes. 5: threads up to 64 (POOL_MAX_THREADS). */
+#define INTERFACE 5
 
 static struct PyModuleDef module_definition = {
     PyModuleDef_HEAD_INIT, "mmreplay._lz4batch",

@@ -1,14 +1,15 @@
 /* The helper threads that share a batch's work with the calling thread: started once per process and
  * kept, since starting a thread costs more than its share of a sampled batch (~20 us against ~60 us for
  * 80 Pong frames). Batch decoding uses them; what else runs on them (compression in the fast add)
- * needs only pool_run. */
+ * needs only pool_run. How many threads a batch takes is the caller's choice (mmreplay/frames/
+ * decode_threads.py: the batch's size and the cores the process may use). */
 #ifndef MMREPLAY_WORK_POOL_H
 #define MMREPLAY_WORK_POOL_H
 
 #include <Python.h>
 
 /* The most threads one pool_run uses (the caller included). */
-#define POOL_MAX_THREADS 16
+#define POOL_MAX_THREADS 64
 
 /* One task of a job: task runs once for each of its numbers, on any thread, in any order. */
 typedef void (*pool_task)(void *context, Py_ssize_t number);
@@ -17,7 +18,8 @@ typedef void (*pool_task)(void *context, Py_ssize_t number);
  * (fewer when there are fewer tasks), and returns once every one has run; context is touched only by
  * tasks, so it may live on the caller's stack. Tasks are claimed one at a time, so keep each small (a
  * few frames): a helper that starts late, or is preempted, then delays little. Without the memory or
- * the threads for helpers the calling thread runs every task. Call with the GIL released. */
+ * the threads for helpers the calling thread runs every task. Call with the GIL released; several
+ * threads may call at once (helpers join the newest job). */
 void pool_run(Py_ssize_t tasks, int threads, pool_task task, void *context);
 
 #endif

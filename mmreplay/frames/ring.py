@@ -367,9 +367,11 @@ class FrameRing:
             return self.bytes_written
         return int(self._table["position"][frame_step % self.frame_slots])
 
-    def decode_into(self, frame_steps: npt.NDArray[np.int64], out: npt.NDArray[np.generic]) -> None:
+    def decode_into(
+        self, frame_steps: npt.NDArray[np.int64], out: npt.NDArray[np.generic], *, limit: int
+    ) -> None:
         """Decode each frame into ``out[i]`` (a C-contiguous (n, *frame_shape) array of the ring's
-        ``frame_dtype``), checking its CRC.
+        ``frame_dtype``), checking its CRC, on at most ``limit`` threads (``decode_threads``).
 
         The whole batch is decoded by one ``codec.decode_batch`` call (the GIL released once). Before
         any segment is touched, every entry must place its frame inside the bytes written: a corrupt
@@ -388,6 +390,7 @@ class FrameRing:
             bytes_written=self.bytes_written,
             views=self._view_cache[1],
             base=self._view_cache[0],
+            limit=limit,
         ):
             return
         # The general path: also what finds and names the frame at fault when the fast path fails.
@@ -413,6 +416,7 @@ class FrameRing:
             frame_steps.astype(np.uint32) * np.uint32(_SEED_MULTIPLIER) + entries["prev_delta"],  # frame_seed
             out.reshape(len(frame_steps), -1).view(np.uint8),  # lz4 writes bytes
             views=views,
+            limit=limit,
         )
         if bad >= 0:
             raise FrameChecksumError(

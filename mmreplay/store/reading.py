@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from mmreplay import extensions
 from mmreplay.batch import Batch, SequenceBatch
-from mmreplay.frames import lz4_codec
+from mmreplay.frames.decode_threads import batch_threads, thread_limit
 from mmreplay.frames.ring import FrameChecksumError, FrameRing
 from mmreplay.rows import stacking
 from mmreplay.rows.episode_windows import follow_episodes, n_step_returns
@@ -45,7 +45,10 @@ class TransitionReader:
         action_dtype: np.dtype,
         field_table: FieldTable | None = None,
         zero_padding: bool = False,
+        decode_threads: int | None = None,
     ) -> None:
+        """``decode_threads`` caps the threads a batch decodes on (None: the cores this process may use,
+        resolved now; ``decode_threads.thread_limit``)."""
         self.table = table
         self.field_table = field_table
         self.frames = frames
@@ -63,8 +66,9 @@ class TransitionReader:
         )
         self._columns = (stack_size + 1, *self.frame_shape)  # frames per transition, then a frame's shape
         self._batch_action = table.batch_action
-        # Batches of this many transitions or more decode on two threads (lz4_codec.decode_threads).
-        self._split_rows = lz4_codec.rows_on_two_threads((stack_size + 1) * frames.frame_nbytes)
+        # The most threads a batch decodes on; each batch takes batch_threads of its decoded size.
+        self.thread_limit = thread_limit(decode_threads)
+        self._row_nbytes = (stack_size + 1) * frames.frame_nbytes
         # (dtype, shape after the batch axis) of a batch's action, reward, terminated, truncated,
         # env_index, index, weight and discount: what an ``out`` batch's arrays must be.
         action = table.batch_action
@@ -166,7 +170,7 @@ class TransitionReader:
             steps = np.ascontiguousarray(steps, np.int64)
         if not _lz4batch.read_transitions(
             *rows, *frames, steps, self.stack_size, self.zero_padding and padded, pixels, action, reward,
-            terminated, truncated, env_index, discount, 1 if n < self._split_rows else 2,
+            terminated, truncated, env_index, discount, batch_threads(n * self._row_nbytes, self.thread_limit),
         ):
             return None
         size = self.stack_size
@@ -213,7 +217,7 @@ class TransitionReader:
         assert pixels is not None
         if not _lz4batch.read_transitions(
             *rows, *frames, steps, self.stack_size, self.zero_padding and padded, pixels, *targets[:5], discount,
-            1 if n < self._split_rows else 2,
+            batch_threads(n * self._row_nbytes, self.thread_limit),
         ):
             return None
         np.copyto(out.index, steps)
@@ -392,7 +396,7 @@ class TransitionReader:
         if pixels is None:
             pixels = np.empty((*frames.shape, *self.frame_shape), self.frame_dtype)
         try:
-            self.frames.decode_into(frames.reshape(-1), pixels.reshape(-1, *self.frame_shape))
+            self.frames.decode_into(frames.reshape(-1), pixels.reshape(-1, *self.frame_shape), limit=self.thread_limit)
         except FrameChecksumError as error:
             needing = steps[(frames == error.frame_step).any(axis=1)]
             if len(needing) == 0:

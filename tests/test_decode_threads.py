@@ -1,0 +1,213 @@
+"""How many threads decode a batch (``mmreplay.frames.decode_threads``): the batch's size, the cores the
+process may use (affinity, a cgroup CPU quota) and a cap; and the compiled pool that runs them, at every
+thread count up to its maximum, from several callers at once."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from extension_status import absent_reason
+from test_codec import Segments, random_frames, real_frames
+
+from mmreplay.frames import decode_threads
+from mmreplay.frames import lz4_codec as codec
+from mmreplay.frames.decode_threads import (
+    BYTES_PER_THREAD,
+    MAX_THREADS,
+    SPLIT_MIN_BYTES,
+    batch_threads,
+    cgroup_cpu_limit,
+    thread_limit,
+    usable_cores,
+)
+
+NOT_BUILT = absent_reason("_lz4batch")
+ATARI_ROW = 5 * 84 * 84  # decoded bytes of one transition's stacks of 4 (5 distinct frames)
+
+
+# -- the policy ------------------------------------------------------------------------------------
+
+
+@given(nbytes=st.integers(0, 1 << 30))
+def test_on_two_cores_a_batch_decodes_on_one_thread_below_the_split_and_on_two_from_it(nbytes: int) -> None:
+    assert batch_threads(nbytes, 2) == (1 if nbytes < SPLIT_MIN_BYTES else 2)
+
+
+@given(nbytes=st.integers(0, 1 << 34), more=st.integers(0, 1 << 20), limit=st.integers(1, 200))
+def test_threads_grow_with_the_batch_and_never_pass_the_limit_or_the_pool(nbytes: int, more: int, limit: int) -> None:
+    threads = batch_threads(nbytes, limit)
+    assert 1 <= threads <= min(limit, MAX_THREADS)
+    assert batch_threads(nbytes + more, limit) >= threads
+
+
+def test_a_sampled_batch_of_32_atari_stacks_takes_eleven_threads_where_the_cores_allow() -> None:
+    assert batch_threads(32 * ATARI_ROW, 16) == 2 + (32 * ATARI_ROW - SPLIT_MIN_BYTES) // BYTES_PER_THREAD == 11
+    assert batch_threads(32 * ATARI_ROW, 8) == 8
+    assert batch_threads(256 * ATARI_ROW, 16) == 16
+    assert batch_threads(32 * 5 * 4 * 4, 16) == 1  # CartPole's states: never a helper
+
+
+def test_tiny_batches_never_wake_a_helper_whatever_the_limit() -> None:
+    assert batch_threads(SPLIT_MIN_BYTES - 1, MAX_THREADS) == 1
+
+
+def test_the_thread_limit_is_the_usable_cores_capped_by_decode_threads() -> None:
+    cores = usable_cores()
+    assert 1 <= cores <= len(os.sched_getaffinity(0))
+    assert thread_limit() == min(cores, MAX_THREADS)
+    assert thread_limit(1) == 1
+    assert thread_limit(cores + 5) == min(cores, MAX_THREADS)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to take one away")
+def test_a_process_pinned_to_one_core_decodes_on_one_thread() -> None:
+    before = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {min(before)})
+        assert usable_cores() == 1
+        assert thread_limit() == 1
+        assert batch_threads(1 << 30, thread_limit()) == 1
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+# -- cgroup CPU quotas -----------------------------------------------------------------------------
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_a_cgroup_v2_quota_of_one_and_a_half_cpus_reads_as_1_5(tmp_path: Path) -> None:
+    write(tmp_path / "proc", "0::/\n")
+    write(tmp_path / "fs" / "cpu.max", "150000 100000\n")
+    assert cgroup_cpu_limit(tmp_path / "fs", tmp_path / "proc") == 1.5
+
+
+def test_a_cgroup_v2_cpu_max_of_max_is_no_quota(tmp_path: Path) -> None:
+    write(tmp_path / "proc", "0::/\n")
+    write(tmp_path / "fs" / "cpu.max", "max 100000\n")
+    assert cgroup_cpu_limit(tmp_path / "fs", tmp_path / "proc") is None
+
+
+def test_the_smallest_quota_along_a_v2_cgroup_and_its_parents_counts(tmp_path: Path) -> None:
+    write(tmp_path / "proc", "0::/user.slice/job/inner\n")
+    write(tmp_path / "fs" / "user.slice" / "cpu.max", "300000 100000")
+    write(tmp_path / "fs" / "user.slice" / "job" / "cpu.max", "800000 100000")
+    write(tmp_path / "fs" / "user.slice" / "job" / "inner" / "cpu.max", "max 100000")
+    assert cgroup_cpu_limit(tmp_path / "fs", tmp_path / "proc") == 3.0
+
+
+def test_a_cgroup_v1_quota_reads_quota_over_period(tmp_path: Path) -> None:
+    write(tmp_path / "proc", "4:memory:/x\n3:cpu,cpuacct:/docker/abc\n0::/\n")
+    write(tmp_path / "fs" / "cpu,cpuacct" / "docker" / "abc" / "cpu.cfs_quota_us", "400000\n")
+    write(tmp_path / "fs" / "cpu,cpuacct" / "docker" / "abc" / "cpu.cfs_period_us", "100000\n")
+    assert cgroup_cpu_limit(tmp_path / "fs", tmp_path / "proc") == 4.0
+
+
+def test_a_cgroup_v1_quota_of_minus_one_is_no_quota(tmp_path: Path) -> None:
+    write(tmp_path / "proc", "1:cpu:/\n")
+    write(tmp_path / "fs" / "cpu" / "cpu.cfs_quota_us", "-1\n")
+    write(tmp_path / "fs" / "cpu" / "cpu.cfs_period_us", "100000\n")
+    assert cgroup_cpu_limit(tmp_path / "fs", tmp_path / "proc") is None
+
+
+def test_a_container_whose_cgroup_path_names_the_hosts_reads_its_mounts_root(tmp_path: Path) -> None:
+    write(tmp_path / "proc", "1:cpu:/kubepods/pod42/container7\n")
+    write(tmp_path / "fs" / "cpu" / "cpu.cfs_quota_us", "200000\n")
+    write(tmp_path / "fs" / "cpu" / "cpu.cfs_period_us", "100000\n")
+    assert cgroup_cpu_limit(tmp_path / "fs", tmp_path / "proc") == 2.0
+
+
+def test_unreadable_or_garbled_cgroup_files_mean_no_quota(tmp_path: Path) -> None:
+    assert cgroup_cpu_limit(tmp_path / "fs", tmp_path / "missing") is None
+    write(tmp_path / "proc", "0::/\n")
+    write(tmp_path / "fs" / "cpu.max", "lots\n")
+    assert cgroup_cpu_limit(tmp_path / "fs", tmp_path / "proc") is None
+    write(tmp_path / "fs" / "cpu.max", "0 100000\n")
+    assert cgroup_cpu_limit(tmp_path / "fs", tmp_path / "proc") is None
+
+
+def test_a_quota_below_one_cpu_still_leaves_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(decode_threads, "_cgroup_limit_of_this_process", lambda: 0.3)
+    assert usable_cores() == 1
+    monkeypatch.setattr(decode_threads, "_cgroup_limit_of_this_process", lambda: 2.9)
+    assert usable_cores() == min(2, len(os.sched_getaffinity(0)))
+
+
+# -- the compiled pool -----------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not codec.ACCELERATED, reason=NOT_BUILT)
+@settings(max_examples=60, deadline=None)
+@given(threads=st.integers(1, MAX_THREADS), count=st.integers(1, 300), seed=st.integers(0, 2**32 - 1))
+def test_every_thread_count_up_to_the_pools_maximum_decodes_every_frame(threads: int, count: int, seed: int) -> None:
+    segments = Segments(real_frames("mspacman"), count=3)
+    picks = np.random.default_rng(seed).choice(len(segments.frames), count)
+    bad, out = segments.decode(picks, accelerated=True, threads=threads)
+    assert bad == -1
+    assert np.array_equal(out, segments.frames[picks])
+
+
+@pytest.mark.skipif(not codec.ACCELERATED, reason=NOT_BUILT)
+@pytest.mark.parametrize("threads", [2, 7, MAX_THREADS])
+def test_on_many_threads_the_first_bad_frame_is_still_the_one_named(threads: int) -> None:
+    segments = Segments(random_frames(200, seed=31))
+    for index in (0, 3, 117, 199):
+        bytes_ = segments.contents[0]
+        position = int(segments.offsets[index]) + 2
+        bytes_[position] ^= 0x10
+        try:
+            bad, _ = segments.decode(np.arange(200, dtype=np.int64), accelerated=True, threads=threads)
+        finally:
+            bytes_[position] ^= 0x10
+        assert bad == index
+
+
+@pytest.mark.skipif(not codec.ACCELERATED, reason=NOT_BUILT)
+def test_six_callers_posting_batches_of_up_to_the_maximum_threads_at_once_each_get_their_own_frames() -> None:
+    """Helpers take the newest posted batch and references to it without a lock: six Python threads
+    posting at once, with thread counts that leave helpers idle and that want more than exist, must each
+    get every frame of their own batch."""
+    segments = Segments(real_frames("pong"), count=2)
+    failures: list[str] = []
+
+    def decode_many(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for _ in range(80):
+            picks = rng.choice(len(segments.frames), int(rng.integers(1, 400)))
+            threads = int(rng.choice([1, 2, 3, 8, 17, MAX_THREADS]))
+            bad, out = segments.decode(picks, accelerated=True, threads=threads)
+            if bad != -1 or not np.array_equal(out, segments.frames[picks]):
+                failures.append(f"caller {seed}: bad={bad} on {threads} threads")
+
+    callers = [threading.Thread(target=decode_many, args=(seed,)) for seed in range(6)]
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join(timeout=300)
+    assert not any(caller.is_alive() for caller in callers), "a decode never finished"
+    assert failures == []
+
+
+@pytest.mark.skipif(not codec.ACCELERATED, reason=NOT_BUILT)
+def test_decode_batch_without_threads_follows_the_policy_and_its_limit() -> None:
+    segments = Segments(real_frames("pong"))
+    picks = np.arange(len(segments.frames), dtype=np.int64)
+    for limit in (1, 2, 5, MAX_THREADS):
+        bad, out = segments.decode(picks, accelerated=True, limit=limit)
+        assert bad == -1 and np.array_equal(out, segments.frames)
+    with pytest.raises(ValueError, match=f"threads is {MAX_THREADS + 1}; expected 1 to {MAX_THREADS}"):
+        segments.decode(picks, accelerated=True, threads=MAX_THREADS + 1)
+
+
+def test_the_policy_module_and_the_compiled_pool_agree_on_the_maximum() -> None:
+    source = (Path(__file__).resolve().parent.parent / "mmreplay" / "_c" / "work_pool.h").read_text()
+    assert f"#define POOL_MAX_THREADS {MAX_THREADS}\n" in source
