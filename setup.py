@@ -126,8 +126,8 @@ setup(
              "argument_arrays"),
             LZ4,
         ),
-        # The samplers' hot loops (mmreplay.sampling.sum_tree, samplers); no libraries; optional like the above.
-        Extension("mmreplay._sumtree", sources=sources("sumtree_module", "sum_tree", "uniform_steps"),
-                  depends=HEADERS, optional=True),
+        # The samplers' hot loops (mmreplay.sampling.sum_tree, samplers); the C library's pow; optional like the above.
+        Extension("mmreplay._sumtree", sources=sources("sumtree_module", "sum_tree", "uniform_steps", "priority_batch"),
+                  depends=HEADERS, libraries=["m"], optional=True),
     ]
 )
