@@ -254,7 +254,8 @@ class SumTree:
             self._compiled.weights(self._sums, self._minimums, np.ascontiguousarray(steps, np.int64), slots, beta,
                                    weights)
             return weights
-        ratios = self.leaves(steps % slots) / float(self._minimums[1])
+        with np.errstate(over="ignore"):  # a huge leaf over a tiny minimum is +inf, as in C
+            ratios = self.leaves(steps % slots) / float(self._minimums[1])
         return c_powers(ratios, -beta).astype(np.float32)
 
     def update(
