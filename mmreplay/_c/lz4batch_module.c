@@ -10,7 +10,8 @@
  *   row_gather       gather_rows, gather_fields, prefetch_rows: a sampled batch's rows, checked
  *   link_follow      follow_links: frame stacks through the frame table's episode links
  *   transition_read  read_transitions: rows, stacks and frames of a sampled batch in one call
- *   fast_add         append_frames, write_rows: add's fast path, its writes in one call each
+ *   fast_add         append_frames, compress_frames, write_rows: add's fast path, its compression (on the
+ *                    pool's threads) apart from its writes, each in one call
  *
  * The pure-Python code each function accelerates gives identical results (MMREPLAY_PURE_PYTHON=1 runs it). */
 #define PY_SSIZE_T_CLEAN
@@ -43,7 +44,8 @@ static PyMethodDef methods[] = {
 /* The interface of this module's functions, as mmreplay/extensions.py's INTERFACES expects it: bump
  * both when a function is added or its arguments change, so that a build from older sources is
  * refused (and its pure-Python fallback used) rather than failing mid-call. 4: the row functions take
- * row_layout()'s capsule instead of env_bytes. 5: threads up to 64 (POOL_MAX_THREADS). */
+ * row_layout()'s capsule instead of env_bytes. 5: threads up to 64 (POOL_MAX_THREADS), append_frames'
+ * threads, compress_frames. */
 #define INTERFACE 5
 
 static struct PyModuleDef module_definition = {

@@ -38,7 +38,7 @@
 /* SPIN_NANOSECONDS: how long a helper polls for the next job before it sleeps. A loop of
  * store.sample(32) calls spends ~70-100 us in Python between two decodes; a helper that slept in that
  * gap took as long to wake as it saved (1% faster with a 56 us poll; 25% with this one, on the 2-core
- * development machine: see frames/decode_threads.py). So a helper keeps its core for up to 200 us
+ * development machine: see frames/threads.py). So a helper keeps its core for up to 200 us
  * after each batch. */
 #define SPIN_NANOSECONDS 200000
 #define DONE_SPIN_NANOSECONDS 100000 /* how long a caller polls for its helpers' last tasks */

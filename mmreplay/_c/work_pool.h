@@ -2,7 +2,7 @@
  * kept, since starting a thread costs more than its share of a sampled batch (~20 us against ~60 us for
  * 80 Pong frames). Batch decoding uses them; what else runs on them (compression in the fast add)
  * needs only pool_run. How many threads a batch takes is the caller's choice (mmreplay/frames/
- * decode_threads.py: the batch's size and the cores the process may use). */
+ * threads.py: the batch's size and the cores the process may use). */
 #ifndef MMREPLAY_WORK_POOL_H
 #define MMREPLAY_WORK_POOL_H
 

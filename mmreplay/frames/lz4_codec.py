@@ -5,7 +5,7 @@ back at the wrong step (a slot reused by the ring) fails the check just like a f
 
 A sampled batch decodes its frames with one call, ``decode_batch``. It runs in the compiled extension
 ``mmreplay._lz4batch`` (the system's liblz4 and zlib, the GIL released once per batch, large batches
-shared with helper threads as ``decode_threads`` decides) when that was built, else in a Python loop
+shared with helper threads as ``threads.batch_threads`` decides) when that was built, else in a Python loop
 over python-lz4 with identical results; ``ACCELERATED`` says which. One python-lz4 call per frame costs ~3 us of overhead against a
 decode of ~1 us, and holds the GIL, which is why the extension exists. ``decode_from_table`` is the
 frame ring's fast path: the extension also reads the frame table's entries, so that a sampled batch
@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay import extensions
-from mmreplay.frames.decode_threads import MAX_THREADS, batch_threads, thread_limit
+from mmreplay.frames.threads import MAX_THREADS, batch_threads, compress_threads, thread_limit
 
 _lz4batch: ModuleType | None = extensions.load("_lz4batch")
 
@@ -38,6 +38,27 @@ def compress(frame: npt.NDArray[np.uint8]) -> bytes:
     """Compress one contiguous frame; the uncompressed size is not stored (the store knows it)."""
     payload: bytes = lz4.block.compress(frame, store_size=False)
     return payload
+
+
+def compress_batch(
+    frames: npt.NDArray[np.uint8], seeds: npt.NDArray[np.uint32], *, limit: int | None = None
+) -> tuple[bytes, npt.NDArray[np.int64], npt.NDArray[np.uint32]]:
+    """Each of the C-contiguous ``frames`` ((n, *frame_shape), n >= 1) compressed alone, as ``compress``
+    does: their blocks back to back, each block's length, and its ``checksum`` seeded with ``seeds[i]``.
+    One compiled call on up to ``threads.compress_threads`` threads (``limit``: by default the cores this
+    process may use) where the extension is built, else a Python loop with the same results."""
+    n = len(frames)
+    lengths, checksums = np.empty(n, np.int64), np.empty(n, np.uint32)
+    frame_nbytes = frames.nbytes // n
+    if _lz4batch is not None and 0 < frame_nbytes <= 1 << 30:
+        threads = compress_threads(n, frame_nbytes, thread_limit() if limit is None else limit)
+        seeds = np.ascontiguousarray(seeds, np.uint32)
+        data: bytes = _lz4batch.compress_frames(frames, seeds, lengths, checksums, threads)
+        return data, lengths, checksums
+    payloads = [compress(frame) for frame in frames]
+    lengths[:] = [len(payload) for payload in payloads]
+    checksums[:] = [checksum(payload, int(seed)) for payload, seed in zip(payloads, seeds.tolist())]
+    return b"".join(payloads), lengths, checksums
 
 
 def checksum(payload: bytes | memoryview, frame_step: int) -> int:
@@ -73,8 +94,8 @@ def decode_batch(
     ``checksums[i]``, and they decode to exactly one frame. ``out`` is a C-contiguous (n, *frame_shape)
     uint8 array; when the result is not -1, its content is unspecified (the caller raises).
     ``accelerated=False`` forces the python-lz4 loop (tests compare both). ``threads`` is how many
-    threads share an accelerated batch; by default ``decode_threads.batch_threads`` of its decoded size
-    and ``limit`` (by default the cores this process may use: ``decode_threads.thread_limit()``).
+    threads share an accelerated batch; by default ``threads.batch_threads`` of its decoded size
+    and ``limit`` (by default the cores this process may use: ``threads.thread_limit()``).
     """
     n = _validate(segments, offsets, lengths, checksums, seeds, out)
     if n == 0:

@@ -44,7 +44,7 @@ class ReferenceFrameRing(FrameRing):
     ) -> None:
         """Decode each frame into ``out[i]`` with the frames it depends on, checking every CRC. On the
         calling thread whatever ``limit`` allows: a chain decodes in order (sharing a batch's levels with
-        the pool's helpers is issue 28's, with ``decode_threads.batch_threads`` as the plain ring's).
+        the pool's helpers is issue 28's, with ``threads.batch_threads`` as the plain ring's).
 
         Raises ``FrameChecksumError`` for the first requested frame that cannot be decoded, naming the
         frame at fault (it, or a frame it is compressed against) and the files that may be corrupt.

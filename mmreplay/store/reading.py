@@ -16,7 +16,7 @@ import numpy.typing as npt
 
 from mmreplay import extensions
 from mmreplay.batch import Batch, SequenceBatch
-from mmreplay.frames.decode_threads import batch_threads, thread_limit
+from mmreplay.frames.threads import batch_threads, thread_limit
 from mmreplay.frames.ring import FrameChecksumError, FrameRing
 from mmreplay.rows import stacking
 from mmreplay.rows.episode_windows import follow_episodes, n_step_returns
@@ -48,7 +48,7 @@ class TransitionReader:
         decode_threads: int | None = None,
     ) -> None:
         """``decode_threads`` caps the threads a batch decodes on (None: the cores this process may use,
-        resolved now; ``decode_threads.thread_limit``)."""
+        resolved now; ``threads.thread_limit``)."""
         self.table = table
         self.field_table = field_table
         self.frames = frames

@@ -1,8 +1,8 @@
-"""How many threads decode a batch of frames: from the batch's decoded size, at most the cores this
-process may use, at most what the caller allows (``decode_threads=``).
+"""How many threads share a batch of frames, decoding or compressing it: from the batch's size, at most
+the cores this process may use, at most what the caller allows (``decode_threads=``).
 
-The compiled decoders share a batch between the calling thread and helper threads they keep
-(``_c/work_pool.c``). The cores a process may use are its CPU affinity (``os.sched_getaffinity``) and,
+The compiled decoders and add's compiled compression share a batch between the calling thread and
+helper threads they keep (``_c/work_pool.c``). The cores a process may use are its CPU affinity (``os.sched_getaffinity``) and,
 in a container, its cgroup's CPU quota: a container allowed 4 CPUs of a 64-core host that decoded on 64
 threads would spend its quota in the first few milliseconds of each period and then stall until the
 next one. Both codecs (``lz4_codec``, ``reference_codec``) and the compiled read of a sampled batch ask
@@ -35,6 +35,16 @@ SPLIT_MIN_BYTES = 512 << 10
 # 12 threads and 1.44x on 8, against 0.55x on 2: this gives it 11.
 BYTES_PER_THREAD = 64 << 10
 
+# Compressing a frame costs a few times decoding it (lz4 compresses an Atari frame in ~3-10 us), so a
+# helper pays for a smaller share: one thread for each ~12 KiB of a call's frames (about two 84x84
+# frames: a vector of envs' new frames, ``encode_frames``' batch), at most one a frame. Only from
+# COMPRESS_MIN_CORES usable cores: on the 2-core development VM, shared with other jobs (load ~7), a helper
+# that lost its core mid-frame held the caller up (8 MsPacman frames appended in 79 us alone, 192 us
+# with a helper; 160 frames compressed in 990 us alone, 1,873 us with one), and adds must stay as fast
+# as they were there. Decoding keeps its measured split at two cores (SPLIT_MIN_BYTES).
+COMPRESS_BYTES_PER_THREAD = 12 << 10
+COMPRESS_MIN_CORES = 4
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 SELF_CGROUP = Path("/proc/self/cgroup")
 
@@ -47,6 +57,16 @@ def batch_threads(nbytes: int, limit: int) -> int:
     if nbytes < SPLIT_MIN_BYTES or limit < 2:
         return 1
     return min(limit, 2 + (nbytes - SPLIT_MIN_BYTES) // BYTES_PER_THREAD, MAX_THREADS)
+
+
+def compress_threads(count: int, frame_nbytes: int, limit: int) -> int:
+    """Threads for compressing ``count`` frames of ``frame_nbytes`` bytes in one call, at most ``limit``:
+    one for each ``COMPRESS_BYTES_PER_THREAD`` of frames, at most one a frame (a single frame, or two
+    Atari frames, compress on the calling thread), and one where ``limit`` is below
+    ``COMPRESS_MIN_CORES``."""
+    if limit < COMPRESS_MIN_CORES:
+        return 1
+    return max(1, min(limit, count, count * frame_nbytes // COMPRESS_BYTES_PER_THREAD, MAX_THREADS))
 
 
 def thread_limit(cap: int | None = None) -> int:

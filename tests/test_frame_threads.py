@@ -1,4 +1,4 @@
-"""How many threads decode a batch (``mmreplay.frames.decode_threads``): the batch's size, the cores the
+"""How many threads decode a batch (``mmreplay.frames.threads``): the batch's size, the cores the
 process may use (affinity, a cgroup CPU quota) and a cap; and the compiled pool that runs them, at every
 thread count up to its maximum, from several callers at once."""
 
@@ -15,14 +15,16 @@ from hypothesis import strategies as st
 from extension_status import absent_reason
 from test_codec import Segments, random_frames, real_frames
 
-from mmreplay.frames import decode_threads
+from mmreplay.frames import threads as frame_threads
 from mmreplay.frames import lz4_codec as codec
-from mmreplay.frames.decode_threads import (
+from mmreplay.frames.ring import FrameRing
+from mmreplay.frames.threads import (
     BYTES_PER_THREAD,
     MAX_THREADS,
     SPLIT_MIN_BYTES,
     batch_threads,
     cgroup_cpu_limit,
+    compress_threads,
     thread_limit,
     usable_cores,
 )
@@ -136,9 +138,9 @@ def test_unreadable_or_garbled_cgroup_files_mean_no_quota(tmp_path: Path) -> Non
 
 
 def test_a_quota_below_one_cpu_still_leaves_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(decode_threads, "_cgroup_limit_of_this_process", lambda: 0.3)
+    monkeypatch.setattr(frame_threads, "_cgroup_limit_of_this_process", lambda: 0.3)
     assert usable_cores() == 1
-    monkeypatch.setattr(decode_threads, "_cgroup_limit_of_this_process", lambda: 2.9)
+    monkeypatch.setattr(frame_threads, "_cgroup_limit_of_this_process", lambda: 2.9)
     assert usable_cores() == min(2, len(os.sched_getaffinity(0)))
 
 
@@ -211,3 +213,60 @@ def test_decode_batch_without_threads_follows_the_policy_and_its_limit() -> None
 def test_the_policy_module_and_the_compiled_pool_agree_on_the_maximum() -> None:
     source = (Path(__file__).resolve().parent.parent / "mmreplay" / "_c" / "work_pool.h").read_text()
     assert f"#define POOL_MAX_THREADS {MAX_THREADS}\n" in source
+
+
+# -- compression on the pool's threads -------------------------------------------------------------
+
+
+def test_compression_takes_a_thread_for_each_12_kib_of_a_calls_frames_from_four_cores() -> None:
+    assert compress_threads(1, 7056, 16) == 1
+    assert compress_threads(2, 7056, 16) == 1  # 14 KB: on the calling thread
+    assert compress_threads(8, 7056, 16) == 4
+    assert compress_threads(64, 7056, 16) == 16
+    assert compress_threads(64, 7056, 4) == 4
+    assert compress_threads(64, 7056, 3) == 1  # below COMPRESS_MIN_CORES: on the calling thread
+    assert compress_threads(100, 16, 16) == 1  # CartPole-sized frames: 1.6 KB in all
+    assert compress_threads(1, 1 << 20, 16) == 1  # one frame is one task, however large
+    assert compress_threads(64, 7056, 1) == 1
+
+
+@given(count=st.integers(1, 10_000), frame_nbytes=st.integers(1, 1 << 20), limit=st.integers(1, 200))
+def test_compression_threads_never_pass_the_frames_the_limit_or_the_pool(count: int, frame_nbytes: int,
+                                                                           limit: int) -> None:
+    assert 1 <= compress_threads(count, frame_nbytes, limit) <= min(max(1, count), limit, MAX_THREADS)
+
+
+@pytest.mark.parametrize("limit", [1, 2, 5, MAX_THREADS])
+@pytest.mark.parametrize("source", ["pong", "mspacman", "noise"])
+def test_a_batch_compressed_on_any_number_of_threads_is_each_frame_compressed_alone(source: str, limit: int) -> None:
+    frames = random_frames(90, seed=8) if source == "noise" else np.ascontiguousarray(real_frames(source)[:90])
+    seeds = np.random.default_rng(3).integers(0, 2**32, len(frames), dtype=np.uint64).astype(np.uint32)
+    data, lengths, checksums = codec.compress_batch(frames, seeds, limit=limit)
+    payloads = [codec.compress(frame) for frame in frames]
+    assert data == b"".join(payloads)
+    assert lengths.tolist() == [len(payload) for payload in payloads]
+    assert checksums.tolist() == [codec.checksum(payload, int(seed)) for payload, seed in zip(payloads, seeds)]
+
+
+@pytest.mark.skipif(not codec.ACCELERATED, reason=NOT_BUILT)
+@pytest.mark.parametrize("threads", [1, 3, 8])
+def test_a_frame_ring_written_with_compression_threads_holds_the_bytes_of_one_written_without(
+    tmp_path: Path, threads: int
+) -> None:
+    frames = np.ascontiguousarray(real_frames("mspacman")[:300])
+    rings = {}
+    for name, count in (("alone", 1), ("shared", threads)):
+        (tmp_path / name).mkdir()
+        ring = FrameRing.create(tmp_path / name, frame_shape=frames.shape[1:], segment_bytes=200_000, frame_slots=512)
+        for start in range(0, len(frames), 25):  # segments fill: the general path takes the frames that straddle
+            chunk = frames[start : start + 25]
+            ring.append_frames(chunk, [start % 3] * len(chunk), threads=count)
+        ring.sync()
+        rings[name] = ring
+    assert rings["alone"].bytes_written == rings["shared"].bytes_written
+    for path in sorted((tmp_path / "alone").rglob("*")):
+        if path.is_file():
+            assert path.read_bytes() == (tmp_path / "shared" / path.relative_to(tmp_path / "alone")).read_bytes(), path
+    out = np.empty_like(frames)
+    rings["shared"].decode_into(np.arange(len(frames), dtype=np.int64), out, limit=4)
+    assert np.array_equal(out, frames)
