@@ -273,3 +273,39 @@ def test_a_frame_ring_written_with_compression_threads_holds_the_bytes_of_one_wr
     out = np.empty_like(frames)
     rings["shared"].decode_into(np.arange(len(frames), dtype=np.int64), out, limit=4)
     assert np.array_equal(out, frames)
+
+
+@pytest.mark.skipif(not codec.ACCELERATED, reason=NOT_BUILT)
+def test_waking_the_helpers_without_a_job_while_batches_run_leaves_every_batch_whole() -> None:
+    """``wake_helpers`` moves the pool's generation without posting a job (the hint ``prefetch`` gives):
+    a thread waking them in a tight loop while two callers decode must not make a helper take a job
+    twice, lose one, or run past the count its job's address leaves room for."""
+    from mmreplay import _lz4batch
+
+    segments = Segments(POOL_FRAMES)
+    stop = threading.Event()
+    failures: list[str] = []
+
+    def wake() -> None:
+        while not stop.is_set():
+            _lz4batch.wake_helpers(MAX_THREADS)
+
+    def decode_many(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for _ in range(150):
+            picks = rng.choice(len(segments.frames), int(rng.integers(20, 300)))
+            bad, out = segments.decode(picks, accelerated=True, threads=int(rng.choice([2, 9, MAX_THREADS])))
+            if bad != -1 or not np.array_equal(out, segments.frames[picks]):
+                failures.append(f"caller {seed}: bad={bad}")
+
+    waker = threading.Thread(target=wake)
+    callers = [threading.Thread(target=decode_many, args=(seed,)) for seed in range(2)]
+    waker.start()
+    for caller in callers:
+        caller.start()
+    for caller in callers:
+        caller.join(timeout=300)
+    stop.set()
+    waker.join(timeout=60)
+    assert not any(caller.is_alive() for caller in callers), "a decode never finished"
+    assert failures == []

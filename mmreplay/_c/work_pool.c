@@ -46,9 +46,10 @@
 #define CACHE_LINE 64
 
 /* pool.current is a job's address with, in the bits its alignment leaves free, the number of helpers
- * that took it through pool.current. A helper adds to that word at most twice per job posted (it reads
- * the generation before each add and adds again only when the generation has moved, which happens once
- * while a job is posted) and at most twice while no job is posted, so the count stays below JOB_ALIGN. */
+ * that took it through pool.current. A helper adds to that word only when pool.posts (bumped at every
+ * post, after the job is in pool.current) has moved since its last add: at most twice while one job is
+ * posted (posts reads the value before that job's bump, then its own) and at most once while none is,
+ * so the count stays below JOB_ALIGN however often the generation moves (pool_wake moves it alone). */
 #define JOB_ALIGN 256
 #define TAG_MASK ((uintptr_t)(JOB_ALIGN - 1))
 _Static_assert(2 * (POOL_MAX_THREADS - 1) < JOB_ALIGN, "the helpers' count must fit below a job's alignment");
@@ -77,9 +78,11 @@ typedef struct {
 
 static struct {
     _Alignas(CACHE_LINE) _Atomic uintptr_t current; /* the newest job | helpers that took it; 0: none */
-    _Atomic uint32_t generation;                    /* bumped at every post; the word helpers sleep on */
+    _Atomic uint32_t generation;                    /* bumped at every post and wake; helpers sleep on it */
+    _Atomic uint32_t posts;                         /* bumped at every post */
     _Alignas(CACHE_LINE) atomic_int sleepers;       /* helpers asleep, or about to be */
     _Alignas(CACHE_LINE) atomic_int helpers;        /* helper threads started */
+    _Atomic uint32_t start_generation, start_posts; /* what helpers being started take as seen */
     pthread_mutex_t grow_lock;                      /* held while starting helpers */
 #ifndef __linux__
     pthread_mutex_t sleep_lock;
@@ -209,14 +212,22 @@ wake_helpers(int count)
 #endif
 }
 
-/* A helper; `seen` is the generation before the post it was started for, so that it joins that job. */
+/* A helper; it starts from the generation and posts pool_grow read before the post it was started for,
+ * so that it joins that job (a helper that reads a later pair misses that job: the caller runs it). */
 static void *
-pool_helper(void *seen_generation)
+pool_helper(void *unused)
 {
-    uint32_t seen = (uint32_t)(uintptr_t)seen_generation;
+    (void)unused;
+    uint32_t seen = atomic_load(&pool.start_generation);
+    uint32_t taken = atomic_load(&pool.start_posts); /* posts when this helper last took pool.current */
     for (;;) {
         wait_for_post(seen);
         seen = atomic_load(&pool.generation);
+        uint32_t posts = atomic_load(&pool.posts);
+        if (posts == taken) {
+            continue; /* woken without a new job (pool_wake): poll for the one on its way */
+        }
+        taken = posts;
         uintptr_t word = atomic_fetch_add(&pool.current, 1); /* a reference to the newest job, if any */
         Job *job = (Job *)(word & ~TAG_MASK);
         if (job != NULL) {
@@ -260,10 +271,11 @@ pool_grow(int wanted)
     /* without the fork handler a forked child would wait on helpers it lacks: none are started */
     if (fork_handler_set && pthread_attr_init(&attr) == 0) {
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        void *seen = (void *)(uintptr_t)atomic_load(&pool.generation);
+        atomic_store(&pool.start_generation, atomic_load(&pool.generation));
+        atomic_store(&pool.start_posts, atomic_load(&pool.posts));
         while (atomic_load(&pool.helpers) < wanted) {
             pthread_t id;
-            if (pthread_create(&id, &attr, pool_helper, seen) != 0) {
+            if (pthread_create(&id, &attr, pool_helper, NULL) != 0) {
                 break; /* fewer helpers: the caller runs their share */
             }
             atomic_fetch_add(&pool.helpers, 1);
@@ -273,6 +285,15 @@ pool_grow(int wanted)
     helpers = atomic_load(&pool.helpers);
     pthread_mutex_unlock(&pool.grow_lock);
     return helpers;
+}
+
+void
+pool_wake(int helpers)
+{
+    if (helpers > 0 && atomic_load(&pool.sleepers) > 0) {
+        atomic_fetch_add(&pool.generation, 1);
+        wake_helpers(helpers);
+    }
 }
 
 void
@@ -303,6 +324,7 @@ pool_run(Py_ssize_t tasks, int threads, pool_task task, void *context)
     atomic_init(&job->caller_sleeps, 0);
 
     uintptr_t previous = atomic_exchange(&pool.current, (uintptr_t)job);
+    atomic_fetch_add(&pool.posts, 1);
     atomic_fetch_add(&pool.generation, 1);
     wake_helpers(threads - 1);
     pool_reference_drop(previous); /* a job another thread posted: its helpers keep their references */

@@ -22,4 +22,10 @@ typedef void (*pool_task)(void *context, Py_ssize_t number);
  * threads may call at once (helpers join the newest job). */
 void pool_run(Py_ssize_t tasks, int threads, pool_task task, void *context);
 
+/* Wakes up to `helpers` sleeping helpers, which then poll for a job for a while (SPIN_NANOSECONDS): a
+ * hint from a caller that will post a job shortly (a sampled batch's decode, after its rows are read),
+ * so that helpers asleep between batches (a learner's update takes milliseconds) are awake when it
+ * comes, instead of waking only then. Costs an atomic load when none sleeps. */
+void pool_wake(int helpers);
+
 #endif

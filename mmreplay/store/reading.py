@@ -81,10 +81,15 @@ class TransitionReader:
         read of them that follows. Sampled rows of a large store each cost a page walk and a memory read;
         issued before the caller's other work on the batch (its weights, the batch's arrays), those
         overlap it rather than stalling the read (0.5 to 0.7 us of ~18 in a CartPole batch of a 1,000,000
-        transition store)."""
+        transition store). The decode's helper threads are woken too, where the batch will use them."""
         if self._compiled and len(steps):
             assert _lz4batch is not None and self.table.compiled_rows is not None
             _lz4batch.prefetch_rows(self.table.compiled_rows[0], self.table.row_slots, steps)
+            # Helpers asleep since the last batch (a learner's update between two batches takes longer
+            # than they poll) wake now, while the rows are read, not when the decode needs them.
+            threads = batch_threads(len(steps) * self._row_nbytes, self.thread_limit)
+            if threads > 1:
+                _lz4batch.wake_helpers(threads - 1)
 
     def transition_frames(self, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         next_frames = next_frame_steps(self.table.read(steps), steps)
