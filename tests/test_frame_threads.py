@@ -16,6 +16,7 @@ from extension_status import absent_reason
 from test_codec import Segments, random_frames, real_frames
 
 from mmreplay.frames import threads as frame_threads
+from mmreplay import ReplayStore, decode_batch
 from mmreplay.frames import lz4_codec as codec
 from mmreplay.frames.ring import FrameRing
 from mmreplay.frames.threads import (
@@ -309,3 +310,49 @@ def test_waking_the_helpers_without_a_job_while_batches_run_leaves_every_batch_w
     waker.join(timeout=60)
     assert not any(caller.is_alive() for caller in callers), "a decode never finished"
     assert failures == []
+
+
+# -- decode_threads= on the learner's side (encoded batches) ---------------------------------------
+
+
+def encoded_store(tmp_path: Path) -> ReplayStore:
+    """A store of 300 transitions of game-like 84x84 frames in a few episodes of one env."""
+    store = ReplayStore.create(tmp_path / "s.mmr", frame_shape=(84, 84), capacity=1000, stack_size=4)
+    frames = POOL_FRAMES
+    for t in range(300):
+        ended = t % 97 == 96
+        store.add(frames[t], t % 5, 0.5, frames[t + 1], ended, False)
+    return store
+
+
+@pytest.mark.parametrize("decode_threads", [None, 1, 2, 7, MAX_THREADS])
+def test_an_encoded_batch_decodes_to_the_same_batch_whatever_its_decode_threads(tmp_path: Path,
+                                                                                decode_threads: int | None) -> None:
+    with encoded_store(tmp_path) as store:
+        expected = store.sample(64, 3)
+        encoded = store.sample_encoded(64, 3)
+        for batch in (encoded.decode(decode_threads=decode_threads), decode_batch(encoded, decode_threads=decode_threads)):
+            assert np.array_equal(batch.obs, expected.obs) and np.array_equal(batch.next_obs, expected.next_obs)
+        windows = store.sample_sequences_encoded(6, 20, 4)
+        assert np.array_equal(windows.decode(decode_threads=decode_threads).obs, store.sample_sequences(6, 20, 4).obs)
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        (0, ValueError, rf"^decode_threads must be None \(the cores this process may use\) or 1 to {MAX_THREADS}; got 0$"),
+        (MAX_THREADS + 1, ValueError, rf"^decode_threads must be None .* or 1 to {MAX_THREADS}; got {MAX_THREADS + 1}$"),
+        (2.0, TypeError, r"^decode_threads must be None or an int; got float 2.0$"),
+        ("4", TypeError, r"^decode_threads must be None or an int; got str '4'$"),
+        (True, TypeError, r"^decode_threads must be None or an int; got bool True$"),
+    ],
+)
+def test_a_decode_threads_that_is_not_none_or_1_to_the_maximum_is_refused(
+    tmp_path: Path, value: object, error: type[Exception], message: str
+) -> None:
+    with encoded_store(tmp_path) as store:
+        encoded = store.sample_encoded(8, 1)
+        with pytest.raises(error, match=message):
+            encoded.decode(decode_threads=value)  # type: ignore[arg-type]
+        with pytest.raises(error, match=message):
+            encoded.frames.decode(decode_threads=value)  # type: ignore[arg-type]

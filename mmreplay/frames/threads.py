@@ -16,8 +16,10 @@ import math
 import os
 from pathlib import Path
 
+from mmreplay.validation import MAX_DECODE_THREADS
+
 # The most threads one batch may use: the compiled pool's POOL_MAX_THREADS (_c/work_pool.h).
-MAX_THREADS = 64
+MAX_THREADS = MAX_DECODE_THREADS
 
 # A second thread pays from about half a sampled batch. The extension keeps its helper threads (starting
 # one cost 20-45 us, as much as decoding half a sampled batch) and a helper polls for the next batch for

@@ -29,6 +29,8 @@ import numpy.typing as npt
 
 from mmreplay.errors import CorruptStoreError
 from mmreplay.frames import lz4_codec
+from mmreplay.frames.threads import thread_limit
+from mmreplay.validation import parse_decode_threads
 
 T = TypeVar("T", bound=np.generic)
 
@@ -65,14 +67,16 @@ class EncodedFrames:
         return BlockRefs(np.zeros(order.shape, np.int64), starts[order], self.lengths[order], self.checksums[order],
                          self.seeds[order].astype(np.int64))
 
-    def decode(self, order: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.uint8]:
+    def decode(
+        self, order: npt.NDArray[np.int64] | None = None, *, decode_threads: int | None = None
+    ) -> npt.NDArray[np.uint8]:
         """The frames' pixels, (n, *frame_shape) uint8, in ``order`` (indices into these frames, repeats
         allowed; by default each once), each checked against its checksum: ``CorruptStoreError`` if one
-        fails or does not decode to exactly one frame."""
+        fails or does not decode to exactly one frame. ``decode_threads`` as in ``decode_blocks``."""
         if order is None:
             order = np.arange(len(self), dtype=np.int64)
         pixels = np.empty((len(order), *self.frame_shape), np.uint8)
-        decode_blocks([self], self.blocks(order), pixels, numbers=order)
+        decode_blocks([self], self.blocks(order), pixels, numbers=order, decode_threads=decode_threads)
         return pixels
 
     def __repr__(self) -> str:
@@ -126,11 +130,14 @@ class BlockRefs:
 
 def decode_blocks(
     sources: Sequence[EncodedFrames], refs: BlockRefs, out: npt.NDArray[np.uint8], *,
-    numbers: npt.NDArray[np.int64] | None = None,
+    numbers: npt.NDArray[np.int64] | None = None, decode_threads: int | None = None,
 ) -> None:
     """Decode the referenced frames into ``out`` ((refs' size, *frame_shape) uint8, C-contiguous) in one
     call of the compiled decoder, each checked against its checksum: ``CorruptStoreError`` if one fails
-    or does not decode to exactly one frame, naming it by ``numbers`` (by default its position)."""
+    or does not decode to exactly one frame, naming it by ``numbers`` (by default its position). The
+    batch decodes on as many threads as its size asks (``threads.batch_threads``), at most the cores this
+    process may use and ``decode_threads`` (None: no cap)."""
+    limit = thread_limit(parse_decode_threads(decode_threads))
     count = refs.starts.size
     if not isinstance(out, np.ndarray) or out.dtype != np.uint8 or out.ndim < 2 or out.shape[0] != count:
         raise ValueError(
@@ -142,6 +149,7 @@ def decode_blocks(
     bad = lz4_codec.decode_batch(
         refs.sources.reshape(-1), refs.starts.reshape(-1), refs.lengths.reshape(-1), refs.checksums.reshape(-1),
         refs.seeds.reshape(-1), out.reshape(count, -1), views=[memoryview(source.data) for source in sources],
+        limit=limit,
     )
     if bad >= 0:
         raise CorruptStoreError(
