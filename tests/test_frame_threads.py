@@ -23,6 +23,7 @@ from mmreplay.frames.threads import (
     BYTES_PER_THREAD,
     MAX_THREADS,
     SPLIT_MIN_BYTES,
+    ahead_threads,
     batch_threads,
     cgroup_cpu_limit,
     compress_threads,
@@ -234,6 +235,12 @@ def test_compression_takes_a_thread_for_each_12_kib_of_a_calls_frames_from_four_
     assert compress_threads(64, 7056, 1) == 1
 
 
+def test_a_frame_compressed_ahead_takes_one_helper_from_four_cores_and_none_below() -> None:
+    assert ahead_threads(1, 7056, 16) == 2
+    assert ahead_threads(8, 7056, 16) == 5
+    assert ahead_threads(1, 7056, 3) == 1
+
+
 @given(count=st.integers(1, 10_000), frame_nbytes=st.integers(1, 1 << 20), limit=st.integers(1, 200))
 def test_compression_threads_never_pass_the_frames_the_limit_or_the_pool(count: int, frame_nbytes: int,
                                                                            limit: int) -> None:
@@ -356,3 +363,38 @@ def test_a_decode_threads_that_is_not_none_or_1_to_the_maximum_is_refused(
             encoded.decode(decode_threads=value)  # type: ignore[arg-type]
         with pytest.raises(error, match=message):
             encoded.frames.decode(decode_threads=value)  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(not codec.ACCELERATED, reason=NOT_BUILT)
+@pytest.mark.parametrize("threads", [1, 2, 5])
+def test_frames_compressed_ahead_are_written_as_the_bytes_of_frames_compressed_in_the_call(
+    tmp_path: Path, threads: int
+) -> None:
+    """add's fast path hands a stack's newest frame to a helper before it checks the add: the ring then
+    holds the same bytes as one that compressed in the call, also across segment ends (where the
+    general path takes the frames that would straddle, and the handle is dropped)."""
+    frames = np.ascontiguousarray(real_frames("mspacman")[:240])
+    for name, ahead in (("in-call", False), ("ahead", True)):
+        (tmp_path / name).mkdir()
+        ring = FrameRing.create(tmp_path / name, frame_shape=frames.shape[1:], segment_bytes=150_000, frame_slots=512)
+        for start in range(0, len(frames), 3):
+            chunk = frames[start : start + 3] if start % 2 else frames[start : start + 1]
+            handle = codec.compress_ahead(chunk, threads=threads) if ahead else None
+            ring.append_frames(chunk, [start % 3] * len(chunk), ahead=handle)
+        ring.sync()
+    for path in sorted((tmp_path / "in-call").rglob("*")):
+        if path.is_file():
+            assert path.read_bytes() == (tmp_path / "ahead" / path.relative_to(tmp_path / "in-call")).read_bytes(), path
+
+
+@pytest.mark.skipif(not codec.ACCELERATED, reason=NOT_BUILT)
+def test_a_handle_of_frames_compressed_ahead_may_be_dropped_untaken_or_refused_for_other_frames(
+    tmp_path: Path,
+) -> None:
+    frames = np.ascontiguousarray(POOL_FRAMES[:8])
+    for _ in range(200):  # dropped while a helper may still compress into it
+        codec.compress_ahead(frames, threads=3)
+    ring = FrameRing.create(tmp_path, frame_shape=frames.shape[1:], segment_bytes=1 << 20, frame_slots=64)
+    with pytest.raises(ValueError, match=r"^the frames compressed ahead are 8 of 7056 bytes; expected 2 of 7056$"):
+        ring.append_frames(frames[:2], [0, 1], ahead=codec.compress_ahead(frames, threads=2))
+    assert ring.frames_written == 0 and ring.bytes_written == 0

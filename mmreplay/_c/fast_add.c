@@ -11,6 +11,7 @@
 
 #include "crc32.h"
 #include "fast_add.h"
+#include "frame_compress.h"
 #include "frame_entries.h"
 #include "little_endian.h"
 #include "lz4_api.h"
@@ -39,91 +40,6 @@ write_all(int descriptor, const char *data, size_t length, off_t offset)
         offset += written;
     }
     return 0;
-}
-
-/* A batch of frames compressed by the pool's threads (work_pool.h), each frame alone into its own slot
- * of `bound` bytes (blocks + i * bound); a task is a run of consecutive frames, compressed with one
- * stream state, reset before each frame. */
-typedef struct {
-    const char *frames;
-    Py_ssize_t n, chunk; /* frames; frames a task compresses */
-    int frame_nbytes, bound, max_length;
-    char *blocks;
-    int *lengths;
-    const uint32_t *seeds; /* with checksums: each block's CRC-32 seeded with seeds[i] (or NULL) */
-    uint32_t *checksums;
-    _Atomic int failed; /* a frame did not compress, or no memory for a stream state */
-} CompressJob;
-
-static void
-compress_task(void *context, Py_ssize_t number)
-{
-    CompressJob *job = context;
-    Py_ssize_t start = number * job->chunk, stop = start + job->chunk < job->n ? start + job->chunk : job->n;
-    LZ4_stream_t *stream = LZ4_createStream();
-    if (stream == NULL) {
-        atomic_store(&job->failed, 1);
-        return;
-    }
-    for (Py_ssize_t i = start; i < stop; i++) {
-        /* A fresh stream per frame, as python-lz4's lz4.block.compress does (lz4_codec.compress): the
-         * same bytes as the general path. LZ4_compress_default would pick a 16-bit table for inputs
-         * under 64 KiB and compress Atari frames ~5% worse. */
-        if (i > start) {
-            LZ4_resetStream(stream);
-        }
-        char *block = job->blocks + (size_t)i * (size_t)job->bound;
-        int length = LZ4_compress_fast_continue(stream, job->frames + (size_t)i * (size_t)job->frame_nbytes, block,
-                                                job->frame_nbytes, job->bound, 1);
-        job->lengths[i] = length;
-        if (length <= 0 || length > job->max_length) {
-            atomic_store(&job->failed, 1);
-            break;
-        }
-        if (job->checksums != NULL) {
-            job->checksums[i] = frame_crc32(job->seeds[i], (const unsigned char *)block, (size_t)length);
-        }
-    }
-    LZ4_freeStream(stream);
-}
-
-/* Compresses n frames of frame_nbytes bytes each on up to `threads` threads, then packs the blocks back
- * to back at the start of blocks (room for n blocks of LZ4_compressBound(frame_nbytes) bytes), each
- * block's size into lengths[i] (and, with seeds, its CRC-32 into checksums[i]): the bytes of all, or -1
- * when a frame does not compress, its block is over max_length bytes, or memory ran out. The
- * compression step of add's fast path, apart from its writes; call with the GIL released. */
-static long long
-compress_frames(const char *frames, Py_ssize_t n, int frame_nbytes, char *blocks, int *lengths, int max_length,
-                const uint32_t *seeds, uint32_t *checksums, int threads)
-{
-    if (threads > n) {
-        threads = (int)n;
-    }
-    CompressJob job = {.frames = frames, .n = n, .frame_nbytes = frame_nbytes,
-                       .bound = LZ4_compressBound(frame_nbytes), .max_length = max_length, .blocks = blocks,
-                       .lengths = lengths, .seeds = seeds, .checksums = checksums};
-    atomic_init(&job.failed, 0);
-    /* two runs a thread, so that a helper that joins late leaves little to the others */
-    Py_ssize_t tasks = threads > 1 ? 2 * (Py_ssize_t)threads : 1;
-    job.chunk = (n + tasks - 1) / tasks;
-    tasks = (n + job.chunk - 1) / job.chunk;
-    if (threads > 1) {
-        pool_run(tasks, threads, compress_task, &job);
-    }
-    else {
-        compress_task(&job, 0);
-    }
-    if (atomic_load(&job.failed)) {
-        return -1;
-    }
-    long long total = 0;
-    for (Py_ssize_t i = 0; i < n; i++) { /* pack: each block moves down, never over one not yet moved */
-        if (total != (long long)i * job.bound) {
-            memmove(blocks + total, blocks + (size_t)i * (size_t)job.bound, (size_t)lengths[i]);
-        }
-        total += lengths[i];
-    }
-    return total;
 }
 
 /* The frame-table entries of frames first_step, first_step + 1, ...: each block's ring position (the
@@ -158,15 +74,17 @@ py_append_frames(PyObject *module, PyObject *args)
     EntryLayout layout;
     unsigned long seed_multiplier;
     int descriptor, threads;
-    if (!PyArg_ParseTuple(args, "y*OLw*L(nnnnnn)kiLLLi:append_frames", &frames, &deltas_arg, &first_step, &table,
+    PyObject *ahead = Py_None;
+    if (!PyArg_ParseTuple(args, "y*OLw*L(nnnnnn)kiLLLi|O:append_frames", &frames, &deltas_arg, &first_step, &table,
                           &frame_slots, ENTRY_LAYOUT_FIELDS(layout), &seed_multiplier, &descriptor, &segment_start,
-                          &offset, &segment_bytes, &threads)) {
+                          &offset, &segment_bytes, &threads, &ahead)) {
         return NULL;
     }
     PyObject *result = NULL, *deltas = NULL;
     char *blocks = NULL;
     int *lengths = NULL;
     uint32_t *prev = NULL;
+    PendingFrames *pending = NULL;
     deltas = PySequence_Fast(deltas_arg, "prev_deltas must be a sequence of ints");
     if (deltas == NULL) {
         goto done;
@@ -186,11 +104,16 @@ py_append_frames(PyObject *module, PyObject *args)
                         "append_frames: frames, first_step, segment_start, offset or threads out of range");
         goto done;
     }
+    if (ahead != Py_None && (pending = pending_frames_of(ahead, n, frame_nbytes)) == NULL) {
+        goto done;
+    }
     int bound = LZ4_compressBound((int)frame_nbytes);
     prev = PyMem_Malloc((size_t)n * sizeof(uint32_t));
-    lengths = PyMem_Malloc((size_t)n * sizeof(int));
-    blocks = PyMem_Malloc((size_t)n * (size_t)bound);
-    if (prev == NULL || lengths == NULL || blocks == NULL) {
+    if (pending == NULL) { /* else the capsule's */
+        lengths = PyMem_Malloc((size_t)n * sizeof(int));
+        blocks = PyMem_Malloc((size_t)n * (size_t)bound);
+    }
+    if (prev == NULL || (pending == NULL && (lengths == NULL || blocks == NULL))) {
         PyErr_NoMemory();
         goto done;
     }
@@ -205,11 +128,21 @@ py_append_frames(PyObject *module, PyObject *args)
     int max_length = layout.length_bytes == 2 ? 0xFFFF : INT_MAX;
     long long total;
     int failed = 0;
+    char *written = blocks;
+    int *sizes = lengths;
     Py_BEGIN_ALLOW_THREADS
-    total = compress_frames((const char *)frames.buf, n, (int)frame_nbytes, blocks, lengths, max_length, NULL, NULL,
-                            threads);
+    if (pending != NULL) { /* compressed ahead (the caller runs it now if no helper took it) */
+        total = pending_frames_take(pending, &written, &sizes);
+        for (Py_ssize_t i = 0; total >= 0 && i < n; i++) {
+            total = sizes[i] > max_length ? -1 : total;
+        }
+    }
+    else {
+        total = compress_frames((const char *)frames.buf, n, (int)frame_nbytes, blocks, lengths, max_length, NULL,
+                                NULL, threads);
+    }
     if (total >= 0 && offset + total <= segment_bytes) {
-        failed = write_all(descriptor, blocks, (size_t)total, (off_t)offset) < 0;
+        failed = write_all(descriptor, written, (size_t)total, (off_t)offset) < 0;
     }
     Py_END_ALLOW_THREADS
     if (failed) {
@@ -220,8 +153,8 @@ py_append_frames(PyObject *module, PyObject *args)
         result = PyLong_FromLong(-1);
         goto done;
     }
-    write_entries((unsigned char *)table.buf, frame_slots, &layout, first_step, n, segment_start + offset, blocks,
-                  lengths, prev, (uint32_t)seed_multiplier);
+    write_entries((unsigned char *)table.buf, frame_slots, &layout, first_step, n, segment_start + offset, written,
+                  sizes, prev, (uint32_t)seed_multiplier);
     result = PyLong_FromLongLong(total);
 done:
     PyMem_Free(blocks);
@@ -230,59 +163,6 @@ done:
     Py_XDECREF(deltas);
     PyBuffer_Release(&frames);
     PyBuffer_Release(&table);
-    return result;
-}
-
-PyObject *
-py_compress_frames(PyObject *module, PyObject *args)
-{
-    (void)module;
-    Py_buffer frames, seeds, lengths_out, checksums_out;
-    int threads;
-    if (!PyArg_ParseTuple(args, "y*y*w*w*i:compress_frames", &frames, &seeds, &lengths_out, &checksums_out,
-                          &threads)) {
-        return NULL;
-    }
-    PyObject *result = NULL;
-    char *blocks = NULL;
-    int *lengths = NULL;
-    Py_ssize_t n = seeds.len / 4, frame_nbytes = n > 0 ? frames.len / n : 0;
-    if (n <= 0 || seeds.len % 4 != 0 || (uintptr_t)seeds.buf % 4 != 0 || frame_nbytes <= 0
-        || frame_nbytes > INT_MAX / 2 || frames.len != n * frame_nbytes || lengths_out.len != n * 8
-        || (uintptr_t)lengths_out.buf % 8 != 0 || checksums_out.len != n * 4 || (uintptr_t)checksums_out.buf % 4 != 0
-        || threads < 1 || threads > POOL_MAX_THREADS) {
-        PyErr_SetString(PyExc_ValueError,
-                        "compress_frames: expected n frames, n uint32 seeds, n int64 lengths, n uint32 checksums and "
-                        "1 to POOL_MAX_THREADS threads");
-        goto done;
-    }
-    size_t bound = (size_t)LZ4_compressBound((int)frame_nbytes);
-    blocks = PyMem_Malloc((size_t)n * bound);
-    lengths = PyMem_Malloc((size_t)n * sizeof(int));
-    if (blocks == NULL || lengths == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    long long total;
-    Py_BEGIN_ALLOW_THREADS
-    total = compress_frames((const char *)frames.buf, n, (int)frame_nbytes, blocks, lengths, INT_MAX,
-                            (const uint32_t *)seeds.buf, (uint32_t *)checksums_out.buf, threads);
-    Py_END_ALLOW_THREADS
-    if (total < 0) { /* every frame compresses to at most its bound: only a stream state can fail */
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        ((int64_t *)lengths_out.buf)[i] = lengths[i];
-    }
-    result = PyBytes_FromStringAndSize(blocks, (Py_ssize_t)total);
-done:
-    PyMem_Free(lengths);
-    PyMem_Free(blocks);
-    PyBuffer_Release(&frames);
-    PyBuffer_Release(&seeds);
-    PyBuffer_Release(&lengths_out);
-    PyBuffer_Release(&checksums_out);
     return result;
 }
 

@@ -8,11 +8,12 @@
 #include <Python.h>
 
 /* append_frames(frames, prev_deltas, first_step, table, frame_slots, layout, seed_multiplier, descriptor,
- *               segment_start, offset, segment_bytes, threads) -> int
+ *               segment_start, offset, segment_bytes, threads[, ahead]) -> int
  *   FrameRing.append of frames compressed alone, given uncompressed (a Python loop over the frames costs
  *   as much as compressing them). frames holds len(prev_deltas) contiguous frames; each is compressed
  *   with lz4 (the bytes of lz4_codec.compress, python-lz4's), on up to `threads` threads of the pool
- *   (work_pool.h; the compression step is apart from the writes), and all are written back to back at offset
+ *   (frame_compress.h, apart from the writes; or taken from `ahead`, a compress_ahead capsule of these
+ *   frames, once compressed), and all are written back to back at offset
  *   of the segment file open as descriptor, whose first byte is ring position segment_start. Then entry
  *   (first_step + i) mod frame_slots gets the frame's ring position, length, checksum (CRC-32 seeded
  *   with step * seed_multiplier + prev delta) and prev_deltas[i]; layout as decode_entries takes it,
@@ -20,12 +21,6 @@
  *   written; -1 with nothing written when they would run past the segment's end (the caller's general
  *   path then starts the next segment). */
 PyObject *py_append_frames(PyObject *module, PyObject *args);
-
-/* compress_frames(frames, seeds, lengths, checksums, threads) -> bytes
- *   The n = len(seeds) contiguous frames of frames, each compressed alone as lz4_codec.compress does, on
- *   up to `threads` threads of the pool: their blocks back to back, each block's length into lengths
- *   (int64[n]) and its CRC-32 seeded with seeds[i] (uint32[n]) into checksums (uint32[n]). */
-PyObject *py_compress_frames(PyObject *module, PyObject *args);
 
 /* write_rows(table, row_slots, first_step, frame_lead, layout, rewards, flags, actions, previous_steps)
  *   TransitionTable.write of the rows of envs 0, 1, ... at steps first_step + env: each row gets
@@ -41,10 +36,6 @@ PyObject *py_write_rows(PyObject *module, PyObject *args);
      "              segment_start, offset, segment_bytes, threads) -> int\n\n"                                     \
      "Compress frames, write them at offset of a segment file and fill their frame-table entries: the bytes\n"     \
      "written, or -1 (nothing written) when they would run past the segment's end."},                              \
-    {"compress_frames", py_compress_frames, METH_VARARGS,                                                          \
-     "compress_frames(frames, seeds, lengths, checksums, threads) -> bytes\n\n"                                     \
-     "Compress frames alone, each as lz4_codec.compress does, on up to threads threads: their blocks back to\n"    \
-     "back; each block's length and seeded CRC-32 into lengths and checksums."},                                   \
     {"write_rows", py_write_rows, METH_VARARGS,                                                                    \
      "write_rows(table, row_slots, first_step, frame_lead, layout, rewards, flags, actions, previous_steps)\n\n"   \
      "Write the transition rows of envs 0, 1, ... with their checksums, and link each env's previous row."},

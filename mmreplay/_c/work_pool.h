@@ -22,6 +22,14 @@ typedef void (*pool_task)(void *context, Py_ssize_t number);
  * threads may call at once (helpers join the newest job). */
 void pool_run(Py_ssize_t tasks, int threads, pool_task task, void *context);
 
+/* pool_run in two halves, so that the caller can do other work while helpers start on the job:
+ * pool_post hands the tasks to up to threads - 1 helpers and returns at once (NULL when there are none
+ * to hand them to); pool_join, given the same tasks, task and context, runs what no helper took and
+ * returns once every task has run. Every post must be joined, and context must live until then. */
+typedef struct PoolJob PoolJob;
+PoolJob *pool_post(Py_ssize_t tasks, int threads, pool_task task, void *context);
+void pool_join(PoolJob *job, Py_ssize_t tasks, pool_task task, void *context);
+
 /* Wakes up to `helpers` sleeping helpers, which then poll for a job for a while (SPIN_NANOSECONDS): a
  * hint from a caller that will post a job shortly (a sampled batch's decode, after its rows are read),
  * so that helpers asleep between batches (a learner's update takes milliseconds) are awake when it

@@ -228,11 +228,14 @@ class FrameRing:
         self.bytes_written = position
         return first_step
 
-    def append_frames(self, frames: npt.NDArray[np.generic], prev_deltas: list[int], *, threads: int = 1) -> None:
+    def append_frames(
+        self, frames: npt.NDArray[np.generic], prev_deltas: list[int], *, threads: int = 1, ahead: object | None = None
+    ) -> None:
         """``append`` for a plain ring, given the frames uncompressed (``len(prev_deltas)`` contiguous
         frames): the compiled extension compresses and writes them in one call, which costs less than a
         Python loop over them; the same bytes as compressing them with ``codec.compress`` for ``append``.
-        The compression runs on up to ``threads`` threads (``threads.compress_threads``)."""
+        The compression runs on up to ``threads`` threads (``threads.compress_threads``), or was started
+        ahead: ``ahead``, ``lz4_codec.compress_ahead`` of these same frames."""
         assert not self._with_refs, "append_frames writes a plain ring's frames"
         if _lz4batch is not None:
             first_step, position = self.frames_written, self.bytes_written
@@ -240,7 +243,7 @@ class FrameRing:
             self._reserve_entries(first_step + len(prev_deltas))
             written = _lz4batch.append_frames(
                 frames, prev_deltas, first_step, self._entries, self.frame_slots, self._layout, _SEED_MULTIPLIER,
-                self._descriptor_of(segment), position - offset, offset, self.segment_bytes, threads,
+                self._descriptor_of(segment), position - offset, offset, self.segment_bytes, threads, ahead,
             )
             if written >= 0:
                 self.frames_written = first_step + len(prev_deltas)

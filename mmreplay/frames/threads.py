@@ -71,6 +71,15 @@ def compress_threads(count: int, frame_nbytes: int, limit: int) -> int:
     return max(1, min(limit, count, count * frame_nbytes // COMPRESS_BYTES_PER_THREAD, MAX_THREADS))
 
 
+def ahead_threads(count: int, frame_nbytes: int, limit: int) -> int:
+    """Threads for compressing ``count`` frames ahead (``lz4_codec.compress_ahead``) while the caller works
+    on: one helper more than ``compress_threads`` gives the rest (a single frame takes one helper), and
+    1 (no helper: nothing ahead) below ``COMPRESS_MIN_CORES``."""
+    if limit < COMPRESS_MIN_CORES:
+        return 1
+    return 1 + compress_threads(count, frame_nbytes, limit - 1)
+
+
 def thread_limit(cap: int | None = None) -> int:
     """The most threads a batch may decode on: the cores this process may use (``usable_cores``), at
     most ``cap`` (``decode_threads=``; None: no cap) and ``MAX_THREADS``."""
