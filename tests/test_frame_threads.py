@@ -373,12 +373,16 @@ def test_frames_compressed_ahead_are_written_as_the_bytes_of_frames_compressed_i
     """add's fast path hands a stack's newest frame to a helper before it checks the add: the ring then
     holds the same bytes as one that compressed in the call, also across segment ends (where the
     general path takes the frames that would straddle, and the handle is dropped)."""
+    from mmreplay import _lz4batch
+
     frames = np.ascontiguousarray(real_frames("mspacman")[:240])
     for name, ahead in (("in-call", False), ("ahead", True)):
         (tmp_path / name).mkdir()
         ring = FrameRing.create(tmp_path / name, frame_shape=frames.shape[1:], segment_bytes=150_000, frame_slots=512)
         for start in range(0, len(frames), 3):
             chunk = frames[start : start + 3] if start % 2 else frames[start : start + 1]
+            if ahead:
+                _lz4batch.wake_helpers(8)  # awake, they take the frames (asleep, the taker compresses them)
             handle = codec.compress_ahead(chunk, threads=threads) if ahead else None
             ring.append_frames(chunk, [start % 3] * len(chunk), ahead=handle)
         ring.sync()

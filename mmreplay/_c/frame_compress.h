@@ -37,8 +37,9 @@ PyObject *py_compress_frames(PyObject *module, PyObject *args);
  *   Starts compressing the count contiguous frames of frames on up to threads - 1 of the pool's helpers
  *   and returns at once; append_frames given the capsule writes those blocks instead of compressing
  *   (add's fast path hands a stack's newest frame over before it checks the add, ~10 us that the
- *   compression then overlaps). With threads 1, or no helper, the frames compress when taken. The
- *   frames' buffer is held until then; a capsule dropped untaken waits for its helper first. */
+ *   compression then overlaps). With threads 1, or no helper awake (adds further apart than the
+ *   helpers poll), the frames compress when taken. The frames' buffer is held until then; a capsule
+ *   dropped untaken waits for its helper first. */
 PyObject *py_compress_ahead(PyObject *module, PyObject *args);
 
 #define FRAME_COMPRESS_METHODS                                                                                     \

@@ -297,13 +297,16 @@ pool_wake(int helpers)
 }
 
 PoolJob *
-pool_post(Py_ssize_t tasks, int threads, pool_task task, void *context)
+pool_post(Py_ssize_t tasks, int threads, pool_task task, void *context, int awake_only)
 {
     if (threads > tasks) {
         threads = (int)tasks; /* a helper without a task only costs */
     }
     if (threads > POOL_MAX_THREADS) {
         threads = POOL_MAX_THREADS;
+    }
+    if (awake_only && (atomic_load(&pool.helpers) == 0 || atomic_load(&pool.sleepers) >= atomic_load(&pool.helpers))) {
+        return NULL; /* every helper sleeps (or none was started): the caller runs the tasks at join */
     }
     Job *job = threads > 1 && pool_grow(threads - 1) > 0 ? aligned_alloc(JOB_ALIGN, JOB_BYTES) : NULL;
     if (job == NULL) {
@@ -365,5 +368,5 @@ pool_join(PoolJob *posted, Py_ssize_t tasks, pool_task task, void *context)
 void
 pool_run(Py_ssize_t tasks, int threads, pool_task task, void *context)
 {
-    pool_join(pool_post(tasks, threads, task, context), tasks, task, context);
+    pool_join(pool_post(tasks, threads, task, context, 0), tasks, task, context);
 }
