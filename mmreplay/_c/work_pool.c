@@ -326,7 +326,9 @@ pool_post(Py_ssize_t tasks, int threads, pool_task task, void *context, int awak
     uintptr_t previous = atomic_exchange(&pool.current, (uintptr_t)job);
     atomic_fetch_add(&pool.posts, 1);
     atomic_fetch_add(&pool.generation, 1);
-    wake_helpers(threads - 1);
+    if (!awake_only) {
+        wake_helpers(threads - 1);
+    }
     pool_reference_drop(previous); /* a job another thread posted: its helpers keep their references */
     return (PoolJob *)job;
 }
