@@ -7,7 +7,9 @@ The store is opened read-only once per decode-thread cap (``decode_threads=``: 1
 the cores this process may use) and sampled in alternating windows with the ring (the first of each
 pair alternating), so that a busy machine slows both alike. Prints a table per game (batches/s of each,
 the median of the windows' ratios, the threads the policy gave a batch under each cap) and, with
-``--json``, one JSON line per figure.
+``--json``, one JSON line per figure. Run it with glibc's allocator kept steady, as bench_core runs its
+workers (``MALLOC_MMAP_THRESHOLD_=268435456 MALLOC_TRIM_THRESHOLD_=268435456``; cores_box.sh does):
+otherwise each batch of 256 stacks (9 MB) is a fresh mmap that both buffers page-fault in again.
 
     .venv/bin/python benchmarks/bench_sampling_threads.py                       # 3 games x 2 batches x 5 caps
     .venv/bin/python benchmarks/bench_sampling_threads.py --games pong --batches 32 --caps 1,2 --seconds 0.3
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -129,8 +132,9 @@ def main(argv: list[str] | None = None) -> None:
     batches = [int(b) for b in args.batches.split(",")]
     caps = parse_caps(args.caps)
     cores = usable_cores()
+    malloc = "steady" if os.environ.get("MALLOC_MMAP_THRESHOLD_") else "glibc's default"
     print(f"usable cores {cores}; capacity {args.capacity:,}; stacks of {STACK}; windows of {args.seconds:g} s, "
-          f"{args.rounds} pairs per cell", flush=True)
+          f"{args.rounds} pairs per cell; allocator {malloc}", flush=True)
     for game in args.games.split(","):
         stream = FrameStream.load(stream_path(game, args.data_dir))
         with tempfile.TemporaryDirectory(dir=args.tmpdir) as tmp:

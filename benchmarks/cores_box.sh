@@ -137,7 +137,9 @@ pool_tests() {
 }
 
 sampling() {
-    "$PYTHON" benchmarks/bench_sampling_threads.py --data-dir "$CARRY/frames" --json --seconds 0.25 --rounds 3 \
+    # glibc's allocator kept steady, as bench_core's workers run (--malloc steady): a batch of 256 stacks
+    # (9 MB) would otherwise be a fresh mmap, page-faulted in again, for the ring and mmreplay alike.
+    MALLOC_MMAP_THRESHOLD_=268435456 MALLOC_TRIM_THRESHOLD_=268435456 "$PYTHON" benchmarks/bench_sampling_threads.py --data-dir "$CARRY/frames" --json --seconds 0.25 --rounds 3 \
         | tee -a "$OUT/bench.jsonl"
     return "${PIPESTATUS[0]}"
 }
