@@ -425,3 +425,39 @@ def test_compiled_updates_set_the_numpy_codes_leaves_and_largest_priority_bit_fo
                    for tree in (numpy_tree, compiled)]
         assert largest[0] == largest[1]
         assert_same_bits(numpy_tree, compiled)
+
+
+@compiled_only
+@given(
+    leaves=st.lists(leaf_values, min_size=1, max_size=100),
+    batch=st.lists(
+        st.tuples(st.integers(-3, 400), st.sampled_from([0.0, 1.0, -0.0, -1.0, np.inf, -np.inf, np.nan, 5e-324])
+                  | st.floats(0, 1e6)),
+        max_size=40,
+    ),
+    added=st.integers(0, 400),
+)
+def test_a_checked_update_applies_exactly_when_the_stores_checks_pass_and_as_update_does(leaves, batch, added):
+    model = np.array(leaves)
+    checked, plain = twin_trees(model, TOP_LEVEL)[1], twin_trees(model, TOP_LEVEL)[1]
+    steps = np.array([step for step, _ in batch], np.int64)
+    priorities = np.array([priority for _, priority in batch], np.float64)
+    stored = range(max(0, added - len(model)), added)
+    valid = bool(np.all((steps >= 0) & (steps < added) & np.isfinite(priorities) & (priorities >= 0)))
+    before = checked[1].tobytes(), checked[2].tobytes()
+    applied, largest = checked[0].update_checked(steps, priorities, added=added, stored=stored, slots=len(model),
+                                                 alpha=0.6, epsilon=1e-6)
+    assert applied == valid
+    if not valid:
+        assert (checked[1].tobytes(), checked[2].tobytes()) == before and largest is None
+        return
+    assert largest == plain[0].update(steps, priorities, stored=stored, slots=len(model), alpha=0.6, epsilon=1e-6)
+    assert_same_bits(plain, checked)
+
+
+def test_without_the_extension_a_checked_update_declines_and_changes_nothing():
+    tree, sums, _ = tree_and_nodes(np.ones(4), accelerated=False)
+    before = sums.tobytes()
+    assert tree.update_checked(np.array([1]), np.array([2.0]), added=4, stored=range(4), slots=4, alpha=1.0,
+                               epsilon=0.0) == (False, None)
+    assert sums.tobytes() == before

@@ -2,6 +2,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 
@@ -137,10 +138,10 @@ py_update(PyObject *module, PyObject *args)
 {
     (void)module;
     Py_buffer sums_view, minimums_view, steps_view, priorities_view;
-    long long first_step, stop_step, slots;
+    long long first_step, stop_step, slots, added = -1;
     double alpha, epsilon;
-    if (!PyArg_ParseTuple(args, "w*w*y*y*LLLdd:update", &sums_view, &minimums_view, &steps_view, &priorities_view,
-                          &first_step, &stop_step, &slots, &alpha, &epsilon)) {
+    if (!PyArg_ParseTuple(args, "w*w*y*y*LLLdd|L:update", &sums_view, &minimums_view, &steps_view, &priorities_view,
+                          &first_step, &stop_step, &slots, &alpha, &epsilon, &added)) {
         return NULL;
     }
     PyObject *result = NULL;
@@ -167,6 +168,14 @@ py_update(PyObject *module, PyObject *args)
     }
     const int64_t *steps = (const int64_t *)steps_view.buf;
     const double *priorities = (const double *)priorities_view.buf;
+    for (Py_ssize_t i = 0; added >= 0 && i < n; i++) {
+        /* The store's checks, before anything is written: a step never added, or a priority that is not
+         * a finite number >= 0, and the caller checks again to name it. */
+        if (steps[i] < 0 || steps[i] >= added || !(priorities[i] >= 0 && priorities[i] <= DBL_MAX)) {
+            result = Py_NewRef(Py_False);
+            goto done;
+        }
+    }
     Py_ssize_t kept = 0;
     double largest = 0.0;
     for (Py_ssize_t i = 0; i < n; i++) {

@@ -21,11 +21,14 @@ PyObject *py_draw(PyObject *module, PyObject *args);
  *   steps[i] mod slots: the importance weight (p_i / p_min)^-beta. */
 PyObject *py_weights(PyObject *module, PyObject *args);
 
-/* update(sums, minimums, steps, priorities, first_step, stop_step, slots, alpha, epsilon) -> float | None
+/* update(sums, minimums, steps, priorities, first_step, stop_step, slots, alpha, epsilon[, added])
+ *       -> float | None | False
  *   The leaves of the slots (step mod slots) of the steps in [first_step, stop_step) set to
  *   pow(priority + epsilon, alpha), in order (the last of repeats wins), and their ancestors
  *   recomputed, as set does. Returns the largest of those steps' priorities (NaN if one is NaN, as
- *   numpy's max), None when no step is in the range. */
+ *   numpy's max), None when no step is in the range. With `added` (the transitions added so far):
+ *   False, with nothing written, when a step is outside [0, added) or a priority is not finite and
+ *   >= 0 (ReplayStore.update_priorities' checks, which then name it). */
 PyObject *py_update(PyObject *module, PyObject *args);
 
 #define PRIORITY_BATCH_METHODS                                                                                     \
@@ -34,7 +37,8 @@ PyObject *py_update(PyObject *module, PyObject *args);
     {"weights", py_weights, METH_VARARGS,                                                                          \
      "weights(sums, minimums, steps, slots, beta, out): (leaf / minimum) ** -beta of each step, as float32."},     \
     {"update", py_update, METH_VARARGS,                                                                            \
-     "update(sums, minimums, steps, priorities, first_step, stop_step, slots, alpha, epsilon) -> max or None:\n"   \
+     "update(sums, minimums, steps, priorities, first_step, stop_step, slots, alpha, epsilon[, added])\n"          \
+     "    -> max, None or False:\n"                                                                               \
      "the leaves of the stored steps set to (priority + epsilon) ** alpha."},
 
 #endif

@@ -205,6 +205,22 @@ class PrioritizedSampler:
         if largest is not None:
             self.max_priority = max(self.max_priority, largest)
 
+    def update_priorities_checked(
+        self, steps: npt.NDArray[np.int64], priorities: npt.NDArray[np.float64], *, added: int
+    ) -> bool:
+        """``update_priorities`` with the store's checks made in the same compiled call (every step in
+        ``[0, added)``, every priority finite and >= 0): whether it applied them. False, with nothing
+        changed, when a check fails or the compiled call is not there: the store then checks in Python,
+        names what is wrong, and calls ``update_priorities``. ``steps`` int64 and ``priorities`` float64,
+        1-D, C-contiguous, of one length."""
+        applied, largest = self._require_tree().update_checked(
+            steps, priorities, added=added, stored=self._stored, slots=self._slots, alpha=self.alpha,
+            epsilon=self.epsilon,
+        )
+        if largest is not None:
+            self.max_priority = max(self.max_priority, largest)
+        return applied
+
     def state(self) -> dict[str, object]:
         state: dict[str, object] = {"max_priority": self.max_priority}
         if self._file is not None and self._file.committed.checksum is not None:

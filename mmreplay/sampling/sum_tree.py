@@ -286,6 +286,32 @@ class SumTree:
         self.set(steps % slots, c_powers(priorities + epsilon, alpha))
         return float(priorities.max())
 
+    def update_checked(
+        self,
+        steps: npt.NDArray[np.int64],
+        priorities: npt.NDArray[np.float64],
+        *,
+        added: int,
+        stored: range,
+        slots: int,
+        alpha: float,
+        epsilon: float,
+    ) -> tuple[bool, float | None]:
+        """``update`` in one compiled call with the store's checks of its arguments made in it: every step
+        in ``[0, added)`` and every priority finite and >= 0. (True, ``update``'s result) when they hold;
+        (False, None), with nothing written, when one does not, or where the compiled call is not there
+        (the caller then checks, names what is wrong, and calls ``update``). ``steps`` int64 and
+        ``priorities`` float64 arrays of one length, C-contiguous."""
+        if self._compiled is None:
+            return False, None
+        self._settle()
+        result: float | None | bool = self._compiled.update(
+            self._sums, self._minimums, steps, priorities, stored.start, stored.stop, slots, alpha, epsilon, added
+        )
+        if result is False:
+            return False, None
+        return True, None if result is None else float(result)
+
     def find(self, targets: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
         """For each target in [0, total), the leaf whose cumulative range holds it (never an empty leaf).
 
