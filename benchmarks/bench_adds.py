@@ -28,8 +28,8 @@ import numpy as np
 from mmreplay import ReplayStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from frame_streams import add_data_dir_argument, stream_path  # noqa: E402
-from peers import FrameStream  # noqa: E402
+from frame_streams import add_data_dir_argument, stream_path
+from peers import FrameStream
 
 STACK = 4
 
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true", help="also print one JSON line per figure")
     add_data_dir_argument(parser)
     args = parser.parse_args(argv)
-    print(f"| game | form | transitions/s (wall) | transitions/s (thread CPU) |\n|---|---|---:|---:|", flush=True)
+    print("| game | form | transitions/s (wall) | transitions/s (thread CPU) |\n|---|---|---:|---:|", flush=True)
     for game in args.games.split(","):
         stream = FrameStream.load(stream_path(game, args.data_dir))
         with tempfile.TemporaryDirectory(dir=args.tmpdir) as tmp:

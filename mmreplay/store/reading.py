@@ -16,12 +16,18 @@ import numpy.typing as npt
 
 from mmreplay import extensions
 from mmreplay.batch import Batch, SequenceBatch
-from mmreplay.frames.threads import batch_threads, thread_limit
 from mmreplay.frames.ring import FrameChecksumError, FrameRing
+from mmreplay.frames.threads import batch_threads, thread_limit
 from mmreplay.rows import stacking
 from mmreplay.rows.episode_windows import follow_episodes, n_step_returns
 from mmreplay.rows.fields import FieldArrays, FieldTable
-from mmreplay.rows.transitions import TERMINATED, TRUNCATED, TransitionTable, detached_rows, next_frame_steps
+from mmreplay.rows.transitions import (
+    TERMINATED,
+    TRUNCATED,
+    TransitionTable,
+    detached_rows,
+    next_frame_steps,
+)
 
 T = TypeVar("T", Batch, SequenceBatch)
 
