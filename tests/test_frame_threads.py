@@ -27,6 +27,7 @@ from mmreplay.frames.threads import (
     batch_threads,
     cgroup_cpu_limit,
     compress_threads,
+    helper_rows,
     thread_limit,
     usable_cores,
 )
@@ -62,6 +63,15 @@ def test_a_sampled_batch_of_32_atari_stacks_takes_eleven_threads_where_the_cores
 
 def test_tiny_batches_never_wake_a_helper_whatever_the_limit() -> None:
     assert batch_threads(SPLIT_MIN_BYTES - 1, MAX_THREADS) == 1
+
+
+@given(row_nbytes=st.integers(1, 1 << 22), rows=st.integers(0, 100_000))
+def test_batches_of_fewer_rows_than_helper_rows_are_those_batch_threads_keeps_on_one_thread(row_nbytes: int,
+                                                                                              rows: int) -> None:
+    if rows < helper_rows(row_nbytes):
+        assert batch_threads(rows * row_nbytes, MAX_THREADS) == 1
+    else:
+        assert batch_threads(rows * row_nbytes, MAX_THREADS) >= 2
 
 
 def test_the_thread_limit_is_the_usable_cores_capped_by_decode_threads() -> None:

@@ -17,7 +17,7 @@ import numpy.typing as npt
 from mmreplay import extensions
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.frames.ring import FrameChecksumError, FrameRing
-from mmreplay.frames.threads import batch_threads, thread_limit
+from mmreplay.frames.threads import batch_threads, helper_rows, thread_limit
 from mmreplay.rows import stacking
 from mmreplay.rows.episode_windows import follow_episodes, n_step_returns
 from mmreplay.rows.fields import FieldArrays, FieldTable
@@ -75,6 +75,7 @@ class TransitionReader:
         # The most threads a batch decodes on; each batch takes batch_threads of its decoded size.
         self.thread_limit = thread_limit(decode_threads)
         self._row_nbytes = (stack_size + 1) * frames.frame_nbytes
+        self._helper_rows = helper_rows(self._row_nbytes)  # smaller batches decode on the calling thread
         # (dtype, shape after the batch axis) of a batch's action, reward, terminated, truncated,
         # env_index, index, weight and discount: what an ``out`` batch's arrays must be.
         action = table.batch_action
@@ -93,9 +94,12 @@ class TransitionReader:
             _lz4batch.prefetch_rows(self.table.compiled_rows[0], self.table.row_slots, steps)
             # Helpers asleep since the last batch (a learner's update between two batches takes longer
             # than they poll) wake now, while the rows are read, not when the decode needs them.
-            threads = batch_threads(len(steps) * self._row_nbytes, self.thread_limit)
-            if threads > 1:
-                _lz4batch.wake_helpers(threads - 1)
+            if len(steps) >= self._helper_rows and self.thread_limit > 1:
+                _lz4batch.wake_helpers(batch_threads(len(steps) * self._row_nbytes, self.thread_limit) - 1)
+
+    def _threads(self, rows: int) -> int:
+        """The threads a batch of ``rows`` transitions decodes on (``threads.batch_threads``)."""
+        return 1 if rows < self._helper_rows else batch_threads(rows * self._row_nbytes, self.thread_limit)
 
     def transition_frames(self, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         next_frames = next_frame_steps(self.table.read(steps), steps)
@@ -181,7 +185,7 @@ class TransitionReader:
             steps = np.ascontiguousarray(steps, np.int64)
         if not _lz4batch.read_transitions(
             *rows, *frames, steps, self.stack_size, self.zero_padding and padded, pixels, action, reward,
-            terminated, truncated, env_index, discount, batch_threads(n * self._row_nbytes, self.thread_limit),
+            terminated, truncated, env_index, discount, self._threads(n),
         ):
             return None
         size = self.stack_size
@@ -228,7 +232,7 @@ class TransitionReader:
         assert pixels is not None
         if not _lz4batch.read_transitions(
             *rows, *frames, steps, self.stack_size, self.zero_padding and padded, pixels, *targets[:5], discount,
-            batch_threads(n * self._row_nbytes, self.thread_limit),
+            self._threads(n),
         ):
             return None
         np.copyto(out.index, steps)
