@@ -1,0 +1,269 @@
+"""Decoding on the device (``decode="device"``), checked without a GPU: the CRC-32 as a parity matrix
+product against ``zlib.crc32``, the plan of blocks and gather indices against the encoded batch, and the
+whole feed on the CPU with python-lz4 standing in for nvCOMP (the one call that needs a GPU), against
+``sample``; a damaged block is refused. Where libnvcomp is installed its C API is probed; where CUDA and
+nvCOMP are, the real decoder runs against the host path."""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import lz4.block
+import numpy as np
+import pytest
+from atari_data import load_stream
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mmreplay import CorruptStoreError, PrioritizedSampler, encode_frames
+from mmreplay.gpu import crc_parity
+from mmreplay.gpu.block_plan import lz4_bound, plan_blocks
+
+torch = pytest.importorskip("torch")
+
+from mmreplay.store import device_decoded_feed  # noqa: E402
+from mmreplay.store.device_batches import DeviceBatches, SlotRing  # noqa: E402
+
+INVERT = 0xFFFFFFFF
+CPU = torch.device("cpu")
+
+
+# -- the CRC as a matrix product ---------------------------------------------------------------------
+
+def zlib_register(data: bytes) -> int:
+    """R(data) by zlib: from register seed ^ F = 0, and the final inversion undone."""
+    return zlib.crc32(data, INVERT) ^ INVERT
+
+
+def test_the_table_and_the_plain_register_are_zlibs():
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 2, 3, 4, 17, 300):
+        data = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        assert crc_parity.register(data) == zlib_register(data)
+
+
+@given(st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=40))
+def test_the_four_byte_prefix_of_a_seed_brings_the_register_to_the_seed_zlib_starts_from(seeds):
+    prefixes = crc_parity.seed_prefixes(np.array(seeds, np.uint64))
+    assert prefixes.shape == (len(seeds), 4) and prefixes.dtype == np.uint8
+    for seed, prefix in zip(seeds, prefixes):
+        assert zlib_register(prefix.tobytes()) == seed ^ INVERT
+
+
+def test_seeds_are_taken_modulo_two_to_the_32_as_zlib_takes_them():
+    wide = np.array([2**32 + 5, -1 % 2**64], np.uint64)
+    assert np.array_equal(crc_parity.seed_prefixes(wide), crc_parity.seed_prefixes(np.array([5, 2**32 - 1])))
+
+
+blocks_and_seeds = st.lists(
+    st.tuples(st.binary(min_size=0, max_size=200), st.integers(0, 2**32 - 1)), min_size=1, max_size=24
+)
+
+
+@pytest.fixture(scope="module")
+def parity():
+    return crc_parity.ParityCrc(CPU, max_width=crc_parity.row_width(400))
+
+
+def crcs_of(blocks, seeds, checker, *, width=None):
+    lengths = np.array([len(b) for b in blocks], np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    data = torch.from_numpy(np.frombuffer(b"".join(blocks) + b"\0", np.uint8).copy())
+    prefixes = torch.from_numpy(crc_parity.seed_prefixes(np.array(seeds, np.uint64)))
+    width = width or crc_parity.row_width(int(lengths.max()))
+    rows = crc_parity.rows_of_blocks(data, torch.from_numpy(starts), torch.from_numpy(lengths), prefixes, width)
+    return checker.checksums(rows).tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(blocks_and_seeds)
+def test_the_parity_product_gives_zlib_crc32_of_each_block_with_its_seed(parity, pairs):
+    blocks, seeds = [b for b, _ in pairs], [s for _, s in pairs]
+    assert crcs_of(blocks, seeds, parity) == [zlib.crc32(b, s) for b, s in pairs]
+
+
+def test_the_parity_product_is_exact_at_the_widest_row_and_for_rows_of_zeros_and_of_ones(parity):
+    longest = parity.max_width - crc_parity.PREFIX_BYTES
+    blocks = [b"\xff" * longest, b"\0" * longest, b"\xff", b"\0", bytes(range(256))]
+    seeds = [0, 2**32 - 1, 123456789, 0, 7]
+    assert crcs_of(blocks, seeds, parity, width=parity.max_width) == [zlib.crc32(b, s) for b, s in zip(blocks, seeds)]
+
+
+def test_the_float_product_gives_what_the_int8_product_gives(parity):
+    rng = np.random.default_rng(3)
+    blocks = [rng.integers(0, 256, rng.integers(1, 390), dtype=np.uint8).tobytes() for _ in range(30)]
+    seeds = rng.integers(0, 2**32, 30).tolist()
+    as_float = crc_parity.ParityCrc(CPU, max_width=parity.max_width)
+    as_float.uses_int8 = False
+    assert crcs_of(blocks, seeds, as_float) == crcs_of(blocks, seeds, parity) == [zlib.crc32(b, s) for b, s in zip(blocks, seeds)]
+
+
+def test_a_narrower_rows_matrix_is_the_tail_of_a_wider_one():
+    wide, narrow = crc_parity.parity_matrix(192), crc_parity.parity_matrix(64)
+    assert wide.shape == (8 * 192, 32) and np.array_equal(wide[-8 * 64 :], narrow)
+
+
+def test_a_row_wider_than_the_matrix_is_refused(parity):
+    rows = torch.zeros((2, parity.max_width + 64), dtype=torch.uint8)
+    with pytest.raises(ValueError, match=rf"^rows are {parity.max_width + 64} bytes wide; this ParityCrc was built "
+                                         rf"for at most {parity.max_width}$"):
+        parity.checksums(rows)
+
+
+# -- the plan of an encoded batch ---------------------------------------------------------------------
+
+def pong_store(make_store, count=400, **kwargs):
+    frames = load_stream("pong", ("frames",), count + 1)["frames"]
+    store = make_store(frame_shape=(84, 84), capacity=count, stack_size=4, **kwargs)
+    for i in range(count):
+        store.add(frames[i], i % 6, float(i % 3), frames[i + 1], (i + 1) % 97 == 0, (i + 1) % 151 == 0)
+    return store
+
+
+def test_the_plan_places_every_stored_block_and_gathers_each_transitions_frames(make_store):
+    store = pong_store(make_store)
+    encoded = store.sample_encoded(32, rng=0)
+    plan = plan_blocks(encoded.frames, encoded.frame_index)
+    assert len(plan) == len(encoded.frames) and np.array_equal(plan.gather, encoded.frame_index.reshape(-1))
+    data = bytes(plan.data)
+    pixels = np.stack([np.frombuffer(lz4.block.decompress(data[s : s + n], uncompressed_size=84 * 84), np.uint8)
+                       for s, n in zip(plan.starts, plan.lengths)])
+    for s, n, checksum, seed in zip(plan.starts, plan.lengths, plan.checksums, encoded.frames.seeds):
+        assert zlib.crc32(data[s : s + n], int(seed)) == checksum
+    batch = encoded.decode()
+    gathered = pixels[plan.gather].reshape(32, -1, 84, 84)
+    assert np.array_equal(gathered[:, :4], batch.obs) and np.array_equal(gathered[:, -4:], batch.next_obs)
+    assert plan.width >= int(plan.lengths.max()) + 4 and plan.width % crc_parity.ROW_ALIGNMENT == 0
+    assert plan.width <= crc_parity.row_width(lz4_bound(84 * 84))
+
+
+def test_a_frame_index_naming_no_block_is_refused():
+    frames = encode_frames(np.zeros((3, 2, 2), np.uint8))
+    with pytest.raises(ValueError, match=r"^frame_index holds 0 to 3; expected 0 to 2$"):
+        plan_blocks(frames, np.array([[0, 3]]))
+
+
+# -- the feed on the CPU, python-lz4 in nvCOMP's place ---------------------------------------------------
+
+class HostLz4:
+    """A ``Decompressor`` on the CPU: python-lz4, block by block, into the rows; ``fail`` names blocks
+    to report as not decoded."""
+
+    def __init__(self, frame_nbytes, fail=()):
+        self.frame_nbytes = self.row_bytes = frame_nbytes
+        self.fail = set(fail)
+
+    def __call__(self, data, starts, lengths, count, out):
+        raw = data.numpy().tobytes()
+        good = torch.zeros(count, dtype=torch.bool)
+        for i in range(count):
+            s, n = int(starts[i]), int(lengths[i])
+            try:
+                frame = lz4.block.decompress(raw[s : s + n], uncompressed_size=self.frame_nbytes)
+            except lz4.block.LZ4BlockError:
+                continue
+            out[i, : len(frame)] = torch.frombuffer(bytearray(frame), dtype=torch.uint8)
+            good[i] = len(frame) == self.frame_nbytes and i not in self.fail
+        return good
+
+
+def cpu_decoded(store, batch_size, *, rng, length=None, prefetch=2, fail=(), **sample_kwargs):
+    ring = SlotRing(CPU, prefetch + 2)
+    feed = device_decoded_feed.open_feed(
+        store, ring, np.random.default_rng(rng), batch_size=batch_size, length=length, sample_kwargs=sample_kwargs,
+        decompressor=HostLz4(int(np.prod(store.frame_shape)), fail),
+    )
+    return DeviceBatches(feed, ring, depth=prefetch, description="cpu test")
+
+
+def assert_same(device_batch, batch, names):
+    for name in names:
+        np.testing.assert_array_equal(getattr(device_batch, name).numpy(), getattr(batch, name), err_msg=name)
+
+
+TRANSITION = ("obs", "action", "reward", "next_obs", "terminated", "truncated", "index", "env_index", "weight", "discount")
+WINDOW = ("obs", "action", "reward", "next_obs", "terminated", "truncated", "mask", "index", "env_index", "weight")
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"n_step": 3, "gamma": 0.9}, {"beta": 0.6}], ids=["plain", "n_step", "beta"])
+def test_blocks_decoded_by_the_device_path_equal_successive_samples(make_store, kwargs):
+    store = pong_store(make_store, sampler=PrioritizedSampler())
+    store.update_priorities(np.arange(100, 300), np.linspace(0.5, 3, 200))
+    rng = np.random.default_rng(21)
+    with cpu_decoded(store, 16, rng=21, **kwargs) as batches:
+        for _, batch in zip(range(6), batches):
+            assert_same(batch, store.sample(16, rng, **kwargs), TRANSITION)
+
+
+def test_windows_decoded_by_the_device_path_equal_sample_sequences_zeroed_past_their_end(make_store):
+    store = pong_store(make_store)
+    rng = np.random.default_rng(8)
+    with cpu_decoded(store, 4, rng=8, length=30) as batches:
+        for _, batch in zip(range(4), batches):
+            want = store.sample_sequences(4, 30, rng)
+            assert_same(batch, want, WINDOW)
+    assert not want.mask.all()  # some window ended early: its zeroed positions were compared too
+
+
+def test_a_block_that_fails_its_checksum_is_refused_naming_a_transition_that_needed_it(make_store, tmp_path):
+    store = pong_store(make_store)
+    encoded = store.sample_encoded(8, rng=4)
+    plan = plan_blocks(encoded.frames, encoded.frame_index)
+    newest = int(encoded.frame_index[0, -1])  # the first transition's next_obs frame
+    start, length = int(plan.starts[newest]), int(plan.lengths[newest])
+    block = bytes(plan.data)[start : start + length]
+    for path in sorted(Path(store.path).glob("frames/*.seg")):
+        raw = bytearray(path.read_bytes())
+        at = raw.find(block)
+        if at >= 0:
+            raw[at + length // 2] ^= 0x40
+            path.write_bytes(bytes(raw))
+            break
+    else:
+        pytest.fail("the block is not in any segment")
+    with cpu_decoded(store, 8, rng=4) as batches:  # the same draw: a writer's reader does not verify on the host
+        with pytest.raises(CorruptStoreError, match=rf"^a frame read for transition {int(encoded.index[0])} fails its "
+                                                    r"checksum or does not decode to one frame of shape \(84, 84\) on "
+                                                    r"the device: the store is damaged$"):
+            next(batches)
+
+
+def test_a_block_that_does_not_decode_to_one_frame_is_refused(make_store):
+    store = pong_store(make_store)
+    with cpu_decoded(store, 8, rng=2, fail={0}) as batches:
+        with pytest.raises(CorruptStoreError, match=r"does not decode to one frame of shape \(84, 84\) on the device"):
+            next(batches)
+
+
+# -- nvCOMP itself ------------------------------------------------------------------------------------
+
+def test_nvcomp_is_probed_through_its_c_api_where_libnvcomp_is_installed():
+    from mmreplay.gpu import nvcomp_lz4
+
+    if nvcomp_lz4.find_library() is None:
+        with pytest.raises(ModuleNotFoundError, match=r"^decode='device' needs NVIDIA nvCOMP, which is not installed: "
+                                                      r"pip install nvidia-libnvcomp-cu13"):
+            nvcomp_lz4.BatchedLZ4()
+        return
+    lz4 = nvcomp_lz4.BatchedLZ4()
+    assert lz4.version_text.startswith("6.") and lz4.alignment[0] == 1
+    assert lz4.temp_bytes(1280, 7056) >= 0
+    assert "decompress" in lz4.status_text(12)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("kwargs", [{}, {"n_step": 3}, {"length": 8}], ids=["plain", "n_step", "windows"])
+def test_nvcomp_on_the_gpu_decodes_what_the_host_decodes(make_store, kwargs):
+    from mmreplay.gpu import nvcomp_lz4
+
+    if nvcomp_lz4.find_library() is None:
+        pytest.skip("libnvcomp is not installed")
+    store = pong_store(make_store)
+    length = kwargs.pop("length", None)
+    rng = np.random.default_rng(6)
+    with store.batches(32, rng=6, device="cuda", decode="device", length=length, **kwargs) as batches:
+        for _, batch in zip(range(10), batches):
+            want = store.sample(32, rng, **kwargs) if length is None else store.sample_sequences(32, length, rng)
+            for name in TRANSITION if length is None else WINDOW:
+                np.testing.assert_array_equal(getattr(batch, name).cpu().numpy(), getattr(want, name), err_msg=name)
