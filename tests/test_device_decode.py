@@ -147,14 +147,18 @@ def test_a_frame_index_naming_no_block_is_refused():
 # -- the feed on the CPU, python-lz4 in nvCOMP's place ---------------------------------------------------
 
 class HostLz4:
-    """A ``Decompressor`` on the CPU: python-lz4, block by block, into the rows; ``fail`` names blocks
-    to report as not decoded."""
+    """A ``Decompressor`` on the CPU: python-lz4, block by block, into the rows; from its call number
+    ``fail_from`` on (the first is 1), it reports the blocks ``fail`` names as not decoded."""
 
-    def __init__(self, frame_nbytes, fail=()):
+    def __init__(self, frame_nbytes, fail=(), fail_from=1):
         self.frame_nbytes = self.row_bytes = frame_nbytes
         self.fail = set(fail)
+        self.fail_from = fail_from
+        self.calls = 0
 
     def __call__(self, data, starts, lengths, count, out):
+        self.calls += 1
+        fail = self.fail if self.calls >= self.fail_from else set()
         raw = data.numpy().tobytes()
         good = torch.zeros(count, dtype=torch.bool)
         for i in range(count):
@@ -164,15 +168,15 @@ class HostLz4:
             except lz4.block.LZ4BlockError:
                 continue
             out[i, : len(frame)] = torch.frombuffer(bytearray(frame), dtype=torch.uint8)
-            good[i] = len(frame) == self.frame_nbytes and i not in self.fail
+            good[i] = len(frame) == self.frame_nbytes and i not in fail
         return good
 
 
-def cpu_decoded(store, batch_size, *, rng, length=None, prefetch=2, fail=(), **sample_kwargs):
+def cpu_decoded(store, batch_size, *, rng, length=None, prefetch=2, decompressor=None, **sample_kwargs):
     ring = SlotRing(CPU, prefetch + 2)
     feed = device_decoded_feed.open_feed(
         store, ring, np.random.default_rng(rng), batch_size=batch_size, length=length, sample_kwargs=sample_kwargs,
-        decompressor=HostLz4(int(np.prod(store.frame_shape)), fail),
+        decompressor=decompressor or HostLz4(int(np.prod(store.frame_shape))),
     )
     return DeviceBatches(feed, ring, depth=prefetch, description="cpu test")
 
@@ -229,11 +233,48 @@ def test_a_block_that_fails_its_checksum_is_refused_naming_a_transition_that_nee
             next(batches)
 
 
+class Lenient(HostLz4):
+    """Decodes what it can and calls every block good: the CRC check alone must then refuse damage."""
+
+    def __call__(self, data, starts, lengths, count, out):
+        super().__call__(data, starts, lengths, count, out)
+        return torch.ones(count, dtype=torch.bool)
+
+
+@pytest.mark.parametrize("damaged", [0, 5, "last"])
+def test_a_damaged_block_is_refused_by_its_checksum_even_where_the_decompressor_reports_none(make_store, damaged):
+    from mmreplay.gpu.device_decode import DeviceDecoder
+
+    store = pong_store(make_store)
+    encoded = store.sample_encoded(8, rng=3)
+    plan = plan_blocks(encoded.frames, encoded.frame_index)
+    damaged = len(plan) - 1 if damaged == "last" else damaged
+    data = np.frombuffer(plan.data, np.uint8).copy()
+    data[plan.starts[damaged] + plan.lengths[damaged] - 1] ^= 1
+    decoder = DeviceDecoder(CPU, Lenient(84 * 84), max_frames=64, max_block_bytes=lz4_bound(84 * 84))
+    first_bad = torch.empty(1, dtype=torch.int64)
+    decoder.decode(
+        data=torch.from_numpy(data), starts=torch.from_numpy(plan.starts), lengths=torch.from_numpy(plan.lengths),
+        prefixes=torch.from_numpy(plan.prefixes), checksums=torch.from_numpy(plan.checksums), count=len(plan),
+        width=plan.width, gather=torch.from_numpy(plan.gather), pixels=torch.empty((8, 5, 84, 84), dtype=torch.uint8),
+        first_bad=first_bad,
+    )
+    assert int(first_bad[0]) == damaged
+
+
 def test_a_block_that_does_not_decode_to_one_frame_is_refused(make_store):
     store = pong_store(make_store)
-    with cpu_decoded(store, 8, rng=2, fail={0}) as batches:
+    with cpu_decoded(store, 8, rng=2, decompressor=HostLz4(84 * 84, fail={0}, fail_from=3)) as batches:
         with pytest.raises(CorruptStoreError, match=r"does not decode to one frame of shape \(84, 84\) on the device"):
             next(batches)
+
+
+def test_a_decompressor_that_does_not_decode_as_the_host_is_refused_before_it_serves_a_batch(make_store):
+    store = pong_store(make_store)
+    with pytest.raises(RuntimeError, match=r"^decoding on cpu did not give the host's frames \(first refused: 0\): "
+                                           r"use decode='host'$"):
+        cpu_decoded(store, 8, rng=2, decompressor=HostLz4(84 * 84, fail={0}))
+
 
 
 # -- nvCOMP itself ------------------------------------------------------------------------------------

@@ -96,17 +96,17 @@ def rows_of_blocks(
 ) -> torch.Tensor:
     """(n, width) uint8 rows on ``data``'s device: block i (``lengths[i]`` bytes of ``data`` from
     ``starts[i]``) right-aligned behind its four ``prefixes[i]`` and leading zeros. Every block must be
-    at most ``width - 4`` bytes long."""
+    at most ``width - 4`` bytes long, and ``data`` must hold every block."""
     import torch
 
-    position = torch.arange(width, device=data.device)
-    offset = position[None, :] - (width - lengths)[:, None]  # the byte of the block at each position
-    in_block = offset >= 0
-    source = (starts[:, None] + offset).clamp_(0, max(data.numel() - 1, 0))
-    rows = torch.where(in_block, data[source], torch.zeros((), dtype=torch.uint8, device=data.device))
-    in_prefix = (offset >= -PREFIX_BYTES) & ~in_block
-    prefix = prefixes.gather(1, (offset + PREFIX_BYTES).clamp_(0, PREFIX_BYTES - 1))
-    return torch.where(in_prefix, prefix, rows)
+    count = len(lengths)
+    # One source for both: the blocks, then the prefixes (four bytes per row); int32 index arithmetic.
+    source = torch.cat([data.reshape(-1), prefixes.reshape(-1)])
+    offset = torch.arange(width, dtype=torch.int32, device=data.device)[None, :] - (width - lengths.to(torch.int32))[:, None]
+    prefix_at = data.numel() + PREFIX_BYTES * torch.arange(count, dtype=torch.int32, device=data.device) + PREFIX_BYTES
+    index = torch.where(offset >= 0, starts.to(torch.int32)[:, None] + offset, prefix_at[:, None] + offset)
+    gathered = source[index.clamp_(0, source.numel() - 1)]
+    return gathered.masked_fill_(offset < -PREFIX_BYTES, 0)
 
 
 class ParityCrc:
@@ -136,12 +136,17 @@ class ParityCrc:
             raise ValueError(f"rows are {width} bytes wide; this ParityCrc was built for at most {self.max_width}")
         bits = ((rows.unsqueeze(-1) >> self._shifts) & 1).reshape(count, 8 * width)
         start = 8 * (self.max_width - width)
+        sums = None
         if self.uses_int8:
             padded = max(count, 17)  # _int_mm wants more than 16 rows
             if padded != count:
                 bits = torch.cat([bits, bits.new_zeros(padded - count, bits.shape[1])])
-            sums = torch._int_mm(bits.to(torch.int8), self._int8[start:])[:count]
-        else:
+            try:
+                sums = torch._int_mm(bits.to(torch.int8), self._int8[start:])[:count]
+            except RuntimeError:  # a shape this build's int8 product refuses: float32 from now on
+                self.uses_int8 = False
+                bits = bits[:count]
+        if sums is None:
             sums = (bits.to(torch.float32) @ self._float[start:]).to(torch.int64)
         register = ((sums & 1).to(torch.int64) * self._powers).sum(dim=1)
         return register ^ INVERT

@@ -129,3 +129,49 @@ class DeviceDecoder:
         bad = torch.where(good, count, self._positions[:count]).amin() if count else self._positions.new_tensor(count)
         first_bad.copy_(torch.where(bad == count, -1, bad).reshape(1), non_blocking=True)
         torch.index_select(self._rows[:count, : self.frame_nbytes], 0, gather, out=pixels.view(-1, self.frame_nbytes))
+
+
+def check_decoder(decoder: DeviceDecoder, frame_shape: tuple[int, ...]) -> None:
+    """Decode frames the host encoded, through ``decoder`` on its device, and one of them damaged:
+    ``RuntimeError`` unless the pixels are the host's and the damaged block is the one refused. Run once
+    before a decoder serves batches, so that a library that decodes otherwise than liblz4 encodes (or a
+    check that would let a bad block through) fails at ``batches()`` rather than as corrupt batches."""
+    import numpy as np
+    import torch
+
+    from mmreplay.frames import lz4_codec
+    from mmreplay.frames.wire import encode_frames
+    from mmreplay.gpu.block_plan import plan_blocks
+
+    count = min(8, decoder.max_frames)
+    shape = (count, *frame_shape)
+    ramp = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+    frames = ((ramp // 7 + ramp % 251 * (ramp % 3 == 0)) % 256).astype(np.uint8)  # runs and noise: real matches
+    encoded = encode_frames(frames)
+    seeds = np.array([0, 1, 2**31 + 7, 2**32 - 1, 5, 6, 7, 8][:count], np.uint32)
+    starts = np.concatenate([[0], np.cumsum(encoded.lengths)[:-1]]).astype(np.int64)
+    blocks = [bytes(encoded.data[s : s + n]) for s, n in zip(starts, encoded.lengths)]
+    checksums = np.array([lz4_codec.checksum(block, int(seed)) for block, seed in zip(blocks, seeds)], np.uint32)
+    order = np.arange(count, dtype=np.int64)[::-1].copy()
+    plan = plan_blocks(type(encoded)(encoded.data, encoded.lengths, checksums, seeds, encoded.frame_shape), order)
+    device = decoder.device
+    pinned = device.type == "cuda"
+    for damaged in (None, count // 2):
+        data = np.frombuffer(plan.data, np.uint8).copy()
+        if damaged is not None:
+            data[int(plan.starts[damaged]) + int(plan.lengths[damaged]) // 2] ^= 0x10
+        pixels = torch.empty(shape, dtype=torch.uint8, device=device)
+        first_bad = torch.empty(1, dtype=torch.int64, pin_memory=pinned)
+        decoder.decode(
+            data=torch.from_numpy(data).to(device), starts=torch.from_numpy(plan.starts).to(device),
+            lengths=torch.from_numpy(plan.lengths).to(device), prefixes=torch.from_numpy(plan.prefixes).to(device),
+            checksums=torch.from_numpy(plan.checksums).to(device), count=count, width=plan.width,
+            gather=torch.from_numpy(plan.gather).to(device), pixels=pixels, first_bad=first_bad,
+        )
+        if pinned:
+            torch.cuda.current_stream(device).synchronize()
+        bad = int(first_bad[0])
+        if damaged is None and (bad != -1 or not np.array_equal(pixels.cpu().numpy(), frames[order])):
+            raise RuntimeError(f"decoding on {device} did not give the host's frames (first refused: {bad}): use decode='host'")
+        if damaged is not None and bad != damaged:
+            raise RuntimeError(f"decoding on {device} did not refuse a damaged block (first refused: {bad}): use decode='host'")

@@ -20,7 +20,7 @@ import numpy as np
 
 from mmreplay.errors import CorruptStoreError
 from mmreplay.gpu.block_plan import lz4_bound, plan_blocks
-from mmreplay.gpu.device_decode import Decompressor, DeviceDecoder, NvcompDecompressor
+from mmreplay.gpu.device_decode import Decompressor, DeviceDecoder, NvcompDecompressor, check_decoder
 from mmreplay.gpu.staging import Staging, plan_slabs
 from mmreplay.gpu.tensor_batches import TensorBatch, TensorSequenceBatch
 from mmreplay.store.device_batches import Slot, SlotRing
@@ -179,5 +179,6 @@ def open_feed(store: ReplayStore, ring: SlotRing, generator: np.random.Generator
     if decompressor is None:
         decompressor = NvcompDecompressor(ring.device, frame_nbytes=frame_nbytes, max_frames=max_frames)
     decoder = DeviceDecoder(ring.device, decompressor, max_frames=max_frames, max_block_bytes=lz4_bound(frame_nbytes))
+    check_decoder(decoder, store.frame_shape)
     return DeviceDecodedFeed(ring, read, template, decoder, batch_size=batch_size, length=length,
                              stack_size=store.stack_size, frame_shape=store.frame_shape)
