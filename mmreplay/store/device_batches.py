@@ -24,6 +24,7 @@ next ``next()``. On the CPU (pinning off) there is no copy: the tensors view the
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -101,6 +102,13 @@ class SlotRing:
         self.side: torch.cuda.Stream | None = torch.cuda.Stream(device) if self.cuda else None  # type: ignore[no-untyped-call]
         self.slots = [Slot(device) for _ in range(count)]
         self._turn = 0
+
+    def on_side(self) -> contextlib.AbstractContextManager[object]:
+        """The side stream made current (nothing on the CPU): the thread's copies run there, and memory it
+        allocates belongs to it (the consumer's stream is recorded on what it is handed)."""
+        import torch
+
+        return torch.cuda.stream(self.side) if self.side is not None else contextlib.nullcontext()
 
     def take(self) -> Slot:
         """The next slot, once the copy out of its host memory (``count`` batches ago) has finished."""
@@ -183,37 +191,33 @@ class HostDecodedFeed:
         self._shared = 2 * self._stack if n_step > 1 else self._stack + 1
 
     def __call__(self) -> tuple[Slot, DeviceRecord]:
-        import torch
-
         ring, slot = self._ring, self._ring.take()
-        columns = self._shared
-        out, _ = self._records(slot, columns)
+        with ring.on_side():
+            columns = self._shared
+            out, _ = self._records(slot, columns)
 
-        def separate() -> NumpyRecord:
-            nonlocal columns
-            columns = 2 * self._stack
-            return self._records(slot, columns)[0]
+            def separate() -> NumpyRecord:
+                nonlocal columns
+                columns = 2 * self._stack
+                return self._records(slot, columns)[0]
 
-        batch = sample_into(self._read, out, self._generator, separate)
-        assert batch is self._records(slot, columns)[0], "sample(out=...) fills out in place"
-        staging = slot.stagings[columns]
-        if ring.side is not None:
-            assert slot.ready is not None and slot.released is not None and staging.device_block is not None
-            with torch.cuda.stream(ring.side):
+            batch = sample_into(self._read, out, self._generator, separate)
+            assert batch is self._records(slot, columns)[0], "sample(out=...) fills out in place"
+            staging = slot.stagings[columns]
+            if ring.side is not None:
+                assert slot.ready is not None and slot.released is not None and staging.device_block is not None
                 ring.side.wait_event(slot.released)
                 staging.upload()
                 slot.ready.record(ring.side)
-            slot.device_blocks = (staging.device_block,)
+                slot.device_blocks = (staging.device_block,)
         return slot, slot.records[columns][1]
 
     def _records(self, slot: Slot, columns: int) -> tuple[NumpyRecord, DeviceRecord]:
         """The slot's numpy record (what ``sample`` fills) and device record over one staging block."""
         if columns not in slot.records:
             slabs, nbytes = self._layout.slabs(columns)
-            staging = Staging(slabs, nbytes, self._ring.device)
+            staging = Staging(slabs, nbytes, self._ring.device)  # on the side stream (see SlotRing.on_side)
             slot.stagings[columns] = staging
-            if staging.device_block is not None and self._ring.side is not None:
-                staging.device_block.record_stream(self._ring.side)  # freed only after the side stream's copies
             slot.records[columns] = (self._layout.numpy_record(staging), self._layout.device_record(staging))
         return slot.records[columns]
 
@@ -290,8 +294,9 @@ def open_device_batches(
     if decode == "device":
         from mmreplay.store import device_decoded_feed
 
-        feed = device_decoded_feed.open_feed(store, ring, generator, batch_size=batch_size, length=length,
-                                             sample_kwargs=sample_kwargs)
+        with ring.on_side():  # the decoder's memory belongs to the side stream, where it is used
+            feed = device_decoded_feed.open_feed(store, ring, generator, batch_size=batch_size, length=length,
+                                                 sample_kwargs=sample_kwargs)
         return DeviceBatches(feed, ring, depth=prefetch, description=description)
     template: NumpyRecord
     read: Callable[[Any], NumpyRecord]

@@ -77,42 +77,38 @@ class DeviceDecodedFeed:
         self._first_bad: dict[int, torch.Tensor] = {}
 
     def __call__(self) -> tuple[Slot, TensorBatch | TensorSequenceBatch]:
-        import torch
-
         ring = self._ring
         encoded = self._read()
         plan = plan_blocks(encoded.frames, encoded.frame_index)
         slot = ring.take()
-        staging, first_bad = self._staging(slot)
-        host = staging.host
-        for name in self._names:
-            np.copyto(host[name], getattr(encoded, name))
-        count, positions, nbytes = len(plan), plan.gather.size, len(plan.data)
-        host["starts"][:count] = plan.starts
-        host["lengths"][:count] = plan.lengths
-        host["prefixes"][:count] = plan.prefixes
-        host["checksums"][:count] = plan.checksums
-        host["gather"][:positions] = plan.gather
-        host["blocks"][:nbytes] = np.frombuffer(plan.data, np.uint8)
-        pixels, record = self._batch(slot, encoded.frame_index.shape[-1])
-        if ring.side is None:
-            self._decode(staging, plan.width, count, positions, nbytes, pixels, first_bad)
-        else:
-            assert slot.ready is not None and slot.released is not None
-            with torch.cuda.stream(ring.side):
+        with ring.on_side():
+            staging, first_bad = self._staging(slot)
+            host = staging.host
+            for name in self._names:
+                np.copyto(host[name], getattr(encoded, name))
+            count, positions, nbytes = len(plan), plan.gather.size, len(plan.data)
+            host["starts"][:count] = plan.starts
+            host["lengths"][:count] = plan.lengths
+            host["prefixes"][:count] = plan.prefixes
+            host["checksums"][:count] = plan.checksums
+            host["gather"][:positions] = plan.gather
+            host["blocks"][:nbytes] = np.frombuffer(plan.data, np.uint8)
+            pixels, record = self._batch(slot, encoded.frame_index.shape[-1])
+            if ring.side is not None:
+                assert slot.released is not None
                 ring.side.wait_event(slot.released)
-                self._decode(staging, plan.width, count, positions, nbytes, pixels, first_bad)
+            self._decode(staging, plan.width, count, positions, nbytes, pixels, first_bad)
+            if ring.side is not None:
+                assert slot.ready is not None and staging.device_block is not None
                 slot.ready.record(ring.side)
+                slot.device_blocks = (staging.device_block, pixels)
+        if slot.ready is not None:
             slot.ready.synchronize()  # the checks' verdict, before the batch is handed over
-            assert staging.device_block is not None
-            slot.device_blocks = (staging.device_block, pixels)
         bad = int(first_bad[0])
         if bad >= 0:
-            rows = np.flatnonzero((encoded.frame_index == bad).reshape(len(encoded.index), -1).any(axis=1))
-            transition = int(encoded.index.reshape(len(encoded.index), -1)[rows[0]].max())
             raise CorruptStoreError(
-                f"a frame read for transition {transition} fails its checksum or does not decode to one frame of "
-                f"shape {self._frame_shape} on the device: the store is damaged"
+                f"a frame read for transition {_needing(encoded, bad)} fails its checksum or does not decode to one "
+                f"frame of shape {self._frame_shape} on the device: the store is damaged"
             )
         return slot, record
 
@@ -133,9 +129,7 @@ class DeviceDecodedFeed:
         if key not in self._stagings:
             import torch
 
-            staging = Staging(self._slabs, self._nbytes, self._ring.device)
-            if staging.device_block is not None and self._ring.side is not None:
-                staging.device_block.record_stream(self._ring.side)
+            staging = Staging(self._slabs, self._nbytes, self._ring.device)  # on the side stream
             self._stagings[key] = staging
             self._first_bad[key] = torch.empty(1, dtype=torch.int64, pin_memory=self._ring.cuda)
         return self._stagings[key], self._first_bad[key]
@@ -147,8 +141,6 @@ class DeviceDecodedFeed:
             import torch
 
             pixels = torch.empty((*self._window, columns, *self._frame_shape), dtype=torch.uint8, device=self._ring.device)
-            if self._ring.side is not None:
-                pixels.record_stream(self._ring.side)
             tensors: dict[str, Any] = dict(self._stagings[id(slot)].device)
             tensors["index"] = torch.from_numpy(self._stagings[id(slot)].host["index"])
             axis = len(self._window)
@@ -157,6 +149,13 @@ class DeviceDecodedFeed:
                                 next_obs=pixels.narrow(axis, columns - self._stack, self._stack), **named)
             self._pixels[key] = (pixels, record)
         return self._pixels[key]
+
+
+def _needing(encoded: Encoded, frame: int) -> int:
+    """A transition of ``encoded`` (a valid position, for windows) one of whose frames is ``frame``."""
+    columns = encoded.frame_index.shape[-1]
+    steps = encoded.index.reshape(-1)[(encoded.frame_index.reshape(-1, columns) == frame).any(axis=1)]
+    return int(steps[steps >= 0][0])
 
 
 def open_feed(store: ReplayStore, ring: SlotRing, generator: np.random.Generator, *, batch_size: int,
