@@ -17,7 +17,8 @@ t with ``action[t] >= 0``. The env is ``ALE/<Game>-v5`` made with ``frameskip=1`
 (0.25), wrapped by gymnasium's ``AtariPreprocessing`` (frame_skip=4, max-pool of the last two raw frames,
 84x84 grayscale, up to 30 no-op starts), seeded once; the seeds make these streams bit-identical to the
 ``atari_<game>.npz`` files the project recorded first (ale-py 0.12.1, gymnasium 1.4.0). Pong, Breakout
-and MsPacman compress very differently (about x27, x18 and x4 with lz4), which is why all three exist.
+and MsPacman compress very differently (about x27, x18 and x4 with lz4), which is why all three exist;
+Seaquest (seed 2) joined them for ``benchmarks/bench_gpu_feed.py``, as in the GPU measurements of issue 25.
 
 A stream is recorded once per game, frame count and versions of the packages that produce its pixels,
 and kept as ``atari_<game>_<N>frames_seed<seed>_<versions digest>.npz`` in the cache directory:
@@ -27,7 +28,7 @@ half a file. Recording needs ale-py, gymnasium and opencv (``pip install -e '.[d
 scripts/test.sh`` installs them); 4,000 frames of a game took 2.4 to 3.4 s on the 2-core development
 machine, 20,000 took 9 to 13 s.
 
-    python scripts/atari_frames.py                        # pong, breakout, mspacman: the tests' 4,000 frames
+    python scripts/atari_frames.py                        # every game (pong, breakout, mspacman, seaquest): 4,000 frames
     python scripts/atari_frames.py --frames 20000         # what the benchmarks replay
 """
 
@@ -45,7 +46,8 @@ from pathlib import Path
 
 import numpy as np
 
-GAMES = {"pong": ("Pong", 0), "breakout": ("Breakout", 1), "mspacman": ("MsPacman", 4)}  # name, seed
+# name, seed; Seaquest for the GPU-feed benchmark (issue 25), recorded the same way
+GAMES = {"pong": ("Pong", 0), "breakout": ("Breakout", 1), "mspacman": ("MsPacman", 4), "seaquest": ("Seaquest", 2)}
 MAKE_KWARGS = {"frameskip": 1, "repeat_action_probability": 0.25}
 WRAPPER_KWARGS = {"noop_max": 30, "frame_skip": 4, "screen_size": 84, "terminal_on_life_loss": False,
                   "grayscale_obs": True, "scale_obs": False}  # fmt: skip
