@@ -134,6 +134,23 @@ def measure_group(game: str, batch_size: int, learner_name: str, feeds: list[str
         emit(figure=unit, value=round(per_second, 1), kept=kept, calls=calls, **base)
 
 
+def verify(game: str, store: ReplayStore, device: torch.device, batches: int = 4) -> None:
+    """Whether ``batches(device=...)`` gives what ``sample`` gives for the same draws, on this machine's
+    device and the game's real frames, for each decode: one ``verify`` line each."""
+    for decode in ("host", "device"):
+        rng = np.random.default_rng(123)
+        try:
+            with store.batches(32, device=device, decode=decode, rng=123) as feed:
+                equal = all(
+                    all(np.array_equal(getattr(batch, name).cpu().numpy(), getattr(want, name))
+                        for name in ("obs", "next_obs", "action", "reward", "index", "discount"))
+                    for batch, want in ((next(feed), store.sample(32, rng)) for _ in range(batches))
+                )
+            emit(figure="verify", game=game, decode=decode, batches=batches, equal=equal, device=str(device))
+        except Exception as error:
+            emit(figure="verify", game=game, decode=decode, equal=None, error=f"{type(error).__name__}: {error}")
+
+
 def decode_parts(game: str, batch_size: int, store: ReplayStore, device: torch.device, repeats: int) -> None:
     """Device milliseconds per batch of each part of decoding on the device, and of the host path's
     copy of its pixels, over ``repeats`` batches (CUDA events, after one untimed batch)."""
@@ -234,6 +251,7 @@ def main(argv: list[str] | None = None) -> None:
         with tempfile.TemporaryDirectory(prefix="bench-gpu-feed-", dir=args.tmpdir) as directory:
             store, ring = fill(stream, args.capacity, directory)
             emit(figure="filled", game=game, transitions=len(store), seconds=round(time.perf_counter() - started, 1))
+            verify(game, store, device)
             try:
                 for batch_size in [int(b) for b in args.batch_sizes.split(",")]:
                     for learner in learners:

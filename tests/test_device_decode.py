@@ -15,6 +15,7 @@ import pytest
 from atari_data import load_stream
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from synthetic_frames import sprite_frames
 
 from mmreplay import CorruptStoreError, PrioritizedSampler, encode_frames
 from mmreplay.gpu import crc_parity
@@ -113,8 +114,9 @@ def test_a_row_wider_than_the_matrix_is_refused(parity):
 
 # -- the plan of an encoded batch ---------------------------------------------------------------------
 
-def pong_store(make_store, count=400, **kwargs):
-    frames = load_stream("pong", ("frames",), count + 1)["frames"]
+def pong_store(make_store, count=400, *, synthetic=False, **kwargs):
+    """Real Pong frames; ``synthetic``: frames made here (for the GPU tests, which run where ALE is not)."""
+    frames = sprite_frames(count + 1) if synthetic else load_stream("pong", ("frames",), count + 1)["frames"]
     store = make_store(frame_shape=(84, 84), capacity=count, stack_size=4, **kwargs)
     for i in range(count):
         store.add(frames[i], i % 6, float(i % 3), frames[i + 1], (i + 1) % 97 == 0, (i + 1) % 151 == 0)
@@ -210,11 +212,12 @@ def test_windows_decoded_by_the_device_path_equal_sample_sequences_zeroed_past_t
     assert not want.mask.all()  # some window ended early: its zeroed positions were compared too
 
 
-def test_a_block_that_fails_its_checksum_is_refused_naming_a_transition_that_needed_it(make_store, tmp_path):
-    store = pong_store(make_store)
-    encoded = store.sample_encoded(8, rng=4)
+def damage_first_next_obs_frame(store, batch_size, rng) -> int:
+    """Flip a byte of the stored block of the first transition's next_obs frame in the draw of
+    ``sample_encoded(batch_size, rng)``; the transition's step."""
+    encoded = store.sample_encoded(batch_size, rng=rng)
     plan = plan_blocks(encoded.frames, encoded.frame_index)
-    newest = int(encoded.frame_index[0, -1])  # the first transition's next_obs frame
+    newest = int(encoded.frame_index[0, -1])
     start, length = int(plan.starts[newest]), int(plan.lengths[newest])
     block = bytes(plan.data)[start : start + length]
     for path in sorted(Path(store.path).glob("frames/*.seg")):
@@ -223,13 +226,20 @@ def test_a_block_that_fails_its_checksum_is_refused_naming_a_transition_that_nee
         if at >= 0:
             raw[at + length // 2] ^= 0x40
             path.write_bytes(bytes(raw))
-            break
-    else:
-        pytest.fail("the block is not in any segment")
+            return int(encoded.index[0])
+    raise AssertionError("the block is not in any segment")
+
+
+def refused_message(transition: int) -> str:
+    return (rf"^a frame read for transition {transition} fails its checksum or does not decode to one frame of shape "
+            r"\(84, 84\) on the device: the store is damaged$")
+
+
+def test_a_block_that_fails_its_checksum_is_refused_naming_a_transition_that_needed_it(make_store):
+    store = pong_store(make_store)
+    transition = damage_first_next_obs_frame(store, 8, rng=4)
     with cpu_decoded(store, 8, rng=4) as batches:  # the same draw: a writer's reader does not verify on the host
-        with pytest.raises(CorruptStoreError, match=rf"^a frame read for transition {int(encoded.index[0])} fails its "
-                                                    r"checksum or does not decode to one frame of shape \(84, 84\) on "
-                                                    r"the device: the store is damaged$"):
+        with pytest.raises(CorruptStoreError, match=refused_message(transition)):
             next(batches)
 
 
@@ -300,7 +310,7 @@ def test_nvcomp_on_the_gpu_decodes_what_the_host_decodes(make_store, kwargs):
 
     if nvcomp_lz4.find_library() is None:
         pytest.skip("libnvcomp is not installed")
-    store = pong_store(make_store)
+    store = pong_store(make_store, synthetic=True)
     length = kwargs.pop("length", None)
     rng = np.random.default_rng(6)
     with store.batches(32, rng=6, device="cuda", decode="device", length=length, **kwargs) as batches:
@@ -308,3 +318,16 @@ def test_nvcomp_on_the_gpu_decodes_what_the_host_decodes(make_store, kwargs):
             want = store.sample(32, rng, **kwargs) if length is None else store.sample_sequences(32, length, rng)
             for name in TRANSITION if length is None else WINDOW:
                 np.testing.assert_array_equal(getattr(batch, name).cpu().numpy(), getattr(want, name), err_msg=name)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_nvcomp_on_the_gpu_refuses_a_damaged_block(make_store):
+    from mmreplay.gpu import nvcomp_lz4
+
+    if nvcomp_lz4.find_library() is None:
+        pytest.skip("libnvcomp is not installed")
+    store = pong_store(make_store, synthetic=True)
+    transition = damage_first_next_obs_frame(store, 16, rng=9)
+    with store.batches(16, rng=9, device="cuda", decode="device") as batches:
+        with pytest.raises(CorruptStoreError, match=refused_message(transition)):
+            next(batches)
