@@ -115,7 +115,7 @@ def test_without_ale_the_error_names_the_command_that_installs_it(monkeypatch: p
 @pytest.mark.parametrize(
     ("game", "frames", "error", "message"),
     [
-        ("tetris", 100, ValueError, r"^game is 'tetris'; expected one of \['breakout', 'mspacman', 'pong'\]$"),
+        ("tetris", 100, ValueError, r"^game is 'tetris'; expected one of \['breakout', 'mspacman', 'pong', 'seaquest'\]$"),
         ("pong", 1, ValueError, r"^frames is 1; expected at least 2 \(one transition\)$"),
         ("pong", 100.0, TypeError, r"^frames is a float; expected an int$"),
     ],
