@@ -180,8 +180,8 @@ def decode_parts(game: str, batch_size: int, store: ReplayStore, device: torch.d
         encoded = store.sample_encoded(batch_size, rng)
         plan = plan_blocks(encoded.frames, encoded.frame_index)
         blocks = torch.from_numpy(np.frombuffer(plan.data, np.uint8).copy()).pin_memory()
-        on_device = [torch.from_numpy(a).to(device) for a in (plan.starts, plan.lengths, plan.prefixes, plan.checksums,
-                                                                plan.gather)]
+        on_device = [torch.from_numpy(a).to(device) for a in (plan.starts, plan.lengths, plan.prefixes,
+                                                                plan.checksums.astype(np.int64), plan.gather)]
         starts, lengths, prefixes, checksums, gather = on_device
         data = timed("blocks_copy", lambda: blocks.to(device, non_blocking=True))
         count = len(plan)

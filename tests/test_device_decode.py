@@ -265,7 +265,7 @@ def test_a_damaged_block_is_refused_by_its_checksum_even_where_the_decompressor_
     first_bad = torch.empty(1, dtype=torch.int64)
     decoder.decode(
         data=torch.from_numpy(data), starts=torch.from_numpy(plan.starts), lengths=torch.from_numpy(plan.lengths),
-        prefixes=torch.from_numpy(plan.prefixes), checksums=torch.from_numpy(plan.checksums), count=len(plan),
+        prefixes=torch.from_numpy(plan.prefixes), checksums=torch.from_numpy(plan.checksums.astype(np.int64)), count=len(plan),
         width=plan.width, gather=torch.from_numpy(plan.gather), pixels=torch.empty((8, 5, 84, 84), dtype=torch.uint8),
         first_bad=first_bad,
     )

@@ -114,8 +114,9 @@ class DeviceDecoder:
         pixels: torch.Tensor,
         first_bad: torch.Tensor,
     ) -> None:
-        """Decode ``count`` blocks and fill ``pixels`` (``len(gather)`` frames, C-contiguous, any shape)
-        with row ``gather[k]`` at position k; ``first_bad`` (a one-element int64 host tensor, pinned for
+        """Decode ``count`` blocks (``data`` holds them all, and nothing past the last is read) and fill
+        ``pixels`` (``len(gather)`` frames, C-contiguous, any shape) with row ``gather[k]`` at position k;
+        ``checksums`` are int64 (the stored CRC-32s); ``first_bad`` (a one-element int64 host tensor, pinned for
         a GPU) receives the index of the first block that failed, or -1, when the stream gets there."""
         import torch
 
@@ -125,7 +126,7 @@ class DeviceDecoder:
         good = self.decompressor(data, starts, lengths, count, self._rows)
         if count:
             rows = rows_of_blocks(data, starts, lengths, prefixes[:count], width)
-            good = good & (self.crc.checksums(rows) == checksums[:count].to(torch.int64))
+            good = good & (self.crc.checksums(rows) == checksums[:count])
         bad = torch.where(good, count, self._positions[:count]).amin() if count else self._positions.new_tensor(count)
         first_bad.copy_(torch.where(bad == count, -1, bad).reshape(1), non_blocking=True)
         torch.index_select(self._rows[:count, : self.frame_nbytes], 0, gather, out=pixels.view(-1, self.frame_nbytes))
@@ -165,7 +166,7 @@ def check_decoder(decoder: DeviceDecoder, frame_shape: tuple[int, ...]) -> None:
         decoder.decode(
             data=torch.from_numpy(data).to(device), starts=torch.from_numpy(plan.starts).to(device),
             lengths=torch.from_numpy(plan.lengths).to(device), prefixes=torch.from_numpy(plan.prefixes).to(device),
-            checksums=torch.from_numpy(plan.checksums).to(device), count=count, width=plan.width,
+            checksums=torch.from_numpy(plan.checksums.astype(np.int64)).to(device), count=count, width=plan.width,
             gather=torch.from_numpy(plan.gather).to(device), pixels=pixels, first_bad=first_bad,
         )
         if pinned:

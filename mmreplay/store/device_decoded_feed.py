@@ -69,7 +69,7 @@ class DeviceDecodedFeed:
             ("starts", np.dtype(np.int64), (positions,)),
             ("lengths", np.dtype(np.int64), (positions,)),
             ("prefixes", np.dtype(np.uint8), (positions, 4)),
-            ("checksums", np.dtype(np.uint32), (positions,)),
+            ("checksums", np.dtype(np.int64), (positions,)),  # int64 on the device: torch's uint32 does little
             ("blocks", np.dtype(np.uint8), (positions * lz4_bound(int(np.prod(frame_shape))),)),  # last: sent as used
         ])
         self._stagings: dict[int, Staging] = {}
@@ -117,7 +117,7 @@ class DeviceDecodedFeed:
         staging.upload(self._slabs["blocks"].offset + nbytes)
         device = staging.device
         self._decoder.decode(
-            data=device["blocks"], starts=device["starts"], lengths=device["lengths"], prefixes=device["prefixes"],
+            data=device["blocks"][:nbytes], starts=device["starts"], lengths=device["lengths"], prefixes=device["prefixes"],
             checksums=device["checksums"], count=count, width=width, gather=device["gather"][:positions],
             pixels=pixels, first_bad=first_bad,
         )
