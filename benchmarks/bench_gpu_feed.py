@@ -197,6 +197,36 @@ def decode_parts(game: str, batch_size: int, store: ReplayStore, device: torch.d
              repeats=len(times), device=str(device))
 
 
+def table(path: Path) -> str:
+    """A markdown table of a run's JSON lines: per game, batch and learner, each feed's updates/s and kept
+    share (batches/s for a feed alone); then the decode parts and the checks."""
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.startswith("{")]
+    figures = [f for f in lines if f["figure"] in ("updates_per_s", "batches_per_s")]
+    feeds = list(dict.fromkeys(f["feed"] for f in figures))
+    rows = ["| game | batch | learner | " + " | ".join(feeds) + " |", "|---|---:|---|" + "---:|" * len(feeds)]
+    groups = dict.fromkeys((f["game"], f["batch_size"], f["learner"]) for f in figures)
+    for game, batch, learner in groups:
+        cells = []
+        for feed in feeds:
+            found = [f for f in figures if (f["game"], f["batch_size"], f["learner"], f["feed"]) == (game, batch, learner, feed)]
+            if not found:
+                cells.append("-")
+            elif found[0]["kept"] is None:
+                cells.append(f"{found[0]['value']:,.0f}")
+            else:
+                cells.append(f"{found[0]['value']:,.0f} ({found[0]['kept']:.2f})")
+        rows.append(f"| {game} | {batch} | {learner} | " + " | ".join(cells) + " |")
+    parts = [f for f in lines if f["figure"] == "decode_parts"]
+    if parts:
+        rows += ["", "| game | batch | " + " | ".join(dict.fromkeys(p["part"] for p in parts)) + " |"]
+        for game, batch in dict.fromkeys((p["game"], p["batch_size"]) for p in parts):
+            cells = [f"{p['ms_median']:.3f} ms" for p in parts if (p["game"], p["batch_size"]) == (game, batch)]
+            rows.append(f"| {game} | {batch} | " + " | ".join(cells) + " |")
+    others = [f for f in lines if f["figure"] in ("verify", "error", "skipped")]
+    rows += [""] + [json.dumps(f) for f in others]
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--games", default="pong,mspacman,seaquest")
@@ -214,8 +244,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tmpdir", help="where the stores live while measured")
     parser.add_argument("--smoke", action="store_true", help="tiny and quick: capacity 1,500, batch 8, pong, 0.2 s")
+    parser.add_argument("--table", type=Path, help="print a markdown table of this run's JSON lines and exit")
     add_data_dir_argument(parser)
     args = parser.parse_args(argv)
+    if args.table is not None:
+        print(table(args.table))
+        return
     if args.smoke:
         args.games, args.batch_sizes, args.capacity = "pong", "8", 1_500
         args.seconds = args.feed_seconds = 0.2

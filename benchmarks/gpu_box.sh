@@ -120,5 +120,7 @@ stage "build liblz4" 90 build_liblz4
 stage "build extensions" 150 build_extensions
 stage "CUDA tests" 150 cuda_tests
 stage "bench_gpu_feed" 600 bench
+stage "table" 15 "$PYTHON" benchmarks/bench_gpu_feed.py --table "$OUT/bench.jsonl"
 echo "=== [$(elapsed)s] done; failed or skipped stages: ${FAILED[*]:-none}"
-echo "=== what to read: grep kept $OUT/bench.jsonl (issue 25's target: kept >= 0.95 for mmreplay-host and mmreplay-nvcomp)"
+echo "=== what to read: the table above, cells 'updates/s (kept)' (issue 25's target: kept >= 0.95 for mmreplay-host and mmreplay-nvcomp)"
+sleep 1  # let tee write the last lines
