@@ -289,6 +289,7 @@ cuda_only = pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 def test_cuda_batches_equal_successive_samples_and_are_ready_on_the_consumers_stream(make_store, kwargs):
     store = make_store(frame_shape=(84, 84), capacity=300, stack_size=4)
     fill_real(store, 300)
+    kwargs = dict(kwargs)  # the parameter itself stays as given
     length = kwargs.pop("length", None)
     rng = np.random.default_rng(1)
     side = torch.cuda.Stream()

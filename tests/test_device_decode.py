@@ -311,6 +311,7 @@ def test_nvcomp_on_the_gpu_decodes_what_the_host_decodes(make_store, kwargs):
     if nvcomp_lz4.find_library() is None:
         pytest.skip("libnvcomp is not installed")
     store = pong_store(make_store, synthetic=True)
+    kwargs = dict(kwargs)  # the parameter itself stays as given
     length = kwargs.pop("length", None)
     rng = np.random.default_rng(6)
     with store.batches(32, rng=6, device="cuda", decode="device", length=length, **kwargs) as batches:
