@@ -316,3 +316,13 @@ def fill_real(store, count):
     frames = sprite_frames(count + 1)
     for i in range(count):
         store.add(frames[i], i % 6, float(i % 3), frames[i + 1], (i + 1) % 97 == 0, False)
+
+
+def test_device_batches_stay_exact_while_the_caller_keeps_adding(make_store):
+    store = make_store(frame_shape=FRAME, capacity=400, stack_size=3)
+    fill(store, 40)
+    with store.batches(8, rng=0, device="cpu", prefetch=3) as batches:
+        for round_ in range(30):
+            fill(store, 10, first=40 + 10 * round_)  # the thread samples while these are added
+            batch = next(batches)
+            assert_same(batch, store.read(batch.index.numpy()), ("obs", "action", "reward", "next_obs", "index"))
