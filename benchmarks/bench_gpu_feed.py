@@ -12,7 +12,8 @@ A figure is updates (batches, for ``none``) over ``--seconds`` after ``--warmup`
 synchronized every 20 updates and at the end. Each figure is one JSON line on stdout, flushed, so a run
 cut short keeps what it measured; ``--budget`` stops starting figures after that many seconds. Then
 ``decode_parts`` lines: the device time (CUDA events) of each part of nvCOMP decoding a batch (the copy
-of the blocks, the decompression, the CRC check, the gather) against the host path's copy of the pixels.
+of the blocks, the decompression, the CRC check by the parity product and by nvCOMP's kernel, the gather)
+against the host path's copy of the pixels.
 
     python benchmarks/bench_gpu_feed.py                       # on a CUDA machine: every cell (~4 minutes)
     python benchmarks/bench_gpu_feed.py --smoke               # anywhere: tiny, CPU, a minute
@@ -141,12 +142,13 @@ def verify(game: str, store: ReplayStore, device: torch.device, batches: int = 4
         rng = np.random.default_rng(123)
         try:
             with store.batches(32, device=device, decode=decode, rng=123) as feed:
+                described = repr(feed)
                 equal = all(
                     all(np.array_equal(getattr(batch, name).cpu().numpy(), getattr(want, name))
                         for name in ("obs", "next_obs", "action", "reward", "index", "discount"))
                     for batch, want in ((next(feed), store.sample(32, rng)) for _ in range(batches))
                 )
-            emit(figure="verify", game=game, decode=decode, batches=batches, equal=equal, device=str(device))
+            emit(figure="verify", game=game, decode=decode, batches=batches, equal=equal, iterator=described)
         except Exception as error:
             emit(figure="verify", game=game, decode=decode, equal=None, error=f"{type(error).__name__}: {error}")
 
@@ -155,15 +157,22 @@ def decode_parts(game: str, batch_size: int, store: ReplayStore, device: torch.d
     """Device milliseconds per batch of each part of decoding on the device, and of the host path's
     copy of its pixels, over ``repeats`` batches (CUDA events, after one untimed batch)."""
     from mmreplay.gpu.block_plan import lz4_bound, plan_blocks
-    from mmreplay.gpu.crc_parity import rows_of_blocks
+    from mmreplay.gpu.crc_parity import ParityCrc, row_width
     from mmreplay.gpu.device_decode import DeviceDecoder, NvcompDecompressor
+    from mmreplay.gpu.nvcomp_crc32 import NvcompCrc
 
     frame_nbytes, most = 84 * 84, batch_size * 8
     decoder = DeviceDecoder(device, NvcompDecompressor(device, frame_nbytes=frame_nbytes, max_frames=most),
                             max_frames=most, max_block_bytes=lz4_bound(frame_nbytes))
     rng = np.random.default_rng(0)
-    parts: dict[str, list[float]] = {"blocks_copy": [], "decompress": [], "crc_check": [], "gather": [],
-                                     "pixels_copy": []}
+    parts: dict[str, list[float]] = {"blocks_copy": [], "decompress": [], "crc_parity": [], "crc_nvcomp": [],
+                                     "gather": [], "pixels_copy": []}
+    parity = ParityCrc(device, max_width=row_width(lz4_bound(frame_nbytes)))
+    try:
+        nvcomp_crc: NvcompCrc | None = NvcompCrc(device, max_blocks=most, max_block_bytes=lz4_bound(frame_nbytes))
+    except (ModuleNotFoundError, RuntimeError, OSError) as error:
+        nvcomp_crc = None
+        emit(figure="error", stage="decode_parts", game=game, batch_size=batch_size, error=f"NvcompCrc: {error}")
 
     def timed(name: str, work) -> object:  # noqa: ANN001
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -186,13 +195,17 @@ def decode_parts(game: str, batch_size: int, store: ReplayStore, device: torch.d
         data = timed("blocks_copy", lambda: blocks.to(device, non_blocking=True))
         count = len(plan)
         timed("decompress", lambda: decoder.decompressor(data, starts, lengths, count, decoder._rows))
-        timed("crc_check", lambda: decoder.crc.checksums(rows_of_blocks(data, starts, lengths, prefixes, plan.width)))
+        timed("crc_parity", lambda: parity.checksums(data, starts, lengths, prefixes, plan.width))
+        if nvcomp_crc is not None:
+            timed("crc_nvcomp", lambda: nvcomp_crc.checksums(data, starts, lengths, prefixes, plan.width))
         pixels = torch.empty((batch_size, encoded.frame_index.shape[1], 84, 84), dtype=torch.uint8, device=device)
         timed("gather", lambda: torch.index_select(decoder._rows[:count, :frame_nbytes], 0, gather,
                                                    out=pixels.view(-1, frame_nbytes)))
         host_pixels = torch.from_numpy(store.sample(batch_size, rng).obs.base).pin_memory()
         timed("pixels_copy", lambda: host_pixels.to(device, non_blocking=True))
     for name, times in parts.items():
+        if not times:
+            continue
         emit(figure="decode_parts", game=game, batch_size=batch_size, part=name, ms_median=round(float(np.median(times)), 4),
              repeats=len(times), device=str(device))
 

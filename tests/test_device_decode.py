@@ -74,7 +74,7 @@ def crcs_of(blocks, seeds, checker, *, width=None):
     prefixes = torch.from_numpy(crc_parity.seed_prefixes(np.array(seeds, np.uint64)))
     width = width or crc_parity.row_width(int(lengths.max()))
     rows = crc_parity.rows_of_blocks(data, torch.from_numpy(starts), torch.from_numpy(lengths), prefixes, width)
-    return checker.checksums(rows).tolist()
+    return checker.row_checksums(rows).tolist()
 
 
 @settings(max_examples=60, deadline=None)
@@ -109,7 +109,26 @@ def test_a_row_wider_than_the_matrix_is_refused(parity):
     rows = torch.zeros((2, parity.max_width + 64), dtype=torch.uint8)
     with pytest.raises(ValueError, match=rf"^rows are {parity.max_width + 64} bytes wide; this ParityCrc was built "
                                          rf"for at most {parity.max_width}$"):
-        parity.checksums(rows)
+        parity.row_checksums(rows)
+
+
+@settings(max_examples=40, deadline=None)
+@given(blocks_and_seeds)
+def test_blocks_laid_out_behind_their_prefixes_for_nvcomp_have_the_register_of_zlib_crc32(pairs):
+    from mmreplay.gpu.nvcomp_crc32 import chunks_of_blocks
+
+    blocks, seeds = [b for b, _ in pairs], [s for _, s in pairs]
+    lengths = np.array([len(b) for b in blocks], np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    prefixes = crc_parity.seed_prefixes(np.array(seeds, np.uint64))
+    chunks, chunk_starts, sizes = chunks_of_blocks(
+        torch.from_numpy(np.frombuffer(b"".join(blocks), np.uint8).copy()), torch.from_numpy(starts),
+        torch.from_numpy(lengths), torch.from_numpy(prefixes))
+    laid = chunks.numpy().tobytes()
+    assert len(laid) == int(lengths.sum()) + 4 * len(blocks)
+    for block, seed, prefix, start, size in zip(blocks, seeds, prefixes, chunk_starts.tolist(), sizes.tolist()):
+        assert laid[start : start + size] == prefix.tobytes() + block
+        assert zlib_register(laid[start : start + size]) ^ INVERT == zlib.crc32(block, seed)
 
 
 # -- the plan of an encoded batch ---------------------------------------------------------------------
@@ -332,3 +351,29 @@ def test_nvcomp_on_the_gpu_refuses_a_damaged_block(make_store):
     with store.batches(16, rng=9, device="cuda", decode="device") as batches:
         with pytest.raises(CorruptStoreError, match=refused_message(transition)):
             next(batches)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("method", ["parity", "nvcomp"])
+def test_each_crc_checker_gives_zlib_crc32_on_the_gpu(method):
+    from mmreplay.gpu import nvcomp_lz4
+    from mmreplay.gpu.nvcomp_crc32 import NvcompCrc
+
+    if method == "nvcomp" and nvcomp_lz4.find_library() is None:
+        pytest.skip("libnvcomp is not installed")
+    device = torch.device("cuda")
+    rng = np.random.default_rng(12)
+    blocks = [rng.integers(0, 256, int(n), dtype=np.uint8).tobytes() for n in rng.integers(1, 7000, 300)]
+    blocks[:3] = [b"\0" * 5, b"\xff" * lz4_bound(84 * 84), b"x"]
+    seeds = [0, 2**32 - 1, *rng.integers(0, 2**32, 298).tolist()]
+    lengths = np.array([len(b) for b in blocks], np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    checker = (crc_parity.ParityCrc(device, max_width=crc_parity.row_width(lz4_bound(84 * 84))) if method == "parity"
+               else NvcompCrc(device, max_blocks=300, max_block_bytes=lz4_bound(84 * 84)))
+    got = checker.checksums(
+        torch.from_numpy(np.frombuffer(b"".join(blocks), np.uint8).copy()).to(device), torch.from_numpy(starts).to(device),
+        torch.from_numpy(lengths).to(device),
+        torch.from_numpy(crc_parity.seed_prefixes(np.array(seeds, np.uint64))).to(device),
+        crc_parity.row_width(int(lengths.max())),
+    )
+    assert got.cpu().tolist() == [zlib.crc32(b, s) for b, s in zip(blocks, seeds)]

@@ -58,7 +58,7 @@ THIRD_PARTY_OWNERS = {
     # torch is optional: the batch records' to_torch, SB3's buffer, the device batches (the façade names
     # torch.device in its annotations only)
     "torch": {"batch", "sb3.buffer", "gpu.devices", "gpu.staging", "gpu.tensor_batches", "gpu.crc_parity",
-              "gpu.device_decode", "store.device_batches", "store.device_decoded_feed", "store.replay_store"},
+              "gpu.device_decode", "gpu.nvcomp_crc32", "store.device_batches", "store.device_decoded_feed", "store.replay_store"},
 }
 
 

@@ -113,11 +113,14 @@ def rows_of_blocks(
 
 
 class ParityCrc:
-    """The CRC-32 of right-aligned rows as a matrix product on one device: ``checksums(rows)`` gives
-    ``zlib.crc32(block, seed)`` of each row's block, whose prefix folded in its seed (``seed_prefixes``).
+    """The CRC-32 of right-aligned rows as a matrix product on one device: ``row_checksums(rows)`` gives
+    ``zlib.crc32(block, seed)`` of each row's block, whose prefix folded in its seed (``seed_prefixes``);
+    ``checksums`` takes the blocks themselves (what ``nvcomp_crc32.NvcompCrc`` takes).
 
     The product runs in int8 with int32 sums (``torch._int_mm``) where the device has it, else in float32
     (exact: sums of 0 and 1 stay far below 2**24)."""
+
+    method = "parity"
 
     def __init__(self, device: torch.device, *, max_width: int) -> None:
         import torch
@@ -130,7 +133,12 @@ class ParityCrc:
         self._powers = torch.pow(2, torch.arange(32, device=device, dtype=torch.int64))
         self.uses_int8 = _int_mm_works(device)
 
-    def checksums(self, rows: torch.Tensor) -> torch.Tensor:
+    def checksums(self, data: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor, prefixes: torch.Tensor,
+                  width: int) -> torch.Tensor:
+        """(n,) int64: ``zlib.crc32`` of each block (``rows_of_blocks``' arguments) with its prefix's seed."""
+        return self.row_checksums(rows_of_blocks(data, starts, lengths, prefixes, width))
+
+    def row_checksums(self, rows: torch.Tensor) -> torch.Tensor:
         """(n,) int64: ``zlib.crc32`` of each row's block with the seed its prefix folds in."""
         import torch
 

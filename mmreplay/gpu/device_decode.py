@@ -15,13 +15,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Protocol
 
-from mmreplay.gpu.crc_parity import ParityCrc, row_width, rows_of_blocks
+from mmreplay.gpu.crc_parity import ParityCrc, row_width
 from mmreplay.gpu.nvcomp_lz4 import BatchedLZ4
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     import torch
+
+
+class BlockCrc(Protocol):
+    """Checks blocks: ``checksums`` gives (n,) int64, ``zlib.crc32`` of each block (``lengths[i]`` bytes of
+    ``data`` from ``starts[i]``) with the seed its four ``prefixes[i]`` fold in (``crc_parity``), or -1;
+    ``width`` is the row width for the longest block (``crc_parity.row_width``)."""
+
+    method: str
+
+    def checksums(self, data: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor, prefixes: torch.Tensor,
+                  width: int) -> torch.Tensor: ...
 
 
 class Decompressor(Protocol):
@@ -87,16 +98,18 @@ class NvcompDecompressor:
 
 class DeviceDecoder:
     """Decodes, checks and gathers batches of up to ``max_frames`` distinct frames of ``frame_nbytes``
-    bytes whose blocks are at most ``max_block_bytes`` long, on ``device`` (see the module docstring)."""
+    bytes whose blocks are at most ``max_block_bytes`` long, on ``device`` (see the module docstring);
+    ``crc`` checks the blocks (by default ``crc_parity.ParityCrc``)."""
 
-    def __init__(self, device: torch.device, decompressor: Decompressor, *, max_frames: int, max_block_bytes: int) -> None:
+    def __init__(self, device: torch.device, decompressor: Decompressor, *, max_frames: int, max_block_bytes: int,
+                 crc: BlockCrc | None = None) -> None:
         import torch
 
         self.device = device
         self.decompressor = decompressor
         self.frame_nbytes = decompressor.frame_nbytes
         self.max_frames = max_frames
-        self.crc = ParityCrc(device, max_width=row_width(max_block_bytes))
+        self.crc: BlockCrc = ParityCrc(device, max_width=row_width(max_block_bytes)) if crc is None else crc
         self._rows = torch.empty((max_frames, decompressor.row_bytes), dtype=torch.uint8, device=device)
         self._positions = torch.arange(max_frames, dtype=torch.int64, device=device)
 
@@ -125,8 +138,7 @@ class DeviceDecoder:
         starts, lengths = starts[:count], lengths[:count]
         good = self.decompressor(data, starts, lengths, count, self._rows)
         if count:
-            rows = rows_of_blocks(data, starts, lengths, prefixes[:count], width)
-            good = good & (self.crc.checksums(rows) == checksums[:count])
+            good = good & (self.crc.checksums(data, starts, lengths, prefixes[:count], width) == checksums[:count])
         bad = torch.where(good, count, self._positions[:count]).amin() if count else self._positions.new_tensor(count)
         first_bad.copy_(torch.where(bad == count, -1, bad).reshape(1), non_blocking=True)
         torch.index_select(self._rows[:count, : self.frame_nbytes], 0, gather, out=pixels.view(-1, self.frame_nbytes))

@@ -73,7 +73,7 @@ class BatchedLZ4:
     naming the wheel when there is none; ``RuntimeError`` for another major version."""
 
     def __init__(self, library: str | Path | None = None) -> None:
-        self._lib = _load(library)
+        self._lib = load_library(library)
         self._declare()
         properties = Properties()
         self._check(self._lib.nvcompGetProperties(ctypes.byref(properties)), "nvcompGetProperties")
@@ -152,7 +152,9 @@ class BatchedLZ4:
         ]
 
 
-def _load(library: str | Path | None) -> ctypes.CDLL:
+def load_library(library: str | Path | None = None) -> ctypes.CDLL:
+    """libnvcomp: ``library`` if given, else the wheel's, else the system's; ``ModuleNotFoundError`` naming the
+    wheel when there is none."""
     if library is not None:
         return ctypes.CDLL(str(library), mode=ctypes.RTLD_LOCAL)
     found = find_library()

@@ -295,9 +295,9 @@ def open_device_batches(
         from mmreplay.store import device_decoded_feed
 
         with ring.on_side():  # the decoder's memory belongs to the side stream, where it is used
-            feed = device_decoded_feed.open_feed(store, ring, generator, batch_size=batch_size, length=length,
-                                                 sample_kwargs=sample_kwargs)
-        return DeviceBatches(feed, ring, depth=prefetch, description=description)
+            decoded = device_decoded_feed.open_feed(store, ring, generator, batch_size=batch_size, length=length,
+                                                    sample_kwargs=sample_kwargs)
+        return DeviceBatches(decoded, ring, depth=prefetch, description=f"{description} crc={decoded.crc_method}")
     template: NumpyRecord
     read: Callable[[Any], NumpyRecord]
     if length is None:

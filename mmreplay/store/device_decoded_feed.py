@@ -20,7 +20,8 @@ import numpy as np
 
 from mmreplay.errors import CorruptStoreError
 from mmreplay.gpu.block_plan import lz4_bound, plan_blocks
-from mmreplay.gpu.device_decode import Decompressor, DeviceDecoder, NvcompDecompressor, check_decoder
+from mmreplay.gpu.device_decode import BlockCrc, Decompressor, DeviceDecoder, NvcompDecompressor, check_decoder
+from mmreplay.gpu.nvcomp_crc32 import NvcompCrc
 from mmreplay.gpu.staging import Staging, plan_slabs
 from mmreplay.gpu.tensor_batches import TensorBatch, TensorSequenceBatch
 from mmreplay.store.device_batches import Slot, SlotRing
@@ -56,6 +57,7 @@ class DeviceDecodedFeed:
         self._ring = ring
         self._read = read
         self._decoder = decoder
+        self.crc_method = decoder.crc.method  # which checker passed the self-check: "nvcomp" or "parity"
         self._stack = stack_size
         self._frame_shape = frame_shape
         self._window = (batch_size,) if length is None else (batch_size, length)
@@ -177,7 +179,28 @@ def open_feed(store: ReplayStore, ring: SlotRing, generator: np.random.Generator
     max_frames = batch_size * (length or 1) * 2 * store.stack_size
     if decompressor is None:
         decompressor = NvcompDecompressor(ring.device, frame_nbytes=frame_nbytes, max_frames=max_frames)
-    decoder = DeviceDecoder(ring.device, decompressor, max_frames=max_frames, max_block_bytes=lz4_bound(frame_nbytes))
-    check_decoder(decoder, store.frame_shape)
+    decoder = checked_decoder(ring.device, decompressor, max_frames=max_frames, frame_shape=store.frame_shape)
     return DeviceDecodedFeed(ring, read, template, decoder, batch_size=batch_size, length=length,
                              stack_size=store.stack_size, frame_shape=store.frame_shape)
+
+
+def checked_decoder(device: torch.device, decompressor: Decompressor, *, max_frames: int,
+                    frame_shape: tuple[int, ...]) -> DeviceDecoder:
+    """A decoder that passed its self-check (``check_decoder``), its CRCs checked by nvCOMP's kernel on a
+    GPU where that passes, else by the parity product (``crc_parity``); the last failure is raised when
+    neither does."""
+    max_block_bytes = lz4_bound(int(np.prod(frame_shape)))
+    checkers: list[Callable[[], BlockCrc | None]] = [lambda: None]  # None: the decoder's default, the parity product
+    if device.type == "cuda":
+        checkers.insert(0, lambda: NvcompCrc(device, max_blocks=max_frames, max_block_bytes=max_block_bytes))
+    failure: Exception | None = None
+    for make in checkers:
+        try:
+            decoder = DeviceDecoder(device, decompressor, max_frames=max_frames, max_block_bytes=max_block_bytes,
+                                    crc=make())
+            check_decoder(decoder, frame_shape)
+            return decoder
+        except (RuntimeError, ModuleNotFoundError, OSError) as error:
+            failure = error
+    assert failure is not None
+    raise failure
