@@ -5,6 +5,6 @@ mmreplay itself needs neither torch nor a GPU. ``devices`` parses the device and
 ``staging`` lays out a batch's arrays in one block of (page-locked) host memory and its device copy,
 ``tensor_batches`` holds the records the learner receives. Decoding on the GPU, where NVIDIA's nvCOMP is
 installed: ``block_plan`` (where each stored block goes, on the host), ``crc_parity`` (the frames'
-CRC-32 checked as a parity matrix product), ``nvcomp_lz4`` (the library's batched LZ4 decoder through
-its C API) and ``device_decode`` (the three together on a CUDA stream).
+CRC-32 checked as a parity matrix product), ``nvcomp_lz4`` and ``nvcomp_crc32`` (the library's batched
+LZ4 decoder and CRC-32 kernel through its C API) and ``device_decode`` (them together on a CUDA stream).
 """

@@ -3,12 +3,14 @@
 ``DeviceDecoder.decode`` takes what ``block_plan`` laid out, already on the device: the blocks back to
 back, where each starts, its length, CRC prefix and stored checksum, and the gather indices. On the
 current CUDA stream it decompresses block i into row i of a scratch array (a ``Decompressor``: nvCOMP's
-batched LZ4 on a GPU), checks each block as the host path does (its CRC-32 seeded as stored, by
-``crc_parity``; and that it decoded to exactly one frame), and gathers the batch's pixels from the rows.
+batched LZ4 on a GPU), checks each block as the host path does (its CRC-32 seeded as stored, by a
+``BlockCrc``: ``crc_parity``'s matrix product or ``nvcomp_crc32``'s kernel; and that it decoded to exactly
+one frame), and gathers the batch's pixels from the rows.
 Nothing waits for the device: the index of the first bad block (or -1) is copied into a host tensor
 that the caller reads once the stream has passed it.
 
-The decompressor is an argument so that the whole of this, but the nvCOMP call, runs on the CPU in tests.
+The decompressor is an argument so that the whole of this, but the nvCOMP call, runs on the CPU in tests;
+``check_decoder`` runs a decoder once on frames the host encoded before it serves batches.
 """
 
 from __future__ import annotations
