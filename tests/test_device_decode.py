@@ -165,6 +165,31 @@ def test_a_frame_index_naming_no_block_is_refused():
         plan_blocks(frames, np.array([[0, 3]]))
 
 
+@pytest.mark.parametrize("stack_size", [1, 2, 4])
+def test_no_encoded_batch_names_more_distinct_frames_than_the_staging_holds(make_store, stack_size):
+    from strategies import stack
+
+    from mmreplay.store.device_decoded_feed import most_distinct_frames
+
+    store = make_store(frame_shape=(3, 4), capacity=120, stack_size=stack_size)
+    n, rng = 1, np.random.default_rng(stack_size)
+    for episode in range(40):  # short episodes; most end with a next_obs stored as given (CleanRL's reset stack)
+        obs = stack(*[n] * stack_size)
+        for t in range(int(rng.integers(1, 6))):
+            detached, last = bool(rng.integers(0, 2)), t == 3
+            ends = last or rng.random() < 0.2
+            following = stack(*[n + 1] * stack_size) if ends and detached else np.concatenate([obs[1:], stack(n + 1)])
+            store.add(obs, t, 1.0, following, ends, False)
+            obs, n = following, n + 1
+            if ends:
+                break
+    for seed in range(30):
+        for length in (None, 1, 3, 9):
+            encoded = (store.sample_encoded(16, rng=seed, n_step=1 + seed % 3) if length is None
+                       else store.sample_sequences_encoded(16, length, rng=seed))
+            assert len(encoded.frames) <= most_distinct_frames(16, length, stack_size)
+
+
 # -- the feed on the CPU, python-lz4 in nvCOMP's place ---------------------------------------------------
 
 class HostLz4:

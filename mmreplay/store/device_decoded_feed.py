@@ -65,14 +65,16 @@ class DeviceDecodedFeed:
         self._names = [item.name for item in fields(template) if item.name not in _NOT_ARRAYS]
         arrays = [(name, getattr(template, name)) for name in self._names]
         positions = int(np.prod(self._window)) * 2 * stack_size  # the most frames a batch can name
+        self._max_frames = most_distinct_frames(batch_size, length, stack_size)
+        frames = self._max_frames
         self._slabs, self._nbytes = plan_slabs([
             *[(name, array.dtype, (batch_size, *array.shape[1:])) for name, array in arrays],
             ("gather", np.dtype(np.int64), (positions,)),
-            ("starts", np.dtype(np.int64), (positions,)),
-            ("lengths", np.dtype(np.int64), (positions,)),
-            ("prefixes", np.dtype(np.uint8), (positions, 4)),
-            ("checksums", np.dtype(np.int64), (positions,)),  # int64 on the device: torch's uint32 does little
-            ("blocks", np.dtype(np.uint8), (positions * lz4_bound(int(np.prod(frame_shape))),)),  # last: sent as used
+            ("starts", np.dtype(np.int64), (frames,)),
+            ("lengths", np.dtype(np.int64), (frames,)),
+            ("prefixes", np.dtype(np.uint8), (frames, 4)),
+            ("checksums", np.dtype(np.int64), (frames,)),  # int64 on the device: torch's uint32 does little
+            ("blocks", np.dtype(np.uint8), (frames * lz4_bound(int(np.prod(frame_shape))),)),  # last: sent as used
         ])
         self._stagings: dict[int, Staging] = {}
         self._pixels: dict[tuple[int, int], tuple[torch.Tensor, TensorBatch | TensorSequenceBatch]] = {}
@@ -82,6 +84,8 @@ class DeviceDecodedFeed:
         ring = self._ring
         encoded = self._read()
         plan = plan_blocks(encoded.frames, encoded.frame_index)
+        if len(plan) > self._max_frames:  # most_distinct_frames is wrong: refuse rather than overrun the staging
+            raise RuntimeError(f"a batch of {len(plan)} distinct frames; its staging holds {self._max_frames}")
         slot = ring.take()
         with ring.on_side():
             staging, first_bad = self._staging(slot)
@@ -153,6 +157,13 @@ class DeviceDecodedFeed:
         return self._pixels[key]
 
 
+def most_distinct_frames(batch_size: int, length: int | None, stack_size: int) -> int:
+    """The most distinct frames an encoded batch can hold: a window of ``length`` transitions of one episode
+    (one, for transitions) names at most ``length + stack_size`` frames of its stacks, and ``stack_size``
+    more for a next_obs stored as given at its episode's end (n-step rows: ``2 * stack_size``)."""
+    return batch_size * ((length or 1) + 2 * stack_size)
+
+
 def _needing(encoded: Encoded, frame: int) -> int:
     """A transition of ``encoded`` (a valid position, for windows) one of whose frames is ``frame``."""
     columns = encoded.frame_index.shape[-1]
@@ -176,7 +187,7 @@ def open_feed(store: ReplayStore, ring: SlotRing, generator: np.random.Generator
         template = store.sample_sequences_encoded(1, length, np.random.default_rng(0), **sample_kwargs)
         read = lambda: store.sample_sequences_encoded(batch_size, length, generator, **sample_kwargs)
     frame_nbytes = int(np.prod(store.frame_shape))
-    max_frames = batch_size * (length or 1) * 2 * store.stack_size
+    max_frames = most_distinct_frames(batch_size, length, store.stack_size)
     if decompressor is None:
         decompressor = NvcompDecompressor(ring.device, frame_nbytes=frame_nbytes, max_frames=max_frames)
     decoder = checked_decoder(ring.device, decompressor, max_frames=max_frames, frame_shape=store.frame_shape)
