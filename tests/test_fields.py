@@ -164,6 +164,8 @@ def test_a_store_without_fields_refuses_fields_and_gives_an_empty_dict(tmp_path:
     ("fields", "error", "message"),
     [
         ({"reward": ((), np.float32)}, ValueError, r"field name 'reward' is taken by a built-in field"),
+        ({"checksum": ((2,), np.float32)}, ValueError,  # the field table's own column
+         r"field name 'checksum' is taken by a built-in field or the row layout; reserved: \['action', 'checksum'"),
         ({"my field": ((), np.float32)}, ValueError, r"field names must be Python identifiers; got 'my field'"),
         ({"x": ((), object)}, TypeError, r"fields\['x'\] dtype must be a numeric or bool dtype; got object"),
         ({"x": ((0,), np.int8)}, ValueError, r"fields\['x'\] shape must be a tuple of positive ints; got \(0,\)"),

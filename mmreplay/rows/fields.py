@@ -26,6 +26,7 @@ from mmreplay.disk.files import BlockReservation, create_sparse
 from mmreplay.disk.header import FieldSpec
 from mmreplay.errors import CorruptStoreError
 from mmreplay.rows.checksums import row_checksum, row_checksums
+from mmreplay.validation import FIELD_ROW_CHECKSUM
 
 FieldArrays = dict[str, npt.NDArray[np.generic]]
 
@@ -54,7 +55,7 @@ def _stored_dtype(spec: FieldSpec) -> np.dtype:
 
 def field_row_dtype(specs: tuple[FieldSpec, ...]) -> np.dtype:
     """The packed row layout of these fields."""
-    return np.dtype([("checksum", "<u4")] + [(name, _stored_dtype(spec)) for spec in specs for name in [spec[0]]])
+    return np.dtype([(FIELD_ROW_CHECKSUM, "<u4")] + [(name, _stored_dtype(spec)) for spec in specs for name in [spec[0]]])
 
 
 class FieldTable:
