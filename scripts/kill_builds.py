@@ -1,11 +1,10 @@
 """SIGKILL imports and exports at random moments: the target holds nothing or the complete result.
 
 Each trial starts one of ``export_hdf5`` (mmreplay layout), ``export_hdf5`` (Minari layout),
-``import_hdf5`` and ``import_dopamine`` in a child process and kills it with SIGKILL after a delay drawn
-in one of three phases, in turn: anywhere (after its imports, up to 1.2 times what the operation takes
-uninterrupted), around the moment its build directory appears, or around the moment its result is
-renamed into place (both timed on an uninterrupted run of each operation, watching the directory). It
-then checks that
+``import_hdf5`` and ``import_dopamine`` in a child process and kills it with SIGKILL in one of three
+phases, in turn: anywhere (a random delay after its imports, up to 1.2 times what the operation takes
+uninterrupted), just after its build directory appears, or just after its result is renamed into place
+(the directory watched every 0.2 ms, then a random 0 to 2 ms). It then checks that
 
 * the target path is either absent or the complete result (a store whose transitions and episodes are
   those expected, an HDF5 file or Minari dataset with every transition),
@@ -118,12 +117,21 @@ def timeline(operation: str, work: Path, target: Path) -> dict[str, float]:
 PHASES = ("anywhere", "made", "renamed")
 
 
-def kill_delay(chooser: random.Random, phase: str, times: dict[str, float]) -> float:
-    """A delay after "ready": anywhere in the run, or near one of its steps (a run under load drifts)."""
+def wait_to_kill(chooser: random.Random, phase: str, child: subprocess.Popen[str], work: Path, target: Path,
+                 duration: float) -> None:
+    """Return when ``child`` is to be killed: after a random delay (``anywhere`` in the run), or just after
+    its build directory appeared (``made``) or its result appeared at the target (``renamed``), watched
+    for every 0.2 ms, then a random 0 to 2 ms more (timed steps would drift with the machine's load)."""
     if phase == "anywhere":
-        return chooser.uniform(0, 1.2 * times["duration"])
-    spread = max(0.005, 0.1 * times["duration"])
-    return max(0.0, chooser.uniform(times[phase] - spread, times[phase] + spread))
+        time.sleep(chooser.uniform(0, 1.2 * duration))
+        return
+    prefix = f".{target.name}."
+    began = time.perf_counter()
+    while child.poll() is None and time.perf_counter() - began < 600:
+        if os.path.lexists(target) if phase == "renamed" else any(n.startswith(prefix) for n in os.listdir(work)):
+            break
+        time.sleep(0.0002)
+    time.sleep(chooser.uniform(0, 0.002))
 
 
 def siblings(work: Path, target: Path) -> list[str]:
@@ -177,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             child = subprocess.Popen([sys.executable, "-c", operation_code(operation, work, target)],
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             assert child.stdout is not None and child.stdout.readline().strip() == "ready"
-            time.sleep(kill_delay(chooser, phase, times[operation]))
+            wait_to_kill(chooser, phase, child, work, target, times[operation]["duration"])
             os.kill(child.pid, signal.SIGKILL)
             child.wait()
             counts["trials"] += 1
