@@ -53,6 +53,20 @@ def test_the_leftovers_of_a_killed_export_are_removed_by_the_next_one(tmp_path: 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.mmr", "x.h5"]
 
 
+@pytest.mark.parametrize("layout", ["mmreplay", "minari"])
+def test_a_build_killed_before_it_could_lock_its_directory_is_removed_by_the_next_one_at_once(
+    tmp_path: Path, layout: str
+) -> None:
+    # The flaky kill trial's leftover ('.t5-export-minari.exporting-8ccf3329'): killed between making its
+    # directory and locking it, it was taken for a build still running for 60 s, and the rerun left it.
+    dead = tmp_path / ".x.exporting-8ccf3329"
+    dead.mkdir()
+    (dead / "dataset").mkdir()
+    with small_store(tmp_path / "a.mmr") as store:
+        export_hdf5(store, tmp_path / "x", layout=layout)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.mmr", "x"]
+
+
 def test_a_build_still_running_elsewhere_is_left_alone(tmp_path: Path) -> None:
     running = tmp_path / ".b.mmr.importing-12345678"
     running.mkdir()
