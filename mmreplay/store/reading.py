@@ -28,7 +28,7 @@ T = TypeVar("T", Batch, SequenceBatch)
 
 _lz4batch = extensions.load("_lz4batch")  # its read_transitions is ``transitions``' fast path
 _NO_DETACHED = np.zeros(0, np.bool_)  # for _pixels_of: a batch the compiled read holds has no DETACHED row
-COMPILED_MAX_STACK = 1024  # the largest stack_size the compiled read takes (_lz4batch.c, read_transitions)
+COMPILED_MAX_STACK = 1024  # the largest stack_size the compiled read takes (_c/transition_read.c, read_transitions)
 # What a frame of a batch costs beyond its pixels (its step, its table entry, its position and length,
 # as int64 arrays): with the pixels, what a batch is checked against the memory the process can get.
 FRAME_BOOKKEEPING_BYTES = 64
