@@ -15,6 +15,7 @@ from mmreplay.errors import (
     ReadOnlyStoreError,
     StepsEvictedError,
     StoreExistsError,
+    StoreLimitError,
     StoreLockedError,
     StoreNotFoundError,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "ReplayStore",
     "Sampler",
     "StoreExistsError",
+    "StoreLimitError",
     "StoreLockedError",
     "StoreNotFoundError",
     "StepsEvictedError",

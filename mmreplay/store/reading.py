@@ -18,6 +18,7 @@ from mmreplay import extensions
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.frames import lz4_codec
 from mmreplay.frames.ring import FrameChecksumError, FrameRing
+from mmreplay.limits import check_memory
 from mmreplay.rows import stacking
 from mmreplay.rows.episode_windows import follow_episodes, n_step_returns
 from mmreplay.rows.fields import FieldArrays, FieldTable
@@ -27,6 +28,11 @@ T = TypeVar("T", Batch, SequenceBatch)
 
 _lz4batch = extensions.load("_lz4batch")  # its read_transitions is ``transitions``' fast path
 _NO_DETACHED = np.zeros(0, np.bool_)  # for _pixels_of: a batch the compiled read holds has no DETACHED row
+COMPILED_MAX_STACK = 1024  # the largest stack_size the compiled read takes (_c/transition_read.c, read_transitions)
+# What a frame of a batch costs beyond its pixels (its step, its table entry, its position and length,
+# as int64 arrays): with the pixels, what a batch is checked against the memory the process can get.
+FRAME_BOOKKEEPING_BYTES = 64
+_CHECKED_FROM_BYTES = 64 << 20  # smaller batches are not checked (reading the machine's memory costs ~20 us)
 
 
 class SharedOutError(ValueError):
@@ -60,6 +66,7 @@ class TransitionReader:
         # through its _decode: the compiled read, which decodes into the batch, is the base class's.
         self._compiled = (
             _lz4batch is not None and table.compiled_rows is not None and type(self)._decode is TransitionReader._decode
+            and stack_size <= COMPILED_MAX_STACK
         )
         self._columns = (stack_size + 1, *self.frame_shape)  # frames per transition, then a frame's shape
         self._batch_action = table.batch_action
@@ -82,7 +89,16 @@ class TransitionReader:
             assert _lz4batch is not None and self.table.compiled_rows is not None
             _lz4batch.prefetch_rows(self.table.compiled_rows[0], self.table.row_slots, steps)
 
+    def check_batch(self, transitions: int, what: str) -> None:
+        """Refuse a batch of ``transitions`` whose frames (``stack_size + 1`` each, from the header) would
+        take more memory than the process can get (``StoreLimitError``), before anything is allocated."""
+        nbytes = transitions * (self.stack_size + 1) * (self.frames.frame_nbytes + FRAME_BOOKKEEPING_BYTES)
+        if nbytes >= _CHECKED_FROM_BYTES:
+            check_memory(nbytes, f"{what} of {transitions:,} transitions of {self.stack_size + 1:,} frames "
+                                 f"(the header's stack_size {self.stack_size:,}, plus one)")
+
     def transition_frames(self, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        self.check_batch(steps.size, "the frame steps")
         next_frames = next_frame_steps(self.table.read(steps), steps)
         return self.frames.stacks(next_frames, self.stack_size)
 
@@ -99,6 +115,7 @@ class TransitionReader:
         becomes the batch's: zeroed in place where a transition terminated (no bootstrapping past it). With
         ``padded=False`` a zero-padding store's stacks come back as stored (the first frame repeated):
         what the writer compares the next add's obs with."""
+        self.check_batch(steps.size, "a batch")
         if self._compiled:
             if out is None:
                 batch = self._compiled_transitions(steps, weight, discount, padded)
@@ -238,6 +255,7 @@ class TransitionReader:
     ) -> Batch:
         """Transitions with n-step returns: up to ``n_step`` rewards of the same episode, and the
         next_obs and flags of the last of them (see ``windows``)."""
+        self.check_batch(2 * steps.size, "a batch of n-step transitions (each with its last one's frames)")
         window, mask = follow_episodes(
             steps,
             n_step,
@@ -285,6 +303,7 @@ class TransitionReader:
         """Windows of transitions (from ``windows.follow_episodes``) with their pixels; in ``out``'s
         arrays when given."""
         batch_size, length = window.shape
+        self.check_batch(window.size, "a batch of sequences")
         rows = self._window_rows(window, mask)
         # Positions past a window's end read its first transition's frames, then are zeroed: the frames
         # decode straight into the batch, one pass, which beats decoding each distinct frame once and
