@@ -18,6 +18,7 @@ frame is ever encoded against a frame that was not written.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import asdict
 from pathlib import Path
 from typing import Protocol
@@ -31,6 +32,7 @@ from mmreplay.frames import lz4_codec
 from mmreplay.frames.reference_codec import EnvReferences, ReferenceScheme, compress_against
 from mmreplay.frames.reference_ring import ReferenceFrameRing
 from mmreplay.frames.ring import FrameRing
+from mmreplay.limits import check_memory
 
 PLAIN = "lz4"
 REFERENCE = "lz4-reference"
@@ -81,8 +83,21 @@ def has_references(layout: header.Layout) -> bool:
     return layout.frame_encoding == REFERENCE
 
 
+# What a frame costs beyond its pixels where a store keeps or reads it: its step and table entry in a
+# batch's arrays, and a writer's record of its envs' episodes (a Python int and bytes object a frame).
+_FRAME_BOOKKEEPING_BYTES = 128
+
+
 def open_ring(directory: Path, layout: header.Layout, commit: header.Commit, *, writable: bool) -> FrameRing:
-    """The store's frame ring, of the class its encoding needs, at its committed counts."""
+    """The store's frame ring, of the class its encoding needs, at its committed counts.
+
+    First, what reading the store takes however few transitions it holds is checked against the memory
+    this process can get: a transition of each env (``stack_size + 1`` frames, with their bookkeeping),
+    which a writer also keeps as its envs' episodes in progress (the frames and their steps)."""
+    frame_cost = math.prod(layout.frame_shape) * np.dtype(layout.frame_dtype).itemsize + _FRAME_BOOKKEEPING_BYTES
+    check_memory((2 if writable else 1) * layout.num_envs * (layout.stack_size + 1) * frame_cost,
+                 f"{directory}: a transition of each of {layout.num_envs:,} envs (the header's num_envs, "
+                 f"stack_size {layout.stack_size:,} and frame_shape {layout.frame_shape})")
     scheme = scheme_of(layout, directory)
     make = FrameRing if scheme is None else functools.partial(ReferenceFrameRing, scheme=scheme)
     return make(

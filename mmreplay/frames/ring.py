@@ -33,6 +33,7 @@ from mmreplay.disk.files import BlockReservation, create_sparse, fsync_directory
 from mmreplay.disk.header import SEGMENTS_DIR, frame_table_name, segment_name
 from mmreplay.errors import CorruptStoreError
 from mmreplay.frames import lz4_codec
+from mmreplay.limits import check_mapping
 from mmreplay.rows import stacking
 
 
@@ -527,6 +528,7 @@ class FrameRing:
         expected = frame_slots * self.entry.itemsize
         if not path.is_file() or path.stat().st_size < expected:
             raise CorruptStoreError(f"{path}: frame table is missing or shorter than {expected} bytes")
+        check_mapping(expected, f"{path}: the frame table of {frame_slots:,} slots (the header's frame_slots)")
         return np.memmap(path, dtype=self.entry, mode="r+" if self.writable else "r", shape=(frame_slots,))
 
     def _table_path(self) -> Path:

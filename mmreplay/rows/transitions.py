@@ -23,6 +23,7 @@ import numpy.typing as npt
 from mmreplay import extensions
 from mmreplay.disk.files import BlockReservation, create_sparse
 from mmreplay.errors import CorruptStoreError
+from mmreplay.limits import check_mapping
 from mmreplay.rows.checksums import row_checksum, row_checksums
 
 TERMINATED = 1
@@ -132,6 +133,7 @@ class TransitionTable:
         expected = row_slots * dtype.itemsize
         if not path.is_file() or path.stat().st_size < expected:
             raise CorruptStoreError(f"{path}: transition table is missing or shorter than {expected} bytes")
+        check_mapping(expected, f"{path}: the transition table of {row_slots:,} row slots (the header's row_slots)")
         self.path = path
         self.row_slots = row_slots
         self._chunk_minimums: dict[int, int] = {}

@@ -18,6 +18,7 @@ from mmreplay import extensions
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.frames.ring import FrameChecksumError, FrameRing
 from mmreplay.frames.threads import batch_threads, helper_rows, thread_limit
+from mmreplay.limits import check_memory
 from mmreplay.rows import stacking
 from mmreplay.rows.episode_windows import follow_episodes, n_step_returns
 from mmreplay.rows.fields import FieldArrays, FieldTable
@@ -33,6 +34,11 @@ T = TypeVar("T", Batch, SequenceBatch)
 
 _lz4batch = extensions.load("_lz4batch")  # its read_transitions is ``transitions``' fast path
 _NO_DETACHED = np.zeros(0, np.bool_)  # for _pixels_of: a batch the compiled read holds has no DETACHED row
+COMPILED_MAX_STACK = 1024  # the largest stack_size the compiled read takes (_c/transition_read.c, read_transitions)
+# What a frame of a batch costs beyond its pixels (its step, its table entry, its position and length,
+# as int64 arrays): with the pixels, what a batch is checked against the memory the process can get.
+FRAME_BOOKKEEPING_BYTES = 64
+_CHECKED_FROM_BYTES = 64 << 20  # smaller batches are not checked (reading the machine's memory costs ~20 us)
 
 
 class SharedOutError(ValueError):
@@ -69,6 +75,7 @@ class TransitionReader:
         # through its _decode: the compiled read, which decodes into the batch, is the base class's.
         self._compiled = (
             _lz4batch is not None and table.compiled_rows is not None and type(self)._decode is TransitionReader._decode
+            and stack_size <= COMPILED_MAX_STACK
         )
         self._columns = (stack_size + 1, *self.frame_shape)  # frames per transition, then a frame's shape
         self._batch_action = table.batch_action
@@ -101,7 +108,16 @@ class TransitionReader:
         """The threads a batch of ``rows`` transitions decodes on (``threads.batch_threads``)."""
         return 1 if rows < self._helper_rows else batch_threads(rows * self._row_nbytes, self.thread_limit)
 
+    def check_batch(self, transitions: int, what: str) -> None:
+        """Refuse a batch of ``transitions`` whose frames (``stack_size + 1`` each, from the header) would
+        take more memory than the process can get (``StoreLimitError``), before anything is allocated."""
+        nbytes = transitions * (self.stack_size + 1) * (self.frames.frame_nbytes + FRAME_BOOKKEEPING_BYTES)
+        if nbytes >= _CHECKED_FROM_BYTES:
+            check_memory(nbytes, f"{what} of {transitions:,} transitions of {self.stack_size + 1:,} frames "
+                                 f"(the header's stack_size {self.stack_size:,}, plus one)")
+
     def transition_frames(self, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        self.check_batch(steps.size, "the frame steps")
         next_frames = next_frame_steps(self.table.read(steps), steps)
         return self.frames.stacks(next_frames, self.stack_size)
 
@@ -118,6 +134,7 @@ class TransitionReader:
         becomes the batch's: zeroed in place where a transition terminated (no bootstrapping past it). With
         ``padded=False`` a zero-padding store's stacks come back as stored (the first frame repeated):
         what the writer compares the next add's obs with."""
+        self.check_batch(steps.size, "a batch")
         if self._compiled:
             if out is None:
                 batch = self._compiled_transitions(steps, weight, discount, padded)
@@ -257,6 +274,7 @@ class TransitionReader:
     ) -> Batch:
         """Transitions with n-step returns: up to ``n_step`` rewards of the same episode, and the
         next_obs and flags of the last of them (see ``windows``)."""
+        self.check_batch(2 * steps.size, "a batch of n-step transitions (each with its last one's frames)")
         window, mask = follow_episodes(
             steps,
             n_step,
@@ -304,6 +322,7 @@ class TransitionReader:
         """Windows of transitions (from ``windows.follow_episodes``) with their pixels; in ``out``'s
         arrays when given."""
         batch_size, length = window.shape
+        self.check_batch(window.size, "a batch of sequences")
         rows = self._window_rows(window, mask)
         # Positions past a window's end read its first transition's frames, then are zeroed: the frames
         # decode straight into the batch, one pass, which beats decoding each distinct frame once and
