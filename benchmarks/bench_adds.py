@@ -6,7 +6,9 @@ drift hits both alike: one env adding 4-frame stacks with Python ``int``/``float
 and SB3 pass), and ``--envs`` envs adding ``(envs, 4, 84, 84)`` stacks with numpy arrays (a vector env;
 each env replays the stream from its own episode start). Each block's rate is taken in wall time and in
 the thread's CPU time (steadier on a machine shared with other jobs); the medians are printed, and with
-``--json`` one JSON line per figure. Building the inputs (the stacks) is the env's job and is not timed;
+``--json`` one JSON line per figure. Where the store compresses one env's new frame ahead on a helper
+(from 4 usable cores), a third form adds the same way with that switched off (the writer's private
+``_ahead_threads``), so that the run shows what the helper buys. Building the inputs (the stacks) is the env's job and is not timed;
 the store's automatic commits are (they happen inside ``add``).
 
     .venv/bin/python benchmarks/bench_adds.py                      # pong, mspacman, seaquest
@@ -28,8 +30,8 @@ import numpy as np
 from mmreplay import ReplayStore
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from frame_streams import add_data_dir_argument, stream_path  # noqa: E402
-from peers import FrameStream  # noqa: E402
+from frame_streams import add_data_dir_argument, stream_path
+from peers import FrameStream
 
 STACK = 4
 
@@ -91,17 +93,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true", help="also print one JSON line per figure")
     add_data_dir_argument(parser)
     args = parser.parse_args(argv)
-    print(f"| game | form | transitions/s (wall) | transitions/s (thread CPU) |\n|---|---|---:|---:|", flush=True)
+    print("| game | form | transitions/s (wall) | transitions/s (thread CPU) |\n|---|---|---:|---:|", flush=True)
     for game in args.games.split(","):
         stream = FrameStream.load(stream_path(game, args.data_dir))
         with tempfile.TemporaryDirectory(dir=args.tmpdir) as tmp:
             forms = {
                 "1 env, stacks, Python scalars": (SingleEnv(stream), 1),
+                "1 env, stacks, Python scalars, no helper": (SingleEnv(stream), 1),
                 f"{args.envs} envs, stacks, numpy arrays": (VectorEnvs(stream, args.envs), args.envs),
             }
             stores = {name: ReplayStore.create(Path(tmp) / f"{k}.mmr", frame_shape=stream.frames.shape[1:],
                                                capacity=args.capacity, stack_size=STACK, num_envs=envs)
                       for k, (name, (_, envs)) in enumerate(forms.items())}
+            if stores["1 env, stacks, Python scalars"]._role._ahead_threads > 1:  # type: ignore[attr-defined]
+                stores["1 env, stacks, Python scalars, no helper"]._role._ahead_threads = 1  # type: ignore[attr-defined]
+            else:  # no helper to switch off (under 4 usable cores): the form would repeat the first
+                stores.pop("1 env, stacks, Python scalars, no helper").close()
+                forms.pop("1 env, stacks, Python scalars, no helper")
             rates: dict[str, list[tuple[float, float]]] = {name: [] for name in forms}
             for turn in range(max(1, args.adds // args.block)):
                 order = list(forms) if turn % 2 == 0 else list(reversed(forms))

@@ -19,6 +19,7 @@ otherwise each batch of 256 stacks (9 MB) is a fresh mmap that both buffers page
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -34,8 +35,8 @@ from mmreplay import ReplayStore
 from mmreplay.frames.threads import batch_threads, thread_limit, usable_cores
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from frame_streams import add_data_dir_argument, stream_path  # noqa: E402
-from peers import FrameStream, NumpyFrameRing  # noqa: E402
+from frame_streams import add_data_dir_argument, stream_path
+from peers import FrameStream, NumpyFrameRing
 
 STACK = 4
 
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
                     store = open_with_cap(path, cap)
                     rng = np.random.default_rng(1)
                     threads = batch_threads(batch * row_nbytes, thread_limit(cap))
-                    mm, peer, ratio = paired(lambda: store.sample(batch, rng), ring_sampler(ring, batch, 2),
+                    mm, peer, ratio = paired(functools.partial(store.sample, batch, rng), ring_sampler(ring, batch, 2),
                                              seconds=args.seconds, rounds=args.rounds)
                     store.close()
                     label = "all" if cap is None else str(cap)

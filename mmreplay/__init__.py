@@ -15,15 +15,18 @@ from mmreplay.errors import (
     ReadOnlyStoreError,
     StepsEvictedError,
     StoreExistsError,
+    StoreLimitError,
     StoreLockedError,
     StoreNotFoundError,
 )
 from mmreplay.extensions import PerformanceWarning, warn_if_not_built
 from mmreplay.frames.reference_codec import ReferenceScheme
 from mmreplay.frames.wire import BlockRefs, EncodedFrames, decode_blocks, encode_frames, encode_stacks
+from mmreplay.gpu.tensor_batches import TensorBatch, TensorSequenceBatch
 from mmreplay.hdf5 import export_hdf5, import_hdf5  # noqa: E402 (they use the store API above)
 from mmreplay.sampling.samplers import PrioritizedSampler, Sampler, UniformSampler
 from mmreplay.store import ReplayStore
+from mmreplay.store.device_batches import DeviceBatches
 from mmreplay.store.encoded_batches import EncodedBatch, EncodedSequenceBatch, decode_batch, decode_sequences
 
 __all__ = [
@@ -36,6 +39,7 @@ __all__ = [
     "EncodedFrames",
     "EncodedSequenceBatch",
     "CorruptStoreError",
+    "DeviceBatches",
     "EpisodeNotFoundError",
     "FormatVersionError",
     "MmreplayError",
@@ -45,9 +49,12 @@ __all__ = [
     "ReplayStore",
     "Sampler",
     "StoreExistsError",
+    "StoreLimitError",
     "StoreLockedError",
     "StoreNotFoundError",
     "StepsEvictedError",
+    "TensorBatch",
+    "TensorSequenceBatch",
     "UniformSampler",
     "decode_batch",
     "decode_blocks",

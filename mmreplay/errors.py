@@ -41,6 +41,14 @@ class StoreLockedError(MmreplayError, BlockingIOError):
     """Another process already holds the store open for writing."""
 
 
+class StoreLimitError(MmreplayError, OSError):
+    """A store asks for more than this machine can give: a size its header declares (a capacity, a ring's
+    slots, a stack) would need more memory, address space or disk than the process can get now. Files can
+    be sparse, so their sizes bound nothing; each such size is checked against the machine
+    (``mmreplay.limits``) before anything is allocated, mapped or reserved. ``errno`` is ENOMEM (memory,
+    address space) or ENOSPC (disk)."""
+
+
 class StepsEvictedError(MmreplayError, IndexError):
     """Steps that were stored were evicted before they could be read (a writer wrapped past them while a
     reader, or the writer itself, asked for them); ``steps`` names them."""

@@ -135,10 +135,30 @@ def parse_priorities(value: object, *, like: npt.NDArray[np.int64]) -> npt.NDArr
 
 
 # Names a user field may not take: the batch records' own fields, and what to_torch names them by.
+# The field table's own column beside the user fields in each row (``rows.fields``).
+FIELD_ROW_CHECKSUM = "checksum"
+# Names no user field may take: the batch records' own fields, and the field table's row layout.
 RESERVED_FIELD_NAMES = frozenset(
     {"obs", "action", "reward", "next_obs", "terminated", "truncated", "index", "env_index", "weight", "discount",
-     "mask", "fields"}
+     "mask", "fields", FIELD_ROW_CHECKSUM}
 )
+
+
+def field_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot name a user field (``create``'s rule, which a header's fields must also meet),
+    or None when it can."""
+    if not isinstance(name, str) or not name.isidentifier():
+        return f"field names must be Python identifiers; got {name!r}"
+    if name in RESERVED_FIELD_NAMES:
+        return f"field name {name!r} is taken by a built-in field or the row layout; reserved: {sorted(RESERVED_FIELD_NAMES)}"
+    return None
+
+
+def field_dtype_string(dtype: np.dtype) -> str:
+    """How a user field's dtype is kept (``FieldSpec``): little-endian as ``dtype.str`` spells it, whatever
+    the spelling given (``">i4"`` and ``"int32"`` are ``"<i4"``; ``"?"``, ``"bool"`` and ``"b1"`` are
+    ``"|b1"``), since the field table stores values little-endian and packs bool fields by that name."""
+    return dtype.newbyteorder("<").str
 
 
 def parse_field_specs(value: object) -> tuple[tuple[str, tuple[int, ...], str], ...]:
@@ -151,10 +171,10 @@ def parse_field_specs(value: object) -> tuple[tuple[str, tuple[int, ...], str], 
         raise TypeError(f"fields must be a dict of name -> (shape, dtype); got {type(value).__name__}")
     specs = []
     for name, entry in value.items():
-        if not isinstance(name, str) or not name.isidentifier():
-            raise ValueError(f"field names must be Python identifiers; got {name!r}")
-        if name in RESERVED_FIELD_NAMES:
-            raise ValueError(f"field name {name!r} is taken by a built-in field; reserved: {sorted(RESERVED_FIELD_NAMES)}")
+        problem = field_name_problem(name)
+        if problem is not None:
+            raise ValueError(problem)
+        assert isinstance(name, str)
         if not isinstance(entry, tuple) or len(entry) != 2:
             raise TypeError(f"fields[{name!r}] must be a (shape, dtype) tuple; got {entry!r}")
         shape = parse_shape(entry[0], f"fields[{name!r}] shape", allow_empty=True)
@@ -164,5 +184,5 @@ def parse_field_specs(value: object) -> tuple[tuple[str, tuple[int, ...], str], 
             raise TypeError(f"fields[{name!r}] dtype must be a numpy dtype; got {entry[1]!r}") from None
         if dtype.kind not in "biuf":
             raise TypeError(f"fields[{name!r}] dtype must be a numeric or bool dtype; got {dtype}")
-        specs.append((name, shape, dtype.newbyteorder("<").str))
+        specs.append((name, shape, field_dtype_string(dtype)))
     return tuple(specs)

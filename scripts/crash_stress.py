@@ -32,7 +32,9 @@ everything stored is again bit-exact.
 
 With ``--add-encoded`` the writer records through ``add_encoded`` instead: one env, sends of 1 to 32
 consecutive steps with their frames compressed beforehand (``encode_frames``), as a Ray shard receives
-them; a send may commit part-way (room, as the adds it stands for would), and the checks are the same.
+them, the blocks as bytes or in a receive buffer viewed as rows or 4-byte words that the sender zeroes
+once the call returns (``BUFFER_FORMS``); a send may commit part-way (room, as the adds it stands for
+would), and the checks are the same.
 
     python scripts/crash_stress.py --trials 1000 --seed 0 [--add-encoded] [--json [PATH]]
 """
@@ -65,7 +67,7 @@ for directory in (REPO, REPO / "scripts"):  # the package, and atari_frames when
 
 import atari_frames  # noqa: E402
 
-from mmreplay import PrioritizedSampler, ReplayStore, encode_frames  # noqa: E402
+from mmreplay import EncodedFrames, PrioritizedSampler, ReplayStore, encode_frames  # noqa: E402
 
 PHASES = {
     0: "starting",
@@ -349,7 +351,9 @@ def run_writer(path: Path, side_path: Path, variant: Variant, data: dict[str, np
             adds = [stream.next_add()[0] for _ in range(int(send_sizes.integers(1, 33)))]
             # A send may commit part-way: up to all of its steps may count after the kill.
             progress.set(phase, store.transitions_added + len(adds))
-            store.add_encoded(*encoded_send(adds, variant.stacked))
+            send = encoded_send(adds, variant.stacked, BUFFER_FORMS[int(send_sizes.integers(len(BUFFER_FORMS)))])
+            store.add_encoded(*send)
+            _reuse(send[0])
         else:
             arguments, mask, _ = stream.next_add()
             progress.set(phase, store.transitions_added)
@@ -383,9 +387,34 @@ def run_writer(path: Path, side_path: Path, variant: Variant, data: dict[str, np
     progress.set(9, stream.steps)
 
 
-def encoded_send(adds: list[tuple[Any, ...]], stacked: bool) -> tuple[Any, ...]:
-    """``add_encoded``'s arguments for consecutive one-env adds: their distinct frames, encoded, and each
-    step's obs and next_obs as indices into them."""
+# How a send's blocks arrive (issue 26, item 1): as bytes, or as a receive buffer viewed as rows of bytes
+# or as 4-byte words (``ndarray.data`` of an (n, k) uint8 or uint32 array), which the sender overwrites
+# as soon as the call returns (a reused buffer).
+BUFFER_FORMS = ("bytes", "rows", "words")
+
+
+def _received(data: bytes, form: str) -> object:
+    """The blocks in a fresh receive buffer of this form (bytes as they are)."""
+    if form == "bytes":
+        return data
+    buffer = np.frombuffer(data, np.uint8).copy()
+    if form == "words" and len(buffer) % 4 == 0:
+        return buffer.view(np.uint32).reshape(2, -1).data if len(buffer) % 8 == 0 else buffer.view(np.uint32).data
+    rows = next(k for k in (4, 3, 2, 1) if len(buffer) % k == 0)
+    return buffer.reshape(rows, -1).data
+
+
+def _reuse(frames: Any) -> None:
+    """The sender reuses its receive buffer once the call returned: what was written must not change."""
+    data = frames.data
+    if isinstance(data, memoryview) and isinstance(data.obj, np.ndarray) and data.obj.flags.writeable:
+        data.obj[...] = 0
+
+
+def encoded_send(adds: list[tuple[Any, ...]], stacked: bool, form: str = "bytes") -> tuple[Any, ...]:
+    """``add_encoded``'s arguments for consecutive one-env adds: their distinct frames, encoded (the blocks
+    in a receive buffer of ``form``, see ``BUFFER_FORMS``), and each step's obs and next_obs as indices
+    into them."""
     position: dict[bytes, int] = {}
     frames: list[np.ndarray] = []
 
@@ -401,7 +430,10 @@ def encoded_send(adds: list[tuple[Any, ...]], stacked: bool) -> tuple[Any, ...]:
 
     obs = np.array([indices(add[0]) for add in adds])
     next_obs = np.array([indices(add[3]) for add in adds])
-    return (encode_frames(np.stack(frames)), obs, np.array([int(add[1]) for add in adds], np.int64),
+    encoded = encode_frames(np.stack(frames))
+    received = EncodedFrames(_received(encoded.data, form), encoded.lengths, encoded.checksums,  # type: ignore[arg-type]
+                             encoded.seeds, encoded.frame_shape)
+    return (received, obs, np.array([int(add[1]) for add in adds], np.int64),
             np.array([add[2] for add in adds], np.float32), next_obs, np.array([bool(add[4]) for add in adds]),
             np.array([bool(add[5]) for add in adds]))
 

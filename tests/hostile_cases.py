@@ -3,6 +3,7 @@
     python tests/hostile_cases.py headers 150     # hypothesis over header fields (150 examples)
     python tests/hostile_cases.py hdf5            # crafted HDF5 files, both layouts
     python tests/hostile_cases.py dopamine        # crafted Dopamine .npy headers
+    python tests/hostile_cases.py sparse          # headers asking for large rings in sparse files
 
 Each case runs in a child forked for it, whose address space is limited (``RLIMIT_AS``) to what it
 has mapped at the fork plus ``BOUND`` bytes: no case may allocate or map more. A case's outcome is
@@ -226,6 +227,70 @@ def header_cases(root: Path, examples: int) -> list[str]:
     return outcomes
 
 
+# -- sparse files ----------------------------------------------------------------------------------
+
+def sparse_store(base: Path, target: Path, *, row_slots: int | None = None, stack_size: int | None = None) -> None:
+    """``base`` copied to ``target`` with its header asking for ``row_slots`` or ``stack_size`` (and
+    frame slots to match), every file it sizes extended to that size without
+    writing a block (the committed priorities moved to where the larger tree keeps them): a store of
+    a few KiB on disk that passes every check of its files' sizes. ``OSError`` (EFBIG) where the file
+    system cannot hold files that large."""
+    from mmreplay.disk import header
+    from mmreplay.sampling.sum_tree import tree_size
+
+    shutil.copytree(base, target)
+    document = json.loads((target / "header.json").read_text())
+    layout, commit = document["layout"], document["commit"]
+    old_slots = layout["row_slots"]
+    if row_slots is not None:  # the capacity stays: the same steps are stored, with the same priorities
+        layout["row_slots"] = row_slots
+    if stack_size is not None:
+        layout["stack_size"] = stack_size
+        commit["frame_slots"] = max(commit["frame_slots"], stack_size + 1)
+    transitions = target / header.TRANSITIONS_NAME
+    os.truncate(transitions, transitions.stat().st_size // old_slots * layout["row_slots"])
+    table = target / header.frame_table_name(commit["frame_table_generation"])
+    entries = json.loads((base / "header.json").read_text())["commit"]["frame_slots"]
+    os.truncate(table, table.stat().st_size // entries * commit["frame_slots"])
+    tree = target / "priorities.tree"
+    if tree.exists():
+        old_size, size = tree_size(old_slots), tree_size(layout["row_slots"])
+        data = tree.read_bytes()
+        with open(tree, "r+b") as file:
+            file.truncate(0)
+            file.truncate(48 * size + 32 + 16 * layout["row_slots"])
+            file.seek(8 * size)
+            file.write(data[8 * old_size : 16 * old_size])
+    body = {key: value for key, value in document.items() if key != "checksum"}
+    body["checksum"] = zlib.crc32(json.dumps(body, sort_keys=True).encode())
+    (target / "header.json").write_text(json.dumps(body))
+
+
+SPARSE_CASES = [
+    *((f"{kind} row_slots=2**{bits}", kind, {"row_slots": 2**bits})
+      for kind in ("uniform", "prioritized") for bits in (16, 24, 28, 32, 36, 40)),
+    *((f"uniform stack_size=2**{bits}", "uniform", {"stack_size": 2**bits}) for bits in (12, 20, 24)),
+]
+
+
+def sparse_cases(root: Path) -> list[str]:
+    """Stores whose header asks for large rings in sparse files: opened, read, sampled, verified and
+    appended to within the bound, or refused with a library error (``StoreLimitError``)."""
+    bases = {"uniform": build_store(root / "uniform.mmr", prioritized=False),
+             "prioritized": build_store(root / "prioritized.mmr", prioritized=True)}
+    outcomes = []
+    for name, kind, sizes in SPARSE_CASES:
+        target = root / "case.mmr"
+        shutil.rmtree(target, ignore_errors=True)
+        try:
+            sparse_store(bases[kind], target, **sizes)
+        except OSError as error:  # the file system's largest file is smaller
+            outcomes.append(f"{name} => not made: {error.strerror}")
+            continue
+        outcomes.append(f"{name} => {run_forked(lambda: use_store(target))}")
+    return outcomes
+
+
 # -- HDF5 ------------------------------------------------------------------------------------------
 
 def _export(root: Path, layout: str) -> Path:
@@ -386,12 +451,16 @@ def dopamine_cases(root: Path) -> list[str]:
 
 def main(argv: list[str]) -> None:
     kind = argv[0]
-    with tempfile.TemporaryDirectory(prefix="mmreplay-hostile-") as directory:
+    # Sparse files as large as a header may ask for fit a tmpfs (ext4 stops at 16 TiB), and cost nothing.
+    shm = "/dev/shm" if kind == "sparse" and os.access("/dev/shm", os.W_OK) else None
+    with tempfile.TemporaryDirectory(prefix="mmreplay-hostile-", dir=shm) as directory:
         root = Path(directory)
         if kind == "headers":
             outcomes = header_cases(root, int(argv[1]) if len(argv) > 1 else 150)
         elif kind == "hdf5":
             outcomes = hdf5_cases(root)
+        elif kind == "sparse":
+            outcomes = sparse_cases(root)
         else:
             outcomes = dopamine_cases(root)
     print(json.dumps({"kind": kind, "bound_bytes": BOUND, "cases": outcomes,

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import random
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -122,3 +124,29 @@ def test_a_crash_during_clear_leaves_the_old_store_or_the_new_one(tmp_path: Path
             assert batch.action.tolist() == [1000 + step for step in store.stored_steps]
         np.testing.assert_array_equal(batch.fields["h"][:, 0], batch.action.astype(np.float32))
         add(store, range(1), base=5000)  # appending goes on
+
+
+def test_a_writer_starts_no_process_while_it_holds_the_writer_lock(tmp_path: Path) -> None:
+    # A child shares the lock's open file description from its fork until it execs: a writer killed
+    # meanwhile left its store locked to the writer restarted after it (clear() ran ldconfig to find libc).
+    # An audit hook in a fresh interpreter (nothing looked up before) sees every process the writer starts.
+    script = f"""
+import sys
+started = []
+sys.addaudithook(lambda event, args: started.append(event) if event in (
+    "subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.exec", "os.system", "os.spawn") else None)
+import numpy as np
+from mmreplay import PrioritizedSampler, ReplayStore
+started.clear()  # importing h5py asks uname for the processor; the lock is not held yet
+with ReplayStore.create({str(tmp_path / 's')!r}, frame_shape=(4, 4), capacity=8, sampler=PrioritizedSampler()) as store:
+    for round in range(2):
+        for t in range(5):
+            store.add(np.full((4, 4), t, np.uint8), 0, 1.0, np.full((4, 4), t + 1, np.uint8), False, False)
+        store.flush()
+        store.clear()
+print(started)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from extension_status import absent_reason
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from extension_status import absent_reason
 from test_codec import Segments, random_frames, real_frames
 
-from mmreplay.frames import threads as frame_threads
 from mmreplay import ReplayStore, decode_batch
 from mmreplay.frames import lz4_codec as codec
+from mmreplay.frames import threads as frame_threads
 from mmreplay.frames.ring import FrameRing
 from mmreplay.frames.threads import (
     BYTES_PER_THREAD,
@@ -27,6 +27,7 @@ from mmreplay.frames.threads import (
     batch_threads,
     cgroup_cpu_limit,
     compress_threads,
+    helper_rows,
     thread_limit,
     usable_cores,
 )
@@ -62,6 +63,15 @@ def test_a_sampled_batch_of_32_atari_stacks_takes_eleven_threads_where_the_cores
 
 def test_tiny_batches_never_wake_a_helper_whatever_the_limit() -> None:
     assert batch_threads(SPLIT_MIN_BYTES - 1, MAX_THREADS) == 1
+
+
+@given(row_nbytes=st.integers(1, 1 << 22), rows=st.integers(0, 100_000))
+def test_batches_of_fewer_rows_than_helper_rows_are_those_batch_threads_keeps_on_one_thread(row_nbytes: int,
+                                                                                              rows: int) -> None:
+    if rows < helper_rows(row_nbytes):
+        assert batch_threads(rows * row_nbytes, MAX_THREADS) == 1
+    else:
+        assert batch_threads(rows * row_nbytes, MAX_THREADS) >= 2
 
 
 def test_the_thread_limit_is_the_usable_cores_capped_by_decode_threads() -> None:
@@ -402,3 +412,49 @@ def test_a_handle_of_frames_compressed_ahead_may_be_dropped_untaken_or_refused_f
     with pytest.raises(ValueError, match=r"^the frames compressed ahead are 8 of 7056 bytes; expected 2 of 7056$"):
         ring.append_frames(frames[:2], [0, 1], ahead=codec.compress_ahead(frames, threads=2))
     assert ring.frames_written == 0 and ring.bytes_written == 0
+
+
+# -- decode_threads= on create and open ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cap", [1, 2, 3, MAX_THREADS])
+def test_every_read_returns_the_same_batch_whatever_the_decode_threads_cap(tmp_path: Path, cap: int) -> None:
+    """sample, n-step sample, sample_sequences, read and iterate decode on up to ``cap`` threads (a batch
+    of 256 stacks of 84x84 frames asks for all it may have): the same pixels as one thread decodes."""
+    with encoded_store(tmp_path):
+        pass
+    with ReplayStore.open(tmp_path / "s.mmr", "r", decode_threads=1) as one, \
+            ReplayStore.open(tmp_path / "s.mmr", "r", decode_threads=cap) as many:
+        assert many._reader.thread_limit == min(cap, usable_cores())
+        for read in (lambda s: s.sample(256, 5), lambda s: s.sample(64, 6, n_step=3),
+                     lambda s: s.sample_sequences(8, 30, 7), lambda s: s.read(np.arange(250)),
+                     lambda s: next(iter(s.iterate(128)))):
+            expected, got = read(one), read(many)
+            assert np.array_equal(got.obs, expected.obs) and np.array_equal(got.next_obs, expected.next_obs)
+
+
+def test_a_writer_created_or_opened_with_a_cap_adds_and_samples_as_one_without(tmp_path: Path) -> None:
+    store = ReplayStore.create(tmp_path / "capped.mmr", frame_shape=(84, 84), capacity=500, stack_size=4,
+                               decode_threads=2)
+    assert store._reader.thread_limit == min(2, usable_cores())
+    for t in range(120):
+        store.add(POOL_FRAMES[t], 1, 0.0, POOL_FRAMES[t + 1], False, False)
+    store.close()
+    with ReplayStore.open(tmp_path / "capped.mmr", "r+", decode_threads=1) as store:
+        assert store._reader.thread_limit == 1
+        batch = store.read(np.arange(100))
+        assert np.array_equal(batch.next_obs[:, -1], POOL_FRAMES[1:101])
+
+
+@pytest.mark.parametrize(("value", "error"), [(0, ValueError), (MAX_THREADS + 1, ValueError), (1.5, TypeError),
+                                              ("all", TypeError), (False, TypeError)])
+def test_create_refuses_a_decode_threads_that_is_not_none_or_1_to_the_maximum_before_writing(
+    tmp_path: Path, value: object, error: type[Exception]
+) -> None:
+    with pytest.raises(error, match="^decode_threads must be None"):
+        ReplayStore.create(tmp_path / "s.mmr", frame_shape=(4, 4), capacity=10, decode_threads=value)  # type: ignore[arg-type]
+    assert not (tmp_path / "s.mmr").exists()
+    ReplayStore.create(tmp_path / "t.mmr", frame_shape=(4, 4), capacity=10).close()
+    for mode in ("r", "r+"):
+        with pytest.raises(error, match="^decode_threads must be None"):
+            ReplayStore.open(tmp_path / "t.mmr", mode, decode_threads=value)  # type: ignore[arg-type]

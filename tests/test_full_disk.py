@@ -9,7 +9,9 @@ commit, with every committed transition exact, and take appends again once there
 from __future__ import annotations
 
 import errno
+import gc
 import multiprocessing
+import os
 import resource
 import subprocess
 from pathlib import Path
@@ -19,7 +21,7 @@ import pytest
 from atari_data import load_stream
 from reference import ReferenceStore, assert_batch_matches
 
-from mmreplay import ReplayStore
+from mmreplay import PrioritizedSampler, ReplayStore, StoreLimitError
 
 CAPACITY = 200
 
@@ -122,7 +124,9 @@ def tiny_filesystem(tmp_path: Path):
     try:
         yield mount_point
     finally:
-        subprocess.run(["umount", str(mount_point)], check=False)
+        gc.collect()  # a refused open's half-made store (in its traceback's frames) holds files mapped
+        if subprocess.run(["umount", str(mount_point)], check=False, capture_output=True).returncode:
+            subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
 def test_an_add_on_a_full_filesystem_raises_oserror_and_keeps_every_commit(tiny_filesystem: Path) -> None:
@@ -137,3 +141,41 @@ def test_an_add_on_a_full_filesystem_raises_oserror_and_keeps_every_commit(tiny_
     print(f"\nfull tmpfs: {name} errno {code} ({message}) after {result['committed']} committed; "
           f"then {result['after']}")
     _check_store(path, transitions, result["committed"])
+
+
+def test_a_prioritized_store_copied_sparse_onto_a_full_filesystem_is_refused_for_writing_before_reserving(
+    tmp_path: Path, tiny_filesystem: Path
+) -> None:
+    # A writer maps its priorities' scratch and reserves its blocks first; a copy made sparse (cp, tar,
+    # rsync -S) has none. On a full disk the writer is refused (StoreLimitError, ENOSPC) before reserving
+    # anything; the store reads as it was, and takes appends once there is room.
+    transitions = _transitions(_frames("mspacman"))
+    source = tmp_path / "store.mmr"
+    with ReplayStore.create(source, frame_shape=(84, 84), capacity=CAPACITY, stack_size=4,
+                            sampler=PrioritizedSampler()) as store:
+        for i in range(30):
+            store.add(*transitions[i])
+    path = tiny_filesystem / "store.mmr"
+    subprocess.run(["cp", "-r", "--sparse=always", str(source), str(path)], check=True)
+    filler = tiny_filesystem / "filler"
+    descriptor = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(descriptor, b"\xff" * 4096):
+            pass
+    except OSError as error:
+        assert error.errno == errno.ENOSPC
+    finally:
+        os.close(descriptor)
+    used = os.statvfs(tiny_filesystem).f_bfree
+    with pytest.raises(StoreLimitError, match=r"priorities.tree: the priorities of 1,224 row slots \(the header's "
+                                              r"row_slots\) needs [\d,]+ bytes of disk reserved") as refused:
+        ReplayStore.open(path, "r+")
+    assert refused.value.errno == errno.ENOSPC
+    del refused
+    assert os.statvfs(tiny_filesystem).f_bfree == used
+    _check_store(path, transitions, 30)
+    filler.unlink()
+    with ReplayStore.open(path, "r+") as store:
+        for i in range(30, 40):
+            store.add(*transitions[i])
+    _check_store(path, transitions, 40)

@@ -10,6 +10,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
 
 from mmreplay import CorruptStoreError, ReplayStore
 
@@ -68,3 +71,56 @@ def test_a_field_out_of_its_range_or_type_is_named_with_what_was_expected(
     edit(path, section, field, value)
     with pytest.raises(CorruptStoreError, match=expected):
         ReplayStore.open(path)
+
+
+def fields_store(path: Path, dtype: str) -> Path:
+    """A store with one user field ``h`` of 2 elements, its header then spelling the dtype ``dtype``."""
+    ReplayStore.create(path, frame_shape=(2, 3), capacity=8, fields={"h": ((2,), np.dtype(dtype))}).close()
+    edit(path, "layout", "fields", [["h", [2], dtype]])
+    return path
+
+
+@pytest.mark.parametrize(("dtype", "values"), [
+    (">i4", [1, 258]), ("<i4", [1, 258]), ("int32", [-7, 2**31 - 1]), (">f8", [0.5, -3.25]), ("u1", [0, 255]),
+    ("?", [True, False]), ("bool", [True, True]), ("b1", [False, True]), ("|b1", [True, False]),
+])
+def test_a_user_field_dtype_reads_back_what_was_added_however_the_header_spells_it(
+    tmp_path: Path, dtype: str, values: list[object]
+) -> None:
+    path = fields_store(tmp_path / "s.mmr", dtype)
+    with ReplayStore.open(path, "r+") as store:
+        for t in range(3):
+            store.add(np.zeros((2, 3), np.uint8), 0, 0.0, np.zeros((2, 3), np.uint8), False, False,
+                      fields={"h": np.array(values, np.dtype(dtype))})
+        assert store.fields["h"][1] == np.dtype(dtype).newbyteorder("=")
+    with ReplayStore.open(path) as store:
+        read = store.read(np.arange(3)).fields["h"]
+    np.testing.assert_array_equal(read, np.array([values] * 3, np.dtype(dtype)))
+    assert read.dtype == np.dtype(dtype).newbyteorder("=")
+
+
+@pytest.mark.parametrize("name", ["checksum", "reward", "not an identifier"])
+def test_a_header_field_named_as_the_row_layout_or_a_batch_field_is_refused(tmp_path: Path, name: str) -> None:
+    path = fields_store(tmp_path / "s.mmr", "<f4")
+    edit(path, "layout", "fields", [[name, [2], "<f4"]])
+    with pytest.raises(CorruptStoreError, match=rf"header.json: header field fields holds a field named {name!r}: "
+                                                r"field name"):
+        ReplayStore.open(path)
+
+
+SPELLINGS = [f"{order}{kind}{size}" for order in "<>=|" for kind, sizes in (("i", "1248"), ("u", "1248"), ("f", "248"))
+             for size in sizes] + ["?", "bool", "b1", "|b1", "int16", "float32", "uint64"]
+
+
+@settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(dtype=st.sampled_from(SPELLINGS), data=st.data())
+def test_any_spelling_of_a_field_dtype_stores_values_as_the_plain_dtype_does(
+    tmp_path_factory: pytest.TempPathFactory, dtype: str, data: st.DataObject
+) -> None:
+    values = data.draw(arrays(np.dtype(dtype).newbyteorder("="), (3, 2), elements={"allow_nan": False}))
+    path = fields_store(tmp_path_factory.mktemp("spelled") / "s.mmr", dtype)
+    with ReplayStore.open(path, "r+") as store:
+        for row in values:
+            store.add(np.zeros((2, 3), np.uint8), 0, 0.0, np.zeros((2, 3), np.uint8), False, False,
+                      fields={"h": row.astype(dtype)})
+        np.testing.assert_array_equal(store.read(np.arange(3)).fields["h"], values)

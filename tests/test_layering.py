@@ -19,11 +19,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "mmreplay"
 
 # The top-level modules, each placed in a layer; every folder is a layer of its own (or part of one).
 TOP_LEVEL = {
-    "base": {"errors", "extensions", "extras", "validation", "batch", "__init__", "__main__"},
+    "base": {"errors", "extensions", "extras", "validation", "limits", "batch", "__init__", "__main__"},
     "integrations": {"recorder"},
 }
 FOLDER_LAYERS = {
-    "disk": "disk", "rows": "rows", "frames": "frames", "sampling": "sampling", "store": "store",
+    "disk": "disk", "rows": "rows", "frames": "frames", "sampling": "sampling", "gpu": "gpu", "store": "store",
     "hdf5": "serialization", "dopamine": "serialization",
     "cli": "integrations", "sb3": "integrations",
     "ray": "public-api", "rllib": "public-api",
@@ -38,7 +38,9 @@ ALLOWED = {
     # frames rebuild stacks with the rows' index arithmetic
     "frames": {"disk/", "rows.stacking"},
     "sampling": set(),
-    "store": {"disk/", "rows/", "frames/", "sampling/"},
+    # torch and nvCOMP: staging, the device records, decoding blocks on the GPU (frames' encoded blocks)
+    "gpu": {"frames/"},
+    "store": {"disk/", "rows/", "frames/", "sampling/", "gpu/"},
     # The public store and the records it returns (Episode); files for building an export beside its
     # target (make_sibling_directory, atomic_builds.SiblingBuild), as the store builds itself.
     "serialization": {"store", "store.episode_list", "disk.files", "disk.atomic_builds"},
@@ -53,6 +55,9 @@ ALLOWED = {
 THIRD_PARTY_OWNERS = {
     "lz4": {"frames.lz4_codec", "frames.reference_codec"},
     "h5py": {"hdf5.conversion", "hdf5.checks", "hdf5.datasets", "hdf5.minari_layout", "hdf5.mmreplay_layout"},
+    # torch is optional: the batch records' to_torch, SB3's buffers, the device batches (whole folders as
+    # "folder/"; the façade names torch.device in its annotations only)
+    "torch": {"batch", "sb3/", "gpu/", "store.device_batches", "store.device_decoded_feed", "store.replay_store"},
 }
 
 
@@ -149,9 +154,10 @@ def test_a_module_imports_only_from_its_own_layer_and_the_layers_below(module: s
 
 
 @pytest.mark.parametrize("package, owners", sorted(THIRD_PARTY_OWNERS.items()))
-def test_lz4_and_h5py_are_imported_by_their_owning_modules_only(package: str, owners: set[str]) -> None:
+def test_lz4_h5py_and_torch_are_imported_by_their_owning_modules_only(package: str, owners: set[str]) -> None:
     importers = {module for module in modules() if package in imports_of(module)[1]}
-    assert importers <= owners, f"{sorted(importers - owners)} import {package}"
+    outside = {module for module in importers if module not in owners and f"{module.split('.')[0]}/" not in owners}
+    assert not outside, f"{sorted(outside)} import {package}"
 
 
 def test_the_import_reader_sees_each_form_of_import() -> None:

@@ -272,6 +272,27 @@ def check_fields(namespace: dict[str, Any]) -> None:
     np.testing.assert_array_equal(first.fields["legal"][0], namespace["mask"])
 
 
+def setup_gpu_batches(namespace: dict[str, Any]) -> None:
+    """A prioritized store of real Pong transitions and two small Q-networks, as a DQN learner has them."""
+    import torch
+
+    from mmreplay import PrioritizedSampler, ReplayStore
+
+    store = ReplayStore.create("gpu-batches.mmr", frame_shape=(84, 84), capacity=1000, sampler=PrioritizedSampler())
+    for transition in pong_transitions(60):
+        store.add(*transition)
+    torch.manual_seed(0)
+    online = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4 * 84 * 84, 6))
+    namespace.update(store=store, steps=3, torch=torch, online=online, target_net=online)
+
+
+def check_gpu_batches(namespace: dict[str, Any]) -> None:
+    store, batch = namespace["store"], namespace["batch"]
+    assert batch.obs.shape == (32, 4, 84, 84) and str(batch.obs.device) == "cpu"
+    assert namespace["step"] == namespace["steps"] - 1
+    store.close()
+
+
 def setup_encoded(namespace: dict[str, Any]) -> None:
     from mmreplay import ReplayStore
 
@@ -304,6 +325,8 @@ SMALL_SIZES = {
         ("for batch in replay.batches(32, prefetch=4, rng=rng): ...", "for batch in replay.batches(32, prefetch=4, rng=rng): break"),
     ],
     "rllib-buffer": [('"capacity": 1_000_000', '"capacity": 1_000')],
+    # the same pipeline without a GPU: device="cpu" (no pinning, no copy)
+    "gpu-batches": [('device="cuda"', 'device="cpu"')],
 }
 
 
@@ -386,9 +409,12 @@ EXAMPLES: dict[str, tuple[Callable[[dict[str, Any]], None], Callable[[dict[str, 
     "reference-encoding": (setup_reference_encoding, check_reference_encoding),
     "any-dtype": (setup_any_dtype, check_any_dtype),
     "encoded": (setup_encoded, check_encoded),
+    "gpu-batches": (setup_gpu_batches, check_gpu_batches),
     "ray-sharded": (setup_ray_sharded, check_ray_sharded),
     "rllib-buffer": (setup_rllib_buffer, check_rllib_buffer),
 }
+# The examples that run on the module's Ray cluster.
+RAY_EXAMPLES = {"ray-sharded", "rllib-buffer"}
 # Examples that are one step of a loop: run this many times over the same names.
 REPEATS = {"vector-same-step": 20}
 
@@ -451,7 +477,8 @@ def test_the_manual_python_example_runs(
     from mmreplay import ReplayStore
 
     if name in SMALL_SIZES:
-        request.getfixturevalue("ray_cluster")
+        if name in RAY_EXAMPLES:
+            request.getfixturevalue("ray_cluster")
         for text, replacement in SMALL_SIZES[name]:
             assert text in code, f"{where} ({name}) no longer holds {text!r}: update SMALL_SIZES"
             code = code.replace(text, replacement)

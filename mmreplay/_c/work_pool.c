@@ -83,6 +83,7 @@ static struct {
     _Alignas(CACHE_LINE) atomic_int sleepers;       /* helpers asleep, or about to be */
     _Alignas(CACHE_LINE) atomic_int helpers;        /* helper threads started */
     _Atomic uint32_t start_generation, start_posts; /* what helpers being started take as seen */
+    _Atomic long long last_ahead;                   /* when a job was last posted ahead (ns, monotonic) */
     pthread_mutex_t grow_lock;                      /* held while starting helpers */
 #ifndef __linux__
     pthread_mutex_t sleep_lock;
@@ -297,16 +298,32 @@ pool_wake(int helpers)
 }
 
 PoolJob *
-pool_post(Py_ssize_t tasks, int threads, pool_task task, void *context, int awake_only)
+pool_post(Py_ssize_t tasks, int threads, pool_task task, void *context, int ahead)
 {
-    if (threads > tasks) {
-        threads = (int)tasks; /* a helper without a task only costs */
+    /* A helper without a task only costs; posted ahead, every task may go to a helper, as the caller
+     * takes none before it joins. */
+    Py_ssize_t most = ahead ? tasks + 1 : tasks;
+    if (threads > most) {
+        threads = (int)most;
     }
     if (threads > POOL_MAX_THREADS) {
         threads = POOL_MAX_THREADS;
     }
-    if (awake_only && (atomic_load(&pool.helpers) == 0 || atomic_load(&pool.sleepers) >= atomic_load(&pool.helpers))) {
-        return NULL; /* every helper sleeps (or none was started): the caller runs the tasks at join */
+    int helpers = atomic_load(&pool.helpers);
+    if (ahead) {
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long long at = now.tv_sec * 1000000000LL + now.tv_nsec;
+        long long since = at - atomic_exchange(&pool.last_ahead, at);
+        if (helpers > 0 && atomic_load(&pool.sleepers) >= helpers) {
+            /* Every helper sleeps: the caller runs the tasks at join (none yet: they start awake). Posts
+             * closer together than helpers poll wake one for the next (a loop of adds); posts further
+             * apart wake none, whose wake-up would cost more than the job. */
+            if (since < SPIN_NANOSECONDS) {
+                pool_wake(1);
+            }
+            return NULL;
+        }
     }
     Job *job = threads > 1 && pool_grow(threads - 1) > 0 ? aligned_alloc(JOB_ALIGN, JOB_BYTES) : NULL;
     if (job == NULL) {
@@ -326,7 +343,7 @@ pool_post(Py_ssize_t tasks, int threads, pool_task task, void *context, int awak
     uintptr_t previous = atomic_exchange(&pool.current, (uintptr_t)job);
     atomic_fetch_add(&pool.posts, 1);
     atomic_fetch_add(&pool.generation, 1);
-    if (!awake_only) {
+    if (!ahead) {
         wake_helpers(threads - 1);
     }
     pool_reference_drop(previous); /* a job another thread posted: its helpers keep their references */

@@ -24,12 +24,13 @@ void pool_run(Py_ssize_t tasks, int threads, pool_task task, void *context);
 
 /* pool_run in two halves, so that the caller can do other work while helpers start on the job:
  * pool_post hands the tasks to up to threads - 1 helpers and returns at once (NULL when there are none
- * to hand them to; with awake_only, also when every helper sleeps: waking one costs the caller a system
- * call and the helper longer to start than a small job takes); pool_join, given the same tasks, task and
- * context, runs what no helper took and returns once every task has run. Every post must be joined,
- * and context must live until then. */
+ * to hand them to); pool_join, given the same tasks, task and context, runs what no helper took and
+ * returns once every task has run. Every post must be joined, and context must live until then. With
+ * `ahead` (the caller works on before it joins: a frame compressed while its add is checked), every
+ * task may go to a helper, but only to one already awake: waking one costs the caller a system call
+ * and the helper longer to start than such a job takes (helpers not started yet start, awake). */
 typedef struct PoolJob PoolJob;
-PoolJob *pool_post(Py_ssize_t tasks, int threads, pool_task task, void *context, int awake_only);
+PoolJob *pool_post(Py_ssize_t tasks, int threads, pool_task task, void *context, int ahead);
 void pool_join(PoolJob *job, Py_ssize_t tasks, pool_task task, void *context);
 
 /* Wakes up to `helpers` sleeping helpers, which then poll for a job for a while (SPIN_NANOSECONDS): a

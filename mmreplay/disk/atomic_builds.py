@@ -1,11 +1,18 @@
 """All-or-nothing creation of a store, file or dataset directory: build it beside its target, rename it in.
 
 An import or export builds its result inside a hidden sibling directory of the target
-(``.NAME.PURPOSE-XXXXXXXX``, ``files.make_sibling_directory``) and renames the finished result to the
-target in one ``rename``: a process killed at any moment leaves either nothing at the target or the
-complete result. The sibling holds a lock file that its builder keeps locked (flock: the OS releases it
-when the process dies), so the next build for the same target recognizes the leftovers of a killed run
-(their lock is free) and removes them, while a build still running elsewhere is left alone.
+(``.NAME.PURPOSE-XXXXXXXX``, ``files.make_sibling_directory``; PURPOSE is ``exporting`` or
+``importing``) and renames the finished result to the target in one ``rename``: a process killed at any
+moment leaves either nothing at the target or the complete result.
+
+The builder holds its directory locked (``flock`` on the directory itself, taken right after making it:
+the OS releases it when the process dies). The leftovers of killed builds are exactly those names
+(``files.sibling_names``: never a user's ``.pong.h5.backup-2024``), directories and not links, whose
+lock is free; the next build for the same target removes them, once its arguments are accepted (a
+refused call removes nothing), while a build still running elsewhere is left alone. A cleaner removes a
+leftover while holding its lock, and a builder checks after locking that its directory is still the one
+at its name, so a directory made just before a cleaner looked is never lost from under its builder: it
+is either locked in time or taken for a leftover, and then its builder makes another.
 
 Paths are refused where ``cp`` would refuse them: the target must not exist and its parent directory
 must; nothing is created on the way.
@@ -16,25 +23,18 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import time
 from pathlib import Path
 from types import TracebackType
 
-from mmreplay.disk.files import fsync_directory, make_sibling_directory
+from mmreplay.disk.files import fsync_directory, make_sibling_directory, sibling_names
 
-LOCK_NAME = ".building.lock"
-# A sibling without a lock file is a build that has only just begun, or one killed before it could make
-# the lock: it counts as a leftover once it is this old.
-_UNLOCKED_GRACE_S = 60.0
+PURPOSES = ("exporting", "importing")
+_OPEN_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_ATTEMPTS = 100
 
 
 def check_new_path(target: Path, what: str) -> None:
-    """Refuse ``target`` as ``cp`` would: it must not exist, and its parent directory must. The leftovers
-    of killed builds for ``target`` are removed first (also when ``target`` is then refused: a build
-    killed after its rename leaves a sibling beside a complete result)."""
-    if target.parent.is_dir():
-        for stale in leftovers(target):
-            shutil.rmtree(stale, ignore_errors=True)
+    """Refuse ``target`` as ``cp`` would: it must not exist, and its parent directory must. Only checks."""
     if target.exists() or target.is_symlink():
         raise FileExistsError(f"cannot create {what} at {str(target)!r}: the path already exists")
     parent = target.parent
@@ -47,56 +47,121 @@ def check_new_path(target: Path, what: str) -> None:
 
 
 def leftovers(target: Path) -> list[Path]:
-    """Siblings of ``target`` left by killed builds (their builder's lock is free)."""
+    """The build directories beside ``target`` left by killed builds (named by this library, their lock free)."""
     found = []
-    for candidate in target.parent.glob(f".{target.name}.*-*"):
-        if candidate.is_dir() and not _in_use(candidate):
-            found.append(candidate)
+    for candidate in _candidates(target):
+        descriptor = _open_directory(candidate)
+        if descriptor is not None:
+            try:
+                if _lock(descriptor, wait=False) and _is_at(descriptor, candidate):
+                    found.append(candidate)
+            finally:
+                os.close(descriptor)  # and with it the lock
     return sorted(found)
 
 
-def _in_use(directory: Path) -> bool:
-    lock = directory / LOCK_NAME
+def remove_leftovers(target: Path) -> None:
+    """Remove the leftovers of killed builds for ``target``, each while holding its lock."""
+    for candidate in _candidates(target):
+        descriptor = _open_directory(candidate)
+        if descriptor is None:
+            continue
+        try:
+            if _lock(descriptor, wait=False) and _is_at(descriptor, candidate):
+                shutil.rmtree(candidate, ignore_errors=True)  # what stays is removed by the next build
+        finally:
+            os.close(descriptor)
+
+
+def _candidates(target: Path) -> list[Path]:
+    names = sibling_names(target, PURPOSES)
     try:
-        handle = open(lock, "rb")
-    except FileNotFoundError:
-        try:
-            return time.time() - directory.stat().st_mtime < _UNLOCKED_GRACE_S
-        except FileNotFoundError:
-            return True  # removed meanwhile: nothing to do
-    with handle:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
+        entries = os.listdir(target.parent)
+    except OSError:
+        return []
+    return [target.parent / name for name in entries if names.fullmatch(name)]
+
+
+def _open_directory(path: Path) -> int | None:
+    """A descriptor of the directory at ``path`` (never through a link); None if there is none."""
+    try:
+        return os.open(path, _OPEN_DIRECTORY)
+    except OSError:  # gone, a link, or not a directory: not a build directory of this library
+        return None
+
+
+def _lock(descriptor: int, *, wait: bool) -> bool:
+    """Take the exclusive lock of a directory's descriptor; False if another holds it (``wait=False``)."""
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
         return False
+    return True
+
+
+def _is_at(descriptor: int, path: Path) -> bool:
+    """Whether ``path`` still names the directory that ``descriptor`` is open on."""
+    try:
+        status = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(descriptor)
+    return (status.st_dev, status.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def _locked_directory(target: Path, purpose: str) -> tuple[Path, int]:
+    """A new build directory beside ``target``, locked: its path and the descriptor that holds the lock."""
+    for _ in range(_ATTEMPTS):
+        directory = make_sibling_directory(target, purpose)
+        descriptor = _open_directory(directory)
+        if descriptor is None:
+            continue  # taken for a leftover before it could be opened
+        _lock(descriptor, wait=True)  # waits only for a cleaner that found it unlocked, while it removes it
+        if _is_at(descriptor, directory):
+            return directory, descriptor
+        os.close(descriptor)
+    raise FileExistsError(f"could not make a build directory beside {str(target)!r} (each was removed at once)")
 
 
 class SiblingBuild:
-    """A hidden directory beside ``target`` to build in; ``commit(built)`` renames ``built`` to ``target``.
+    """A hidden, locked directory beside ``target`` to build in; ``commit(built)`` renames ``built`` to
+    ``target``.
 
     Use it with ``with``: leaving the block removes the directory (and whatever was not committed).
-    Creating it removes the leftovers of killed builds for the same target (``check_new_path``).
+    Creating it checks ``target`` (``check_new_path``), then removes the leftovers of killed builds for
+    the same target.
     """
 
     def __init__(self, target: Path, purpose: str, what: str) -> None:
+        if purpose not in PURPOSES:
+            raise ValueError(f"purpose must be one of {PURPOSES}; got {purpose!r}")
         check_new_path(target, what)
+        remove_leftovers(target)
         self.target, self.what = target, what
-        self.directory = make_sibling_directory(target, purpose)
-        self._lock = open(self.directory / LOCK_NAME, "ab")
-        fcntl.flock(self._lock.fileno(), fcntl.LOCK_EX)
+        self.directory, self._descriptor = _locked_directory(target, purpose)
 
     def commit(self, built: Path) -> None:
-        """Rename ``built`` (inside the build directory, complete and closed) to the target, durably."""
+        """Rename ``built`` (inside the build directory, complete and closed) to the target, durably, and
+        remove the then empty build directory."""
         if self.target.exists() or self.target.is_symlink():
             raise FileExistsError(f"cannot create {self.what} at {str(self.target)!r}: the path appeared "
                                   "while it was being built")
+        for entry in os.scandir(self.directory):  # all else first: after the rename, nothing is left to remove
+            if entry.path != str(built):
+                shutil.rmtree(entry.path) if entry.is_dir(follow_symlinks=False) else os.unlink(entry.path)
         os.rename(built, self.target)
+        os.rmdir(self.directory)  # a kill just before leaves an empty leftover: the next build removes it
         fsync_directory(self.target.parent)
 
     def close(self) -> None:
-        shutil.rmtree(self.directory, ignore_errors=True)
-        self._lock.close()
+        if self._descriptor < 0:
+            return
+        try:
+            if _is_at(self._descriptor, self.directory):
+                shutil.rmtree(self.directory, ignore_errors=True)
+        finally:
+            os.close(self._descriptor)
+            self._descriptor = -1
 
     def __enter__(self) -> SiblingBuild:
         return self

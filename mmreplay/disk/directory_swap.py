@@ -11,7 +11,7 @@ other at the path, never neither.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 import os
 import sys
 from pathlib import Path
@@ -23,10 +23,14 @@ _RENAME_EXCHANGE = 2  # linux/fs.h
 _RENAME_SWAP = 2  # macOS sys/stdio.h
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
+    """The C library's symbols, looked up once in the running process (``dlopen(NULL)``: the interpreter
+    links libc already). Never ``ctypes.util.find_library``: it runs ``ldconfig -p`` in a child process,
+    and ``exchange`` runs under the writer lock, whose open file description a forked child shares until
+    it execs (a writer restarted meanwhile found its store locked)."""
     try:
-        return ctypes.CDLL(name, use_errno=True)
+        return ctypes.CDLL(None, use_errno=True)
     except OSError:
         return None
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
 
 RESERVE_STEP = 1 << 16  # bytes reserved at a time ahead of the writes into a memory map
@@ -28,9 +30,16 @@ def fsync_directory(directory: Path) -> None:
         os.close(descriptor)
 
 
+def sibling_names(target: Path, purposes: Sequence[str]) -> re.Pattern[str]:
+    """The names ``make_sibling_directory`` gives beside ``target`` for these purposes, and no other:
+    ``.NAME.PURPOSE-`` and 8 lowercase hex digits (a user's ``.NAME.backup-2024`` does not match)."""
+    alternatives = "|".join(re.escape(purpose) for purpose in purposes)
+    return re.compile(rf"\.{re.escape(target.name)}\.(?:{alternatives})-[0-9a-f]{{8}}")
+
+
 def make_sibling_directory(target: Path, purpose: str) -> Path:
-    """A new, uniquely named, hidden directory beside ``target`` (``.NAME.PURPOSE-XXXXXXXX``) in which a
-    store or dataset is built before it is renamed to ``target``.
+    """A new, uniquely named, hidden directory beside ``target`` (``.NAME.PURPOSE-XXXXXXXX``, see
+    ``sibling_names``) in which a store or dataset is built before it is renamed to ``target``.
 
     Its mode follows the process umask, like any directory a tool creates (``tempfile.mkdtemp`` would
     make it 0700, and the renamed store unreadable to the other users it may be meant for).

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from mmreplay.errors import CorruptStoreError
+from mmreplay.validation import field_dtype_string, field_name_problem
 
 MAX_DIMENSIONS = 8
 MAX_FRAME_BYTES = 1 << 30  # one frame; lz4 blocks hold at most about 2 GiB
@@ -172,7 +173,10 @@ def parse_layout_fields(path: Path, value: object) -> dict[str, object]:
 
 
 def parse_field_specs(path: Path, value: object) -> tuple[tuple[str, tuple[int, ...], str], ...]:
-    """The user fields: a list of distinct [name, shape, numeric or bool dtype] (``format.FieldSpec``)."""
+    """The user fields: a list of distinct [name, shape, numeric or bool dtype] (``format.FieldSpec``), each
+    name one ``create`` takes (never the row layout's ``checksum``), each dtype normalised as ``create``
+    keeps it (``field_dtype_string``: ``">i4"`` is ``"<i4"``, ``"?"`` and ``"bool"`` are ``"|b1"``), so
+    that what is written and what is read agree however the header spells it."""
     expected = f"a list of at most {MAX_FIELDS} [name, shape, dtype] entries with distinct names"
     if not isinstance(value, list) or len(value) > MAX_FIELDS:
         raise _fail(path, "fields", expected, value)
@@ -181,10 +185,13 @@ def parse_field_specs(path: Path, value: object) -> tuple[tuple[str, tuple[int, 
         if not (isinstance(entry, list) and len(entry) == 3 and isinstance(entry[0], str) and 0 < len(entry[0]) <= 64):
             raise _fail(path, "fields", expected, entry)
         name = entry[0]
+        problem = field_name_problem(name)
+        if problem is not None:
+            raise CorruptStoreError(f"{path}: header field fields holds a field named {name!r}: {problem}")
         dtype = parse_plain_dtype(path, f"fields[{name!r}] dtype", entry[2])
         shape = parse_dimensions(path, f"fields[{name!r}] shape", entry[1], low=1,
                                  high_bytes=MAX_FIELD_BYTES // dtype.itemsize)
-        specs.append((name, shape, entry[2]))
+        specs.append((name, shape, field_dtype_string(dtype)))
     if len({name for name, _, _ in specs}) != len(specs):
         raise _fail(path, "fields", expected, value)
     return tuple(specs)

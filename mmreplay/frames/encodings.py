@@ -40,6 +40,7 @@ from mmreplay.frames.reference_codec import (
 )
 from mmreplay.frames.reference_ring import ReferenceFrameRing
 from mmreplay.frames.ring import FrameRing
+from mmreplay.limits import check_memory
 
 _lz4batch = extensions.load("_lz4batch")  # its reference groups: a version 5 writer's, both add paths'
 
@@ -92,6 +93,9 @@ def has_references(layout: header.Layout) -> bool:
     return layout.frame_encoding == REFERENCE
 
 
+# What a frame costs beyond its pixels where a store keeps or reads it: its step and table entry in a
+# batch's arrays, and a writer's record of its envs' episodes (a Python int and bytes object a frame).
+_FRAME_BOOKKEEPING_BYTES = 128
 def changed_rows(layout: header.Layout) -> bool:
     """Whether the store's dependent frames are their changed rows (format version 5), not whole frames."""
     return layout.frame_encoding == REFERENCE and layout.format_version >= 5
@@ -119,7 +123,15 @@ def create_ring(directory: Path, layout: header.Layout, commit: header.Commit) -
 
 
 def open_ring(directory: Path, layout: header.Layout, commit: header.Commit, *, writable: bool) -> FrameRing:
-    """The store's frame ring, of the class its encoding needs, at its committed counts."""
+    """The store's frame ring, of the class its encoding needs, at its committed counts.
+
+    First, what reading the store takes however few transitions it holds is checked against the memory
+    this process can get: a transition of each env (``stack_size + 1`` frames, with their bookkeeping),
+    which a writer also keeps as its envs' episodes in progress (the frames and their steps)."""
+    frame_cost = math.prod(layout.frame_shape) * np.dtype(layout.frame_dtype).itemsize + _FRAME_BOOKKEEPING_BYTES
+    check_memory((2 if writable else 1) * layout.num_envs * (layout.stack_size + 1) * frame_cost,
+                 f"{directory}: a transition of each of {layout.num_envs:,} envs (the header's num_envs, "
+                 f"stack_size {layout.stack_size:,} and frame_shape {layout.frame_shape})")
     scheme = scheme_of(layout, directory)
     make: Callable[..., FrameRing] = (
         functools.partial(FrameRing, max_distance=None) if scheme is None

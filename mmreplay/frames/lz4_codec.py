@@ -28,7 +28,12 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay import extensions
-from mmreplay.frames.threads import MAX_THREADS, batch_threads, compress_threads, thread_limit
+from mmreplay.frames.threads import (
+    MAX_THREADS,
+    batch_threads,
+    compress_threads,
+    thread_limit,
+)
 
 _lz4batch: ModuleType | None = extensions.load("_lz4batch")
 

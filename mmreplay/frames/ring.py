@@ -34,6 +34,7 @@ from mmreplay.disk.header import FORMAT_VERSION, SEGMENTS_DIR, frame_table_name,
 from mmreplay.disk.packed_fields import byte_width, read_uint, uint_field, write_uint
 from mmreplay.errors import CorruptStoreError
 from mmreplay.frames import lz4_codec
+from mmreplay.limits import check_mapping
 from mmreplay.rows import stacking
 
 
@@ -675,6 +676,7 @@ class FrameRing:
         expected = frame_slots * entry.itemsize
         if not path.is_file() or path.stat().st_size < expected:
             raise CorruptStoreError(f"{path}: frame table is missing or shorter than {expected} bytes")
+        check_mapping(expected, f"{path}: the frame table of {frame_slots:,} slots (the header's frame_slots)")
         return np.memmap(path, dtype=entry, mode="r+" if self.writable else "r", shape=(frame_slots,))
 
     def _table_path(self) -> Path:

@@ -61,6 +61,12 @@ def batch_threads(nbytes: int, limit: int) -> int:
     return min(limit, 2 + (nbytes - SPLIT_MIN_BYTES) // BYTES_PER_THREAD, MAX_THREADS)
 
 
+def helper_rows(row_nbytes: int) -> int:
+    """The fewest rows of ``row_nbytes`` decoded bytes each that ``batch_threads`` may give a helper: a
+    caller that decides per batch from its row count skips the call below it (CartPole's batches)."""
+    return -(-SPLIT_MIN_BYTES // row_nbytes)
+
+
 def compress_threads(count: int, frame_nbytes: int, limit: int) -> int:
     """Threads for compressing ``count`` frames of ``frame_nbytes`` bytes in one call, at most ``limit``:
     one for each ``COMPRESS_BYTES_PER_THREAD`` of frames, at most one a frame (a single frame, or two

@@ -30,7 +30,7 @@ import numpy.typing as npt
 from mmreplay.errors import CorruptStoreError
 from mmreplay.frames import lz4_codec
 from mmreplay.frames.threads import thread_limit
-from mmreplay.validation import parse_decode_threads
+from mmreplay.validation import parse_decode_threads, parse_shape
 
 T = TypeVar("T", bound=np.generic)
 
@@ -43,13 +43,36 @@ class EncodedFrames:
 
     Pickled with protocol 5 (Ray's, and ``multiprocessing``'s), ``data`` travels out of band: Ray copies
     it once into its object store and the receiver maps it there, so ``data`` is then a read-only
-    ``memoryview`` of those bytes instead of ``bytes`` (a copy of a megabyte less on each side)."""
+    ``memoryview`` of those bytes instead of ``bytes`` (a copy of a megabyte less on each side).
+
+    Everything is checked and normalised once, here: ``data`` (any buffer: ``bytes``, a ``memoryview``, a
+    numpy array of any shape and dtype) is kept as ``bytes`` or as a flat, read-only byte view of the
+    buffer's bytes in C order (a buffer that is not C-contiguous is copied), so that a block is cut by
+    byte offsets whatever the buffer's item size or shape; ``lengths``, ``checksums`` and ``seeds`` are
+    one entry per frame, and the lengths add up to ``data``'s bytes."""
 
     data: bytes | memoryview
     lengths: npt.NDArray[np.int64]
     checksums: npt.NDArray[np.uint32]
     seeds: npt.NDArray[np.uint32]
     frame_shape: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        data = _byte_view(self.data)
+        lengths = _integers(self.lengths, "lengths", np.int64, count=None)
+        count = len(lengths)
+        checksums = _integers(self.checksums, "checksums", np.uint32, count=count)
+        seeds = _integers(self.seeds, "seeds", np.uint32, count=count)
+        if count and int(lengths.min()) < 0:
+            raise ValueError(f"lengths holds {int(lengths.min())}; expected block lengths >= 0")
+        total = int(lengths.sum())
+        if total != len(data):
+            raise ValueError(f"lengths add up to {total:,} bytes; expected {len(data):,}, the bytes of data "
+                             f"(the {count} blocks back to back)")
+        frame_shape = parse_shape(self.frame_shape, "frame_shape", allow_empty=False)
+        for name, value in (("data", data), ("lengths", lengths), ("checksums", checksums), ("seeds", seeds),
+                            ("frame_shape", frame_shape)):
+            object.__setattr__(self, name, value)  # frozen: normalised once, here
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -62,6 +85,7 @@ class EncodedFrames:
     def blocks(self, order: npt.NDArray[np.int64]) -> BlockRefs:
         """Where frames ``order`` (indices into these frames, any shape, repeats allowed) lie in ``data``:
         each one's start, length, checksum and seed, shaped as ``order``."""
+        order = frame_indices(order, "order", len(self))
         starts = np.zeros(len(self) + 1, np.int64)
         np.cumsum(self.lengths, out=starts[1:])
         return BlockRefs(np.zeros(order.shape, np.int64), starts[order], self.lengths[order], self.checksums[order],
@@ -73,8 +97,7 @@ class EncodedFrames:
         """The frames' pixels, (n, *frame_shape) uint8, in ``order`` (indices into these frames, repeats
         allowed; by default each once), each checked against its checksum: ``CorruptStoreError`` if one
         fails or does not decode to exactly one frame. ``decode_threads`` as in ``decode_blocks``."""
-        if order is None:
-            order = np.arange(len(self), dtype=np.int64)
+        order = np.arange(len(self), dtype=np.int64) if order is None else frame_indices(order, "order", len(self))
         pixels = np.empty((len(order), *self.frame_shape), np.uint8)
         decode_blocks([self], self.blocks(order), pixels, numbers=order, decode_threads=decode_threads)
         return pixels
@@ -92,9 +115,52 @@ def _rebuild_frames(
     frame_shape: tuple[int, ...],
 ) -> EncodedFrames:
     """An unpickled ``EncodedFrames``: ``data`` is bytes (in band) or the buffer its receiver handed over
-    (out of band), viewed as bytes without a copy."""
-    blocks = data if isinstance(data, bytes) else memoryview(data).cast("B")  # type: ignore[arg-type]
-    return EncodedFrames(blocks, lengths, checksums, seeds, frame_shape)
+    (out of band), viewed as bytes without a copy (``EncodedFrames`` checks both)."""
+    return EncodedFrames(data, lengths, checksums, seeds, frame_shape)  # type: ignore[arg-type]
+
+
+def _byte_view(data: object) -> bytes | memoryview:
+    """``data`` as ``bytes`` or a flat, read-only ``memoryview`` of unsigned bytes over the same memory (a
+    buffer that is not C-contiguous is copied, in C order)."""
+    if isinstance(data, bytes):
+        return data
+    try:
+        view = memoryview(data)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"data must be bytes or a buffer of the lz4 blocks back to back; got {type(data).__name__}") from None
+    if not view.c_contiguous:
+        return view.tobytes()
+    if view.ndim != 1 or view.format != "B":
+        view = view.cast("B")
+    return view if view.readonly else view.toreadonly()
+
+
+def _integers(value: object, name: str, dtype: type[T], *, count: int | None) -> npt.NDArray[T]:
+    """``value`` as a 1-D array of ``dtype`` (``count`` entries, if given), its values in ``dtype``'s range."""
+    array = np.asarray(value)
+    expected = "one per frame, as lengths" if count is not None else "one per frame"
+    if array.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be an integer array ({expected}); got {array.dtype}")
+    if array.ndim != 1 or (count is not None and len(array) != count):
+        shape = "(frames,)" if count is None else f"({count},)"
+        raise ValueError(f"{name} has shape {array.shape}; expected {shape}, {expected}")
+    if array.dtype == dtype:
+        return array
+    limits = np.iinfo(np.dtype(dtype))
+    if len(array) and (int(array.min()) < limits.min or int(array.max()) > limits.max):
+        raise ValueError(f"{name} holds values outside [{limits.min}, {limits.max}] ({np.dtype(dtype).name})")
+    return array.astype(dtype)
+
+
+def frame_indices(value: object, name: str, frame_count: int) -> npt.NDArray[np.int64]:
+    """``value`` as int64 indices (any shape) into ``frame_count`` frames; an error names ``name``."""
+    array = np.asarray(value)
+    if array.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be integer indices into frames; got {array.dtype}")
+    if array.size and (int(array.min()) < 0 or int(array.max()) >= frame_count):
+        bad = int(array.max()) if int(array.max()) >= frame_count else int(array.min())
+        raise ValueError(f"{name} holds {bad}; expected indices 0 <= i < {frame_count} (len(frames))")
+    return array.astype(np.int64, copy=False)
 
 
 @dataclass(frozen=True)
@@ -144,6 +210,16 @@ def decode_blocks(
             f"out must be a uint8 array of shape ({count}, *frame_shape), a frame for each of refs' {count} "
             f"references; got {type(out).__name__} {getattr(out, 'dtype', '')} of shape {getattr(out, 'shape', None)}"
         )
+    # Decoded in place: a reshape of any other array would be a copy, decoded and dropped.
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError(
+            f"out must be a writeable C-contiguous array (np.empty(({count}, *frame_shape), np.uint8)); got one "
+            f"of strides {out.strides}{'' if out.flags.writeable else ', read-only'}"
+        )
+    shapes = {source.frame_shape for source in sources}
+    if len(shapes) > 1 or (shapes and shapes != {tuple(out.shape[1:])}):
+        raise ValueError(f"out has frames of shape {tuple(out.shape[1:])}; the sources' frames have shape "
+                         f"{' and '.join(map(str, sorted(shapes)))}")
     if count == 0:
         return
     bad = lz4_codec.decode_batch(

@@ -447,7 +447,7 @@ class ShardedReplay:
         if reader is None:
             info = self._infos[k]
             assert info is not None
-            reader = self._readers[k] = ReplayStore.open(Path(info["path"]), "r")
+            reader = self._readers[k] = ReplayStore.open(Path(info["path"]), "r", decode_threads=self.decode_threads)
         return reader
 
     # -- state ---------------------------------------------------------------------------------

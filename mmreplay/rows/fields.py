@@ -25,7 +25,9 @@ import numpy.typing as npt
 from mmreplay.disk.files import BlockReservation, create_sparse
 from mmreplay.disk.header import FieldSpec
 from mmreplay.errors import CorruptStoreError
+from mmreplay.limits import check_mapping
 from mmreplay.rows.checksums import row_checksum, row_checksums
+from mmreplay.validation import FIELD_ROW_CHECKSUM
 
 FieldArrays = dict[str, npt.NDArray[np.generic]]
 
@@ -54,7 +56,7 @@ def _stored_dtype(spec: FieldSpec) -> np.dtype:
 
 def field_row_dtype(specs: tuple[FieldSpec, ...]) -> np.dtype:
     """The packed row layout of these fields."""
-    return np.dtype([("checksum", "<u4")] + [(name, _stored_dtype(spec)) for spec in specs for name in [spec[0]]])
+    return np.dtype([(FIELD_ROW_CHECKSUM, "<u4")] + [(name, _stored_dtype(spec)) for spec in specs for name in [spec[0]]])
 
 
 class FieldTable:
@@ -66,6 +68,7 @@ class FieldTable:
         expected = row_slots * self.dtype.itemsize
         if not path.is_file() or path.stat().st_size < expected:
             raise CorruptStoreError(f"{path}: field table is missing or shorter than {expected} bytes")
+        check_mapping(expected, f"{path}: the field table of {row_slots:,} row slots (the header's row_slots)")
         self.path = path
         self.row_slots = row_slots
         self._mapping = np.memmap(path, dtype=self.dtype, mode="r+" if writable else "r", shape=(row_slots,))

@@ -24,6 +24,7 @@ from mmreplay import extensions
 from mmreplay.disk.files import BlockReservation, create_sparse
 from mmreplay.disk.packed_fields import byte_width, read_uint, uint_field, write_uint
 from mmreplay.errors import CorruptStoreError
+from mmreplay.limits import check_mapping
 from mmreplay.rows.checksums import row_checksum, row_checksums
 
 TERMINATED = 1
@@ -188,6 +189,7 @@ class TransitionTable:
         expected = row_slots * dtype.itemsize
         if not path.is_file() or path.stat().st_size < expected:
             raise CorruptStoreError(f"{path}: transition table is missing or shorter than {expected} bytes")
+        check_mapping(expected, f"{path}: the transition table of {row_slots:,} row slots (the header's row_slots)")
         self.path = path
         self.row_slots = row_slots
         self._chunk_minimums: dict[int, int] = {}

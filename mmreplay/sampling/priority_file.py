@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.errors import CorruptStoreError
+from mmreplay.limits import check_disk, check_mapping, check_memory
 from mmreplay.sampling.sum_tree import SumTree, tree_size
 
 JOURNAL_HEADER = struct.Struct("<QQQQ")  # sequence, checksum, entry count, CRC-32 of the other fields and entries
@@ -92,19 +93,39 @@ class PriorityFile:
         self.committed = committed
         self._stored = stored  # the steps the last commit counts
         self.writable = writable
-        self._journal_offset = 48 * self.size
+        self._journal_offset = self._scratch_end = 48 * self.size  # bytes: the journal follows the scratch
         self._length = self._journal_offset + JOURNAL_HEADER.size + slots * JOURNAL_ENTRY.itemsize
         self._leaves: np.memmap | None = None
         self._scratch: np.memmap | None = None
         # A commit not yet in the header: (the header's Committed and stored steps, the slots that commit
         # overwrote and their leaves before), for ``settle``.
         self._pending: tuple[Committed, range, npt.NDArray[np.int64], npt.NDArray[np.float64]] | None = None
+        self._descriptor = -1
+        self._check_limits()
         self._descriptor = self._open_descriptor()
         try:
             self.tree = self._load()
         except BaseException:
             self.close()
             raise
+
+    def _check_limits(self) -> None:
+        """What this file's size (from the header's row_slots) takes of the machine, checked before the
+        file is opened: a reader builds its tree in memory (two float64 arrays of ``2 * size``, 32 bytes a
+        slot); a writer maps the committed leaves and the scratch and reserves their blocks on disk (40
+        bytes a slot). Both read the stored slots' committed leaves (the bytes, joined, as float64)."""
+        what = f"{self.path}: the priorities of {self.slots:,} row slots (the header's row_slots)"
+        leaves = 3 * 8 * len(self._stored)
+        if not self.writable:
+            check_memory(32 * self.size + leaves, what)
+            return
+        check_memory(leaves, what)
+        check_mapping(self._scratch_end - 8 * self.size, what)  # committed leaves and scratch, mapped
+        try:
+            allocated = os.stat(self.path).st_blocks * 512
+        except FileNotFoundError:
+            allocated = 0
+        check_disk(self.path.parent, max(0, self._scratch_end - 8 * self.size - allocated), what)
 
     def _open_descriptor(self) -> int:
         if not self.writable:
@@ -133,7 +154,7 @@ class PriorityFile:
             length = 2 * self.size * 8
             # Scratch and committed leaves are written through memory maps: reserve their blocks first, so a
             # full disk is an OSError here and not a SIGBUS later.
-            os.posix_fallocate(self._descriptor, self.size * 8, 48 * self.size - self.size * 8)
+            os.posix_fallocate(self._descriptor, self.size * 8, self._scratch_end - self.size * 8)
             self._leaves = np.memmap(self.path, "<f8", "r+", offset=self.size * 8, shape=(self.size,))
             self._scratch = np.memmap(self.path, "<f8", "r+", offset=length, shape=(2, 2 * self.size))
             sums, minimums = self._scratch.view(np.ndarray)  # plain arrays: no memmap overhead per call

@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.frames.encodings import FrameEncoder
-from mmreplay.frames.wire import EncodedFrames
+from mmreplay.frames.wire import EncodedFrames, frame_indices
 from mmreplay.store.add_arguments import AddArguments, AddShapes, parse_add
 
 T = TypeVar("T", bound=np.generic)
@@ -119,6 +119,10 @@ def parse_encoded_send(
     """
     if not isinstance(frames, EncodedFrames):
         raise TypeError(f"frames must be EncodedFrames (from mmreplay.encode_frames); got {type(frames).__name__}")
+    # What is checked is what is written: the blocks are decoded and written from this one copy, never
+    # from the caller's buffer again (which it may reuse, or another thread change, meanwhile).
+    frames = EncodedFrames(bytes(frames.data), frames.lengths.copy(), frames.checksums.copy(), frames.seeds.copy(),
+                           frames.frame_shape)
     if frames.frame_shape != shapes.frame_shape:
         raise ValueError(f"frames have frame_shape {frames.frame_shape}; expected {shapes.frame_shape}")
     if isinstance(env_index, bool) or not isinstance(env_index, (int, np.integer)):
@@ -130,6 +134,8 @@ def parse_encoded_send(
         next_obs, "next_obs", len(frames), shapes
     )
     steps = len(obs_index)
+    if steps == 0:
+        raise ValueError(f"obs has shape {obs_index.shape}; expected at least one step (a send of T >= 1 steps)")
     if next_index.shape != obs_index.shape:
         raise ValueError(f"next_obs has shape {next_index.shape}; expected {obs_index.shape}, as obs")
     columns = {"action": action, "reward": reward, "terminated": terminated, "truncated": truncated}
@@ -187,10 +193,7 @@ def _parse_frame_index(index: object, name: str, frame_count: int, shapes: AddSh
         raise ValueError(f"{name} has shape {array.shape}; expected (steps,) or (steps, {shapes.stack_size})")
     if array.ndim not in (1, 2):
         raise ValueError(f"{name} has shape {array.shape}; expected (steps,) or (steps, {shapes.stack_size})")
-    if array.size and (array.min() < 0 or array.max() >= frame_count):
-        raise ValueError(f"{name} holds {int(array.max() if array.max() >= frame_count else array.min())}; "
-                         f"expected indices 0 <= i < {frame_count} (len(frames))")
-    return array.astype(np.int64, copy=False)
+    return frame_indices(array, name, frame_count)
 
 
 def _for_env(arguments: AddArguments, env: int, num_envs: int) -> AddArguments:

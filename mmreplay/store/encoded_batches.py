@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.frames.ring import FrameChecksumError
-from mmreplay.frames.wire import EncodedFrames
+from mmreplay.frames.wire import EncodedFrames, frame_indices
 from mmreplay.store.mapped_files import MappedFiles
 from mmreplay.store.reading import TransitionReader
 
@@ -75,8 +75,9 @@ def decode_batch(encoded: EncodedBatch, *, decode_threads: int | None = None) ->
     ``decode_threads=``: the batch decodes on the cores this process may use, at most that many."""
     if not isinstance(encoded, EncodedBatch):
         raise TypeError(f"encoded must be an EncodedBatch; got {type(encoded).__name__}")
-    rows, columns = encoded.frame_index.shape
-    pixels = encoded.frames.decode(encoded.frame_index.reshape(-1), decode_threads=decode_threads).reshape(
+    index = _frame_index(encoded, "(transitions, columns)")
+    rows, columns = index.shape
+    pixels = encoded.frames.decode(index.reshape(-1), decode_threads=decode_threads).reshape(
         rows, columns, *encoded.frames.frame_shape
     )
     size = encoded.stack_size
@@ -138,8 +139,11 @@ def decode_sequences(encoded: EncodedSequenceBatch, *, decode_threads: int | Non
     most ``decode_threads`` threads (as ``decode_batch``)."""
     if not isinstance(encoded, EncodedSequenceBatch):
         raise TypeError(f"encoded must be an EncodedSequenceBatch; got {type(encoded).__name__}")
-    shape = encoded.frame_index.shape
-    pixels = encoded.frames.decode(encoded.frame_index.reshape(-1), decode_threads=decode_threads).reshape(
+    index = _frame_index(encoded, "(windows, length, columns)")
+    shape = index.shape
+    if np.shape(encoded.mask) != shape[:2]:
+        raise ValueError(f"mask has shape {np.shape(encoded.mask)}; expected {shape[:2]}, as frame_index's first two axes")
+    pixels = encoded.frames.decode(index.reshape(-1), decode_threads=decode_threads).reshape(
         *shape, *encoded.frames.frame_shape
     )
     pixels[~encoded.mask] = 0  # past a window's end, as sample_sequences zeroes it
@@ -156,6 +160,20 @@ def decode_sequences(encoded: EncodedSequenceBatch, *, decode_threads: int | Non
         env_index=encoded.env_index,
         weight=encoded.weight,
     )
+
+
+def _frame_index(encoded: EncodedBatch | EncodedSequenceBatch, expected: str) -> npt.NDArray[np.int64]:
+    """An encoded batch's ``frame_index`` checked against its frames and ``stack_size`` (a batch that
+    arrived from elsewhere was unpickled, not constructed: it is checked where it is decoded)."""
+    if not isinstance(encoded.frames, EncodedFrames):
+        raise TypeError(f"frames must be EncodedFrames; got {type(encoded.frames).__name__}")
+    index = frame_indices(encoded.frame_index, "frame_index", len(encoded.frames))
+    size = encoded.stack_size
+    if index.ndim != expected.count(",") + 1 or index.shape[-1] < 1:
+        raise ValueError(f"frame_index has shape {index.shape}; expected {expected}")
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or not 1 <= size <= index.shape[-1]:
+        raise ValueError(f"stack_size is {size!r}; expected an int in [1, {index.shape[-1]}] (frame_index's columns)")
+    return index
 
 
 class EncodingReader(TransitionReader):

@@ -16,8 +16,9 @@ import numpy.typing as npt
 
 from mmreplay import extensions
 from mmreplay.batch import Batch, SequenceBatch
-from mmreplay.frames.threads import batch_threads, thread_limit
 from mmreplay.frames.ring import FrameChecksumError, FrameRing
+from mmreplay.frames.threads import batch_threads, helper_rows, thread_limit
+from mmreplay.limits import check_memory
 from mmreplay.rows import stacking
 from mmreplay.rows.episode_windows import follow_episodes, n_step_returns
 from mmreplay.rows.fields import FieldArrays, FieldTable
@@ -35,6 +36,11 @@ T = TypeVar("T", Batch, SequenceBatch)
 
 _lz4batch = extensions.load("_lz4batch")  # its read_transitions is ``transitions``' fast path
 _NO_DETACHED = np.zeros(0, np.bool_)  # for _pixels_of: a batch the compiled read holds has no DETACHED row
+COMPILED_MAX_STACK = 1024  # the largest stack_size the compiled read takes (_c/transition_read.c, read_transitions)
+# What a frame of a batch costs beyond its pixels (its step, its table entry, its position and length,
+# as int64 arrays): with the pixels, what a batch is checked against the memory the process can get.
+FRAME_BOOKKEEPING_BYTES = 64
+_CHECKED_FROM_BYTES = 64 << 20  # smaller batches are not checked (reading the machine's memory costs ~20 us)
 
 
 class SharedOutError(ValueError):
@@ -71,12 +77,14 @@ class TransitionReader:
         # through its _decode: the compiled read, which decodes into the batch, is the base class's.
         self._compiled = (
             _lz4batch is not None and table.compiled_rows is not None and type(self)._decode is TransitionReader._decode
+            and stack_size <= COMPILED_MAX_STACK
         )
         self._columns = (stack_size + 1, *self.frame_shape)  # frames per transition, then a frame's shape
         self._batch_action = table.batch_action
         # The most threads a batch decodes on; each batch takes batch_threads of its decoded size.
         self.thread_limit = thread_limit(decode_threads)
         self._row_nbytes = (stack_size + 1) * frames.frame_nbytes
+        self._helper_rows = helper_rows(self._row_nbytes)  # smaller batches decode on the calling thread
         # (dtype, shape after the batch axis) of a batch's action, reward, terminated, truncated,
         # env_index, index, weight and discount: what an ``out`` batch's arrays must be.
         action = table.batch_action
@@ -95,11 +103,23 @@ class TransitionReader:
             _lz4batch.prefetch_rows(self.table.compiled_rows[0], self.table.row_slots, steps)
             # Helpers asleep since the last batch (a learner's update between two batches takes longer
             # than they poll) wake now, while the rows are read, not when the decode needs them.
-            threads = batch_threads(len(steps) * self._row_nbytes, self.thread_limit)
-            if threads > 1:
-                _lz4batch.wake_helpers(threads - 1)
+            if len(steps) >= self._helper_rows and self.thread_limit > 1:
+                _lz4batch.wake_helpers(batch_threads(len(steps) * self._row_nbytes, self.thread_limit) - 1)
+
+    def _threads(self, rows: int) -> int:
+        """The threads a batch of ``rows`` transitions decodes on (``threads.batch_threads``)."""
+        return 1 if rows < self._helper_rows else batch_threads(rows * self._row_nbytes, self.thread_limit)
+
+    def check_batch(self, transitions: int, what: str) -> None:
+        """Refuse a batch of ``transitions`` whose frames (``stack_size + 1`` each, from the header) would
+        take more memory than the process can get (``StoreLimitError``), before anything is allocated."""
+        nbytes = transitions * (self.stack_size + 1) * (self.frames.frame_nbytes + FRAME_BOOKKEEPING_BYTES)
+        if nbytes >= _CHECKED_FROM_BYTES:
+            check_memory(nbytes, f"{what} of {transitions:,} transitions of {self.stack_size + 1:,} frames "
+                                 f"(the header's stack_size {self.stack_size:,}, plus one)")
 
     def transition_frames(self, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        self.check_batch(steps.size, "the frame steps")
         next_frames = next_frame_steps(self.table.read(steps), steps)
         return self.frames.stacks(next_frames, self.stack_size)
 
@@ -116,6 +136,7 @@ class TransitionReader:
         becomes the batch's: zeroed in place where a transition terminated (no bootstrapping past it). With
         ``padded=False`` a zero-padding store's stacks come back as stored (the first frame repeated):
         what the writer compares the next add's obs with."""
+        self.check_batch(steps.size, "a batch")
         if self._compiled:
             if out is None:
                 batch = self._compiled_transitions(steps, weight, discount, padded)
@@ -183,7 +204,7 @@ class TransitionReader:
             steps = np.ascontiguousarray(steps, np.int64)
         if not _lz4batch.read_transitions(
             *rows, *frames, steps, self.stack_size, self.zero_padding and padded, pixels, action, reward,
-            terminated, truncated, env_index, discount, batch_threads(n * self._row_nbytes, self.thread_limit),
+            terminated, truncated, env_index, discount, self._threads(n),
         ):
             return None
         size = self.stack_size
@@ -230,7 +251,7 @@ class TransitionReader:
         assert pixels is not None
         if not _lz4batch.read_transitions(
             *rows, *frames, steps, self.stack_size, self.zero_padding and padded, pixels, *targets[:5], discount,
-            batch_threads(n * self._row_nbytes, self.thread_limit),
+            self._threads(n),
         ):
             return None
         np.copyto(out.index, steps)
@@ -255,6 +276,7 @@ class TransitionReader:
     ) -> Batch:
         """Transitions with n-step returns: up to ``n_step`` rewards of the same episode, and the
         next_obs and flags of the last of them (see ``windows``)."""
+        self.check_batch(2 * steps.size, "a batch of n-step transitions (each with its last one's frames)")
         window, mask = follow_episodes(
             steps,
             n_step,
@@ -302,6 +324,7 @@ class TransitionReader:
         """Windows of transitions (from ``windows.follow_episodes``) with their pixels; in ``out``'s
         arrays when given."""
         batch_size, length = window.shape
+        self.check_batch(window.size, "a batch of sequences")
         rows = self._window_rows(window, mask)
         # Positions past a window's end read its first transition's frames, then are zeroed: the frames
         # decode straight into the batch, one pass, which beats decoding each distinct frame once and

@@ -19,7 +19,7 @@ import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -28,9 +28,11 @@ from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.frames import encodings
 from mmreplay.frames.reference_codec import ReferenceScheme
 from mmreplay.frames.wire import EncodedFrames
+from mmreplay.gpu.tensor_batches import TensorBatch, TensorSequenceBatch
 from mmreplay.sampling.samplers import Sampler
-from mmreplay.store import autocommit, creation, passes, reads
+from mmreplay.store import autocommit, creation, device_batches, passes, reads
 from mmreplay.store.autocommit import CommitSchedule
+from mmreplay.store.device_batches import DeviceBatches
 from mmreplay.store.encoded_batches import (
     EncodedBatch,
     EncodedSequenceBatch,
@@ -43,7 +45,15 @@ from mmreplay.store.reading import TransitionReader
 from mmreplay.store.role import Role
 from mmreplay.store.stored_steps import stored_steps
 from mmreplay.store.writer import Writer
-from mmreplay.validation import parse_mode, parse_positive_int, parse_rng
+from mmreplay.validation import (
+    parse_decode_threads,
+    parse_mode,
+    parse_positive_int,
+    parse_rng,
+)
+
+if TYPE_CHECKING:
+    import torch
 
 PathLike = str | os.PathLike[str]
 
@@ -90,6 +100,7 @@ class ReplayStore:
         fields: dict[str, tuple[tuple[int, ...], npt.DTypeLike]] | None = None,
         stack_padding: str = "first",
         frame_dtype: npt.DTypeLike = np.uint8,
+        decode_threads: int | None = None,
     ) -> ReplayStore:
         """Create an empty store at ``path`` (a directory the store owns) and open it for appending.
 
@@ -109,8 +120,9 @@ class ReplayStore:
         ``frame_dtype`` is any numpy bool, integer or float dtype (CartPole's float32 state, a robot's
         joint angles); frames are stored bit-exact (NaN payloads included), little-endian: a big-endian
         ``frame_dtype`` is taken as its little-endian equal, and big-endian frames are converted (the same
-        values). ``"lz4-reference"`` takes uint8 only.
+        values). ``"lz4-reference"`` takes uint8 only. ``decode_threads``: see ``open``.
         """
+        decode_threads = parse_decode_threads(decode_threads)
         schedule = CommitSchedule(commit_every=commit_every, commit_interval_s=commit_interval_s)
         layout, commit, sampler = creation.new_layout(
             frame_shape=frame_shape, capacity=capacity, stack_size=stack_size, num_envs=num_envs,
@@ -119,7 +131,7 @@ class ReplayStore:
         )
         directory = Path(path)
         lock = creation.build_store(directory, layout, commit)
-        return cls(Writer.open(directory, sampler=sampler, schedule=schedule, lock=lock))
+        return cls(Writer.open(directory, sampler=sampler, schedule=schedule, lock=lock, decode_threads=decode_threads))
 
     @classmethod
     def open(
@@ -130,6 +142,7 @@ class ReplayStore:
         sampler: Sampler | None = None,
         commit_every: int | None = None,
         commit_interval_s: float | None = 5.0,
+        decode_threads: int | None = None,
     ) -> ReplayStore:
         """Open an existing store read-only (``"r"``) or to read and append (``"r+"``).
 
@@ -137,11 +150,18 @@ class ReplayStore:
         (None: no count) or ``commit_interval_s`` seconds (None: no clock) have passed since its last
         commit, and when it is closed, garbage-collected or the interpreter exits normally: a crash loses
         at most the adds of the last interval.
+
+        A batch (``sample``, ``sample_sequences``, ``read``, ``iterate``) decodes on as many threads as its
+        size asks (``mmreplay.frames.threads``: one below 512 KiB of pixels, two from it, one more per 64
+        KiB), at most the cores this process may use (its CPU affinity and cgroup CPU quota, read now) and
+        at most ``decode_threads`` (None: no cap; 1 to 64); a writer's adds compress the frames of one call
+        on them too, from 4 usable cores.
         """
+        decode_threads = parse_decode_threads(decode_threads)
         schedule = CommitSchedule(commit_every=commit_every, commit_interval_s=commit_interval_s)
         if parse_mode(mode) == "r+":
-            return cls(Writer.open(Path(path), sampler=sampler, schedule=schedule))
-        return cls(Follower.open(Path(path), sampler=sampler))
+            return cls(Writer.open(Path(path), sampler=sampler, schedule=schedule, decode_threads=decode_threads))
+        return cls(Follower.open(Path(path), sampler=sampler, decode_threads=decode_threads))
 
     # -- properties ------------------------------------------------------------------------------
 
@@ -481,6 +501,21 @@ class ReplayStore:
         self._files.check_open("sample_sequences")
         return reads.sample_sequences(self._role, self._reader, batch_size, length, rng, beta=beta, out=out)
 
+    @overload
+    def batches(self, batch_size: int, *, prefetch: int = ..., rng: np.random.Generator | int | None = ...,
+                reuse: bool = ..., device: None = ..., length: None = ..., **sample_kwargs: Any) -> Prefetcher[Batch]: ...
+    @overload
+    def batches(self, batch_size: int, *, prefetch: int = ..., rng: np.random.Generator | int | None = ...,
+                reuse: bool = ..., device: None = ..., length: int, **sample_kwargs: Any) -> Prefetcher[SequenceBatch]: ...
+    @overload
+    def batches(self, batch_size: int, *, prefetch: int = ..., rng: np.random.Generator | int | None = ...,
+                reuse: bool = ..., device: str | torch.device, decode: str = ..., length: None = ...,
+                **sample_kwargs: Any) -> DeviceBatches[TensorBatch]: ...
+    @overload
+    def batches(self, batch_size: int, *, prefetch: int = ..., rng: np.random.Generator | int | None = ...,
+                reuse: bool = ..., device: str | torch.device, decode: str = ..., length: int,
+                **sample_kwargs: Any) -> DeviceBatches[TensorSequenceBatch]: ...
+
     def batches(
         self,
         batch_size: int,
@@ -488,23 +523,44 @@ class ReplayStore:
         prefetch: int = 2,
         rng: np.random.Generator | int | None = None,
         reuse: bool = False,
+        device: str | torch.device | None = None,
+        decode: str = "host",
+        length: int | None = None,
         **sample_kwargs: Any,
-    ) -> Prefetcher[Batch]:
+    ) -> Prefetcher[Batch] | Prefetcher[SequenceBatch] | DeviceBatches[Any]:
         """An endless iterator of ``sample(batch_size, rng, **sample_kwargs)`` batches, prepared ahead in a
-        background thread (decoding releases the GIL) while the caller trains.
+        background thread (decoding releases the GIL) while the caller trains; with ``length``, windows of
+        ``sample_sequences(batch_size, length, rng, **sample_kwargs)``.
 
         It yields exactly what successive ``sample`` calls with the same generator would, in order;
         errors in the thread are raised in the caller; ``close()`` (or garbage collection, or closing
         the store) stops it. With ``reuse=True`` the batches are refilled in place (``sample``'s
         ``out``), ``prefetch + 2`` of them in turn: a batch stays valid until the next ``next()``
         (copy what must outlive it).
+
+        With ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``, a ``torch.device``) they come as torch tensors
+        there, ready on the stream current at ``next()``, refilled in place; ``decode="device"`` decodes the
+        stored lz4 blocks on the GPU (nvCOMP). See ``mmreplay.store.device_batches``.
         """
         self._files.check_open("batches")
         batch_size = parse_positive_int(batch_size, "batch_size")
         prefetch = parse_positive_int(prefetch, "prefetch")
+        length = None if length is None else parse_positive_int(length, "length")
         generator = parse_rng(rng)
         if "out" in sample_kwargs:
             raise TypeError("batches() takes no out: reuse=True refills its own batches in place")
+        if device is not None:
+            on_device = device_batches.open_device_batches(self, batch_size, prefetch=prefetch, generator=generator,
+                                                           device=device, decode=decode, length=length,
+                                                           sample_kwargs=sample_kwargs)
+            self._prefetchers.add(on_device.prefetcher)
+            return on_device
+        if length is not None:
+            windows = Prefetcher(device_batches.sequence_producer(
+                self, batch_size, length, generator, buffers=prefetch + 2 if reuse else 0, sample_kwargs=sample_kwargs,
+            ), depth=prefetch)
+            self._prefetchers.add(windows)
+            return windows
         self.sample(1, np.random.default_rng(0), **sample_kwargs)  # invalid arguments fail here, not later
         if reuse:
             # The caller holds one batch, ``prefetch`` wait in the queue and the thread fills one more:

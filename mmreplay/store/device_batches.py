@@ -1,0 +1,325 @@
+"""Batches handed to a learner as torch tensors on its device, prepared in a background thread.
+
+The pipeline behind ``ReplayStore.batches(..., device=...)``. One thread draws each batch exactly as
+``sample`` (``sample_sequences`` with ``length``) would with the same generator, in order, and either
+
+- decodes it on the host (``decode="host"``, the default): the compiled decoder, with the GIL released,
+  fills the arrays of a *staging block* (``gpu.staging``), page-locked, whose pixels hold
+  ``stack_size + 1`` frames a row where the batch allows; the block is copied to the device on a side
+  CUDA stream, in one copy; or
+- keeps its frames compressed (``decode="device"``, ``sample_encoded``), copies the stored lz4 blocks
+  instead of the pixels, and decodes them on the device with nvCOMP (``store.device_decoded_feed``).
+
+The stream that is current in the consumer's ``next()`` waits on an event recorded after the copy (and
+the decode), so a batch is ready when it is handed over; the thread has already checked the batch
+(checksums included), so an error is raised by the ``next()`` that would have returned that batch.
+
+Memory: ``prefetch + 2`` *slots*, each a staging block on the host and its mirror on the device, used in
+turn. The thread refills a slot only once the consumer has moved past the batch in it (the counting of
+``prefetch.recycling``: the consumer holds one batch, ``prefetch`` wait in the queue, the thread fills
+one), and the copy into the slot's device memory waits on an event that the consumer's stream recorded
+at that ``next()``, after the learner's kernels that read the batch. A batch is thus valid until the
+next ``next()``. On the CPU (pinning off) there is no copy: the tensors view the staging block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+import numpy as np
+
+from mmreplay.batch import Batch, SequenceBatch
+from mmreplay.gpu.devices import parse_device
+from mmreplay.gpu.staging import Slab, Staging, plan_slabs
+from mmreplay.gpu.tensor_batches import TensorBatch, TensorSequenceBatch
+from mmreplay.store.prefetch import Prefetcher, recycling
+from mmreplay.store.reading import SharedOutError
+
+if TYPE_CHECKING:
+    import torch
+
+    from mmreplay.store.replay_store import ReplayStore
+
+R = TypeVar("R")
+D = TypeVar("D", TensorBatch, TensorSequenceBatch)
+NumpyRecord = Batch | SequenceBatch
+DeviceRecord = TensorBatch | TensorSequenceBatch
+
+DECODE_CHOICES = ("host", "device")
+
+
+def parse_decode(decode: object) -> str:
+    if not isinstance(decode, str):
+        raise TypeError(f"decode must be a str, 'host' or 'device'; got {type(decode).__name__}")
+    if decode not in DECODE_CHOICES:
+        raise ValueError(f"decode is {decode!r}; expected 'host' (the compiled decoder on the CPU) or 'device' "
+                         "(nvCOMP on the CUDA device)")
+    return decode
+
+
+def sample_into(read: Callable[[R | None], R], out: R | None, generator: np.random.Generator,
+                fallback: Callable[[], R | None] = lambda: None) -> R:
+    """``read(out)``, where ``read`` draws from ``generator``; when ``out`` cannot hold the batch drawn
+    (obs and next_obs share frames in ``out`` and not in the batch: ``SharedOutError``, raised before
+    anything is decoded), the generator is put back and the same batch drawn again into ``fallback()``
+    (None: new arrays). The batch is then exactly the one ``read`` would have returned without ``out``."""
+    if out is None:
+        return read(None)
+    state = generator.bit_generator.state
+    try:
+        return read(out)
+    except SharedOutError:
+        generator.bit_generator.state = state
+        return read(fallback())
+
+
+class Slot:
+    """One batch's memory in the ring: staging blocks by pixel columns (made when first needed) and the
+    events that order the copy into it after the consumer's use of it."""
+
+    def __init__(self, device: torch.device) -> None:
+        import torch
+
+        self.stagings: dict[int, Staging] = {}
+        self.records: dict[int, tuple[NumpyRecord, DeviceRecord]] = {}
+        cuda = device.type == "cuda"
+        self.ready: torch.cuda.Event | None = torch.cuda.Event() if cuda else None  # type: ignore[no-untyped-call]
+        self.released: torch.cuda.Event | None = torch.cuda.Event() if cuda else None  # type: ignore[no-untyped-call]
+        self.device_blocks: tuple[torch.Tensor, ...] = ()  # what the batch now in the slot lives in
+
+
+class SlotRing:
+    """``count`` slots used in turn by the producing thread, and the side stream its copies run on."""
+
+    def __init__(self, device: torch.device, count: int) -> None:
+        import torch
+
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.side: torch.cuda.Stream | None = torch.cuda.Stream(device) if self.cuda else None  # type: ignore[no-untyped-call]
+        self.slots = [Slot(device) for _ in range(count)]
+        self._turn = 0
+
+    def on_side(self) -> contextlib.AbstractContextManager[object]:
+        """The side stream made current (nothing on the CPU): the thread's copies run there, and memory it
+        allocates belongs to it (the consumer's stream is recorded on what it is handed)."""
+        import torch
+
+        return torch.cuda.stream(self.side) if self.side is not None else contextlib.nullcontext()
+
+    def take(self) -> Slot:
+        """The next slot, once the copy out of its host memory (``count`` batches ago) has finished."""
+        slot = self.slots[self._turn % len(self.slots)]
+        self._turn += 1
+        if slot.ready is not None:
+            slot.ready.synchronize()  # returns at once for an event never recorded
+        return slot
+
+    def close(self) -> None:
+        if self.side is not None:
+            self.side.synchronize()
+
+
+class DeviceBatches(Generic[D]):
+    """An endless iterator of device batches (``TensorBatch``, or ``TensorSequenceBatch`` for windows),
+    prepared by a background thread (see the module docstring). ``close()``, ``with``, closing the store or
+    garbage collection stop the thread; errors of the thread are raised by ``next()``."""
+
+    def __init__(self, produce: Callable[[], tuple[Slot, D]], ring: SlotRing, *, depth: int, description: str) -> None:
+        self._ring = ring
+        self._held: Slot | None = None
+        self._description = description
+        self.prefetcher: Prefetcher[tuple[Slot, D]] = Prefetcher(produce, depth=depth)
+
+    def __iter__(self) -> DeviceBatches[D]:
+        return self
+
+    def __next__(self) -> D:
+        import torch
+
+        stream = torch.cuda.current_stream(self._ring.device) if self._ring.cuda else None
+        if self._held is not None and self._held.released is not None:
+            # Recorded before the queue is read: the thread cannot reach this slot again before that read.
+            self._held.released.record(stream)
+        self._held = None
+        slot, batch = next(self.prefetcher)
+        if stream is not None:
+            assert slot.ready is not None
+            stream.wait_event(slot.ready)
+            for block in slot.device_blocks:
+                block.record_stream(stream)  # the caching allocator waits for this stream before reusing it
+        self._held = slot
+        return batch
+
+    def close(self) -> None:
+        """Stop the thread and wait for the copies it started; the batches handed out are then invalid."""
+        self.prefetcher.close()
+        self._ring.close()
+        self._held = None
+
+    @property
+    def closed(self) -> bool:
+        return self.prefetcher._finished
+
+    def __enter__(self) -> DeviceBatches[D]:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<DeviceBatches {self._description} {'closed' if self.closed else 'open'}>"
+
+
+class HostDecodedFeed:
+    """The thread's work for ``decode="host"``: draw and decode into a slot's staging block, copy it to the
+    device on the side stream. Calling it produces the next (slot, device batch)."""
+
+    def __init__(self, store: ReplayStore, ring: SlotRing, read: Callable[[Any], NumpyRecord],
+                 generator: np.random.Generator, template: NumpyRecord, *, batch_size: int, n_step: int) -> None:
+        self._ring = ring
+        self._read = read
+        self._generator = generator
+        self._stack = store.stack_size
+        self._layout = BatchLayout(template, batch_size=batch_size, stack_size=store.stack_size,
+                                   frame_shape=store.frame_shape, frame_dtype=store.frame_dtype)
+        # n-step batches always hold obs and next_obs apart; others share frames unless a transition's
+        # next_obs was stored as given (then the batch is drawn again into a slot's separate staging).
+        self._shared = 2 * self._stack if n_step > 1 else self._stack + 1
+
+    def __call__(self) -> tuple[Slot, DeviceRecord]:
+        ring, slot = self._ring, self._ring.take()
+        with ring.on_side():
+            columns = self._shared
+            out, _ = self._records(slot, columns)
+
+            def separate() -> NumpyRecord:
+                nonlocal columns
+                columns = 2 * self._stack
+                return self._records(slot, columns)[0]
+
+            batch = sample_into(self._read, out, self._generator, separate)
+            assert batch is self._records(slot, columns)[0], "sample(out=...) fills out in place"
+            staging = slot.stagings[columns]
+            if ring.side is not None:
+                assert slot.ready is not None and slot.released is not None and staging.device_block is not None
+                ring.side.wait_event(slot.released)
+                staging.upload()
+                slot.ready.record(ring.side)
+                slot.device_blocks = (staging.device_block,)
+        return slot, slot.records[columns][1]
+
+    def _records(self, slot: Slot, columns: int) -> tuple[NumpyRecord, DeviceRecord]:
+        """The slot's numpy record (what ``sample`` fills) and device record over one staging block."""
+        if columns not in slot.records:
+            slabs, nbytes = self._layout.slabs(columns)
+            staging = Staging(slabs, nbytes, self._ring.device)  # on the side stream (see SlotRing.on_side)
+            slot.stagings[columns] = staging
+            slot.records[columns] = (self._layout.numpy_record(staging), self._layout.device_record(staging))
+        return slot.records[columns]
+
+
+class BatchLayout:
+    """The arrays of a batch of ``batch_size`` (slabs named as the record's fields, ``"pixels"`` for the one
+    array obs and next_obs view, ``"fields.<name>"`` for user fields), taken from a one-transition
+    ``template`` that the store returned for the same call, and the records over a staging block."""
+
+    def __init__(self, template: NumpyRecord, *, batch_size: int, stack_size: int, frame_shape: tuple[int, ...],
+                 frame_dtype: np.dtype) -> None:
+        self.kind = type(template)
+        self.stack_size = stack_size
+        self.frame_shape = frame_shape
+        self.frame_dtype = frame_dtype
+        self.window = tuple(template.index.shape[1:])  # (length,) for sequences, () for transitions
+        self.batch_size = batch_size
+        arrays = [(name, array) for name, array in template._arrays() if name not in ("obs", "next_obs")]
+        self.arrays = [(name, array.dtype, (batch_size, *array.shape[1:])) for name, array in arrays]
+
+    def slabs(self, columns: int) -> tuple[dict[str, Slab], int]:
+        pixels = ("pixels", self.frame_dtype, (self.batch_size, *self.window, columns, *self.frame_shape))
+        return plan_slabs([pixels, *self.arrays])
+
+    def numpy_record(self, staging: Staging) -> NumpyRecord:
+        host = staging.host
+        pixels = host["pixels"]
+        size = self.stack_size
+        axis = len(self.window)  # the columns axis after the batch (and window) axes
+        obs = pixels[(slice(None),) * (axis + 1) + (slice(None, size),)]
+        next_obs = pixels[(slice(None),) * (axis + 1) + (slice(pixels.shape[axis + 1] - size, None),)]
+        named = {item.name: host[item.name] for item in fields(self.kind) if item.name not in ("obs", "next_obs")}
+        user = {name.removeprefix("fields."): array for name, array in host.items() if name.startswith("fields.")}
+        return self.kind(obs=obs, next_obs=next_obs, user_fields=user, **named)  # type: ignore[arg-type]
+
+    def device_record(self, staging: Staging) -> DeviceRecord:
+        tensors = staging.device
+        pixels = tensors["pixels"]
+        axis = len(self.window) + 1
+        obs = pixels.narrow(axis, 0, self.stack_size)
+        next_obs = pixels.narrow(axis, pixels.shape[axis] - self.stack_size, self.stack_size)
+        import torch
+
+        named: dict[str, torch.Tensor] = {}
+        for name, _, _ in self.arrays:
+            if not name.startswith("fields."):
+                named[name] = tensors[name]
+        named["index"] = torch.from_numpy(staging.host["index"])  # stays on the host: update_priorities' key
+        user = {name.removeprefix("fields."): tensors[name] for name, _, _ in self.arrays if name.startswith("fields.")}
+        kind = TensorBatch if self.kind is Batch else TensorSequenceBatch
+        return kind(obs=obs, next_obs=next_obs, fields=user, **named)
+
+
+def open_device_batches(
+    store: ReplayStore,
+    batch_size: int,
+    *,
+    prefetch: int,
+    generator: np.random.Generator,
+    device: object,
+    decode: object,
+    length: int | None,
+    sample_kwargs: dict[str, Any],
+) -> DeviceBatches[Any]:
+    """The iterator of ``store.batches(batch_size, device=device, ...)``; every argument is checked here,
+    in the caller, before the thread starts (``batch_size``, ``prefetch`` and ``length`` already were)."""
+    torch_device = parse_device(device)
+    decode = parse_decode(decode)
+    ring = SlotRing(torch_device, prefetch + 2)
+    description = f"batch_size={batch_size} device={torch_device} decode={decode!r} prefetch={prefetch}"
+    if length is not None:
+        description += f" length={length}"
+    feed: Callable[[], tuple[Slot, Any]]
+    if decode == "device":
+        from mmreplay.store import device_decoded_feed
+
+        with ring.on_side():  # the decoder's memory belongs to the side stream, where it is used
+            decoded = device_decoded_feed.open_feed(store, ring, generator, batch_size=batch_size, length=length,
+                                                    sample_kwargs=sample_kwargs)
+        return DeviceBatches(decoded, ring, depth=prefetch, description=f"{description} crc={decoded.crc_method}")
+    template: NumpyRecord
+    read: Callable[[Any], NumpyRecord]
+    if length is None:
+        template = store.sample(1, np.random.default_rng(0), **sample_kwargs)  # bad arguments fail here
+        read = lambda out: store.sample(batch_size, generator, out=out, **sample_kwargs)
+    else:
+        template = store.sample_sequences(1, length, np.random.default_rng(0), **sample_kwargs)
+        read = lambda out: store.sample_sequences(batch_size, length, generator, out=out, **sample_kwargs)
+    n_step = int(sample_kwargs.get("n_step", 1))
+    feed = HostDecodedFeed(store, ring, read, generator, template, batch_size=batch_size, n_step=n_step)
+    return DeviceBatches(feed, ring, depth=prefetch, description=description)
+
+
+def sequence_producer(store: ReplayStore, batch_size: int, length: int, generator: np.random.Generator, *,
+                      buffers: int, sample_kwargs: dict[str, Any]) -> Callable[[], SequenceBatch]:
+    """What ``store.batches(batch_size, length=length)`` calls in its thread: ``sample_sequences`` windows,
+    refilled in place in ``buffers`` batches used in turn (none: new arrays each call). Bad arguments fail
+    here, in the caller."""
+    store.sample_sequences(1, length, np.random.default_rng(0), **sample_kwargs)
+
+    def windows(out: SequenceBatch | None) -> SequenceBatch:
+        return sample_into(lambda held: store.sample_sequences(batch_size, length, generator, out=held, **sample_kwargs),
+                           out, generator)
+
+    return recycling(windows, buffers=buffers) if buffers else lambda: windows(None)
