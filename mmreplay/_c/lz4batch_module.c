@@ -16,6 +16,8 @@
  *                    one call each
  *   reference_groups reference_groups, encode_frame, groups_checkpoint, groups_rollback: a writer's
  *                    reference groups (which frame each is compressed against), for both of add's paths
+ *   reference_threads reference_decode: mmreplay._lz4ref.decode's batch on the pool's threads, level
+ *                    by level (reference_decode's entries)
  *
  * The pure-Python code each function accelerates gives identical results (MMREPLAY_PURE_PYTHON=1 runs it). */
 #define PY_SSIZE_T_CLEAN
@@ -29,6 +31,7 @@
 #include "lz4_api.h"
 #include "lz4_decode.h"
 #include "reference_groups.h"
+#include "reference_threads.h"
 #include "row_checksum.h"
 #include "row_gather.h"
 #include "row_layout.h"
@@ -46,6 +49,7 @@ static PyMethodDef methods[] = {
     FAST_ADD_METHODS
     FRAME_COMPRESS_METHODS
     REFERENCE_GROUPS_METHODS
+    REFERENCE_THREADS_METHODS
     {NULL, NULL, 0, NULL},
 };
 
@@ -55,7 +59,7 @@ static PyMethodDef methods[] = {
  * row_layout()'s capsule instead of env_bytes. 5: threads up to 64 (POOL_MAX_THREADS), append_frames'
  * threads and frames compressed ahead, compress_frames, compress_ahead, wake_helpers. 6: format version
  * 5's rows and entries (row_layout's next_delta_bytes and env_shift, entry layouts of 13 fields, gather_rows'
- * unchecked, follow_links' layout), reference groups and append_reference_frames. */
+ * unchecked, follow_links' layout), reference groups and append_reference_frames, reference_decode. */
 #define INTERFACE 6
 
 static struct PyModuleDef module_definition = {

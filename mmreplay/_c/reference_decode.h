@@ -6,6 +6,33 @@
 
 #include <Python.h>
 
+#include <stdint.h>
+
+/* A checked batch: entry i's compressed bytes (sources[i], NULL when out of range), its length, reference
+ * entry, destination row, checksum and seed; out's n_out frames, then scratch's. */
+typedef struct {
+    const char *const *sources;
+    const int64_t *lengths, *refs, *rows;
+    const uint32_t *checksums, *seeds;
+    char *out, *scratch;
+    Py_ssize_t n_out;
+    int frame_nbytes, row_nbytes, changed_rows;
+    Py_ssize_t m;
+} ReferencePlan;
+
+/* Decodes entry i (its reference already decoded): 1, or 0 when its CRC fails or it does not decode. */
+int reference_entry_decode(const ReferencePlan *plan, Py_ssize_t i);
+
+/* Decodes a plan's entries, -1 when all are good, else the smallest i that fails; threads: at most that
+ * many threads (reference_threads.h), 1 for the calling thread alone. Called with the GIL released. */
+typedef Py_ssize_t (*reference_runner)(const ReferencePlan *plan, int threads);
+
+/* Every entry in order on the calling thread, stopping at the first that fails. */
+Py_ssize_t reference_decode_in_order(const ReferencePlan *plan, int threads);
+
+/* decode's arguments (below, and threads: 1 to 64) checked and located, then the plan run by runner. */
+PyObject *reference_decode_call(PyObject *args, reference_runner runner);
+
 /* decode(views, segments, offsets, lengths, checksums, seeds, refs, rows, out, scratch, frame_nbytes,
  *        row_nbytes=0) -> int
  *   views, segments, offsets, lengths, checksums, seeds: as in mmreplay._lz4batch.decode, for m entries
@@ -18,7 +45,8 @@
  * Entries decode in order, the GIL released once, so a reference is decoded before the frames that
  * use it. Returns -1 when every entry's range lies inside its view, its CRC matches and it decodes to
  * exactly frame_nbytes bytes; else the smallest i that fails (later entries are left undecoded).
- * Raises ValueError for a segment outside views, a row outside out and scratch, or refs[i] >= i. */
+ * Raises ValueError for a segment outside views, a row outside out and scratch, or refs[i] >= i. A 13th
+ * argument, threads, is accepted and ignored here (mmreplay._lz4batch.reference_decode uses it). */
 PyObject *py_reference_decode(PyObject *module, PyObject *args);
 
 #define REFERENCE_DECODE_METHODS                                                                                   \

@@ -55,6 +55,7 @@ from mmreplay.errors import CorruptStoreError
 from mmreplay.frames import lz4_codec
 
 _lz4ref: ModuleType | None = extensions.load("_lz4ref")
+_lz4batch: ModuleType | None = extensions.load("_lz4batch")  # its reference_decode: a batch on the pool's threads
 
 ACCELERATED: bool = _lz4ref is not None
 
@@ -466,6 +467,7 @@ def decode_batch(
     views: Sequence[memoryview],
     changed_rows: bool = False,
     accelerated: bool = ACCELERATED,
+    threads: int = 1,
 ) -> int:
     """Decode m entries in order; -1 when all are good, else the index of the first bad entry.
 
@@ -475,6 +477,8 @@ def decode_batch(
     ``out`` is C-contiguous (n, *frame_shape) uint8; when the result is not -1 its content is
     unspecified. ``changed_rows``: dependent frames are their changed rows (format version 5), in rows of
     ``mask_row_nbytes(out.shape[1:])``. ``accelerated=False`` forces the python-lz4 loop (tests compare both).
+    ``threads``: up to that many of the plain frames' pool threads (``mmreplay._lz4batch.reference_decode``:
+    level by level, a key frame level 0, a dependent one level above its reference), with the same result.
     """
     if not isinstance(out, np.ndarray) or out.dtype != np.uint8 or out.ndim < 1:
         raise TypeError(f"out must be a numpy uint8 (n, *frame_shape) array; got {type(out).__name__}")
@@ -500,6 +504,10 @@ def decode_batch(
         np.ascontiguousarray(rows, np.int64),
     )
     row_nbytes = mask_row_nbytes(out.shape[1:]) if changed_rows else 0
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 64:
+        raise ValueError(f"threads is {threads!r}; expected 1 to 64")
+    if accelerated and threads > 1 and _lz4batch is not None:
+        return int(_lz4batch.reference_decode(views, *arrays, out, scratch, frame_nbytes, row_nbytes, threads))
     if accelerated and _lz4ref is not None:
         return int(_lz4ref.decode(views, *arrays, out, scratch, frame_nbytes, row_nbytes))
     if accelerated:

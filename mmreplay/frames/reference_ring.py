@@ -18,6 +18,7 @@ import numpy.typing as npt
 from mmreplay.frames import reference_codec
 from mmreplay.frames.reference_codec import CorruptFrameError, ReferenceScheme
 from mmreplay.frames.ring import _SEED_MULTIPLIER, FrameChecksumError, FrameRing, _lz4batch, frame_seed
+from mmreplay.frames.threads import batch_threads
 
 
 class ReferenceFrameRing(FrameRing):
@@ -70,9 +71,9 @@ class ReferenceFrameRing(FrameRing):
     def decode_into(
         self, frame_steps: npt.NDArray[np.int64], out: npt.NDArray[np.generic], *, limit: int
     ) -> None:
-        """Decode each frame into ``out[i]`` with the frames it depends on, checking every CRC. On the
-        calling thread whatever ``limit`` allows: a chain decodes in order (sharing a batch's levels with
-        the pool's helpers is issue 28's, with ``threads.batch_threads`` as the plain ring's).
+        """Decode each frame into ``out[i]`` with the frames it depends on, each once, checking every CRC,
+        on at most ``limit`` threads (``threads.batch_threads`` of the frames decoded, as the plain ring's):
+        the pool's threads take a batch's key frames, then each level of the frames that reference them.
 
         Raises ``FrameChecksumError`` for the first requested frame that cannot be decoded, naming the
         frame at fault (it, or a frame it is compressed against) and the files that may be corrupt.
@@ -116,6 +117,7 @@ class ReferenceFrameRing(FrameRing):
             out.reshape(n, *self.frame_shape).view(np.uint8),  # uint8 frames (create refuses other dtypes here)
             views=views,
             changed_rows=self.changed_rows,
+            threads=batch_threads(len(steps) * self.frame_nbytes, limit),
         )
         if bad >= 0:
             step = int(steps[bad])
