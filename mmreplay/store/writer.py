@@ -422,7 +422,10 @@ class Writer:
         count = len(parsed.flags)
         first_step = self.transitions_added
         first_frame = self._frames.frames_written
-        if first_step + count > self._committer.row_limit or first_frame + count > self._committer.frame_limit:
+        # The room the general path makes before this add: a reference store's makes room for each env's
+        # largest add (2 * stack_size frames) before encoding, so that both paths commit at the same adds.
+        frames = count * 2 * self._layout.stack_size if self._encoder.records_references else count
+        if first_step + count > self._committer.row_limit or first_frame + frames > self._committer.frame_limit:
             return False
         oldest_stored = first_step - self._layout.capacity
         links = continuations(
