@@ -20,6 +20,11 @@ PYTHON=${PYTHON:-python3}
 if [[ "${1:-}" == "prepare" ]]; then
     bash "$(dirname "$0")/cores_box.sh" prepare || exit 1
     PREPARE_PYTHON=${PREPARE_PYTHON:-/work/main/.venv/bin/python}
+    # tqdm (mmreplay imports it), should the box's Python lack it: a pure-Python wheel.
+    if ! ls "$CARRY"/whl/tqdm-*.whl > /dev/null 2>&1; then
+        timeout 120 "$PREPARE_PYTHON" -m pip download --quiet --no-deps --only-binary=:all: -d "$CARRY/whl" tqdm \
+            || exit 1
+    fi
     PYTHONPATH="$PWD/scripts${PYTHONPATH:+:$PYTHONPATH}" timeout 600 "$PREPARE_PYTHON" -c "
 import shutil, atari_frames
 source = atari_frames.stream_path('breakout', atari_frames.BENCHMARK_FRAMES)
@@ -67,8 +72,9 @@ export MMREPLAY_FRAMES_DIR="$WORK/frames-cache"  # nothing is recorded: the benc
 
 setup() {
     nproc; git log --oneline -1 2>/dev/null || true
-    "$PYTHON" -m pip install --quiet --no-index --no-deps --target "$SITE" "$CARRY"/whl/lz4-*.whl \
-        "$CARRY"/whl/setuptools-*.whl || return 1
+    local wheels=("$CARRY"/whl/lz4-*.whl "$CARRY"/whl/setuptools-*.whl)
+    "$PYTHON" -c "import tqdm" 2>/dev/null || wheels+=("$CARRY"/whl/tqdm-*.whl)
+    "$PYTHON" -m pip install --quiet --no-index --no-deps --target "$SITE" "${wheels[@]}" || return 1
     rm -rf "$WORK/lz4src" && mkdir -p "$WORK/lz4src"
     tar xzf "$CARRY"/src/lz4-*.tar.gz -C "$WORK/lz4src" --strip-components=1
     local src="$WORK/lz4src/lz4libs" objects=()
