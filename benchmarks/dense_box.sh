@@ -3,7 +3,7 @@
 # on Pong, Breakout and MsPacman (bench_encodings.py: bytes on disk per transition at capacity 100,000,
 # stack 4; add rates with 1 env and 8 envs; sample rates; ratio medians with quartiles). The box has Python
 # 3.12 with numpy, setuptools and gcc, and no registry, lz4 package, liblz4 headers or ALE: everything comes
-# from .devcarry, as for cores_box.sh (whose `prepare` this one extends with Breakout's stream).
+# from .devcarry, as for cores_box.sh and gpu_box.sh (this `prepare` adds what it needs: Breakout's stream).
 #
 # Here, first fill .devcarry (ignored by git; ~17 MiB):
 #     bash benchmarks/dense_box.sh prepare
@@ -18,21 +18,32 @@ CARRY=${CARRY:-.devcarry}
 PYTHON=${PYTHON:-python3}
 
 if [[ "${1:-}" == "prepare" ]]; then
-    bash "$(dirname "$0")/cores_box.sh" prepare || exit 1
+    SOURCE=${SOURCE:-/work/main/.devcarry}
     PREPARE_PYTHON=${PREPARE_PYTHON:-/work/main/.venv/bin/python}
+    mkdir -p "$CARRY/whl" "$CARRY/src" "$CARRY/frames" || exit 1
+    # The wheels and sources the other box scripts carry (lz4, setuptools, the lz4 sdist, zlib's headers),
+    # copied from SOURCE where this carry lacks them.
+    for file in "$SOURCE"/whl/lz4-*.whl "$SOURCE"/whl/setuptools-*.whl; do
+        [[ -e "$CARRY/whl/$(basename "$file")" ]] || cp "$file" "$CARRY/whl/" || exit 1
+    done
+    for file in "$SOURCE"/src/lz4-*.tar.gz "$SOURCE"/src/zlib.h "$SOURCE"/src/zconf.h; do
+        [[ -e "$CARRY/src/$(basename "$file")" ]] || cp "$file" "$CARRY/src/" || exit 1
+    done
     # tqdm (mmreplay imports it), should the box's Python lack it: a pure-Python wheel.
     if ! ls "$CARRY"/whl/tqdm-*.whl > /dev/null 2>&1; then
         timeout 120 "$PREPARE_PYTHON" -m pip download --quiet --no-deps --only-binary=:all: -d "$CARRY/whl" tqdm \
             || exit 1
     fi
+    # The 20,000-frame streams of the three games (recorded with ALE where the atari_frames cache lacks one).
     PYTHONPATH="$PWD/scripts${PYTHONPATH:+:$PYTHONPATH}" timeout 600 "$PREPARE_PYTHON" -c "
 import shutil, atari_frames
-source = atari_frames.stream_path('breakout', atari_frames.BENCHMARK_FRAMES)
-if not source.exists():
-    atari_frames.load('breakout', atari_frames.BENCHMARK_FRAMES)
-shutil.copyfile(source, '$CARRY/frames/atari_breakout.npz')
+for game in ('pong', 'breakout', 'mspacman'):
+    source = atari_frames.stream_path(game, atari_frames.BENCHMARK_FRAMES)
+    if not source.exists():
+        atari_frames.load(game, atari_frames.BENCHMARK_FRAMES)
+    shutil.copyfile(source, '$CARRY/frames/atari_%s.npz' % game)
 " || exit 1
-    du -sh "$CARRY/frames"/*
+    du -sh "$CARRY" "$CARRY"/*
     exit 0
 fi
 
