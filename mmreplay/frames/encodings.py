@@ -26,6 +26,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from mmreplay.disk.store_directory import StoreDirectory
 from mmreplay.disk import header
 from mmreplay.errors import CorruptStoreError
 from mmreplay.frames import lz4_codec
@@ -63,7 +64,7 @@ def parse_frame_encoding(
     return REFERENCE, asdict(reference_scheme if reference_scheme is not None else DEFAULT_SCHEME)
 
 
-def scheme_of(layout: header.Layout, directory: Path) -> ReferenceScheme | None:
+def scheme_of(layout: header.Layout, directory: StoreDirectory | Path) -> ReferenceScheme | None:
     """The store's reference scheme (None for plain frames), checked as the header gives it."""
     if layout.frame_encoding == PLAIN:
         return None
@@ -88,7 +89,7 @@ def has_references(layout: header.Layout) -> bool:
 _FRAME_BOOKKEEPING_BYTES = 128
 
 
-def open_ring(directory: Path, layout: header.Layout, commit: header.Commit, *, writable: bool) -> FrameRing:
+def open_ring(directory: StoreDirectory | Path, layout: header.Layout, commit: header.Commit, *, writable: bool) -> FrameRing:
     """The store's frame ring, of the class its encoding needs, at its committed counts.
 
     First, what reading the store takes however few transitions it holds is checked against the memory
@@ -185,7 +186,7 @@ class ReferenceEncoder:
         self._saved = {}
 
 
-def encoder_for(layout: header.Layout, directory: Path) -> FrameEncoder:
+def encoder_for(layout: header.Layout, directory: StoreDirectory | Path) -> FrameEncoder:
     """A new writer's frame encoder for the store's encoding."""
     scheme = scheme_of(layout, directory)
     if scheme is None:

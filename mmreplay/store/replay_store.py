@@ -122,7 +122,7 @@ class ReplayStore:
             action_shape=action_shape, action_dtype=action_dtype, sampler=sampler, frame_encoding=frame_encoding,
             reference_scheme=reference_scheme, fields=fields, stack_padding=stack_padding, frame_dtype=frame_dtype,
         )
-        directory = Path(path)
+        directory = Path(os.path.realpath(path))  # resolved once: a later chdir moves nothing
         lock = creation.build_store(directory, layout, commit)
         return cls(Writer.open(directory, sampler=sampler, schedule=schedule, lock=lock))
 
@@ -152,7 +152,8 @@ class ReplayStore:
 
     @property
     def path(self) -> Path:
-        return self._files.directory
+        """The store's directory: the real, absolute path it was opened at (resolved once, at open)."""
+        return self._files.directory.path
 
     @property
     def mode(self) -> str:

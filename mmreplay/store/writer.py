@@ -98,20 +98,43 @@ class Writer:
         cls, directory: Path, *, sampler: Sampler | None, schedule: CommitSchedule, lock: IO[bytes] | None = None
     ) -> Writer:
         """Open the store at ``directory`` for appending; ``lock``: the writer lock, already held (by
-        ``create``), else taken here (``StoreLockedError`` while another writer holds it)."""
-        layout, commit, version = header.read_versioned_header(directory)
-        if version != header.FORMAT_VERSION:
-            raise FormatVersionError(
-                f"{directory / header.HEADER_NAME}: format version {version} opens read-only (mode 'r'): its "
-                f"rows carry version {version}'s checksum; to append, export it and import it into a new store"
-            )
-        if lock is None:
-            lock = acquire_writer_lock(directory / header.LOCK_NAME)
+        ``create``), else taken here (``StoreLockedError`` while another writer holds it). The path is
+        resolved once, here; every file is opened relative to the directory's descriptor."""
+        try:
+            opened = header.open_store_directory(directory)
+        except BaseException:
+            if lock is not None:
+                lock.close()
+            raise
+        try:
+            layout, commit, version = header.read_versioned_header(opened)
+            if version != header.FORMAT_VERSION:
+                raise FormatVersionError(
+                    f"{opened.path / header.HEADER_NAME}: format version {version} opens read-only (mode 'r'): "
+                    f"its rows carry version {version}'s checksum; to append, export it and import it into a "
+                    "new store"
+                )
+            if lock is None:
+                lock = acquire_writer_lock(opened / header.LOCK_NAME)
+        except BaseException:
+            opened.close()
+            if lock is not None:
+                lock.close()
+            raise
         try:
             # A writer that died may have left newer, uncommitted files: reread under the lock.
-            layout, commit = header.read_header(directory)
-            files = MappedFiles(directory, layout, commit, sampler=matching_sampler(sampler, layout), writable=True)
-            return cls(files, commit, lock=lock, schedule=schedule)
+            try:
+                layout, commit = header.read_header(opened)
+                chosen = matching_sampler(sampler, layout)
+            except BaseException:
+                opened.close()
+                raise
+            files = MappedFiles(opened, layout, commit, sampler=chosen, writable=True)
+            try:
+                return cls(files, commit, lock=lock, schedule=schedule)
+            except BaseException:
+                files.close()
+                raise
         except BaseException:
             lock.close()
             raise
@@ -159,36 +182,58 @@ class Writer:
 
     def cleared(self) -> Writer:
         """``ReplayStore.clear``: the empty store with the same layout (and sampler) built beside the
-        directory and exchanged with it in one step; this writer's files (the old store's) are released
-        and deleted, and the writer of the empty store is returned."""
-        layout, directory = self._layout, self.files.directory
+        directory, its writer made whole (every file mapped, every block reserved), and only then the two
+        directories exchanged in one step; this writer's files (the old store's) are then released and
+        deleted, and the writer of the empty store is returned.
+
+        The directory exchanged is the one this writer holds, at its real path (a store opened through a
+        link is cleared where the link points; the link stays). Everything that can fail (a full disk, a
+        refused exchange) happens before or at the exchange: then the empty store is deleted and this
+        writer goes on with the old one, untouched."""
+        layout, directory = self._layout, self.files.directory.path
+        # Committed first: the sampler is handed to the empty store's files, and handed back (reopened
+        # at the last commit, which is then everything) if that fails.
+        self.flush()
         _, commit = header.new_store(
             frame_shape=layout.frame_shape, capacity=layout.capacity, stack_size=layout.stack_size,
             num_envs=layout.num_envs, action_shape=layout.action_shape,
             action_dtype=np.dtype(layout.action_dtype), sampler=layout.sampler,
         )
         building, lock = creation.build_beside(directory, layout, commit, "clearing")
+        built = building.path
         try:
-            directory_swap.exchange(directory, building)
+            try:
+                files = MappedFiles(building, layout, commit, sampler=self._sampler, writable=True)
+            except BaseException:
+                self._sampler_reopen()
+                raise
+            try:
+                writer = Writer(files, commit, lock=lock, schedule=self._schedule)
+                directory_swap.exchange(directory, built)
+            except BaseException:
+                files.close(sampler=False)
+                self._sampler_reopen()
+                raise
         except BaseException:
             lock.close()
-            shutil.rmtree(building, ignore_errors=True)
+            building.close()
+            shutil.rmtree(built, ignore_errors=True)
             raise
-        # The old store's files now live at ``building``: release them, then delete them.
+        # The path holds the empty store now, and ``built`` the old one: release the old files (deleted
+        # next; an error closing them cannot harm the new store), then delete them.
+        building.path = directory
+        self._fast_add = False
         try:
-            self._fast_add = False
-            close_all([self.files.close, self._release_writer_lock])
-        except BaseException:
-            lock.close()
-            raise
+            close_all([lambda: self.files.close(sampler=False), self._release_writer_lock])
+        except OSError:
+            pass
         finally:
-            shutil.rmtree(building, ignore_errors=True)
-        try:
-            files = MappedFiles(directory, layout, commit, sampler=self._sampler, writable=True)
-            return Writer(files, commit, lock=lock, schedule=self._schedule)
-        except BaseException:
-            lock.close()
-            raise
+            shutil.rmtree(built, ignore_errors=True)
+        return writer
+
+    def _sampler_reopen(self) -> None:
+        """Point the sampler back at this writer's files after a failed ``cleared`` opened it on others."""
+        self.files.open_sampler(self._committer.committed)
 
     # -- adding ----------------------------------------------------------------------------------
 
