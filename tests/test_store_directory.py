@@ -19,7 +19,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mmreplay import ClosedStoreError, CorruptStoreError, PrioritizedSampler, ReplayStore
+from mmreplay import (
+    ClosedStoreError,
+    CorruptStoreError,
+    PrioritizedSampler,
+    ReplayStore,
+)
+
 try:
     from mmreplay.disk.store_directory import StoreDirectory
 except ImportError:  # before the fix (to watch the tests fail)

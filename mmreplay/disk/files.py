@@ -8,7 +8,13 @@ import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
-from mmreplay.disk.store_directory import FileLocation, StoreDirectory, StoreFile, open_regular, sync_folder
+from mmreplay.disk.store_directory import (
+    FileLocation,
+    StoreDirectory,
+    StoreFile,
+    open_regular,
+    sync_folder,
+)
 
 RESERVE_STEP = 1 << 16  # bytes reserved at a time ahead of the writes into a memory map
 

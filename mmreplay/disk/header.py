@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mmreplay.disk.store_directory import StoreDirectory
 from mmreplay.disk.header_parsing import parse_commit_fields, parse_layout_fields
+from mmreplay.disk.store_directory import StoreDirectory
 from mmreplay.errors import CorruptStoreError, FormatVersionError, StoreNotFoundError
 
 MAGIC = "mmreplay"

@@ -26,11 +26,15 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay.disk.store_directory import StoreDirectory
 from mmreplay.disk import header
+from mmreplay.disk.store_directory import StoreDirectory
 from mmreplay.errors import CorruptStoreError
 from mmreplay.frames import lz4_codec
-from mmreplay.frames.reference_codec import EnvReferences, ReferenceScheme, compress_against
+from mmreplay.frames.reference_codec import (
+    EnvReferences,
+    ReferenceScheme,
+    compress_against,
+)
 from mmreplay.frames.reference_ring import ReferenceFrameRing
 from mmreplay.frames.ring import FrameRing
 from mmreplay.limits import check_memory

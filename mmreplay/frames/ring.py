@@ -30,8 +30,14 @@ import numpy.typing as npt
 
 from mmreplay import extensions
 from mmreplay.disk.files import BlockReservation, create_sparse, fsync_directory
-from mmreplay.disk.store_directory import FileLocation, StoreDirectory, map_array, open_regular, open_sized
 from mmreplay.disk.header import SEGMENTS_DIR, frame_table_name, segment_name
+from mmreplay.disk.store_directory import (
+    FileLocation,
+    StoreDirectory,
+    map_array,
+    open_regular,
+    open_sized,
+)
 from mmreplay.errors import CorruptStoreError
 from mmreplay.frames import lz4_codec
 from mmreplay.limits import check_mapping

@@ -16,15 +16,15 @@ for 2,048; 1.09x even against the previous step's state), and an 18-action bool 
 
 from __future__ import annotations
 
-import os
 import math
+import os
 
 import numpy as np
 import numpy.typing as npt
 
 from mmreplay.disk.files import BlockReservation, create_sparse
-from mmreplay.disk.store_directory import FileLocation, map_array, open_sized
 from mmreplay.disk.header import FieldSpec
+from mmreplay.disk.store_directory import FileLocation, map_array, open_sized
 from mmreplay.errors import CorruptStoreError
 from mmreplay.limits import check_mapping
 from mmreplay.rows.checksums import row_checksum, row_checksums

@@ -35,7 +35,12 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay.disk.store_directory import FileLocation, file_blocks, map_array, open_regular
+from mmreplay.disk.store_directory import (
+    FileLocation,
+    file_blocks,
+    map_array,
+    open_regular,
+)
 from mmreplay.errors import CorruptStoreError
 from mmreplay.limits import check_disk, check_mapping, check_memory
 from mmreplay.sampling.sum_tree import SumTree, tree_size

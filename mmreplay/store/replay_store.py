@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.batch import Batch, SequenceBatch
+from mmreplay.errors import ClosedStoreError
 from mmreplay.frames import encodings
 from mmreplay.frames.reference_codec import ReferenceScheme
 from mmreplay.frames.wire import EncodedFrames
@@ -378,9 +379,11 @@ class ReplayStore:
     ) -> None:
         self.close()
 
-    def _stop_prefetchers(self) -> None:
+    def _stop_prefetchers(self, reason: BaseException | None = None) -> None:
+        """Stop every ``batches()`` iterator; ``reason``: what each raises at its next ``next()`` (else it
+        ends)."""
         for prefetcher in list(self._prefetchers):
-            prefetcher.close()
+            prefetcher.close(reason)
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -578,7 +581,7 @@ class ReplayStore:
         added during a pass avoids it).
         """
         self._files.check_open("iterate")
-        return passes.ordered_pass(self, batch_size, start=start, stop=stop)
+        return passes.ordered_pass(self, batch_size, start=start, stop=stop, epoch=lambda: self._files)
 
     def sample_episodes(
         self, n: int, rng: np.random.Generator | int | None = None, *, weighting: str = "uniform"
@@ -612,6 +615,9 @@ class ReplayStore:
         old store raise ``ClosedStoreError`` at their next refresh: open them again.
         """
         self._role.check_writable("clear")
-        self._stop_prefetchers()
+        # Batches drawn before the clear name transitions that are gone: their iterators say so.
+        self._stop_prefetchers(ClosedStoreError(
+            "batches() was stopped by clear(): its batches were drawn from the store before it; call batches() again"
+        ))
         with self._files.lock:
             self._adopt(self._role.cleared())
