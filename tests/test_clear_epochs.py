@@ -1,8 +1,8 @@
-"""``clear()`` starts a new *epoch*: a pass or a ``batches()`` iterator (device batches included) begun before
-it is refused after it with a ``ClosedStoreError`` that says so, in the writer's process as in a reader's.
-
-Not built yet (issue 26 item 5, the strict xfails below): steps that keep counting across ``clear()``, so
-that an index drawn before it (``batch.index`` handed to ``update_priorities``, ``read``) is refused too.
+"""``clear()`` starts a new *epoch*: steps keep counting, so a step (``batch.index``) is never reused, and
+everything from before the clear is refused with an error that says so, in the writer's process as in a
+reader's, also after the store is closed and opened again: a pass or a ``batches()`` iterator (device
+batches included) with ``ClosedStoreError``, a batch's or an encoded batch's index handed to
+``update_priorities`` with ``ClosedStoreError``, a step handed to ``read`` with ``IndexError``.
 
 A failure of ``clear()`` (a full disk, an exchange the file system refuses) leaves the old store whole and
 its writer usable; nothing that can fail for want of space happens after the exchange.
@@ -20,14 +20,6 @@ import pytest
 from mmreplay import ClosedStoreError, PrioritizedSampler, ReplayStore
 from mmreplay.disk import directory_swap
 
-try:
-    from mmreplay import StoreClearedError  # type: ignore[attr-defined]
-except ImportError:  # not built yet: the epoch's steps (the xfails below)
-    StoreClearedError = ClosedStoreError
-
-STEPS_COUNT_ACROSS_CLEAR = pytest.mark.xfail(
-    strict=True, reason="issue 26 item 5: steps do not keep counting across clear() yet, so an index drawn "
-                        "before it cannot be told from a new one")
 
 
 def frame(value: int) -> np.ndarray:
@@ -45,7 +37,6 @@ def prioritized(path: Path, capacity: int = 40) -> ReplayStore:
                               sampler=PrioritizedSampler(alpha=1.0, epsilon=0.0))
 
 
-@STEPS_COUNT_ACROSS_CLEAR
 def test_steps_keep_counting_across_clear_so_no_index_is_reused(tmp_path: Path) -> None:
     with prioritized(tmp_path / "s.mmr", capacity=20) as store:
         add(store, range(30))
@@ -57,22 +48,21 @@ def test_steps_keep_counting_across_clear_so_no_index_is_reused(tmp_path: Path) 
         assert store.stored_steps == range(30, 35) and len(store) == 5
         assert store.read([30, 34]).action.tolist() == [1000, 1004]
         assert sorted(set(store.sample(64, rng=0).index.tolist())) == list(range(30, 35))
-        assert [episode.id for episode in store.episodes()] == [30]
+        assert [episode.id for episode in store.episodes()] == [30, 31]  # 1000 ends an episode (1000 % 7 == 6)
     with ReplayStore.open(tmp_path / "s.mmr") as again:  # the epoch is in the header
         assert again.transitions_added == 35 and again.stored_steps == range(30, 35)
         assert again.read(again.stored_steps).action.tolist() == list(range(1000, 1005))
 
 
-@STEPS_COUNT_ACROSS_CLEAR
 def test_a_step_from_before_clear_is_refused_by_read_naming_the_clear(tmp_path: Path) -> None:
     with prioritized(tmp_path / "s.mmr") as store:
         add(store, range(10))
         store.clear()
         add(store, range(100, 103))
-        with pytest.raises(StoreClearedError, match=r"step 4 was removed by clear\(\): the store's steps start at "
-                                                    r"10 since; stored steps are \[10, 13\)"):
+        with pytest.raises(IndexError, match=r"step 4 was removed by clear\(\): the store's steps start at "
+                                             r"10 since; stored steps are \[10, 13\)"):
             store.read([4, 11])
-        with pytest.raises(IndexError):  # a StoreClearedError is an IndexError, as an evicted step's error is
+        with pytest.raises(IndexError, match="removed by clear"):  # an IndexError, as an evicted step's error is
             store.read([9])
 
 
@@ -83,12 +73,11 @@ def test_an_iterate_pass_begun_before_clear_is_refused_after_it(tmp_path: Path) 
         assert next(passing).action.tolist() == list(range(10))
         store.clear()
         add(store, range(100, 175))  # as many as the pass still had to go, and more
-        with pytest.raises(StoreClearedError, match=r"iterate: the store was cleared \(clear\(\)\) since this pass "
+        with pytest.raises(ClosedStoreError, match=r"iterate: the store was cleared \(clear\(\)\) since this pass "
                                                     r"began; its steps \[10, 30\) are gone"):
             next(passing)
 
 
-@STEPS_COUNT_ACROSS_CLEAR
 def test_update_priorities_with_a_batch_drawn_before_clear_is_refused_and_changes_nothing(tmp_path: Path) -> None:
     with prioritized(tmp_path / "s.mmr") as store:
         add(store, range(20))
@@ -98,7 +87,7 @@ def test_update_priorities_with_a_batch_drawn_before_clear_is_refused_and_change
         add(store, range(100, 120))
         before = store.sampler.mass  # type: ignore[attr-defined]
         for index in (stale.index, encoded.index, stale.index.copy().tolist()):
-            with pytest.raises(StoreClearedError, match=r"index 1?\d was drawn before clear\(\): the store's steps "
+            with pytest.raises(ClosedStoreError, match=r"index 1?\d was drawn before clear\(\): the store's steps "
                                                         r"start at 20 since"):
                 store.update_priorities(index, np.full(8, 1000.0))
         assert store.sampler.mass == before  # type: ignore[attr-defined]
@@ -108,7 +97,6 @@ def test_update_priorities_with_a_batch_drawn_before_clear_is_refused_and_change
         store.update_priorities(fresh.index, np.full(8, 5.0))  # the new epoch's batches are taken
 
 
-@STEPS_COUNT_ACROSS_CLEAR
 def test_an_index_from_before_clear_is_refused_after_the_store_is_opened_again(tmp_path: Path) -> None:
     path = tmp_path / "s.mmr"
     with prioritized(path) as store:
@@ -116,7 +104,7 @@ def test_an_index_from_before_clear_is_refused_after_the_store_is_opened_again(t
         stale = store.sample(8, rng=0).index
         store.clear()
         add(store, range(100, 104))
-    with ReplayStore.open(path, "r+") as store, pytest.raises(StoreClearedError, match="drawn before clear"):
+    with ReplayStore.open(path, "r+") as store, pytest.raises(ClosedStoreError, match="drawn before clear"):
         store.update_priorities(stale, np.ones(8))
 
 
@@ -130,7 +118,7 @@ def test_a_batches_iterator_started_before_clear_raises_after_it(tmp_path: Path,
         store.clear()
         add(store, range(100, 110))
         for stopped in (iterator, windows):
-            with pytest.raises(StoreClearedError, match=r"batches\(\) was stopped by clear\(\): its batches were "
+            with pytest.raises(ClosedStoreError, match=r"batches\(\) was stopped by clear\(\): its batches were "
                                                         r"drawn from the store before it; call batches\(\) again"):
                 next(stopped)
         assert set(next(store.batches(4, rng=0)).action.tolist()) <= set(range(100, 110))  # the new store's
@@ -144,7 +132,7 @@ def test_device_batches_started_before_clear_raise_after_it(tmp_path: Path) -> N
         next(on_device)
         store.clear()
         add(store, range(100, 110))
-        with pytest.raises(StoreClearedError, match=r"batches\(\) was stopped by clear\(\)"):
+        with pytest.raises(ClosedStoreError, match=r"batches\(\) was stopped by clear\(\)"):
             next(on_device)
 
 
@@ -159,7 +147,7 @@ def test_a_reader_in_another_process_is_told_the_store_was_cleared(tmp_path: Pat
     writer.clear()
     add(writer, range(100, 110))
     writer.flush()
-    with pytest.raises(StoreClearedError, match="was cleared by its writer since this reader opened it"):
+    with pytest.raises(ClosedStoreError, match="was cleared by its writer since this reader opened it"):
         next(passing)
     with pytest.raises(ClosedStoreError):
         reader.sample(2, rng=0)

@@ -110,6 +110,10 @@ class Commit:
     frame_table_generation: int
     frame_slots: int
     sampler_state: dict[str, object]
+    # The first step of the store's current epoch: ``clear()`` empties a store without renumbering, so
+    # steps (``batch.index``) keep counting and none is reused; steps before it were removed by a clear.
+    # A header without the field (every store never cleared: the header it always had) starts at 0.
+    first_step: int = 0
 
 
 def new_store(
@@ -184,7 +188,7 @@ def write_header(directory: StoreDirectory | Path, layout: Layout, commit: Commi
         "magic": MAGIC,
         "format_version": FORMAT_VERSION,
         "layout": layout_fields,
-        "commit": asdict(commit),
+        "commit": {name: value for name, value in asdict(commit).items() if name != "first_step" or value},
     }
     text = json.dumps({**body, "checksum": _body_checksum(body)}, indent=1, sort_keys=True)
     temporary = HEADER_NAME + ".tmp"

@@ -156,7 +156,8 @@ class Follower:
     def _load_episodes(self) -> list[EnvEpisode]:
         layout = self.files.layout
         episodes, _ = load_env_episodes(
-            self.files.table, self.files.reader, stored_steps(self.transitions_added, layout.capacity),
+            self.files.table, self.files.reader,
+            stored_steps(self.transitions_added, layout.capacity, self.committed.first_step),
             num_envs=layout.num_envs, stack_size=layout.stack_size,
         )
         return episodes

@@ -89,7 +89,7 @@ class MappedFiles:
         self.sampler.open(
             self.directory,
             slots=self.layout.row_slots,
-            stored=stored_steps(commit.transitions_added, self.layout.capacity),
+            stored=stored_steps(commit.transitions_added, self.layout.capacity, commit.first_step),
             writable=self.writable,
             state=commit.sampler_state,
         )
@@ -150,7 +150,7 @@ class MappedFiles:
         """``ReplayStore.missing_files`` for the contents ``commit`` holds."""
         frames = self.frames
         missing = [str(path) for path in (self.table.path, frames._table_path()) if not path.is_file()]
-        if stored_steps(commit.transitions_added, self.layout.capacity):
+        if stored_steps(commit.transitions_added, self.layout.capacity, commit.first_step):
             first = frames.position_of(commit.frame_tail) // frames.segment_bytes
             last = max(frames.bytes_written - 1, 0) // frames.segment_bytes
             present = {int(path.stem) for path in (self.directory / header.SEGMENTS_DIR).glob("*.seg")

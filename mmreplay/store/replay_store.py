@@ -236,11 +236,11 @@ class ReplayStore:
     def stored_steps(self) -> range:
         """The steps of the stored transitions, oldest first (a reader's: of the newest commit)."""
         self._role.follow()
-        return stored_steps(self._role.transitions_added, self._layout.capacity)
+        return stored_steps(self._role.transitions_added, self._layout.capacity, self._role.committed.first_step)
 
     def __len__(self) -> int:
         self._role.follow()
-        return min(self._role.transitions_added, self.capacity)
+        return len(self.stored_steps)
 
     def __repr__(self) -> str:
         if self.closed:
@@ -607,12 +607,18 @@ class ReplayStore:
 
     def clear(self) -> None:
         """Remove every transition: the store becomes an empty store with the same layout (and sampler),
-        its steps numbered from 0 again.
+        in a new *epoch*: steps keep counting (``transitions_added`` stays, ``stored_steps`` is empty and
+        starts there), so a step (``batch.index``) is never reused. What was drawn before is refused after:
+        ``update_priorities`` with an index from before (``ClosedStoreError``, "drawn before clear()"),
+        ``read`` of such a step (``IndexError``, "removed by clear()"), a pass of ``iterate`` or a
+        ``batches()`` iterator begun before (``ClosedStoreError``), in this process as in a reader's.
 
-        Atomic: the empty store is built beside the directory and exchanged with it in one step, so a
-        crash leaves either the old store or the empty one at the path (at worst with the other left in a
-        hidden sibling directory ``.NAME.clearing-XXXXXXXX``, which may be deleted). Readers open on the
-        old store raise ``ClosedStoreError`` at their next refresh: open them again.
+        Atomic: the empty store is built beside the directory (its writer whole, every block reserved)
+        and exchanged with it in one step, so a crash leaves either the old store or the empty one at the
+        path (at worst with the other left in a hidden sibling directory ``.NAME.clearing-XXXXXXXX``, which
+        may be deleted), and a failure before the exchange (a full disk) leaves the old store and this
+        writer as they were. Readers open on the old store raise ``ClosedStoreError`` at their next
+        refresh: open them again.
         """
         self._role.check_writable("clear")
         # Batches drawn before the clear name transitions that are gone: their iterators say so.

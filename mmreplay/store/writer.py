@@ -10,6 +10,7 @@ room (``Committer``), autocommit's schedule and the writer lock; it never calls 
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -19,7 +20,7 @@ import numpy.typing as npt
 
 from mmreplay.disk import directory_swap, header
 from mmreplay.disk.writer_lock import acquire_writer_lock
-from mmreplay.errors import FormatVersionError
+from mmreplay.errors import ClosedStoreError, FormatVersionError
 from mmreplay.frames import encodings
 from mmreplay.frames.encodings import FrameEncoder
 from mmreplay.frames.wire import EncodedFrames
@@ -194,10 +195,19 @@ class Writer:
         # Committed first: the sampler is handed to the empty store's files, and handed back (reopened
         # at the last commit, which is then everything) if that fails.
         self.flush()
-        _, commit = header.new_store(
+        _, empty = header.new_store(
             frame_shape=layout.frame_shape, capacity=layout.capacity, stack_size=layout.stack_size,
             num_envs=layout.num_envs, action_shape=layout.action_shape,
             action_dtype=np.dtype(layout.action_dtype), sampler=layout.sampler,
+        )
+        # A new epoch: nothing stored, and the counts go on from the old store's (all committed just
+        # now), so no step (``batch.index``) and no frame step is ever given twice; a step before
+        # ``first_step`` is known to have been removed by this clear.
+        frames = self._frames
+        commit = replace(
+            empty, transitions_added=self.transitions_added, first_step=self.transitions_added,
+            frames_written=frames.frames_written, frame_tail=frames.frames_written,
+            bytes_written=frames.bytes_written,
         )
         building, lock = creation.build_beside(directory, layout, commit, "clearing")
         built = building.path
@@ -323,6 +333,13 @@ class Writer:
             raise ValueError(
                 f"index {int(steps[never][0])} was never added; transitions added so far: {self.transitions_added}"
             )
+        first = self._committer.committed.first_step
+        cleared = steps < first
+        if cleared.any():  # steps keep counting across clear(): an older index is refused, never reused
+            raise ClosedStoreError(
+                f"update_priorities: index {int(steps[cleared][0])} was drawn before clear(): the store's steps "
+                f"start at {first} since; sample a new batch"
+            )
         with self._lock:
             self._sampler.update_priorities(steps, priorities)
 
@@ -339,7 +356,7 @@ class Writer:
             room = min(
                 committer.row_limit - self.transitions_added, committer.frame_limit - self._frames.frames_written
             )
-            oldest_stored = max(0, self.transitions_added - self._layout.capacity)
+            oldest_stored = self._stored().start
             if (
                 room > 0
                 and not steps.detached[t]
@@ -396,7 +413,7 @@ class Writer:
                 arguments,
                 self._episodes,
                 next_frame_step=self._frames.frames_written,
-                oldest_stored_step=max(0, self.transitions_added - layout.capacity),
+                oldest_stored_step=self._stored().start,
                 encoder=encoder,
                 fields=values,
                 fragment=fragment,
@@ -473,12 +490,12 @@ class Writer:
         and which they evicted."""
         self.transitions_added = added = first_step + count
         self._sampler.added(range(first_step, added))
-        capacity = self._layout.capacity
-        if added > capacity:
-            self._sampler.evicted(range(max(0, first_step - capacity), added - capacity))
+        capacity, first = self._layout.capacity, self._committer.committed.first_step
+        if added - capacity > first:
+            self._sampler.evicted(range(max(first, first_step - capacity), added - capacity))
 
     def _stored(self) -> range:
-        return stored_steps(self.transitions_added, self._layout.capacity)
+        return stored_steps(self.transitions_added, self._layout.capacity, self._committer.committed.first_step)
 
     def _load_env_frames(self) -> None:
         """Decode each env's newest next_obs, which the first add compares obs with (``load_env_frames``)."""
