@@ -50,7 +50,7 @@ class Follower:
         files.open_sampler(commit)
 
     @classmethod
-    def open(cls, directory: Path, *, sampler: Sampler | None) -> Follower:
+    def open(cls, directory: Path, *, sampler: Sampler | None, decode_threads: int | None = None) -> Follower:
         """Open the store at ``directory`` read-only, retrying when the header changed while it opened (a
         descheduled follower finds the files its header names reused or replaced by a live writer's later
         commits): only an error under a header that stayed the same is corruption."""
@@ -59,7 +59,7 @@ class Follower:
         for _ in range(_READ_ATTEMPTS - 1):
             signature = file_signature(header_path)
             try:
-                follower = cls._open_once(real, sampler)
+                follower = cls._open_once(real, sampler, decode_threads)
             except (CorruptStoreError, OSError, ClosedStoreError):
                 if file_signature(header_path) == signature:
                     raise
@@ -68,10 +68,10 @@ class Follower:
                 return follower
             # A writer's clear() exchanged the directory while this one opened: open the new one.
             follower.close()
-        return cls._open_once(real, sampler)
+        return cls._open_once(real, sampler, decode_threads)
 
     @classmethod
-    def _open_once(cls, directory: Path, sampler: Sampler | None) -> Follower:
+    def _open_once(cls, directory: Path, sampler: Sampler | None, decode_threads: int | None) -> Follower:
         opened = header.open_store_directory(directory)
         try:
             layout, commit, version = header.read_versioned_header(opened)
@@ -79,7 +79,8 @@ class Follower:
         except BaseException:
             opened.close()
             raise
-        files = MappedFiles(opened, layout, commit, sampler=chosen, writable=False, format_version=version)
+        files = MappedFiles(opened, layout, commit, sampler=chosen, writable=False, format_version=version,
+                            decode_threads=decode_threads)
         try:
             return cls(files, commit)
         except BaseException:
