@@ -352,6 +352,9 @@ class Writer:
             and priority.shape == index.shape
             and index.flags.c_contiguous
             and priority.flags.c_contiguous
+            # after a clear(), an index from before it is refused below (the compiled check knows [0, added))
+            and (self._committer.committed.first_step == 0
+                 or int(index.min(initial=self.transitions_added)) >= self._committer.committed.first_step)
         ):
             with self._lock:
                 if self._checked_update(index, priority, added=self.transitions_added):
