@@ -278,3 +278,57 @@ def test_a_reader_that_opens_while_the_writer_clears_reads_one_store_whole(tmp_p
     with ReplayStore.open(path) as again:
         assert again.read(again.stored_steps).action.tolist() == list(range(700, 730))
     writer.close()
+
+
+# -- the race of item 12, across processes, through a link and a relative path ---------------------
+
+
+def _clear_again_and_again(path: Path, rounds: int, ready: object) -> None:
+    """A writer in its own process: ``rounds`` times, clear the store and add 30 transitions (values
+    ``1000 * round + i``: each epoch's own), committed; opened through a relative path after a chdir."""
+    os.chdir(path.parent)
+    with ReplayStore.open(path.name, "r+", commit_interval_s=None) as store:
+        ready.set()  # type: ignore[attr-defined]
+        for round_ in range(1, rounds + 1):
+            store.clear()
+            add(store, range(30), base=1000 * round_)
+            store.flush()
+
+
+def test_readers_that_open_while_another_process_clears_read_one_epoch_whole_or_are_told(tmp_path: Path) -> None:
+    import multiprocessing
+
+    (tmp_path / "disk").mkdir()
+    real = tmp_path / "disk" / "s.mmr"
+    make_store(real, 30)
+    link = tmp_path / "link.mmr"
+    os.symlink(real, link)
+    context = multiprocessing.get_context("fork")
+    ready = context.Event()
+    writer = context.Process(target=_clear_again_and_again, args=(real, 60, ready), daemon=True)
+    writer.start()
+    assert ready.wait(30.0), "the writer did not start"
+    reads = told = 0
+    try:
+        while writer.is_alive() and reads < 2000:
+            try:
+                with ReplayStore.open(link) as reader:  # through the link
+                    if len(reader) == 0:  # opened between a clear and its first commit
+                        continue
+                    for seed in range(3):
+                        batch = reader.sample(8, rng=seed)
+                        epochs = {value // 1000 for value in batch.action.tolist()}
+                        assert len(epochs) == 1, f"one batch mixed epochs {sorted(epochs)}"
+                        assert {value % 1000 for value in batch.action.tolist()} <= set(range(30))
+                        np.testing.assert_array_equal(batch.fields["h"][:, 0], batch.action.astype(np.float32))
+                        reads += 1
+            except ClosedStoreError:
+                told += 1  # cleared under it: told to open again, never a wrong answer or a checksum error
+    finally:
+        writer.join(120.0)
+        if writer.is_alive():
+            writer.kill()
+    assert writer.exitcode == 0
+    assert reads > 0
+    assert sorted(os.listdir(tmp_path)) == ["disk", "link.mmr"] and sorted(os.listdir(tmp_path / "disk")) == ["s.mmr"]
+    assert actions(link) == [60_000 + i for i in range(30)]
