@@ -86,8 +86,14 @@ def test_a_reader_of_a_cleared_store_is_told_to_reopen(tmp_path: Path) -> None:
     writer.close()
 
 
-def _clear_and_append(path: Path, log: Path) -> None:
-    store = ReplayStore.open(path, "r+", commit_interval_s=None)
+def _clear_and_append(path: Path, log: Path, *, through_link: bool = False) -> None:
+    if through_link:  # by a relative path to a link to the store, then a chdir elsewhere
+        os.chdir(path.parent)
+        os.symlink(path.name, "link.mmr")
+        store = ReplayStore.open("link.mmr", "r+", commit_interval_s=None)
+        os.chdir("/")
+    else:
+        store = ReplayStore.open(path, "r+", commit_interval_s=None)
     store.clear()
     log.write_text("cleared\n")
     for value in range(40):
@@ -98,8 +104,9 @@ def _clear_and_append(path: Path, log: Path) -> None:
                 file.write(f"{value + 1}\n")
 
 
-@pytest.mark.parametrize("trial", range(16))
-def test_a_crash_during_clear_leaves_the_old_store_or_the_new_one(tmp_path: Path, trial: int) -> None:
+@pytest.mark.parametrize("through_link", [False, True])
+@pytest.mark.parametrize("trial", range(12))
+def test_a_crash_during_clear_leaves_the_old_store_or_the_new_one(tmp_path: Path, trial: int, through_link: bool) -> None:
     path, log = tmp_path / "s.mmr", tmp_path / "log"
     with ReplayStore.create(path, frame_shape=(4, 4), capacity=25, fields=FIELDS) as store:
         add(store, range(30), base=0)  # old store: steps 5..29, values 5..29
@@ -107,7 +114,7 @@ def test_a_crash_during_clear_leaves_the_old_store_or_the_new_one(tmp_path: Path
     pid = os.fork()
     if pid == 0:
         try:
-            _clear_and_append(path, log)
+            _clear_and_append(path, log, through_link=through_link)
         finally:
             os._exit(0)
     time.sleep(rng.uniform(0.0, 0.25))
@@ -125,6 +132,8 @@ def test_a_crash_during_clear_leaves_the_old_store_or_the_new_one(tmp_path: Path
             assert batch.action.tolist() == [1000 + step - 30 for step in store.stored_steps]
         np.testing.assert_array_equal(batch.fields["h"][:, 0], batch.action.astype(np.float32))
         add(store, range(1), base=5000)  # appending goes on
+    if through_link and (tmp_path / "link.mmr").is_symlink():  # cleared where the link points: it stays a link
+        assert os.readlink(tmp_path / "link.mmr") == "s.mmr"
 
 
 def test_a_writer_starts_no_process_while_it_holds_the_writer_lock(tmp_path: Path) -> None:
