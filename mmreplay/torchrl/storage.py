@@ -1,0 +1,469 @@
+"""``MmreplayStorage``: a TorchRL storage whose transitions live in a ``ReplayStore``, each frame kept once,
+lz4-compressed, on disk, and stacks rebuilt when read.
+
+    from torchrl.data import TensorDictReplayBuffer
+    from mmreplay.torchrl import MmreplayStorage
+    rb = TensorDictReplayBuffer(storage=MmreplayStorage(1_000_000, "/data/pong.mmr", stack_size=4), batch_size=32)
+    rb.extend(collector_batch.reshape(-1))    # pixels, action, ("next", "pixels"), ("next", "reward"), ...
+    sample = rb.sample()                       # a TensorDict of the same keys
+
+Vocabulary bridge: TorchRL's *index* into a storage is mmreplay's *slot*, ``(step + slot_offset) %
+capacity`` (see ``persistence``); ``max_size`` is the store's capacity.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+from tensordict import TensorDictBase
+from torchrl.data.replay_buffers.storages import TensorStorage
+
+from mmreplay import PrioritizedSampler, ReadOnlyStoreError, ReplayStore, StoreExistsError, StoreNotFoundError
+from mmreplay.torchrl import persistence
+from mmreplay.torchrl.lanes import Lanes
+from mmreplay.torchrl.layout import Key, Rows, TensorDictLayout, key_text
+from mmreplay.torchrl.tensordicts import leaves, rows_of, slots_of, to_tensordict
+from mmreplay.validation import parse_positive_int
+
+MODES = ("w-", "w", "a", "r")
+NestedKey = str | tuple[str, ...]
+
+
+class MmreplayStorage(TensorStorage):  # type: ignore[misc]
+    """A TorchRL storage of transitions in the store at ``path`` (a directory the store owns).
+
+    Writes take TorchRL's collector layout: the observation under ``pixels_key`` and ``("next",
+    pixels_key)``, ``"action"``, ``("next", "reward")``, ``("next", "terminated")``, ``("next",
+    "truncated")``; every other tensor (``("next", "done")``, ``("collector", "traj_ids")``, a policy's
+    outputs) is kept as a field. The first write fixes the keys, shapes and dtypes (as a lazy TorchRL
+    storage does); reads return a TensorDict of the same keys.
+
+    ``stack_size``: frames per observation that reads return. ``None`` keeps each pixels entry as one
+    frame. With ``stack_size=n``, pixels of ``(n * C, H, W)`` (``CatFrames(n, dim=-3)``) are stacks of
+    ``(C, H, W)`` frames, each stored once; single frames (``(C, H, W)`` or ``(H, W)``) may be written too,
+    and reads rebuild their stacks, which never reach across an episode start (its first frame repeated
+    before it, as ``CatFrames`` pads). ``frame_shape`` settles pixels that could be either.
+
+    ``num_envs``: trajectories written side by side (a collector over n envs gives n): each trajectory in
+    progress, named by ``traj_key``, writes to an env of its own so its frames are shared across writes.
+
+    ``mode`` (h5py's letters): ``"w-"`` creates the store at the first write and refuses a path that
+    exists (a run never adopts a store it did not write); ``"a"`` reopens a store this class wrote, or
+    creates one; ``"w"`` replaces a store at ``path``; ``"r"`` reads one (an offline dataset).
+
+    Rows are written in order at the writer's cursor, which must be the next slots (TorchRL's
+    ``RoundRobinWriter``); writing at given indices (``rb[i] = ...``) is refused: a stored transition never
+    changes. ``state_dict()`` names the store (its path and transition count) without holding its data;
+    ``dumps(path)`` writes a copy of the store that ``loads`` reads back.
+    """
+
+    def __init__(
+        self,
+        max_size: int,
+        path: str | os.PathLike[str],
+        *,
+        pixels_key: NestedKey = "pixels",
+        stack_size: int | None = None,
+        frame_shape: Sequence[int] | None = None,
+        num_envs: int = 1,
+        traj_key: NestedKey = ("collector", "traj_ids"),
+        mode: str = "w-",
+        frame_encoding: str = "lz4",
+        commit_interval_s: float | None = 5.0,
+    ) -> None:
+        max_size = parse_positive_int(max_size, "max_size")
+        self._num_envs = parse_positive_int(num_envs, "num_envs")
+        if max_size < self._num_envs:
+            raise ValueError(f"max_size must be >= num_envs ({self._num_envs}); got {max_size}")
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
+        self._stack_size = None if stack_size is None else parse_positive_int(stack_size, "stack_size")
+        self._frame_shape = None if frame_shape is None else tuple(parse_positive_int(n, "frame_shape") for n in frame_shape)
+        self._pixels_key = _parse_key(pixels_key, "pixels_key")
+        self._traj_key = _parse_key(traj_key, "traj_key")
+        super().__init__(storage=None, max_size=max_size, device="cpu")
+        self.path = Path(os.path.abspath(os.fspath(path)))
+        self.mode = mode
+        self._frame_encoding = frame_encoding
+        self._commit_interval_s = commit_interval_s
+        self._store: ReplayStore | None = None
+        self._layout: TensorDictLayout | None = None
+        self._slot_offset = 0
+        self._lanes = Lanes(self._num_envs)
+        self._priorities: PrioritizedSampler | None = None
+        self._checked: tuple[object, TensorDictLayout, Rows, npt.NDArray[Any] | None] | None = None
+        self._trajectories: tuple[int, torch.Tensor] | None = None
+        self._open_at_construction()
+
+    # -- the store -----------------------------------------------------------------------------------
+
+    def _open_at_construction(self) -> None:
+        exists = self.path.exists()
+        if self.mode == "w-" and exists:
+            raise StoreExistsError(
+                f"MmreplayStorage(mode='w-') creates a new store, and {str(self.path)!r} already exists: give "
+                "each run its own path, pass mode='a' to go on with a store this storage wrote, or mode='w' to replace it"
+            )
+        if self.mode == "w" and exists:
+            try:
+                ReplayStore.open(self.path, "r").close()
+            except StoreNotFoundError:
+                raise FileExistsError(
+                    f"MmreplayStorage(mode='w') replaces a store; {str(self.path)!r} exists and is not one: not removed"
+                ) from None
+            shutil.rmtree(self.path)
+        if self.mode in ("a", "r") and exists:
+            self._attach(ReplayStore.open(self.path, "r+" if self.mode == "a" else "r",
+                                          commit_interval_s=self._commit_interval_s))
+        elif self.mode == "r":
+            raise StoreNotFoundError(f"MmreplayStorage(mode='r') reads a store; there is none at {str(self.path)!r}")
+
+    def _attach(self, store: ReplayStore) -> None:
+        """Use ``store`` with the layout saved beside it, checked against this storage's arguments."""
+        saved = persistence.load_layout(store.path)
+        try:
+            if saved is None:
+                raise ValueError(
+                    f"the store at {str(store.path)!r} was not written by MmreplayStorage (it has no "
+                    f"{persistence.LAYOUT_NAME}); read it with mmreplay.ReplayStore.open"
+                )
+            layout, offset = saved
+            wanted = {"max_size": (self.max_size, store.capacity), "num_envs": (self._num_envs, store.num_envs),
+                      "pixels_key": (self._pixels_key, layout.pixels_key)}
+            if self._stack_size is not None:
+                wanted["stack_size"] = (self._stack_size, layout.stack_size)
+            if self._frame_shape is not None:
+                wanted["frame_shape"] = (self._frame_shape, layout.frame_shape)
+            differ = [f"{name}={given!r} (the store's: {found!r})" for name, (given, found) in wanted.items() if given != found]
+            if differ:
+                raise ValueError(f"the store at {str(store.path)!r} has another layout: {', '.join(differ)}")
+        except BaseException:
+            store.close()
+            raise
+        self._store, self._layout, self._slot_offset = store, layout, offset
+        self.initialized = True
+
+    def _create(self, layout: TensorDictLayout) -> ReplayStore:
+        action_shape, action_dtype = layout.action_spec()
+        store = ReplayStore.create(
+            self.path,
+            frame_shape=layout.frame_shape,
+            capacity=self.max_size,
+            stack_size=layout.stack_size,
+            num_envs=self._num_envs,
+            action_shape=action_shape,
+            action_dtype=action_dtype,
+            sampler=None if self._priorities is None else persistence.same_kind_of_sampler(self._priorities),
+            frame_encoding=self._frame_encoding,
+            fields=layout.store_fields() or None,
+            frame_dtype=layout.frame_dtype,
+            commit_interval_s=self._commit_interval_s,
+        )
+        persistence.save_layout(self.path, layout, 0)
+        return store
+
+    def _writer(self) -> ReplayStore:
+        """The store, opened for appending if this object has so far only read it (an unpickled copy)."""
+        store = self._require_store("write")
+        if store.mode == "r+":
+            return store
+        if self.mode == "r":
+            raise ReadOnlyStoreError(f"MmreplayStorage(mode='r') of {str(self.path)!r} is read-only: cannot write")
+        writer = ReplayStore.open(self.path, "r+", commit_interval_s=self._commit_interval_s)
+        store.close()
+        self._store = writer
+        return writer
+
+    def _require_store(self, operation: str) -> ReplayStore:
+        if self._store is None:
+            raise RuntimeError(f"cannot {operation}: MmreplayStorage at {str(self.path)!r} holds no transitions yet")
+        return self._store
+
+    def use_priorities(self, sampler: PrioritizedSampler) -> None:
+        """Create the store with mmreplay's ``sampler`` (``MmreplayPrioritizedSampler`` calls this)."""
+        if self._store is not None and type(self._store.sampler) is not type(sampler):
+            raise ValueError(
+                f"the store at {str(self.path)!r} was created with {self._store.sampler!r}; "
+                f"prioritized sampling needs a store created with {sampler!r}: use a new path"
+            )
+        self._priorities = sampler
+
+    @property
+    def store(self) -> ReplayStore:
+        """The ``ReplayStore`` behind this storage (``RuntimeError`` before the first write)."""
+        return self._require_store("give its store")
+
+    def flush(self) -> None:
+        """Commit what was written (the store also commits by itself every ``commit_interval_s``)."""
+        if self._store is not None and self._store.mode == "r+":
+            self._store.flush()
+
+    def close(self) -> None:
+        """Commit and close the store; its directory stays (``mode='a'`` or ``'r'`` opens it again)."""
+        if self._store is not None:
+            self._store.close()
+
+    # -- writing -------------------------------------------------------------------------------------
+
+    def _max_size_along_dim0(self, *, single_data: object = None, batched_data: object = None) -> int:
+        """TorchRL's writers ask this before they move their cursor: the write is checked here, all of it,
+        so that a refused write leaves the writer and the store as they were."""
+        data = batched_data if batched_data is not None else single_data
+        if data is not None and (self._checked is None or self._checked[0] is not data):
+            self._check_write(data)
+        return int(self.max_size)
+
+    def _check_write(self, data: object) -> None:
+        arrays = leaves(rows_of(data))
+        layout = self._layout
+        if layout is None:
+            layout = TensorDictLayout.infer(
+                arrays, pixels_key=self._pixels_key, stack_size=self._stack_size, frame_shape=self._frame_shape
+            )
+        rows = layout.parse(arrays)
+        trajectories = arrays.get(self._traj_key)
+        if trajectories is not None and (trajectories.dtype.kind not in "iu" or trajectories[0].size != 1):
+            raise TypeError(f"{key_text(self._traj_key)} must hold one integer per transition; got "
+                            f"{trajectories.dtype}{list(trajectories.shape[1:])}")
+        if self._store is None:
+            self._store = self._create(layout)
+            self._layout = layout
+            self.initialized = True
+        self._checked = (data, layout, rows, trajectories)
+
+    def set(self, cursor: object, data: object, *, set_cursor: bool = True) -> None:
+        """Write the transitions of ``data`` at ``cursor``, which must be the next slots."""
+        if not set_cursor:
+            raise RuntimeError(
+                "MmreplayStorage keeps each transition as it was written: writing at given indices "
+                "(rb[index] = data, set_cursor=False) is refused; extend the buffer with new transitions"
+            )
+        if self._checked is None or self._checked[0] is not data:
+            self._check_write(data)
+        assert self._checked is not None
+        _, _, rows, trajectories = self._checked
+        self._checked = None
+        store = self._writer()
+        expected = self._next_slots(len(rows))
+        given = np.asarray(cursor.detach().cpu().numpy() if isinstance(cursor, torch.Tensor) else cursor).reshape(-1)
+        if not np.array_equal(given, expected):
+            raise ValueError(
+                f"MmreplayStorage appends: a write of {len(rows)} transition(s) goes to slots "
+                f"{_span(expected)}; got {_span(given)} (TorchRL's RoundRobinWriter writes there; a writer "
+                "whose earlier write this storage refused is ahead of it: make the buffer again)"
+            )
+        lanes = self._lanes.assign(trajectories, rows.ends)
+        _add_rows(store, rows, lanes)
+        self._set_last_cursor(cursor)
+        self._bump_mutation_revision()
+
+    def _next_slots(self, count: int) -> npt.NDArray[np.int64]:
+        added = 0 if self._store is None else self._store.transitions_added
+        return (np.arange(count, dtype=np.int64) + added + self._slot_offset) % self.max_size
+
+    # -- reading -------------------------------------------------------------------------------------
+
+    def get(self, index: object) -> TensorDictBase:
+        """The transitions at ``index`` (slots: an int, a slice, a sequence or tensor of ints)."""
+        store = self._require_store("read")
+        assert self._layout is not None
+        slots, shape = slots_of(index, len(self))
+        batch = store.read(self._steps_of(slots))
+        data = to_tensordict(batch, self._layout)
+        if shape == ():
+            return data[0]
+        return data if shape == (len(slots),) else data.reshape(shape)
+
+    def _steps_of(self, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        stored = self.store.stored_steps
+        return stored.start + (slots - self._slot_offset - stored.start) % self.max_size
+
+    def slots_of_steps(self, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """The slots (TorchRL's indices) of stored steps."""
+        return (np.asarray(steps, np.int64) + self._slot_offset) % self.max_size
+
+    def steps_of_slots(self, slots: object) -> npt.NDArray[np.int64]:
+        """The store's steps at TorchRL's indices (``update_priorities`` and ``read`` take steps)."""
+        array, _ = slots_of(slots, len(self))
+        return self._steps_of(array)
+
+    def __len__(self) -> int:
+        return 0 if self._store is None else len(self._store)
+
+    @property
+    def _total_shape(self) -> torch.Size:
+        return torch.Size([self.max_size])
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size([len(self)])
+
+    def flatten(self) -> MmreplayStorage:
+        return self
+
+    def trajectory_ids(self) -> torch.Tensor:
+        """The episode id of the transition at each slot ``[0, len)`` (the store's episodes: a new one at
+        every reset and wherever a trajectory was cut), for slice samplers; kept until the next write."""
+        store = self._require_store("list trajectories")
+        added = store.transitions_added
+        if self._trajectories is None or self._trajectories[0] != added:
+            ids = np.empty(len(store), np.int64)
+            for episode in store.episodes():
+                ids[self.slots_of_steps(episode.steps)] = episode.episode_id
+            self._trajectories = (added, torch.from_numpy(ids))
+        return self._trajectories[1]
+
+    # -- starting over and saving --------------------------------------------------------------------
+
+    def _empty(self) -> None:
+        """Remove every transition (``rb.empty()``): the store is cleared (atomically), its layout kept."""
+        if self._store is not None:
+            self._writer().clear()
+            assert self._layout is not None
+            persistence.save_layout(self.path, self._layout, 0)
+        self._slot_offset = 0
+        self._lanes.clear()
+        self._bump_mutation_revision()
+
+    def state_dict(self) -> dict[str, Any]:
+        """What names this storage's contents: the store's path and transition count, the slot offset
+        and the lanes (not the transitions themselves: ``dumps`` writes those)."""
+        self.flush()
+        return {
+            "path": str(self.path),
+            "transitions_added": 0 if self._store is None else self._store.transitions_added,
+            "slot_offset": self._slot_offset,
+            "lanes": self._lanes.state(),
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Hold the contents ``state_dict`` names: this store's own (it must not have gone on since), or a
+        copy of another store's (which must still hold exactly what it held then)."""
+        path, added = Path(state_dict["path"]), int(state_dict["transitions_added"])
+        if path == self.path:
+            found = 0 if self._store is None else self._store.transitions_added
+            if found != added:
+                raise ValueError(_moved_on(path, found, added))
+            self._slot_offset = int(state_dict["slot_offset"])
+        else:
+            with ReplayStore.open(path, "r") as source:
+                if source.transitions_added != added:
+                    raise ValueError(_moved_on(path, source.transitions_added, added))
+                self._take_copy_of(source)
+        self._lanes.load(state_dict["lanes"])
+        self._bump_mutation_revision()
+
+    def dumps(self, path: str | os.PathLike[str]) -> None:
+        """Write a copy of the store into the directory ``path`` (``store/``, with its layout and offset),
+        with the lanes (``lanes.json``); ``loads`` reads it back into any MmreplayStorage."""
+        target = Path(path)
+        target.mkdir(parents=True, exist_ok=True)
+        store = self._require_store("dumps")
+        self.flush()
+        persistence.dump_copy(store, self._layout, self._slot_offset, target, self._lanes.state())
+
+    def loads(self, path: str | os.PathLike[str]) -> None:
+        """Hold a copy of the store that ``dumps`` wrote into ``path`` (this storage's own is replaced)."""
+        lanes = persistence.read_dump(Path(path))
+        with ReplayStore.open(Path(path) / persistence.DUMPED_STORE, "r") as source:
+            self._take_copy_of(source)
+        self._lanes.load(lanes)
+        self._bump_mutation_revision()
+
+    def _take_copy_of(self, source: ReplayStore) -> None:
+        """Replace this storage's transitions by a copy of ``source``'s (a store MmreplayStorage wrote),
+        each at the slot it has there."""
+        saved = persistence.load_layout(source.path)
+        if saved is None:
+            raise ValueError(f"the store at {str(source.path)!r} was not written by MmreplayStorage")
+        layout, offset = saved
+        if source.capacity != self.max_size:
+            raise ValueError(f"the store at {str(source.path)!r} holds max_size={source.capacity}; this storage {self.max_size}")
+        if self._store is not None:
+            self._store.close()
+            shutil.rmtree(self.path)
+            self._store = None
+        store = persistence.create_like(source, self.path, commit_interval_s=self._commit_interval_s)
+        persistence.copy_transitions(source, store)
+        self._slot_offset = (source.stored_steps.start + offset) % self.max_size
+        persistence.save_layout(self.path, layout, self._slot_offset)
+        self._store, self._layout = store, layout
+        self.initialized = True
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickling commits the store and keeps its path: an unpickled storage reads it, and takes the
+        writer's lock at its first write (``StoreLockedError`` while another writer holds it)."""
+        self.flush()
+        state = super().__getstate__()
+        state["_store"] = None
+        state["_checked"] = None
+        state["_trajectories"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        if self.path.exists() and self._layout is not None:
+            self._store = ReplayStore.open(self.path, "r")
+
+    def __repr__(self) -> str:
+        if self._store is None:
+            return f"MmreplayStorage({str(self.path)!r}, mode={self.mode!r}, max_size={self.max_size:,}, <no store yet>)"
+        assert self._layout is not None
+        return (
+            f"MmreplayStorage({str(self.path)!r}, mode={self.mode!r}, transitions={len(self):,}/{self.max_size:,}, "
+            f"pixels={key_text(self._layout.pixels_key)} {list(self._layout.pixels_shape)} "
+            f"({self._layout.stack_size} x {list(self._layout.frame_shape)} {self._layout.frame_dtype}), "
+            f"num_envs={self._num_envs})"
+        )
+
+
+def _add_rows(store: ReplayStore, rows: Rows, lanes: npt.NDArray[np.int64]) -> None:
+    """One ``add`` per transition, in order: a transition of lane e is recorded as the store's env e."""
+    fields = rows.fields
+    if store.num_envs == 1:
+        for i in range(len(rows)):
+            store.add(rows.obs[i], rows.action[i], rows.reward[i], rows.next_obs[i], rows.terminated[i],
+                      rows.truncated[i], fields={name: array[i] for name, array in fields.items()} if fields else None)
+        return
+    envs = store.num_envs
+    columns = (rows.obs, rows.action, rows.reward, rows.next_obs, rows.terminated, rows.truncated)
+    buffers = [np.zeros((envs, *column.shape[1:]), column.dtype) for column in columns]
+    field_buffers = {name: np.zeros((envs, *array.shape[1:]), array.dtype) for name, array in fields.items()}
+    mask = np.zeros(envs, np.bool_)
+    for i, lane in enumerate(lanes.tolist()):
+        for buffer, column in zip(buffers, columns):
+            buffer[lane] = column[i]
+        for name, array in fields.items():
+            field_buffers[name][lane] = array[i]
+        mask[:] = False
+        mask[lane] = True
+        store.add(*buffers, env_mask=mask, fields=field_buffers or None)
+
+
+def _parse_key(key: object, name: str) -> Key:
+    if isinstance(key, str):
+        return (key,)
+    if isinstance(key, tuple) and key and all(isinstance(part, str) for part in key):
+        return key
+    raise TypeError(f"{name} must be a str or a tuple of str (a TensorDict key); got {key!r}")
+
+
+def _span(slots: npt.NDArray[np.integer]) -> str:
+    values = slots.tolist()
+    return str(values) if len(values) <= 6 else f"[{values[0]}, {values[1]}, ..., {values[-1]}] ({len(values)})"
+
+
+def _moved_on(path: Path, found: int, saved: int) -> str:
+    return (
+        f"the store at {str(path)!r} holds {found:,} transitions added, and the state_dict was taken at {saved:,}: "
+        "a state_dict names a store, it does not hold its data; use rb.dumps(path) and rb.loads(path) for a "
+        "checkpoint that stands alone"
+    )
+
