@@ -44,6 +44,11 @@ def key_text(key: Key) -> str:
     return repr(key[0]) if len(key) == 1 else repr(key)
 
 
+def keys_text(keys: list[Key]) -> str:
+    """Keys as TorchRL users write them, in a list: ``['obs', ('next', 'obs')]``."""
+    return "[" + ", ".join(key_text(key) for key in keys) + "]"
+
+
 def stack_shape(frame_shape: tuple[int, ...], stack_size: int) -> tuple[int, ...]:
     """The shape of ``stack_size`` frames as TorchRL holds them: concatenated along the channels for
     ``(C, H, W)`` frames (``CatFrames(dim=-3)``), along a new first axis otherwise."""
@@ -140,7 +145,7 @@ class TensorDictLayout:
             raise ValueError(
                 f"MmreplayStorage keeps transitions with the observation under {key_text(pixels_key)} and "
                 f"{key_text(next_key)} (TorchRL's collector layout; pixels_key= names another key); the data "
-                f"has no {' or '.join(missing)}; its keys are {sorted(key_text(key) for key in arrays)}"
+                f"has no {' or '.join(missing)}; its keys are {keys_text(sorted(arrays))}"
             )
         pixels, next_pixels = arrays[pixels_key], arrays[next_key]
         if (pixels.shape, pixels.dtype) != (next_pixels.shape, next_pixels.dtype):
@@ -166,8 +171,8 @@ class TensorDictLayout:
             raise ValueError(
                 f"the data's keys differ from the storage's (fixed by its first write): "
                 + "; ".join(part for part in (
-                    f"missing {[key_text(k) for k in missing]}" if missing else "",
-                    f"new {[key_text(k) for k in extra]}" if extra else "") if part)
+                    f"missing {keys_text(missing)}" if missing else "",
+                    f"new {keys_text(extra)}" if extra else "") if part)
             )
         count = len(next(iter(arrays.values())))
         for entry in self.entries:

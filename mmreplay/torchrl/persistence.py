@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from mmreplay import PrioritizedSampler, ReplayStore, Sampler, UniformSampler
 from mmreplay.torchrl.layout import TensorDictLayout
@@ -92,7 +93,7 @@ def copy_transitions(source: ReplayStore, target: ReplayStore) -> None:
         buffers = _env_buffers(batch, num_envs)
         for row in range(len(batch)):
             env = int(batch.env_index[row])
-            fields = {name: array[row] for name, array in batch.fields.items()} or None
+            fields: dict[str, npt.ArrayLike] | None = {name: array[row] for name, array in batch.fields.items()} or None
             fragment = int(batch.index[row]) in fragments
             if num_envs == 1:
                 target.add(batch.obs[row], batch.action[row], batch.reward[row], batch.next_obs[row],
@@ -100,7 +101,8 @@ def copy_transitions(source: ReplayStore, target: ReplayStore) -> None:
                 continue
             for name, buffer in buffers.items():
                 buffer[env] = getattr(batch, name)[row]
-            env_fields = None if fields is None else {name: _in_env(value, env, num_envs) for name, value in fields.items()}
+            env_fields: dict[str, npt.ArrayLike] | None = None if fields is None else {
+                name: _in_env(np.asarray(value), env, num_envs) for name, value in fields.items()}
             mask[:] = False
             mask[env] = True
             target.add(buffers["obs"], buffers["action"], buffers["reward"], buffers["next_obs"],

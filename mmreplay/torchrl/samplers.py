@@ -22,7 +22,7 @@ from mmreplay.torchrl.storage import MmreplayStorage
 from mmreplay.validation import parse_number
 
 
-class MmreplayPrioritizedSampler(Sampler):  # type: ignore[misc]
+class MmreplayPrioritizedSampler(Sampler):
     """Proportional prioritized replay from the store's own sum tree: P(i) = (p_i + eps)^alpha / sum, new
     transitions at the largest priority seen, ``info["priority_weight"]`` = (p_i / p_min)^-beta.
 
@@ -82,7 +82,7 @@ class MmreplayPrioritizedSampler(Sampler):  # type: ignore[misc]
         return f"MmreplayPrioritizedSampler(beta={self.beta}, storage={str(self._storage.path)!r})"
 
 
-class MmreplaySliceSampler(SliceSampler):  # type: ignore[misc]
+class MmreplaySliceSampler(SliceSampler):
     """TorchRL's ``SliceSampler`` (the same arguments and draws) whose trajectories are the store's episodes
     when the storage is an ``MmreplayStorage``: a slice never crosses a reset, nor a trajectory that was
     cut (a lane taken over, see ``mmreplay.torchrl.lanes``). Other storages get ``SliceSampler``'s own."""

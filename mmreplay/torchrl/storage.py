@@ -36,7 +36,7 @@ MODES = ("w-", "w", "a", "r")
 NestedKey = str | tuple[str, ...]
 
 
-class MmreplayStorage(TensorStorage):  # type: ignore[misc]
+class MmreplayStorage(TensorStorage):
     """A TorchRL storage of transitions in the store at ``path`` (a directory the store owns).
 
     Writes take TorchRL's collector layout: the observation under ``pixels_key`` and ``("next",
@@ -89,6 +89,7 @@ class MmreplayStorage(TensorStorage):  # type: ignore[misc]
         self._pixels_key = _parse_key(pixels_key, "pixels_key")
         self._traj_key = _parse_key(traj_key, "traj_key")
         super().__init__(storage=None, max_size=max_size, device="cpu")
+        self._capacity = max_size
         self.path = Path(os.path.abspath(os.fspath(path)))
         self.mode = mode
         self._frame_encoding = frame_encoding
@@ -266,7 +267,7 @@ class MmreplayStorage(TensorStorage):  # type: ignore[misc]
 
     def _next_slots(self, count: int) -> npt.NDArray[np.int64]:
         added = 0 if self._store is None else self._store.transitions_added
-        return (np.arange(count, dtype=np.int64) + added + self._slot_offset) % self.max_size
+        return (np.arange(count, dtype=np.int64) + added + self._slot_offset) % self._capacity
 
     # -- reading -------------------------------------------------------------------------------------
 
@@ -283,11 +284,11 @@ class MmreplayStorage(TensorStorage):  # type: ignore[misc]
 
     def _steps_of(self, slots: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         stored = self.store.stored_steps
-        return stored.start + (slots - self._slot_offset - stored.start) % self.max_size
+        return stored.start + (slots - self._slot_offset - stored.start) % self._capacity
 
     def slots_of_steps(self, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """The slots (TorchRL's indices) of stored steps."""
-        return (np.asarray(steps, np.int64) + self._slot_offset) % self.max_size
+        return (np.asarray(steps, np.int64) + self._slot_offset) % self._capacity
 
     def steps_of_slots(self, slots: object) -> npt.NDArray[np.int64]:
         """The store's steps at TorchRL's indices (``update_priorities`` and ``read`` take steps)."""
@@ -366,6 +367,7 @@ class MmreplayStorage(TensorStorage):  # type: ignore[misc]
         target = Path(path)
         target.mkdir(parents=True, exist_ok=True)
         store = self._require_store("dumps")
+        assert self._layout is not None
         self.flush()
         persistence.dump_copy(store, self._layout, self._slot_offset, target, self._lanes.state())
 
@@ -392,7 +394,7 @@ class MmreplayStorage(TensorStorage):  # type: ignore[misc]
             self._store = None
         store = persistence.create_like(source, self.path, commit_interval_s=self._commit_interval_s)
         persistence.copy_transitions(source, store)
-        self._slot_offset = (source.stored_steps.start + offset) % self.max_size
+        self._slot_offset = (source.stored_steps.start + offset) % self._capacity
         persistence.save_layout(self.path, layout, self._slot_offset)
         self._store, self._layout = store, layout
         self.initialized = True
@@ -401,7 +403,7 @@ class MmreplayStorage(TensorStorage):  # type: ignore[misc]
         """Pickling commits the store and keeps its path: an unpickled storage reads it, and takes the
         writer's lock at its first write (``StoreLockedError`` while another writer holds it)."""
         self.flush()
-        state = super().__getstate__()
+        state: dict[str, Any] = super().__getstate__()
         state["_store"] = None
         state["_checked"] = None
         state["_trajectories"] = None
@@ -435,13 +437,13 @@ def _add_rows(store: ReplayStore, rows: Rows, lanes: npt.NDArray[np.int64]) -> N
     envs = store.num_envs
     columns = (rows.obs, rows.action, rows.reward, rows.next_obs, rows.terminated, rows.truncated)
     buffers = [np.zeros((envs, *column.shape[1:]), column.dtype) for column in columns]
-    field_buffers = {name: np.zeros((envs, *array.shape[1:]), array.dtype) for name, array in fields.items()}
+    field_buffers: dict[str, npt.ArrayLike] = {name: np.zeros((envs, *array.shape[1:]), array.dtype) for name, array in fields.items()}
     mask = np.zeros(envs, np.bool_)
     for i, lane in enumerate(lanes.tolist()):
         for buffer, column in zip(buffers, columns):
             buffer[lane] = column[i]
         for name, array in fields.items():
-            field_buffers[name][lane] = array[i]
+            field_buffers[name][lane] = array[i]  # type: ignore[index]
         mask[:] = False
         mask[lane] = True
         store.add(*buffers, env_mask=mask, fields=field_buffers or None)
