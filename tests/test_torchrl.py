@@ -194,6 +194,27 @@ def test_a_run_never_adopts_a_store_at_its_path_unless_told_to(tmp_path: Path) -
     assert len(replaced) == 0 and not path.exists()
 
 
+def test_a_new_buffer_over_a_reopened_store_goes_on_at_its_next_slot(tmp_path: Path) -> None:
+    path = tmp_path / "s.mmr"
+    collector = FakeCollector(envs=2, stack_size=3, stacked=False, ends=EVERY_FIFTH_ENDS)
+    first = MmreplayStorage(10, path, stack_size=3, num_envs=2)
+    TensorDictReplayBuffer(storage=first).extend(collector.next_batch(6))
+    first.close()
+    storage = MmreplayStorage(10, path, stack_size=3, num_envs=2, mode="a")
+    rb = TensorDictReplayBuffer(storage=storage)
+    with pytest.raises(ValueError, match=r"goes to slots \[2, 3, 4, 5\]; got \[0, 1, 2, 3\]: .* "
+                       r"rb.writer.load_state_dict\(storage.writer_state\(\)\)$"):
+        rb.extend(collector.next_batch(2))
+    rb = TensorDictReplayBuffer(storage=storage)
+    rb.writer.load_state_dict(storage.writer_state())
+    del collector.rows[-4:]
+    collector2 = FakeCollector(envs=2, stack_size=3, stacked=False, ends=EVERY_FIFTH_ENDS)
+    collector2.next_batch(6)
+    assert rb.extend(collector2.next_batch(2)).tolist() == [2, 3, 4, 5]
+    rows = collector2.rows
+    check(rb[:], rows[10:] + rows[6:10], 3)  # each trajectory went on in its lane: its stacks too
+
+
 def test_mode_w_does_not_remove_a_directory_that_holds_no_store(tmp_path: Path) -> None:
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "keep.txt").write_text("mine")
@@ -381,7 +402,7 @@ def test_a_pickled_storage_reads_the_same_store_and_writes_once_the_writer_let_g
     assert repr(copy.deepcopy(storage)).startswith("MmreplayStorage(")
     storage.close()
     clone_rb = TensorDictReplayBuffer(storage=clone)
-    clone_rb.writer._cursor = 6
+    clone_rb.writer.load_state_dict(clone.writer_state())
     clone_rb.extend(collector.next_batch(2))
     check(clone[:], collector.rows, 4)
 

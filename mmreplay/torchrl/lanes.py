@@ -24,6 +24,11 @@ class Lanes:
         self._used = [0] * count
         self._clock = 0
 
+    @property
+    def holders(self) -> tuple[int | None, ...]:
+        """The trajectory that holds each lane (None: free)."""
+        return tuple(self._holder)
+
     def assign(self, trajectories: npt.NDArray[np.integer] | None, ends: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:
         """The lane of each row of a batch, in order: ``trajectories`` holds each row's trajectory id (or is
         None), ``ends`` whether the row ends its trajectory. One step per run of equal ids, not per row."""

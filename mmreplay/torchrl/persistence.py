@@ -27,6 +27,9 @@ from mmreplay import PrioritizedSampler, ReplayStore, Sampler, UniformSampler
 from mmreplay.torchrl.layout import TensorDictLayout
 
 LAYOUT_NAME = "torchrl.json"
+# Which trajectory holds each lane (``mmreplay.torchrl.lanes``), saved whenever that changes: a store
+# reopened with mode="a" goes on with each trajectory in its lane.
+LANES_NAME = "torchrl-lanes.json"
 # What ``MmreplayStorage.dumps`` writes into its directory: a copy of the store, and the lanes.
 DUMPED_STORE = "store"
 DUMP_NAME = "storage.json"
@@ -54,6 +57,22 @@ def load_layout(directory: Path) -> tuple[TensorDictLayout, int] | None:
     text = path.read_text()
     layout = TensorDictLayout.from_json(text, str(path))
     return layout, int(json.loads(text).get("slot_offset", 0))
+
+
+def save_lanes(directory: Path, lanes: dict[str, object]) -> None:
+    """Write the lanes beside the store (a temporary file, then an atomic replace; not synced: lanes out
+    of date after a crash only start new episodes where trajectories resume)."""
+    temporary = directory / (LANES_NAME + ".tmp")
+    temporary.write_text(json.dumps(lanes))
+    os.replace(temporary, directory / LANES_NAME)
+
+
+def load_lanes(directory: Path) -> dict[str, object] | None:
+    path = directory / LANES_NAME
+    if not path.is_file():
+        return None
+    lanes: dict[str, object] = json.loads(path.read_text())
+    return lanes
 
 
 def same_kind_of_sampler(sampler: Sampler) -> Sampler:

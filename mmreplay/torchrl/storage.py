@@ -149,6 +149,9 @@ class MmreplayStorage(TensorStorage):
             store.close()
             raise
         self._store, self._layout, self._slot_offset = store, layout, offset
+        lanes = persistence.load_lanes(store.path)
+        if lanes is not None:
+            self._lanes.load(lanes)
         self.initialized = True
 
     def _create(self, layout: TensorDictLayout) -> ReplayStore:
@@ -257,13 +260,22 @@ class MmreplayStorage(TensorStorage):
         if not np.array_equal(given, expected):
             raise ValueError(
                 f"MmreplayStorage appends: a write of {len(rows)} transition(s) goes to slots "
-                f"{_span(expected)}; got {_span(given)} (TorchRL's RoundRobinWriter writes there; a writer "
-                "whose earlier write this storage refused is ahead of it: make the buffer again)"
+                f"{_span(expected)}; got {_span(given)}: a new buffer over a store that holds transitions "
+                "(mode='a') goes on where it stopped: rb.writer.load_state_dict(storage.writer_state())"
             )
+        holders = self._lanes.holders
         lanes = self._lanes.assign(trajectories, rows.ends)
         _add_rows(store, rows, lanes)
+        if self._lanes.holders != holders:
+            persistence.save_lanes(self.path, self._lanes.state())
         self._set_last_cursor(cursor)
         self._bump_mutation_revision()
+
+    def writer_state(self) -> dict[str, int]:
+        """A ``RoundRobinWriter`` state (``rb.writer.load_state_dict(...)``) at this storage's next slot:
+        what a new buffer over a reopened store needs to append where the store stopped."""
+        added = 0 if self._store is None else self._store.transitions_added
+        return {"_cursor": int(self._next_slots(1)[0]), "_write_count": added}
 
     def _next_slots(self, count: int) -> npt.NDArray[np.int64]:
         added = 0 if self._store is None else self._store.transitions_added
@@ -331,6 +343,8 @@ class MmreplayStorage(TensorStorage):
             persistence.save_layout(self.path, self._layout, 0)
         self._slot_offset = 0
         self._lanes.clear()
+        if self._store is not None:
+            persistence.save_lanes(self.path, self._lanes.state())
         self._bump_mutation_revision()
 
     def state_dict(self) -> dict[str, Any]:
@@ -359,6 +373,7 @@ class MmreplayStorage(TensorStorage):
                     raise ValueError(_moved_on(path, source.transitions_added, added))
                 self._take_copy_of(source)
         self._lanes.load(state_dict["lanes"])
+        persistence.save_lanes(self.path, self._lanes.state())
         self._bump_mutation_revision()
 
     def dumps(self, path: str | os.PathLike[str]) -> None:
@@ -377,6 +392,7 @@ class MmreplayStorage(TensorStorage):
         with ReplayStore.open(Path(path) / persistence.DUMPED_STORE, "r") as source:
             self._take_copy_of(source)
         self._lanes.load(lanes)
+        persistence.save_lanes(self.path, self._lanes.state())
         self._bump_mutation_revision()
 
     def _take_copy_of(self, source: ReplayStore) -> None:
