@@ -361,6 +361,11 @@ class MmreplayStorage(TensorStorage):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Hold the contents ``state_dict`` names: this store's own (it must not have gone on since), or a
         copy of another store's (which must still hold exactly what it held then)."""
+        if not {"path", "transitions_added", "slot_offset", "lanes"} <= set(state_dict):
+            raise ValueError(
+                "load_state_dict takes what MmreplayStorage.state_dict() returns (a store's path, transition count, "
+                f"slot offset and lanes); got keys {sorted(state_dict)}"
+            )
         path, added = Path(state_dict["path"]), int(state_dict["transitions_added"])
         if path == self.path:
             found = 0 if self._store is None else self._store.transitions_added

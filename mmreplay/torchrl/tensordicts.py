@@ -38,15 +38,16 @@ def rows_of(data: object) -> TensorDictBase:
             f"MmreplayStorage stores TensorDicts of transitions; got {type(data).__name__} "
             "(write with rb.extend(tensordict) or rb.add(tensordict))"
         )
-    assert isinstance(data, TensorDictBase)
-    if data.batch_dims == 0:
-        return data.unsqueeze(0)
-    if data.batch_dims != 1:
+    # A tensorclass is a tensor collection too: its TensorDict.
+    table: Any = data if isinstance(data, TensorDictBase) else data.to_tensordict()  # type: ignore[attr-defined]
+    if table.batch_dims == 0:
+        return table.unsqueeze(0)
+    if table.batch_dims != 1:
         raise ValueError(
-            f"MmreplayStorage takes a batch of transitions along one axis; got batch size {list(data.batch_size)}: "
+            f"MmreplayStorage takes a batch of transitions along one axis; got batch size {list(table.batch_size)}: "
             "extend with data.reshape(-1) (the collector's traj_ids keep each env's trajectories apart)"
         )
-    return data
+    return table
 
 
 def leaves(data: TensorDictBase) -> dict[Key, npt.NDArray[Any]]:
