@@ -84,7 +84,11 @@ def to_tensordict(batch: Batch, layout: TensorDictLayout) -> TensorDict:
     out = TensorDict(batch_size=[count])
     for entry in layout.entries:
         shape = layout.pixels_shape if entry.column in (FRAMES, NEXT_FRAMES) else entry.shape
-        array = batch.fields[entry.field] if entry.column == FIELD else columns[entry.column]  # type: ignore[index]
+        if entry.column == FIELD:
+            assert entry.field is not None
+            array = batch.fields[entry.field][:, entry.offset : entry.offset + entry.size]
+        else:
+            array = columns[entry.column]
         out.set(entry.key, torch.from_numpy(array.reshape(count, *shape)))
     return out
 
