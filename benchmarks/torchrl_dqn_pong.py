@@ -38,9 +38,17 @@ STORAGES = ("memmap", "mmreplay")
 
 
 def make_env(seed: int):  # type: ignore[no-untyped-def]
-    import gymnasium
     import ale_py
-    from torchrl.envs import CatFrames, Compose, GymWrapper, RenameTransform, StepCounter, TransformedEnv, UnsqueezeTransform
+    import gymnasium
+    from torchrl.envs import (
+        CatFrames,
+        Compose,
+        GymWrapper,
+        RenameTransform,
+        StepCounter,
+        TransformedEnv,
+        UnsqueezeTransform,
+    )
 
     gymnasium.register_envs(ale_py)
     env = gymnasium.make("ALE/Pong-v5", frameskip=1)

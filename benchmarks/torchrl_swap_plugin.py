@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 import torchrl.data as torchrl_data
 import torchrl.data.replay_buffers as torchrl_replay_buffers
 import torchrl.data.replay_buffers.storages as torchrl_storages
+
 from mmreplay.torchrl import MmreplayStorage
 from mmreplay.torchrl.tensordicts import leaves, rows_of
 
@@ -117,10 +117,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--mmreplay-swap") == "off":
         return
-    for name in ORIGINALS:
+    for name, original in ORIGINALS.items():
         swapped = _swapped(name)
         for module in MODULES:
-            if getattr(module, name, None) is ORIGINALS[name]:
+            if getattr(module, name, None) is original:
                 setattr(module, name, swapped)
 
 

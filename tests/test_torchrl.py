@@ -12,13 +12,17 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torchrl")
-from tensordict import TensorDict  # noqa: E402
-from torchrl.data import ReplayBuffer, TensorDictReplayBuffer  # noqa: E402
-from torchrl.data.replay_buffers.samplers import RandomSampler, SliceSampler  # noqa: E402
+from tensordict import TensorDict
+from torchrl.data import ReplayBuffer, TensorDictReplayBuffer
+from torchrl.data.replay_buffers.samplers import RandomSampler, SliceSampler
 
-from mmreplay import ReadOnlyStoreError, ReplayStore, StoreExistsError  # noqa: E402
-from mmreplay.torchrl import MmreplayPrioritizedSampler, MmreplaySliceSampler, MmreplayStorage  # noqa: E402
-from tests.torchrl_transitions import FakeCollector, expected  # noqa: E402
+from mmreplay import ReadOnlyStoreError, ReplayStore, StoreExistsError
+from mmreplay.torchrl import (
+    MmreplayPrioritizedSampler,
+    MmreplaySliceSampler,
+    MmreplayStorage,
+)
+from tests.torchrl_transitions import FakeCollector, expected
 
 EVERY_FIFTH_ENDS = [(False, False)] * 4 + [(True, False)]
 
@@ -302,7 +306,7 @@ def test_transforms_apply_to_what_is_sampled(tmp_path: Path) -> None:
     rb.extend(collector.next_batch(10))
     sample = rb.sample()
     stored = rb.storage[sample["index"]]
-    assert "action" not in sample.keys() and "action" in stored.keys()
+    assert sample.get("action", None) is None and stored.get("action", None) is not None
     assert sample["next", "reward"].tolist() == (stored["next", "reward"] * 2 + 1).tolist()
     assert (sample["pixels"] == stored["pixels"]).all()
 

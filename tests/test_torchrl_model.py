@@ -12,11 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("torchrl")
-from torchrl.data import TensorDictReplayBuffer  # noqa: E402
+from torchrl.data import TensorDictReplayBuffer
 
-from mmreplay.torchrl import MmreplayStorage  # noqa: E402
-from tests.test_torchrl import check  # noqa: E402
-from tests.torchrl_transitions import FakeCollector  # noqa: E402
+from mmreplay.torchrl import MmreplayStorage
+from tests.test_torchrl import check
+from tests.torchrl_transitions import FakeCollector
 
 ENDS = st.sampled_from([(False, False)] * 4 + [(True, False), (False, True), (True, True)])
 OPERATION = st.one_of(st.integers(1, 6), st.sampled_from(["reopen", "dump"]))

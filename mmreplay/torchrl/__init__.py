@@ -16,7 +16,7 @@ except ModuleNotFoundError as error:
         name=error.name,
     ) from error
 
-from mmreplay.torchrl.samplers import MmreplayPrioritizedSampler, MmreplaySliceSampler  # noqa: E402
-from mmreplay.torchrl.storage import MmreplayStorage  # noqa: E402
+from mmreplay.torchrl.samplers import MmreplayPrioritizedSampler, MmreplaySliceSampler
+from mmreplay.torchrl.storage import MmreplayStorage
 
 __all__ = ["MmreplayPrioritizedSampler", "MmreplaySliceSampler", "MmreplayStorage"]

@@ -14,6 +14,9 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from mmreplay import ReplayStore
+from mmreplay.torchrl.layout import Rows
+
 
 class Lanes:
     """The trajectory that holds each of ``count`` lanes, and when each was last used."""
@@ -74,3 +77,29 @@ class Lanes:
         self._holder = [None] * self.count
         self._used = [0] * self.count
         self._clock = 0
+
+
+def add_rows(store: ReplayStore, rows: Rows, lanes: npt.NDArray[np.int64]) -> None:
+    """Record ``rows`` in order, a row of lane e as the store's env e: one ``add`` per transition (the
+    store records one step per env and call, and a batch holds consecutive steps of one env)."""
+    fields: dict[str, npt.ArrayLike] = dict(rows.fields)
+    if store.num_envs == 1:
+        for i in range(len(rows)):
+            store.add(rows.obs[i], rows.action[i], rows.reward[i], rows.next_obs[i], rows.terminated[i],
+                      rows.truncated[i], fields={name: array[i] for name, array in rows.fields.items()} if fields else None)
+        return
+    envs = store.num_envs
+    columns = (rows.obs, rows.action, rows.reward, rows.next_obs, rows.terminated, rows.truncated)
+    # Arrays with an env axis, of which each add records one env (the others' entries are not read).
+    buffers = [np.zeros((envs, *column.shape[1:]), column.dtype) for column in columns]
+    field_buffers = {name: np.zeros((envs, *array.shape[1:]), array.dtype) for name, array in rows.fields.items()}
+    given: dict[str, npt.ArrayLike] = dict(field_buffers)
+    mask = np.zeros(envs, np.bool_)
+    for i, lane in enumerate(lanes.tolist()):
+        for buffer, column in zip(buffers, columns):
+            buffer[lane] = column[i]
+        for name, array in rows.fields.items():
+            field_buffers[name][lane] = array[i]
+        mask[:] = False
+        mask[lane] = True
+        store.add(*buffers, env_mask=mask, fields=given or None)

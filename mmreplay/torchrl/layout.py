@@ -194,7 +194,7 @@ class TensorDictLayout:
         extra, missing = [k for k in arrays if k not in known], [e.key for e in self.entries if e.key not in arrays]
         if extra or missing:
             raise ValueError(
-                f"the data's keys differ from the storage's (fixed by its first write): "
+                "the data's keys differ from the storage's (fixed by its first write): "
                 + "; ".join(part for part in (
                     f"missing {keys_text(missing)}" if missing else "",
                     f"new {keys_text(extra)}" if extra else "") if part)

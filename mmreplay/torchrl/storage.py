@@ -25,14 +25,13 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.data.replay_buffers.storages import TensorStorage
 
-from mmreplay import PrioritizedSampler, ReadOnlyStoreError, ReplayStore, StoreExistsError, StoreNotFoundError
-from mmreplay.torchrl import persistence
-from mmreplay.torchrl.lanes import Lanes
+from mmreplay import PrioritizedSampler, ReadOnlyStoreError, ReplayStore
+from mmreplay.torchrl import opening, persistence
+from mmreplay.torchrl.lanes import Lanes, add_rows
 from mmreplay.torchrl.layout import Key, Rows, TensorDictLayout, key_text
 from mmreplay.torchrl.tensordicts import leaves, rows_of, slots_of, to_tensordict
 from mmreplay.validation import parse_positive_int
 
-MODES = ("w-", "w", "a", "r")
 NestedKey = str | tuple[str, ...]
 
 
@@ -82,8 +81,8 @@ class MmreplayStorage(TensorStorage):
         self._num_envs = parse_positive_int(num_envs, "num_envs")
         if max_size < self._num_envs:
             raise ValueError(f"max_size must be >= num_envs ({self._num_envs}); got {max_size}")
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}; got {mode!r}")
+        if mode not in opening.MODES:
+            raise ValueError(f"mode must be one of {opening.MODES}; got {mode!r}")
         self._stack_size = None if stack_size is None else parse_positive_int(stack_size, "stack_size")
         self._frame_shape = None if frame_shape is None else tuple(parse_positive_int(n, "frame_shape") for n in frame_shape)
         self._pixels_key = _parse_key(pixels_key, "pixels_key")
@@ -92,8 +91,10 @@ class MmreplayStorage(TensorStorage):
         self._capacity = max_size
         self.path = Path(os.path.abspath(os.fspath(path)))
         self.mode = mode
-        self._frame_encoding = frame_encoding
-        self._commit_interval_s = commit_interval_s
+        self._arguments = opening.StoreArguments(
+            max_size=max_size, num_envs=self._num_envs, pixels_key=self._pixels_key, stack_size=self._stack_size,
+            frame_shape=self._frame_shape, frame_encoding=frame_encoding, commit_interval_s=commit_interval_s,
+        )
         self._store: ReplayStore | None = None
         self._layout: TensorDictLayout | None = None
         self._slot_offset = 0
@@ -106,72 +107,15 @@ class MmreplayStorage(TensorStorage):
     # -- the store -----------------------------------------------------------------------------------
 
     def _open_at_construction(self) -> None:
-        exists = self.path.exists()
-        if self.mode == "w-" and exists:
-            raise StoreExistsError(
-                f"MmreplayStorage(mode='w-') creates a new store, and {str(self.path)!r} already exists: give "
-                "each run its own path, pass mode='a' to go on with a store this storage wrote, or mode='w' to replace it"
-            )
-        if self.mode == "w" and exists:
-            try:
-                ReplayStore.open(self.path, "r").close()
-            except StoreNotFoundError:
-                raise FileExistsError(
-                    f"MmreplayStorage(mode='w') replaces a store; {str(self.path)!r} exists and is not one: not removed"
-                ) from None
-            shutil.rmtree(self.path)
-        if self.mode in ("a", "r") and exists:
-            self._attach(ReplayStore.open(self.path, "r+" if self.mode == "a" else "r",
-                                          commit_interval_s=self._commit_interval_s))
-        elif self.mode == "r":
-            raise StoreNotFoundError(f"MmreplayStorage(mode='r') reads a store; there is none at {str(self.path)!r}")
+        opened = opening.prepare(self._arguments, self.path, self.mode)
+        if opened is not None:
+            self._use(opened)
 
-    def _attach(self, store: ReplayStore) -> None:
-        """Use ``store`` with the layout saved beside it, checked against this storage's arguments."""
-        saved = persistence.load_layout(store.path)
-        try:
-            if saved is None:
-                raise ValueError(
-                    f"the store at {str(store.path)!r} was not written by MmreplayStorage (it has no "
-                    f"{persistence.LAYOUT_NAME}); read it with mmreplay.ReplayStore.open"
-                )
-            layout, offset = saved
-            wanted = {"max_size": (self.max_size, store.capacity), "num_envs": (self._num_envs, store.num_envs),
-                      "pixels_key": (self._pixels_key, layout.pixels_key)}
-            if self._stack_size is not None:
-                wanted["stack_size"] = (self._stack_size, layout.stack_size)
-            if self._frame_shape is not None:
-                wanted["frame_shape"] = (self._frame_shape, layout.frame_shape)
-            differ = [f"{name}={given!r} (the store's: {found!r})" for name, (given, found) in wanted.items() if given != found]
-            if differ:
-                raise ValueError(f"the store at {str(store.path)!r} has another layout: {', '.join(differ)}")
-        except BaseException:
-            store.close()
-            raise
-        self._store, self._layout, self._slot_offset = store, layout, offset
-        lanes = persistence.load_lanes(store.path)
-        if lanes is not None:
-            self._lanes.load(lanes)
+    def _use(self, opened: opening.Opened) -> None:
+        self._store, self._layout, self._slot_offset = opened.store, opened.layout, opened.slot_offset
+        if opened.lanes is not None:
+            self._lanes.load(opened.lanes)
         self.initialized = True
-
-    def _create(self, layout: TensorDictLayout) -> ReplayStore:
-        action_shape, action_dtype = layout.action_spec()
-        store = ReplayStore.create(
-            self.path,
-            frame_shape=layout.frame_shape,
-            capacity=self.max_size,
-            stack_size=layout.stack_size,
-            num_envs=self._num_envs,
-            action_shape=action_shape,
-            action_dtype=action_dtype,
-            sampler=None if self._priorities is None else persistence.same_kind_of_sampler(self._priorities),
-            frame_encoding=self._frame_encoding,
-            fields=layout.store_fields() or None,
-            frame_dtype=layout.frame_dtype,
-            commit_interval_s=self._commit_interval_s,
-        )
-        persistence.save_layout(self.path, layout, 0)
-        return store
 
     def _writer(self) -> ReplayStore:
         """The store, opened for appending if this object has so far only read it (an unpickled copy)."""
@@ -180,7 +124,7 @@ class MmreplayStorage(TensorStorage):
             return store
         if self.mode == "r":
             raise ReadOnlyStoreError(f"MmreplayStorage(mode='r') of {str(self.path)!r} is read-only: cannot write")
-        writer = ReplayStore.open(self.path, "r+", commit_interval_s=self._commit_interval_s)
+        writer = ReplayStore.open(self.path, "r+", commit_interval_s=self._arguments.commit_interval_s)
         store.close()
         self._store = writer
         return writer
@@ -237,9 +181,7 @@ class MmreplayStorage(TensorStorage):
             raise TypeError(f"{key_text(self._traj_key)} must hold one integer per transition; got "
                             f"{trajectories.dtype}{list(trajectories.shape[1:])}")
         if self._store is None:
-            self._store = self._create(layout)
-            self._layout = layout
-            self.initialized = True
+            self._use(opening.create(self._arguments, self.path, layout, self._priorities))
         self._checked = (data, layout, rows, trajectories)
 
     def set(self, cursor: object, data: object, *, set_cursor: bool = True) -> None:
@@ -265,7 +207,7 @@ class MmreplayStorage(TensorStorage):
             )
         holders = self._lanes.holders
         lanes = self._lanes.assign(trajectories, rows.ends)
-        _add_rows(store, rows, lanes)
+        add_rows(store, rows, lanes)
         if self._lanes.holders != holders:
             persistence.save_lanes(self.path, self._lanes.state())
         self._set_last_cursor(cursor)
@@ -413,7 +355,7 @@ class MmreplayStorage(TensorStorage):
             self._store.close()
             shutil.rmtree(self.path)
             self._store = None
-        store = persistence.create_like(source, self.path, commit_interval_s=self._commit_interval_s)
+        store = persistence.create_like(source, self.path, commit_interval_s=self._arguments.commit_interval_s)
         persistence.copy_transitions(source, store)
         self._slot_offset = (source.stored_steps.start + offset) % self._capacity
         persistence.save_layout(self.path, layout, self._slot_offset)
@@ -445,29 +387,6 @@ class MmreplayStorage(TensorStorage):
             f"({self._layout.stack_size} x {list(self._layout.frame_shape)} {self._layout.frame_dtype}), "
             f"num_envs={self._num_envs})"
         )
-
-
-def _add_rows(store: ReplayStore, rows: Rows, lanes: npt.NDArray[np.int64]) -> None:
-    """One ``add`` per transition, in order: a transition of lane e is recorded as the store's env e."""
-    fields = rows.fields
-    if store.num_envs == 1:
-        for i in range(len(rows)):
-            store.add(rows.obs[i], rows.action[i], rows.reward[i], rows.next_obs[i], rows.terminated[i],
-                      rows.truncated[i], fields={name: array[i] for name, array in fields.items()} if fields else None)
-        return
-    envs = store.num_envs
-    columns = (rows.obs, rows.action, rows.reward, rows.next_obs, rows.terminated, rows.truncated)
-    buffers = [np.zeros((envs, *column.shape[1:]), column.dtype) for column in columns]
-    field_buffers: dict[str, npt.ArrayLike] = {name: np.zeros((envs, *array.shape[1:]), array.dtype) for name, array in fields.items()}
-    mask = np.zeros(envs, np.bool_)
-    for i, lane in enumerate(lanes.tolist()):
-        for buffer, column in zip(buffers, columns):
-            buffer[lane] = column[i]
-        for name, array in fields.items():
-            field_buffers[name][lane] = array[i]  # type: ignore[index]
-        mask[:] = False
-        mask[lane] = True
-        store.add(*buffers, env_mask=mask, fields=field_buffers or None)
 
 
 def _parse_key(key: object, name: str) -> Key:
