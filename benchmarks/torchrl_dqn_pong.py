@@ -163,13 +163,14 @@ def train(kind: str, args: argparse.Namespace, directory: Path) -> dict:
     collector.shutdown()
     after_training = memory()
     throughput = sample_rate(rb, args)
+    slices = slice_rates(storage, kind, args)
     path = directory / ("memmap" if kind == "memmap" else "pong.mmr")
     if kind == "mmreplay":
         storage.flush()
     return {
         "storage": kind, "transitions": len(rb), "wall_s": wall, "losses": losses, "times": times,
         "disk_bytes": disk_bytes(path), "memory_before": before, "memory_after_training": after_training,
-        "sampling": throughput,
+        "sampling": throughput, "slices": slices,
     }
 
 
@@ -183,6 +184,37 @@ def sample_rate(rb, args: argparse.Namespace) -> dict[str, float]:  # type: igno
             rb.sample()
         rounds.append(args.batches / (time.perf_counter() - tic))
     return {"batches_per_s": statistics.median(rounds), "rounds": rounds}
+
+
+def slice_rates(storage, kind: str, args: argparse.Namespace) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """Batches per second drawn by slice samplers (slices of 8, batches of 32) over the full storage:
+    TorchRL's ``SliceSampler`` on either storage, and ``MmreplaySliceSampler`` on MmreplayStorage. Each
+    draws batches for up to ``SLICE_SECONDS`` (at least 2) and gives the median of their rates."""
+    import torch
+    from torchrl.data import TensorDictReplayBuffer
+    from torchrl.data.replay_buffers.samplers import SliceSampler
+
+    samplers = {"SliceSampler": SliceSampler}
+    if kind == "mmreplay":
+        from mmreplay.torchrl import MmreplaySliceSampler
+
+        samplers["MmreplaySliceSampler"] = MmreplaySliceSampler
+    rates = {}
+    for name, sampler in samplers.items():
+        rb = TensorDictReplayBuffer(storage=storage, sampler=sampler(slice_len=8), batch_size=32,
+                                    generator=torch.Generator().manual_seed(args.seed))
+        rb.sample()
+        times: list[float] = []
+        while len(times) < 2 or (sum(times) < SLICE_SECONDS and len(times) < args.batches):
+            tic = time.perf_counter()
+            rb.sample()
+            times.append(time.perf_counter() - tic)
+        rates[name] = 1 / statistics.median(times)
+    return rates
+
+
+# Seconds each slice sampler draws batches for (TorchRL's SliceSampler reads the whole storage per batch).
+SLICE_SECONDS = 10.0
 
 
 def run_child(kind: str, args: argparse.Namespace, directory: Path) -> dict:
@@ -228,6 +260,9 @@ def report(results: dict[str, dict]) -> str:
     for key in ("extend", "sample", "update", "collect"):
         row(f"median {key} time (training)", median_ms(memmap["times"][key]), median_ms(mmreplay["times"][key]), "ms", 3)
     row("rb.sample() on the full buffer", memmap["sampling"]["batches_per_s"], mmreplay["sampling"]["batches_per_s"], "batches/s")
+    row("SliceSampler(slice_len=8), batches of 32", memmap["slices"]["SliceSampler"], mmreplay["slices"]["SliceSampler"], "batches/s", 2)
+    row("the same: MmreplaySliceSampler on MmreplayStorage", memmap["slices"]["SliceSampler"],
+        mmreplay["slices"]["MmreplaySliceSampler"], "batches/s", 2)
     row("training wall time", memmap["wall_s"], mmreplay["wall_s"], "s")
     return "\n".join(lines)
 

@@ -179,6 +179,7 @@ def main() -> None:
     parser.add_argument("--source", type=Path, help="a pytorch/rl source tree (else the installed version's tag is downloaded)")
     parser.add_argument("--markdown", type=Path, help="also write the tables here")
     parser.add_argument("--render-only", action="store_true", help="print the tables of the last run in --workdir")
+    parser.add_argument("--keep-baseline", action="store_true", help="reuse the baseline run already in --workdir")
     parser.add_argument("pytest_args", nargs="*", help="more pytest arguments (e.g. -k storages)")
     args = parser.parse_args()
     import torchrl
@@ -186,7 +187,8 @@ def main() -> None:
     swapped, baseline = args.workdir / "swapped.json", args.workdir / "baseline.json"
     if not args.render_only:
         tree = source_tree(torchrl.__version__, args.workdir, args.source)
-        run_tests(tree, baseline, "off", args.pytest_args)
+        if not (args.keep_baseline and baseline.exists()):
+            run_tests(tree, baseline, "off", args.pytest_args)
         run_tests(tree, swapped, "on", args.pytest_args)
     results = json.loads(swapped.read_text())
     base = json.loads(baseline.read_text()) if baseline.exists() else {}

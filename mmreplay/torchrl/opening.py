@@ -22,6 +22,8 @@ from mmreplay.torchrl import persistence
 from mmreplay.torchrl.layout import Key, TensorDictLayout
 
 MODES = ("w-", "w", "a", "r")
+# ReplayStore.create's frame encodings (the store checks them again when it creates the store).
+FRAME_ENCODINGS = ("lz4", "lz4-reference")
 
 
 @dataclass(frozen=True)
