@@ -351,6 +351,10 @@ class MmreplayStorage(TensorStorage):
         if saved is None:
             raise ValueError(f"the store at {str(source.path)!r} was not written by MmreplayStorage")
         layout, offset = saved
+        if self._priorities is not None and not isinstance(source.sampler, PrioritizedSampler):
+            raise ValueError(
+                f"the store at {str(source.path)!r} samples uniformly; this storage's buffer samples by priority"
+            )
         if source.capacity != self.max_size:
             raise ValueError(f"the store at {str(source.path)!r} holds max_size={source.capacity}; this storage {self.max_size}")
         if self._store is not None:
