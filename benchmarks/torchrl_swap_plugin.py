@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import shutil
 import signal
 import tempfile
 from pathlib import Path
@@ -161,6 +162,7 @@ def _first_line(report: pytest.TestReport) -> str:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    shutil.rmtree(SWAP.directory, ignore_errors=True)
     path = session.config.getoption("--mmreplay-report")
     if path is None:
         return
