@@ -12,7 +12,8 @@ the other; then each process times ``rb.sample()`` and ``rb.extend`` on its full
 
     python benchmarks/torchrl_dqn_pong.py                                   # both, default sizes
     python benchmarks/torchrl_dqn_pong.py --steps 4000 --buffer 2000        # a short check
-    python benchmarks/torchrl_dqn_pong.py --json benchmarks/results/torchrl-dqn-pong.json
+    python benchmarks/torchrl_dqn_pong.py --json benchmarks/results/torchrl-dqn-pong.json --raw-json /tmp/raw.json
+    python benchmarks/torchrl_dqn_pong.py --render-only /tmp/raw.json --json benchmarks/results/torchrl-dqn-pong.json
 
 Prints the losses' agreement (bit for bit, as float32), and per storage: bytes on disk per transition,
 peak and final resident memory, and medians of extend, sample and update times with their ratios.
@@ -165,11 +166,14 @@ def train(kind: str, args: argparse.Namespace, directory: Path) -> dict:
     throughput = sample_rate(rb, args)
     slices = slice_rates(storage, kind, args)
     path = directory / ("memmap" if kind == "memmap" else "pong.mmr")
+    usage = disk_bytes(path)
     if kind == "mmreplay":
-        storage.flush()
+        storage.close()  # the paired measurement opens it again
+    else:
+        rb.dumps(directory / "memmap-dump")  # what the paired measurement loads
     return {
         "storage": kind, "transitions": len(rb), "wall_s": wall, "losses": losses, "times": times,
-        "disk_bytes": disk_bytes(path), "memory_before": before, "memory_after_training": after_training,
+        "disk_bytes": usage, "memory_before": before, "memory_after_training": after_training,
         "sampling": throughput, "slices": slices,
     }
 
@@ -215,6 +219,62 @@ def slice_rates(storage, kind: str, args: argparse.Namespace) -> dict[str, float
 
 # Seconds each slice sampler draws batches for (TorchRL's SliceSampler reads the whole storage per batch).
 SLICE_SECONDS = 10.0
+
+
+def paired(args: argparse.Namespace, directory: Path) -> dict:
+    """Both trained buffers alive in one process, measured in alternating rounds so that the machine's
+    drift falls on both alike: ``rb.sample()`` for ``PAIRED_SECONDS`` each per round, and extends of the
+    memmap buffer's transitions, in the order they were collected, into a new storage of each kind in
+    chunks of ``--frames-per-batch`` (as the collector gave them). Medians over ``--repeats`` rounds, and
+    the median of each round's ratio."""
+    import torch
+    from torchrl.data import LazyMemmapStorage, ReplayBuffer, TensorDictReplayBuffer
+
+    from mmreplay.torchrl import MmreplayStorage
+
+    memmap = TensorDictReplayBuffer(storage=LazyMemmapStorage(args.buffer, scratch_dir=directory / "memmap-loaded"),
+                                    batch_size=args.batch_size, generator=torch.Generator().manual_seed(args.seed))
+    memmap.loads(directory / "memmap-dump")
+    mmreplay = TensorDictReplayBuffer(storage=MmreplayStorage(args.buffer, directory / "pong.mmr", mode="r"),
+                                      batch_size=args.batch_size, generator=torch.Generator().manual_seed(args.seed))
+    cursor = memmap.writer.state_dict()["_cursor"]
+    order = torch.cat([torch.arange(cursor, args.buffer), torch.arange(cursor)])  # oldest first
+    chunks = [memmap.storage[order[i : i + args.frames_per_batch]] for i in range(0, len(order), args.frames_per_batch)]
+    # Plain ReplayBuffers: a TensorDictReplayBuffer would write its "index" into each chunk it extends.
+    targets = {
+        "memmap": ReplayBuffer(storage=LazyMemmapStorage(args.buffer, scratch_dir=directory / "memmap-copy")),
+        "mmreplay": ReplayBuffer(storage=MmreplayStorage(args.buffer, directory / "copy.mmr", stack_size=4)),
+    }
+    sampled: dict[str, list[float]] = {"memmap": [], "mmreplay": []}
+    extended: dict[str, list[float]] = {"memmap": [], "mmreplay": []}
+    per_round = -(-len(chunks) // args.repeats)
+    for round_ in range(args.repeats):
+        for name, rb in (("memmap", memmap), ("mmreplay", mmreplay)):
+            count, tic = 0, time.perf_counter()
+            while time.perf_counter() - tic < PAIRED_SECONDS:
+                rb.sample()
+                count += 1
+            sampled[name].append(count / (time.perf_counter() - tic))
+        part = chunks[round_ * per_round : (round_ + 1) * per_round]
+        for name, target in targets.items():
+            tic = time.perf_counter()
+            for chunk in part:
+                target.extend(chunk)
+            extended[name].append(sum(len(chunk) for chunk in part) / (time.perf_counter() - tic))
+    copies = [targets[name][:] for name in ("memmap", "mmreplay")]
+    keys = [sorted(map(str, copy.keys(True, True))) for copy in copies]
+    same = keys[0] == keys[1] and bool((copies[0] == copies[1]).all())
+    return {
+        "sample_batches_per_s": {name: statistics.median(rates) for name, rates in sampled.items()},
+        "sample_ratio": statistics.median(b / a for a, b in zip(sampled["memmap"], sampled["mmreplay"])),
+        "extend_transitions_per_s": {name: statistics.median(rates) for name, rates in extended.items()},
+        "extend_ratio": statistics.median(b / a for a, b in zip(extended["memmap"], extended["mmreplay"])),
+        "rounds": args.repeats, "copies_equal": same,
+    }
+
+
+# Seconds each buffer samples for in a round of the paired measurement.
+PAIRED_SECONDS = 2.0
 
 
 def run_child(kind: str, args: argparse.Namespace, directory: Path) -> dict:
@@ -264,6 +324,23 @@ def report(results: dict[str, dict]) -> str:
     row("the same: MmreplaySliceSampler on MmreplayStorage", memmap["slices"]["SliceSampler"],
         mmreplay["slices"]["MmreplaySliceSampler"], "batches/s", 2)
     row("training wall time", memmap["wall_s"], mmreplay["wall_s"], "s")
+    pair = results.get("paired")
+    if pair is not None:
+        sampled, extended = pair["sample_batches_per_s"], pair["extend_transitions_per_s"]
+        lines += [
+            "",
+            (f"Paired (both buffers in one process, {pair['rounds']} alternating rounds; medians, and the median of "
+             "each round's ratio):"),
+            "",
+            "| | LazyMemmapStorage | MmreplayStorage | ratio (mmreplay / memmap) |",
+            "|---|---:|---:|---:|",
+            (f"| rb.sample(), batches of 32 | {sampled['memmap']:,.1f} /s | {sampled['mmreplay']:,.1f} /s | "
+             f"{pair['sample_ratio']:.3g}x |"),
+            (f"| rb.extend of the run's transitions, chunks as collected | {extended['memmap']:,.0f} /s | "
+             f"{extended['mmreplay']:,.0f} /s | {pair['extend_ratio']:.3g}x |"),
+            "",
+            f"The two copies read back equal: {pair['copies_equal']}.",
+        ]
     return "\n".join(lines)
 
 
@@ -280,24 +357,52 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="rounds of the sampling measurement")
     parser.add_argument("--batches", type=int, default=200, help="batches per round of the sampling measurement")
     parser.add_argument("--timeout", type=int, default=3 * 3600, help="seconds a training process may take")
-    parser.add_argument("--json", type=Path, help="write both runs' results here")
-    parser.add_argument("--child", choices=STORAGES, help=argparse.SUPPRESS)
+    parser.add_argument("--json", type=Path, help="write the report and each run's medians here")
+    parser.add_argument("--raw-json", type=Path, help="write everything both runs recorded here (losses, every time)")
+    parser.add_argument("--render-only", type=Path, metavar="RAW", help="report from a --raw-json file, without running")
+    parser.add_argument("--child", choices=(*STORAGES, "paired"), help=argparse.SUPPRESS)
     parser.add_argument("--child-dir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child == "paired":
+        args.out.write_text(json.dumps(paired(args, args.child_dir)))
+        return
     if args.child:
         args.out.write_text(json.dumps(train(args.child, args, args.child_dir)))
         return
-    directory = Path(tempfile.mkdtemp(prefix="mmreplay-torchrl-dqn-"))
-    try:
-        results = {kind: run_child(kind, args, directory) for kind in STORAGES}
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
+    if args.render_only:
+        raw = json.loads(args.render_only.read_text())
+        sizes, results = raw["arguments"], raw["results"]
+    else:
+        sizes = {name: getattr(args, name) for name in SIZE_ARGUMENTS}
+        directory = Path(tempfile.mkdtemp(prefix="mmreplay-torchrl-dqn-"))
+        try:
+            results = {kind: run_child(kind, args, directory) for kind in (*STORAGES, "paired")}
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+        if args.raw_json:
+            args.raw_json.write_text(json.dumps({"arguments": sizes, "results": results}))
     text = report(results)
     print(text)
     if args.json:
-        sizes = {name: getattr(args, name) for name in SIZE_ARGUMENTS}
-        args.json.write_text(json.dumps({"arguments": sizes, "report": text, "results": results}, indent=1))
+        args.json.write_text(json.dumps({"arguments": sizes, "report": text.splitlines(), "runs": summary(results)}, indent=1))
+
+
+def summary(results: dict[str, dict]) -> dict[str, dict]:
+    """Each run's figures without the per-call records: medians and counts, memory, disk, sampling."""
+    runs: dict[str, dict] = {"paired": results["paired"]} if "paired" in results else {}
+    for kind, run in ((kind, results[kind]) for kind in STORAGES):
+        runs[kind] = {
+            "transitions": run["transitions"], "updates": len(run["losses"]), "wall_s": run["wall_s"],
+            "disk_bytes": run["disk_bytes"], "memory_before": run["memory_before"],
+            "memory_after_training": run["memory_after_training"], "sampling": run["sampling"],
+            "slices": run["slices"],
+            "median_ms": {key: median_ms(values) for key, values in run["times"].items()},
+            "calls": {key: len(values) for key, values in run["times"].items()},
+            "first_losses": [struct.unpack("<f", bytes.fromhex(value))[0] for value in run["losses"][:5]],
+            "last_losses": [struct.unpack("<f", bytes.fromhex(value))[0] for value in run["losses"][-5:]],
+        }
+    return runs
 
 
 if __name__ == "__main__":
