@@ -222,48 +222,54 @@ SLICE_SECONDS = 10.0
 
 
 def paired(args: argparse.Namespace, directory: Path) -> dict:
-    """Both trained buffers alive in one process, measured in alternating rounds so that the machine's
-    drift falls on both alike: ``rb.sample()`` for ``PAIRED_SECONDS`` each per round, and extends of the
-    memmap buffer's transitions, in the order they were collected, into a new storage of each kind in
-    chunks of ``--frames-per-batch`` (as the collector gave them). Medians over ``--repeats`` rounds, and
-    the median of each round's ratio."""
+    """Both storages written and read in one process, in alternating rounds, so that the machine's drift
+    falls on both alike. The memmap run's transitions (its dump, read untimed, oldest first) are extended
+    into a new storage of each kind in chunks of ``--frames-per-batch`` as the collector gave them, a
+    ``--repeats``-th of them per round each; then each full buffer draws ``rb.sample()`` batches for
+    ``PAIRED_SECONDS`` per round. Medians over the rounds, and the median of each round's ratio; the two
+    copies must read back equal."""
     import torch
-    from torchrl.data import LazyMemmapStorage, ReplayBuffer, TensorDictReplayBuffer
+    from torchrl.data import LazyMemmapStorage, TensorDictReplayBuffer
 
     from mmreplay.torchrl import MmreplayStorage
 
-    memmap = TensorDictReplayBuffer(storage=LazyMemmapStorage(args.buffer, scratch_dir=directory / "memmap-loaded"),
-                                    batch_size=args.batch_size, generator=torch.Generator().manual_seed(args.seed))
-    memmap.loads(directory / "memmap-dump")
-    mmreplay = TensorDictReplayBuffer(storage=MmreplayStorage(args.buffer, directory / "pong.mmr", mode="r"),
-                                      batch_size=args.batch_size, generator=torch.Generator().manual_seed(args.seed))
-    cursor = memmap.writer.state_dict()["_cursor"]
+    source = TensorDictReplayBuffer(storage=LazyMemmapStorage(args.buffer, scratch_dir=directory / "memmap-loaded"))
+    source.loads(directory / "memmap-dump")
+    cursor = source.writer.state_dict()["_cursor"]
     order = torch.cat([torch.arange(cursor, args.buffer), torch.arange(cursor)])  # oldest first
-    chunks = [memmap.storage[order[i : i + args.frames_per_batch]] for i in range(0, len(order), args.frames_per_batch)]
-    # Plain ReplayBuffers: a TensorDictReplayBuffer would write its "index" into each chunk it extends.
-    targets = {
-        "memmap": ReplayBuffer(storage=LazyMemmapStorage(args.buffer, scratch_dir=directory / "memmap-copy")),
-        "mmreplay": ReplayBuffer(storage=MmreplayStorage(args.buffer, directory / "copy.mmr", stack_size=4)),
+    step = args.frames_per_batch
+    chunks = [source.storage[order[i : i + step]].clone() for i in range(0, len(order), step)]
+    del source
+    buffers = {
+        "memmap": TensorDictReplayBuffer(storage=LazyMemmapStorage(args.buffer, scratch_dir=directory / "memmap-copy"),
+                                         batch_size=args.batch_size, generator=torch.Generator().manual_seed(args.seed)),
+        "mmreplay": TensorDictReplayBuffer(storage=MmreplayStorage(args.buffer, directory / "copy.mmr", stack_size=4),
+                                           batch_size=args.batch_size, generator=torch.Generator().manual_seed(args.seed)),
     }
-    sampled: dict[str, list[float]] = {"memmap": [], "mmreplay": []}
     extended: dict[str, list[float]] = {"memmap": [], "mmreplay": []}
     per_round = -(-len(chunks) // args.repeats)
     for round_ in range(args.repeats):
-        for name, rb in (("memmap", memmap), ("mmreplay", mmreplay)):
+        part = chunks[round_ * per_round : (round_ + 1) * per_round]
+        for name, rb in buffers.items():
+            copies = [chunk.clone() for chunk in part]  # a TensorDictReplayBuffer writes "index" into what it extends
+            tic = time.perf_counter()
+            for chunk in copies:
+                rb.extend(chunk)
+            extended[name].append(sum(len(chunk) for chunk in part) / (time.perf_counter() - tic))
+    sampled: dict[str, list[float]] = {"memmap": [], "mmreplay": []}
+    for _ in range(args.repeats):
+        for name, rb in buffers.items():
             count, tic = 0, time.perf_counter()
             while time.perf_counter() - tic < PAIRED_SECONDS:
                 rb.sample()
                 count += 1
             sampled[name].append(count / (time.perf_counter() - tic))
-        part = chunks[round_ * per_round : (round_ + 1) * per_round]
-        for name, target in targets.items():
-            tic = time.perf_counter()
-            for chunk in part:
-                target.extend(chunk)
-            extended[name].append(sum(len(chunk) for chunk in part) / (time.perf_counter() - tic))
-    copies = [targets[name][:] for name in ("memmap", "mmreplay")]
+    copies = [buffers[name].storage[:] for name in ("memmap", "mmreplay")]
     keys = [sorted(map(str, copy.keys(True, True))) for copy in copies]
     same = keys[0] == keys[1] and bool((copies[0] == copies[1]).all())
+    if not same:
+        differ = [key for key in copies[0].keys(True, True) if not (copies[0][key] == copies[1].get(key)).all()]
+        print(f"paired: the copies differ: keys {keys}; values at {differ}", file=sys.stderr)
     return {
         "sample_batches_per_s": {name: statistics.median(rates) for name, rates in sampled.items()},
         "sample_ratio": statistics.median(b / a for a, b in zip(sampled["memmap"], sampled["mmreplay"])),

@@ -79,25 +79,35 @@ class HarnessStorage(MmreplayStorage):
         super()._check_write(data)
 
 
-def _swapped(name: str) -> type:
-    original = ORIGINALS[name]
+class _Swapped(HarnessStorage):
+    """An ``MmreplayStorage`` built where a test builds ``original`` (TorchRL's own for arguments it does
+    not take). Subclassed below under TorchRL's names, at module level, so that pickles find them."""
 
-    class Swapped(HarnessStorage):
-        def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-            if not args and not kwargs:  # unpickling
-                return super().__new__(cls)
-            reason = _not_swapped(kwargs)
-            if reason is not None:
-                SWAP.record("torchrl", f"{name}({reason}): TorchRL's own")
-                return original(*args, **kwargs)
+    original: type
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        if not args and not kwargs:  # unpickling
             return super().__new__(cls)
+        reason = _not_swapped(kwargs)
+        if reason is not None:
+            SWAP.record("torchrl", f"{cls.__name__}({reason}): TorchRL's own")
+            return cls.original(*args, **kwargs)
+        return super().__new__(cls)
 
-        def __init__(self, max_size: int | None = None, *args: Any, **kwargs: Any) -> None:
-            SWAP.record("mmreplay", name)
-            super().__init__(max_size if max_size is not None else 1000, SWAP.next_path())
+    def __init__(self, max_size: int | None = None, *args: Any, **kwargs: Any) -> None:
+        SWAP.record("mmreplay", type(self).__name__)
+        super().__init__(max_size if max_size is not None else 1000, SWAP.next_path())
 
-    Swapped.__name__ = Swapped.__qualname__ = name
-    return Swapped
+
+class LazyTensorStorage(_Swapped):
+    original = ORIGINALS["LazyTensorStorage"]
+
+
+class LazyMemmapStorage(_Swapped):
+    original = ORIGINALS["LazyMemmapStorage"]
+
+
+SWAPPED = {"LazyTensorStorage": LazyTensorStorage, "LazyMemmapStorage": LazyMemmapStorage}
 
 
 def _not_swapped(kwargs: dict[str, Any]) -> str | None:
@@ -119,10 +129,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--mmreplay-swap") == "off":
         return
     for name, original in ORIGINALS.items():
-        swapped = _swapped(name)
         for module in MODULES:
             if getattr(module, name, None) is original:
-                setattr(module, name, swapped)
+                setattr(module, name, SWAPPED[name])
 
 
 def _timeout(signum: int, frame: object) -> None:

@@ -64,6 +64,19 @@ def test_a_read_has_the_keys_shapes_and_dtypes_that_were_written(tmp_path: Path)
     assert rb[:]["policy_value"].tolist() == data["policy_value"].tolist()
 
 
+def test_index_holds_each_transitions_slot_as_torchrls_tensordict_writer_stores_it(tmp_path: Path) -> None:
+    collector = FakeCollector(envs=1, stack_size=4, stacked=True, ends=EVERY_FIFTH_ENDS)
+    rb = TensorDictReplayBuffer(storage=MmreplayStorage(10, tmp_path / "a.mmr", stack_size=4))
+    data = collector.next_batch(13)
+    data["index"] = torch.full((13,), 99)  # a written "index" is TorchRL's bookkeeping: the writer replaces it
+    rb.extend(data)
+    assert rb.storage[:]["index"].tolist() == list(range(10))
+    assert rb.storage[torch.tensor([4, 2])]["index"].tolist() == [4, 2]
+    plain = ReplayBuffer(storage=MmreplayStorage(10, tmp_path / "b.mmr", stack_size=4))
+    plain.extend(collector.next_batch(3))
+    assert plain.storage[:].get("index", None) is None  # nothing wrote one
+
+
 def test_single_frames_are_read_as_catframes_stacks_with_the_first_frame_repeated_at_a_reset(tmp_path: Path) -> None:
     collector = FakeCollector(envs=1, stack_size=4, stacked=False, ends=[(False, False)] * 2 + [(False, True)])
     rb = ReplayBuffer(storage=MmreplayStorage(30, tmp_path / "s.mmr", stack_size=4))

@@ -38,6 +38,9 @@ REWARD_KEY: Key = ("next", "reward")
 TERMINATED_KEY: Key = ("next", "terminated")
 TRUNCATED_KEY: Key = ("next", "truncated")
 DONE_KEY: Key = ("next", "done")
+# TorchRL's own bookkeeping: TensorDictRoundRobinWriter writes each transition's slot there just before the
+# storage's set. The storage keeps no "index" of its own; reads give the slot under it (see ``index``).
+INDEX_KEY: Key = ("index",)
 LAYOUT_VERSION = 1
 
 
@@ -102,12 +105,15 @@ class Rows:
 class TensorDictLayout:
     """The mapping of a TensorDict's keys onto one store. ``pixels_shape`` is the pixels of one transition
     as ``get`` returns them (a stack of ``stack_size`` frames of ``frame_shape``); a write may give them
-    so or as single frames. ``entries`` are in the TensorDict's own key order."""
+    so or as single frames. ``entries`` are in the TensorDict's own key order. ``index``: whether writes
+    carried TorchRL's ``"index"`` (reads then give each transition's slot under it, as a TensorStorage
+    written by a TensorDictRoundRobinWriter holds it)."""
 
     pixels_key: Key
     frame_shape: tuple[int, ...]
     stack_size: int
     entries: tuple[Entry, ...]
+    index: bool = False
 
     @property
     def pixels_shape(self) -> tuple[int, ...]:
@@ -290,6 +296,7 @@ class TensorDictLayout:
             "pixels_key": list(self.pixels_key),
             "frame_shape": list(self.frame_shape),
             "stack_size": self.stack_size,
+            "index": self.index,
             "entries": [
                 {"key": list(e.key), "shape": list(e.shape), "dtype": e.dtype, "column": e.column, "field": e.field,
                  "offset": e.offset}
@@ -308,12 +315,13 @@ class TensorDictLayout:
                 Entry(tuple(e["key"]), tuple(e["shape"]), str(e["dtype"]), str(e["column"]), e["field"], int(e["offset"]))
                 for e in saved["entries"]
             )
-            return cls(tuple(saved["pixels_key"]), tuple(saved["frame_shape"]), int(saved["stack_size"]), entries)
+            return cls(tuple(saved["pixels_key"]), tuple(saved["frame_shape"]), int(saved["stack_size"]), entries,
+                       bool(saved["index"]))
         except (KeyError, TypeError, ValueError) as error:
             raise ValueError(f"{source}: not a TorchRL layout this code reads ({error})") from None
 
-    def with_frames(self, frame_shape: tuple[int, ...], stack_size: int) -> TensorDictLayout:
-        return replace(self, frame_shape=frame_shape, stack_size=stack_size)
+    def with_index(self) -> TensorDictLayout:
+        return replace(self, index=True)
 
 
 def split_frames(

@@ -28,7 +28,7 @@ from torchrl.data.replay_buffers.storages import TensorStorage
 from mmreplay import PrioritizedSampler, ReadOnlyStoreError, ReplayStore
 from mmreplay.torchrl import opening, persistence
 from mmreplay.torchrl.lanes import Lanes, add_rows
-from mmreplay.torchrl.layout import Key, Rows, TensorDictLayout, key_text
+from mmreplay.torchrl.layout import INDEX_KEY, Key, Rows, TensorDictLayout, key_text
 from mmreplay.torchrl.tensordicts import leaves, rows_of, slots_of, to_tensordict
 from mmreplay.validation import parse_positive_int
 
@@ -104,6 +104,7 @@ class MmreplayStorage(TensorStorage):
         self._priorities: PrioritizedSampler | None = None
         self._checked: tuple[object, TensorDictLayout, Rows, npt.NDArray[Any] | None] | None = None
         self._trajectories: tuple[int, torch.Tensor] | None = None
+        self.shared_init = False  # TorchRL's lazy storages' flag, read when a storage goes to another process
         self._open_at_construction()
 
     # -- the store -----------------------------------------------------------------------------------
@@ -172,6 +173,7 @@ class MmreplayStorage(TensorStorage):
 
     def _check_write(self, data: object) -> None:
         arrays = leaves(rows_of(data))
+        arrays.pop(INDEX_KEY, None)  # TorchRL's slots, not kept (see TensorDictLayout.index)
         layout = self._layout
         if layout is None:
             layout = TensorDictLayout.infer(
@@ -210,6 +212,9 @@ class MmreplayStorage(TensorStorage):
         holders = self._lanes.holders
         lanes = self._lanes.assign(trajectories, rows.ends)
         add_rows(store, rows, lanes)
+        if self._layout is not None and not self._layout.index and _carries_index(data):
+            self._layout = self._layout.with_index()  # a TensorDictRoundRobinWriter's: reads give the slots
+            persistence.save_layout(self.path, self._layout, self._slot_offset)
         if self._lanes.holders != holders:
             persistence.save_lanes(self.path, self._lanes.state())
         self._set_last_cursor(cursor)
@@ -233,7 +238,7 @@ class MmreplayStorage(TensorStorage):
         assert self._layout is not None
         slots, shape = slots_of(index, len(self))
         batch = store.read(self._steps_of(slots))
-        data = to_tensordict(batch, self._layout)
+        data = to_tensordict(batch, self._layout, slots)
         if shape == ():
             return data[0]
         return data if shape == (len(slots),) else data.reshape(shape)
@@ -393,6 +398,11 @@ class MmreplayStorage(TensorStorage):
             f"({self._layout.stack_size} x {list(self._layout.frame_shape)} {self._layout.frame_dtype}), "
             f"num_envs={self._num_envs})"
         )
+
+
+def _carries_index(data: object) -> bool:
+    keys = getattr(data, "keys", None)
+    return keys is not None and "index" in keys()
 
 
 def _parse_key(key: object, name: str) -> Key:

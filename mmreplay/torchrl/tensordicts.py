@@ -18,6 +18,7 @@ from mmreplay.torchrl.layout import (
     ACTION,
     FIELD,
     FRAMES,
+    INDEX_KEY,
     NEXT_FRAMES,
     REWARD,
     TERMINATED,
@@ -70,9 +71,10 @@ def leaves(data: TensorDictBase) -> dict[Key, npt.NDArray[Any]]:
     return arrays
 
 
-def to_tensordict(batch: Batch, layout: TensorDictLayout) -> TensorDict:
-    """The TensorDict of ``layout``'s keys for a batch the store read, tensors sharing the batch's memory
-    (pixels and next pixels are separate arrays even where the store's batch shares their frames)."""
+def to_tensordict(batch: Batch, layout: TensorDictLayout, slots: npt.NDArray[np.int64]) -> TensorDict:
+    """The TensorDict of ``layout``'s keys for a batch the store read at ``slots``, tensors sharing the
+    batch's memory (pixels and next pixels are separate arrays even where the store's batch shares
+    their frames); ``"index"`` holds the slots when the writes carried one."""
     count = len(batch)
     next_obs = batch.next_obs
     if np.may_share_memory(batch.obs, next_obs):
@@ -90,6 +92,8 @@ def to_tensordict(batch: Batch, layout: TensorDictLayout) -> TensorDict:
         else:
             array = columns[entry.column]
         out.set(entry.key, torch.from_numpy(array.reshape(count, *shape)))
+    if layout.index:
+        out.set(INDEX_KEY, torch.from_numpy(slots))
     return out
 
 
