@@ -44,6 +44,11 @@ def test_every_slot_reads_back_what_the_writer_put_there(tmp_path_factory: pytes
     written = 0
     for operation in data.draw(st.lists(OPERATION, min_size=1, max_size=8), "operations"):
         if operation == "reopen":
+            if not stacked and not every_going_trajectory_is_stored(collector, by_slot):
+                # A reopened store rebuilds each env's episode in progress from its stored transitions:
+                # an env whose every transition was evicted starts a new episode, so single frames
+                # restart their stacks there (stacks written whole are read back exactly regardless).
+                continue
             rb.storage.close()
             rb = TensorDictReplayBuffer(storage=storage("a", rb.storage.path))
             rb.writer.load_state_dict(rb.storage.writer_state())
@@ -63,3 +68,9 @@ def test_every_slot_reads_back_what_the_writer_put_there(tmp_path_factory: pytes
         assert len(rb) == min(written, capacity)
         if written:
             check(rb[:], [by_slot[slot] for slot in range(len(rb))], stack_size)
+
+
+def every_going_trajectory_is_stored(collector: FakeCollector, by_slot: dict[int, tuple[int, int, bool, bool]]) -> bool:
+    """Whether each env's trajectory in progress still has its newest transition stored."""
+    stored = {(trajectory, step) for trajectory, step, _, _ in by_slot.values()}
+    return all((env.trajectory, env.step - 1) in stored for env in collector._envs if env.step > 0)

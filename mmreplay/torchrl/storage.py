@@ -55,7 +55,9 @@ class MmreplayStorage(TensorStorage):
 
     ``mode`` (h5py's letters): ``"w-"`` creates the store at the first write and refuses a path that
     exists (a run never adopts a store it did not write); ``"a"`` reopens a store this class wrote, or
-    creates one; ``"w"`` replaces a store at ``path``; ``"r"`` reads one (an offline dataset).
+    creates one (a new buffer over it goes on at ``writer_state()``; each trajectory goes on in its lane,
+    but one whose env has no transition left in the store starts a new episode there: written as single
+    frames, its stacks restart); ``"w"`` replaces a store at ``path``; ``"r"`` reads one (a dataset).
 
     Rows are written in order at the writer's cursor, which must be the next slots (TorchRL's
     ``RoundRobinWriter``); writing at given indices (``rb[i] = ...``) is refused: a stored transition never
@@ -278,7 +280,7 @@ class MmreplayStorage(TensorStorage):
         if self._trajectories is None or self._trajectories[0] != added:
             ids = np.empty(len(store), np.int64)
             for episode in store.episodes():
-                ids[self.slots_of_steps(episode.steps)] = episode.episode_id
+                ids[self.slots_of_steps(episode.steps)] = episode.id
             self._trajectories = (added, torch.from_numpy(ids))
         return self._trajectories[1]
 
