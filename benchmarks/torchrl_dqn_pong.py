@@ -286,7 +286,7 @@ PAIRED_SECONDS = 2.0
 def run_child(kind: str, args: argparse.Namespace, directory: Path) -> dict:
     """``train`` in a new process (its memory is its own); its result comes back as JSON."""
     out = directory / f"{kind}.json"
-    command = [sys.executable, __file__, "--child", kind, "--child-dir", str(directory), "--out", str(out),
+    command = [sys.executable, str(Path(__file__).resolve()), "--child", kind, "--child-dir", str(directory), "--out", str(out),
                *[f"--{name.replace('_', '-')}={getattr(args, name)}" for name in SIZE_ARGUMENTS]]
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
     subprocess.run(command, check=True, env=environment, timeout=args.timeout)

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 from tensordict import TensorDictBase
-from torchrl.data.replay_buffers.storages import TensorStorage
+from torchrl.data.replay_buffers.storages import Storage, TensorStorage
 
 from mmreplay import PrioritizedSampler, ReadOnlyStoreError, ReplayStore
 from mmreplay.torchrl import opening, persistence
@@ -379,7 +379,10 @@ class MmreplayStorage(TensorStorage):
         """Pickling commits the store and keeps its path: an unpickled storage reads it, and takes the
         writer's lock at its first write (``StoreLockedError`` while another writer holds it)."""
         self.flush()
-        state: dict[str, Any] = super().__getstate__()
+        # Storage's own state, not TensorStorage's: what processes share is the store on disk, not tensors
+        # in shared memory, so a storage with no store yet goes to another process too.
+        state: dict[str, Any] = Storage.__getstate__(self)
+        state.pop("_len_value", None)
         state["_store"] = None
         state["_checked"] = None
         state["_trajectories"] = None
