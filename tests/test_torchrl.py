@@ -438,3 +438,25 @@ def test_a_pickled_storage_reads_the_same_store_and_writes_once_the_writer_let_g
     clone_rb.writer.load_state_dict(clone.writer_state())
     clone_rb.extend(collector.next_batch(2))
     check(clone[:], collector.rows, 4)
+
+
+def read_actions(storage: MmreplayStorage, queue: object) -> None:
+    """In a spawned process: what the storage reads."""
+    queue.put((len(storage), storage[:]["action"].tolist()))  # type: ignore[attr-defined]
+
+
+def test_a_storage_sent_to_another_process_reads_its_store_there_once_written(tmp_path: Path) -> None:
+    import torch.multiprocessing as multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    storage = MmreplayStorage(10, tmp_path / "s.mmr", stack_size=4)
+    with pytest.raises(RuntimeError, match="it has not been initialized yet"):
+        context.Process(target=read_actions, args=(storage, queue)).start()
+    TensorDictReplayBuffer(storage=storage).extend(
+        FakeCollector(envs=1, stack_size=4, stacked=True, ends=EVERY_FIFTH_ENDS).next_batch(5))
+    process = context.Process(target=read_actions, args=(storage, queue))
+    process.start()
+    assert queue.get(timeout=300) == (5, [0, 1, 2, 3, 4])
+    process.join(timeout=300)
+

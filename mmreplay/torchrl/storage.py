@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Sequence
+from multiprocessing.context import get_spawning_popen
 from pathlib import Path
 from typing import Any
 
@@ -378,9 +379,14 @@ class MmreplayStorage(TensorStorage):
     def __getstate__(self) -> dict[str, Any]:
         """Pickling commits the store and keeps its path: an unpickled storage reads it, and takes the
         writer's lock at its first write (``StoreLockedError`` while another writer holds it)."""
+        if get_spawning_popen() is not None and self._store is None:
+            raise RuntimeError(
+                f"cannot send MmreplayStorage {str(self.path)!r} to another process: it has not been initialized "
+                "yet (its store is created by its first write, in one process: write to it first)"
+            )
         self.flush()
-        # Storage's own state, not TensorStorage's: what processes share is the store on disk, not tensors
-        # in shared memory, so a storage with no store yet goes to another process too.
+        # Storage's own state, not TensorStorage's: what processes share is the store on disk (each opens
+        # it), not tensors in shared memory.
         state: dict[str, Any] = Storage.__getstate__(self)
         state.pop("_len_value", None)
         state["_store"] = None
