@@ -446,7 +446,7 @@ def read_actions(storage: MmreplayStorage, queue: object) -> None:
 
 
 def test_a_storage_sent_to_another_process_reads_its_store_there_once_written(tmp_path: Path) -> None:
-    import torch.multiprocessing as multiprocessing
+    from torch import multiprocessing
 
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
