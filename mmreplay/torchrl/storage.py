@@ -62,8 +62,13 @@ class MmreplayStorage(TensorStorage):
 
     Rows are written in order at the writer's cursor, which must be the next slots (TorchRL's
     ``RoundRobinWriter``); writing at given indices (``rb[i] = ...``) is refused: a stored transition never
-    changes. ``state_dict()`` names the store (its path and transition count) without holding its data;
-    ``dumps(path)`` writes a copy of the store that ``loads`` reads back.
+    changes. ``"index"`` is TorchRL's bookkeeping, not kept: reads give each transition's slot under it
+    once a write carried one (``TensorDictRoundRobinWriter`` writes the slots there). ``state_dict()``
+    names the store (its path and transition count) without holding its data; ``dumps(path)`` writes a
+    copy of the store that ``loads`` reads back. Samplers: TorchRL's ``RandomSampler`` and
+    ``SliceSampler`` (which reads every stored transition at each batch: ``MmreplaySliceSampler`` reads
+    the store's episodes instead), its ``PrioritizedSampler`` where TorchRL's C++ extension loads, or
+    ``MmreplayPrioritizedSampler`` (the store's own sum tree).
     """
 
     def __init__(
