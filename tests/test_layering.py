@@ -57,7 +57,11 @@ THIRD_PARTY_OWNERS = {
     "h5py": {"hdf5.conversion", "hdf5.checks", "hdf5.datasets", "hdf5.minari_layout", "hdf5.mmreplay_layout"},
     # torch is optional: the batch records' to_torch, SB3's buffers, the device batches (whole folders as
     # "folder/"; the façade names torch.device in its annotations only)
-    "torch": {"batch", "sb3/", "gpu/", "store.device_batches", "store.device_decoded_feed", "store.replay_store"},
+    "torch": {"batch", "sb3/", "gpu/", "store.device_batches", "store.device_decoded_feed", "store.replay_store",
+              "torchrl/"},
+    # TorchRL's storage and samplers (the torchrl extra)
+    "torchrl": {"torchrl/"},
+    "tensordict": {"torchrl/"},
 }
 
 
