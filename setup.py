@@ -116,7 +116,8 @@ setup(
         lz4_extension(
             "mmreplay._lz4batch",
             ("lz4batch_module", "lz4_decode", "work_pool", "frame_sources", "frame_entries", "crc32", "row_checksum",
-             "row_layout", "row_gather", "link_follow", "transition_read", "fast_add", "argument_arrays"),
+             "row_layout", "row_gather", "link_follow", "transition_read", "fast_add", "frame_compress",
+             "argument_arrays"),
             LZ4,
         ),
         # Frames compressed against a reference frame (mmreplay.frames.reference_codec); optional like the above.
@@ -126,8 +127,8 @@ setup(
              "argument_arrays"),
             LZ4,
         ),
-        # The samplers' hot loops (mmreplay.sampling.sum_tree, samplers); no libraries; optional like the above.
-        Extension("mmreplay._sumtree", sources=sources("sumtree_module", "sum_tree", "uniform_steps"),
-                  depends=HEADERS, optional=True),
+        # The samplers' hot loops (mmreplay.sampling.sum_tree, samplers); the C library's pow; optional like the above.
+        Extension("mmreplay._sumtree", sources=sources("sumtree_module", "sum_tree", "uniform_steps", "priority_batch"),
+                  depends=HEADERS, libraries=["m"], optional=True),
     ]
 )

@@ -8,7 +8,13 @@
    ``sample(32)`` frames/s on real Pong frames. A frame here is one delivered obs frame: each valid
    (mask True) transition of a window counts ``stack_size`` frames, each sampled transition as many.
 
-Each figure is the median over ``--repeats`` timed runs of ``--seconds`` each (after an untimed warm-up).
+The prioritized buffers are measured in the same process, both alive, in alternating windows of
+``--seconds`` (``--repeats`` windows each, the first of each pair alternating), so that a busy machine
+slows both alike: each figure is the median of its windows, in operations per wall-clock second and per
+CPU second of the measuring thread (both are single-threaded; on a machine shared with other jobs the
+CPU figure is the steadier), and the ratio is the median of the windows' ratios. Sequences: the median
+over ``--repeats`` timed runs of ``--seconds`` each (after an untimed warm-up). ``--json`` adds one JSON
+line per figure on stdout.
 
     .venv/bin/python benchmarks/bench_prioritized.py                 # ~3 minutes on 2 cores
     .venv/bin/python benchmarks/bench_prioritized.py --repeats 3 --seconds 1
@@ -18,6 +24,7 @@ Each figure is the median over ``--repeats`` timed runs of ``--seconds`` each (a
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import tempfile
@@ -171,7 +178,33 @@ def fill_cpprb_pong(buffer, pong: dict[str, np.ndarray], count: int, stack: int)
 # -- the two questions -----------------------------------------------------------------------------
 
 
-def prioritized_rows(args: argparse.Namespace, pong: dict[str, np.ndarray] | None) -> list[tuple[str, float, float]]:
+def paired_rates(first: Callable[[], int], second: Callable[[], int], *, seconds: float,
+                 repeats: int) -> dict[str, float]:
+    """Operations/s of two operations in alternating windows (the first of each pair alternating): the
+    median wall-clock and thread-CPU rate of each, and the medians of the windows' ratios first/second."""
+    def window(operation: Callable[[], int]) -> tuple[float, float]:
+        units, wall, cpu = 0, time.perf_counter(), time.thread_time()
+        while time.perf_counter() - wall < seconds:
+            for _ in range(20):
+                units += operation()
+        return units / (time.perf_counter() - wall), units / max(time.thread_time() - cpu, 1e-9)
+
+    for operation in (first, second):  # warm-up: caches, page faults
+        window(operation)
+    rows: list[tuple[float, float, float, float]] = []
+    for round_ in range(repeats):
+        if round_ % 2 == 0:
+            a, b = window(first), window(second)
+        else:
+            b, a = window(second), window(first)
+        rows.append((*a, *b))
+    wall_a, cpu_a, wall_b, cpu_b = (statistics.median(column) for column in zip(*rows))
+    return {"first_wall": wall_a, "first_cpu": cpu_a, "second_wall": wall_b, "second_cpu": cpu_b,
+            "ratio_wall": statistics.median(r[0] / r[2] for r in rows),
+            "ratio_cpu": statistics.median(r[1] / r[3] for r in rows)}
+
+
+def prioritized_rows(args: argparse.Namespace, pong: dict[str, np.ndarray] | None) -> list[tuple[str, dict[str, float]]]:
     rows = []
     with tempfile.TemporaryDirectory(dir=args.tmpdir) as tmp:
         started = time.perf_counter()
@@ -180,12 +213,12 @@ def prioritized_rows(args: argparse.Namespace, pong: dict[str, np.ndarray] | Non
         fill_tiny(store, args.capacity)
         print(f"filled mmreplay, 1x1 frames, {len(store):,} transitions in {time.perf_counter() - started:.0f} s",
               file=sys.stderr)
-        mm = rate(mmreplay_per_op(store, 0), seconds=args.seconds, repeats=args.repeats)
+        buffer = cpprb_per(args.capacity, (1, 1), 1, lambda b: fill_cpprb_tiny(b, args.capacity))
+        figures = paired_rates(mmreplay_per_op(store, 0), cpprb_per_op(buffer, 0), seconds=args.seconds,
+                               repeats=args.repeats)
+        del buffer
         store.close()
-    buffer = cpprb_per(args.capacity, (1, 1), 1, lambda b: fill_cpprb_tiny(b, args.capacity))
-    cp = rate(cpprb_per_op(buffer, 0), seconds=args.seconds, repeats=args.repeats)
-    del buffer
-    rows.append((f"1x1 frames, capacity {args.capacity:,}", mm, cp))
+    rows.append((f"1x1 frames, capacity {args.capacity:,}", figures))
     if pong is not None:
         with tempfile.TemporaryDirectory(dir=args.tmpdir) as tmp:
             started = time.perf_counter()
@@ -194,13 +227,13 @@ def prioritized_rows(args: argparse.Namespace, pong: dict[str, np.ndarray] | Non
             fill_pong(store, pong, args.pong_capacity)
             print(f"filled mmreplay, Pong, {len(store):,} transitions in {time.perf_counter() - started:.0f} s",
                   file=sys.stderr)
-            mm = rate(mmreplay_per_op(store, 1), seconds=args.seconds, repeats=args.repeats)
+            buffer = cpprb_per(args.pong_capacity, (84, 84), 4,
+                               lambda b: fill_cpprb_pong(b, pong, args.pong_capacity, 4))
+            figures = paired_rates(mmreplay_per_op(store, 1), cpprb_per_op(buffer, 1), seconds=args.seconds,
+                                   repeats=args.repeats)
+            del buffer
             store.close()
-        buffer = cpprb_per(args.pong_capacity, (84, 84), 4,
-                           lambda b: fill_cpprb_pong(b, pong, args.pong_capacity, 4))
-        cp = rate(cpprb_per_op(buffer, 1), seconds=args.seconds, repeats=args.repeats)
-        del buffer
-        rows.append((f"Pong 84x84 stack 4, capacity {args.pong_capacity:,}", mm, cp))
+        rows.append((f"Pong 84x84 stack 4, capacity {args.pong_capacity:,}", figures))
     return rows
 
 
@@ -239,17 +272,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tmpdir", default=None, help="where stores live while measured (on disk)")
     parser.add_argument("--no-pong", action="store_true", help="skip the real-frame measurements")
     parser.add_argument("--no-sequences", action="store_true", help="skip question 2 (sequences)")
+    parser.add_argument("--json", action="store_true", help="also print one JSON line per figure")
     args = parser.parse_args(argv)
     pong = None
     if not args.no_pong:
         pong = pong_transitions(stream_path("pong", args.data_dir))
 
-    print(f"\nPrioritized sample({BATCH}) + update_priorities({BATCH}), operations/s "
-          f"(median of {args.repeats} x {args.seconds:g} s, alpha 0.6, beta 0.4)\n")
-    print(f"| store | mmreplay | cpprb PrioritizedReplayBuffer | mmreplay / cpprb |")
+    print(f"\nPrioritized sample({BATCH}) + update_priorities({BATCH}), operations/s (median of {args.repeats} "
+          f"alternating windows of {args.seconds:g} s each, alpha 0.6, beta 0.4; wall-clock / thread CPU)\n")
+    print("| store | mmreplay | cpprb PrioritizedReplayBuffer | mmreplay / cpprb |")
     print("|---|---:|---:|---:|")
-    for name, mm, cp in prioritized_rows(args, pong):
-        print(f"| {name} | {mm:,.0f} | {cp:,.0f} | {mm / cp:.2f}x |")
+    for name, f in prioritized_rows(args, pong):
+        print(f"| {name} | {f['first_wall']:,.0f} / {f['first_cpu']:,.0f} | {f['second_wall']:,.0f} / "
+              f"{f['second_cpu']:,.0f} | {f['ratio_wall']:.2f}x / {f['ratio_cpu']:.2f}x |", flush=True)
+        if args.json:
+            print(json.dumps({"figure": "prioritized", "store": name, "mmreplay_ops_s": round(f["first_wall"]),
+                              "cpprb_ops_s": round(f["second_wall"]), "ratio": round(f["ratio_wall"], 3),
+                              "mmreplay_cpu_ops_s": round(f["first_cpu"]), "cpprb_cpu_ops_s": round(f["second_cpu"]),
+                              "ratio_cpu": round(f["ratio_cpu"], 3)}), flush=True)
     if pong is not None and not args.no_sequences:
         seq, uni, valid = sequence_rows(args, pong)
         print(f"\nSequences vs uniform on Pong frames, stack 1, capacity {args.pong_capacity:,}, "

@@ -25,6 +25,27 @@ def parse_positive_int(value: object, name: str) -> int:
     return number
 
 
+# The most threads a batch decodes on: frames/threads.py's MAX_THREADS (the compiled pool's maximum).
+MAX_DECODE_THREADS = 64
+
+
+def parse_decode_threads(value: object) -> int | None:
+    """``decode_threads=``: None (the cores this process may use) or a cap from 1 to ``MAX_DECODE_THREADS``."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise TypeError(f"decode_threads must be None or an int; got bool {value!r}")
+    try:
+        number = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"decode_threads must be None or an int; got {type(value).__name__} {value!r}") from None
+    if not 1 <= number <= MAX_DECODE_THREADS:
+        raise ValueError(
+            f"decode_threads must be None (the cores this process may use) or 1 to {MAX_DECODE_THREADS}; got {number}"
+        )
+    return number
+
+
 def parse_number(value: object, name: str, *, low: float, high: float = math.inf) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a real number; got {type(value).__name__} {value!r}")

@@ -289,7 +289,7 @@ class Table:
         out = np.zeros((len(picks), *self.frames.shape[1:]), np.uint8)
         arguments: dict[str, object] = dict(
             layout=self.layout, seed_multiplier=MULTIPLIER, segment_bytes=self.segment_bytes,
-            bytes_written=self.bytes_written, views=self.views, base=self.base,
+            bytes_written=self.bytes_written, views=self.views, base=self.base, limit=4,
         )
         arguments.update(changes)
         return codec.decode_from_table(self.table, self.steps[picks], out, **arguments), out  # type: ignore[arg-type]

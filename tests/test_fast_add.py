@@ -30,13 +30,19 @@ SAME_COMPRESSOR = _lz4batch is None or _lz4batch.LZ4_VERSION == lz4.library_vers
 
 
 class CountingStore:
-    """Two stores fed the same adds, the first with the fast path on and the second with it off."""
+    """Two stores fed the same adds, the first with the fast path on and the second with it off. With
+    ``helpers``, the fast store compresses as it does from 4 usable cores (a vector add's frames on 4
+    threads, one env's new frame ahead on a helper, woken before each add) on any machine."""
 
-    def __init__(self, directory: Path, *, prioritized: bool = False, **config: Any) -> None:
+    def __init__(self, directory: Path, *, prioritized: bool = False, helpers: bool = False, **config: Any) -> None:
         sampler = (lambda: PrioritizedSampler(alpha=0.6)) if prioritized else (lambda: None)
         self.fast = ReplayStore.create(directory / "fast.mmr", sampler=sampler(), **config)
         self.general = ReplayStore.create(directory / "general.mmr", sampler=sampler(), **config)
         self.general._role._fast_add = False
+        self.helpers = helpers and _lz4batch is not None
+        if self.helpers:
+            one_env = config.get("num_envs", 1) == 1
+            self.fast._role._append_threads, self.fast._role._ahead_threads = (1, 2) if one_env else (4, 1)
         self.fast_adds = 0
         take_fast_path = self.fast._role._add_single_frames
 
@@ -48,6 +54,8 @@ class CountingStore:
         self.fast._role._add_single_frames = counted  # type: ignore[method-assign]
 
     def add(self, *args: Any, **kwargs: Any) -> None:
+        if self.helpers:
+            _lz4batch.wake_helpers(3)  # awake, a helper takes the frame compressed ahead
         self.fast.add(*args, **kwargs)
         self.general.add(*args, **kwargs)
 
@@ -122,21 +130,24 @@ def test_an_add_the_fast_parse_accepted_reaches_the_general_path_as_parse_add_gi
 
 
 @pytest.mark.parametrize(
-    "num_envs,stacked,prioritized",
-    [(1, False, False), (8, False, False), (300, False, False), (1, True, False), (8, True, False), (8, False, True)],
+    "num_envs,stacked,prioritized,helpers",
+    [(1, False, False, False), (8, False, False, False), (300, False, False, False), (1, True, False, False),
+     (8, True, False, False), (8, False, True, False), (1, True, False, True), (1, False, False, True),
+     (8, True, False, True), (300, False, False, True)],
 )
 def test_real_frames_take_the_fast_path_across_segments_eviction_and_episode_ends(
-    tmp_path: Path, num_envs: int, stacked: bool, prioritized: bool
+    tmp_path: Path, num_envs: int, stacked: bool, prioritized: bool, helpers: bool
 ) -> None:
     """Pong frames and noise (which does not compress: a 1 MiB segment fills every ~150 frames), evicted
     many times over, with episode ends; given as single frames or as stacks of 4 (an episode's first
-    stack repeats its first frame, as gymnasium's FrameStackObservation pads it)."""
+    stack repeats its first frame, as gymnasium's FrameStackObservation pads it). ``helpers``: compressed
+    on the pool's threads, or ahead on a helper, as from 4 usable cores."""
     frames = load_stream("pong", ("frames",), 600)["frames"]
     noise = np.random.default_rng(num_envs).integers(0, 256, (400, *frames.shape[1:]), dtype=np.uint8)
     frames = np.concatenate([frames, noise])
     capacity = 40 * num_envs
     pair = CountingStore(tmp_path, frame_shape=frames.shape[1:], capacity=capacity, num_envs=num_envs,
-                         prioritized=prioritized)
+                         prioritized=prioritized, helpers=helpers)
     rng = np.random.default_rng(0)
     position = rng.integers(0, len(frames) - 1, num_envs)
     episode_start = position.copy()

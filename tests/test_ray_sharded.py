@@ -199,6 +199,10 @@ def test_connect_finds_a_detached_replay_by_name(cluster: Path) -> None:
     again = ShardedReplay.connect("named")
     assert len(again) == 10 and again.num_shards == 2
     np.testing.assert_array_equal(again.sample(8, rng=2).obs, replay.sample(8, rng=2).obs)
+    capped = ShardedReplay.connect("named", decode_threads=1)  # this process's cap on a batch's decode threads
+    np.testing.assert_array_equal(capped.sample(8, rng=2).obs, replay.sample(8, rng=2).obs)
+    with pytest.raises(ValueError, match=r"^decode_threads must be None \(the cores this process may use\) or 1 to 64; got 0$"):
+        ShardedReplay.connect("named", decode_threads=0)
     replay.close(destroy=True)
     with pytest.raises(ValueError, match=r"capacity is 10: 5 per shard, fewer than envs_per_shard \(8\)"):
         ShardedReplay.create("small", str(cluster / "small"), num_shards=2, frame_shape=FRAME, capacity=10,

@@ -327,3 +327,137 @@ def test_large_trees_agree_bit_for_bit_after_sets_and_fills(num_leaves, top_leve
     model = numpy_tree[0].leaf_values[:num_leaves].copy()
     targets = boundary_targets(numpy_tree[0], model, rng.random(20_000).tolist())
     np.testing.assert_array_equal(compiled[0].find(targets), numpy_tree[0].find(targets))
+
+
+# -- a prioritized batch's draw, weights and update (one compiled call each) ----------------------------
+
+
+def test_c_powers_gives_the_c_librarys_pow_with_its_poles_and_overflows_as_infinity():
+    bases = np.array([0.0, 0.0, 0.0, 2.0, 1e300, 0.5, np.inf])
+    np.testing.assert_array_equal(sum_tree.c_powers(bases, -0.4)[:2], [np.inf, np.inf])
+    assert sum_tree.c_powers(bases, 0.0).tolist() == [1.0] * 7
+    assert sum_tree.c_powers(np.array([1e300]), 2.0).tolist() == [np.inf]
+    assert sum_tree.c_powers(np.array([2.0, 0.0]), 0.5).tolist() == [2.0**0.5, 0.0]
+    assert sum_tree.c_powers(np.zeros(0), 3.0).shape == (0,)
+
+
+@pytest.mark.parametrize("accelerated", [False, pytest.param(True, marks=compiled_only)])
+def test_draw_maps_each_found_leaf_to_the_step_of_its_slot_in_the_stored_range(accelerated):
+    leaves = np.zeros(8)
+    leaves[[1, 6]] = [1.0, 3.0]  # slots 1 and 6 of a ring of 7 slots whose first stored step is 12
+    tree = tree_and_nodes(leaves, accelerated=accelerated)[0]
+    steps = tree.draw(np.random.default_rng(5), 4000, first_step=12, slots=7)
+    assert set(steps.tolist()) == {13, 15}  # 13 % 7 == 6, 15 % 7 == 1: the steps 12 ... 18 hold
+    assert 0.7 < np.mean(steps == 13) < 0.8  # slot 6 holds 3 of the 4 units of mass
+
+
+@pytest.mark.parametrize("accelerated", [False, pytest.param(True, marks=compiled_only)])
+def test_update_skips_steps_outside_the_stored_range_and_says_the_largest_priority_it_set(accelerated):
+    tree, sums, _ = tree_and_nodes(np.ones(8), accelerated=accelerated)
+    largest = tree.update(np.array([3, 20, 4, 4]), np.array([2.0, 9.0, 5.0, 1.0]), stored=range(2, 10), slots=8,
+                          alpha=1.0, epsilon=0.5)
+    assert largest == 5.0  # 9.0 belongs to step 20, evicted since it was drawn
+    assert tree.leaf_values.tolist() == [1.0, 1.0, 1.0, 2.5, 1.5, 1.0, 1.0, 1.0]  # step 4's last value won
+    assert tree.update(np.array([0, 11]), np.array([1.0, 1.0]), stored=range(2, 10), slots=8, alpha=1.0,
+                       epsilon=0.0) is None
+    assert tree.total == sums[8:].sum()
+
+
+@pytest.mark.parametrize("accelerated", [False, pytest.param(True, marks=compiled_only)])
+def test_weights_are_leaf_over_minimum_to_the_minus_beta_as_float32(accelerated):
+    tree = tree_and_nodes(np.array([2.0, 0.5, 0.0, 8.0]), accelerated=accelerated)[0]
+    weights = tree.weights(np.array([4, 5, 6, 7, 0]), slots=4, beta=0.5)
+    assert weights.dtype == np.float32
+    assert weights.tolist() == [0.5, 1.0, np.inf, 0.25, 0.5]  # step 6's empty leaf: never drawn, weight inf
+
+
+steps_of_a_ring = st.lists(st.integers(0, 400), max_size=80)
+
+
+@compiled_only
+@given(
+    leaves=st.lists(leaf_values, min_size=1, max_size=300),
+    top_level=st.integers(0, 10),
+    seed=st.integers(0, 2**32 - 1),
+    count=st.integers(0, 300),
+    first_step=st.integers(0, 10**12),
+    beta=st.sampled_from([0.0, 0.4, 1.0]) | st.floats(0, 5),
+)
+def test_compiled_draws_and_weights_are_the_numpy_codes_bit_for_bit(leaves, top_level, seed, count, first_step, beta):
+    model = np.array(leaves)
+    numpy_tree, compiled = twin_trees(model, top_level)
+    slots = len(model)
+    if not numpy_tree[0].total > 0:
+        for tree in (numpy_tree[0], compiled[0]):
+            with pytest.raises(ValueError, match="^cannot search a sum tree whose leaves are all empty$"):
+                tree.draw(np.random.default_rng(seed), 3, first_step=first_step, slots=slots)
+        return
+    drawn = [tree[0].draw(np.random.default_rng(seed), count, first_step=first_step, slots=slots)
+             for tree in (numpy_tree, compiled)]
+    np.testing.assert_array_equal(drawn[0], drawn[1])
+    assert drawn[1].dtype == np.int64 and np.all((drawn[1] >= first_step) & (drawn[1] < first_step + slots))
+    weights = [tree[0].weights(drawn[0], slots=slots, beta=beta) for tree in (numpy_tree, compiled)]
+    assert weights[0].tobytes() == weights[1].tobytes()
+
+
+@compiled_only
+@given(
+    leaves=st.lists(leaf_values, min_size=1, max_size=300),
+    top_level=st.integers(0, 10),
+    batches=st.lists(
+        st.lists(st.tuples(st.integers(0, 600), st.sampled_from([0.0, 1.0, 7.5]) | st.floats(0, 1e6)), max_size=50),
+        max_size=5,
+    ),
+    stored_start=st.integers(0, 300),
+    alpha=st.sampled_from([0.0, 0.6, 1.0, 2.0]) | st.floats(0, 3),
+    epsilon=st.sampled_from([0.0, 1e-6, 0.3]),
+)
+def test_compiled_updates_set_the_numpy_codes_leaves_and_largest_priority_bit_for_bit(
+    leaves, top_level, batches, stored_start, alpha, epsilon
+):
+    model = np.array(leaves)
+    numpy_tree, compiled = twin_trees(model, top_level)
+    stored = range(stored_start, stored_start + len(model))
+    for batch in batches:
+        steps = np.array([step for step, _ in batch], np.int64)
+        priorities = np.array([priority for _, priority in batch], np.float64)
+        largest = [tree[0].update(steps, priorities, stored=stored, slots=len(model), alpha=alpha, epsilon=epsilon)
+                   for tree in (numpy_tree, compiled)]
+        assert largest[0] == largest[1]
+        assert_same_bits(numpy_tree, compiled)
+
+
+@compiled_only
+@given(
+    leaves=st.lists(leaf_values, min_size=1, max_size=100),
+    batch=st.lists(
+        st.tuples(st.integers(-3, 400), st.sampled_from([0.0, 1.0, -0.0, -1.0, np.inf, -np.inf, np.nan, 5e-324])
+                  | st.floats(0, 1e6)),
+        max_size=40,
+    ),
+    added=st.integers(0, 400),
+)
+def test_a_checked_update_applies_exactly_when_the_stores_checks_pass_and_as_update_does(leaves, batch, added):
+    model = np.array(leaves)
+    checked, plain = twin_trees(model, TOP_LEVEL)[1], twin_trees(model, TOP_LEVEL)[1]
+    steps = np.array([step for step, _ in batch], np.int64)
+    priorities = np.array([priority for _, priority in batch], np.float64)
+    stored = range(max(0, added - len(model)), added)
+    valid = bool(np.all((steps >= 0) & (steps < added) & np.isfinite(priorities) & (priorities >= 0)))
+    before = checked[1].tobytes(), checked[2].tobytes()
+    applied, largest = checked[0].update_checked(steps, priorities, added=added, stored=stored, slots=len(model),
+                                                 alpha=0.6, epsilon=1e-6)
+    assert applied == valid
+    if not valid:
+        assert (checked[1].tobytes(), checked[2].tobytes()) == before and largest is None
+        return
+    assert largest == plain[0].update(steps, priorities, stored=stored, slots=len(model), alpha=0.6, epsilon=1e-6)
+    assert_same_bits(plain, checked)
+
+
+def test_without_the_extension_a_checked_update_declines_and_changes_nothing():
+    tree, sums, _ = tree_and_nodes(np.ones(4), accelerated=False)
+    before = sums.tobytes()
+    assert tree.update_checked(np.array([1]), np.array([2.0]), added=4, stored=range(4), slots=4, alpha=1.0,
+                               epsilon=0.0) == (False, None)
+    assert sums.tobytes() == before

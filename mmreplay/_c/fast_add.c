@@ -4,17 +4,21 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "crc32.h"
 #include "fast_add.h"
+#include "frame_compress.h"
 #include "frame_entries.h"
 #include "little_endian.h"
 #include "lz4_api.h"
 #include "ring_slots.h"
 #include "row_checksum.h"
 #include "row_layout.h"
+#include "work_pool.h"
 
 /* Writes all of data at offset of descriptor (pwrite may write less than asked); 0, or -1 with errno. */
 static int
@@ -36,33 +40,6 @@ write_all(int descriptor, const char *data, size_t length, off_t offset)
         offset += written;
     }
     return 0;
-}
-
-/* Compresses n frames of frame_nbytes bytes each, back to back into blocks (room for n blocks of
- * LZ4_compressBound(frame_nbytes) bytes), each block's size into lengths[i]: the bytes of all, or -1
- * when a frame does not compress or its block is over max_length bytes. The GIL may be released. */
-static long long
-compress_frames(LZ4_stream_t *stream, const char *frames, Py_ssize_t n, int frame_nbytes, char *blocks,
-                int *lengths, int max_length)
-{
-    int bound = LZ4_compressBound(frame_nbytes);
-    long long total = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        /* A fresh stream per frame (LZ4_createStream made the first one), as python-lz4's
-         * lz4.block.compress does (lz4_codec.compress): the same bytes as the general path.
-         * LZ4_compress_default would pick a 16-bit table for inputs under 64 KiB and compress Atari
-         * frames ~5% worse. */
-        if (i > 0) {
-            LZ4_resetStream(stream);
-        }
-        lengths[i] = LZ4_compress_fast_continue(stream, frames + i * frame_nbytes, blocks + total, frame_nbytes,
-                                                bound, 1);
-        if (lengths[i] <= 0 || lengths[i] > max_length) {
-            return -1;
-        }
-        total += lengths[i];
-    }
-    return total;
 }
 
 /* The frame-table entries of frames first_step, first_step + 1, ...: each block's ring position (the
@@ -96,17 +73,18 @@ py_append_frames(PyObject *module, PyObject *args)
     long long first_step, frame_slots, offset, segment_bytes, segment_start;
     EntryLayout layout;
     unsigned long seed_multiplier;
-    int descriptor;
-    if (!PyArg_ParseTuple(args, "y*OLw*L(nnnnnn)kiLLL:append_frames", &frames, &deltas_arg, &first_step, &table,
+    int descriptor, threads;
+    PyObject *ahead = Py_None;
+    if (!PyArg_ParseTuple(args, "y*OLw*L(nnnnnn)kiLLLi|O:append_frames", &frames, &deltas_arg, &first_step, &table,
                           &frame_slots, ENTRY_LAYOUT_FIELDS(layout), &seed_multiplier, &descriptor, &segment_start,
-                          &offset, &segment_bytes)) {
+                          &offset, &segment_bytes, &threads, &ahead)) {
         return NULL;
     }
     PyObject *result = NULL, *deltas = NULL;
     char *blocks = NULL;
     int *lengths = NULL;
     uint32_t *prev = NULL;
-    LZ4_stream_t *stream = NULL;
+    PendingFrames *pending = NULL;
     deltas = PySequence_Fast(deltas_arg, "prev_deltas must be a sequence of ints");
     if (deltas == NULL) {
         goto done;
@@ -120,16 +98,22 @@ py_append_frames(PyObject *module, PyObject *args)
         goto done;
     }
     if (n <= 0 || frame_nbytes <= 0 || frame_nbytes > INT_MAX / 2 || frames.len != n * frame_nbytes
-        || first_step < 0 || offset < 0 || offset > segment_bytes || segment_start < 0) {
-        PyErr_SetString(PyExc_ValueError, "append_frames: frames, first_step, segment_start or offset out of range");
+        || first_step < 0 || offset < 0 || offset > segment_bytes || segment_start < 0 || threads < 1
+        || threads > POOL_MAX_THREADS) {
+        PyErr_SetString(PyExc_ValueError,
+                        "append_frames: frames, first_step, segment_start, offset or threads out of range");
+        goto done;
+    }
+    if (ahead != Py_None && (pending = pending_frames_of(ahead, n, frame_nbytes)) == NULL) {
         goto done;
     }
     int bound = LZ4_compressBound((int)frame_nbytes);
     prev = PyMem_Malloc((size_t)n * sizeof(uint32_t));
-    lengths = PyMem_Malloc((size_t)n * sizeof(int));
-    blocks = PyMem_Malloc((size_t)n * (size_t)bound);
-    stream = LZ4_createStream();
-    if (prev == NULL || lengths == NULL || blocks == NULL || stream == NULL) {
+    if (pending == NULL) { /* else the capsule's */
+        lengths = PyMem_Malloc((size_t)n * sizeof(int));
+        blocks = PyMem_Malloc((size_t)n * (size_t)bound);
+    }
+    if (prev == NULL || (pending == NULL && (lengths == NULL || blocks == NULL))) {
         PyErr_NoMemory();
         goto done;
     }
@@ -144,10 +128,21 @@ py_append_frames(PyObject *module, PyObject *args)
     int max_length = layout.length_bytes == 2 ? 0xFFFF : INT_MAX;
     long long total;
     int failed = 0;
+    char *written = blocks;
+    int *sizes = lengths;
     Py_BEGIN_ALLOW_THREADS
-    total = compress_frames(stream, (const char *)frames.buf, n, (int)frame_nbytes, blocks, lengths, max_length);
+    if (pending != NULL) { /* compressed ahead (the caller runs it now if no helper took it) */
+        total = pending_frames_take(pending, &written, &sizes);
+        for (Py_ssize_t i = 0; total >= 0 && i < n; i++) {
+            total = sizes[i] > max_length ? -1 : total;
+        }
+    }
+    else {
+        total = compress_frames((const char *)frames.buf, n, (int)frame_nbytes, blocks, lengths, max_length, NULL,
+                                NULL, threads);
+    }
     if (total >= 0 && offset + total <= segment_bytes) {
-        failed = write_all(descriptor, blocks, (size_t)total, (off_t)offset) < 0;
+        failed = write_all(descriptor, written, (size_t)total, (off_t)offset) < 0;
     }
     Py_END_ALLOW_THREADS
     if (failed) {
@@ -158,13 +153,10 @@ py_append_frames(PyObject *module, PyObject *args)
         result = PyLong_FromLong(-1);
         goto done;
     }
-    write_entries((unsigned char *)table.buf, frame_slots, &layout, first_step, n, segment_start + offset, blocks,
-                  lengths, prev, (uint32_t)seed_multiplier);
+    write_entries((unsigned char *)table.buf, frame_slots, &layout, first_step, n, segment_start + offset, written,
+                  sizes, prev, (uint32_t)seed_multiplier);
     result = PyLong_FromLongLong(total);
 done:
-    if (stream != NULL) {
-        LZ4_freeStream(stream);
-    }
     PyMem_Free(blocks);
     PyMem_Free(lengths);
     PyMem_Free(prev);

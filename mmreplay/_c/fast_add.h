@@ -8,10 +8,12 @@
 #include <Python.h>
 
 /* append_frames(frames, prev_deltas, first_step, table, frame_slots, layout, seed_multiplier, descriptor,
- *               segment_start, offset, segment_bytes) -> int
+ *               segment_start, offset, segment_bytes, threads[, ahead]) -> int
  *   FrameRing.append of frames compressed alone, given uncompressed (a Python loop over the frames costs
  *   as much as compressing them). frames holds len(prev_deltas) contiguous frames; each is compressed
- *   with lz4 (the bytes of lz4_codec.compress, python-lz4's), and all are written back to back at offset
+ *   with lz4 (the bytes of lz4_codec.compress, python-lz4's), on up to `threads` threads of the pool
+ *   (frame_compress.h, apart from the writes; or taken from `ahead`, a compress_ahead capsule of these
+ *   frames, once compressed), and all are written back to back at offset
  *   of the segment file open as descriptor, whose first byte is ring position segment_start. Then entry
  *   (first_step + i) mod frame_slots gets the frame's ring position, length, checksum (CRC-32 seeded
  *   with step * seed_multiplier + prev delta) and prev_deltas[i]; layout as decode_entries takes it,
@@ -31,7 +33,7 @@ PyObject *py_write_rows(PyObject *module, PyObject *args);
 #define FAST_ADD_METHODS                                                                                           \
     {"append_frames", py_append_frames, METH_VARARGS,                                                              \
      "append_frames(frames, prev_deltas, first_step, table, frame_slots, layout, seed_multiplier, descriptor,\n"   \
-     "              segment_start, offset, segment_bytes) -> int\n\n"                                              \
+     "              segment_start, offset, segment_bytes, threads) -> int\n\n"                                     \
      "Compress frames, write them at offset of a segment file and fill their frame-table entries: the bytes\n"     \
      "written, or -1 (nothing written) when they would run past the segment's end."},                              \
     {"write_rows", py_write_rows, METH_VARARGS,                                                                    \

@@ -113,6 +113,18 @@ check_threads(int threads)
 }
 
 PyObject *
+py_wake_helpers(PyObject *module, PyObject *arg)
+{
+    (void)module;
+    long helpers = PyLong_AsLong(arg);
+    if (helpers == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    pool_wake(helpers > POOL_MAX_THREADS ? POOL_MAX_THREADS : (int)helpers);
+    Py_RETURN_NONE;
+}
+
+PyObject *
 py_decode(PyObject *module, PyObject *args)
 {
     (void)module;

@@ -47,7 +47,14 @@ PyObject *py_decode(PyObject *module, PyObject *args);
  *   said about which frame: the caller's general path finds it. */
 PyObject *py_decode_entries(PyObject *module, PyObject *args);
 
+/* wake_helpers(helpers) -> None
+ *   Wakes up to `helpers` of the pool's sleeping helper threads (work_pool.h, pool_wake): a hint that a
+ *   batch will be decoded on that many helpers shortly. */
+PyObject *py_wake_helpers(PyObject *module, PyObject *arg);
+
 #define LZ4_DECODE_METHODS                                                                                         \
+    {"wake_helpers", py_wake_helpers, METH_O,                                                                      \
+     "wake_helpers(helpers): wake up to that many sleeping helper threads for a batch about to be decoded."},      \
     {"decode", py_decode, METH_VARARGS,                                                                            \
      "decode(views, segments, offsets, lengths, checksums, seeds, out, frame_nbytes, threads) -> int\n\n"          \
      "Decode n lz4 blocks into out with the GIL released; -1 when all are good, else the first bad index."},       \

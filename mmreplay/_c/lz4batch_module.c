@@ -10,6 +10,8 @@
  *   row_gather       gather_rows, gather_fields, prefetch_rows: a sampled batch's rows, checked
  *   link_follow      follow_links: frame stacks through the frame table's episode links
  *   transition_read  read_transitions: rows, stacks and frames of a sampled batch in one call
+ *   frame_compress   compress_frames, compress_ahead: frames compressed alone on the pool's threads, at
+ *                    once or ahead while the caller works on (add's fast path, encode_frames)
  *   fast_add         append_frames, write_rows: add's fast path, its writes in one call each
  *
  * The pure-Python code each function accelerates gives identical results (MMREPLAY_PURE_PYTHON=1 runs it). */
@@ -18,6 +20,7 @@
 
 #include "crc32.h"
 #include "fast_add.h"
+#include "frame_compress.h"
 #include "frame_entries.h"
 #include "link_follow.h"
 #include "lz4_api.h"
@@ -37,14 +40,16 @@ static PyMethodDef methods[] = {
     LINK_FOLLOW_METHODS
     TRANSITION_READ_METHODS
     FAST_ADD_METHODS
+    FRAME_COMPRESS_METHODS
     {NULL, NULL, 0, NULL},
 };
 
 /* The interface of this module's functions, as mmreplay/extensions.py's INTERFACES expects it: bump
  * both when a function is added or its arguments change, so that a build from older sources is
  * refused (and its pure-Python fallback used) rather than failing mid-call. 4: the row functions take
- * row_layout()'s capsule instead of env_bytes. */
-#define INTERFACE 4
+ * row_layout()'s capsule instead of env_bytes. 5: threads up to 64 (POOL_MAX_THREADS), append_frames'
+ * threads and frames compressed ahead, compress_frames, compress_ahead, wake_helpers. */
+#define INTERFACE 5
 
 static struct PyModuleDef module_definition = {
     PyModuleDef_HEAD_INIT, "mmreplay._lz4batch",

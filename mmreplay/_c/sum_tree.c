@@ -29,14 +29,7 @@ np_less(double a, double b)
     return a < b || (b != b && a == a);
 }
 
-/* A node array: its nodes and its size (leaves, a power of two). */
-typedef struct {
-    double *nodes;
-    Py_ssize_t size;
-    int depth; /* levels below the root: size == 1 << depth */
-} Tree;
-
-static int
+int
 parse_tree(const Py_buffer *view, const char *name, Tree *tree)
 {
     Py_ssize_t count = view->len / (Py_ssize_t)sizeof(double);
@@ -59,8 +52,7 @@ parse_tree(const Py_buffer *view, const char *name, Tree *tree)
     return 0;
 }
 
-/* The number of 8-byte items of a batch argument, or -1 with an error set. */
-static Py_ssize_t
+Py_ssize_t
 parse_items(const Py_buffer *view, const char *name)
 {
     if (view->len % 8 != 0 || (uintptr_t)view->buf % 8 != 0) {
@@ -146,7 +138,7 @@ find_chunk(const Tree *tree, int top, const double *cumulative, const double *ta
     }
 }
 
-static void
+void
 find_all(const Tree *tree, int top, double *cumulative, const double *targets, int64_t *out, Py_ssize_t n)
 {
     const double *sums = tree->nodes;
@@ -224,7 +216,7 @@ recompute(double *sums, double *minimums, Py_ssize_t node)
  * crossing paths leave each node left + right of its final children, as the numpy code's paths (child +
  * sibling: IEEE addition commutes) and its rebuild of the whole top do. Nodes off the paths keep their
  * values, already left + right of children that did not change (SumTree settles before a set). */
-static void
+void
 set_all(const Tree *tree, double *minimums, const int64_t *indices, const double *values, Py_ssize_t n)
 {
     double *sums = tree->nodes;
@@ -249,7 +241,7 @@ set_all(const Tree *tree, double *minimums, const int64_t *indices, const double
     }
 }
 
-static int
+int
 parse_pair(Py_buffer *sums_view, Py_buffer *minimums_view, Tree *tree)
 {
     Tree minimums;

@@ -19,6 +19,32 @@
 
 #include <Python.h>
 
+#include <stdint.h>
+
+/* A node array: its nodes and its size (leaves, a power of two). */
+typedef struct {
+    double *nodes;
+    Py_ssize_t size;
+    int depth; /* levels below the root: size == 1 << depth */
+} Tree;
+
+/* The tree of a buffer of 2 * size float64 nodes (size a power of two), or -1 with an error set. */
+int parse_tree(const Py_buffer *view, const char *name, Tree *tree);
+
+/* Both trees (sums and minimums, of one size), or -1 with an error set. */
+int parse_pair(Py_buffer *sums_view, Py_buffer *minimums_view, Tree *tree);
+
+/* The number of 8-byte items of an aligned batch argument, or -1 with an error set. */
+Py_ssize_t parse_items(const Py_buffer *view, const char *name);
+
+/* The leaf of each of targets[0:n] into out, as py_find finds it; cumulative has room for 2^top + 1
+ * doubles. */
+void find_all(const Tree *tree, int top, double *cumulative, const double *targets, int64_t *out, Py_ssize_t n);
+
+/* Leaves indices[i] set to values[i] (the last of repeats wins; each index in [0, size)) and their
+ * ancestors recomputed, as py_set does; the tree settled before. */
+void set_all(const Tree *tree, double *minimums, const int64_t *indices, const double *values, Py_ssize_t n);
+
 /* find(sums, targets, out, top_level) -> None
  *   For each float64 target, the leaf (an int64 written to out) that SumTree.find's numpy code finds:
  *   cumulative sums of the 2^top nodes of the top level, added one after the other as np.cumsum does,

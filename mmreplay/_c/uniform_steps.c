@@ -4,16 +4,8 @@
 
 #include <stdint.h>
 
+#include "bit_generator.h"
 #include "uniform_steps.h"
-
-/* numpy's bitgen_t (numpy/random/bitgen.h), which a BitGenerator's "capsule" holds: a stable layout. */
-typedef struct {
-    void *state;
-    uint64_t (*next_uint64)(void *state);
-    uint32_t (*next_uint32)(void *state);
-    double (*next_double)(void *state);
-    uint64_t (*next_raw)(void *state);
-} BitGen;
 
 PyObject *
 py_uniform_steps(PyObject *module, PyObject *args)
@@ -25,8 +17,8 @@ py_uniform_steps(PyObject *module, PyObject *args)
         return NULL;
     }
     PyObject *result = NULL;
-    PyObject *capsule = PyObject_GetAttrString(bit_generator, "capsule");
-    BitGen *bitgen = capsule == NULL ? NULL : PyCapsule_GetPointer(capsule, "BitGenerator");
+    PyObject *capsule;
+    BitGen *bitgen = bit_generator_open(bit_generator, &capsule);
     if (bitgen == NULL) {
         goto done; /* the error is set: not a numpy BitGenerator */
     }

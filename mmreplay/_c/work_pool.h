@@ -1,14 +1,15 @@
 /* The helper threads that share a batch's work with the calling thread: started once per process and
  * kept, since starting a thread costs more than its share of a sampled batch (~20 us against ~60 us for
  * 80 Pong frames). Batch decoding uses them; what else runs on them (compression in the fast add)
- * needs only pool_run. */
+ * needs only pool_run. How many threads a batch takes is the caller's choice (mmreplay/frames/
+ * threads.py: the batch's size and the cores the process may use). */
 #ifndef MMREPLAY_WORK_POOL_H
 #define MMREPLAY_WORK_POOL_H
 
 #include <Python.h>
 
 /* The most threads one pool_run uses (the caller included). */
-#define POOL_MAX_THREADS 16
+#define POOL_MAX_THREADS 64
 
 /* One task of a job: task runs once for each of its numbers, on any thread, in any order. */
 typedef void (*pool_task)(void *context, Py_ssize_t number);
@@ -17,7 +18,25 @@ typedef void (*pool_task)(void *context, Py_ssize_t number);
  * (fewer when there are fewer tasks), and returns once every one has run; context is touched only by
  * tasks, so it may live on the caller's stack. Tasks are claimed one at a time, so keep each small (a
  * few frames): a helper that starts late, or is preempted, then delays little. Without the memory or
- * the threads for helpers the calling thread runs every task. Call with the GIL released. */
+ * the threads for helpers the calling thread runs every task. Call with the GIL released; several
+ * threads may call at once (helpers join the newest job). */
 void pool_run(Py_ssize_t tasks, int threads, pool_task task, void *context);
+
+/* pool_run in two halves, so that the caller can do other work while helpers start on the job:
+ * pool_post hands the tasks to up to threads - 1 helpers and returns at once (NULL when there are none
+ * to hand them to); pool_join, given the same tasks, task and context, runs what no helper took and
+ * returns once every task has run. Every post must be joined, and context must live until then. With
+ * `ahead` (the caller works on before it joins: a frame compressed while its add is checked), every
+ * task may go to a helper, but only to one already awake: waking one costs the caller a system call
+ * and the helper longer to start than such a job takes (helpers not started yet start, awake). */
+typedef struct PoolJob PoolJob;
+PoolJob *pool_post(Py_ssize_t tasks, int threads, pool_task task, void *context, int ahead);
+void pool_join(PoolJob *job, Py_ssize_t tasks, pool_task task, void *context);
+
+/* Wakes up to `helpers` sleeping helpers, which then poll for a job for a while (SPIN_NANOSECONDS): a
+ * hint from a caller that will post a job shortly (a sampled batch's decode, after its rows are read),
+ * so that helpers asleep between batches (a learner's update takes milliseconds) are awake when it
+ * comes, instead of waking only then. Costs an atomic load when none sleeps. */
+void pool_wake(int helpers);
 
 #endif

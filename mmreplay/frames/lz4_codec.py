@@ -5,8 +5,8 @@ back at the wrong step (a slot reused by the ring) fails the check just like a f
 
 A sampled batch decodes its frames with one call, ``decode_batch``. It runs in the compiled extension
 ``mmreplay._lz4batch`` (the system's liblz4 and zlib, the GIL released once per batch, large batches
-split over two threads) when that was built, else in a Python loop over python-lz4 with identical
-results; ``ACCELERATED`` says which. One python-lz4 call per frame costs ~3 us of overhead against a
+shared with helper threads as ``threads.batch_threads`` decides) when that was built, else in a Python loop
+over python-lz4 with identical results; ``ACCELERATED`` says which. One python-lz4 call per frame costs ~3 us of overhead against a
 decode of ~1 us, and holds the GIL, which is why the extension exists. ``decode_from_table`` is the
 frame ring's fast path: the extension also reads the frame table's entries, so that a sampled batch
 costs one call instead of a dozen numpy calls (each several microseconds once the decoded pixels
@@ -28,40 +28,53 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay import extensions
+from mmreplay.frames.threads import (
+    MAX_THREADS,
+    batch_threads,
+    compress_threads,
+    thread_limit,
+)
 
 _lz4batch: ModuleType | None = extensions.load("_lz4batch")
 
 ACCELERATED: bool = _lz4batch is not None
 
-# A second thread pays from about half a sampled batch. The extension keeps its helper threads (starting
-# one cost 20-45 us, as much as decoding half a sampled batch) and a helper polls for the next batch for
-# 200 us before it sleeps (_c/work_pool.c, SPIN_NANOSECONDS). Measured on the 2-core development machine, a
-# loop of store.sample(32) calls on a 100k Pong store (medians of 12 interleaved rounds of 500 batches):
-# one thread 5,263 batches/s, two 6,581 (+25%); with a 56 us poll two threads gained 1% (the helper
-# slept between batches, and waking it cost what it saved). Likewise the caller polls (up to 100 us) for
-# the helper to finish its last frames rather than sleep until woken: 1.12x the batches/s in a paired
-# A/B on the AMD development VM. The price: while batches keep coming, the helper holds the other
-# core, up to 200 us after each.
-_SPLIT_MIN_BYTES = 512 << 10
-_MAX_THREADS = 16
-
-
-def decode_threads(nbytes: int) -> int:
-    """How many threads decode a batch of ``nbytes`` decoded bytes: two from ``_SPLIT_MIN_BYTES``. Tiny
-    batches (CartPole's 1.6 KB) never wake a helper: that would cost more than their whole decode."""
-    return 2 if nbytes >= _SPLIT_MIN_BYTES else 1
-
-
-def rows_on_two_threads(row_nbytes: int) -> int:
-    """The fewest rows of ``row_nbytes`` decoded bytes each that ``decode_threads`` splits over two
-    threads, for a caller that decides per batch from its row count alone."""
-    return -(-_SPLIT_MIN_BYTES // row_nbytes)
-
-
 def compress(frame: npt.NDArray[np.uint8]) -> bytes:
     """Compress one contiguous frame; the uncompressed size is not stored (the store knows it)."""
     payload: bytes = lz4.block.compress(frame, store_size=False)
     return payload
+
+
+def compress_batch(
+    frames: npt.NDArray[np.uint8], seeds: npt.NDArray[np.uint32], *, limit: int | None = None
+) -> tuple[bytes, npt.NDArray[np.int64], npt.NDArray[np.uint32]]:
+    """Each of the C-contiguous ``frames`` ((n, *frame_shape), n >= 1) compressed alone, as ``compress``
+    does: their blocks back to back, each block's length, and its ``checksum`` seeded with ``seeds[i]``.
+    One compiled call on up to ``threads.compress_threads`` threads (``limit``: by default the cores this
+    process may use) where the extension is built, else a Python loop with the same results."""
+    n = len(frames)
+    lengths, checksums = np.empty(n, np.int64), np.empty(n, np.uint32)
+    frame_nbytes = frames.nbytes // n
+    if _lz4batch is not None and 0 < frame_nbytes <= 1 << 30:
+        threads = compress_threads(n, frame_nbytes, thread_limit() if limit is None else limit)
+        seeds = np.ascontiguousarray(seeds, np.uint32)
+        data: bytes = _lz4batch.compress_frames(frames, seeds, lengths, checksums, threads)
+        return data, lengths, checksums
+    payloads = [compress(frame) for frame in frames]
+    lengths[:] = [len(payload) for payload in payloads]
+    checksums[:] = [checksum(payload, int(seed)) for payload, seed in zip(payloads, seeds.tolist())]
+    return b"".join(payloads), lengths, checksums
+
+
+def compress_ahead(frames: npt.NDArray[np.generic], *, threads: int) -> object | None:
+    """Start compressing the C-contiguous ``frames`` ((n, *frame_shape)) on ``threads - 1`` of the
+    compiled pool's helpers and return at once: an opaque handle that ``FrameRing.append_frames(...,
+    ahead=...)`` of the same frames takes instead of compressing them (the caller checks its add
+    meanwhile). None without the extension. A handle dropped untaken waits for its helper first."""
+    if _lz4batch is None or len(frames) == 0:
+        return None
+    handle: object = _lz4batch.compress_ahead(frames, len(frames), threads)
+    return handle
 
 
 def checksum(payload: bytes | memoryview, frame_step: int) -> int:
@@ -87,6 +100,7 @@ def decode_batch(
     views: Sequence[memoryview],
     accelerated: bool = ACCELERATED,
     threads: int | None = None,
+    limit: int | None = None,
 ) -> int:
     """Decode n frames into ``out[i]``; -1 when all are good, else the index of the first bad frame.
 
@@ -96,8 +110,8 @@ def decode_batch(
     ``checksums[i]``, and they decode to exactly one frame. ``out`` is a C-contiguous (n, *frame_shape)
     uint8 array; when the result is not -1, its content is unspecified (the caller raises).
     ``accelerated=False`` forces the python-lz4 loop (tests compare both). ``threads`` is how many
-    threads share an accelerated batch; by default one, and two from 512 KiB of output (~75 Atari
-    frames: a sampled batch of 32 x 5 frames splits; see ``_SPLIT_MIN_BYTES``).
+    threads share an accelerated batch; by default ``threads.batch_threads`` of its decoded size
+    and ``limit`` (by default the cores this process may use: ``threads.thread_limit()``).
     """
     n = _validate(segments, offsets, lengths, checksums, seeds, out)
     if n == 0:
@@ -113,9 +127,9 @@ def decode_batch(
     )
     if accelerated and _lz4batch is not None:
         if threads is None:
-            threads = decode_threads(n * frame_nbytes)
-        elif not 1 <= threads <= _MAX_THREADS:
-            raise ValueError(f"threads is {threads}; expected 1 to {_MAX_THREADS}")
+            threads = batch_threads(n * frame_nbytes, thread_limit() if limit is None else limit)
+        elif not 1 <= threads <= MAX_THREADS:
+            raise ValueError(f"threads is {threads}; expected 1 to {MAX_THREADS}")
         # The extension checks each segment against len(views), with the message below.
         return int(_lz4batch.decode(views, *arrays, out, frame_nbytes, threads))
     if accelerated:
@@ -135,6 +149,7 @@ def decode_from_table(
     bytes_written: int,
     views: Sequence[memoryview],
     base: int,
+    limit: int,
 ) -> bool:
     """Locate frames through a frame table and decode them in one call: a frame ring's fast path.
 
@@ -147,12 +162,12 @@ def decode_from_table(
     C-contiguous, of any dtype: frame i is its i-th ``out.nbytes // n`` bytes); else False
     (``out`` is then unspecified), and
     always False without the extension: the caller then takes its general path, ``decode_batch``,
-    which finds the frame at fault. Threads as in ``decode_batch``.
+    which finds the frame at fault. Threads as in ``decode_batch``, at most ``limit``.
     """
     if _lz4batch is None or len(frame_steps) == 0:
         return _lz4batch is not None
     frame_nbytes = out.nbytes // len(frame_steps)
-    threads = decode_threads(out.nbytes)
+    threads = batch_threads(out.nbytes, limit)
     steps = np.ascontiguousarray(frame_steps, np.int64)
     return bool(
         _lz4batch.decode_entries(

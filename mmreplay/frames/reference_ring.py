@@ -39,8 +39,12 @@ class ReferenceFrameRing(FrameRing):
             oldest_frame, self.frames_written, ref_deltas_of=self.ref_deltas, scheme=self.scheme
         )
 
-    def decode_into(self, frame_steps: npt.NDArray[np.int64], out: npt.NDArray[np.generic]) -> None:
-        """Decode each frame into ``out[i]`` with the frames it depends on, checking every CRC.
+    def decode_into(
+        self, frame_steps: npt.NDArray[np.int64], out: npt.NDArray[np.generic], *, limit: int
+    ) -> None:
+        """Decode each frame into ``out[i]`` with the frames it depends on, checking every CRC. On the
+        calling thread whatever ``limit`` allows: a chain decodes in order (sharing a batch's levels with
+        the pool's helpers is issue 28's, with ``threads.batch_threads`` as the plain ring's).
 
         Raises ``FrameChecksumError`` for the first requested frame that cannot be decoded, naming the
         frame at fault (it, or a frame it is compressed against) and the files that may be corrupt.

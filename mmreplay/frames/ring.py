@@ -229,10 +229,14 @@ class FrameRing:
         self.bytes_written = position
         return first_step
 
-    def append_frames(self, frames: npt.NDArray[np.generic], prev_deltas: list[int]) -> None:
+    def append_frames(
+        self, frames: npt.NDArray[np.generic], prev_deltas: list[int], *, threads: int = 1, ahead: object | None = None
+    ) -> None:
         """``append`` for a plain ring, given the frames uncompressed (``len(prev_deltas)`` contiguous
         frames): the compiled extension compresses and writes them in one call, which costs less than a
-        Python loop over them; the same bytes as compressing them with ``codec.compress`` for ``append``."""
+        Python loop over them; the same bytes as compressing them with ``codec.compress`` for ``append``.
+        The compression runs on up to ``threads`` threads (``threads.compress_threads``), or was started
+        ahead: ``ahead``, ``lz4_codec.compress_ahead`` of these same frames."""
         assert not self._with_refs, "append_frames writes a plain ring's frames"
         if _lz4batch is not None:
             first_step, position = self.frames_written, self.bytes_written
@@ -240,7 +244,7 @@ class FrameRing:
             self._reserve_entries(first_step + len(prev_deltas))
             written = _lz4batch.append_frames(
                 frames, prev_deltas, first_step, self._entries, self.frame_slots, self._layout, _SEED_MULTIPLIER,
-                self._descriptor_of(segment), position - offset, offset, self.segment_bytes,
+                self._descriptor_of(segment), position - offset, offset, self.segment_bytes, threads, ahead,
             )
             if written >= 0:
                 self.frames_written = first_step + len(prev_deltas)
@@ -368,9 +372,11 @@ class FrameRing:
             return self.bytes_written
         return int(self._table["position"][frame_step % self.frame_slots])
 
-    def decode_into(self, frame_steps: npt.NDArray[np.int64], out: npt.NDArray[np.generic]) -> None:
+    def decode_into(
+        self, frame_steps: npt.NDArray[np.int64], out: npt.NDArray[np.generic], *, limit: int
+    ) -> None:
         """Decode each frame into ``out[i]`` (a C-contiguous (n, *frame_shape) array of the ring's
-        ``frame_dtype``), checking its CRC.
+        ``frame_dtype``), checking its CRC, on at most ``limit`` threads (``threads.batch_threads``).
 
         The whole batch is decoded by one ``codec.decode_batch`` call (the GIL released once). Before
         any segment is touched, every entry must place its frame inside the bytes written: a corrupt
@@ -389,6 +395,7 @@ class FrameRing:
             bytes_written=self.bytes_written,
             views=self._view_cache[1],
             base=self._view_cache[0],
+            limit=limit,
         ):
             return
         # The general path: also what finds and names the frame at fault when the fast path fails.
@@ -414,6 +421,7 @@ class FrameRing:
             frame_steps.astype(np.uint32) * np.uint32(_SEED_MULTIPLIER) + entries["prev_delta"],  # frame_seed
             out.reshape(len(frame_steps), -1).view(np.uint8),  # lz4 writes bytes
             views=views,
+            limit=limit,
         )
         if bad >= 0:
             raise FrameChecksumError(

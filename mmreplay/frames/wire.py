@@ -29,7 +29,8 @@ import numpy.typing as npt
 
 from mmreplay.errors import CorruptStoreError
 from mmreplay.frames import lz4_codec
-from mmreplay.validation import parse_shape
+from mmreplay.frames.threads import thread_limit
+from mmreplay.validation import parse_decode_threads, parse_shape
 
 T = TypeVar("T", bound=np.generic)
 
@@ -90,13 +91,15 @@ class EncodedFrames:
         return BlockRefs(np.zeros(order.shape, np.int64), starts[order], self.lengths[order], self.checksums[order],
                          self.seeds[order].astype(np.int64))
 
-    def decode(self, order: npt.NDArray[np.int64] | None = None) -> npt.NDArray[np.uint8]:
+    def decode(
+        self, order: npt.NDArray[np.int64] | None = None, *, decode_threads: int | None = None
+    ) -> npt.NDArray[np.uint8]:
         """The frames' pixels, (n, *frame_shape) uint8, in ``order`` (indices into these frames, repeats
         allowed; by default each once), each checked against its checksum: ``CorruptStoreError`` if one
-        fails or does not decode to exactly one frame."""
+        fails or does not decode to exactly one frame. ``decode_threads`` as in ``decode_blocks``."""
         order = np.arange(len(self), dtype=np.int64) if order is None else frame_indices(order, "order", len(self))
         pixels = np.empty((len(order), *self.frame_shape), np.uint8)
-        decode_blocks([self], self.blocks(order), pixels, numbers=order)
+        decode_blocks([self], self.blocks(order), pixels, numbers=order, decode_threads=decode_threads)
         return pixels
 
     def __repr__(self) -> str:
@@ -193,11 +196,14 @@ class BlockRefs:
 
 def decode_blocks(
     sources: Sequence[EncodedFrames], refs: BlockRefs, out: npt.NDArray[np.uint8], *,
-    numbers: npt.NDArray[np.int64] | None = None,
+    numbers: npt.NDArray[np.int64] | None = None, decode_threads: int | None = None,
 ) -> None:
     """Decode the referenced frames into ``out`` ((refs' size, *frame_shape) uint8, C-contiguous) in one
     call of the compiled decoder, each checked against its checksum: ``CorruptStoreError`` if one fails
-    or does not decode to exactly one frame, naming it by ``numbers`` (by default its position)."""
+    or does not decode to exactly one frame, naming it by ``numbers`` (by default its position). The
+    batch decodes on as many threads as its size asks (``threads.batch_threads``), at most the cores this
+    process may use and ``decode_threads`` (None: no cap)."""
+    limit = thread_limit(parse_decode_threads(decode_threads))
     count = refs.starts.size
     if not isinstance(out, np.ndarray) or out.dtype != np.uint8 or out.ndim < 2 or out.shape[0] != count:
         raise ValueError(
@@ -219,6 +225,7 @@ def decode_blocks(
     bad = lz4_codec.decode_batch(
         refs.sources.reshape(-1), refs.starts.reshape(-1), refs.lengths.reshape(-1), refs.checksums.reshape(-1),
         refs.seeds.reshape(-1), out.reshape(count, -1), views=[memoryview(source.data) for source in sources],
+        limit=limit,
     )
     if bad >= 0:
         raise CorruptStoreError(
@@ -238,14 +245,13 @@ def encode_frames(frames: npt.ArrayLike) -> EncodedFrames:
     if array.ndim < 2:
         raise ValueError(f"frames has shape {array.shape}; expected (n, *frame_shape)")
     array = np.ascontiguousarray(array)
-    payloads = [lz4_codec.compress(frame) for frame in array]
-    return EncodedFrames(
-        data=b"".join(payloads),
-        lengths=np.array([len(payload) for payload in payloads], np.int64),
-        checksums=np.array([lz4_codec.checksum(payload, 0) for payload in payloads], np.uint32),
-        seeds=np.zeros(len(payloads), np.uint32),
-        frame_shape=tuple(array.shape[1:]),
-    )
+    seeds = np.zeros(len(array), np.uint32)
+    if len(array) == 0:
+        data, lengths, checksums = b"", np.zeros(0, np.int64), np.zeros(0, np.uint32)
+    else:  # one compiled call for the batch, on the cores this process may use
+        data, lengths, checksums = lz4_codec.compress_batch(array, seeds)
+    return EncodedFrames(data=data, lengths=lengths, checksums=checksums, seeds=seeds,
+                         frame_shape=tuple(array.shape[1:]))
 
 
 def encode_stacks(stacks: npt.ArrayLike) -> tuple[EncodedFrames, npt.NDArray[np.int64]]:

@@ -61,7 +61,10 @@ def frame_columns(index: npt.NDArray[np.int64], stack_size: int, columns: int) -
 class GroupBatches:
     """The ``G`` batches of one group, from the shards' parts (see the module docstring)."""
 
-    def __init__(self, parts: Sequence[Part], *, batch_size: int, stack_size: int, global_min: float, beta: float) -> None:
+    def __init__(
+        self, parts: Sequence[Part], *, batch_size: int, stack_size: int, global_min: float, beta: float,
+        decode_threads: int | None = None,
+    ) -> None:
         parts = sorted(parts, key=lambda part: part.shard)
         counts = np.stack([part.counts for part in parts], axis=1)  # (G, parts)
         groups = len(counts)
@@ -78,6 +81,7 @@ class GroupBatches:
         order = np.empty(groups * batch_size, np.int64)
         order[np.concatenate(positions)] = np.arange(groups * batch_size)
         self.parts = parts
+        self.decode_threads = decode_threads  # decode_blocks' cap on the threads a batch decodes on
         self.stack_size = stack_size
         self.batch_size = batch_size
         self.columns = stack_size + 1
@@ -105,18 +109,19 @@ class GroupBatches:
         pixels = np.empty((self.batch_size, self.columns, *self.frame_shape), np.uint8)
         rows = slice(g * self.batch_size, (g + 1) * self.batch_size)
         decode_blocks([part.batch.frames for part in self.parts], self.joined.take(rows),
-                      pixels.reshape(-1, *self.frame_shape))
+                      pixels.reshape(-1, *self.frame_shape), decode_threads=self.decode_threads)
         size = self.stack_size
         return Batch(obs=pixels[:, :size], next_obs=pixels[:, -size:],
                      **{name: array[rows] for name, array in self.fields.items()})
 
 
 def join_sequences(
-    parts: Sequence[tuple[int, EncodedSequenceBatch, dict[str, Any]]], *, stack_size: int, global_min: float, beta: float
+    parts: Sequence[tuple[int, EncodedSequenceBatch, dict[str, Any]]], *, stack_size: int, global_min: float,
+    beta: float, decode_threads: int | None = None,
 ) -> SequenceBatch:
     """The shards' encoded windows (shard, windows, its info), shard after shard, as one ``SequenceBatch``:
     global ids (-1 past a window's end), weights rescaled to the global minimum, every frame decoded in
-    one call."""
+    one call (on at most ``decode_threads`` threads)."""
     columns = stack_size + 1
     if any(part.frame_index.shape[-1] != stack_size + 1 for _, part, _ in parts):
         columns = 2 * stack_size
@@ -125,7 +130,8 @@ def join_sequences(
     mask = np.concatenate([part.mask for _, part, _ in parts])
     frame_shape = parts[0][1].frames.frame_shape
     pixels = np.empty((*mask.shape, columns, *frame_shape), np.uint8)
-    decode_blocks([part.frames for _, part, _ in parts], refs, pixels.reshape(-1, *frame_shape))
+    decode_blocks([part.frames for _, part, _ in parts], refs, pixels.reshape(-1, *frame_shape),
+                  decode_threads=decode_threads)
     pixels[~mask] = 0
     arrays: dict[str, Any] = {
         name: np.concatenate([getattr(part, name) for _, part, _ in parts])

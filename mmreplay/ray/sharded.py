@@ -36,7 +36,7 @@ from mmreplay.ray.assembly import EPOCH_BITS, SHARD_BITS, STEP_BITS, GroupBatche
 from mmreplay.ray.rate_limit import RateLimit
 from mmreplay.ray.shard import ReplayShard, ShardConfig
 from mmreplay.ray.writer import ShardWriter
-from mmreplay.validation import parse_positive_int, parse_rng
+from mmreplay.validation import parse_decode_threads, parse_positive_int, parse_rng
 
 _LOST = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
 _WAIT_S = 0.002
@@ -60,8 +60,13 @@ class _Directory:
 class ShardedReplay:
     """A replay over ``num_shards`` shard actors; ``create`` it once, ``connect`` to it from anywhere."""
 
-    def __init__(self, name: str, description: dict[str, Any], shards: list[Any]) -> None:
+    def __init__(
+        self, name: str, description: dict[str, Any], shards: list[Any], *, decode_threads: int | None = None
+    ) -> None:
         self.name = name
+        # This process's cap on the threads a batch decodes on (the shards' own stores decode nothing:
+        # they send blocks), for the batches it assembles and the stores it reads directly.
+        self.decode_threads = parse_decode_threads(decode_threads)
         self._description = description
         self._shards = shards
         self._infos: list[dict[str, Any] | None] = [None] * len(shards)
@@ -91,6 +96,7 @@ class ShardedReplay:
         namespace: str | None = None,
         detached: bool = True,
         commit_interval_s: float | None = 5.0,
+        decode_threads: int | None = None,
     ) -> ShardedReplay:
         """Start ``num_shards`` shard actors, each owning ``<root>/shard-<k>`` on its node's disk
         (reopened at its last commit if it exists); ``capacity`` is the total over all shards.
@@ -99,8 +105,10 @@ class ShardedReplay:
         for ``direct_read``), or a list of Ray node ids, one per shard. ``detached`` actors outlive the
         process that created them (``connect`` finds them by ``name`` in ``namespace``, by default the
         creating job's; ``close(destroy=True)`` ends them).
-        Ray restarts a dead shard ``max_restarts`` times (-1: always).
+        Ray restarts a dead shard ``max_restarts`` times (-1: always). ``decode_threads``: this process's
+        cap on the threads a sampled batch decodes on (None: the cores it may use), as ``ReplayStore.open``'s.
         """
+        decode_threads = parse_decode_threads(decode_threads)
         num_shards = parse_positive_int(num_shards, "num_shards")
         capacity = parse_positive_int(capacity, "capacity")
         if capacity < num_shards:
@@ -145,19 +153,19 @@ class ShardedReplay:
             )
             shards.append(actor.remote(str(root), k, config))
         ray.remote(_Directory).options(name=name, namespace=namespace, lifetime=lifetime, num_cpus=0).remote(description)
-        replay = cls(name, description, shards)
+        replay = cls(name, description, shards, decode_threads=decode_threads)
         replay.refresh()
         return replay
 
     @classmethod
-    def connect(cls, name: str, *, namespace: str | None = None) -> ShardedReplay:
+    def connect(cls, name: str, *, namespace: str | None = None, decode_threads: int | None = None) -> ShardedReplay:
         """The replay that ``create`` started under ``name``, from any process of the Ray cluster
-        (``namespace``: the one it was created in; by default this job's)."""
+        (``namespace``: the one it was created in; by default this job's; ``decode_threads`` as ``create``'s)."""
         namespace = namespace or ray.get_runtime_context().namespace
         directory = ray.get_actor(name, namespace=namespace)
         description: dict[str, Any] = ray.get(directory.get.remote())  # type: ignore[assignment]
         shards = [ray.get_actor(_shard_name(name, k), namespace=namespace) for k in range(description["num_shards"])]
-        replay = cls(name, description, shards)
+        replay = cls(name, description, shards, decode_threads=decode_threads)
         replay.refresh()
         return replay
 
@@ -335,7 +343,7 @@ class ShardedReplay:
         """The batches of a group's parts: global ids, weights normalised by the global minimum."""
         return GroupBatches(parts, batch_size=batch_size, stack_size=self._description["stack_size"],
                             global_min=self._global_min([part.info for part in parts]),
-                            beta=0.4 if beta is None else beta)
+                            beta=0.4 if beta is None else beta, decode_threads=self.decode_threads)
 
     def sample_sequences(
         self,
@@ -368,7 +376,8 @@ class ShardedReplay:
             self._infos[k] = answer[1]
             parts.append((k, *answer))
         return join_sequences(parts, stack_size=self._description["stack_size"], beta=beta_value,
-                              global_min=self._global_min([info for _, _, info in parts]))
+                              global_min=self._global_min([info for _, _, info in parts]),
+                              decode_threads=self.decode_threads)
 
     def batches(
         self, batch_size: int, *, prefetch: int = 2, rng: np.random.Generator | int | None = None,
@@ -438,7 +447,7 @@ class ShardedReplay:
         if reader is None:
             info = self._infos[k]
             assert info is not None
-            reader = self._readers[k] = ReplayStore.open(Path(info["path"]), "r")
+            reader = self._readers[k] = ReplayStore.open(Path(info["path"]), "r", decode_threads=self.decode_threads)
         return reader
 
     # -- state ---------------------------------------------------------------------------------

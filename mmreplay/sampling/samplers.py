@@ -179,26 +179,17 @@ class PrioritizedSampler:
 
     def sample(self, batch_size: int, *, stored: range, rng: np.random.Generator) -> npt.NDArray[np.int64]:
         tree = self._require_tree()
-        total = tree.total
-        if not total > 0:
+        if not tree.total > 0:
             return uniform_steps(batch_size, stored, rng)
-        targets = rng.random(batch_size)
-        targets *= total  # in place: the same products as rng.random(batch_size) * total, one array fewer
-        steps = tree.find(targets)
-        # A slot's step is the one in stored whose slot it is; in place, as the found leaves are ours.
-        steps -= stored.start
-        steps %= self._slots
-        steps += stored.start
-        return steps
+        # A slot's step is the one in stored whose slot it is.
+        return tree.draw(rng, batch_size, first_step=stored.start, slots=self._slots)
 
     def weights(self, steps: npt.NDArray[np.int64], *, beta: float) -> npt.NDArray[np.float32]:
         """(N P(i))^-beta normalised by its maximum over the stored transitions, i.e. (p_i / p_min)^-beta."""
         tree = self._require_tree()
         if not tree.total > 0:  # every priority is 0: all are equal, and drawn uniformly
             return np.ones(len(steps), np.float32)
-        leaves = tree.leaves(steps % self._slots)
-        with np.errstate(divide="ignore"):  # a leaf of 0 is never drawn; its weight would be inf
-            return np.power(leaves / tree.minimum, -beta).astype(np.float32)
+        return tree.weights(steps, slots=self._slots, beta=beta)  # a leaf of 0 (never drawn) weighs inf
 
     @property
     def mass(self) -> tuple[float, float]:
@@ -208,12 +199,27 @@ class PrioritizedSampler:
         return float(tree.total), float(tree.minimum)
 
     def update_priorities(self, steps: npt.NDArray[np.int64], priorities: npt.NDArray[np.float64]) -> None:
-        stored = (steps >= self._stored.start) & (steps < self._stored.stop)
-        if not stored.all():
-            steps, priorities = steps[stored], priorities[stored]
-        if len(steps):
-            self._require_tree().set(steps % self._slots, (priorities + self.epsilon) ** self.alpha)
-            self.max_priority = max(self.max_priority, float(priorities.max()))
+        largest = self._require_tree().update(
+            steps, priorities, stored=self._stored, slots=self._slots, alpha=self.alpha, epsilon=self.epsilon
+        )
+        if largest is not None:
+            self.max_priority = max(self.max_priority, largest)
+
+    def update_priorities_checked(
+        self, steps: npt.NDArray[np.int64], priorities: npt.NDArray[np.float64], *, added: int
+    ) -> bool:
+        """``update_priorities`` with the store's checks made in the same compiled call (every step in
+        ``[0, added)``, every priority finite and >= 0): whether it applied them. False, with nothing
+        changed, when a check fails or the compiled call is not there: the store then checks in Python,
+        names what is wrong, and calls ``update_priorities``. ``steps`` int64 and ``priorities`` float64,
+        1-D, C-contiguous, of one length."""
+        applied, largest = self._require_tree().update_checked(
+            steps, priorities, added=added, stored=self._stored, slots=self._slots, alpha=self.alpha,
+            epsilon=self.epsilon,
+        )
+        if largest is not None:
+            self.max_priority = max(self.max_priority, largest)
+        return applied
 
     def state(self) -> dict[str, object]:
         state: dict[str, object] = {"max_priority": self.max_priority}

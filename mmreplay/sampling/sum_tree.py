@@ -14,10 +14,16 @@ leaves), so ``find``, ``set`` and the settling of filled ranges run in the compi
 ``mmreplay._sumtree`` when it was built and the arrays are native, aligned, C-contiguous float64. It
 makes the same double operations as the numpy code here, which stays as the fallback: both give the same
 nodes and find the same leaves, bit for bit. ``ACCELERATED`` says whether the extension is there.
+
+A prioritized batch takes one compiled call for each of its three steps: ``draw`` (its steps),
+``weights`` (their importance weights) and ``update`` (their new priorities). Their powers are the C
+library's ``pow`` on both paths (``c_powers``): numpy's ``np.power`` may take a vectorized pow (SVML
+on AVX-512 CPUs) whose last bit differs from it for ~5% of doubles.
 """
 
 from __future__ import annotations
 
+import math
 from types import ModuleType
 
 import numpy as np
@@ -30,6 +36,20 @@ TOP_LEVEL = 10  # the tree's top (levels up to this one, 2^10 nodes wide) is han
 _sumtree: ModuleType | None = extensions.load("_sumtree")
 
 ACCELERATED: bool = _sumtree is not None
+
+
+def c_powers(bases: npt.NDArray[np.float64], exponent: float) -> npt.NDArray[np.float64]:
+    """``bases ** exponent`` element by element, as the C library's ``pow`` gives it (what the compiled
+    calls use): +inf for 0 to a negative power and for an overflow, where ``math.pow`` raises. One Python
+    step per element: the fallback's price for agreeing with the compiled code to the bit."""
+    return np.fromiter((_c_pow(base, exponent) for base in bases.tolist()), np.float64, len(bases))
+
+
+def _c_pow(base: float, exponent: float) -> float:
+    try:
+        return math.pow(base, exponent)
+    except (ValueError, OverflowError):  # pow's pole (0 ** -y) and overflow: +inf for the bases here (>= 0)
+        return math.inf
 
 
 def tree_size(num_leaves: int) -> int:
@@ -204,6 +224,93 @@ class SumTree:
                 np.minimum(minimums[children[0]], minimums[children[1]], out=minimums[low : high + 1])
         self._rebuild_top()
         self._stale.clear()
+
+    def draw(self, rng: np.random.Generator, count: int, *, first_step: int, slots: int) -> npt.NDArray[np.int64]:
+        """``count`` steps drawn with replacement, each slot with probability leaf / total: a target
+        ``u * total`` for each (``u`` from ``rng.random``), the leaf that holds it (``find``), and the
+        step of that slot counting from ``first_step`` (``first_step + (leaf - first_step) % slots``).
+        Raises ``ValueError`` when every leaf is empty."""
+        self._settle()
+        if self._compiled is not None:
+            steps = np.empty(count, np.int64)
+            bit_generator = rng.bit_generator
+            with bit_generator.lock:
+                self._compiled.draw(bit_generator, self._sums, self._top, first_step, slots, steps)
+            return steps
+        targets = rng.random(count)
+        targets *= float(self._sums[1])  # in place: the same products as rng.random(count) * total
+        steps = self.find(targets)
+        steps -= first_step
+        steps %= slots
+        steps += first_step
+        return steps
+
+    def weights(self, steps: npt.NDArray[np.int64], *, slots: int, beta: float) -> npt.NDArray[np.float32]:
+        """``(leaf / minimum) ** -beta`` of each step's slot (``step % slots``), as float32: importance
+        weights normalised by the largest any non-empty leaf gets (an empty leaf's is +inf)."""
+        self._settle()
+        if self._compiled is not None:
+            weights = np.empty(len(steps), np.float32)
+            self._compiled.weights(self._sums, self._minimums, np.ascontiguousarray(steps, np.int64), slots, beta,
+                                   weights)
+            return weights
+        with np.errstate(over="ignore"):  # a huge leaf over a tiny minimum is +inf, as in C
+            ratios = self.leaves(steps % slots) / float(self._minimums[1])
+        return c_powers(ratios, -beta).astype(np.float32)
+
+    def update(
+        self,
+        steps: npt.NDArray[np.int64],
+        priorities: npt.NDArray[np.float64],
+        *,
+        stored: range,
+        slots: int,
+        alpha: float,
+        epsilon: float,
+    ) -> float | None:
+        """Set the leaves of the steps inside ``stored`` (slot ``step % slots``) to ``(priority +
+        epsilon) ** alpha``, the last of repeats winning; steps outside are skipped (evicted since they
+        were drawn). Returns the largest priority set (numpy's max), None when none was."""
+        self._settle()
+        if self._compiled is not None:
+            largest: float | None = self._compiled.update(
+                self._sums, self._minimums, np.ascontiguousarray(steps, np.int64),
+                np.ascontiguousarray(priorities, np.float64), stored.start, stored.stop, slots, alpha, epsilon,
+            )
+            return largest
+        inside = (steps >= stored.start) & (steps < stored.stop)
+        if not inside.all():
+            steps, priorities = steps[inside], priorities[inside]
+        if len(steps) == 0:
+            return None
+        self.set(steps % slots, c_powers(priorities + epsilon, alpha))
+        return float(priorities.max())
+
+    def update_checked(
+        self,
+        steps: npt.NDArray[np.int64],
+        priorities: npt.NDArray[np.float64],
+        *,
+        added: int,
+        stored: range,
+        slots: int,
+        alpha: float,
+        epsilon: float,
+    ) -> tuple[bool, float | None]:
+        """``update`` in one compiled call with the store's checks of its arguments made in it: every step
+        in ``[0, added)`` and every priority finite and >= 0. (True, ``update``'s result) when they hold;
+        (False, None), with nothing written, when one does not, or where the compiled call is not there
+        (the caller then checks, names what is wrong, and calls ``update``). ``steps`` int64 and
+        ``priorities`` float64 arrays of one length, C-contiguous."""
+        if self._compiled is None:
+            return False, None
+        self._settle()
+        result: float | None | bool = self._compiled.update(
+            self._sums, self._minimums, steps, priorities, stored.start, stored.stop, slots, alpha, epsilon, added
+        )
+        if result is False:
+            return False, None
+        return True, None if result is None else float(result)
 
     def find(self, targets: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
         """For each target in [0, total), the leaf whose cumulative range holds it (never an empty leaf).

@@ -51,9 +51,9 @@ class EncodedBatch:
         """Bytes of every array and block: what sending this batch costs."""
         return _nbytes(self)
 
-    def decode(self) -> Batch:
+    def decode(self, *, decode_threads: int | None = None) -> Batch:
         """The batch with its pixels (see ``decode_batch``)."""
-        return decode_batch(self)
+        return decode_batch(self, decode_threads=decode_threads)
 
     def __repr__(self) -> str:
         return (
@@ -68,15 +68,18 @@ def _nbytes(batch: EncodedBatch | EncodedSequenceBatch) -> int:
     return batch.frames.nbytes + int(sum(array.nbytes for array in arrays))
 
 
-def decode_batch(encoded: EncodedBatch) -> Batch:
+def decode_batch(encoded: EncodedBatch, *, decode_threads: int | None = None) -> Batch:
     """Decode an ``EncodedBatch`` into the ``Batch`` that ``sample`` returns for the same draw: each
     transition's frames decoded straight into place by the compiled decoder, every block checked
-    against the checksum it had on disk (``CorruptStoreError`` if one fails)."""
+    against the checksum it had on disk (``CorruptStoreError`` if one fails). The learner's side of
+    ``decode_threads=``: the batch decodes on the cores this process may use, at most that many."""
     if not isinstance(encoded, EncodedBatch):
         raise TypeError(f"encoded must be an EncodedBatch; got {type(encoded).__name__}")
     index = _frame_index(encoded, "(transitions, columns)")
     rows, columns = index.shape
-    pixels = encoded.frames.decode(index.reshape(-1)).reshape(rows, columns, *encoded.frames.frame_shape)
+    pixels = encoded.frames.decode(index.reshape(-1), decode_threads=decode_threads).reshape(
+        rows, columns, *encoded.frames.frame_shape
+    )
     size = encoded.stack_size
     return Batch(
         obs=pixels[:, :size],
@@ -119,9 +122,9 @@ class EncodedSequenceBatch:
         """Bytes of every array and block: what sending this batch costs."""
         return _nbytes(self)
 
-    def decode(self) -> SequenceBatch:
+    def decode(self, *, decode_threads: int | None = None) -> SequenceBatch:
         """The windows with their pixels (see ``decode_sequences``)."""
-        return decode_sequences(self)
+        return decode_sequences(self, decode_threads=decode_threads)
 
     def __repr__(self) -> str:
         return (
@@ -130,16 +133,19 @@ class EncodedSequenceBatch:
         )
 
 
-def decode_sequences(encoded: EncodedSequenceBatch) -> SequenceBatch:
+def decode_sequences(encoded: EncodedSequenceBatch, *, decode_threads: int | None = None) -> SequenceBatch:
     """Decode an ``EncodedSequenceBatch`` into the ``SequenceBatch`` that ``sample_sequences`` returns for
-    the same draw, in one call of the compiled decoder (every block checked against its checksum)."""
+    the same draw, in one call of the compiled decoder (every block checked against its checksum), on at
+    most ``decode_threads`` threads (as ``decode_batch``)."""
     if not isinstance(encoded, EncodedSequenceBatch):
         raise TypeError(f"encoded must be an EncodedSequenceBatch; got {type(encoded).__name__}")
     index = _frame_index(encoded, "(windows, length, columns)")
     shape = index.shape
     if np.shape(encoded.mask) != shape[:2]:
         raise ValueError(f"mask has shape {np.shape(encoded.mask)}; expected {shape[:2]}, as frame_index's first two axes")
-    pixels = encoded.frames.decode(index.reshape(-1)).reshape(*shape, *encoded.frames.frame_shape)
+    pixels = encoded.frames.decode(index.reshape(-1), decode_threads=decode_threads).reshape(
+        *shape, *encoded.frames.frame_shape
+    )
     pixels[~encoded.mask] = 0  # past a window's end, as sample_sequences zeroes it
     size = encoded.stack_size
     return SequenceBatch(

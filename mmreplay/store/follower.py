@@ -49,7 +49,7 @@ class Follower:
         files.open_sampler(commit)
 
     @classmethod
-    def open(cls, directory: Path, *, sampler: Sampler | None) -> Follower:
+    def open(cls, directory: Path, *, sampler: Sampler | None, decode_threads: int | None = None) -> Follower:
         """Open the store at ``directory`` read-only, retrying when the header changed while it opened (a
         descheduled follower finds the files its header names reused or replaced by a live writer's later
         commits): only an error under a header that stayed the same is corruption."""
@@ -57,18 +57,18 @@ class Follower:
         for _ in range(_READ_ATTEMPTS - 1):
             signature = file_signature(header_path)
             try:
-                return cls._open_once(directory, sampler)
+                return cls._open_once(directory, sampler, decode_threads)
             except CorruptStoreError:
                 if file_signature(header_path) == signature:
                     raise
-        return cls._open_once(directory, sampler)
+        return cls._open_once(directory, sampler, decode_threads)
 
     @classmethod
-    def _open_once(cls, directory: Path, sampler: Sampler | None) -> Follower:
+    def _open_once(cls, directory: Path, sampler: Sampler | None, decode_threads: int | None) -> Follower:
         layout, commit, version = header.read_versioned_header(directory)
         files = MappedFiles(
             directory, layout, commit, sampler=matching_sampler(sampler, layout), writable=False,
-            format_version=version,
+            format_version=version, decode_threads=decode_threads,
         )
         return cls(files, commit)
 

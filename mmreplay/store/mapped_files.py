@@ -42,8 +42,10 @@ class MappedFiles:
         sampler: Sampler,
         writable: bool,
         format_version: int = header.FORMAT_VERSION,
+        decode_threads: int | None = None,
     ) -> None:
         self.directory = directory
+        self.decode_threads = decode_threads  # the cap on a batch's decode threads (None: the usable cores)
         self.layout = layout
         self.sampler = sampler
         self.writable = writable
@@ -74,6 +76,7 @@ class MappedFiles:
             action_dtype=self.action_dtype,
             field_table=self.field_table,
             zero_padding=layout.stack_padding == "zeros",
+            decode_threads=decode_threads,
         )
 
     def open_sampler(self, commit: header.Commit) -> None:

@@ -16,13 +16,19 @@ import numpy.typing as npt
 
 from mmreplay import extensions
 from mmreplay.batch import Batch, SequenceBatch
-from mmreplay.frames import lz4_codec
 from mmreplay.frames.ring import FrameChecksumError, FrameRing
+from mmreplay.frames.threads import batch_threads, helper_rows, thread_limit
 from mmreplay.limits import check_memory
 from mmreplay.rows import stacking
 from mmreplay.rows.episode_windows import follow_episodes, n_step_returns
 from mmreplay.rows.fields import FieldArrays, FieldTable
-from mmreplay.rows.transitions import TERMINATED, TRUNCATED, TransitionTable, detached_rows, next_frame_steps
+from mmreplay.rows.transitions import (
+    TERMINATED,
+    TRUNCATED,
+    TransitionTable,
+    detached_rows,
+    next_frame_steps,
+)
 
 T = TypeVar("T", Batch, SequenceBatch)
 
@@ -51,7 +57,10 @@ class TransitionReader:
         action_dtype: np.dtype,
         field_table: FieldTable | None = None,
         zero_padding: bool = False,
+        decode_threads: int | None = None,
     ) -> None:
+        """``decode_threads`` caps the threads a batch decodes on (None: the cores this process may use,
+        resolved now; ``threads.thread_limit``)."""
         self.table = table
         self.field_table = field_table
         self.frames = frames
@@ -70,8 +79,10 @@ class TransitionReader:
         )
         self._columns = (stack_size + 1, *self.frame_shape)  # frames per transition, then a frame's shape
         self._batch_action = table.batch_action
-        # Batches of this many transitions or more decode on two threads (lz4_codec.decode_threads).
-        self._split_rows = lz4_codec.rows_on_two_threads((stack_size + 1) * frames.frame_nbytes)
+        # The most threads a batch decodes on; each batch takes batch_threads of its decoded size.
+        self.thread_limit = thread_limit(decode_threads)
+        self._row_nbytes = (stack_size + 1) * frames.frame_nbytes
+        self._helper_rows = helper_rows(self._row_nbytes)  # smaller batches decode on the calling thread
         # (dtype, shape after the batch axis) of a batch's action, reward, terminated, truncated,
         # env_index, index, weight and discount: what an ``out`` batch's arrays must be.
         action = table.batch_action
@@ -84,10 +95,18 @@ class TransitionReader:
         read of them that follows. Sampled rows of a large store each cost a page walk and a memory read;
         issued before the caller's other work on the batch (its weights, the batch's arrays), those
         overlap it rather than stalling the read (0.5 to 0.7 us of ~18 in a CartPole batch of a 1,000,000
-        transition store)."""
+        transition store). The decode's helper threads are woken too, where the batch will use them."""
         if self._compiled and len(steps):
             assert _lz4batch is not None and self.table.compiled_rows is not None
             _lz4batch.prefetch_rows(self.table.compiled_rows[0], self.table.row_slots, steps)
+            # Helpers asleep since the last batch (a learner's update between two batches takes longer
+            # than they poll) wake now, while the rows are read, not when the decode needs them.
+            if len(steps) >= self._helper_rows and self.thread_limit > 1:
+                _lz4batch.wake_helpers(batch_threads(len(steps) * self._row_nbytes, self.thread_limit) - 1)
+
+    def _threads(self, rows: int) -> int:
+        """The threads a batch of ``rows`` transitions decodes on (``threads.batch_threads``)."""
+        return 1 if rows < self._helper_rows else batch_threads(rows * self._row_nbytes, self.thread_limit)
 
     def check_batch(self, transitions: int, what: str) -> None:
         """Refuse a batch of ``transitions`` whose frames (``stack_size + 1`` each, from the header) would
@@ -183,7 +202,7 @@ class TransitionReader:
             steps = np.ascontiguousarray(steps, np.int64)
         if not _lz4batch.read_transitions(
             *rows, *frames, steps, self.stack_size, self.zero_padding and padded, pixels, action, reward,
-            terminated, truncated, env_index, discount, 1 if n < self._split_rows else 2,
+            terminated, truncated, env_index, discount, self._threads(n),
         ):
             return None
         size = self.stack_size
@@ -230,7 +249,7 @@ class TransitionReader:
         assert pixels is not None
         if not _lz4batch.read_transitions(
             *rows, *frames, steps, self.stack_size, self.zero_padding and padded, pixels, *targets[:5], discount,
-            1 if n < self._split_rows else 2,
+            self._threads(n),
         ):
             return None
         np.copyto(out.index, steps)
@@ -411,7 +430,7 @@ class TransitionReader:
         if pixels is None:
             pixels = np.empty((*frames.shape, *self.frame_shape), self.frame_dtype)
         try:
-            self.frames.decode_into(frames.reshape(-1), pixels.reshape(-1, *self.frame_shape))
+            self.frames.decode_into(frames.reshape(-1), pixels.reshape(-1, *self.frame_shape), limit=self.thread_limit)
         except FrameChecksumError as error:
             needing = steps[(frames == error.frame_step).any(axis=1)]
             if len(needing) == 0:

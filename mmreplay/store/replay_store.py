@@ -45,7 +45,12 @@ from mmreplay.store.reading import TransitionReader
 from mmreplay.store.role import Role
 from mmreplay.store.stored_steps import stored_steps
 from mmreplay.store.writer import Writer
-from mmreplay.validation import parse_mode, parse_positive_int, parse_rng
+from mmreplay.validation import (
+    parse_decode_threads,
+    parse_mode,
+    parse_positive_int,
+    parse_rng,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -95,6 +100,7 @@ class ReplayStore:
         fields: dict[str, tuple[tuple[int, ...], npt.DTypeLike]] | None = None,
         stack_padding: str = "first",
         frame_dtype: npt.DTypeLike = np.uint8,
+        decode_threads: int | None = None,
     ) -> ReplayStore:
         """Create an empty store at ``path`` (a directory the store owns) and open it for appending.
 
@@ -114,8 +120,9 @@ class ReplayStore:
         ``frame_dtype`` is any numpy bool, integer or float dtype (CartPole's float32 state, a robot's
         joint angles); frames are stored bit-exact (NaN payloads included), little-endian: a big-endian
         ``frame_dtype`` is taken as its little-endian equal, and big-endian frames are converted (the same
-        values). ``"lz4-reference"`` takes uint8 only.
+        values). ``"lz4-reference"`` takes uint8 only. ``decode_threads``: see ``open``.
         """
+        decode_threads = parse_decode_threads(decode_threads)
         schedule = CommitSchedule(commit_every=commit_every, commit_interval_s=commit_interval_s)
         layout, commit, sampler = creation.new_layout(
             frame_shape=frame_shape, capacity=capacity, stack_size=stack_size, num_envs=num_envs,
@@ -124,7 +131,7 @@ class ReplayStore:
         )
         directory = Path(path)
         lock = creation.build_store(directory, layout, commit)
-        return cls(Writer.open(directory, sampler=sampler, schedule=schedule, lock=lock))
+        return cls(Writer.open(directory, sampler=sampler, schedule=schedule, lock=lock, decode_threads=decode_threads))
 
     @classmethod
     def open(
@@ -135,6 +142,7 @@ class ReplayStore:
         sampler: Sampler | None = None,
         commit_every: int | None = None,
         commit_interval_s: float | None = 5.0,
+        decode_threads: int | None = None,
     ) -> ReplayStore:
         """Open an existing store read-only (``"r"``) or to read and append (``"r+"``).
 
@@ -142,11 +150,18 @@ class ReplayStore:
         (None: no count) or ``commit_interval_s`` seconds (None: no clock) have passed since its last
         commit, and when it is closed, garbage-collected or the interpreter exits normally: a crash loses
         at most the adds of the last interval.
+
+        A batch (``sample``, ``sample_sequences``, ``read``, ``iterate``) decodes on as many threads as its
+        size asks (``mmreplay.frames.threads``: one below 512 KiB of pixels, two from it, one more per 64
+        KiB), at most the cores this process may use (its CPU affinity and cgroup CPU quota, read now) and
+        at most ``decode_threads`` (None: no cap; 1 to 64); a writer's adds compress the frames of one call
+        on them too, from 4 usable cores.
         """
+        decode_threads = parse_decode_threads(decode_threads)
         schedule = CommitSchedule(commit_every=commit_every, commit_interval_s=commit_interval_s)
         if parse_mode(mode) == "r+":
-            return cls(Writer.open(Path(path), sampler=sampler, schedule=schedule))
-        return cls(Follower.open(Path(path), sampler=sampler))
+            return cls(Writer.open(Path(path), sampler=sampler, schedule=schedule, decode_threads=decode_threads))
+        return cls(Follower.open(Path(path), sampler=sampler, decode_threads=decode_threads))
 
     # -- properties ------------------------------------------------------------------------------
 

@@ -20,8 +20,9 @@ import numpy.typing as npt
 from mmreplay.disk import directory_swap, header
 from mmreplay.disk.writer_lock import acquire_writer_lock
 from mmreplay.errors import FormatVersionError
-from mmreplay.frames import encodings
+from mmreplay.frames import encodings, lz4_codec
 from mmreplay.frames.encodings import FrameEncoder
+from mmreplay.frames.threads import ahead_threads, compress_threads
 from mmreplay.frames.wire import EncodedFrames
 from mmreplay.rows.transitions import TERMINATED, TRUNCATED
 from mmreplay.sampling.samplers import Sampler
@@ -51,6 +52,8 @@ from mmreplay.validation import parse_priorities, parse_steps
 
 T = TypeVar("T")
 
+
+_INT64, _FLOAT64 = np.dtype(np.int64), np.dtype(np.float64)  # numpy's builtin dtypes are singletons
 
 class Writer:
     """The store's writer: adds, commits and the writer lock over one ``MappedFiles``.
@@ -84,6 +87,13 @@ class Writer:
         self._encoder = encodings.encoder_for(layout, files.directory)
         # ``add`` may take its fast path (``_add_single_frames``): a writer of plain lz4 frames, still open.
         self._fast_add = not self._encoder.records_references
+        # The fast path's compression: a call's frames on the pool's threads (vector envs; from 4 usable
+        # cores), one env's new frame handed to an awake helper before the add is checked (~10 us it overlaps).
+        limit, frame_nbytes = files.reader.thread_limit, self._frames.frame_nbytes
+        self._append_threads = compress_threads(layout.num_envs, frame_nbytes, limit)
+        self._ahead_threads = ahead_threads(1, frame_nbytes, limit) if layout.num_envs == 1 else 1
+        # A sampler that applies priorities and the store's checks of them in one call (PrioritizedSampler).
+        self._checked_update = getattr(self._sampler, "update_priorities_checked", None)
         self.transitions_added = commit.transitions_added
         self._committer = Committer(files, commit, schedule)
         self._frames.remove_other_generations()
@@ -95,10 +105,12 @@ class Writer:
 
     @classmethod
     def open(
-        cls, directory: Path, *, sampler: Sampler | None, schedule: CommitSchedule, lock: IO[bytes] | None = None
+        cls, directory: Path, *, sampler: Sampler | None, schedule: CommitSchedule, lock: IO[bytes] | None = None,
+        decode_threads: int | None = None,
     ) -> Writer:
         """Open the store at ``directory`` for appending; ``lock``: the writer lock, already held (by
-        ``create``), else taken here (``StoreLockedError`` while another writer holds it)."""
+        ``create``), else taken here (``StoreLockedError`` while another writer holds it).
+        ``decode_threads``: the cap on the threads a batch decodes (and an add compresses) on."""
         layout, commit, version = header.read_versioned_header(directory)
         if version != header.FORMAT_VERSION:
             raise FormatVersionError(
@@ -110,7 +122,8 @@ class Writer:
         try:
             # A writer that died may have left newer, uncommitted files: reread under the lock.
             layout, commit = header.read_header(directory)
-            files = MappedFiles(directory, layout, commit, sampler=matching_sampler(sampler, layout), writable=True)
+            files = MappedFiles(directory, layout, commit, sampler=matching_sampler(sampler, layout), writable=True,
+                                decode_threads=decode_threads)
             return cls(files, commit, lock=lock, schedule=schedule)
         except BaseException:
             lock.close()
@@ -184,7 +197,8 @@ class Writer:
         finally:
             shutil.rmtree(building, ignore_errors=True)
         try:
-            files = MappedFiles(directory, layout, commit, sampler=self._sampler, writable=True)
+            files = MappedFiles(directory, layout, commit, sampler=self._sampler, writable=True,
+                                decode_threads=self.files.decode_threads)
             return Writer(files, commit, lock=lock, schedule=self._schedule)
         except BaseException:
             lock.close()
@@ -220,11 +234,12 @@ class Writer:
             and self._env_frames_pending is None
             and records_every_env(env_mask, self._add_shapes.num_envs)
         ):
+            ahead = self._compress_ahead(next_obs) if self._ahead_threads > 1 else None
             parsed = parse_single_frames(
                 self._add_shapes, obs, action, reward, next_obs, terminated, truncated,
                 terminated_bit=TERMINATED, truncated_bit=TRUNCATED,
             )
-            if parsed is not None and self._add_single_frames(parsed, values):
+            if parsed is not None and self._add_single_frames(parsed, values, ahead):
                 if self._schedule.due(self.transitions_added):
                     self.flush()
                 return
@@ -269,8 +284,24 @@ class Writer:
             self.flush()
 
     def update_priorities(self, index: npt.ArrayLike, priority: npt.ArrayLike) -> None:
-        """``ReplayStore.update_priorities``."""
+        """``ReplayStore.update_priorities``. What a training loop passes (``batch.index`` and a float
+        array of its length) goes to a prioritized sampler whole, which checks it in the same compiled call
+        that applies it; anything else, or anything it refuses, is checked here, which names what is wrong."""
         self.check_writable("update_priorities")
+        if (
+            self._checked_update is not None
+            and type(index) is np.ndarray
+            and type(priority) is np.ndarray
+            and index.dtype is _INT64
+            and priority.dtype is _FLOAT64
+            and index.ndim == 1
+            and priority.shape == index.shape
+            and index.flags.c_contiguous
+            and priority.flags.c_contiguous
+        ):
+            with self._lock:
+                if self._checked_update(index, priority, added=self.transitions_added):
+                    return
         steps = parse_steps(index, "index")
         priorities = parse_priorities(priority, like=steps)
         never = (steps < 0) | (steps >= self.transitions_added)
@@ -364,7 +395,22 @@ class Writer:
         if self._schedule.due(self.transitions_added):
             self.flush()
 
-    def _add_single_frames(self, parsed: SingleFrames, fields: dict[str, npt.NDArray[Any]] | None) -> bool:
+    def _compress_ahead(self, next_obs: object) -> object | None:
+        """One env's new frame (``next_obs`` alone, or a stack's newest), compressed ahead on an awake
+        helper (``lz4_codec.compress_ahead``) while the add is checked; None where it is not a contiguous
+        array of the store's frames (the fast path, if it takes the add, then compresses in its call)."""
+        shapes = self._add_shapes
+        if type(next_obs) is not np.ndarray or next_obs.dtype is not shapes.frame_dtype or not next_obs.flags.c_contiguous:
+            return None
+        if next_obs.shape == shapes.stack:
+            return lz4_codec.compress_ahead(next_obs[-1:], threads=self._ahead_threads)
+        if next_obs.shape == shapes.frame:
+            return lz4_codec.compress_ahead(next_obs[None], threads=self._ahead_threads)
+        return None
+
+    def _add_single_frames(
+        self, parsed: SingleFrames, fields: dict[str, npt.NDArray[Any]] | None, ahead: object | None = None
+    ) -> bool:
         """``add``'s fast path, for the add a training loop makes at nearly every step (``parsed``, with the
         checked user ``fields``): each env continues its episode with one new frame (given alone, or as
         the newest of a stack), and no commit is due. It writes exactly what the general path writes
@@ -386,7 +432,7 @@ class Writer:
         with self._lock:
             if fields:
                 self._field_table.write(first_step, fields)  # type: ignore[union-attr]
-            self._frames.append_frames(parsed.new_frames, prev_deltas)
+            self._frames.append_frames(parsed.new_frames, prev_deltas, threads=self._append_threads, ahead=ahead)
             self._table.write_continuations(
                 first_step, frame_lead=first_frame - first_step, previous_steps=previous_steps,
                 rewards=parsed.reward, flags=parsed.flags, actions=parsed.action,
