@@ -927,3 +927,9 @@ def test_a_frame_that_starts_exactly_at_a_segment_boundary_goes_into_that_segmen
     # Two 1 MiB segments were written, and neither file grew past the segment's size.
     sizes = [segment.stat().st_size for segment in sorted((tmp_path / "s" / "frames").glob("*.seg"))]
     assert len(sizes) == 2 and sizes == [1 << 20] * 2, sizes
+
+
+def test_a_sampler_given_as_a_string_is_refused_naming_the_samplers_before_anything_is_written(tmp_path):
+    with pytest.raises(TypeError, match=r"sampler must be None, mmreplay.UniformSampler\(\) or mmreplay.PrioritizedSampler.*'prioritized' \(str\)"):
+        ReplayStore.create(tmp_path / "s.mmr", capacity=10, frame_shape=(2, 2), sampler="prioritized")
+    assert not (tmp_path / "s.mmr").exists()

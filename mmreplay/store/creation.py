@@ -22,7 +22,7 @@ from mmreplay.frames.reference_codec import ReferenceScheme
 from mmreplay.frames.ring import FrameRing
 from mmreplay.rows.fields import FieldTable
 from mmreplay.rows.transitions import MAX_ENVS, TransitionTable, row_dtype
-from mmreplay.sampling.samplers import Sampler, UniformSampler
+from mmreplay.sampling.samplers import PrioritizedSampler, Sampler, UniformSampler
 from mmreplay.validation import (
     parse_action_dtype,
     parse_field_specs,
@@ -61,6 +61,11 @@ def new_layout(
     field_specs = parse_field_specs(fields)
     encoding, scheme = encodings.parse_frame_encoding(frame_encoding, reference_scheme)
     sampler = UniformSampler() if sampler is None else sampler
+    if not isinstance(sampler, (UniformSampler, PrioritizedSampler)):
+        raise TypeError(
+            "sampler must be None, mmreplay.UniformSampler() or mmreplay.PrioritizedSampler(alpha=...); "
+            f"got {sampler!r} ({type(sampler).__name__})"
+        )
     if encoding != "lz4" and frames_dtype != np.uint8:
         raise ValueError(f"frame_encoding={encoding!r} takes uint8 frames only; got frame_dtype={frames_dtype}")
     if num_envs > MAX_ENVS:
