@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import plugin_outcomes  # beside this file, on the harness's PYTHONPATH
 import pytest
 import torchrl.data as torchrl_data
 import torchrl.data.replay_buffers as torchrl_replay_buffers
@@ -150,24 +151,8 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
     signal.alarm(0)
 
 
-# Each test's outcome: "passed", "failed", "error in setup" or "teardown", "skipped"; and the first line of why.
-_OUTCOMES: dict[str, dict[str, str]] = {}
-
-
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    entry = _OUTCOMES.setdefault(report.nodeid, {"outcome": "passed", "message": ""})
-    if report.failed:
-        entry["outcome"] = "failed" if report.when == "call" else f"error in {report.when}"
-        entry["message"] = _first_line(report)
-    elif report.skipped and entry["outcome"] == "passed":
-        entry["outcome"] = "skipped"
-        entry["message"] = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else ""
-
-
-def _first_line(report: pytest.TestReport) -> str:
-    crash = getattr(report.longrepr, "reprcrash", None)
-    text = crash.message if crash is not None else str(report.longrepr)
-    return text.strip().splitlines()[0][:300] if text.strip() else ""
+    plugin_outcomes.record(report)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -176,5 +161,5 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if path is None:
         return
     empty = {"mmreplay": 0, "torchrl": []}
-    tests = {nodeid: {**outcome, **SWAP.built.get(nodeid, empty)} for nodeid, outcome in _OUTCOMES.items()}
+    tests = {nodeid: {**outcome, **SWAP.built.get(nodeid, empty)} for nodeid, outcome in plugin_outcomes.OUTCOMES.items()}
     Path(path).write_text(json.dumps(tests, indent=1))
