@@ -37,7 +37,8 @@ ALLOWED = {
     "rows": {"disk/"},
     # frames rebuild stacks with the rows' index arithmetic
     "frames": {"disk/", "rows.stacking"},
-    "sampling": set(),
+    # the priorities file is a store file: opened as every one is (relative to the store's directory)
+    "sampling": {"disk.store_directory"},
     # torch and nvCOMP: staging, the device records, decoding blocks on the GPU (frames' encoded blocks)
     "gpu": {"frames/"},
     "store": {"disk/", "rows/", "frames/", "sampling/", "gpu/"},

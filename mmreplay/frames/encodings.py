@@ -27,9 +27,14 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.disk import header
+from mmreplay.disk.store_directory import StoreDirectory
 from mmreplay.errors import CorruptStoreError
 from mmreplay.frames import lz4_codec
-from mmreplay.frames.reference_codec import EnvReferences, ReferenceScheme, compress_against
+from mmreplay.frames.reference_codec import (
+    EnvReferences,
+    ReferenceScheme,
+    compress_against,
+)
 from mmreplay.frames.reference_ring import ReferenceFrameRing
 from mmreplay.frames.ring import FrameRing
 from mmreplay.limits import check_memory
@@ -63,7 +68,7 @@ def parse_frame_encoding(
     return REFERENCE, asdict(reference_scheme if reference_scheme is not None else DEFAULT_SCHEME)
 
 
-def scheme_of(layout: header.Layout, directory: Path) -> ReferenceScheme | None:
+def scheme_of(layout: header.Layout, directory: StoreDirectory | Path) -> ReferenceScheme | None:
     """The store's reference scheme (None for plain frames), checked as the header gives it."""
     if layout.frame_encoding == PLAIN:
         return None
@@ -88,7 +93,7 @@ def has_references(layout: header.Layout) -> bool:
 _FRAME_BOOKKEEPING_BYTES = 128
 
 
-def open_ring(directory: Path, layout: header.Layout, commit: header.Commit, *, writable: bool) -> FrameRing:
+def open_ring(directory: StoreDirectory | Path, layout: header.Layout, commit: header.Commit, *, writable: bool) -> FrameRing:
     """The store's frame ring, of the class its encoding needs, at its committed counts.
 
     First, what reading the store takes however few transitions it holds is checked against the memory
@@ -185,7 +190,7 @@ class ReferenceEncoder:
         self._saved = {}
 
 
-def encoder_for(layout: header.Layout, directory: Path) -> FrameEncoder:
+def encoder_for(layout: header.Layout, directory: StoreDirectory | Path) -> FrameEncoder:
     """A new writer's frame encoder for the store's encoding."""
     scheme = scheme_of(layout, directory)
     if scheme is None:

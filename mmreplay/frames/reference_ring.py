@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from mmreplay.disk.store_directory import StoreDirectory
 from mmreplay.frames import reference_codec
 from mmreplay.frames.reference_codec import CorruptFrameError, ReferenceScheme
 from mmreplay.frames.ring import FrameChecksumError, FrameRing, frame_seed
@@ -23,7 +24,7 @@ from mmreplay.frames.ring import FrameChecksumError, FrameRing, frame_seed
 class ReferenceFrameRing(FrameRing):
     """A ``FrameRing`` of reference-encoded frames: ``append`` takes ``ref_deltas``, reads decode chains."""
 
-    def __init__(self, directory: Path, *, scheme: ReferenceScheme, **ring: Any) -> None:
+    def __init__(self, directory: StoreDirectory | Path, *, scheme: ReferenceScheme, **ring: Any) -> None:
         """``ring``: ``FrameRing``'s keyword arguments (its counts and sizes), less ``references``."""
         super().__init__(directory, references=True, **ring)
         self.scheme = scheme

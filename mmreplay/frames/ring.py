@@ -31,6 +31,13 @@ import numpy.typing as npt
 from mmreplay import extensions
 from mmreplay.disk.files import BlockReservation, create_sparse, fsync_directory
 from mmreplay.disk.header import SEGMENTS_DIR, frame_table_name, segment_name
+from mmreplay.disk.store_directory import (
+    FileLocation,
+    StoreDirectory,
+    map_array,
+    open_regular,
+    open_sized,
+)
 from mmreplay.errors import CorruptStoreError
 from mmreplay.frames import lz4_codec
 from mmreplay.limits import check_mapping
@@ -112,7 +119,7 @@ class FrameRing:
 
     def __init__(
         self,
-        directory: Path,
+        directory: StoreDirectory | Path,
         *,
         frame_shape: tuple[int, ...],
         segment_bytes: int,
@@ -154,7 +161,7 @@ class FrameRing:
 
     @staticmethod
     def create(
-        directory: Path,
+        directory: StoreDirectory | Path,
         *,
         frame_shape: tuple[int, ...],
         segment_bytes: int,
@@ -303,7 +310,7 @@ class FrameRing:
         create_sparse(path, frame_slots * self.entry.itemsize)
         reservation = BlockReservation(path)
         reservation.ensure(frame_slots * self.entry.itemsize)
-        table = np.memmap(path, dtype=self.entry, mode="r+", shape=(frame_slots,))
+        table = map_array(path, self.entry, (frame_slots,), writable=True, what="frame table")
         steps = np.arange(frame_tail, self.frames_written)
         table[steps % frame_slots] = self._table[steps % self.frame_slots]
         table.flush()
@@ -526,15 +533,19 @@ class FrameRing:
     def _map_table(self, generation: int, frame_slots: int) -> np.memmap:
         path = self.directory / frame_table_name(generation)
         expected = frame_slots * self.entry.itemsize
-        if not path.is_file() or path.stat().st_size < expected:
-            raise CorruptStoreError(f"{path}: frame table is missing or shorter than {expected} bytes")
-        check_mapping(expected, f"{path}: the frame table of {frame_slots:,} slots (the header's frame_slots)")
-        return np.memmap(path, dtype=self.entry, mode="r+" if self.writable else "r", shape=(frame_slots,))
+        # Opened once, not following a link, and refused unless a regular file (store_directory).
+        descriptor = open_sized(path, expected, writable=self.writable, what="frame table")
+        try:
+            check_mapping(expected, f"{path}: the frame table of {frame_slots:,} slots (the header's frame_slots)")
+            return map_array(path, self.entry, (frame_slots,), writable=self.writable, what="frame table",
+                             descriptor=descriptor)
+        finally:
+            os.close(descriptor)
 
-    def _table_path(self) -> Path:
+    def _table_path(self) -> FileLocation:
         return self.directory / frame_table_name(self.generation)
 
-    def _segment_path(self, segment: int) -> Path:
+    def _segment_path(self, segment: int) -> FileLocation:
         return self.directory / SEGMENTS_DIR / segment_name(segment)
 
     def _segment_file(self, segment: int) -> int:
@@ -545,7 +556,7 @@ class FrameRing:
             if not path.exists():
                 create_sparse(path, self.segment_bytes)
                 fsync_directory(path.parent)
-            descriptor = os.open(path, os.O_RDWR)
+            descriptor = open_regular(path, os.O_RDWR)
             if os.fstat(descriptor).st_size < self.segment_bytes:
                 # A writer killed between creating the file and sizing it left it short; no commit counts
                 # anything in a segment that has never been written, so sizing it now loses nothing.
@@ -594,7 +605,7 @@ class FrameRing:
         path = self._segment_path(segment)
         needed_by = "" if frame_step is None else f" (frame {frame_step} is there, by {self._table_path()})"
         try:
-            with open(path, "rb") as file:
+            with os.fdopen(open_regular(path), "rb", buffering=0) as file:
                 if os.fstat(file.fileno()).st_size < self.segment_bytes:
                     raise CorruptStoreError(f"{path}: segment file is truncated{needed_by}")
                 mapping = mmap.mmap(file.fileno(), self.segment_bytes, access=mmap.ACCESS_READ)

@@ -294,11 +294,13 @@ class MmreplayStorage(TensorStorage):
 
     def _empty(self) -> None:
         """Remove every transition (``rb.empty()``): the store is cleared (atomically), its layout kept."""
+        # clear() keeps counting steps (an index is never reused): the offset puts the next step at slot 0.
+        self._slot_offset = 0
         if self._store is not None:
             self._writer().clear()
             assert self._layout is not None
-            persistence.save_layout(self.path, self._layout, 0)
-        self._slot_offset = 0
+            self._slot_offset = -self._store.transitions_added % self._capacity
+            persistence.save_layout(self.path, self._layout, self._slot_offset)
         self._lanes.clear()
         if self._store is not None:
             persistence.save_lanes(self.path, self._lanes.state())
