@@ -22,14 +22,15 @@ from abc import ABCMeta
 from pathlib import Path
 from typing import Any
 
+import plugin_outcomes  # beside this file, on the harness's PYTHONPATH
 import pytest
-from gymnasium import spaces
-
 import stable_baselines3
 import stable_baselines3.common.buffers as sb3_buffers
 import stable_baselines3.common.off_policy_algorithm as sb3_off_policy
 import stable_baselines3.her
 import stable_baselines3.her.her_replay_buffer as sb3_her
+from gymnasium import spaces
+
 from mmreplay.sb3 import MmreplayBuffer, MmreplayDictBuffer, MmreplayHerBuffer
 from mmreplay.sb3.dict_layout import dict_layout
 from mmreplay.sb3.observations import frame_layout
@@ -210,29 +211,13 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     SWAP.test = item.nodeid
 
 
-# Each test's outcome: "passed", "failed", "error in setup" or "teardown", "skipped"; and the first line of why.
-_OUTCOMES: dict[str, dict[str, str]] = {}
-
-
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    entry = _OUTCOMES.setdefault(report.nodeid, {"outcome": "passed", "message": ""})
-    if report.failed:
-        entry["outcome"] = "failed" if report.when == "call" else f"error in {report.when}"
-        entry["message"] = _first_line(report)
-    elif report.skipped and entry["outcome"] == "passed":
-        entry["outcome"] = "skipped"
-        entry["message"] = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else ""
-
-
-def _first_line(report: pytest.TestReport) -> str:
-    crash = getattr(report.longrepr, "reprcrash", None)
-    text = crash.message if crash is not None else str(report.longrepr)
-    return text.strip().splitlines()[0][:300] if text.strip() else ""
+    plugin_outcomes.record(report)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     path = session.config.getoption("--mmreplay-report")
     if path is None:
         return
-    tests = {nodeid: {**outcome, **SWAP.built.get(nodeid, {"mmreplay": 0, "sb3": [], "used": []})} for nodeid, outcome in _OUTCOMES.items()}
+    tests = {nodeid: {**outcome, **SWAP.built.get(nodeid, {"mmreplay": 0, "sb3": [], "used": []})} for nodeid, outcome in plugin_outcomes.OUTCOMES.items()}
     Path(path).write_text(json.dumps(tests, indent=1))

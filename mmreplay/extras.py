@@ -1,6 +1,7 @@
 """The optional parts of mmreplay and the extra that installs each one's dependencies: importing
-``mmreplay.sb3``, ``mmreplay.recorder``, ``mmreplay.ray`` or ``mmreplay.rllib`` without them raises a
-``ModuleNotFoundError`` that names the extra to install, rather than a bare missing module."""
+``mmreplay.sb3``, ``mmreplay.recorder``, ``mmreplay.ray``, ``mmreplay.rllib`` or ``mmreplay.torchrl``
+without them raises a ``ModuleNotFoundError`` that names the extra to install, rather than a bare
+missing module."""
 
 from __future__ import annotations
 

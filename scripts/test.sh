@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Set up .venv and run the test suite (this is the command README.md gives and CI runs).
-#   bash scripts/test.sh            # everything: the optional integrations (SB3, ALE, Minari, Pillow) too
+#   bash scripts/test.sh            # everything: the optional integrations (SB3, TorchRL, ALE, Minari, Pillow) too
 #   bash scripts/test.sh -k hdf5    # extra arguments go to pytest
 # The suite runs twice over the read path: with the compiled batch decoder (mmreplay._lz4batch) and with
 # the pure-Python fallback that installs without a compiler (MMREPLAY_PURE_PYTHON=1 hides the extension).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh demo sb3 minari show
+bash scripts/setup.sh demo sb3 minari show torchrl
 if [ "${MMREPLAY_REQUIRE_EXTENSION:-0}" = "1" ]; then
   .venv/bin/python -c "import mmreplay.frames.lz4_codec as c, mmreplay.sampling.sum_tree as t, mmreplay.frames.reference_codec as r, sys; sys.exit(0 if c.ACCELERATED and t.ACCELERATED and r.ACCELERATED else 'a compiled extension (_lz4batch, _sumtree, _lz4ref) did not build')"
 fi

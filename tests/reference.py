@@ -80,6 +80,7 @@ class ReferenceStore:
         self.episodes: list[list[list[RefTransition]]] = [[] for _ in range(self.num_envs)]
         # by_step[step] is the transition with that step, or None once it was evicted.
         self.by_step: list[RefTransition | None] = []
+        self.first_step = 0  # the first step since the last clear(): steps keep counting across it
 
     # -- what the store must report -------------------------------------------------------------
 
@@ -88,7 +89,13 @@ class ReferenceStore:
         return len(self.by_step)
 
     def __len__(self) -> int:
-        return min(self.transitions_added, self.capacity)
+        return min(self.transitions_added - self.first_step, self.capacity)
+
+    def clear(self) -> None:
+        """``ReplayStore.clear``: nothing stored and every episode from scratch; steps keep counting."""
+        self.first_step = len(self.by_step)
+        self.by_step = [None] * len(self.by_step)
+        self.episodes = [[] for _ in range(self.num_envs)]
 
     def stored_steps(self) -> np.ndarray:
         """The steps the store must hold, oldest first."""

@@ -42,14 +42,15 @@ def test_clear_leaves_an_empty_store_with_the_same_layout(tmp_path: Path) -> Non
                             sampler=PrioritizedSampler(alpha=0.5)) as store:
         add(store, range(30), base=0)
         store.clear()
-        assert len(store) == 0 and store.transitions_added == 0 and store.episodes() == []
+        # steps keep counting (a step, batch.index, is never reused): nothing stored, 30 added so far
+        assert len(store) == 0 and store.transitions_added == 30 and store.episodes() == []
         assert (store.frame_shape, store.capacity, store.stack_size) == ((4, 4), 20, 2)
         assert store.fields == {"h": ((3,), np.dtype(np.float32))} and store.sampler.config()["alpha"] == 0.5
         with pytest.raises(ValueError, match="cannot sample from an empty store"):
             store.sample(1)
-        add(store, range(3), base=1000)  # steps start at 0 again, the new episode from scratch
-        assert list(store.stored_steps) == [0, 1, 2]
-        assert store.read([0]).action.tolist() == [1000]
+        add(store, range(3), base=1000)  # steps go on from 30, the new episode from scratch
+        assert list(store.stored_steps) == [30, 31, 32]
+        assert store.read([30]).action.tolist() == [1000]
     assert sorted(os.listdir(tmp_path)) == ["s.mmr"]  # nothing left beside it
     with ReplayStore.open(path) as store:
         batch = store.read(store.stored_steps)
@@ -81,12 +82,18 @@ def test_a_reader_of_a_cleared_store_is_told_to_reopen(tmp_path: Path) -> None:
         reader.sample(1, rng=0)
     reader.close()
     with ReplayStore.open(path) as again:
-        assert again.read([0, 1]).action.tolist() == [50, 51]
+        assert again.read([5, 6]).action.tolist() == [50, 51]  # steps go on across clear()
     writer.close()
 
 
-def _clear_and_append(path: Path, log: Path) -> None:
-    store = ReplayStore.open(path, "r+", commit_interval_s=None)
+def _clear_and_append(path: Path, log: Path, *, through_link: bool = False) -> None:
+    if through_link:  # by a relative path to a link to the store, then a chdir elsewhere
+        os.chdir(path.parent)
+        os.symlink(path.name, "link.mmr")
+        store = ReplayStore.open("link.mmr", "r+", commit_interval_s=None)
+        os.chdir("/")
+    else:
+        store = ReplayStore.open(path, "r+", commit_interval_s=None)
     store.clear()
     log.write_text("cleared\n")
     for value in range(40):
@@ -97,8 +104,9 @@ def _clear_and_append(path: Path, log: Path) -> None:
                 file.write(f"{value + 1}\n")
 
 
-@pytest.mark.parametrize("trial", range(16))
-def test_a_crash_during_clear_leaves_the_old_store_or_the_new_one(tmp_path: Path, trial: int) -> None:
+@pytest.mark.parametrize("through_link", [False, True])
+@pytest.mark.parametrize("trial", range(12))
+def test_a_crash_during_clear_leaves_the_old_store_or_the_new_one(tmp_path: Path, trial: int, through_link: bool) -> None:
     path, log = tmp_path / "s.mmr", tmp_path / "log"
     with ReplayStore.create(path, frame_shape=(4, 4), capacity=25, fields=FIELDS) as store:
         add(store, range(30), base=0)  # old store: steps 5..29, values 5..29
@@ -106,7 +114,7 @@ def test_a_crash_during_clear_leaves_the_old_store_or_the_new_one(tmp_path: Path
     pid = os.fork()
     if pid == 0:
         try:
-            _clear_and_append(path, log)
+            _clear_and_append(path, log, through_link=through_link)
         finally:
             os._exit(0)
     time.sleep(rng.uniform(0.0, 0.25))
@@ -115,15 +123,17 @@ def test_a_crash_during_clear_leaves_the_old_store_or_the_new_one(tmp_path: Path
     lines = log.read_text().split() if log.exists() else []
     with ReplayStore.open(path, "r+") as store:
         batch = store.read(store.stored_steps)
-        if store.transitions_added == 30 and batch.action[0] == 5:  # the old store, whole
+        if store.stored_steps == range(5, 30):  # the old store, whole (a new one starts at step 30)
             assert "cleared" not in lines
             assert batch.action.tolist() == list(range(5, 30))
         else:  # the new one, with at least what its flushes committed
             committed = int(lines[-1]) if len(lines) > 1 else 0
-            assert store.transitions_added >= committed
-            assert batch.action.tolist() == [1000 + step for step in store.stored_steps]
+            assert store.stored_steps.start >= 30 and store.transitions_added - 30 >= committed
+            assert batch.action.tolist() == [1000 + step - 30 for step in store.stored_steps]
         np.testing.assert_array_equal(batch.fields["h"][:, 0], batch.action.astype(np.float32))
         add(store, range(1), base=5000)  # appending goes on
+    if through_link and (tmp_path / "link.mmr").is_symlink():  # cleared where the link points: it stays a link
+        assert os.readlink(tmp_path / "link.mmr") == "s.mmr"
 
 
 def test_a_writer_starts_no_process_while_it_holds_the_writer_lock(tmp_path: Path) -> None:

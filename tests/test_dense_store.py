@@ -25,6 +25,7 @@ from issue3_reference import add_masked, assert_n_step_matches, assert_sequences
 from reference import ReferenceStore, assert_batch_matches, assert_store_matches
 
 from mmreplay import CorruptStoreError, FormatVersionError, ReferenceScheme, ReplayStore
+from mmreplay.disk.store_directory import open_regular
 from mmreplay.frames.ring import FrameChecksumError, FrameRing
 
 GAMES = ["pong", "breakout", "mspacman"]
@@ -159,7 +160,7 @@ def test_an_add_that_fails_to_write_leaves_no_frame_compressed_against_its_frame
 
     def unwritable(ring: FrameRing, segment: int) -> int:
         """The segment opened read-only: every write of the add, the compiled one included, fails."""
-        read_only.append(os.open(ring._segment_path(segment), os.O_RDONLY))
+        read_only.append(open_regular(ring._segment_path(segment), os.O_RDONLY))
         return read_only[-1]
 
     with monkeypatch.context() as patch:

@@ -29,6 +29,8 @@ def import_without(module: str, missing: list[str]) -> subprocess.CompletedProce
         ("mmreplay.recorder", ["gymnasium"], r"mmreplay.recorder needs gymnasium, not installed here: pip install 'mmreplay\[recorder\]'"),
         ("mmreplay.ray", ["ray"], r"mmreplay.ray needs ray, not installed here: pip install 'mmreplay\[ray\]'"),
         ("mmreplay.rllib", ["ray", "torch"], r"mmreplay.rllib needs ray and torch, not installed here: pip install 'mmreplay\[rllib\]'"),
+        ("mmreplay.torchrl", ["tensordict", "torchrl"], r"mmreplay.torchrl needs tensordict and torchrl, not installed here: pip install 'mmreplay\[torchrl\]' \(in a clone: pip install '.\[torchrl\]'\)$"),
+        ("mmreplay.torchrl", ["torch", "tensordict", "torchrl"], r"mmreplay.torchrl needs torch and tensordict and torchrl, not installed here: pip install 'mmreplay\[torchrl\]' \(in a clone: pip install '.\[torchrl\]'\); for the CPU-only torch wheel"),
     ],
 )
 def test_an_optional_module_imported_without_its_dependencies_names_its_extra(module, missing, message):
@@ -39,7 +41,7 @@ def test_an_optional_module_imported_without_its_dependencies_names_its_extra(mo
 
 
 def test_the_core_package_imports_without_any_extra():
-    result = import_without("mmreplay", ["stable_baselines3", "torch", "gymnasium", "ray"])
+    result = import_without("mmreplay", ["stable_baselines3", "torch", "gymnasium", "ray", "torchrl", "tensordict"])
     assert result.returncode == 0, result.stderr
 
 

@@ -179,3 +179,52 @@ def test_a_prioritized_store_copied_sparse_onto_a_full_filesystem_is_refused_for
         for i in range(30, 40):
             store.add(*transitions[i])
     _check_store(path, transitions, 40)
+
+
+@pytest.mark.parametrize("free_kib", [0, 16, 48, 400])
+def test_clear_of_a_prioritized_store_on_a_full_filesystem_with_a_reader_leaves_a_usable_store(
+    tiny_filesystem: Path, free_kib: int
+) -> None:
+    # A reader holds the old files, so a clear cannot free their blocks before it builds the empty store;
+    # on a full disk the clear fails before the exchange (the old store and its writer as they were) or
+    # succeeds whole; never an empty store with a half-built writer (its next add raised RuntimeError).
+    transitions = _transitions(_frames("mspacman"))
+    path = tiny_filesystem / "store.mmr"
+    with ReplayStore.create(path, frame_shape=(84, 84), capacity=CAPACITY, stack_size=4,
+                            sampler=PrioritizedSampler()) as store:
+        for i in range(30):
+            store.add(*transitions[i])
+    writer = ReplayStore.open(path, "r+")
+    reader = ReplayStore.open(path)
+    filler = tiny_filesystem / "filler"
+    descriptor = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(descriptor, b"\xff" * 4096):
+            pass
+    except OSError as error:
+        assert error.errno == errno.ENOSPC
+    finally:
+        os.close(descriptor)
+    # Room for the empty store's files (sparse) but not for the blocks its writer reserves (the
+    # priorities' scratch, 40 bytes a row slot): the reservation that failed after the exchange.
+    os.truncate(filler, max(0, os.stat(filler).st_size - free_kib * 1024))
+    try:
+        writer.clear()
+    except OSError as error:
+        assert error.errno == errno.ENOSPC, error
+        cleared = False
+    else:
+        cleared = True
+    filler.unlink()
+    if cleared:
+        assert len(writer) == 0 and writer.stored_steps == range(30, 30)
+    else:
+        assert writer.stored_steps == range(30)
+    writer.add(*transitions[30])  # the writer goes on, whichever store it holds
+    writer.update_priorities(writer.sample(4, rng=0).index, np.full(4, 2.0))
+    writer.close()
+    reader.close()
+    with ReplayStore.open(path) as again:
+        assert again.stored_steps == (range(30, 31) if cleared else range(31))
+    assert sorted(os.listdir(tiny_filesystem)) == ["store.mmr"]
+    print(f"\nclear on a full tmpfs ({free_kib} KiB free) with a reader: {'cleared' if cleared else 'refused with ENOSPC'}")

@@ -5,7 +5,7 @@ The layers are folders. ``disk`` (files, the header) is the ground; ``rows`` (th
 tables) and ``frames`` (codecs and rings) stand on it; ``sampling`` deals in integers and knows nothing of
 storage; the ``store`` package is built on all of them; serialization (``hdf5``, ``dopamine``) and the
 integrations (``cli``, ``sb3``, ``recorder``) reach a store through its public face (``mmreplay.store``),
-never through its files; ``ray`` and ``rllib`` use only the package's public names.
+never through its files; ``ray``, ``rllib`` and ``torchrl`` use only the package's public names.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ FOLDER_LAYERS = {
     "disk": "disk", "rows": "rows", "frames": "frames", "sampling": "sampling", "gpu": "gpu", "store": "store",
     "hdf5": "serialization", "dopamine": "serialization",
     "cli": "integrations", "sb3": "integrations",
-    "ray": "public-api", "rllib": "public-api",
+    "ray": "public-api", "rllib": "public-api", "torchrl": "public-api",
 }
 # What each layer may import from the package besides its own layer and the base modules: whole folders
 # (``"disk/"``), single modules (``"store.episode_list"``; ``"store"`` is the folder's __init__, its public
@@ -37,7 +37,8 @@ ALLOWED = {
     "rows": {"disk/"},
     # frames rebuild stacks with the rows' index arithmetic
     "frames": {"disk/", "rows.stacking"},
-    "sampling": set(),
+    # the priorities file is a store file: opened as every one is (relative to the store's directory)
+    "sampling": {"disk.store_directory"},
     # torch and nvCOMP: staging, the device records, decoding blocks on the GPU (frames' encoded blocks)
     "gpu": {"frames/"},
     "store": {"disk/", "rows/", "frames/", "sampling/", "gpu/"},
@@ -57,7 +58,11 @@ THIRD_PARTY_OWNERS = {
     "h5py": {"hdf5.conversion", "hdf5.checks", "hdf5.datasets", "hdf5.minari_layout", "hdf5.mmreplay_layout"},
     # torch is optional: the batch records' to_torch, SB3's buffers, the device batches (whole folders as
     # "folder/"; the façade names torch.device in its annotations only)
-    "torch": {"batch", "sb3/", "gpu/", "store.device_batches", "store.device_decoded_feed", "store.replay_store"},
+    "torch": {"batch", "sb3/", "gpu/", "store.device_batches", "store.device_decoded_feed", "store.replay_store",
+              "torchrl/"},
+    # TorchRL's storage and samplers (the torchrl extra)
+    "torchrl": {"torchrl/"},
+    "tensordict": {"torchrl/"},
 }
 
 
@@ -181,10 +186,11 @@ def test_the_import_reader_sees_each_form_of_import() -> None:
     assert allowed_for("frames", "rows.stacking") and not allowed_for("frames", "rows.transitions")
 
 
-# The integration packages (mmreplay/ray/, mmreplay/rllib/) build on the public API: the package's own
+# The integration packages (mmreplay/ray/, mmreplay/rllib/, mmreplay/torchrl/) build on the public API: the package's own
 # names (``from mmreplay import ...``), its samplers and the validators; never storage.
-# Both may name their extra when its dependencies are missing (``extras.require``).
-INTEGRATION_PACKAGES = {"ray": {"sampling.samplers", "validation", "extras"}, "rllib": {"extras"}}
+# They may name their extra when its dependencies are missing (``extras.require``).
+INTEGRATION_PACKAGES = {"ray": {"sampling.samplers", "validation", "extras"}, "rllib": {"extras"},
+                        "torchrl": {"validation", "extras"}}
 
 
 @pytest.mark.parametrize("package", sorted(INTEGRATION_PACKAGES))

@@ -222,6 +222,40 @@ def check_sb3(namespace: dict[str, Any]) -> None:
     namespace["envs"].close()
 
 
+def setup_torchrl(namespace: dict[str, Any]) -> None:
+    """The reader's policy and loss: a linear Q-network over Pong's 6 actions, TorchRL's DQNLoss on it."""
+    pytest.importorskip("torchrl", reason="TorchRL is not installed here: test.sh's main pass installs the torchrl extra")
+    import torch
+    from torchrl.data import Composite, OneHot
+    from torchrl.modules import QValueActor
+    from torchrl.objectives import DQNLoss
+
+    class Scale(torch.nn.Module):
+        def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+            return pixels.to(torch.float32) / 255.0
+
+    torch.manual_seed(0)
+    network = torch.nn.Sequential(Scale(), torch.nn.Flatten(-3), torch.nn.Linear(4 * 84 * 84, 6))
+    policy = QValueActor(module=network, spec=Composite(action=OneHot(6)), in_keys=["pixels"])
+    namespace["policy"] = policy
+    namespace["loss_module"] = DQNLoss(value_network=policy, loss_function="l2", delay_value=False)
+    namespace["run_name"] = "ALE-Pong-v5__dqn__1__1764201600"
+
+
+def check_torchrl(namespace: dict[str, Any]) -> None:
+    import torch
+
+    rb, sample, data = namespace["rb"], namespace["sample"], namespace["data"]
+    assert len(rb) == 64 and sample["pixels"].shape == (32, 4, 84, 84) and sample["pixels"].dtype == torch.uint8
+    assert sample["next", "pixels"].shape == (32, 4, 84, 84) and torch.isfinite(namespace["loss"])
+    # the last batch's stacks, rebuilt from the frames stored once, are the ones the collector wrote
+    last = data.reshape(-1)
+    np.testing.assert_array_equal(rb[torch.arange(48, 64)]["pixels"].numpy(), last["pixels"].numpy())
+    np.testing.assert_array_equal(rb[torch.arange(48, 64)]["next", "pixels"].numpy(), last["next", "pixels"].numpy())
+    namespace["collector"].shutdown()
+    namespace["storage"].close()
+
+
 def setup_recorder(namespace: dict[str, Any]) -> None:
     pass
 
@@ -325,6 +359,7 @@ SMALL_SIZES = {
         ("for batch in replay.batches(32, prefetch=4, rng=rng): ...", "for batch in replay.batches(32, prefetch=4, rng=rng): break"),
     ],
     "rllib-buffer": [('"capacity": 1_000_000', '"capacity": 1_000')],
+    "torchrl": [("1_000_000", "1_000"), ("total_frames=10_000_000", "total_frames=64")],
     # the same pipeline without a GPU: device="cpu" (no pinning, no copy)
     "gpu-batches": [('device="cuda"', 'device="cpu"')],
 }
@@ -403,6 +438,7 @@ EXAMPLES: dict[str, tuple[Callable[[dict[str, Any]], None], Callable[[dict[str, 
     "vector-same-step": (setup_vector_same_step, check_vector_same_step),
     "prioritized": (setup_prioritized, check_prioritized),
     "sb3": (setup_sb3, check_sb3),
+    "torchrl": (setup_torchrl, check_torchrl),
     "recorder": (setup_recorder, check_recorder),
     "datasets": (setup_datasets, check_datasets),
     "fields": (setup_fields, check_fields),

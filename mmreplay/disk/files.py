@@ -8,26 +8,37 @@ import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
+from mmreplay.disk.store_directory import (
+    FileLocation,
+    StoreDirectory,
+    StoreFile,
+    open_regular,
+    sync_folder,
+)
+
 RESERVE_STEP = 1 << 16  # bytes reserved at a time ahead of the writes into a memory map
 
 
 RESERVE_WINDOW = 1 << 24  # at most this many bytes before a write are reserved with it
 
 
-def create_sparse(path: Path, nbytes: int) -> None:
-    """Create a file of ``nbytes`` without allocating its blocks (disk use follows what is written)."""
-    with open(path, "xb") as file:
-        file.truncate(nbytes)
-        os.fsync(file.fileno())
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make a rename or a new file inside ``directory`` durable."""
-    descriptor = os.open(directory, os.O_RDONLY)
+def create_sparse(path: FileLocation, nbytes: int) -> None:
+    """Create a file of ``nbytes`` without allocating its blocks (disk use follows what is written); it
+    must not exist (nor a link in its place: ``O_EXCL`` with ``O_NOFOLLOW``)."""
+    descriptor = open_regular(path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
     try:
+        os.ftruncate(descriptor, nbytes)
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def fsync_directory(directory: FileLocation | StoreDirectory) -> None:
+    """Make a rename or a new file inside ``directory`` durable."""
+    if isinstance(directory, StoreDirectory):
+        directory.sync()
+        return
+    sync_folder(directory)
 
 
 def sibling_names(target: Path, purposes: Sequence[str]) -> re.Pattern[str]:
@@ -62,9 +73,10 @@ class BlockReservation:
     is written, while the file stays sparse beyond what is used.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: FileLocation, *, descriptor: int | None = None) -> None:
+        """``descriptor``: the file already open for writing (this object owns it from now on)."""
         self.path = path
-        self._descriptor = os.open(path, os.O_RDWR)
+        self._descriptor = open_regular(path, os.O_RDWR) if descriptor is None else descriptor
         self._size = os.fstat(self._descriptor).st_size
         self._reserved = 0
 
@@ -86,10 +98,10 @@ class BlockReservation:
 
 
 
-def file_signature(path: Path) -> tuple[int, int, int]:
+def file_signature(path: FileLocation) -> tuple[int, int, int]:
     """Identity and version of a file that is replaced by renames: changes with every replacement."""
     try:
-        status = os.stat(path)
+        status = path.lstat() if isinstance(path, StoreFile) else os.stat(path)
     except (FileNotFoundError, NotADirectoryError):  # no such file, or a file where its directory should be
         return (0, 0, 0)
     return (status.st_ino, status.st_mtime_ns, status.st_size)

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mmreplay.disk.files import fsync_directory
 from mmreplay.disk.header_parsing import parse_commit_fields, parse_layout_fields
+from mmreplay.disk.store_directory import StoreDirectory
 from mmreplay.errors import CorruptStoreError, FormatVersionError, StoreNotFoundError
 
 MAGIC = "mmreplay"
@@ -118,6 +118,10 @@ class Commit:
     frame_table_generation: int
     frame_slots: int
     sampler_state: dict[str, object]
+    # The first step of the store's current epoch: ``clear()`` empties a store without renumbering, so
+    # steps (``batch.index``) keep counting and none is reused; steps before it were removed by a clear.
+    # A header without the field (every store never cleared: the header it always had) starts at 0.
+    first_step: int = 0
 
 
 def new_store(
@@ -170,8 +174,16 @@ def _body_checksum(body: dict[str, object]) -> int:
     return zlib.crc32(json.dumps(body, sort_keys=True).encode())
 
 
-def write_header(directory: Path, layout: Layout, commit: Commit) -> None:
-    """Replace the header atomically: write a temporary file, fsync it, rename it over, fsync the directory."""
+def write_header(directory: StoreDirectory | Path, layout: Layout, commit: Commit) -> None:
+    """Replace the header atomically: write a temporary file, fsync it, rename it over, fsync the directory
+    (all relative to the store's directory descriptor: ``store_directory``)."""
+    if not isinstance(directory, StoreDirectory):
+        opened = StoreDirectory.open(directory)
+        try:
+            write_header(opened, layout, commit)
+        finally:
+            opened.close()
+        return
     layout_fields = asdict(layout)
     del layout_fields["format_version"]  # the header's own field
     if layout.frame_encoding == "lz4":
@@ -187,33 +199,52 @@ def write_header(directory: Path, layout: Layout, commit: Commit) -> None:
         "magic": MAGIC,
         "format_version": layout.format_version,
         "layout": layout_fields,
-        "commit": asdict(commit),
+        "commit": {name: value for name, value in asdict(commit).items() if name != "first_step" or value},
     }
     text = json.dumps({**body, "checksum": _body_checksum(body)}, indent=1, sort_keys=True)
-    temporary = directory / (HEADER_NAME + ".tmp")
-    with open(temporary, "w", encoding="utf-8") as file:
+    temporary = HEADER_NAME + ".tmp"
+    directory.unlink(temporary, missing_ok=True)  # left by a crash; never opened through a link
+    with os.fdopen(directory.open_file(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "w", encoding="utf-8") as file:
         file.write(text)
         file.flush()
         os.fsync(file.fileno())
-    os.replace(temporary, directory / HEADER_NAME)
-    fsync_directory(directory)
+    directory.replace(temporary, HEADER_NAME)
+    directory.sync()
 
 
-def read_header(directory: Path) -> tuple[Layout, Commit]:
+def open_store_directory(path: Path) -> StoreDirectory:
+    """The directory of the store at ``path`` (``StoreDirectory.open``), or ``StoreNotFoundError`` saying
+    why there is none."""
+    try:
+        return StoreDirectory.open(path)
+    except NotADirectoryError:
+        raise StoreNotFoundError(f"no mmreplay store at {str(path)!r}: it is a file, and a store is a "
+                                 f"directory (holding {HEADER_NAME})") from None
+    except FileNotFoundError:
+        raise StoreNotFoundError(f"no mmreplay store at {str(path)!r} (missing {HEADER_NAME})") from None
+
+
+def read_header(directory: StoreDirectory | Path) -> tuple[Layout, Commit]:
     """Read and check the header: magic and format version first, then its checksum, then its fields."""
     layout, commit, _ = read_versioned_header(directory)
     return layout, commit
 
 
-def read_versioned_header(directory: Path) -> tuple[Layout, Commit, int]:
+def read_versioned_header(directory: StoreDirectory | Path) -> tuple[Layout, Commit, int]:
     """``read_header``, and the format version the header gives."""
-    path = directory / HEADER_NAME
-    if directory.exists() and not directory.is_dir():
-        raise StoreNotFoundError(f"no mmreplay store at {str(directory)!r}: it is a file, and a store is a "
-                                 f"directory (holding {HEADER_NAME})")
-    if not directory.is_dir() or not path.is_file():
-        raise StoreNotFoundError(f"no mmreplay store at {str(directory)!r} (missing {HEADER_NAME})")
-    raw = path.read_bytes()
+    if not isinstance(directory, StoreDirectory):
+        opened = open_store_directory(directory)
+        try:
+            return read_versioned_header(opened)
+        finally:
+            opened.close()
+    path = directory.path / HEADER_NAME
+    try:
+        descriptor = directory.open_file(HEADER_NAME)
+    except (FileNotFoundError, NotADirectoryError):
+        raise StoreNotFoundError(f"no mmreplay store at {str(directory)!r} (missing {HEADER_NAME})") from None
+    with os.fdopen(descriptor, "rb") as file:
+        raw = file.read()
     try:
         document = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:

@@ -34,7 +34,7 @@ _LAYOUT_FIELDS = {
 }
 _COMMIT_FIELDS = {
     "transitions_added", "frames_written", "bytes_written", "frame_tail", "frame_table_generation",
-    "frame_slots", "sampler_state",
+    "frame_slots", "sampler_state", "first_step",
 }
 
 
@@ -199,8 +199,10 @@ def parse_field_specs(path: Path, value: object) -> tuple[tuple[str, tuple[int, 
 
 def parse_commit_fields(path: Path, value: object, layout: dict[str, object]) -> dict[str, object]:
     """The commit section's fields, each checked and checked against each other and the layout."""
-    fields = check_fields(path, "commit", value, _COMMIT_FIELDS, set())
+    fields = check_fields(path, "commit", value, _COMMIT_FIELDS, {"first_step"})
     added = parse_int(path, "transitions_added", fields["transitions_added"], low=0, high=MAX_COUNT)
+    if "first_step" in fields:  # the first step since the last clear(): no later than the newest
+        parse_int(path, "first_step", fields["first_step"], low=0, high=added)
     # Every transition writes its next_obs frame: frames never fall behind transitions.
     written = parse_int(path, "frames_written", fields["frames_written"], low=added, high=MAX_COUNT)
     parse_int(path, "bytes_written", fields["bytes_written"], low=0, high=MAX_COUNT)

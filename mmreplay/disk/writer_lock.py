@@ -8,13 +8,13 @@ import fcntl
 import os
 import struct
 import weakref
-from pathlib import Path
 from typing import IO
 
+from mmreplay.disk.store_directory import FileLocation, open_regular
 from mmreplay.errors import StoreLockedError
 
 
-def acquire_writer_lock(path: Path) -> IO[bytes]:
+def acquire_writer_lock(path: FileLocation) -> IO[bytes]:
     """Hold an exclusive lock on ``path`` for the store's one writer; the OS releases it if the process dies.
 
     The lock belongs to this process only: an open file description's lock (OFD lock, or flock where
@@ -27,7 +27,8 @@ def acquire_writer_lock(path: Path) -> IO[bytes]:
     process, so the locks this process holds are remembered (``_HELD_HERE``) to tell "this process" from
     "another process".
     """
-    lock = open(path, "ab")
+    # Not through a link, and never a FIFO (whose open for writing would block until a reader came).
+    lock = os.fdopen(open_regular(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "ab")
     try:
         _lock_exclusive(lock.fileno())
     except BlockingIOError:

@@ -29,6 +29,7 @@ import numpy.typing as npt
 
 from mmreplay import extensions
 from mmreplay.disk import header
+from mmreplay.disk.store_directory import StoreDirectory
 from mmreplay.errors import CorruptStoreError
 from mmreplay.frames import lz4_codec
 from mmreplay.frames.reference_codec import (
@@ -73,7 +74,7 @@ def parse_frame_encoding(
     return REFERENCE, asdict(reference_scheme if reference_scheme is not None else DEFAULT_SCHEME)
 
 
-def scheme_of(layout: header.Layout, directory: Path) -> ReferenceScheme | None:
+def scheme_of(layout: header.Layout, directory: StoreDirectory | Path) -> ReferenceScheme | None:
     """The store's reference scheme (None for plain frames), checked as the header gives it."""
     if layout.frame_encoding == PLAIN:
         return None
@@ -96,6 +97,8 @@ def has_references(layout: header.Layout) -> bool:
 # What a frame costs beyond its pixels where a store keeps or reads it: its step and table entry in a
 # batch's arrays, and a writer's record of its envs' episodes (a Python int and bytes object a frame).
 _FRAME_BOOKKEEPING_BYTES = 128
+
+
 def changed_rows(layout: header.Layout) -> bool:
     """Whether the store's dependent frames are their changed rows (format version 5), not whole frames."""
     return layout.frame_encoding == REFERENCE and layout.format_version >= 5
@@ -107,7 +110,7 @@ def changed_rows_extra(layout: header.Layout) -> int:
     return changed_rows_bound(layout.frame_shape) if changed_rows(layout) else 0
 
 
-def create_ring(directory: Path, layout: header.Layout, commit: header.Commit) -> FrameRing:
+def create_ring(directory: StoreDirectory | Path, layout: header.Layout, commit: header.Commit) -> FrameRing:
     """The empty frame ring of a new store with this layout (its segments folder and frame table)."""
     scheme = scheme_of(layout, directory)
     return FrameRing.create(
@@ -122,7 +125,7 @@ def create_ring(directory: Path, layout: header.Layout, commit: header.Commit) -
     )
 
 
-def open_ring(directory: Path, layout: header.Layout, commit: header.Commit, *, writable: bool) -> FrameRing:
+def open_ring(directory: StoreDirectory | Path, layout: header.Layout, commit: header.Commit, *, writable: bool) -> FrameRing:
     """The store's frame ring, of the class its encoding needs, at its committed counts.
 
     First, what reading the store takes however few transitions it holds is checked against the memory
@@ -258,7 +261,7 @@ class ReferenceEncoder:
         self._saved = {}
 
 
-def encoder_for(layout: header.Layout, directory: Path) -> FrameEncoder:
+def encoder_for(layout: header.Layout, directory: StoreDirectory | Path) -> FrameEncoder:
     """A new writer's frame encoder for the store's encoding."""
     scheme = scheme_of(layout, directory)
     if scheme is None:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from mmreplay.disk.store_directory import StoreDirectory
 from mmreplay.frames import reference_codec
 from mmreplay.frames.reference_codec import CorruptFrameError, ReferenceScheme
 from mmreplay.frames.ring import _SEED_MULTIPLIER, FrameChecksumError, FrameRing, _lz4batch, frame_seed
@@ -24,7 +25,9 @@ from mmreplay.frames.threads import batch_threads
 class ReferenceFrameRing(FrameRing):
     """A ``FrameRing`` of reference-encoded frames: ``append`` takes ``ref_deltas``, reads decode chains."""
 
-    def __init__(self, directory: Path, *, scheme: ReferenceScheme, changed_rows: bool, **ring: Any) -> None:
+    def __init__(
+        self, directory: StoreDirectory | Path, *, scheme: ReferenceScheme, changed_rows: bool, **ring: Any
+    ) -> None:
         """``ring``: ``FrameRing``'s keyword arguments (its counts and sizes), less ``max_distance``;
         ``changed_rows``: dependent frames are stored as their changed rows (format version 5)."""
         super().__init__(directory, max_distance=scheme.max_distance, **ring)

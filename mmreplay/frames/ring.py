@@ -32,6 +32,13 @@ from mmreplay import extensions
 from mmreplay.disk.files import BlockReservation, create_sparse, fsync_directory
 from mmreplay.disk.header import FORMAT_VERSION, SEGMENTS_DIR, frame_table_name, segment_name
 from mmreplay.disk.packed_fields import byte_width, read_uint, uint_field, write_uint
+from mmreplay.disk.store_directory import (
+    FileLocation,
+    StoreDirectory,
+    map_array,
+    open_regular,
+    open_sized,
+)
 from mmreplay.errors import CorruptStoreError
 from mmreplay.frames import lz4_codec
 from mmreplay.limits import check_mapping
@@ -228,7 +235,7 @@ class FrameRing:
 
     def __init__(
         self,
-        directory: Path,
+        directory: StoreDirectory | Path,
         *,
         frame_shape: tuple[int, ...],
         segment_bytes: int,
@@ -284,7 +291,7 @@ class FrameRing:
 
     @staticmethod
     def create(
-        directory: Path,
+        directory: StoreDirectory | Path,
         *,
         frame_shape: tuple[int, ...],
         segment_bytes: int,
@@ -439,7 +446,7 @@ class FrameRing:
         create_sparse(path, frame_slots * grown.size)
         reservation = BlockReservation(path)
         reservation.ensure(frame_slots * grown.size)
-        table = np.memmap(path, dtype=grown.dtype, mode="r+", shape=(frame_slots,))
+        table = map_array(path, grown.dtype, (frame_slots,), writable=True, what="frame table")
         steps = np.arange(frame_tail, self.frames_written)
         old = self._table[steps % self.frame_slots]
         if grown.dtype == self.entry and grown.prev_bits == self._format.prev_bits:
@@ -674,15 +681,19 @@ class FrameRing:
         path = self.directory / frame_table_name(generation)
         entry = self.entry if entry is None else entry
         expected = frame_slots * entry.itemsize
-        if not path.is_file() or path.stat().st_size < expected:
-            raise CorruptStoreError(f"{path}: frame table is missing or shorter than {expected} bytes")
-        check_mapping(expected, f"{path}: the frame table of {frame_slots:,} slots (the header's frame_slots)")
-        return np.memmap(path, dtype=entry, mode="r+" if self.writable else "r", shape=(frame_slots,))
+        # Opened once, not following a link, and refused unless a regular file (store_directory).
+        descriptor = open_sized(path, expected, writable=self.writable, what="frame table")
+        try:
+            check_mapping(expected, f"{path}: the frame table of {frame_slots:,} slots (the header's frame_slots)")
+            return map_array(path, entry, (frame_slots,), writable=self.writable, what="frame table",
+                             descriptor=descriptor)
+        finally:
+            os.close(descriptor)
 
-    def _table_path(self) -> Path:
+    def _table_path(self) -> FileLocation:
         return self.directory / frame_table_name(self.generation)
 
-    def _segment_path(self, segment: int) -> Path:
+    def _segment_path(self, segment: int) -> FileLocation:
         return self.directory / SEGMENTS_DIR / segment_name(segment)
 
     def _segment_file(self, segment: int) -> int:
@@ -693,7 +704,7 @@ class FrameRing:
             if not path.exists():
                 create_sparse(path, self.segment_bytes)
                 fsync_directory(path.parent)
-            descriptor = os.open(path, os.O_RDWR)
+            descriptor = open_regular(path, os.O_RDWR)
             if os.fstat(descriptor).st_size < self.segment_bytes:
                 # A writer killed between creating the file and sizing it left it short; no commit counts
                 # anything in a segment that has never been written, so sizing it now loses nothing.
@@ -742,7 +753,7 @@ class FrameRing:
         path = self._segment_path(segment)
         needed_by = "" if frame_step is None else f" (frame {frame_step} is there, by {self._table_path()})"
         try:
-            with open(path, "rb") as file:
+            with os.fdopen(open_regular(path), "rb", buffering=0) as file:
                 if os.fstat(file.fileno()).st_size < self.segment_bytes:
                     raise CorruptStoreError(f"{path}: segment file is truncated{needed_by}")
                 mapping = mmap.mmap(file.fileno(), self.segment_bytes, access=mmap.ACCESS_READ)

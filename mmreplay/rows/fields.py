@@ -17,13 +17,14 @@ for 2,048; 1.09x even against the previous step's state), and an 18-action bool 
 from __future__ import annotations
 
 import math
-from pathlib import Path
+import os
 
 import numpy as np
 import numpy.typing as npt
 
 from mmreplay.disk.files import BlockReservation, create_sparse
 from mmreplay.disk.header import FieldSpec
+from mmreplay.disk.store_directory import FileLocation, map_array, open_sized
 from mmreplay.errors import CorruptStoreError
 from mmreplay.limits import check_mapping
 from mmreplay.rows.checksums import row_checksum, row_checksums
@@ -62,22 +63,29 @@ def field_row_dtype(specs: tuple[FieldSpec, ...]) -> np.dtype:
 class FieldTable:
     """User field rows addressed by transition step."""
 
-    def __init__(self, path: Path, *, specs: tuple[FieldSpec, ...], row_slots: int, writable: bool) -> None:
+    def __init__(self, path: FileLocation, *, specs: tuple[FieldSpec, ...], row_slots: int, writable: bool) -> None:
         self.specs = specs
         self.dtype = field_row_dtype(specs)
         expected = row_slots * self.dtype.itemsize
-        if not path.is_file() or path.stat().st_size < expected:
-            raise CorruptStoreError(f"{path}: field table is missing or shorter than {expected} bytes")
-        check_mapping(expected, f"{path}: the field table of {row_slots:,} row slots (the header's row_slots)")
+        # Opened once, not following a link, and refused unless a regular file (store_directory).
+        descriptor = open_sized(path, expected, writable=writable, what="field table")
+        try:
+            check_mapping(expected, f"{path}: the field table of {row_slots:,} row slots (the header's row_slots)")
+            self._mapping = map_array(path, self.dtype, (row_slots,), writable=writable, what="field table",
+                                      descriptor=descriptor)
+        except BaseException:
+            os.close(descriptor)
+            raise
         self.path = path
         self.row_slots = row_slots
-        self._mapping = np.memmap(path, dtype=self.dtype, mode="r+" if writable else "r", shape=(row_slots,))
         # The rows as bytes, (row_slots, row size): plain indexing, without memmap's per-call overhead.
         self._bytes: npt.NDArray[np.uint8] = self._mapping.view(np.ndarray).view(np.uint8).reshape(row_slots, -1)
-        self._reservation = BlockReservation(path) if writable else None
+        self._reservation = BlockReservation(path, descriptor=descriptor) if writable else None
+        if not writable:
+            os.close(descriptor)
 
     @classmethod
-    def create(cls, path: Path, *, specs: tuple[FieldSpec, ...], row_slots: int) -> FieldTable:
+    def create(cls, path: FileLocation, *, specs: tuple[FieldSpec, ...], row_slots: int) -> FieldTable:
         create_sparse(path, row_slots * field_row_dtype(specs).itemsize)
         return cls(path, specs=specs, row_slots=row_slots, writable=True)
 

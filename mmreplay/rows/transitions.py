@@ -12,9 +12,9 @@ rows a committed header still counts are never overwritten before the next commi
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
@@ -23,6 +23,7 @@ import numpy.typing as npt
 from mmreplay import extensions
 from mmreplay.disk.files import BlockReservation, create_sparse
 from mmreplay.disk.packed_fields import byte_width, read_uint, uint_field, write_uint
+from mmreplay.disk.store_directory import FileLocation, map_array, open_sized
 from mmreplay.errors import CorruptStoreError
 from mmreplay.limits import check_mapping
 from mmreplay.rows.checksums import row_checksum, row_checksums
@@ -181,15 +182,21 @@ class TransitionTable:
     """
 
     def __init__(
-        self, path: Path, *, dtype: np.dtype, row_slots: int, writable: bool, version_3: bool = False
+        self, path: FileLocation, *, dtype: np.dtype, row_slots: int, writable: bool, version_3: bool = False
     ) -> None:
         if writable and version_3:
             raise ValueError("a table of format version 3 is read only (its rows carry the old checksum)")
         self._version_3 = version_3
         expected = row_slots * dtype.itemsize
-        if not path.is_file() or path.stat().st_size < expected:
-            raise CorruptStoreError(f"{path}: transition table is missing or shorter than {expected} bytes")
-        check_mapping(expected, f"{path}: the transition table of {row_slots:,} row slots (the header's row_slots)")
+        # Opened once, not following a link, and refused unless a regular file (store_directory).
+        descriptor = open_sized(path, expected, writable=writable, what="transition table")
+        try:
+            check_mapping(expected, f"{path}: the transition table of {row_slots:,} row slots (the header's row_slots)")
+            self._mapping = map_array(path, dtype, (row_slots,), writable=writable, what="transition table",
+                                      descriptor=descriptor)
+        except BaseException:
+            os.close(descriptor)
+            raise
         self.path = path
         self.row_slots = row_slots
         self._chunk_minimums: dict[int, int] = {}
@@ -214,16 +221,17 @@ class TransitionTable:
             struct.Struct("<I") if self._packed
             else struct.Struct("<I" + ("B" if dtype["env"].itemsize == 1 else "H") + "fB")
         )
-        self._mapping = np.memmap(path, dtype=dtype, mode="r+" if writable else "r", shape=(row_slots,))
         # Plain indexing, without memmap's per-call overhead.
         self._rows: npt.NDArray[np.void] = self._mapping.view(np.ndarray)
         self._bytes = self._rows.view(np.uint8).reshape(-1).data if writable else None
-        self._reservation = BlockReservation(path) if writable else None
+        self._reservation = BlockReservation(path, descriptor=descriptor) if writable else None
+        if not writable:
+            os.close(descriptor)
         # What _lz4batch.read_transitions takes to read rows as gather_fields does; None where it cannot.
         self.compiled_rows = (self._rows, row_slots, self._layout, version_3) if self._gather_fields else None
 
     @classmethod
-    def create(cls, path: Path, *, dtype: np.dtype, row_slots: int) -> TransitionTable:
+    def create(cls, path: FileLocation, *, dtype: np.dtype, row_slots: int) -> TransitionTable:
         create_sparse(path, row_slots * dtype.itemsize)
         return cls(path, dtype=dtype, row_slots=row_slots, writable=True)
 

@@ -35,6 +35,12 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from mmreplay.disk.store_directory import (
+    FileLocation,
+    file_blocks,
+    map_array,
+    open_regular,
+)
 from mmreplay.errors import CorruptStoreError
 from mmreplay.limits import check_disk, check_mapping, check_memory
 from mmreplay.sampling.sum_tree import SumTree, tree_size
@@ -86,7 +92,7 @@ class PriorityFile:
     reader builds its own in memory and never writes the file.
     """
 
-    def __init__(self, path: Path, *, slots: int, stored: range, writable: bool, committed: Committed) -> None:
+    def __init__(self, path: FileLocation, *, slots: int, stored: range, writable: bool, committed: Committed) -> None:
         self.path = path
         self.slots = slots
         self.size = tree_size(slots)
@@ -122,26 +128,26 @@ class PriorityFile:
         check_memory(leaves, what)
         check_mapping(self._scratch_end - 8 * self.size, what)  # committed leaves and scratch, mapped
         try:
-            allocated = os.stat(self.path).st_blocks * 512
+            allocated = file_blocks(self.path) * 512
         except FileNotFoundError:
             allocated = 0
-        check_disk(self.path.parent, max(0, self._scratch_end - 8 * self.size - allocated), what)
+        check_disk(Path(str(self.path)).parent, max(0, self._scratch_end - 8 * self.size - allocated), what)
 
     def _open_descriptor(self) -> int:
         if not self.writable:
             if not self._stored and not self.path.exists():
                 return -1  # nothing is stored (and the writer has not made the file yet): nothing to read
             try:
-                return os.open(self.path, os.O_RDONLY)
+                return open_regular(self.path, os.O_RDONLY)
             except FileNotFoundError:
                 raise CorruptStoreError(f"{self.path}: missing; the store's priorities are lost") from None
         if self.committed.checksum is None:
             # Nothing committed yet, or a file of the first layout (no journal): size it for this layout.
-            descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            descriptor = open_regular(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             os.ftruncate(descriptor, max(self._length, os.fstat(descriptor).st_size))
             return descriptor
         try:
-            return os.open(self.path, os.O_RDWR)
+            return open_regular(self.path, os.O_RDWR)
         except FileNotFoundError:
             raise CorruptStoreError(f"{self.path}: missing; the store's priorities are lost") from None
 
@@ -155,8 +161,10 @@ class PriorityFile:
             # Scratch and committed leaves are written through memory maps: reserve their blocks first, so a
             # full disk is an OSError here and not a SIGBUS later.
             os.posix_fallocate(self._descriptor, self.size * 8, self._scratch_end - self.size * 8)
-            self._leaves = np.memmap(self.path, "<f8", "r+", offset=self.size * 8, shape=(self.size,))
-            self._scratch = np.memmap(self.path, "<f8", "r+", offset=length, shape=(2, 2 * self.size))
+            self._leaves = map_array(self.path, "<f8", (self.size,), writable=True, offset=self.size * 8,
+                                     what="priorities file", descriptor=self._descriptor)
+            self._scratch = map_array(self.path, "<f8", (2, 2 * self.size), writable=True, offset=length,
+                                      what="priorities file", descriptor=self._descriptor)
             sums, minimums = self._scratch.view(np.ndarray)  # plain arrays: no memmap overhead per call
             sums.fill(0.0)
         else:
@@ -215,7 +223,8 @@ class PriorityFile:
         if leaf_checksum(restored) != self.committed.checksum:
             return None
         if self.writable:
-            committed = np.memmap(self.path, "<f8", "r+", offset=self.size * 8, shape=(self.size,))
+            committed = map_array(self.path, "<f8", (self.size,), writable=True, offset=self.size * 8,
+                                  what="priorities file", descriptor=self._descriptor)
             committed[journal.entries["slot"].astype(np.int64)] = journal.entries["leaf"]
             committed.flush()
             del committed

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay import extensions
+from mmreplay.disk.store_directory import StoreDirectory
 from mmreplay.sampling.priority_file import Committed, PriorityFile, slot_ranges
 from mmreplay.sampling.sum_tree import SumTree
 
@@ -31,7 +32,7 @@ class Sampler(Protocol):
         """The sampler's kind and parameters, saved in the store's header."""
         ...
 
-    def open(self, directory: Path, *, slots: int, stored: range, writable: bool, state: dict[str, object]) -> None:
+    def open(self, directory: StoreDirectory | Path, *, slots: int, stored: range, writable: bool, state: dict[str, object]) -> None:
         """Attach to a store whose transition step ``s`` lives in slot ``s % slots``."""
         ...
 
@@ -84,7 +85,7 @@ class UniformSampler:
     def config(self) -> dict[str, object]:
         return {"kind": "uniform"}
 
-    def open(self, directory: Path, *, slots: int, stored: range, writable: bool, state: dict[str, object]) -> None:
+    def open(self, directory: StoreDirectory | Path, *, slots: int, stored: range, writable: bool, state: dict[str, object]) -> None:
         pass
 
     def added(self, steps: range) -> None:
@@ -149,7 +150,7 @@ class PrioritizedSampler:
     def config(self) -> dict[str, object]:
         return {"kind": "prioritized", "alpha": self.alpha, "epsilon": self.epsilon}
 
-    def open(self, directory: Path, *, slots: int, stored: range, writable: bool, state: dict[str, object]) -> None:
+    def open(self, directory: StoreDirectory | Path, *, slots: int, stored: range, writable: bool, state: dict[str, object]) -> None:
         self.close()  # a reader's refresh opens again
         checksum = state.get("checksum")
         committed = Committed(

@@ -54,6 +54,7 @@ class Committer:
                     frame_table_generation=frames.generation,
                     frame_slots=frames.frame_slots,
                     sampler_state=files.sampler.state(),
+                    first_step=self.committed.first_step,
                 )
                 self._write(commit)
             except BaseException:
@@ -69,7 +70,7 @@ class Committer:
         """Commit (and grow the frame table) before an add of ``new_rows`` rows and ``new_frames`` frames
         would reuse a slot the committed header counts."""
         layout, frames = self._files.layout, self._frames
-        committed_rows = max(0, self.committed.transitions_added - layout.capacity)
+        committed_rows = self._stored(self.committed.transitions_added).start
         rows_fit = transitions_added + new_rows - committed_rows <= layout.row_slots
         frames_fit = frames.frames_written + new_frames - self.committed.frame_tail <= frames.frame_slots
         if rows_fit and frames_fit:
@@ -100,12 +101,16 @@ class Committer:
         """No ring slot that the committed header counts may be reused: rows up to ``row_slots`` past the
         oldest committed transition, frames up to ``frame_slots`` past the committed frame tail."""
         layout = self._files.layout
-        self.row_limit = layout.row_slots + max(0, self.committed.transitions_added - layout.capacity)
+        self.row_limit = layout.row_slots + self._stored(self.committed.transitions_added).start
         self.frame_limit = self._frames.frame_slots + self.committed.frame_tail
+
+    def _stored(self, transitions_added: int) -> range:
+        """The steps stored after ``transitions_added`` adds (in the epoch of the last ``clear()``)."""
+        return stored_steps(transitions_added, self._files.layout.capacity, self.committed.first_step)
 
     def _frame_tail(self, transitions_added: int) -> int:
         """The oldest frame step that a stored transition still needs."""
-        stored = stored_steps(transitions_added, self._files.layout.capacity)
+        stored = self._stored(transitions_added)
         if not stored:
             return self._frames.frames_written
         oldest = self._files.table.oldest_frame(stored.start, stored.stop, oldest_frames_of=self._oldest_obs_frames)

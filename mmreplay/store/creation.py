@@ -15,6 +15,7 @@ import numpy.typing as npt
 
 from mmreplay.disk import header
 from mmreplay.disk.files import fsync_directory, make_sibling_directory
+from mmreplay.disk.store_directory import StoreDirectory
 from mmreplay.disk.writer_lock import acquire_writer_lock
 from mmreplay.errors import StoreExistsError
 from mmreplay.frames import encodings
@@ -94,7 +95,9 @@ def build_store(directory: Path, layout: header.Layout, commit: header.Commit) -
     if directory.exists():
         raise StoreExistsError(f"cannot create a store at {str(directory)!r}: the path already exists")
     directory.parent.mkdir(parents=True, exist_ok=True)
-    building, lock = build_beside(directory, layout, commit, "creating")
+    built, lock = build_beside(directory, layout, commit, "creating")
+    built.close()
+    building = built.path
     try:
         try:
             os.rename(building, directory)
@@ -113,19 +116,26 @@ def build_store(directory: Path, layout: header.Layout, commit: header.Commit) -
 
 def build_beside(
     directory: Path, layout: header.Layout, commit: header.Commit, purpose: str
-) -> tuple[Path, IO[bytes]]:
+) -> tuple[StoreDirectory, IO[bytes]]:
     """An empty store with this layout and commit in a new hidden sibling of ``directory`` (named for
-    ``purpose``), its writer lock held: the sibling's path and the lock. Nothing is left on an error."""
+    ``purpose``), its writer lock held: the sibling, open (its ``path`` the sibling's), and the lock.
+    Nothing is left on an error."""
     building = make_sibling_directory(directory, purpose)
     try:
-        build_empty(building, layout, commit)
-        return building, acquire_writer_lock(building / header.LOCK_NAME)
+        opened = StoreDirectory.open(building)
     except BaseException:
+        shutil.rmtree(building, ignore_errors=True)
+        raise
+    try:
+        build_empty(opened, layout, commit)
+        return opened, acquire_writer_lock(opened / header.LOCK_NAME)
+    except BaseException:
+        opened.close()
         shutil.rmtree(building, ignore_errors=True)
         raise
 
 
-def build_empty(building: Path, layout: header.Layout, commit: header.Commit) -> None:
+def build_empty(building: StoreDirectory, layout: header.Layout, commit: header.Commit) -> None:
     """The files of an empty store with this layout and empty commit, in the directory ``building``."""
     encodings.create_ring(building, layout, commit).close()
     TransitionTable.create(

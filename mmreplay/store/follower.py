@@ -10,6 +10,7 @@ header that stayed the same is corruption.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn, TypeVar
@@ -53,22 +54,37 @@ class Follower:
         """Open the store at ``directory`` read-only, retrying when the header changed while it opened (a
         descheduled follower finds the files its header names reused or replaced by a live writer's later
         commits): only an error under a header that stayed the same is corruption."""
-        header_path = directory / header.HEADER_NAME
+        real = Path(os.path.realpath(directory))  # resolved once: a later chdir moves nothing
+        header_path = real / header.HEADER_NAME
         for _ in range(_READ_ATTEMPTS - 1):
             signature = file_signature(header_path)
             try:
-                return cls._open_once(directory, sampler, decode_threads)
-            except CorruptStoreError:
+                follower = cls._open_once(real, sampler, decode_threads)
+            except (CorruptStoreError, OSError, ClosedStoreError):
                 if file_signature(header_path) == signature:
                     raise
-        return cls._open_once(directory, sampler, decode_threads)
+                continue
+            if not follower.files.replaced():
+                return follower
+            # A writer's clear() exchanged the directory while this one opened: open the new one.
+            follower.close()
+        return cls._open_once(real, sampler, decode_threads)
 
     @classmethod
     def _open_once(cls, directory: Path, sampler: Sampler | None, decode_threads: int | None) -> Follower:
-        layout, commit = header.read_header(directory)
-        files = MappedFiles(directory, layout, commit, sampler=matching_sampler(sampler, layout), writable=False,
-                            decode_threads=decode_threads)
-        return cls(files, commit)
+        opened = header.open_store_directory(directory)
+        try:
+            layout, commit = header.read_header(opened)
+            chosen = matching_sampler(sampler, layout)
+        except BaseException:
+            opened.close()
+            raise
+        files = MappedFiles(opened, layout, commit, sampler=chosen, writable=False, decode_threads=decode_threads)
+        try:
+            return cls(files, commit)
+        except BaseException:
+            files.close()
+            raise
 
     # -- following the writer --------------------------------------------------------------------
 
@@ -112,12 +128,9 @@ class Follower:
         files = self.files
         signature = files.header_signature()
         self._read_signature = signature
+        if files.replaced():  # checked on the directory every map came from, before its header is read
+            raise files.cleared_error("refresh")
         commit = files.read_commit()
-        if files.replaced():
-            raise ClosedStoreError(
-                f"cannot refresh: the store at {str(files.directory)!r} was cleared by its writer since this "
-                "reader opened it; open it again"
-            )
         self._header_signature = signature
         if commit == self.committed:
             return False
@@ -143,7 +156,8 @@ class Follower:
     def _load_episodes(self) -> list[EnvEpisode]:
         layout = self.files.layout
         episodes, _ = load_env_episodes(
-            self.files.table, self.files.reader, stored_steps(self.transitions_added, layout.capacity),
+            self.files.table, self.files.reader,
+            stored_steps(self.transitions_added, layout.capacity, self.committed.first_step),
             num_envs=layout.num_envs, stack_size=layout.stack_size,
         )
         return episodes

@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
 from mmreplay.disk import header
 from mmreplay.disk.files import file_signature
-from mmreplay.errors import ClosedStoreError
+from mmreplay.disk.store_directory import StoreDirectory
+from mmreplay.errors import ClosedStoreError, CorruptStoreError
 from mmreplay.frames import encodings
 from mmreplay.rows.fields import FieldTable
 from mmreplay.rows.transitions import TransitionTable, row_dtype
@@ -35,7 +35,7 @@ class MappedFiles:
 
     def __init__(
         self,
-        directory: Path,
+        directory: StoreDirectory,
         layout: header.Layout,
         commit: header.Commit,
         *,
@@ -52,6 +52,16 @@ class MappedFiles:
         self.closed = False
         self.lock = threading.RLock()
         self.action_dtype = np.dtype(layout.action_dtype)
+        try:
+            self._map(directory, layout, commit)
+        except BaseException:
+            directory.close()  # this object owns the directory from the call on
+            raise
+
+    def _map(self, directory: StoreDirectory, layout: header.Layout, commit: header.Commit) -> None:
+        """Map every file; each is opened relative to the directory's descriptor (``store_directory``), so
+        all of them belong to the directory held, whatever happens to the path meanwhile."""
+        format_version, writable = self.format_version, self.writable
         self.frames = encodings.open_ring(directory, layout, commit, writable=writable)
         self.table = TransitionTable(
             directory / header.TRANSITIONS_NAME,
@@ -67,8 +77,6 @@ class MappedFiles:
             if layout.fields
             else None
         )
-        # Which files this object maps: a ``clear`` by the writer replaces them (see ``replaced``).
-        self._table_inode = os.stat(directory / header.TRANSITIONS_NAME).st_ino
         self.reader = TransitionReader(
             self.table,
             self.frames,
@@ -76,7 +84,7 @@ class MappedFiles:
             action_dtype=self.action_dtype,
             field_table=self.field_table,
             zero_padding=layout.stack_padding == "zeros",
-            decode_threads=decode_threads,
+            decode_threads=self.decode_threads,
         )
 
     def open_sampler(self, commit: header.Commit) -> None:
@@ -84,7 +92,7 @@ class MappedFiles:
         self.sampler.open(
             self.directory,
             slots=self.layout.row_slots,
-            stored=stored_steps(commit.transitions_added, self.layout.capacity),
+            stored=stored_steps(commit.transitions_added, self.layout.capacity, commit.first_step),
             writable=self.writable,
             state=commit.sampler_state,
         )
@@ -94,8 +102,20 @@ class MappedFiles:
             raise ClosedStoreError(f"cannot {operation}: the store at {str(self.directory)!r} is closed")
 
     def read_commit(self) -> header.Commit:
-        """The commit the header on disk holds now."""
-        return header.read_header(self.directory)[1]
+        """The commit the header on disk holds now; ``ClosedStoreError`` where a writer's ``clear`` replaced
+        the directory (and deleted the header this object's directory held)."""
+        try:
+            return header.read_header(self.directory)[1]
+        except (OSError, CorruptStoreError):
+            if self.replaced():
+                raise self.cleared_error("refresh") from None
+            raise
+
+    def cleared_error(self, operation: str) -> ClosedStoreError:
+        return ClosedStoreError(
+            f"cannot {operation}: the store at {str(self.directory)!r} was cleared by its writer since this "
+            "reader opened it; open it again"
+        )
 
     def write_commit(self, commit: header.Commit) -> None:
         """Replace the header with one holding ``commit`` (atomically; a writer's commit)."""
@@ -106,8 +126,9 @@ class MappedFiles:
         return file_signature(self.directory / header.HEADER_NAME)
 
     def replaced(self) -> bool:
-        """Whether the files at the path are no longer the ones mapped (a writer cleared the store)."""
-        return os.stat(self.directory / header.TRANSITIONS_NAME).st_ino != self._table_inode
+        """Whether the directory at the path is no longer the one whose files are mapped (a writer cleared
+        the store): checked on the directory's descriptor, which every map was opened through."""
+        return self.directory.moved()
 
     def sync(self) -> None:
         """Make everything written into the maps durable (a commit's first half)."""
@@ -117,10 +138,13 @@ class MappedFiles:
             self.field_table.sync()
         self.sampler.sync()
 
-    def close(self) -> None:
-        """Release every map, even after one fails to close; then raise the first failure."""
+    def close(self, *, sampler: bool = True) -> None:
+        """Release every map, even after one fails to close; then raise the first failure. ``sampler``:
+        close the sampler too (not when it was handed on to the empty store of a ``clear``)."""
         self.closed = True
-        closers = [self.frames.close, self.table.close, self.sampler.close]
+        closers = [self.frames.close, self.table.close, self.directory.close]
+        if sampler:
+            closers.append(self.sampler.close)
         if self.field_table is not None:
             closers.insert(2, self.field_table.close)
         close_all(closers)
@@ -128,12 +152,12 @@ class MappedFiles:
     def missing(self, commit: header.Commit, *, limit: int) -> list[str]:
         """``ReplayStore.missing_files`` for the contents ``commit`` holds."""
         frames = self.frames
-        missing = [str(path) for path in (self.table.path, frames._table_path()) if not Path(path).is_file()]
-        if stored_steps(commit.transitions_added, self.layout.capacity):
+        missing = [str(path) for path in (self.table.path, frames._table_path()) if not path.is_file()]
+        if stored_steps(commit.transitions_added, self.layout.capacity, commit.first_step):
             first = frames.position_of(commit.frame_tail) // frames.segment_bytes
             last = max(frames.bytes_written - 1, 0) // frames.segment_bytes
             present = {int(path.stem) for path in (self.directory / header.SEGMENTS_DIR).glob("*.seg")
-                       if path.stem.isdigit()}
+                       if path.stem.isdigit() and path.is_file()}
             segment = first
             while segment <= last and len(missing) < limit:
                 if segment not in present:
@@ -144,10 +168,10 @@ class MappedFiles:
     def bytes_on_disk(self) -> int:
         """``ReplayStore.bytes_on_disk``: the allocated blocks of every file under the directory."""
         total = 0
-        for root, _, files in os.walk(self.directory):
+        for _, _, files, folder in os.fwalk(".", dir_fd=self.directory.descriptor):
             for name in files:
                 try:
-                    total += os.stat(os.path.join(root, name)).st_blocks * 512
+                    total += os.stat(name, dir_fd=folder, follow_symlinks=False).st_blocks * 512
                 except FileNotFoundError:  # a live writer released a segment or replaced a file meanwhile
                     pass
         return total

@@ -5,21 +5,25 @@ training."""
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from mmreplay.batch import Batch
-from mmreplay.errors import StepsEvictedError
+from mmreplay.errors import ClosedStoreError, StepsEvictedError
 from mmreplay.validation import parse_positive_int, parse_rng
 
 if TYPE_CHECKING:
     from mmreplay.store import ReplayStore
 
 
-def ordered_pass(store: ReplayStore, batch_size: object, *, start: object, stop: object) -> Iterator[Batch]:
-    """``ReplayStore.iterate``: the steps stored now (or ``[start, stop)`` within them), in batches."""
+def ordered_pass(
+    store: ReplayStore, batch_size: object, *, start: object, stop: object, epoch: Callable[[], object]
+) -> Iterator[Batch]:
+    """``ReplayStore.iterate``: the steps stored now (or ``[start, stop)`` within them), in batches.
+    ``epoch()`` names the store's contents (it changes at every ``clear()``): a pass that began before a
+    clear is refused after it, never continued over the new store's transitions."""
     batch_size = parse_positive_int(batch_size, "batch_size")
     snapshot = store.stored_steps
     first = snapshot.start if start is None else _parse_step(start, "start")
@@ -29,12 +33,20 @@ def ordered_pass(store: ReplayStore, batch_size: object, *, start: object, stop:
             f"start and stop must satisfy {snapshot.start} <= start <= stop <= {snapshot.stop} (the stored "
             f"steps); got start={first}, stop={last}"
         )
-    return _batches_in_order(store, batch_size, first, last)
+    return _batches_in_order(store, batch_size, first, last, epoch)
 
 
-def _batches_in_order(store: ReplayStore, batch_size: int, start: int, stop: int) -> Iterator[Batch]:
+def _batches_in_order(
+    store: ReplayStore, batch_size: int, start: int, stop: int, epoch: Callable[[], object]
+) -> Iterator[Batch]:
+    began = epoch()
     for first in range(start, stop, batch_size):
         steps = np.arange(first, min(stop, first + batch_size), dtype=np.int64)
+        if epoch() is not began:
+            raise ClosedStoreError(
+                f"iterate: the store was cleared (clear()) since this pass began; its steps [{first}, {stop}) "
+                "are gone: start a new pass"
+            )
         try:
             yield store.read(steps)
         except StepsEvictedError:

@@ -44,12 +44,15 @@ class Prefetcher(Generic[T]):
         )
         self._thread.start()
         self._finished = False
+        self._stopped_by: BaseException | None = None  # what ``close(reason)`` left for the next ``next()``
 
     def __iter__(self) -> Iterator[T]:
         return self
 
     def __next__(self) -> T:
         if self._finished:
+            if self._stopped_by is not None:
+                raise self._stopped_by
             raise StopIteration
         ok, item = self._queue.get()
         if not ok:
@@ -57,8 +60,11 @@ class Prefetcher(Generic[T]):
             raise item  # type: ignore[misc]
         return item  # type: ignore[return-value]
 
-    def close(self) -> None:
-        """Stop the background thread and drop the batches it prepared."""
+    def close(self, reason: BaseException | None = None) -> None:
+        """Stop the background thread and drop the batches it prepared; ``reason``: raised by every later
+        ``next()`` (a ``clear()`` of the store), else those end the iteration."""
+        if reason is not None:
+            self._stopped_by = reason
         self._finished = True
         self._stop.set()
         while self._thread.is_alive():

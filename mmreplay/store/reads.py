@@ -28,10 +28,10 @@ from mmreplay.validation import (
 
 
 def draw_steps(
-    files: MappedFiles, transitions_added: int, batch_size: int, rng: np.random.Generator
+    files: MappedFiles, transitions_added: int, batch_size: int, rng: np.random.Generator, first_step: int = 0
 ) -> npt.NDArray[np.int64]:
-    """``batch_size`` stored steps, drawn by the store's sampler."""
-    stored = stored_steps(transitions_added, files.layout.capacity)
+    """``batch_size`` stored steps, drawn by the store's sampler (``first_step``: the epoch's first)."""
+    stored = stored_steps(transitions_added, files.layout.capacity, first_step)
     if not stored:
         raise ValueError("cannot sample from an empty store: add transitions first")
     return files.sampler.sample(batch_size, stored=stored, rng=rng)
@@ -70,7 +70,7 @@ def sample_transitions(
 
     def draw_and_read() -> Batch:
         with files.lock:
-            steps = draw_steps(files, role.transitions_added, batch_size, generator)
+            steps = draw_steps(files, role.transitions_added, batch_size, generator, role.committed.first_step)
             reader.prefetch(steps)
             weight = files.sampler.weights(steps, beta=beta)
             if n_step == 1:
@@ -110,7 +110,7 @@ def sample_sequences(
 
     def draw_and_read() -> SequenceBatch:
         with files.lock:
-            steps = draw_steps(files, role.transitions_added, batch_size, generator)
+            steps = draw_steps(files, role.transitions_added, batch_size, generator, role.committed.first_step)
             weight = files.sampler.weights(steps, beta=beta)
             window, mask = follow_episodes(
                 steps,
@@ -134,7 +134,8 @@ def read_steps(role: Role, reader: TransitionReader, steps: npt.ArrayLike) -> Ba
 
     def check_and_read() -> Batch:
         with files.lock:
-            check_stored(array, stored_steps(role.transitions_added, files.layout.capacity))
+            first = role.committed.first_step
+            check_stored(array, stored_steps(role.transitions_added, files.layout.capacity, first), first)
             return reader.transitions(array, weight=ones, discount=ones.copy())
 
     return role.consistent(check_and_read)
@@ -146,7 +147,7 @@ def list_episodes(role: Role) -> EpisodeList:
 
     def split() -> EpisodeList:
         with files.lock:
-            stored = stored_steps(role.transitions_added, files.layout.capacity)
+            stored = stored_steps(role.transitions_added, files.layout.capacity, role.committed.first_step)
             columns = files.table.columns(stored.start, stored.stop, ("env", "flags", "reward"))
             return split_episodes(
                 np.arange(stored.start, stored.stop, dtype=np.int64),

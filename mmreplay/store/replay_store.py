@@ -25,6 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.batch import Batch, SequenceBatch
+from mmreplay.errors import ClosedStoreError
 from mmreplay.frames import encodings
 from mmreplay.frames.reference_codec import ReferenceScheme
 from mmreplay.frames.wire import EncodedFrames
@@ -129,7 +130,7 @@ class ReplayStore:
             action_shape=action_shape, action_dtype=action_dtype, sampler=sampler, frame_encoding=frame_encoding,
             reference_scheme=reference_scheme, fields=fields, stack_padding=stack_padding, frame_dtype=frame_dtype,
         )
-        directory = Path(path)
+        directory = Path(os.path.realpath(path))  # resolved once: a later chdir moves nothing
         lock = creation.build_store(directory, layout, commit)
         return cls(Writer.open(directory, sampler=sampler, schedule=schedule, lock=lock, decode_threads=decode_threads))
 
@@ -167,7 +168,8 @@ class ReplayStore:
 
     @property
     def path(self) -> Path:
-        return self._files.directory
+        """The store's directory: the real, absolute path it was opened at (resolved once, at open)."""
+        return self._files.directory.path
 
     @property
     def mode(self) -> str:
@@ -249,11 +251,11 @@ class ReplayStore:
     def stored_steps(self) -> range:
         """The steps of the stored transitions, oldest first (a reader's: of the newest commit)."""
         self._role.follow()
-        return stored_steps(self._role.transitions_added, self._layout.capacity)
+        return stored_steps(self._role.transitions_added, self._layout.capacity, self._role.committed.first_step)
 
     def __len__(self) -> int:
         self._role.follow()
-        return min(self._role.transitions_added, self.capacity)
+        return len(self.stored_steps)
 
     def __repr__(self) -> str:
         if self.closed:
@@ -392,9 +394,11 @@ class ReplayStore:
     ) -> None:
         self.close()
 
-    def _stop_prefetchers(self) -> None:
+    def _stop_prefetchers(self, reason: BaseException | None = None) -> None:
+        """Stop every ``batches()`` iterator; ``reason``: what each raises at its next ``next()`` (else it
+        ends)."""
         for prefetcher in list(self._prefetchers):
-            prefetcher.close()
+            prefetcher.close(reason)
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -592,7 +596,7 @@ class ReplayStore:
         added during a pass avoids it).
         """
         self._files.check_open("iterate")
-        return passes.ordered_pass(self, batch_size, start=start, stop=stop)
+        return passes.ordered_pass(self, batch_size, start=start, stop=stop, epoch=lambda: self._files)
 
     def sample_episodes(
         self, n: int, rng: np.random.Generator | int | None = None, *, weighting: str = "uniform"
@@ -618,14 +622,23 @@ class ReplayStore:
 
     def clear(self) -> None:
         """Remove every transition: the store becomes an empty store with the same layout (and sampler),
-        its steps numbered from 0 again.
+        in a new *epoch*: steps keep counting (``transitions_added`` stays, ``stored_steps`` is empty and
+        starts there), so a step (``batch.index``) is never reused. What was drawn before is refused after:
+        ``update_priorities`` with an index from before (``ClosedStoreError``, "drawn before clear()"),
+        ``read`` of such a step (``IndexError``, "removed by clear()"), a pass of ``iterate`` or a
+        ``batches()`` iterator begun before (``ClosedStoreError``), in this process as in a reader's.
 
-        Atomic: the empty store is built beside the directory and exchanged with it in one step, so a
-        crash leaves either the old store or the empty one at the path (at worst with the other left in a
-        hidden sibling directory ``.NAME.clearing-XXXXXXXX``, which may be deleted). Readers open on the
-        old store raise ``ClosedStoreError`` at their next refresh: open them again.
+        Atomic: the empty store is built beside the directory (its writer whole, every block reserved)
+        and exchanged with it in one step, so a crash leaves either the old store or the empty one at the
+        path (at worst with the other left in a hidden sibling directory ``.NAME.clearing-XXXXXXXX``, which
+        may be deleted), and a failure before the exchange (a full disk) leaves the old store and this
+        writer as they were. Readers open on the old store raise ``ClosedStoreError`` at their next
+        refresh: open them again.
         """
         self._role.check_writable("clear")
-        self._stop_prefetchers()
+        # Batches drawn before the clear name transitions that are gone: their iterators say so.
+        self._stop_prefetchers(ClosedStoreError(
+            "batches() was stopped by clear(): its batches were drawn from the store before it; call batches() again"
+        ))
         with self._files.lock:
             self._adopt(self._role.cleared())

@@ -10,6 +10,7 @@ room (``Committer``), autocommit's schedule and the writer lock; it never calls 
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -19,7 +20,7 @@ import numpy.typing as npt
 
 from mmreplay.disk import directory_swap, header
 from mmreplay.disk.writer_lock import acquire_writer_lock
-from mmreplay.errors import FormatVersionError
+from mmreplay.errors import ClosedStoreError, FormatVersionError
 from mmreplay.frames import encodings, lz4_codec
 from mmreplay.frames.encodings import FrameEncoder
 from mmreplay.frames.threads import ahead_threads, compress_threads
@@ -112,22 +113,44 @@ class Writer:
         decode_threads: int | None = None,
     ) -> Writer:
         """Open the store at ``directory`` for appending; ``lock``: the writer lock, already held (by
-        ``create``), else taken here (``StoreLockedError`` while another writer holds it).
+        ``create``), else taken here (``StoreLockedError`` while another writer holds it). The path is
+        resolved once, here; every file is opened relative to the directory's descriptor.
         ``decode_threads``: the cap on the threads a batch decodes (and an add compresses) on."""
-        layout, commit, version = header.read_versioned_header(directory)
-        if version not in header.WRITABLE_VERSIONS:
-            raise FormatVersionError(
-                f"{directory / header.HEADER_NAME}: format version {version} opens read-only (mode 'r'): its "
-                f"rows carry version {version}'s checksum; to append, export it and import it into a new store"
-            )
-        if lock is None:
-            lock = acquire_writer_lock(directory / header.LOCK_NAME)
+        try:
+            opened = header.open_store_directory(directory)
+        except BaseException:
+            if lock is not None:
+                lock.close()
+            raise
+        try:
+            layout, commit, version = header.read_versioned_header(opened)
+            if version not in header.WRITABLE_VERSIONS:
+                raise FormatVersionError(
+                    f"{opened.path / header.HEADER_NAME}: format version {version} opens read-only (mode 'r'): "
+                    f"its rows carry version {version}'s checksum; to append, export it and import it into a "
+                    "new store"
+                )
+            if lock is None:
+                lock = acquire_writer_lock(opened / header.LOCK_NAME)
+        except BaseException:
+            opened.close()
+            if lock is not None:
+                lock.close()
+            raise
         try:
             # A writer that died may have left newer, uncommitted files: reread under the lock.
-            layout, commit = header.read_header(directory)
-            files = MappedFiles(directory, layout, commit, sampler=matching_sampler(sampler, layout), writable=True,
-                                decode_threads=decode_threads)
-            return cls(files, commit, lock=lock, schedule=schedule)
+            try:
+                layout, commit = header.read_header(opened)
+                chosen = matching_sampler(sampler, layout)
+            except BaseException:
+                opened.close()
+                raise
+            files = MappedFiles(opened, layout, commit, sampler=chosen, writable=True, decode_threads=decode_threads)
+            try:
+                return cls(files, commit, lock=lock, schedule=schedule)
+            except BaseException:
+                files.close()
+                raise
         except BaseException:
             lock.close()
             raise
@@ -175,37 +198,68 @@ class Writer:
 
     def cleared(self) -> Writer:
         """``ReplayStore.clear``: the empty store with the same layout (and sampler) built beside the
-        directory and exchanged with it in one step; this writer's files (the old store's) are released
-        and deleted, and the writer of the empty store is returned."""
-        layout, directory = self._layout, self.files.directory
-        _, commit = header.new_store(
+        directory, its writer made whole (every file mapped, every block reserved), and only then the two
+        directories exchanged in one step; this writer's files (the old store's) are then released and
+        deleted, and the writer of the empty store is returned.
+
+        The directory exchanged is the one this writer holds, at its real path (a store opened through a
+        link is cleared where the link points; the link stays). Everything that can fail (a full disk, a
+        refused exchange) happens before or at the exchange: then the empty store is deleted and this
+        writer goes on with the old one, untouched."""
+        layout, directory = self._layout, self.files.directory.path
+        # Committed first: the sampler is handed to the empty store's files, and handed back (reopened
+        # at the last commit, which is then everything) if that fails.
+        self.flush()
+        _, empty = header.new_store(
             frame_shape=layout.frame_shape, capacity=layout.capacity, stack_size=layout.stack_size,
             num_envs=layout.num_envs, action_shape=layout.action_shape,
             action_dtype=np.dtype(layout.action_dtype), sampler=layout.sampler,
         )
+        # A new epoch: nothing stored, and the counts go on from the old store's (all committed just
+        # now), so no step (``batch.index``) and no frame step is ever given twice; a step before
+        # ``first_step`` is known to have been removed by this clear.
+        frames = self._frames
+        commit = replace(
+            empty, transitions_added=self.transitions_added, first_step=self.transitions_added,
+            frames_written=frames.frames_written, frame_tail=frames.frames_written,
+            bytes_written=frames.bytes_written,
+        )
         building, lock = creation.build_beside(directory, layout, commit, "clearing")
+        built = building.path
         try:
-            directory_swap.exchange(directory, building)
+            try:
+                files = MappedFiles(building, layout, commit, sampler=self._sampler, writable=True,
+                                    decode_threads=self.files.decode_threads)
+            except BaseException:
+                self._sampler_reopen()
+                raise
+            try:
+                writer = Writer(files, commit, lock=lock, schedule=self._schedule)
+                directory_swap.exchange(directory, built)
+            except BaseException:
+                files.close(sampler=False)
+                self._sampler_reopen()
+                raise
         except BaseException:
             lock.close()
-            shutil.rmtree(building, ignore_errors=True)
+            building.close()
+            shutil.rmtree(built, ignore_errors=True)
             raise
-        # The old store's files now live at ``building``: release them, then delete them.
+        # The path holds the empty store now, and ``built`` the old one: release the old files (deleted
+        # next; an error closing them cannot harm the new store), then delete them.
+        building.path = directory
+        self._fast_add = False
         try:
-            self._fast_add = False
-            close_all([self.files.close, self._release_writer_lock])
-        except BaseException:
-            lock.close()
-            raise
+            close_all([lambda: self.files.close(sampler=False), self._release_writer_lock])
+        except OSError:
+            pass
         finally:
-            shutil.rmtree(building, ignore_errors=True)
-        try:
-            files = MappedFiles(directory, layout, commit, sampler=self._sampler, writable=True,
-                                decode_threads=self.files.decode_threads)
-            return Writer(files, commit, lock=lock, schedule=self._schedule)
-        except BaseException:
-            lock.close()
-            raise
+            shutil.rmtree(built, ignore_errors=True)
+        return writer
+
+    def _sampler_reopen(self) -> None:
+        """Point the sampler back at this writer's files after a failed ``cleared`` opened it on others."""
+        self.files.open_sampler(self._committer.committed)
 
     # -- adding ----------------------------------------------------------------------------------
 
@@ -301,6 +355,9 @@ class Writer:
             and priority.shape == index.shape
             and index.flags.c_contiguous
             and priority.flags.c_contiguous
+            # after a clear(), an index from before it is refused below (the compiled check knows [0, added))
+            and (self._committer.committed.first_step == 0
+                 or int(index.min(initial=self.transitions_added)) >= self._committer.committed.first_step)
         ):
             with self._lock:
                 if self._checked_update(index, priority, added=self.transitions_added):
@@ -311,6 +368,13 @@ class Writer:
         if never.any():
             raise ValueError(
                 f"index {int(steps[never][0])} was never added; transitions added so far: {self.transitions_added}"
+            )
+        first = self._committer.committed.first_step
+        cleared = steps < first
+        if cleared.any():  # steps keep counting across clear(): an older index is refused, never reused
+            raise ClosedStoreError(
+                f"update_priorities: index {int(steps[cleared][0])} was drawn before clear(): the store's steps "
+                f"start at {first} since; sample a new batch"
             )
         with self._lock:
             self._sampler.update_priorities(steps, priorities)
@@ -328,7 +392,7 @@ class Writer:
             room = min(
                 committer.row_limit - self.transitions_added, committer.frame_limit - self._frames.frames_written
             )
-            oldest_stored = max(0, self.transitions_added - self._layout.capacity)
+            oldest_stored = self._stored().start
             if (
                 room > 0
                 and not steps.detached[t]
@@ -385,7 +449,7 @@ class Writer:
                 arguments,
                 self._episodes,
                 next_frame_step=self._frames.frames_written,
-                oldest_stored_step=max(0, self.transitions_added - layout.capacity),
+                oldest_stored_step=self._stored().start,
                 encoder=encoder,
                 fields=values,
                 fragment=fragment,
@@ -490,12 +554,12 @@ class Writer:
         and which they evicted."""
         self.transitions_added = added = first_step + count
         self._sampler.added(range(first_step, added))
-        capacity = self._layout.capacity
-        if added > capacity:
-            self._sampler.evicted(range(max(0, first_step - capacity), added - capacity))
+        capacity, first = self._layout.capacity, self._committer.committed.first_step
+        if added - capacity > first:
+            self._sampler.evicted(range(max(first, first_step - capacity), added - capacity))
 
     def _stored(self) -> range:
-        return stored_steps(self.transitions_added, self._layout.capacity)
+        return stored_steps(self.transitions_added, self._layout.capacity, self._committer.committed.first_step)
 
     def _load_env_frames(self) -> None:
         """Decode each env's newest next_obs, which the first add compares obs with (``load_env_frames``)."""

@@ -1,0 +1,190 @@
+"""What the TorchRL storage keeps beside a store, and copies of a store for ``dumps``, ``loads`` and
+``load_state_dict``.
+
+``torchrl.json`` (inside the store's directory, replaced atomically) holds the TensorDict layout and the
+*slot offset*: TorchRL addresses a transition by its slot, ``(step + slot_offset) % capacity``. A store
+this storage creates has offset 0; a copy numbers its steps from 0 again, and its offset keeps every
+transition at the slot it had (so a RoundRobinWriter's cursor and a sampler's indices stay valid).
+
+A copy goes through the public store API only: each stored transition is read (``iterate``) and added to
+a new store with the same layout, its env and episode kept (an episode whose start was evicted is added
+as a fragment), frames compressed once again. Priorities (a store created with a ``PrioritizedSampler``)
+are carried over to within float32 rounding: they are read back from the sum tree's leaves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from mmreplay import PrioritizedSampler, ReplayStore, Sampler, UniformSampler
+from mmreplay.torchrl.layout import TensorDictLayout
+
+LAYOUT_NAME = "torchrl.json"
+# Which trajectory holds each lane (``mmreplay.torchrl.lanes``), saved whenever that changes: a store
+# reopened with mode="a" goes on with each trajectory in its lane.
+LANES_NAME = "torchrl-lanes.json"
+# What ``MmreplayStorage.dumps`` writes into its directory: a copy of the store, and the lanes.
+DUMPED_STORE = "store"
+DUMP_NAME = "storage.json"
+# Transitions read per step of a copy: one decoded batch of Atari stacks is ~7 MB.
+COPY_BATCH = 256
+
+
+def save_layout(directory: Path, layout: TensorDictLayout, slot_offset: int) -> None:
+    """Write ``torchrl.json`` into the store's directory: a temporary file, then an atomic replace."""
+    saved = json.loads(layout.to_json())
+    saved["slot_offset"] = slot_offset
+    temporary = directory / (LAYOUT_NAME + ".tmp")
+    with open(temporary, "w") as file:
+        json.dump(saved, file, indent=1)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, directory / LAYOUT_NAME)
+
+
+def load_layout(directory: Path) -> tuple[TensorDictLayout, int] | None:
+    """The layout and slot offset saved in the store at ``directory``, or None when it has none."""
+    path = directory / LAYOUT_NAME
+    if not path.is_file():
+        return None
+    text = path.read_text()
+    layout = TensorDictLayout.from_json(text, str(path))
+    return layout, int(json.loads(text).get("slot_offset", 0))
+
+
+def save_lanes(directory: Path, lanes: dict[str, object]) -> None:
+    """Write the lanes beside the store (a temporary file, then an atomic replace; not synced: lanes out
+    of date after a crash only start new episodes where trajectories resume)."""
+    temporary = directory / (LANES_NAME + ".tmp")
+    temporary.write_text(json.dumps(lanes))
+    os.replace(temporary, directory / LANES_NAME)
+
+
+def load_lanes(directory: Path) -> dict[str, object] | None:
+    path = directory / LANES_NAME
+    if not path.is_file():
+        return None
+    lanes: dict[str, object] = json.loads(path.read_text())
+    return lanes
+
+
+def same_kind_of_sampler(sampler: Sampler) -> Sampler:
+    """A new sampler configured as ``sampler`` (a store's sampler belongs to that store)."""
+    if isinstance(sampler, PrioritizedSampler):
+        return PrioritizedSampler(alpha=sampler.alpha, epsilon=sampler.epsilon)
+    return UniformSampler()
+
+
+def create_like(source: ReplayStore, path: Path, *, commit_interval_s: float | None) -> ReplayStore:
+    """An empty store at ``path`` with ``source``'s layout (frames, stack, envs, actions, fields, sampler)."""
+    return ReplayStore.create(
+        path,
+        frame_shape=source.frame_shape,
+        capacity=source.capacity,
+        stack_size=source.stack_size,
+        num_envs=source.num_envs,
+        action_shape=source.action_shape,
+        action_dtype=source.action_dtype,
+        sampler=same_kind_of_sampler(source.sampler),
+        frame_encoding=source.frame_encoding,
+        reference_scheme=source.reference_scheme,
+        fields={name: (shape, dtype) for name, (shape, dtype) in source.fields.items()},
+        stack_padding=source.stack_padding,
+        frame_dtype=source.frame_dtype,
+        commit_interval_s=commit_interval_s,
+    )
+
+
+def copy_transitions(source: ReplayStore, target: ReplayStore) -> None:
+    """Add every transition stored in ``source`` to ``target`` (empty, with the same layout), in step
+    order, then its priorities; commits ``target``."""
+    fragments = {episode.first_step for episode in source.episodes() if not episode.complete}
+    num_envs = source.num_envs
+    mask = np.zeros(num_envs, np.bool_)
+    for batch in source.iterate(COPY_BATCH):
+        buffers = _env_buffers(batch, num_envs)
+        for row in range(len(batch)):
+            env = int(batch.env_index[row])
+            fields: dict[str, npt.ArrayLike] | None = {name: array[row] for name, array in batch.fields.items()} or None
+            fragment = int(batch.index[row]) in fragments
+            if num_envs == 1:
+                target.add(batch.obs[row], batch.action[row], batch.reward[row], batch.next_obs[row],
+                           batch.terminated[row], batch.truncated[row], fields=fields, fragment=fragment)
+                continue
+            for name, buffer in buffers.items():
+                buffer[env] = getattr(batch, name)[row]
+            env_fields: dict[str, npt.ArrayLike] | None = None if fields is None else {
+                name: _in_env(np.asarray(value), env, num_envs) for name, value in fields.items()}
+            mask[:] = False
+            mask[env] = True
+            target.add(buffers["obs"], buffers["action"], buffers["reward"], buffers["next_obs"],
+                       buffers["terminated"], buffers["truncated"], env_mask=mask, fields=env_fields, fragment=fragment)
+    _copy_priorities(source, target)
+    target.flush()
+
+
+def _env_buffers(batch: Any, num_envs: int) -> dict[str, np.ndarray]:
+    """One array per argument of ``add`` with an env axis, for adds that record one env."""
+    names = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
+    return {name: np.zeros((num_envs, *getattr(batch, name).shape[1:]), getattr(batch, name).dtype) for name in names}
+
+
+def _in_env(value: np.ndarray, env: int, num_envs: int) -> np.ndarray:
+    array = np.zeros((num_envs, *value.shape), value.dtype)
+    array[env] = value
+    return array
+
+
+def _copy_priorities(source: ReplayStore, target: ReplayStore) -> None:
+    """The priority p of each stored transition, from its leaf (p + epsilon)^alpha; with alpha = 0 every
+    leaf is 1 whatever p was, and the copy keeps its new transitions' priority."""
+    sampler, copy = source.sampler, target.sampler
+    if not isinstance(sampler, PrioritizedSampler) or not isinstance(copy, PrioritizedSampler) or not len(source):
+        return
+    copy.max_priority = sampler.max_priority
+    if sampler.alpha == 0:
+        return
+    steps = np.arange(source.stored_steps.start, source.stored_steps.stop, dtype=np.int64)
+    _, minimum = sampler.mass
+    if not minimum > 0:  # a leaf of 0 (epsilon=0, priority 0) leaves no ratio to read the others by
+        return
+    # weights(beta=-1) is leaf / minimum, as float32: the priorities come back within float32 rounding.
+    leaves = sampler.weights(steps, beta=-1.0).astype(np.float64) * minimum
+    priorities = np.maximum(leaves ** (1.0 / sampler.alpha) - sampler.epsilon, 0.0)
+    target.update_priorities(np.arange(len(steps), dtype=np.int64) + target.stored_steps.start, priorities)
+
+
+def dump_copy(store: ReplayStore, layout: TensorDictLayout, slot_offset: int, target: Path, lanes: dict[str, object]) -> None:
+    """Write a copy of ``store`` to ``target/store`` (built beside it, then swapped in: a crash leaves the
+    previous dump or the new one) and the lanes to ``target/storage.json``."""
+    building, final, old = target / ".store.partial", target / DUMPED_STORE, target / ".store.old"
+    for leftover in (building, old):
+        if leftover.exists():
+            shutil.rmtree(leftover)
+    with create_like(store, building, commit_interval_s=None) as copy:
+        copy_transitions(store, copy)
+        save_layout(building, layout, (store.stored_steps.start + slot_offset) % store.capacity)
+    if final.exists():
+        os.replace(final, old)
+    os.replace(building, final)
+    if old.exists():
+        shutil.rmtree(old)
+    temporary = target / (DUMP_NAME + ".tmp")
+    temporary.write_text(json.dumps({"lanes": lanes}))
+    os.replace(temporary, target / DUMP_NAME)
+
+
+def read_dump(target: Path) -> dict[str, object]:
+    """The lanes ``dump_copy`` saved in ``target`` (``FileNotFoundError`` naming it when it holds no dump)."""
+    path = target / DUMP_NAME
+    if not path.is_file() or not (target / DUMPED_STORE).is_dir():
+        raise FileNotFoundError(f"no MmreplayStorage dump in {str(target)!r} (expected {DUMP_NAME} and {DUMPED_STORE}/)")
+    lanes: dict[str, object] = json.loads(path.read_text())["lanes"]
+    return lanes
