@@ -332,3 +332,12 @@ def test_readers_that_open_while_another_process_clears_read_one_epoch_whole_or_
     assert reads > 0
     assert sorted(os.listdir(tmp_path)) == ["disk", "link.mmr"] and sorted(os.listdir(tmp_path / "disk")) == ["s.mmr"]
     assert actions(link) == [60_000 + i for i in range(30)]
+
+
+@pytest.mark.parametrize("mode", ["r", "r+"])
+def test_a_header_of_gigabytes_in_a_sparse_file_is_refused_without_reading_it_whole(tmp_path: Path, mode: str) -> None:
+    make_store(tmp_path / "s.mmr", 3)
+    with open(tmp_path / "s.mmr" / "header.json", "r+b") as file:
+        file.truncate(8 << 30)  # 8 GiB, sparse: reading it whole would take 8 GiB of memory
+    with pytest.raises(CorruptStoreError, match=r"header is larger than 1,048,576 bytes"):
+        ReplayStore.open(tmp_path / "s.mmr", mode=mode)

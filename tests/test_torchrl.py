@@ -16,7 +16,7 @@ from tensordict import TensorDict
 from torchrl.data import ReplayBuffer, TensorDictReplayBuffer
 from torchrl.data.replay_buffers.samplers import RandomSampler, SliceSampler
 
-from mmreplay import ReadOnlyStoreError, ReplayStore, StoreExistsError
+from mmreplay import CorruptStoreError, ReadOnlyStoreError, ReplayStore, StoreExistsError
 from mmreplay.torchrl import (
     MmreplayPrioritizedSampler,
     MmreplaySliceSampler,
@@ -460,3 +460,20 @@ def test_a_storage_sent_to_another_process_reads_its_store_there_once_written(tm
     assert queue.get(timeout=300) == (5, [0, 1, 2, 3, 4])
     process.join(timeout=300)
 
+
+
+@pytest.mark.parametrize("name", ["torchrl.json", "torchrl-lanes.json"])
+def test_a_side_file_that_is_a_link_is_refused_and_its_target_never_written(tmp_path: Path, name: str) -> None:
+    path = tmp_path / "s.mmr"
+    collector = FakeCollector(envs=1, stack_size=4, stacked=True, ends=EVERY_FIFTH_ENDS)
+    first = MmreplayStorage(20, path, stack_size=4)
+    TensorDictReplayBuffer(storage=first).extend(collector.next_batch(5))
+    first.close()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's file")
+    (path / name).unlink(missing_ok=True)  # the lanes file is written only once trajectories are tracked
+    (path / name).symlink_to(victim)
+    (path / (name + ".tmp")).symlink_to(victim)  # a temporary name the writer would open, planted too
+    with pytest.raises(CorruptStoreError, match="is a symbolic link, not a regular file"):
+        MmreplayStorage(20, path, stack_size=4, mode="a")
+    assert victim.read_text() == "the user's file"

@@ -43,6 +43,8 @@ READABLE_VERSIONS = (3, 4, 5)
 WRITABLE_VERSIONS = (4, 5)
 
 HEADER_NAME = "header.json"
+# A header holds a few hundred bytes plus ~100 a user field: one MiB bounds what opening reads.
+MAX_HEADER_BYTES = 1 << 20
 TRANSITIONS_NAME = "transitions.tbl"
 FIELDS_NAME = "fields.tbl"
 SEGMENTS_DIR = "frames"
@@ -244,7 +246,9 @@ def read_versioned_header(directory: StoreDirectory | Path) -> tuple[Layout, Com
     except (FileNotFoundError, NotADirectoryError):
         raise StoreNotFoundError(f"no mmreplay store at {str(directory)!r} (missing {HEADER_NAME})") from None
     with os.fdopen(descriptor, "rb") as file:
-        raw = file.read()
+        raw = file.read(MAX_HEADER_BYTES + 1)  # a sparse or huge header.json is never read whole
+    if len(raw) > MAX_HEADER_BYTES:
+        raise CorruptStoreError(f"{path}: header is larger than {MAX_HEADER_BYTES:,} bytes; not an mmreplay header")
     try:
         document = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:

@@ -17,13 +17,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import PrioritizedSampler, ReplayStore, Sampler, UniformSampler
+from mmreplay import CorruptStoreError, PrioritizedSampler, ReplayStore, Sampler, UniformSampler
 from mmreplay.torchrl.layout import TensorDictLayout
 
 LAYOUT_NAME = "torchrl.json"
@@ -35,6 +36,39 @@ DUMPED_STORE = "store"
 DUMP_NAME = "storage.json"
 # Transitions read per step of a copy: one decoded batch of Atari stacks is ~7 MB.
 COPY_BATCH = 256
+# The most a side file may hold (a layout is a few KB; lanes ~100 bytes a trajectory).
+MAX_SIDE_FILE_BYTES = 64 << 20
+
+
+def write_side_file(path: Path, text: str, *, sync: bool) -> None:
+    """Write ``text`` to ``path`` (a temporary name), never through a link or into a FIFO that a store
+    arriving as a tarball could hold there (as the store's own files are opened)."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK, 0o644)
+    with os.fdopen(descriptor, "w") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            raise CorruptStoreError(f"{path} is not a regular file")
+        file.write(text)
+        if sync:
+            file.flush()
+            os.fsync(file.fileno())
+
+
+def read_side_file(path: Path) -> str:
+    """The text of ``path``: a regular file (not a link, a FIFO or a device) of at most
+    ``MAX_SIDE_FILE_BYTES``, else ``CorruptStoreError`` naming it."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as error:
+        if os.path.islink(path):
+            raise CorruptStoreError(f"{path} is a symbolic link, not a regular file") from None
+        raise error
+    with os.fdopen(descriptor, "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            raise CorruptStoreError(f"{path} is not a regular file")
+        raw = file.read(MAX_SIDE_FILE_BYTES + 1)
+    if len(raw) > MAX_SIDE_FILE_BYTES:
+        raise CorruptStoreError(f"{path} is larger than {MAX_SIDE_FILE_BYTES:,} bytes")
+    return raw.decode()
 
 
 def save_layout(directory: Path, layout: TensorDictLayout, slot_offset: int) -> None:
@@ -42,19 +76,16 @@ def save_layout(directory: Path, layout: TensorDictLayout, slot_offset: int) -> 
     saved = json.loads(layout.to_json())
     saved["slot_offset"] = slot_offset
     temporary = directory / (LAYOUT_NAME + ".tmp")
-    with open(temporary, "w") as file:
-        json.dump(saved, file, indent=1)
-        file.flush()
-        os.fsync(file.fileno())
+    write_side_file(temporary, json.dumps(saved, indent=1), sync=True)
     os.replace(temporary, directory / LAYOUT_NAME)
 
 
 def load_layout(directory: Path) -> tuple[TensorDictLayout, int] | None:
     """The layout and slot offset saved in the store at ``directory``, or None when it has none."""
     path = directory / LAYOUT_NAME
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
-    text = path.read_text()
+    text = read_side_file(path)
     layout = TensorDictLayout.from_json(text, str(path))
     return layout, int(json.loads(text).get("slot_offset", 0))
 
@@ -63,15 +94,15 @@ def save_lanes(directory: Path, lanes: dict[str, object]) -> None:
     """Write the lanes beside the store (a temporary file, then an atomic replace; not synced: lanes out
     of date after a crash only start new episodes where trajectories resume)."""
     temporary = directory / (LANES_NAME + ".tmp")
-    temporary.write_text(json.dumps(lanes))
+    write_side_file(temporary, json.dumps(lanes), sync=False)
     os.replace(temporary, directory / LANES_NAME)
 
 
 def load_lanes(directory: Path) -> dict[str, object] | None:
     path = directory / LANES_NAME
-    if not path.is_file():
+    if not os.path.lexists(path):
         return None
-    lanes: dict[str, object] = json.loads(path.read_text())
+    lanes: dict[str, object] = json.loads(read_side_file(path))
     return lanes
 
 
@@ -177,7 +208,7 @@ def dump_copy(store: ReplayStore, layout: TensorDictLayout, slot_offset: int, ta
     if old.exists():
         shutil.rmtree(old)
     temporary = target / (DUMP_NAME + ".tmp")
-    temporary.write_text(json.dumps({"lanes": lanes}))
+    write_side_file(temporary, json.dumps({"lanes": lanes}), sync=False)
     os.replace(temporary, target / DUMP_NAME)
 
 
@@ -186,5 +217,5 @@ def read_dump(target: Path) -> dict[str, object]:
     path = target / DUMP_NAME
     if not path.is_file() or not (target / DUMPED_STORE).is_dir():
         raise FileNotFoundError(f"no MmreplayStorage dump in {str(target)!r} (expected {DUMP_NAME} and {DUMPED_STORE}/)")
-    lanes: dict[str, object] = json.loads(path.read_text())["lanes"]
+    lanes: dict[str, object] = json.loads(read_side_file(path))["lanes"]
     return lanes
