@@ -117,14 +117,15 @@ setup(
             "mmreplay._lz4batch",
             ("lz4batch_module", "lz4_decode", "work_pool", "frame_sources", "frame_entries", "crc32", "row_checksum",
              "row_layout", "row_gather", "link_follow", "transition_read", "fast_add", "frame_compress",
+             "reference_groups", "reference_encode", "reference_frame", "reference_decode", "reference_threads",
              "argument_arrays"),
             LZ4,
         ),
         # Frames compressed against a reference frame (mmreplay.frames.reference_codec); optional like the above.
         lz4_extension(
             "mmreplay._lz4ref",
-            ("lz4ref_module", "reference_decode", "reference_plan", "reference_encode", "frame_sources", "crc32",
-             "argument_arrays"),
+            ("lz4ref_module", "reference_decode", "reference_frame", "reference_plan", "reference_encode",
+             "frame_sources", "crc32", "argument_arrays"),
             LZ4,
         ),
         # The samplers' hot loops (mmreplay.sampling.sum_tree, samplers); the C library's pow; optional like the above.

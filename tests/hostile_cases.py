@@ -35,9 +35,11 @@ import h5py
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+import store_files
 
 from mmreplay import PrioritizedSampler, ReplayStore
 from mmreplay.cli import verify_store
+from mmreplay.disk.packed_fields import read_uint, write_uint
 from mmreplay.errors import MmreplayError
 from mmreplay.hdf5 import export_hdf5, import_hdf5
 
@@ -247,11 +249,6 @@ def sparse_store(base: Path, target: Path, *, row_slots: int | None = None, stac
     if stack_size is not None:
         layout["stack_size"] = stack_size
         commit["frame_slots"] = max(commit["frame_slots"], stack_size + 1)
-    transitions = target / header.TRANSITIONS_NAME
-    os.truncate(transitions, transitions.stat().st_size // old_slots * layout["row_slots"])
-    table = target / header.frame_table_name(commit["frame_table_generation"])
-    entries = json.loads((base / "header.json").read_text())["commit"]["frame_slots"]
-    os.truncate(table, table.stat().st_size // entries * commit["frame_slots"])
     tree = target / "priorities.tree"
     if tree.exists():
         old_size, size = tree_size(old_slots), tree_size(layout["row_slots"])
@@ -264,6 +261,25 @@ def sparse_store(base: Path, target: Path, *, row_slots: int | None = None, stac
     body = {key: value for key, value in document.items() if key != "checksum"}
     body["checksum"] = zlib.crc32(json.dumps(body, sort_keys=True).encode())
     (target / "header.json").write_text(json.dumps(body))
+    # Rows and entries of format version 5 are as wide as the ring's slots need: laid out and sized by the
+    # new header (next_delta's width follows row_slots; the checksum covers the bytes after it, unchanged).
+    old_rows = np.fromfile(base / header.TRANSITIONS_NAME, store_files.rows_dtype(base))
+    rows_dtype = store_files.rows_dtype(target)
+    rows = np.zeros(len(old_rows), rows_dtype)
+    for name in rows_dtype.names or ():
+        if name == "next_delta":
+            width = rows_dtype["next_delta"].itemsize
+            deltas = read_uint(old_rows, name)
+            rows[name] = (deltas if rows_dtype[name].subdtype is None else
+                          np.frombuffer(b"".join(write_uint(d, width) for d in deltas.tolist()), np.uint8)
+                          .reshape(len(rows), width))
+        else:
+            rows[name] = old_rows[name]
+    transitions = target / header.TRANSITIONS_NAME
+    rows.tofile(transitions)
+    os.truncate(transitions, rows_dtype.itemsize * layout["row_slots"])
+    table = target / header.frame_table_name(commit["frame_table_generation"])
+    os.truncate(table, store_files.entry_format(target).size * commit["frame_slots"])
 
 
 SPARSE_CASES = [

@@ -21,6 +21,7 @@ from atari_data import load_stream
 from extension_status import absent_reason
 
 from mmreplay.frames import lz4_codec as codec
+from mmreplay.frames.ring import EntryFormat
 
 FRAME_SHAPE = (84, 84)
 NOT_BUILT = absent_reason("_lz4batch")
@@ -247,14 +248,17 @@ def test_checksums_of_payloads_of_every_length_and_alignment_are_zlibs(path: dic
         assert codec.decode_batch(*arrays, out, views=[view], **path) == 0, size  # type: ignore[arg-type]
 
 
-# Frame table entries with a u4 and with a u2 length (frame_ring.frame_entry), and the layout of each as
-# decode_from_table reads it: size, offsets of position, length, checksum and prev_delta, length's width.
+# Frame table entries of format version 4 with a u4 and with a u2 length (frame_ring.frame_entry), and the
+# layout of each as decode_from_table reads it (_c/frame_entries.h, EntryLayout): size, offsets of position,
+# length, checksum and prev_delta, length's width, position's, the link's width and its prev_delta bits, and
+# no ref_delta; and format version 5's entries (position's low 32 bits, prev_delta packed in 1 to 3 bytes).
 ENTRIES = {
     width: np.dtype([("position", "<u8"), ("length", f"<u{width}"), ("checksum", "<u4"), ("prev_delta", "<u4")])
     for width in (4, 2)
 }
-LAYOUTS = {4: (20, 0, 8, 12, 16, 4), 2: (18, 0, 8, 10, 14, 2)}
+LAYOUTS = {4: (20, 0, 8, 12, 16, 4, 8, 4, 32, 0, 0, 0, 0), 2: (18, 0, 8, 10, 14, 2, 8, 4, 32, 0, 0, 0, 0)}
 MULTIPLIER = 2654435761
+PACKED = 5  # ``length_bytes`` of a Table of format version 5's entries
 
 
 class Table:
@@ -266,8 +270,9 @@ class Table:
     ) -> None:
         self.frames = frames
         self.steps = np.arange(first_step, first_step + len(frames), dtype=np.int64)
-        self.table = np.zeros(slots, ENTRIES[length_bytes])
-        self.layout = LAYOUTS[length_bytes]
+        packed = EntryFormat(frames[0].nbytes, frame_slots=slots, version=5, max_distance=None, extra=0)
+        self.table = np.zeros(slots, packed.dtype if length_bytes == PACKED else ENTRIES[length_bytes])
+        self.layout = packed.layout if length_bytes == PACKED else LAYOUTS[length_bytes]
         self.segment_bytes = segment_bytes
         contents: dict[int, bytearray] = {}
         position = 7 + segment_bytes * 3  # segments 0-2 hold nothing this table needs
@@ -279,7 +284,11 @@ class Table:
             contents.setdefault(segment, bytearray(segment_bytes))[offset : offset + len(payload)] = payload
             prev_delta = step % 3
             seed = (step * MULTIPLIER + prev_delta) & 0xFFFFFFFF
-            self.table[step % slots] = (position, len(payload), codec.checksum(payload, seed), prev_delta)
+            if length_bytes == PACKED:
+                packed.pack_into(self.table.view(np.uint8).data, (step % slots) * packed.size, position,
+                                 len(payload), codec.checksum(payload, seed), prev_delta, 0)
+            else:
+                self.table[step % slots] = (position, len(payload), codec.checksum(payload, seed), prev_delta)
             position += len(payload)
         self.bytes_written = position
         self.base = min(contents)
@@ -297,7 +306,7 @@ class Table:
 
 @pytest.mark.skipif(not codec.ACCELERATED, reason=NOT_BUILT)
 @pytest.mark.parametrize("game", ["pong", "mspacman"])
-@pytest.mark.parametrize("length_bytes", [4, 2])
+@pytest.mark.parametrize("length_bytes", [4, 2, PACKED])
 def test_frames_located_through_a_table_decode_to_the_original_pixels(game: str, length_bytes: int) -> None:
     frames = real_frames(game)
     table = Table(
@@ -311,7 +320,7 @@ def test_frames_located_through_a_table_decode_to_the_original_pixels(game: str,
 
 
 @pytest.mark.skipif(not codec.ACCELERATED, reason=NOT_BUILT)
-@pytest.mark.parametrize("length_bytes", [4, 2])
+@pytest.mark.parametrize("length_bytes", [4, 2, PACKED])
 def test_the_table_fast_path_declines_every_frame_it_cannot_vouch_for(length_bytes: int) -> None:
     frames = random_frames(40, seed=17)
     table = Table(frames, first_step=100, slots=64, segment_bytes=20_000, length_bytes=length_bytes)
@@ -322,13 +331,15 @@ def test_the_table_fast_path_declines_every_frame_it_cannot_vouch_for(length_byt
     assert not table.decode(picks, views=table.views[:-1])[0]  # or above them
     assert not table.decode(picks, seed_multiplier=MULTIPLIER + 1)[0]  # wrong seeds fail the checksum
     with pytest.raises(ValueError, match="entry layout"):
-        table.decode(picks, layout=(*table.layout[:-1], 3))  # a length is 2 or 4 bytes wide
-    entry = table.table[table.steps[25] % len(table.table)]
-    table.views[int(entry["position"]) // table.segment_bytes - table.base][
-        int(entry["position"]) % table.segment_bytes + 3] ^= 0x40
+        table.decode(picks, layout=(*table.layout[:5], 3, *table.layout[6:]))  # a length is 2 or 4 bytes wide
+    slot = table.steps[25] % len(table.table)
+    position = (table.bytes_written - ((table.bytes_written - int(table.table["position"][slot])) & 0xFFFFFFFF)
+                if length_bytes == PACKED else int(table.table["position"][slot]))
+    table.views[position // table.segment_bytes - table.base][position % table.segment_bytes + 3] ^= 0x40
     assert not table.decode(picks)[0]
     assert table.decode(picks[26:])[0]
-    table.table["position"][table.steps[30] % len(table.table)] |= np.uint64(1 << 63)
+    # a position past everything written (a low 32 bits beyond bytes_written lead 2**32 further back)
+    table.table["position"][table.steps[30] % len(table.table)] |= np.array(1 << 31).astype(table.table["position"].dtype)
     assert not table.decode(picks[26:])[0]
 
 

@@ -10,6 +10,7 @@ import zlib
 
 import numpy as np
 import pytest
+import store_files
 from extension_status import absent_reason
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -36,6 +37,16 @@ def row_checksums(rows: np.ndarray, steps: np.ndarray, version_3: bool = False) 
     weights = np.arange(1, 2 * (rows.shape[1] - 8), 2, dtype=np.uint64)
     sums = rows[:, 8:].astype(np.uint64) @ weights + steps.astype(np.uint64) * np.uint64(STEP_MIX)
     return (sums & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+
+
+def row_checksums_skipping(rows: np.ndarray, steps: np.ndarray, skip: int) -> np.ndarray:
+    """``row_checksums`` of versions 4 and 5 over the bytes after the first ``skip`` (version 5's rows leave
+    out the checksum and a next_delta of 2 to 4 bytes)."""
+    return np.array(
+        [zlib.crc32(row[skip:].tobytes(), zlib.crc32(int(step).to_bytes(8, "little", signed=True)))
+         for row, step in zip(rows, steps)],
+        np.uint32,
+    )
 
 
 @settings(max_examples=60, deadline=None)
@@ -74,22 +85,33 @@ def test_gather_rows_copies_each_steps_row_and_finds_the_first_that_fails(
     next_frames=st.lists(st.integers(0, 2**40), min_size=0, max_size=30),
     seed=st.integers(0, 2**32 - 1),
     big_links=st.booleans(),
+    version=st.sampled_from([4, 5]),
+    references=st.booleans(),
 )
 def test_follow_links_equals_transition_frames_over_the_same_table(
-    slots, columns, next_frames, seed, big_links
+    slots, columns, next_frames, seed, big_links, version, references
 ) -> None:
+    """Over entries of format version 4 (prev_delta u32) and 5 (prev_delta in the low bits of ``links``,
+    ref_delta above it in a reference ring's)."""
+    from mmreplay.frames.ring import EntryFormat
+
     rng = np.random.default_rng(seed)
-    entry = np.dtype([("position", "<u8"), ("length", "<u2"), ("checksum", "<u4"), ("prev_delta", "<u4")])
-    table = np.zeros(slots, entry)
-    table["prev_delta"] = rng.integers(0, 2**32 if big_links else 4, slots, dtype=np.uint64)
+    entries = EntryFormat(7056, frame_slots=slots, version=version, max_distance=8192 if references else None,
+                          extra=0)
+    largest = (1 << entries.prev_bits) if version == 5 else 2**32
+    prevs = rng.integers(0, largest if big_links else 4, slots, dtype=np.int64)
+    refs = rng.integers(0, 8193, slots, dtype=np.int64) if references else np.zeros(slots, np.int64)
+    table = entries.pack(np.zeros(slots, np.uint64), np.zeros(slots, np.int64), np.zeros(slots, np.uint32), prevs,
+                         refs)
+    assert (entries.prev_deltas(table) == prevs).all() and (entries.ref_deltas(table) == refs).all()
     frames = np.array(next_frames, np.int64)
 
     def prev_deltas(steps: np.ndarray) -> np.ndarray:
-        return table["prev_delta"][steps % slots].astype(np.int64)
+        return prevs[steps % slots]
 
     expected = stacking.transition_frames(frames, prev_deltas, columns - 1)
     out = np.empty((len(frames), columns), np.int64)
-    _lz4batch.follow_links(table, slots, entry.itemsize, entry.fields["prev_delta"][1], frames, out)
+    _lz4batch.follow_links(table, slots, entries.layout, frames, out)
     np.testing.assert_array_equal(out, expected)
 
 
@@ -100,20 +122,34 @@ def test_follow_links_equals_transition_frames_over_the_same_table(
     steps=st.lists(st.integers(0, 2**40), min_size=0, max_size=40),
     seed=st.integers(0, 2**32 - 1),
     valid=st.floats(0, 1),
+    ring=st.sampled_from([(4, 50), (5, 50), (5, 70_000), (5, 1 << 24)]),
 )
-def test_read_fields_unpacks_what_read_gives_and_fails_at_the_same_row(tmp_path_factory, spec, slots, steps, seed, valid) -> None:
+def test_read_fields_unpacks_what_read_gives_and_fails_at_the_same_row(
+    tmp_path_factory, spec, slots, steps, seed, valid, ring
+) -> None:
     """``TransitionTable.read_fields`` through ``gather_fields`` against its numpy definition (``read``,
-    then the fields), on rows of random bytes that mostly match their checksums."""
-    from mmreplay.rows.transitions import RowChecksumError, TransitionTable, row_dtype
+    then the fields), on rows of random bytes that mostly match their checksums, in format versions 4 and
+    5 (next_delta of 2, 3 and 4 bytes: a row layout for a larger ring than the table holds)."""
+    from mmreplay.rows.transitions import (
+        RowChecksumError,
+        TransitionTable,
+        row_dtype,
+        row_envs,
+        row_flags,
+        unchecked_bytes,
+    )
 
+    version, layout_slots = ring
     action_shape, action_dtype, num_envs = spec
-    dtype = row_dtype(action_shape, np.dtype(action_dtype), num_envs)
+    dtype = row_dtype(action_shape, np.dtype(action_dtype), num_envs, row_slots=layout_slots, version=version)
+    skip = unchecked_bytes(dtype)
     rng = np.random.default_rng(seed)
     raw = rng.integers(0, 256, (slots, dtype.itemsize), dtype=np.uint8)
     step_array = np.array(steps, np.int64)
     for i in np.flatnonzero(rng.random(len(step_array)) < valid):
         slot = step_array[i] % slots
-        raw[slot, :4] = np.frombuffer(row_checksums(raw[slot : slot + 1], step_array[i : i + 1]).tobytes(), np.uint8)
+        checksum = row_checksums_skipping(raw[slot : slot + 1], step_array[i : i + 1], skip)
+        raw[slot, :4] = np.frombuffer(checksum.tobytes(), np.uint8)
     path = tmp_path_factory.mktemp("rows") / "t.tbl"
     path.write_bytes(raw.tobytes())  # the table file, as a writer would have left it
     table = TransitionTable(path, dtype=dtype, row_slots=slots, writable=False)
@@ -128,9 +164,9 @@ def test_read_fields_unpacks_what_read_gives_and_fails_at_the_same_row(tmp_path_
     np.testing.assert_array_equal(fields.next_frames, step_array + rows["frame_lead"])
     np.testing.assert_array_equal(fields.action.view(np.uint8), rows["action"].astype(fields.action.dtype).view(np.uint8))
     np.testing.assert_array_equal(fields.reward.view(np.uint32), rows["reward"].view(np.uint32))  # nan bits too
-    np.testing.assert_array_equal(fields.terminated, (rows["flags"] & 1) != 0)
-    np.testing.assert_array_equal(fields.truncated, (rows["flags"] & 2) != 0)
-    np.testing.assert_array_equal(fields.env_index, rows["env"].astype(np.int64))
+    np.testing.assert_array_equal(fields.terminated, (row_flags(rows) & 1) != 0)
+    np.testing.assert_array_equal(fields.truncated, (row_flags(rows) & 2) != 0)
+    np.testing.assert_array_equal(fields.env_index, row_envs(rows))
     table.close()
 
 
@@ -187,13 +223,15 @@ def test_read_transitions_gives_what_the_general_path_gives_on_damaged_files(dam
         header = json.loads((damaged_store / "header.json").read_text())
         commit, layout = header["commit"], header["layout"]
         live_frames = commit["frames_written"] - commit["frame_tail"]
+        row_bytes = store_files.rows_dtype(damaged_store).itemsize
+        entry_bytes = store_files.entry_format(damaged_store).size
         for name, where, bit in flips:  # a bit of a live row, a live frame entry, or a live frame's bytes
             path = damaged_store / name
             if name == "transitions.tbl":
-                offset = ((49 + int(where * 30)) % layout["row_slots"]) * 26 + int(where * 30 * 26) % 26
+                offset = ((49 + int(where * 30)) % layout["row_slots"]) * row_bytes + int(where * 30 * row_bytes) % row_bytes
             elif name == "frames-0.idx":
                 frame = commit["frame_tail"] + int(where * live_frames)
-                offset = (frame % commit["frame_slots"]) * 18 + int(where * live_frames * 18) % 18
+                offset = (frame % commit["frame_slots"]) * entry_bytes + int(where * live_frames * entry_bytes) % entry_bytes
             else:
                 offset = int(where * commit["bytes_written"])
             data = path.read_bytes()

@@ -6,8 +6,9 @@ every file of each store a byte that holds live data is flipped (and, separately
 truncated); then ``open``, ``read`` of every stored step and ``sample`` must either raise
 ``CorruptStoreError`` naming the damaged file (and the transition, for rows and frames) or return
 exactly the reference model's data. Bytes that hold nothing live are flipped too: then nothing may be
-detected and the data must be exact. The on-disk layout used to find live bytes is the one README.md
-documents (header commit counts, 20-byte frame-table entries, rows of the transition table).
+detected and the data must be exact. The on-disk layout used to find live bytes is the one docs/formats.md
+documents (header commit counts, the frame table's entries and the transition table's rows of the store's
+format version, through ``store_files``).
 """
 
 from __future__ import annotations
@@ -19,19 +20,35 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import store_files
 from atari_data import load_stream
 from reference import ReferenceStore, assert_batch_matches
 
 from mmreplay import CorruptStoreError, PrioritizedSampler, ReplayStore
+from mmreplay.rows.transitions import FLAG_BITS
 
-# The frame entry of 84x84 frames (a u2 length) and the byte offsets inside a transition row of a store
-# of one env with an int64 action (README, "On-disk layout").
-FRAME_ENTRY = np.dtype([("position", "<u8"), ("length", "<u2"), ("checksum", "<u4"), ("prev_delta", "<u4")])
+# Bytes of a transition row of a store of one env with an int64 action (docs/formats.md, "The store's
+# files"): the row field, the byte in it and the bits flipped there. Format version 5 packs the env with the
+# flags (the flags in the low FLAG_BITS bits): its env is flipped above them.
 ROW_FIELDS = {
-    "checksum": 0, "next_delta": 4, "frame_lead": 8, "frame_lead high byte": 11,
-    "env": 12, "reward": 13, "reward sign": 16, "flags": 17, "action": 18, "action high byte": 25,
+    "checksum": ("checksum", 0, 0x01), "next_delta": ("next_delta", 0, 0x02), "frame_lead": ("frame_lead", 0, 0x01),
+    "frame_lead high byte": ("frame_lead", 3, 0x01), "env": ("flags_env", 0, 1 << FLAG_BITS),
+    "reward": ("reward", 0, 0x01), "reward sign": ("reward", 3, 0x01), "flags": ("flags_env", 0, 0x01),
+    "action": ("action", 0, 0x01), "action high byte": ("action", 7, 0x01),
 }
-ROW_BYTES = 26
+
+
+def row_byte(built: Built, step: int, field: str) -> tuple[int, int]:
+    """The offset in transitions.tbl of ``field``'s byte (ROW_FIELDS) in ``step``'s row, and its mask."""
+    rows = store_files.rows_dtype(built.path)
+    name, byte, mask = ROW_FIELDS[field]
+    return (step % built.layout["row_slots"]) * rows.itemsize + store_files.field_offsets(rows)[name] + byte, mask
+
+
+def entry_byte(built: Built, frame: int, field: str, byte: int = 0) -> int:
+    """The offset in the frame table of the ``byte``-th byte of ``field`` in ``frame``'s entry."""
+    entries = store_files.entry_format(built.path)
+    return (frame % built.commit["frame_slots"]) * entries.size + store_files.field_offsets(entries.dtype)[field] + byte
 
 
 def _stream(game: str, frames: int) -> dict[str, np.ndarray]:
@@ -212,8 +229,13 @@ def live_frames(built: Built) -> np.ndarray:
 
 
 def frame_table(built: Built) -> np.ndarray:
-    name = f"frames-{built.commit['frame_table_generation']}.idx"
-    return np.fromfile(built.path / name, dtype=FRAME_ENTRY)
+    """Each slot's frame position (made whole: format version 5 keeps its low 32 bits) and length."""
+    entries = store_files.entry_format(built.path)
+    raw = store_files.frame_table(built.path)
+    table = np.zeros(len(raw), [("position", "<u8"), ("length", "<u8")])
+    table["position"] = entries.positions(raw, built.commit["bytes_written"])
+    table["length"] = raw["length"]
+    return table
 
 
 # -- the header ------------------------------------------------------------------------------------
@@ -255,10 +277,9 @@ def test_a_truncated_header_is_detected(built: Built, length: int) -> None:
 @pytest.mark.parametrize("field", sorted(set(ROW_FIELDS) - {"next_delta"}))
 def test_a_flipped_byte_in_a_stored_row_is_detected_naming_the_file_and_the_step(built: Built, field: str) -> None:
     path = built.path / "transitions.tbl"
-    row_slots = built.layout["row_slots"]
     stored = built.ref.stored_steps()
     for step in (int(stored[0]), int(stored[len(stored) // 2]), int(stored[-1])):
-        restore = flip(path, (step % row_slots) * ROW_BYTES + ROW_FIELDS[field], 0x01)
+        restore = flip(path, *row_byte(built, step, field))
         assert_detected(outcomes(built), "transitions.tbl", step)
         restore()
     assert_exact(outcomes(built), "the restored table")
@@ -276,7 +297,7 @@ def test_a_flipped_episode_link_in_a_stored_row_is_detected_or_harmless(built: B
     path = built.path / "transitions.tbl"
     step = _linked_step(built)
     # next_delta 1 -> 3: still a later transition of the same env and episode, two steps too far.
-    flip(path, (step % built.layout["row_slots"]) * ROW_BYTES + ROW_FIELDS["next_delta"], 0x02)
+    flip(path, *row_byte(built, step, "next_delta"))
     results = outcomes(built, links=True)
     if any(results.values()):
         assert_detected(results, "transitions.tbl", step)
@@ -284,12 +305,11 @@ def test_a_flipped_episode_link_in_a_stored_row_is_detected_or_harmless(built: B
 
 def test_a_flipped_byte_in_a_row_that_is_not_stored_changes_nothing(built: Built) -> None:
     path = built.path / "transitions.tbl"
-    row_slots = built.layout["row_slots"]
     evicted = int(built.ref.stored_steps()[0]) - 1  # its slot is free until the ring comes round
     never = built.ref.transitions_added + 5  # a slot not written yet on this lap
     for step in (evicted, never):
         for field in ("checksum", "frame_lead", "reward"):
-            flip(path, (step % row_slots) * ROW_BYTES + ROW_FIELDS[field], 0x01)
+            flip(path, *row_byte(built, step, field))
     assert_exact(outcomes(built, links=True), "rows of unstored steps")
 
 
@@ -303,15 +323,14 @@ def test_a_truncated_transition_table_is_detected(built: Built) -> None:
 # -- the frame table -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("field,offset", [("position", 0), ("position", 2), ("length", 8), ("checksum", 10),
-                                          ("prev_delta", 14)])
+@pytest.mark.parametrize("field,byte", [("position", 0), ("position", 2), ("length", 0), ("checksum", 0),
+                                        ("links", 0)])
 def test_a_flipped_byte_in_a_live_frame_entry_is_detected_naming_the_file(built: Built, field: str,
-                                                                          offset: int) -> None:
+                                                                          byte: int) -> None:
     name = f"frames-{built.commit['frame_table_generation']}.idx"
-    slots = built.commit["frame_slots"]
     frames = live_frames(built)
     for frame in (int(frames[0]), int(frames[len(frames) // 2]), int(frames[-1])):
-        restore = flip(built.path / name, (frame % slots) * FRAME_ENTRY.itemsize + offset, 0x01)
+        restore = flip(built.path / name, entry_byte(built, frame, field, byte), 0x01)
         assert_detected(outcomes(built), name)
         restore()
     assert_exact(outcomes(built), "the restored frame table")
@@ -320,16 +339,16 @@ def test_a_flipped_byte_in_a_live_frame_entry_is_detected_naming_the_file(built:
 def test_a_flipped_position_high_byte_names_the_frame_table(built: Built) -> None:
     name = f"frames-{built.commit['frame_table_generation']}.idx"
     frame = int(live_frames(built)[-1])
-    flip(built.path / name, (frame % built.commit["frame_slots"]) * FRAME_ENTRY.itemsize + 6, 0x01)
+    last = store_files.entry_format(built.path).dtype["position"].itemsize - 1  # the low 32 bits' top byte
+    flip(built.path / name, entry_byte(built, frame, "position", last), 0x01)
     assert_detected(outcomes(built), name)
 
 
 def test_a_flipped_byte_in_a_frame_entry_that_is_not_live_changes_nothing(built: Built) -> None:
     name = f"frames-{built.commit['frame_table_generation']}.idx"
-    slots = built.commit["frame_slots"]
     unused = [built.commit["frame_tail"] - 1, built.commit["frames_written"] + 3]
     for frame in unused:
-        flip(built.path / name, (frame % slots) * FRAME_ENTRY.itemsize + FRAME_ENTRY.fields["checksum"][1], 0x01)
+        flip(built.path / name, entry_byte(built, frame, "checksum"), 0x01)
     assert_exact(outcomes(built), "frame entries that are not live")
 
 

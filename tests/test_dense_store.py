@@ -19,12 +19,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import store_files
 from atari_data import load_stream
 from issue3_reference import add_masked, assert_n_step_matches, assert_sequences_match
 from reference import ReferenceStore, assert_batch_matches, assert_store_matches
 
 from mmreplay import CorruptStoreError, FormatVersionError, ReferenceScheme, ReplayStore
-from mmreplay.frames.ring import FrameChecksumError, frame_entry
+from mmreplay.disk.store_directory import open_regular
+from mmreplay.frames.ring import FrameChecksumError, FrameRing
 
 GAMES = ["pong", "breakout", "mspacman"]
 KEYS = ("frames", "action", "reward", "terminated")
@@ -57,9 +59,6 @@ def make(tmp_path: Path, *, capacity: int, num_envs: int = 1, stack_size: int = 
     store = ReplayStore.create(tmp_path / name, **config, frame_encoding=DENSE, reference_scheme=scheme)
     return store, ReferenceStore(**config)
 
-REFERENCE_ENTRY = frame_entry(84 * 84, references=True)  # this file's stores hold 84x84 frames
-
-
 def vector_adds(game: str, num_envs: int, count: int) -> list[tuple]:
     """``count`` lockstep vector adds: env e plays the stream from its e-th quarter on."""
     quarter = len(stream(game)["action"]) // num_envs
@@ -71,9 +70,7 @@ def vector_adds(game: str, num_envs: int, count: int) -> list[tuple]:
 
 
 def frame_table(path: Path) -> np.ndarray:
-    header = json.loads((path / "header.json").read_text())
-    generation = header["commit"]["frame_table_generation"]
-    return np.fromfile(path / f"frames-{generation}.idx", dtype=REFERENCE_ENTRY)
+    return store_files.frame_table(path)
 
 
 @pytest.mark.parametrize("game", GAMES)
@@ -159,14 +156,19 @@ def test_an_add_that_fails_to_write_leaves_no_frame_compressed_against_its_frame
         store.add(*args)
         ref.add(*args)
 
-    def full_disk(*_: object) -> int:
-        raise OSError(28, "No space left on device")
+    read_only: list[int] = []
+
+    def unwritable(ring: FrameRing, segment: int) -> int:
+        """The segment opened read-only: every write of the add, the compiled one included, fails."""
+        read_only.append(open_regular(ring._segment_path(segment), os.O_RDONLY))
+        return read_only[-1]
 
     with monkeypatch.context() as patch:
-        patch.setattr(os, "pwritev", full_disk)
-        patch.setattr(os, "pwrite", full_disk)
+        patch.setattr(FrameRing, "_descriptor_of", unwritable)
         with pytest.raises(OSError):
             store.add(*adds[50])
+    for descriptor in read_only:
+        os.close(descriptor)
     # Env 1 alone writes the frame steps that the failed add had given to both envs; then both go on.
     only_env_1 = np.array([False, True])
     store.add(*adds[50], env_mask=only_env_1)
@@ -185,17 +187,18 @@ def dense_pong_store(tmp_path: Path) -> tuple[Path, ReferenceStore]:
         store.add(*args)
         ref.add(*args)
     store.close()
-    table = frame_table(tmp_path / "dense.mmr")
+    ref_deltas = store_files.entry_format(tmp_path / "dense.mmr").ref_deltas(frame_table(tmp_path / "dense.mmr"))
     # Frames 8 to 15 form a group: 8 alone, 9-15 against 8.
-    assert table["ref_delta"][8] == 0 and (table["ref_delta"][9:16] == np.arange(1, 8)).all()
+    assert ref_deltas[8] == 0 and (ref_deltas[9:16] == np.arange(1, 8)).all()
     return tmp_path / "dense.mmr", ref
 
 
 def flip_frame_byte(path: Path, frame_step: int) -> None:
-    entry = frame_table(path)[frame_step]
+    entry = frame_table(path)[frame_step : frame_step + 1]
+    position = int(store_files.entry_format(path).positions(entry, store_files.header_of(path)["commit"]["bytes_written"])[0])
     segment = path / "frames" / "0000000000.seg"
     data = bytearray(segment.read_bytes())
-    data[int(entry["position"]) + int(entry["length"]) // 2] ^= 0x40
+    data[position + int(entry["length"][0]) // 2] ^= 0x40
     segment.write_bytes(bytes(data))
 
 
@@ -218,11 +221,7 @@ def test_a_damaged_reference_link_is_detected(tmp_path: Path) -> None:
     path, ref = dense_pong_store(tmp_path)
     # Frame 12 names frame 0 (another key frame) instead of 8 as its reference: a frame that decodes, but
     # not the frame 12 was compressed against.
-    table_path = path / "frames-0.idx"
-    offset = 12 * REFERENCE_ENTRY.itemsize + REFERENCE_ENTRY.fields["ref_delta"][1]
-    data = bytearray(table_path.read_bytes())
-    data[offset : offset + 2] = (12).to_bytes(2, "little")
-    table_path.write_bytes(bytes(data))
+    store_files.set_links(path, 12, ref_delta=12)
     with ReplayStore.open(path, "r") as store:
         with pytest.raises(FrameChecksumError, match=r"frame 12 fails its checksum .*frames-0\.idx is corrupt"):
             store.read([11])
@@ -231,11 +230,7 @@ def test_a_damaged_reference_link_is_detected(tmp_path: Path) -> None:
 
 def test_a_reference_chain_deeper_than_the_scheme_is_reported_as_corrupt(tmp_path: Path) -> None:
     path, _ = dense_pong_store(tmp_path)
-    table_path = path / "frames-0.idx"
-    data = bytearray(table_path.read_bytes())
-    offset = 8 * REFERENCE_ENTRY.itemsize + REFERENCE_ENTRY.fields["ref_delta"][1]
-    data[offset : offset + 2] = (1).to_bytes(2, "little")  # the key frame 8 now names frame 7
-    table_path.write_bytes(bytes(data))
+    store_files.set_links(path, 8, ref_delta=1)  # the key frame 8 now names frame 7
     with ReplayStore.open(path, "r") as store:
         with pytest.raises(FrameChecksumError, match=r"the scheme allows 1.*frames-0\.idx is corrupt"):
             store.read([12])
@@ -251,7 +246,8 @@ def test_the_header_records_the_encoding_and_a_plain_header_is_unchanged(tmp_pat
     assert dense["frame_encoding"] == DENSE
     assert dense["reference_scheme"] == {"group_size": 16, "branching": 4, "max_distance": 1000}
     assert "frame_encoding" not in plain and "reference_scheme" not in plain
-    assert (tmp_path / "dense.mmr" / "frames-0.idx").stat().st_size % REFERENCE_ENTRY.itemsize == 0
+    entry_size = store_files.entry_format(tmp_path / "dense.mmr").size
+    assert (tmp_path / "dense.mmr" / "frames-0.idx").stat().st_size % entry_size == 0
 
 
 def rewrite_header(path: Path, edit) -> None:  # type: ignore[no-untyped-def]

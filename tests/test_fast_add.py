@@ -84,6 +84,9 @@ def fast_path_form(args: tuple[Any, ...], num_envs: int) -> tuple[Any, ...]:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(config=store_configs(), data=st.data())
 def test_the_fast_path_writes_what_the_general_path_writes(tmp_path_factory, config, data) -> None:
+    """In stores of uint8 frames, plain or compressed against references (``lz4-reference``, drawn)."""
+    if np.dtype(config["frame_dtype"]) == np.uint8 and data.draw(st.booleans(), label="reference frames"):
+        config = {**config, "frame_encoding": "lz4-reference"}
     pair = CountingStore(tmp_path_factory.mktemp("fast"), **config)
     ref = ReferenceStore(**config)
     frames = FrameSource.of(config)
@@ -129,25 +132,34 @@ def test_an_add_the_fast_parse_accepted_reaches_the_general_path_as_parse_add_gi
     assume(accepted > 0)
 
 
+REFERENCE = "lz4-reference"
+
+
 @pytest.mark.parametrize(
-    "num_envs,stacked,prioritized,helpers",
-    [(1, False, False, False), (8, False, False, False), (300, False, False, False), (1, True, False, False),
-     (8, True, False, False), (8, False, True, False), (1, True, False, True), (1, False, False, True),
-     (8, True, False, True), (300, False, False, True)],
+    "num_envs,stacked,prioritized,helpers,encoding",
+    [(1, False, False, False, "lz4"), (8, False, False, False, "lz4"), (300, False, False, False, "lz4"),
+     (1, True, False, False, "lz4"), (8, True, False, False, "lz4"), (8, False, True, False, "lz4"),
+     (1, True, False, True, "lz4"), (1, False, False, True, "lz4"), (8, True, False, True, "lz4"),
+     (300, False, False, True, "lz4"),
+     (1, False, False, False, REFERENCE), (1, True, False, False, REFERENCE), (8, False, False, False, REFERENCE),
+     (8, True, True, False, REFERENCE), (8, True, True, False, "lz4"), (300, False, False, False, REFERENCE), (8, True, False, True, REFERENCE),
+     (300, False, False, True, REFERENCE)],
 )
 def test_real_frames_take_the_fast_path_across_segments_eviction_and_episode_ends(
-    tmp_path: Path, num_envs: int, stacked: bool, prioritized: bool, helpers: bool
+    tmp_path: Path, num_envs: int, stacked: bool, prioritized: bool, helpers: bool, encoding: str
 ) -> None:
     """Pong frames and noise (which does not compress: a 1 MiB segment fills every ~150 frames), evicted
     many times over, with episode ends; given as single frames or as stacks of 4 (an episode's first
     stack repeats its first frame, as gymnasium's FrameStackObservation pads it). ``helpers``: compressed
-    on the pool's threads, or ahead on a helper, as from 4 usable cores."""
+    on the pool's threads, or ahead on a helper, as from 4 usable cores. ``lz4-reference``: frames
+    compressed against their references (groups, key frames, episode restarts) by add's compiled call,
+    byte for byte what the general path's encoder writes."""
     frames = load_stream("pong", ("frames",), 600)["frames"]
     noise = np.random.default_rng(num_envs).integers(0, 256, (400, *frames.shape[1:]), dtype=np.uint8)
     frames = np.concatenate([frames, noise])
     capacity = 40 * num_envs
     pair = CountingStore(tmp_path, frame_shape=frames.shape[1:], capacity=capacity, num_envs=num_envs,
-                         prioritized=prioritized, helpers=helpers)
+                         prioritized=prioritized, helpers=helpers, frame_encoding=encoding)
     rng = np.random.default_rng(0)
     position = rng.integers(0, len(frames) - 1, num_envs)
     episode_start = position.copy()
@@ -177,7 +189,11 @@ def test_real_frames_take_the_fast_path_across_segments_eviction_and_episode_end
         position = np.where(restart, rng.integers(0, len(frames) - 1, num_envs), position + 1)
         episode_start = np.where(restart, position, episode_start)
     # The rest: new episodes, masked envs, commits, and segment ends (with 300 envs, nearly every other add).
-    assert pair.fast_adds > adds // 3, pair.fast_adds
+    # Reference frames take the fast path through the extension's groups; without it, never.
+    if encoding == REFERENCE and _lz4batch is None:
+        assert pair.fast_adds == 0, pair.fast_adds
+    else:
+        assert pair.fast_adds > adds // 3, pair.fast_adds
     pair.close_and_compare()
     header = json.loads((pair.fast.path / "header.json").read_text())
     assert header["commit"]["bytes_written"] > 3 * header["layout"]["segment_bytes"]  # crossed segment ends

@@ -1,6 +1,7 @@
-"""The widths a store gives its row and frame-entry fields at create time (format version 3) hold every
-value they are handed: env indices past 255, compressed frames of 64 KiB and more, and frame steps that
-run ahead of transition steps by one more at each episode start.
+"""The widths a store gives its row and frame-entry fields at create time (format version 5) hold every
+value they are handed: env indices past 7 (then past 2,047: the env shares a word with the flags), compressed
+frames of 64 KiB and more, and frame steps that run ahead of transition steps by one more at each episode
+start.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ def table_bytes(path: Path) -> tuple[int, int]:
     return rows, frame_table.stat().st_size // commit["frame_slots"]
 
 
-@pytest.mark.parametrize("num_envs,env_bytes", [(256, 1), (300, 2)])
-def test_every_env_index_comes_back_with_one_byte_up_to_256_envs_and_two_above(
+@pytest.mark.parametrize("num_envs,env_bytes", [(8, 1), (9, 2), (300, 2), (2048, 2), (2049, 3)])
+def test_every_env_index_comes_back_with_the_flags_in_one_byte_up_to_8_envs_two_up_to_2048_and_three_above(
     make_pair, num_envs: int, env_bytes: int
 ) -> None:
     pair = make_pair(num_envs=num_envs, capacity=3 * num_envs, frame_shape=(2, 3), stack_size=2)
@@ -38,7 +39,8 @@ def test_every_env_index_comes_back_with_one_byte_up_to_256_envs_and_two_above(
     pair.check()
     batch = pair.store.read(np.array(pair.store.stored_steps))
     assert batch.env_index.max() == num_envs - 1
-    int64_action, other_fields = 8, 4 + 4 + 4 + 4 + 1  # checksum, next_delta, frame_lead, reward, flags
+    # checksum, next_delta (2 bytes: a ring of fewer than 65,536 rows), frame_lead, reward
+    int64_action, other_fields = 8, 4 + (2 if 4 * num_envs + 3 * num_envs < 1 << 16 else 3) + 4 + 4
     assert table_bytes(pair.store.path)[0] == other_fields + env_bytes + int64_action
 
 
@@ -60,7 +62,7 @@ def test_frames_that_do_not_compress_come_back_whatever_their_length_field(
         pair.add(frames[[max(t - 1, 0), t]], t, 1.0, frames[[t, t + 1]], t == 2, False)
     pair.reopen()
     pair.check()
-    position_checksum_prev_delta = 8 + 4 + 4
+    position_checksum_prev_delta = 4 + 4 + 2  # the low 32 bits of the position; 2 bytes for a small ring's links
     assert table_bytes(pair.store.path)[1] == position_checksum_prev_delta + length_bytes
 
 

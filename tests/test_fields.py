@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import store_files
 
 from mmreplay import ReplayStore
 from mmreplay.errors import CorruptStoreError, ReadOnlyStoreError
@@ -183,7 +184,9 @@ def test_a_store_written_as_format_version_3_opens_without_fields(tmp_path: Path
     from test_row_checksum import version_3_sum
 
     path = tmp_path / "s.mmr"
-    with ReplayStore.create(path, frame_shape=(4, 4), capacity=10) as store:
+    with store_files.writing_version(4):  # version 3's rows are version 4's, with another checksum
+        store = ReplayStore.create(path, frame_shape=(4, 4), capacity=10)
+    with store:
         store.add(frame(0), np.int64(0), 0.0, frame(1), False, False)
     # As format version 3 wrote it: its row sums, version 3 in the header.
     header_path = path / "header.json"

@@ -2,8 +2,9 @@
 
 Frames encode their own step (every pixel of the frame of transition t's next_obs is t % 251), so each
 test knows which frame, transition and file a flipped byte belongs to. The frame table's entries are
-located through the layout README.md documents (18-byte entries for frames this small: position u64,
-length u2, checksum u32, prev_delta u32; slot = frame step % frame_slots).
+located through the layout docs/formats.md documents (format version 5: 12-byte entries for frames this
+small in a table this small: position's low 32 bits, length u2, checksum u32, links u2; slot = frame step
+% frame_slots).
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import store_files
 
 from mmreplay import CorruptStoreError, ReplayStore
 
 FRAME_SHAPE = (6, 5)
-ENTRY_BYTES = 18
+ENTRY_BYTES = 12
+POSITION, CHECKSUM = 0, 6  # byte offsets in an entry
 
 
 def build(path: Path, transitions: int = 40) -> None:
@@ -25,6 +28,8 @@ def build(path: Path, transitions: int = 40) -> None:
         for t in range(transitions):
             obs = np.full(FRAME_SHAPE, t % 251, np.uint8)
             store.add(obs, 0, 0.0, np.full(FRAME_SHAPE, (t + 1) % 251, np.uint8), False, False)
+    entries = store_files.entry_format(path).dtype
+    assert entries.itemsize == ENTRY_BYTES and store_files.field_offsets(entries)["checksum"] == CHECKSUM
 
 
 def commit(path: Path) -> dict[str, int]:
@@ -41,14 +46,14 @@ def flip_entry_byte(path: Path, frame_step: int, offset: int, mask: int) -> None
         file.write(bytes([byte ^ mask]))
 
 
-@pytest.mark.parametrize("byte", [4, 6, 7])
+@pytest.mark.parametrize("byte", [2, 3])  # the position's low 32 bits: moved past every byte written
 def test_a_position_past_the_written_bytes_names_the_frame_table_the_frame_and_the_transition(
     tmp_path: Path, byte: int
 ) -> None:
     path = tmp_path / "store.mmr"
     build(path)
     newest_frame = commit(path)["frames_written"] - 1  # the next_obs frame of transition 39
-    flip_entry_byte(path, newest_frame, byte, 0x80)
+    flip_entry_byte(path, newest_frame, POSITION + byte, 0x80)
     with ReplayStore.open(path, "r") as store:
         with pytest.raises(CorruptStoreError) as raised:
             store.read(np.array([39]))
@@ -63,8 +68,8 @@ def test_a_flipped_segment_byte_names_the_frame_the_segment_and_the_transition(t
     newest_frame = commit(path)["frames_written"] - 1
     with ReplayStore.open(path, "r") as store:
         store.read(np.array([39]))  # maps the segment: the next read takes the decoder's fast path
-    entry = np.fromfile(path / "frames-0.idx", np.uint8, ENTRY_BYTES, offset=newest_frame * ENTRY_BYTES)
-    position = int(entry[:8].view("<u8")[0])
+    entry = store_files.frame_table(path)[newest_frame : newest_frame + 1]
+    position = int(store_files.entry_format(path).positions(entry, commit(path)["bytes_written"])[0])
     segment = path / "frames" / f"{0:010d}.seg"
     data = bytearray(segment.read_bytes())
     data[position + 1] ^= 0x01
@@ -80,7 +85,7 @@ def test_a_flipped_segment_byte_names_the_frame_the_segment_and_the_transition(t
 def test_a_store_closes_all_its_files_while_an_error_from_a_corrupt_frame_is_kept(tmp_path: Path) -> None:
     path = tmp_path / "store.mmr"
     build(path)
-    flip_entry_byte(path, commit(path)["frames_written"] - 1, 12, 0x01)  # its checksum
+    flip_entry_byte(path, commit(path)["frames_written"] - 1, CHECKSUM, 0x01)
     store = ReplayStore.open(path, "r")  # opening decodes no frame
     kept = []
     for _ in range(2):
@@ -96,7 +101,7 @@ def test_a_store_closes_all_its_files_while_an_error_from_a_corrupt_frame_is_kep
 def test_a_writer_with_a_corrupt_newest_frame_opens_and_reports_it_at_the_first_add(tmp_path: Path) -> None:
     path = tmp_path / "store.mmr"
     build(path)
-    flip_entry_byte(path, commit(path)["frames_written"] - 1, 12, 0x01)
+    flip_entry_byte(path, commit(path)["frames_written"] - 1, CHECKSUM, 0x01)
     with ReplayStore.open(path, "r+") as store:
         with pytest.raises(CorruptStoreError, match=r"\(read for transition 39\)"):
             store.add(np.zeros(FRAME_SHAPE, np.uint8), 0, 0.0, np.ones(FRAME_SHAPE, np.uint8), False, False)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import store_files
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from reference import ReferenceStore, assert_batch_matches, bits
@@ -178,8 +179,6 @@ def test_the_pure_python_path_reads_the_same_batches_bit_for_bit(tmp_path: Path)
 
 # -- corruption ------------------------------------------------------------------------------------
 
-ROW_REWARD = 13  # the reward's first byte in a row of a one-env store (README, "On-disk layout")
-FRAME_ENTRY = np.dtype([("position", "<u8"), ("length", "<u2"), ("checksum", "<u4"), ("prev_delta", "<u4")])
 
 
 def small_store(path: Path, frame_dtype, stack_size: int) -> tuple[dict, dict]:
@@ -224,7 +223,9 @@ def test_a_flipped_byte_in_a_row_of_small_frames_raises_naming_the_table_and_the
     path = tmp_path / "s.mmr"
     layout, _ = small_store(path, frame_dtype, stack_size)
     step = 31
-    damage = functools.partial(flip, path / "transitions.tbl", (step % layout["row_slots"]) * 26 + ROW_REWARD)
+    rows = store_files.rows_dtype(path)  # the reward's first byte (docs/formats.md, "The store's files")
+    offset = (step % layout["row_slots"]) * rows.itemsize + store_files.field_offsets(rows)["reward"]
+    damage = functools.partial(flip, path / "transitions.tbl", offset)
     for message in raised_by_reads(path, step, damage):
         assert "transitions.tbl" in message and f"transition {step} fails its checksum" in message, message
 
@@ -240,15 +241,17 @@ def test_a_flipped_byte_in_a_frame_of_small_frames_raises_naming_the_file_and_th
     path = tmp_path / "s.mmr"
     layout, commit = small_store(path, frame_dtype, stack_size)
     frame = commit["frames_written"] - 1
-    table = path / f"frames-{commit['frame_table_generation']}.idx"
-    entry = np.fromfile(table, FRAME_ENTRY)[frame % commit["frame_slots"]]
+    table = store_files.frame_table_path(path)
+    entries = store_files.entry_format(path)
+    entry = store_files.frame_table(path)[frame % commit["frame_slots"] :][:1]
     if where == "segment":
-        segment, offset = divmod(int(entry["position"]) + int(entry["length"]) // 2, layout["segment_bytes"])
+        position = int(entries.positions(entry, commit["bytes_written"])[0])
+        segment, offset = divmod(position + int(entry["length"][0]) // 2, layout["segment_bytes"])
         named = f"{segment:010d}.seg"
         damage = functools.partial(flip, path / "frames" / named, offset)
     else:
         named = table.name
-        link = (frame % commit["frame_slots"]) * FRAME_ENTRY.itemsize + FRAME_ENTRY.fields["prev_delta"][1]
+        link = (frame % commit["frame_slots"]) * entries.size + store_files.field_offsets(entries.dtype)["links"]
         damage = functools.partial(flip, table, link)
     for message in raised_by_reads(path, 39, damage):
         assert named in message and "transition" in message, message

@@ -16,6 +16,8 @@ import numpy.typing as npt
 import pytest
 from atari_data import load_stream
 from extension_status import absent_reason
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mmreplay.frames import reference_codec
 from mmreplay.errors import CorruptStoreError
@@ -428,6 +430,59 @@ def test_both_paths_return_the_same_first_bad_entry_and_pixels(damage: str) -> N
         assert results[0][1].tobytes() == results[1][1].tobytes()
     else:
         assert plan.steps[results[0][0]] in victims
+
+
+@needs_extension
+@pytest.mark.skipif(reference_codec._lz4batch is None, reason=absent_reason("_lz4batch"))
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    victims=st.lists(st.floats(0, 1, exclude_max=True), max_size=3),
+    damage=st.sampled_from(["checksum", "length", "offset"]),
+    threads=st.sampled_from([2, 3, 8]),
+    game=st.sampled_from(["pong", "mspacman"]),
+)
+def test_a_batch_decoded_on_the_pools_threads_level_by_level_gives_the_in_order_result(
+    seed: int, victims: list[float], damage: str, threads: int, game: str
+) -> None:
+    """``decode_batch(threads=...)`` (``_lz4batch.reference_decode``: the key frames, then each level of
+    the frames that reference them, on the pool's threads) against the in-order decode: the same first bad
+    entry (a damaged frame, or one whose reference is damaged) and, when none is, the same pixels."""
+    frames, starts = real_frames(game)
+    stream = Stream(frames, TREE, starts=starts)
+    steps = sampled_stacks(32, len(frames), seed=seed)
+    plan, _ = _plan_columns(stream, steps)
+    damaged = plan.steps[[int(v * len(plan.steps)) for v in victims]]
+    if damage == "checksum":
+        stream.checksums[damaged - stream.first_step] ^= 1
+    elif damage == "length":
+        stream.lengths[damaged - stream.first_step] -= 1
+    else:
+        stream.offsets[damaged - stream.first_step] = 10**9
+    plan, columns = _plan_columns(stream, steps)
+    results = []
+    for kwargs in ({"threads": 1}, {"threads": threads}, {"accelerated": False}):
+        out = np.zeros((plan.requested, 84, 84), np.uint8)
+        results.append((reference_codec.decode_batch(*columns, out, views=stream.views, **kwargs), out))
+    assert results[0][0] == results[1][0] == results[2][0]
+    if results[0][0] == -1:
+        assert not len(damaged)
+        assert results[0][1].tobytes() == results[1][1].tobytes() == results[2][1].tobytes()
+        np.testing.assert_array_equal(results[1][1].reshape(steps.shape + (84, 84)), stream.expected(steps))
+    else:
+        assert len(damaged)
+
+
+@needs_extension
+@pytest.mark.skipif(reference_codec._lz4batch is None, reason=absent_reason("_lz4batch"))
+@pytest.mark.parametrize("threads", [0, 65])
+def test_a_thread_count_outside_1_to_64_is_a_value_error(threads: int) -> None:
+    stream = Stream(sparse_frames(4, seed=13), TREE)
+    steps = np.arange(4, dtype=np.int64)
+    out = np.zeros((4, 84, 84), np.uint8)
+    with pytest.raises(ValueError, match=f"^threads is {threads}; expected 1 to 64$"):
+        reference_codec.decode_batch(*stream.locate(steps), np.array([-1, 0, 0, 0]), np.arange(4), out,
+                                     views=stream.views, threads=threads)
 
 
 @pytest.mark.parametrize("accelerated", PATHS)

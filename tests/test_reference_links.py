@@ -3,8 +3,8 @@
 Each frame-table entry's links (``prev_delta``: the frame before it in its episode; ``ref_delta``: the
 frame it is compressed against) are overwritten with values that lead outside the ring; reading the
 transitions that use it raises ``CorruptStoreError`` and ``verify`` lists the damaged steps instead of
-stopping. Entry layout (README, "On-disk layout"): position u8, length u2, checksum u4, prev_delta u4,
-ref_delta u2 (frames of at most 64 KiB).
+stopping. Entry layout (docs/formats.md, format version 5): the links' field holds prev_delta in its low
+bits (as many as the ring's frame_slots need) and ref_delta above them (as many as max_distance needs).
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import store_files
 
 from mmreplay import CorruptStoreError, ReplayStore
 from mmreplay.cli import verify_store
 
-ENTRY = np.dtype([("position", "<u8"), ("length", "<u2"), ("checksum", "<u4"), ("prev_delta", "<u4"),
-                  ("ref_delta", "<u2")])
+LARGEST = -1  # the largest value the link's bits hold
 
 
 @pytest.fixture(scope="module")
@@ -33,17 +33,17 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.mark.parametrize("field,value", [("prev_delta", 0xFFFFFFFF), ("prev_delta", 1000), ("ref_delta", 0xFFFF),
+@pytest.mark.parametrize("field,value", [("prev_delta", LARGEST), ("prev_delta", 1000), ("ref_delta", LARGEST),
                                          ("ref_delta", 500)])
 @pytest.mark.parametrize("frame", [3, 17, 30])
 def test_a_damaged_link_is_corruption_that_verify_lists_per_step(built: Path, tmp_path: Path, field: str,
                                                                    value: int, frame: int) -> None:
     path = tmp_path / "s.mmr"
     shutil.copytree(built, path)
-    table = np.memmap(path / "frames-0.idx", ENTRY, "r+")
-    table[field][frame] = value
-    table.flush()
-    del table
+    entries = store_files.entry_format(path)
+    if value == LARGEST:
+        value = (1 << (entries.prev_bits if field == "prev_delta" else entries.ref_bits)) - 1
+    store_files.set_links(path, frame, **{field: value})
     try:
         store = ReplayStore.open(path)
     except CorruptStoreError:

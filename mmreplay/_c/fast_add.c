@@ -15,6 +15,7 @@
 #include "frame_entries.h"
 #include "little_endian.h"
 #include "lz4_api.h"
+#include "reference_groups.h"
 #include "ring_slots.h"
 #include "row_checksum.h"
 #include "row_layout.h"
@@ -48,17 +49,16 @@ write_all(int descriptor, const char *data, size_t length, off_t offset)
 static void
 write_entries(unsigned char *entries, long long frame_slots, const EntryLayout *layout, long long first_step,
               Py_ssize_t n, long long position, const char *blocks, const int *lengths, const uint32_t *prev,
-              uint32_t seed_multiplier)
+              const int64_t *refs, uint32_t seed_multiplier)
 {
     const char *block = blocks;
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t step = first_step + i;
+        uint64_t ref = refs == NULL ? 0 : (uint64_t)refs[i];
         unsigned char *entry = entries + ring_slot(step, frame_slots) * layout->size;
-        uint32_t seed = (uint32_t)((uint64_t)step * seed_multiplier + prev[i]);
-        write_le(entry + layout->position, (uint64_t)position, 8);
-        write_le(entry + layout->length, (uint64_t)lengths[i], (int)layout->length_bytes);
-        write_le(entry + layout->checksum, frame_crc32(seed, (const unsigned char *)block, (size_t)lengths[i]), 4);
-        write_le(entry + layout->link, prev[i], 4);
+        uint32_t seed = (uint32_t)((uint64_t)step * seed_multiplier + prev[i] + ref * REF_SEED_MULTIPLIER);
+        entry_write(layout, entry, (uint64_t)position, (uint64_t)lengths[i],
+                    frame_crc32(seed, (const unsigned char *)block, (size_t)lengths[i]), prev[i], ref);
         position += lengths[i];
         block += lengths[i];
     }
@@ -75,7 +75,7 @@ py_append_frames(PyObject *module, PyObject *args)
     unsigned long seed_multiplier;
     int descriptor, threads;
     PyObject *ahead = Py_None;
-    if (!PyArg_ParseTuple(args, "y*OLw*L(nnnnnn)kiLLLi|O:append_frames", &frames, &deltas_arg, &first_step, &table,
+    if (!PyArg_ParseTuple(args, "y*OLw*L" ENTRY_LAYOUT_FORMAT "kiLLLi|O:append_frames", &frames, &deltas_arg, &first_step, &table,
                           &frame_slots, ENTRY_LAYOUT_FIELDS(layout), &seed_multiplier, &descriptor, &segment_start,
                           &offset, &segment_bytes, &threads, &ahead)) {
         return NULL;
@@ -154,11 +154,116 @@ py_append_frames(PyObject *module, PyObject *args)
         goto done;
     }
     write_entries((unsigned char *)table.buf, frame_slots, &layout, first_step, n, segment_start + offset, written,
-                  sizes, prev, (uint32_t)seed_multiplier);
+                  sizes, prev, NULL, (uint32_t)seed_multiplier);
     result = PyLong_FromLongLong(total);
 done:
     PyMem_Free(blocks);
     PyMem_Free(lengths);
+    PyMem_Free(prev);
+    Py_XDECREF(deltas);
+    PyBuffer_Release(&frames);
+    PyBuffer_Release(&table);
+    return result;
+}
+
+/* The prev_deltas of n frames, as u32. NULL with a Python error. */
+static uint32_t *
+prev_deltas_of(PyObject *deltas, Py_ssize_t n)
+{
+    uint32_t *prev = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof(uint32_t));
+    if (prev == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned long delta = PyLong_AsUnsignedLong(PySequence_Fast_GET_ITEM(deltas, i));
+        if (delta == (unsigned long)-1 && PyErr_Occurred()) {
+            PyMem_Free(prev);
+            return NULL;
+        }
+        prev[i] = (uint32_t)delta;
+    }
+    return prev;
+}
+
+PyObject *
+py_append_reference_frames(PyObject *module, PyObject *args)
+{
+    (void)module;
+    Py_buffer frames, table;
+    PyObject *groups_arg, *deltas_arg;
+    long long first_step, frame_tail, frame_slots, offset, segment_bytes, segment_start;
+    EntryLayout layout;
+    unsigned long seed_multiplier;
+    int descriptor, threads;
+    if (!PyArg_ParseTuple(args, "Oy*OLLw*L" ENTRY_LAYOUT_FORMAT "kiLLLi:append_reference_frames", &groups_arg,
+                          &frames, &deltas_arg, &first_step, &frame_tail, &table, &frame_slots,
+                          ENTRY_LAYOUT_FIELDS(layout), &seed_multiplier, &descriptor, &segment_start, &offset,
+                          &segment_bytes, &threads)) {
+        return NULL;
+    }
+    PyObject *result = NULL, *deltas = NULL;
+    char *blocks = NULL;
+    int *lengths = NULL;
+    int64_t *refs = NULL;
+    uint32_t *prev = NULL;
+    ReferenceGroups *groups = reference_groups_from(groups_arg);
+    deltas = groups == NULL ? NULL : PySequence_Fast(deltas_arg, "prev_deltas must be a sequence of ints");
+    if (deltas == NULL) {
+        goto done;
+    }
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(deltas);
+    Py_ssize_t frame_nbytes = n > 0 ? frames.len / n : 0;
+    FrameTable ring = {.table = &table, .frame_slots = frame_slots, .layout = layout, .segment_bytes = segment_bytes,
+                       .bytes_written = 0};
+    if (frame_table_check(&ring, "append_reference_frames") < 0) {
+        goto done;
+    }
+    if (n <= 0 || frames.len != n * frame_nbytes || first_step < 0 || offset < 0 || offset > segment_bytes
+        || segment_start < 0 || threads < 1 || threads > POOL_MAX_THREADS || layout.ref_bytes == 0) {
+        PyErr_SetString(PyExc_ValueError, "append_reference_frames: frames, first_step, segment_start, offset, "
+                        "threads or entry layout out of range");
+        goto done;
+    }
+    lengths = PyMem_Malloc((size_t)n * sizeof(int));
+    refs = PyMem_Malloc((size_t)n * sizeof(int64_t));
+    prev = prev_deltas_of(deltas, n);
+    if (lengths == NULL || refs == NULL || prev == NULL) {
+        if (!PyErr_Occurred()) {
+            PyErr_NoMemory();
+        }
+        goto done;
+    }
+    long long total = reference_groups_encode(groups, frames.buf, n, frame_nbytes, first_step, frame_tail, threads,
+                                              &blocks, lengths, refs);
+    if (total < 0) {
+        goto done;
+    }
+    int max_length = layout.length_bytes == 2 ? 0xFFFF : INT_MAX, fits = offset + total <= segment_bytes;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        fits = fits && lengths[i] <= max_length;
+    }
+    if (!fits) { /* the caller's general path starts the next segment (it assigns the frames again) */
+        reference_groups_undo(groups);
+        result = PyLong_FromLong(-1);
+        goto done;
+    }
+    int failed;
+    Py_BEGIN_ALLOW_THREADS
+    failed = write_all(descriptor, blocks, (size_t)total, (off_t)offset) < 0;
+    Py_END_ALLOW_THREADS
+    if (failed) {
+        reference_groups_undo(groups);
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
+    write_entries((unsigned char *)table.buf, frame_slots, &layout, first_step, n, segment_start + offset, blocks,
+                  lengths, prev, refs, (uint32_t)seed_multiplier);
+    result = PyLong_FromLongLong(total);
+done:
+    PyMem_Free(blocks);
+    PyMem_Free(lengths);
+    PyMem_Free(refs);
     PyMem_Free(prev);
     Py_XDECREF(deltas);
     PyBuffer_Release(&frames);
@@ -193,7 +298,7 @@ py_write_rows(PyObject *module, PyObject *args)
     Py_ssize_t row_size = layout->size, action_bytes = layout->action_bytes;
     if (n <= 0 || row_slots <= 0 || first_step < 0 || table.len != row_slots * row_size
         || actions.len != n * action_bytes || PySequence_Fast_GET_SIZE(flags) != n
-        || PySequence_Fast_GET_SIZE(previous) != n || (n - 1) >> (8 * layout->env_bytes) != 0) {
+        || PySequence_Fast_GET_SIZE(previous) != n || (n - 1) >> (8 * layout->env_bytes - layout->env_shift) != 0) {
         PyErr_SetString(PyExc_ValueError, "write_rows: table, row layout or argument lengths out of range");
         goto done;
     }
@@ -210,14 +315,20 @@ py_write_rows(PyObject *module, PyObject *args)
         float single = (float)reward;
         uint32_t bits;
         memcpy(&bits, &single, 4);
-        write_le(row + layout->next_delta, 0, 4);
+        write_le(row + layout->next_delta, 0, layout->next_delta_bytes);
         write_le(row + layout->frame_lead, frame_lead, 4);
-        write_le(row + layout->env, (uint64_t)i, layout->env_bytes);
+        if (layout->env_shift != 0) { /* env and flags share a word */
+            write_le(row + layout->env, (uint64_t)flag | (uint64_t)i << layout->env_shift, layout->env_bytes);
+        }
+        else {
+            write_le(row + layout->env, (uint64_t)i, layout->env_bytes);
+            row[layout->flags] = (unsigned char)flag;
+        }
         write_le(row + layout->reward, bits, 4);
-        row[layout->flags] = (unsigned char)flag;
         memcpy(row + layout->action, (const char *)actions.buf + i * action_bytes, (size_t)action_bytes);
-        write_le(row + layout->checksum, row_crc(row, row_size, step), 4);
-        write_le(rows + ring_slot(before, row_slots) * row_size + layout->next_delta, (uint64_t)(step - before), 4);
+        write_le(row + layout->checksum, row_crc(row, row_size, step, layout->unchecked), 4);
+        write_le(rows + ring_slot(before, row_slots) * row_size + layout->next_delta, (uint64_t)(step - before),
+                 layout->next_delta_bytes);
     }
     result = Py_NewRef(Py_None);
 done:

@@ -22,6 +22,16 @@
  *   path then starts the next segment). */
 PyObject *py_append_frames(PyObject *module, PyObject *args);
 
+/* append_reference_frames(groups, frames, prev_deltas, first_step, frame_tail, table, frame_slots, layout,
+ *                         seed_multiplier, descriptor, segment_start, offset, segment_bytes, threads) -> int
+ *   append_frames for a reference ring (ReferenceFrameRing.append_reference_frames): one frame per env of
+ *   the reference groups (reference_groups.h), each continuing its env's group, assigned its reference and
+ *   compressed (on up to `threads` threads) as encode_frame would, written back to back at offset, then
+ *   each entry gets ref_delta too (its seed: step * seed_multiplier + prev_delta + ref_delta *
+ *   REF_SEED_MULTIPLIER). Returns the bytes written; -1 with nothing written and the groups as they were
+ *   when they would run past the segment's end. */
+PyObject *py_append_reference_frames(PyObject *module, PyObject *args);
+
 /* write_rows(table, row_slots, first_step, frame_lead, layout, rewards, flags, actions, previous_steps)
  *   TransitionTable.write of the rows of envs 0, 1, ... at steps first_step + env: each row gets
  *   next_delta 0, frame_lead, its env, rewards[env] (a float, stored as float32), flags[env] (a byte) and
@@ -36,6 +46,11 @@ PyObject *py_write_rows(PyObject *module, PyObject *args);
      "              segment_start, offset, segment_bytes, threads) -> int\n\n"                                     \
      "Compress frames, write them at offset of a segment file and fill their frame-table entries: the bytes\n"     \
      "written, or -1 (nothing written) when they would run past the segment's end."},                              \
+    {"append_reference_frames", py_append_reference_frames, METH_VARARGS,                                          \
+     "append_reference_frames(groups, frames, prev_deltas, first_step, frame_tail, table, frame_slots, layout,\n"  \
+     "                        seed_multiplier, descriptor, segment_start, offset, segment_bytes, threads) -> int\n\n" \
+     "Assign, compress and write one frame per env of a reference ring with their frame-table entries: the\n"     \
+     "bytes written, or -1 (nothing written, the groups unchanged) when they would run past the segment's end."}, \
     {"write_rows", py_write_rows, METH_VARARGS,                                                                    \
      "write_rows(table, row_slots, first_step, frame_lead, layout, rewards, flags, actions, previous_steps)\n\n"   \
      "Write the transition rows of envs 0, 1, ... with their checksums, and link each env's previous row."},

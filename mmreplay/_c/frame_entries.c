@@ -8,14 +8,28 @@
 #include "frame_sources.h"
 #include "little_endian.h"
 
-/* Whether every field lies inside the entry, and length is 2 or 4 bytes wide. */
+/* Whether a field of `bytes` bytes (1 to 8) at offset lies inside an entry of size bytes. */
+static int
+field_fits(Py_ssize_t offset, Py_ssize_t bytes, Py_ssize_t size)
+{
+    return bytes >= 1 && bytes <= 8 && offset >= 0 && offset + bytes <= size;
+}
+
+/* Whether every field lies inside the entry, length is 2 or 4 bytes wide, position 4 or 8, and the links'
+ * bits lie inside their fields. */
 static int
 layout_fits(const EntryLayout *layout)
 {
-    return layout->size > 0 && layout->position >= 0 && layout->position + 8 <= layout->size
-           && (layout->length_bytes == 2 || layout->length_bytes == 4) && layout->length >= 0
-           && layout->length + layout->length_bytes <= layout->size && layout->checksum >= 0
-           && layout->checksum + 4 <= layout->size && layout->link >= 0 && layout->link + 4 <= layout->size;
+    Py_ssize_t size = layout->size;
+    return size > 0 && (layout->position_bytes == 4 || layout->position_bytes == 8)
+           && field_fits(layout->position, layout->position_bytes, size)
+           && (layout->length_bytes == 2 || layout->length_bytes == 4)
+           && field_fits(layout->length, layout->length_bytes, size) && field_fits(layout->checksum, 4, size)
+           && field_fits(layout->link, layout->link_bytes, size) && layout->prev_bits >= 1
+           && layout->prev_bits <= 8 * layout->link_bytes
+           && (layout->ref_bytes == 0
+               || (field_fits(layout->ref, layout->ref_bytes, size) && layout->ref_shift >= 0 && layout->ref_bits >= 1
+                   && layout->ref_shift + layout->ref_bits <= 8 * layout->ref_bytes));
 }
 
 int
@@ -59,7 +73,7 @@ locate_entries(const FrameTable *frames, PyObject *views, const int64_t *steps, 
         }
         int64_t slot = slots != NULL ? slots[i] : steps[i] % frames->frame_slots;
         const unsigned char *entry = entries + (size_t)slot * (size_t)layout->size;
-        uint64_t position = read_le(entry + layout->position, 8);
+        uint64_t position = entry_position(layout, entry, bytes_written);
         uint64_t length = read_le(entry + layout->length, (int)layout->length_bytes);
         if (position > bytes_written || length > bytes_written - position) {
             status = 1;
@@ -88,7 +102,7 @@ locate_entries(const FrameTable *frames, PyObject *views, const int64_t *steps, 
         __builtin_prefetch(sources[i], 0, 0); /* the frame's first bytes: their misses overlap the next lookups */
         lengths[i] = (int64_t)length;
         checksums[i] = (uint32_t)read_le(entry + layout->checksum, 4);
-        seeds[i] = (uint32_t)((uint64_t)steps[i] * frames->seed_multiplier + read_le(entry + layout->link, 4));
+        seeds[i] = entry_seed(layout, entry, steps[i], frames->seed_multiplier);
     }
     batch_views_close(&batch);
     return status;
@@ -103,7 +117,7 @@ py_gather_entries(PyObject *module, PyObject *args)
     FrameTable frames = {.table = &table};
     unsigned long seed_multiplier;
     int verify;
-    if (!PyArg_ParseTuple(args, "OLy*L(nnnnnn)y*kLLw*w*w*p:gather_entries", &views_arg, &frames.base, &table,
+    if (!PyArg_ParseTuple(args, "OLy*L" ENTRY_LAYOUT_FORMAT "y*kLLw*w*w*p:gather_entries", &views_arg, &frames.base, &table,
                           &frames.frame_slots, ENTRY_LAYOUT_FIELDS(frames.layout), &steps, &seed_multiplier,
                           &frames.segment_bytes, &frames.bytes_written, &lengths, &checksums, &seeds, &verify)) {
         return NULL;

@@ -9,15 +9,93 @@
 
 #include <stdint.h>
 
+#include "little_endian.h"
+
 /* A table entry's fields, little-endian (the frame ring's layout, passed in: frames/ring.py's
- * _entry_layout): the entry's size, the byte offsets of position (u64), length, checksum (u32) and link
- * (u32), and the width of length (2 or 4 bytes). Parsed by "(nnnnnn)" from ENTRY_LAYOUT_FIELDS. */
+ * _entry_layout): the entry's size; the byte offsets of position, length, checksum (u32) and link; the
+ * width of length (2 or 4 bytes); the width of position (8, or 4: its low 32 bits, format version 5,
+ * where every frame a reader may read lies less than 2**32 bytes below bytes_written); the width of the
+ * link field and how many of its low bits hold prev_delta (the rest, ref_delta's, in version 5); and
+ * where ref_delta lies: its field's offset, width, shift and bits (width 0: a plain ring's entries,
+ * ref_delta 0). Parsed by ENTRY_LAYOUT_FORMAT from ENTRY_LAYOUT_FIELDS. */
 typedef struct {
     Py_ssize_t size, position, length, checksum, link, length_bytes;
+    Py_ssize_t position_bytes, link_bytes, prev_bits;
+    Py_ssize_t ref, ref_bytes, ref_shift, ref_bits;
 } EntryLayout;
 
+#define ENTRY_LAYOUT_FORMAT "(nnnnnnnnnnnnn)"
 #define ENTRY_LAYOUT_FIELDS(layout)                                                                                \
-    &(layout).size, &(layout).position, &(layout).length, &(layout).checksum, &(layout).link, &(layout).length_bytes
+    &(layout).size, &(layout).position, &(layout).length, &(layout).checksum, &(layout).link,                     \
+        &(layout).length_bytes, &(layout).position_bytes, &(layout).link_bytes, &(layout).prev_bits, &(layout).ref, \
+        &(layout).ref_bytes, &(layout).ref_shift, &(layout).ref_bits
+
+/* xxHash's PRIME32_2: a frame's CRC seed is step * seed_multiplier + prev_delta + ref_delta * this, mod
+ * 2**32 (frames/ring.py's _REF_SEED_MULTIPLIER). */
+#define REF_SEED_MULTIPLIER 2246822519u
+
+static inline uint64_t
+low_bits(uint64_t value, Py_ssize_t bits)
+{
+    return bits >= 64 ? value : value & (((uint64_t)1 << bits) - 1);
+}
+
+/* The ring position of the frame an entry holds: stored whole, or as its low 32 bits, below
+ * bytes_written by less than 2**32 (a damaged entry may then give more than bytes_written, which the
+ * caller refuses). */
+static inline uint64_t
+entry_position(const EntryLayout *layout, const unsigned char *entry, uint64_t bytes_written)
+{
+    uint64_t stored = read_le(entry + layout->position, (int)layout->position_bytes);
+    if (layout->position_bytes >= 8) {
+        return stored;
+    }
+    return bytes_written - low_bits(bytes_written - stored, 8 * layout->position_bytes);
+}
+
+/* prev_delta: frame steps back to the previous frame of the same episode (0: an episode's first). */
+static inline int64_t
+entry_prev(const EntryLayout *layout, const unsigned char *entry)
+{
+    return (int64_t)low_bits(read_le(entry + layout->link, (int)layout->link_bytes), layout->prev_bits);
+}
+
+/* ref_delta: frame steps back to the frame this one is compressed against (0: alone). */
+static inline int64_t
+entry_ref(const EntryLayout *layout, const unsigned char *entry)
+{
+    if (layout->ref_bytes == 0) {
+        return 0;
+    }
+    return (int64_t)low_bits(read_le(entry + layout->ref, (int)layout->ref_bytes) >> layout->ref_shift,
+                             layout->ref_bits);
+}
+
+/* The CRC seed of the frame at step with this entry. */
+static inline uint32_t
+entry_seed(const EntryLayout *layout, const unsigned char *entry, int64_t step, uint32_t seed_multiplier)
+{
+    return (uint32_t)((uint64_t)step * seed_multiplier + (uint64_t)entry_prev(layout, entry)
+                      + (uint64_t)entry_ref(layout, entry) * REF_SEED_MULTIPLIER);
+}
+
+/* Writes an entry's position, length, checksum and links (prev_delta, and ref_delta where it has one). */
+static inline void
+entry_write(const EntryLayout *layout, unsigned char *entry, uint64_t position, uint64_t length, uint32_t checksum,
+            uint64_t prev, uint64_t ref)
+{
+    write_le(entry + layout->position, position, (int)layout->position_bytes);
+    write_le(entry + layout->length, length, (int)layout->length_bytes);
+    write_le(entry + layout->checksum, checksum, 4);
+    if (layout->ref_bytes != 0 && layout->ref == layout->link) {
+        write_le(entry + layout->link, prev | ref << layout->ref_shift, (int)layout->link_bytes);
+        return;
+    }
+    write_le(entry + layout->link, prev, (int)layout->link_bytes);
+    if (layout->ref_bytes != 0) {
+        write_le(entry + layout->ref, ref << layout->ref_shift, (int)layout->ref_bytes);
+    }
+}
 
 /* The table and segments that frames are located through. */
 typedef struct {

@@ -3,6 +3,7 @@
 #include <Python.h>
 
 #include "argument_arrays.h"
+#include "frame_entries.h"
 #include "link_follow.h"
 #include "ring_slots.h"
 
@@ -11,17 +12,16 @@ py_follow_links(PyObject *module, PyObject *args)
 {
     (void)module;
     Py_buffer table, next_frames, out;
-    long long frame_slots;
-    Py_ssize_t entry_size, link_offset;
-    if (!PyArg_ParseTuple(args, "y*Lnny*w*:follow_links", &table, &frame_slots, &entry_size, &link_offset,
-                          &next_frames, &out)) {
+    FrameTable ring = {.table = &table, .segment_bytes = 1};
+    if (!PyArg_ParseTuple(args, "y*L" ENTRY_LAYOUT_FORMAT "y*w*:follow_links", &table, &ring.frame_slots,
+                          ENTRY_LAYOUT_FIELDS(ring.layout), &next_frames, &out)) {
         return NULL;
     }
     PyObject *result = NULL;
     Py_ssize_t n = next_frames.len / 8;
-    if (frame_slots <= 0 || entry_size <= 0 || link_offset < 0 || link_offset + 4 > entry_size
-        || table.len != frame_slots * entry_size) {
-        PyErr_SetString(PyExc_ValueError, "follow_links: table size or entry layout out of range");
+    long long frame_slots = ring.frame_slots;
+    Py_ssize_t entry_size = ring.layout.size;
+    if (frame_table_check(&ring, "follow_links") < 0) {
         goto done;
     }
     if (check_array(&next_frames, "next_frames", n, 8) < 0) {
@@ -45,7 +45,7 @@ py_follow_links(PyObject *module, PyObject *args)
         int64_t frame = next[i];
         stack[columns - 1] = frame;
         for (Py_ssize_t c = columns - 2; c >= 0; c--) {
-            frame -= entry_link(entries, ring_slot(frame, frame_slots), entry_size, link_offset);
+            frame -= entry_prev(&ring.layout, entries + ring_slot(frame, frame_slots) * entry_size);
             stack[c] = frame;
         }
     }

@@ -1,6 +1,6 @@
 /* Following the frame table's episode links: the frame stacks of a sampled batch
  * (mmreplay.rows.stacking.transition_frames over a frame ring's table). Each frame's entry holds its
- * link (u32, little-endian): how many frame steps back the frame before it in its episode lies. */
+ * link, prev_delta (frame_entries.h): how many frame steps back the frame before it in its episode lies. */
 #ifndef MMREPLAY_LINK_FOLLOW_H
 #define MMREPLAY_LINK_FOLLOW_H
 
@@ -8,16 +8,7 @@
 
 #include <stdint.h>
 
-#include "little_endian.h"
-
-/* The link in the entry at slot (entries of entry_size bytes, the link at link_offset in each). */
-static inline int64_t
-entry_link(const unsigned char *entries, int64_t slot, Py_ssize_t entry_size, Py_ssize_t link_offset)
-{
-    return (int64_t)read_le(entries + slot * entry_size + link_offset, 4);
-}
-
-/* follow_links(table, frame_slots, entry_size, link_offset, next_frames, out) -> None
+/* follow_links(table, frame_slots, layout, next_frames, out) -> None
  *   out is (n, columns) int64: out[i, columns - 1] = next_frames[i], and each column before it is the
  *   one after it minus that frame's link (its entry at slot frame step mod frame_slots, as Python's %
  *   gives it). */
@@ -25,7 +16,7 @@ PyObject *py_follow_links(PyObject *module, PyObject *args);
 
 #define LINK_FOLLOW_METHODS                                                                                        \
     {"follow_links", py_follow_links, METH_VARARGS,                                                                \
-     "follow_links(table, frame_slots, entry_size, link_offset, next_frames, out) -> None\n\n"                     \
+     "follow_links(table, frame_slots, layout, next_frames, out) -> None\n\n"                     \
      "Frame stacks: each row of out (int64, n x columns) ends with next_frames[i] and steps back by links."},
 
 #endif

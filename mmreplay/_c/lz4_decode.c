@@ -172,7 +172,7 @@ py_decode_entries(PyObject *module, PyObject *args)
     unsigned long seed_multiplier;
     Py_ssize_t frame_nbytes;
     int threads;
-    if (!PyArg_ParseTuple(args, "OLy*L(nnnnnn)y*kLLw*ni:decode_entries", &views_arg, &frames.base, &table,
+    if (!PyArg_ParseTuple(args, "OLy*L" ENTRY_LAYOUT_FORMAT "y*kLLw*ni:decode_entries", &views_arg, &frames.base, &table,
                           &frames.frame_slots, ENTRY_LAYOUT_FIELDS(frames.layout), &steps, &seed_multiplier,
                           &frames.segment_bytes, &frames.bytes_written, &out, &frame_nbytes, &threads)) {
         return NULL;

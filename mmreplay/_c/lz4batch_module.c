@@ -12,7 +12,12 @@
  *   transition_read  read_transitions: rows, stacks and frames of a sampled batch in one call
  *   frame_compress   compress_frames, compress_ahead: frames compressed alone on the pool's threads, at
  *                    once or ahead while the caller works on (add's fast path, encode_frames)
- *   fast_add         append_frames, write_rows: add's fast path, its writes in one call each
+ *   fast_add         append_frames, append_reference_frames, write_rows: add's fast path, its writes in
+ *                    one call each
+ *   reference_groups reference_groups, encode_frame, groups_checkpoint, groups_rollback: a writer's
+ *                    reference groups (which frame each is compressed against), for both of add's paths
+ *   reference_threads reference_decode: mmreplay._lz4ref.decode's batch on the pool's threads, level
+ *                    by level (reference_decode's entries)
  *
  * The pure-Python code each function accelerates gives identical results (MMREPLAY_PURE_PYTHON=1 runs it). */
 #define PY_SSIZE_T_CLEAN
@@ -25,6 +30,8 @@
 #include "link_follow.h"
 #include "lz4_api.h"
 #include "lz4_decode.h"
+#include "reference_groups.h"
+#include "reference_threads.h"
 #include "row_checksum.h"
 #include "row_gather.h"
 #include "row_layout.h"
@@ -41,6 +48,8 @@ static PyMethodDef methods[] = {
     TRANSITION_READ_METHODS
     FAST_ADD_METHODS
     FRAME_COMPRESS_METHODS
+    REFERENCE_GROUPS_METHODS
+    REFERENCE_THREADS_METHODS
     {NULL, NULL, 0, NULL},
 };
 
@@ -48,8 +57,10 @@ static PyMethodDef methods[] = {
  * both when a function is added or its arguments change, so that a build from older sources is
  * refused (and its pure-Python fallback used) rather than failing mid-call. 4: the row functions take
  * row_layout()'s capsule instead of env_bytes. 5: threads up to 64 (POOL_MAX_THREADS), append_frames'
- * threads and frames compressed ahead, compress_frames, compress_ahead, wake_helpers. */
-#define INTERFACE 5
+ * threads and frames compressed ahead, compress_frames, compress_ahead, wake_helpers. 6: format version
+ * 5's rows and entries (row_layout's next_delta_bytes and env_shift, entry layouts of 13 fields, gather_rows'
+ * unchecked, follow_links' layout), reference groups and append_reference_frames, reference_decode. */
+#define INTERFACE 6
 
 static struct PyModuleDef module_definition = {
     PyModuleDef_HEAD_INIT, "mmreplay._lz4batch",

@@ -24,8 +24,9 @@ static PyMethodDef methods[] = {
 
 /* The interface of this module's functions, as mmreplay/extensions.py's INTERFACES expects it: bump
  * both when a function is added or its arguments change, so that a build from older sources is
- * refused (and its pure-Python fallback used) rather than failing mid-call. */
-#define INTERFACE 1
+ * refused (and its pure-Python fallback used) rather than failing mid-call. 2: encode_rows (format
+ * version 5's dependent frames). */
+#define INTERFACE 2
 
 static struct PyModuleDef module_definition = {
     PyModuleDef_HEAD_INIT, "mmreplay._lz4ref", "lz4 against a reference frame, for mmreplay.frames.reference_codec.",

@@ -9,39 +9,34 @@
 #include "frame_sources.h"
 #include "lz4_api.h"
 #include "reference_decode.h"
-
-typedef struct {
-    const char *const *sources; /* sources[i]: entry i's compressed bytes, NULL when out of range */
-    const int64_t *lengths, *refs, *rows;
-    const uint32_t *checksums, *seeds;
-    char *out, *scratch;
-    Py_ssize_t n_out;
-    int frame_nbytes;
-    Py_ssize_t m;
-} Plan;
+#include "reference_frame.h"
 
 static char *
-row_pointer(const Plan *p, int64_t row)
+row_pointer(const ReferencePlan *p, int64_t row)
 {
     return row < p->n_out ? p->out + (size_t)row * (size_t)p->frame_nbytes
                           : p->scratch + (size_t)(row - p->n_out) * (size_t)p->frame_nbytes;
 }
 
-static Py_ssize_t
-decode_plan(const Plan *p)
+int
+reference_entry_decode(const ReferencePlan *p, Py_ssize_t i)
 {
+    const char *src = p->sources[i];
+    int length = (int)p->lengths[i]; /* range-checked when sources[i] was set */
+    if (src == NULL || frame_crc32(p->seeds[i], (const unsigned char *)src, (size_t)length) != p->checksums[i]) {
+        return 0;
+    }
+    const char *ref = p->refs[i] < 0 ? NULL : row_pointer(p, p->rows[p->refs[i]]);
+    return reference_frame_decode(src, length, row_pointer(p, p->rows[i]), ref, p->frame_nbytes, p->row_nbytes,
+                                  p->changed_rows);
+}
+
+Py_ssize_t
+reference_decode_in_order(const ReferencePlan *p, int threads)
+{
+    (void)threads;
     for (Py_ssize_t i = 0; i < p->m; i++) {
-        const char *src = p->sources[i];
-        int length = (int)p->lengths[i]; /* range-checked when sources[i] was set */
-        if (src == NULL || frame_crc32(p->seeds[i], (const unsigned char *)src, (size_t)length) != p->checksums[i]) {
-            return i;
-        }
-        char *dst = row_pointer(p, p->rows[i]);
-        int decoded = p->refs[i] < 0
-                          ? LZ4_decompress_safe(src, dst, length, p->frame_nbytes)
-                          : LZ4_decompress_safe_usingDict(src, dst, length, p->frame_nbytes,
-                                                          row_pointer(p, p->rows[p->refs[i]]), p->frame_nbytes);
-        if (decoded != p->frame_nbytes) {
+        if (!reference_entry_decode(p, i)) {
             return i;
         }
     }
@@ -80,22 +75,30 @@ check_plan(const int64_t *refs, const int64_t *rows, Py_ssize_t m, Py_ssize_t to
 }
 
 PyObject *
-py_reference_decode(PyObject *module, PyObject *args)
+reference_decode_call(PyObject *args, reference_runner runner)
 {
-    (void)module;
     PyObject *views_arg;
     FrameSources frames;
     Py_buffer refs, rows, out, scratch;
-    Py_ssize_t frame_nbytes;
-    if (!PyArg_ParseTuple(args, "Oy*y*y*y*y*y*y*w*w*n:decode", &views_arg, &frames.segments, &frames.offsets,
+    Py_ssize_t frame_nbytes, row_nbytes = 0, threads = 1;
+    if (!PyArg_ParseTuple(args, "Oy*y*y*y*y*y*y*w*w*n|nn:decode", &views_arg, &frames.segments, &frames.offsets,
                           &frames.lengths, &frames.checksums, &frames.seeds, &refs, &rows, &out, &scratch,
-                          &frame_nbytes)) {
+                          &frame_nbytes, &row_nbytes, &threads)) {
         return NULL;
     }
     PyObject *result = NULL;
     Py_ssize_t m = frames.segments.len / 8;
     if (frame_sources_check(&frames, frame_nbytes) < 0 || check_array(&refs, "refs", m, 8) < 0
         || check_array(&rows, "rows", m, 8) < 0) {
+        goto done;
+    }
+    if (row_nbytes < 0 || (row_nbytes > 0 && frame_nbytes % row_nbytes != 0)) {
+        PyErr_Format(PyExc_ValueError, "row_nbytes is %zd; expected 0 (whole frames) or a divisor of %zd", row_nbytes,
+                     frame_nbytes);
+        goto done;
+    }
+    if (threads < 1 || threads > 64) {
+        PyErr_Format(PyExc_ValueError, "threads is %zd; expected 1 to 64", threads);
         goto done;
     }
     if (out.len % frame_nbytes != 0 || scratch.len % frame_nbytes != 0) {
@@ -111,13 +114,13 @@ py_reference_decode(PyObject *module, PyObject *args)
     if (frame_sources_locate(&frames, views_arg) < 0) {
         goto done;
     }
-    Plan plan = {frames.sources, (const int64_t *)frames.lengths.buf, (const int64_t *)refs.buf,
-                 (const int64_t *)rows.buf, (const uint32_t *)frames.checksums.buf,
-                 (const uint32_t *)frames.seeds.buf, (char *)out.buf, (char *)scratch.buf, n_out,
-                 (int)frame_nbytes, m};
+    ReferencePlan plan = {frames.sources, (const int64_t *)frames.lengths.buf, (const int64_t *)refs.buf,
+                          (const int64_t *)rows.buf, (const uint32_t *)frames.checksums.buf,
+                          (const uint32_t *)frames.seeds.buf, (char *)out.buf, (char *)scratch.buf, n_out,
+                          (int)frame_nbytes, (int)row_nbytes, row_nbytes > 0, m};
     Py_ssize_t bad;
     Py_BEGIN_ALLOW_THREADS
-    bad = decode_plan(&plan);
+    bad = runner(&plan, (int)threads);
     Py_END_ALLOW_THREADS
     result = PyLong_FromSsize_t(bad);
 done:
@@ -127,4 +130,11 @@ done:
     PyBuffer_Release(&out);
     PyBuffer_Release(&scratch);
     return result;
+}
+
+PyObject *
+py_reference_decode(PyObject *module, PyObject *args)
+{
+    (void)module;
+    return reference_decode_call(args, reference_decode_in_order);
 }

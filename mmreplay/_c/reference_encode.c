@@ -10,6 +10,7 @@
 #include <emmintrin.h>
 #endif
 
+#include "changed_rows.h"
 #include "lz4_api.h"
 #include "reference_encode.h"
 
@@ -38,15 +39,48 @@
 #define SPARSE_DIVISOR 32
 #define GOOD_ENOUGH 64     /* without the index, a fixed-offset match this long is taken at once */
 
+#define FRAME_INDEX_BITS 8 /* changed rows: the index of the rows encoded (a few hundred bytes) */
+
 typedef struct {
     const uint8_t *buf;
-    size_t n, row;
+    size_t n, end, row;      /* reference [0, n), the bytes to encode [n, end); bytes per row */
+    /* Changed rows only (NULL: the whole frame follows the reference, format version 4): home[k] is the
+     * offset from the k-th row of [n, end) back to the same row of the reference. */
+    const size_t *home;
     uint8_t *dst, *dst_end;
     int indexed;
-    int32_t *head;           /* [1 << INDEX_BITS]: the latest change point of each key, -1: none */
-    int32_t *next, *run;     /* [2n]: the previous change point of the same key; the run's length */
+    /* [1 << INDEX_BITS]: the latest change point of each key, -1: none. Changed rows: the reference's
+     * change points below n - 3 only (the reference's own index, kept while the same reference comes
+     * again); frame_head [1 << FRAME_INDEX_BITS] those from there on, whose keys read the rows encoded. */
+    int32_t *head, *frame_head;
+    /* For each change point p: the previous change point of the same key, and the run's length; those
+     * below `split` in next and run (a reference's own, reused), the others in frame_next and frame_run
+     * at p - split. */
+    int32_t *next, *run, *frame_next, *frame_run;
+    size_t split;
     size_t indexed_to, run_start, cached_v, cached_end;
 } Encoder;
+
+static inline int32_t *
+next_of(Encoder *e, size_t p)
+{
+    return p < e->split ? e->next + p : e->frame_next + (p - e->split);
+}
+
+static inline int32_t *
+run_of(Encoder *e, size_t p)
+{
+    return p < e->split ? e->run + p : e->frame_run + (p - e->split);
+}
+
+/* The 4 bytes at p, in one load. */
+static inline uint32_t
+load4(const uint8_t *p)
+{
+    uint32_t value;
+    memcpy(&value, p, 4);
+    return value;
+}
 
 static size_t
 match_length(const uint8_t *a, const uint8_t *b, const uint8_t *end)
@@ -74,11 +108,23 @@ match_length(const uint8_t *a, const uint8_t *b, const uint8_t *end)
 }
 
 static uint32_t
-index_key(uint8_t colour, const uint8_t *p)
+index_key(uint8_t colour, const uint8_t *p, int bits)
 {
     uint32_t next4;
     memcpy(&next4, p, 4);
-    return ((next4 ^ (colour * 0x01000193u)) * 2654435761u) >> (32 - INDEX_BITS);
+    return ((next4 ^ (colour * 0x01000193u)) * 2654435761u) >> (32 - bits);
+}
+
+/* The head a change point at p goes to, and the key's width there. */
+static int32_t *
+head_of(Encoder *e, size_t p, int *bits)
+{
+    if (e->frame_head != NULL && p + 4 > e->n) {
+        *bits = FRAME_INDEX_BITS;
+        return e->frame_head;
+    }
+    *bits = INDEX_BITS;
+    return e->head;
 }
 
 static void
@@ -86,10 +132,12 @@ add_change_point(Encoder *e, size_t p)
 {
     size_t length = p - e->run_start;
     e->run_start = p;
-    e->run[p] = (int32_t)(length < INT32_MAX ? length : INT32_MAX);
-    uint32_t key = index_key(e->buf[p - 1], e->buf + p);
-    e->next[p] = e->head[key];
-    e->head[key] = (int32_t)p;
+    *run_of(e, p) = (int32_t)(length < INT32_MAX ? length : INT32_MAX);
+    int bits;
+    int32_t *head = head_of(e, p, &bits);
+    uint32_t key = index_key(e->buf[p - 1], e->buf + p, bits);
+    *next_of(e, p) = head[key];
+    head[key] = (int32_t)p;
 }
 
 /* Index the change points in [indexed_to, stop): 16 bytes at a time where SSE2 exists. */
@@ -97,7 +145,7 @@ static void
 index_to(Encoder *e, size_t stop)
 {
     const uint8_t *b = e->buf;
-    size_t p = e->indexed_to, limit = 2 * e->n - 4; /* a key reads 4 bytes */
+    size_t p = e->indexed_to, limit = e->end - 4; /* a key reads 4 bytes */
     stop = stop < limit ? stop : limit;
 #if defined(__SSE2__)
     for (; p + 16 <= stop; p += 16) {
@@ -175,25 +223,28 @@ found:
 static size_t
 best_match(Encoder *e, size_t v, size_t last_offset, size_t *offset)
 {
-    const uint8_t *b = e->buf, *here = b + v, *end = b + 2 * e->n - LAST_LITERALS;
+    const uint8_t *b = e->buf, *here = b + v, *end = b + e->end - LAST_LITERALS;
     size_t n = e->n, row = e->row, best = 0;
-    size_t candidates[14] = {n, last_offset, 1, n - 1, n + 1, row, row - 1, row + 1,
-                             n - row, n + row, n - row - 1, n - row + 1, n + row - 1, n + row + 1};
+    uint32_t first4 = load4(here);
+    size_t h = e->home == NULL ? n : e->home[(v - n) / row]; /* back to the same place in the reference */
+    size_t candidates[14] = {h, last_offset, 1, h - 1, h + 1, row, row - 1, row + 1,
+                             h - row, h + row, h - row - 1, h - row + 1, h + row - 1, h + row + 1};
     size_t count = row > 1 && row < n ? 14 : 5; /* a frame of one row has no rows to move between */
+    int settle = !e->indexed; /* with the index, a longer match may line up a run's end */
     for (size_t c = 0; c < count; c++) {
         size_t o = candidates[c];
-        if (o == 0 || o > v || o > MAX_OFFSET || (c == 1 && o == n)) {
+        if (o == 0 || o > v || o > MAX_OFFSET || (c == 1 && o == h)) { /* o > v also catches h - row < 0 */
             continue;
         }
         const uint8_t *there = here - o;
-        if (memcmp(there, here, MIN_MATCH) != 0 || (best > 0 && there[best] != here[best])) {
+        if (load4(there) != first4 || (best > 0 && there[best] != here[best])) {
             continue;
         }
         size_t length = match_length(there, here, end);
         if (length > best) {
             best = length;
             *offset = o;
-            if (!e->indexed && c < 2 && best >= GOOD_ENOUGH) {
+            if (settle && c < 2 && best >= GOOD_ENOUGH) {
                 return best;
             }
         }
@@ -202,17 +253,22 @@ best_match(Encoder *e, size_t v, size_t last_offset, size_t *offset)
         size_t run_stop = run_end(e, v, (size_t)(end - b)), run = run_stop - v;
         if (run_stop + 4 <= (size_t)(end - b)) {
             index_to(e, run_stop);
-            int32_t point = e->head[index_key(*here, b + run_stop)];
-            for (int tried = 0; tried < INDEX_DEPTH && point >= 0; tried++, point = e->next[point]) {
-                size_t p = (size_t)point, o = run_stop - p;
-                if ((size_t)e->run[p] < run || b[p - 1] != *here || o > MAX_OFFSET
-                    || (best > run && b[p + best - run] != b[run_stop + best - run])) {
-                    continue;
-                }
-                size_t length = run + match_length(b + p, b + run_stop, end);
-                if (length > best) {
-                    best = length;
-                    *offset = o;
+            /* the rows encoded first (the newest change points), then the reference's */
+            int tried = 0;
+            for (int level = e->frame_head != NULL ? 0 : 1; level < 2; level++) {
+                int bits = level == 0 ? FRAME_INDEX_BITS : INDEX_BITS;
+                int32_t point = (level == 0 ? e->frame_head : e->head)[index_key(*here, b + run_stop, bits)];
+                for (; tried < INDEX_DEPTH && point >= 0; tried++, point = *next_of(e, (size_t)point)) {
+                    size_t p = (size_t)point, o = run_stop - p;
+                    if ((size_t)*run_of(e, p) < run || b[p - 1] != *here || o > MAX_OFFSET
+                        || (best > run && b[p + best - run] != b[run_stop + best - run])) {
+                        continue;
+                    }
+                    size_t length = run + match_length(b + p, b + run_stop, end);
+                    if (length > best) {
+                        best = length;
+                        *offset = o;
+                    }
                 }
             }
         }
@@ -264,8 +320,8 @@ static Py_ssize_t
 encode_block(Encoder *e)
 {
     uint8_t *dst_start = e->dst;
-    size_t n = e->n, v = n, anchor = n, last_offset = n;
-    size_t limit = n >= MATCH_START_LIMIT ? 2 * n - MATCH_START_LIMIT : n; /* no match starts here */
+    size_t n = e->n, v = n, anchor = n, last_offset = e->home == NULL ? n : e->home[0];
+    size_t limit = e->end - n >= MATCH_START_LIMIT ? e->end - MATCH_START_LIMIT : n; /* no match starts here */
     while (v < limit) {
         size_t offset = 0, length = best_match(e, v, last_offset, &offset);
         if (length == 0) {
@@ -291,29 +347,271 @@ encode_block(Encoder *e)
         v += length;
         anchor = v;
     }
-    if (emit(e, e->buf + anchor, 2 * n - anchor, 0, 0) < 0) {
+    if (emit(e, e->buf + anchor, e->end - anchor, 0, 0) < 0) {
         return -1;
     }
     return (Py_ssize_t)(e->dst - dst_start);
 }
 
-/* One work area for every call, grown as needed and guarded by the GIL, which encode() keeps: freeing
- * ~150 KB after each frame would make glibc return it to the system and fault it in again each time,
- * which costs more than the encoding (~10 us of page faults per 84x84 frame). */
-static uint8_t *work_area = NULL;
-static size_t work_area_bytes = 0;
+/* Each thread's work area, grown as needed and never freed: freeing ~150 KB after each frame would make
+ * glibc return it to the system and fault it in again each time, which costs more than the encoding
+ * (~10 us of page faults per 84x84 frame). The pool's threads (work_pool.h) and the callers each keep
+ * one: the decoded copy of each block (its check), the index of the rows encoded, where each of those
+ * rows lies in the reference, and (version 4, and encode_rows) the reference and frame side by side. */
+typedef struct {
+    uint8_t *bytes;
+    size_t size;
+    ReferenceIndex kept; /* encode_rows' last reference, kept while the same one comes again */
+} WorkArea;
 
-PyObject *
-py_encode(PyObject *module, PyObject *args)
+static _Thread_local WorkArea work = {NULL, 0, {0}};
+
+typedef struct {
+    uint8_t *check, *pair;   /* n bytes each: a block decoded again; (version 4) reference then frame, 2n */
+    int32_t *frame_head;     /* 1 << FRAME_INDEX_BITS */
+    int32_t *next, *run;     /* 2n each: version 4's whole index, or version 5's from n - 3 on */
+    size_t *home;            /* a row count */
+} WorkParts;
+
+static int
+work_parts(size_t n, size_t row, WorkParts *parts)
 {
-    (void)module;
+    size_t ints = ((size_t)1 << FRAME_INDEX_BITS) + 2 * (2 * n);
+    size_t needed = 3 * n + 16 + ints * sizeof(int32_t) + 8 + (n / row) * sizeof(size_t);
+    if (needed > work.size) {
+        uint8_t *grown = realloc(work.bytes, needed); /* not PyMem: helper threads hold no GIL */
+        if (grown == NULL) {
+            return -1;
+        }
+        work.bytes = grown, work.size = needed;
+    }
+    parts->check = work.bytes;
+    parts->pair = work.bytes + n;
+    uint8_t *ints_start = parts->pair + 2 * n + (8 - (uintptr_t)(parts->pair + 2 * n) % 8) % 8;
+    parts->frame_head = (int32_t *)ints_start;
+    parts->next = parts->frame_head + ((size_t)1 << FRAME_INDEX_BITS);
+    parts->run = parts->next + 2 * n;
+    uint8_t *home_start = (uint8_t *)(parts->run + 2 * n);
+    parts->home = (size_t *)(home_start + (8 - (uintptr_t)home_start % 8) % 8);
+    return 0;
+}
+
+size_t
+reference_encode_bound(size_t n, size_t row_nbytes, int changed_rows)
+{
+    size_t block = n + n / 255 + 16; /* LZ4_compressBound */
+    return changed_rows ? changed_rows_header_bound(n / row_nbytes) + block : block;
+}
+
+/* Whether the `row` bytes at a and b are equal (inline: a library memcmp per row costs more than the
+ * comparing, for rows of a few dozen bytes). */
+static inline int
+rows_equal(const uint8_t *a, const uint8_t *b, size_t row)
+{
+    size_t i = 0;
+    for (; i + 8 <= row; i += 8) {
+        uint64_t x, y;
+        memcpy(&x, a + i, 8);
+        memcpy(&y, b + i, 8);
+        if (x != y) {
+            return 0;
+        }
+    }
+    for (; i < row; i++) {
+        if (a[i] != b[i]) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The rows of frame that differ from the reference's, as changed_rows.h writes them, into dst, and those
+ * rows gathered into rows_out (the k-th changed row at k * row), home[k] its offset back to the same row
+ * of the reference in a buffer of the reference then rows_out. Returns the header's bytes; *changed, the
+ * rows. */
+static size_t
+changed_rows_header(const uint8_t *frame, const uint8_t *reference, size_t n, size_t row, uint8_t *dst,
+                    uint8_t *rows_out, size_t *home, size_t *changed)
+{
+    size_t rows = n / row, count = 0, k = 0, r = 0;
+    uint8_t pairs[16 + 3 * 256], *o = pairs;
+    uint8_t *spill = NULL; /* frames of more than 256 rows write their pairs after the count's room */
+    if (rows > 256) {
+        spill = dst + 8;
+        o = spill;
+    }
+    while (r < rows) {
+        size_t skip = 0, take = 0;
+        while (r < rows && rows_equal(frame + r * row, reference + r * row, row)) {
+            r++, skip++;
+        }
+        if (r == rows) {
+            break;
+        }
+        while (r < rows && !rows_equal(frame + r * row, reference + r * row, row)) {
+            memcpy(rows_out + k * row, frame + r * row, row);
+            home[k] = n + k * row - r * row; /* k <= r: at most n */
+            r++, k++, take++;
+        }
+        o = changed_rows_put(changed_rows_put(o, skip), take);
+        count++;
+    }
+    uint8_t *start = spill != NULL ? spill : pairs;
+    size_t pairs_bytes = (size_t)(o - start);
+    uint8_t *after_count = changed_rows_put(dst, count); /* at most 8 bytes below 256 * 255 * 8 pairs */
+    memmove(after_count, start, pairs_bytes);
+    *changed = k;
+    return (size_t)(after_count - dst) + pairs_bytes;
+}
+
+void
+reference_index_free(ReferenceIndex *r)
+{
+    free(r->bytes);
+    free(r->ints);
+    *r = (ReferenceIndex){0};
+}
+
+int
+reference_index_init(ReferenceIndex *r, const uint8_t *frame, size_t n, size_t row)
+{
+    if (r->bytes == NULL || r->n != n) {
+        reference_index_free(r);
+        r->bytes = malloc(2 * n);
+        if (r->bytes == NULL) {
+            return -1;
+        }
+    }
+    memcpy(r->bytes, frame, n);
+    r->n = n, r->row = row, r->prepared = 0;
+    return 0;
+}
+
+/* Whether the reference is sparse enough to index, and its index over the change points below n - 3
+ * (whose keys read the reference alone): once, at its first use. */
+static int
+reference_index_prepare(ReferenceIndex *r)
+{
+    if (r->prepared) {
+        return 0;
+    }
+    size_t n = r->n;
+    r->indexed = n >= 64 && count_change_points(r->bytes, n) * SPARSE_DIVISOR <= n;
+    r->run_start = 1;
+    if (r->indexed) {
+        if (r->ints == NULL) {
+            r->ints = malloc((((size_t)1 << INDEX_BITS) + 2 * n) * sizeof(int32_t));
+            if (r->ints == NULL) {
+                return -1;
+            }
+        }
+        int32_t *head = r->ints;
+        memset(head, 0xFF, ((size_t)1 << INDEX_BITS) * sizeof(int32_t));
+        Encoder e = {.buf = r->bytes, .n = n, .end = n + 1, .row = r->row, .indexed = 1, .head = head,
+                     .frame_head = head, .next = head + ((size_t)1 << INDEX_BITS),
+                     .run = head + ((size_t)1 << INDEX_BITS) + n, .split = n, .indexed_to = 1, .run_start = 1};
+        index_to(&e, n); /* up to n - 3 (end - 4) */
+        r->run_start = e.run_start;
+    }
+    r->prepared = 1;
+    return 0;
+}
+
+/* Decodes a block again and compares it with what it encodes: whether it round-trips. */
+static int
+round_trips(const uint8_t *block, Py_ssize_t size, const uint8_t *reference, size_t n, const uint8_t *encoded,
+            size_t m, uint8_t *check)
+{
+    return size >= 0
+           && LZ4_decompress_safe_usingDict((const char *)block, (char *)check, (int)size, (int)m,
+                                            (const char *)reference, (int)n) == (int)m
+           && memcmp(check, encoded, m) == 0;
+}
+
+Py_ssize_t
+reference_encode_indexed(const uint8_t *frame, ReferenceIndex *reference, uint8_t *dst)
+{
+    size_t n = reference->n, row = reference->row, m;
+    WorkParts parts;
+    if (n == 0 || row == 0 || n % row != 0 || work_parts(n, row, &parts) < 0
+        || reference_index_prepare(reference) < 0) {
+        return -1;
+    }
+    uint8_t *buffer = reference->bytes; /* the reference, then the changed rows */
+    size_t header = changed_rows_header(frame, buffer, n, row, dst, buffer + n, parts.home, &m);
+    m *= row;
+    if (m == 0) {
+        return (Py_ssize_t)header; /* the frame is its reference: no block */
+    }
+    uint8_t *block = dst + header;
+    size_t capacity = n + n / 255 + 16;
+    Encoder e = {.buf = buffer, .n = n, .end = n + m, .row = row, .home = parts.home, .dst = block,
+                 .dst_end = block + capacity, .indexed = reference->indexed, .indexed_to = 1, .run_start = 1,
+                 .split = SIZE_MAX};
+    /* An indexed reference has at least 64 bytes: its own index below n - 3, the frame's from there on. */
+    if (e.indexed) {
+        memset(parts.frame_head, 0xFF, ((size_t)1 << FRAME_INDEX_BITS) * sizeof(int32_t));
+        e.head = reference->ints;
+        e.frame_head = parts.frame_head;
+        e.next = reference->ints + ((size_t)1 << INDEX_BITS);
+        e.run = e.next + n;
+        e.frame_next = parts.next, e.frame_run = parts.run;
+        e.split = n - 3, e.indexed_to = n - 3, e.run_start = reference->run_start;
+    }
+    Py_ssize_t size = encode_block(&e);
+    /* Every block is decoded again and compared: one that would not round-trip is never stored. */
+    if (!round_trips(block, size, buffer, n, buffer + n, m, parts.check)) {
+        return -1;
+    }
+    return (Py_ssize_t)header + size;
+}
+
+Py_ssize_t
+reference_encode(const uint8_t *frame, const uint8_t *reference, size_t n, size_t row_nbytes, int changed_rows,
+                 uint8_t *dst)
+{
+    WorkParts parts;
+    if (n == 0 || row_nbytes == 0 || n % row_nbytes != 0 || work_parts(n, row_nbytes, &parts) < 0) {
+        return -1;
+    }
+    if (changed_rows) { /* the reference kept from the last call when it comes again */
+        ReferenceIndex *kept = &work.kept;
+        if (!(kept->bytes != NULL && kept->n == n && kept->row == row_nbytes && memcmp(kept->bytes, reference, n) == 0)
+            && reference_index_init(kept, reference, n, row_nbytes) < 0) {
+            return -1;
+        }
+        return reference_encode_indexed(frame, kept, dst);
+    }
+    /* version 4: the whole frame after the reference, its index built from scratch */
+    size_t capacity = n + n / 255 + 16;
+    memcpy(parts.pair, reference, n);
+    memcpy(parts.pair + n, frame, n);
+    int32_t head[(size_t)1 << INDEX_BITS];
+    Encoder e = {.buf = parts.pair, .n = n, .end = 2 * n, .row = row_nbytes, .dst = dst, .dst_end = dst + capacity,
+                 .head = head, .next = parts.next, .run = parts.run, .split = SIZE_MAX, .indexed_to = 1,
+                 .run_start = 1};
+    e.indexed = n >= 64 && count_change_points(parts.pair, n) * SPARSE_DIVISOR <= n;
+    if (e.indexed) {
+        memset(head, 0xFF, sizeof(head));
+    }
+    Py_ssize_t size = encode_block(&e);
+    if (!round_trips(dst, size, parts.pair, n, parts.pair + n, n, parts.check)) {
+        return -1;
+    }
+    return size;
+}
+
+static PyObject *
+encode_call(PyObject *args, int changed_rows, const char *format)
+{
     Py_buffer frame, reference;
     Py_ssize_t row_nbytes;
-    if (!PyArg_ParseTuple(args, "y*y*n:encode", &frame, &reference, &row_nbytes)) {
+    if (!PyArg_ParseTuple(args, format, &frame, &reference, &row_nbytes)) {
         return NULL;
     }
     PyObject *result = NULL;
     size_t n = (size_t)frame.len;
+    uint8_t *dst = NULL;
     if (reference.len != frame.len || frame.len <= 0 || frame.len > INT_MAX / 8) {
         PyErr_Format(PyExc_ValueError, "frame has %zd bytes and reference %zd; expected the same size, 1 to %d",
                      frame.len, reference.len, INT_MAX / 8);
@@ -324,41 +622,35 @@ py_encode(PyObject *module, PyObject *args)
                      frame.len);
         goto done;
     }
-    size_t capacity = n + n / 255 + 16; /* LZ4_compressBound */
-    size_t head_bytes = ((size_t)1 << INDEX_BITS) * sizeof(int32_t);
-    size_t needed = 2 * n + capacity + n + 4 + head_bytes + 2 * (2 * n) * sizeof(int32_t); /* 4: alignment */
-    if (needed > work_area_bytes) {
-        uint8_t *grown = PyMem_Realloc(work_area, needed);
-        if (grown == NULL) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        work_area = grown, work_area_bytes = needed;
-    }
-    uint8_t *block = work_area + 2 * n, *check = block + capacity;
-    int32_t *index = (int32_t *)(check + n + (4 - (uintptr_t)(check + n) % 4) % 4);
-    memcpy(work_area, reference.buf, n);
-    memcpy(work_area + n, frame.buf, n);
-    Encoder e = {work_area, n, (size_t)row_nbytes, block, block + capacity, 0, index, index + (1 << INDEX_BITS),
-                 index + (1 << INDEX_BITS) + 2 * n, 1, 0, 0, 0};
-    e.indexed = n >= 64 && count_change_points(work_area, n) * SPARSE_DIVISOR <= n;
-    if (e.indexed) {
-        memset(e.head, 0xFF, head_bytes);
-    }
-    Py_ssize_t size = encode_block(&e);
-    int round_trips = size >= 0
-                      && LZ4_decompress_safe_usingDict((const char *)block, (char *)check, (int)size, (int)n,
-                                                       (const char *)work_area, (int)n) == (int)n
-                      && memcmp(check, work_area + n, n) == 0;
-    if (!round_trips) {
-        PyErr_Format(PyExc_RuntimeError, "mmreplay._lz4ref produced a block (%zd bytes) that does not decode to "
-                     "the frame; this is a bug in the encoder", size);
+    dst = PyMem_Malloc(reference_encode_bound(n, (size_t)row_nbytes, changed_rows));
+    if (dst == NULL) {
+        PyErr_NoMemory();
         goto done;
     }
-    result = PyBytes_FromStringAndSize((const char *)block, size);
-
+    Py_ssize_t size = reference_encode(frame.buf, reference.buf, n, (size_t)row_nbytes, changed_rows, dst);
+    if (size < 0) {
+        PyErr_Format(PyExc_RuntimeError, "mmreplay._lz4ref could not encode a frame (out of memory, or a block "
+                     "that does not decode to the frame: a bug in the encoder)");
+        goto done;
+    }
+    result = PyBytes_FromStringAndSize((const char *)dst, size);
 done:
+    PyMem_Free(dst);
     PyBuffer_Release(&frame);
     PyBuffer_Release(&reference);
     return result;
+}
+
+PyObject *
+py_encode(PyObject *module, PyObject *args)
+{
+    (void)module;
+    return encode_call(args, 0, "y*y*n:encode");
+}
+
+PyObject *
+py_encode_rows(PyObject *module, PyObject *args)
+{
+    (void)module;
+    return encode_call(args, 1, "y*y*n:encode_rows");
 }

@@ -25,7 +25,7 @@ py_row_checksums(PyObject *module, PyObject *args)
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         ((uint32_t *)out.buf)[i] = row_crc((const unsigned char *)rows.buf + i * row_size, row_size,
-                                           ((const int64_t *)steps.buf)[i]);
+                                           ((const int64_t *)steps.buf)[i], RECORD_UNCHECKED_BYTES);
     }
     result = Py_NewRef(Py_None);
 done:

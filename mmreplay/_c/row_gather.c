@@ -14,14 +14,16 @@ py_gather_rows(PyObject *module, PyObject *args)
     Py_buffer table, steps, out;
     long long row_slots;
     int version_3 = 0;
-    if (!PyArg_ParseTuple(args, "y*Ly*w*|p:gather_rows", &table, &row_slots, &steps, &out, &version_3)) {
+    Py_ssize_t unchecked = RECORD_UNCHECKED_BYTES;
+    if (!PyArg_ParseTuple(args, "y*Ly*w*|pn:gather_rows", &table, &row_slots, &steps, &out, &version_3,
+                          &unchecked)) {
         return NULL;
     }
     PyObject *result = NULL;
     Py_ssize_t n = steps.len / 8;
     Py_ssize_t row_size = row_slots > 0 ? table.len / row_slots : 0;
-    if (row_slots <= 0 || row_size <= RECORD_UNCHECKED_BYTES || table.len != row_slots * row_size
-        || out.len != n * row_size) {
+    if (row_slots <= 0 || unchecked < 4 || row_size <= unchecked || (version_3 && unchecked != RECORD_UNCHECKED_BYTES)
+        || table.len != row_slots * row_size || out.len != n * row_size) {
         PyErr_Format(PyExc_ValueError, "gather_rows: table of %zd bytes, %lld slots and out of %zd bytes for %zd rows",
                      table.len, row_slots, out.len, n);
         goto done;
@@ -38,7 +40,7 @@ py_gather_rows(PyObject *module, PyObject *args)
     }
     for (Py_ssize_t i = 0; i < n; i++, copy += row_size) {
         memcpy(copy, rows + ring_slot(step[i], row_slots) * row_size, (size_t)row_size);
-        if (bad < 0 && !row_matches(copy, row_size, step[i], version_3)) {
+        if (bad < 0 && !row_matches(copy, row_size, step[i], version_3, unchecked)) {
             bad = i;
         }
     }
@@ -95,7 +97,7 @@ py_gather_fields(PyObject *module, PyObject *args)
     for (Py_ssize_t i = 0; i < n; i++) {
         /* Unpack a checked copy: a writer may overwrite the row meanwhile. */
         copy_row(copy, rows + ring_slot(step[i], row_slots) * row_size, row_size);
-        if (bad < 0 && !row_matches(copy, row_size, step[i], version_3)) {
+        if (bad < 0 && !row_matches(copy, row_size, step[i], version_3, layout->unchecked)) {
             bad = i;
         }
         ((int64_t *)next_frames.buf)[i] = row_next_frame(layout, copy, step[i]);

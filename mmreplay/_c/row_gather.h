@@ -46,7 +46,7 @@ unpack_row(const RowLayout *layout, const unsigned char *row, Py_ssize_t i, cons
 {
     unsigned char flags = row[layout->flags];
     uint32_t reward_bits = (uint32_t)read_le(row + layout->reward, 4);
-    arrays->env_index[i] = (int64_t)read_le(row + layout->env, layout->env_bytes);
+    arrays->env_index[i] = row_env(layout, row);
     memcpy(arrays->reward + 4 * i, &reward_bits, 4);
     arrays->terminated[i] = (flags & layout->terminated) != 0;
     arrays->truncated[i] = (flags & layout->truncated) != 0;
@@ -61,10 +61,11 @@ row_next_frame(const RowLayout *layout, const unsigned char *row, int64_t step)
     return step + (int64_t)read_le(row + layout->frame_lead, 4);
 }
 
-/* gather_rows(table, row_slots, steps, out, version_3=False) -> int: copies the row of each step from
- *   table into out (n packed rows), checking each copy against its checksum (version 4's CRC, or
- *   version 3's sum): -1 when every row matches, else the first index that does not. Any record with
- *   a checksum (row_checksum.h) of any size. */
+/* gather_rows(table, row_slots, steps, out, version_3=False, unchecked=8) -> int: copies the row of
+ *   each step from table into out (n packed rows), checking each copy against its checksum (the CRC
+ *   of versions 4 and 5 over the bytes after the first `unchecked`, or version 3's sum): -1 when every
+ *   row matches, else the first index that does not. Any record with a checksum (row_checksum.h) of
+ *   any size. */
 PyObject *py_gather_rows(PyObject *module, PyObject *args);
 
 /* gather_fields(table, row_slots, steps, layout, next_frames, action, reward, terminated, truncated,
@@ -82,7 +83,7 @@ PyObject *py_prefetch_rows(PyObject *module, PyObject *const *args, Py_ssize_t n
 
 #define ROW_GATHER_METHODS                                                                                         \
     {"gather_rows", py_gather_rows, METH_VARARGS,                                                                  \
-     "gather_rows(table, row_slots, steps, out, version_3=False) -> int\n\n"                                       \
+     "gather_rows(table, row_slots, steps, out, version_3=False, unchecked=8) -> int\n\n"                                       \
      "Copy the rows of these steps into out and check the copies: -1, or the first index that fails."},            \
     {"gather_fields", py_gather_fields, METH_VARARGS,                                                              \
      "gather_fields(table, row_slots, steps, layout, next_frames, action, reward, terminated, truncated,\n"        \

@@ -6,30 +6,47 @@
 
 #include <Python.h>
 
+#include <stdint.h>
+
+#include "little_endian.h"
+
 /* Byte offsets of the fields (all little-endian), their widths where they vary, and the flag bits. The
- * checksum (u32) and next_delta (u32) are the row's first 8 bytes, those its checksum leaves out
- * (row_checksum.h); frame_lead (u32), env (u1 or u2), reward (f32), flags (u1) and action lie after them. */
+ * checksum (u32) and next_delta (next_delta_bytes: 4 in format version 4, 2 to 4 in version 5) are the
+ * row's first `unchecked` bytes, those its checksum leaves out (row_checksum.h); frame_lead (u32), env,
+ * reward (f32), flags and action lie after them. env is a field of env_bytes whose value is shifted
+ * left by env_shift: version 4 keeps it apart (u1 or u2, shift 0), version 5 packs it with the flags
+ * (one little-endian word of 1 to 3 bytes at the flags' offset, the flags in its low 5 bits). */
 typedef struct {
     Py_ssize_t size;
     Py_ssize_t checksum, next_delta, frame_lead, env, reward, flags, action;
     int env_bytes;
     Py_ssize_t action_bytes;
     unsigned char terminated, truncated, detached;
+    int next_delta_bytes, env_shift;
+    Py_ssize_t unchecked;
 } RowLayout;
+
+/* The env of a row. */
+static inline int64_t
+row_env(const RowLayout *layout, const unsigned char *row)
+{
+    return (int64_t)(read_le(row + layout->env, layout->env_bytes) >> layout->env_shift);
+}
 
 /* The layout in a capsule that row_layout() made; NULL with a TypeError naming `name` for any other object. */
 const RowLayout *row_layout_from(PyObject *capsule, const char *name);
 
 /* row_layout(size, checksum, next_delta, frame_lead, env, env_bytes, reward, flags, action, action_bytes,
- *            terminated, truncated, detached) -> capsule (mmreplay.rows.transitions.row_layout's tuple)
- *   ValueError, naming the field, when a field lies outside the row or where the checksum cannot cover
- *   it, a width is not the one the row holds, or a flag is not a single bit of its own. */
+ *            terminated, truncated, detached, next_delta_bytes, env_shift) -> capsule
+ *   (mmreplay.rows.transitions.row_layout's tuple) ValueError, naming the field, when a field lies outside
+ *   the row or where the checksum cannot cover it, a width is not one the row may hold, or a flag is not
+ *   a single bit of its own (below env_shift where env shares the flags' word). */
 PyObject *py_row_layout(PyObject *module, PyObject *args);
 
 #define ROW_LAYOUT_METHODS                                                                                         \
     {"row_layout", py_row_layout, METH_VARARGS,                                                                    \
      "row_layout(size, checksum, next_delta, frame_lead, env, env_bytes, reward, flags, action, action_bytes,\n"   \
-     "           terminated, truncated, detached) -> capsule\n\n"                                                  \
+     "           terminated, truncated, detached, next_delta_bytes, env_shift) -> capsule\n\n"                    \
      "The transition row's layout (mmreplay.rows.transitions.row_layout), checked, for the row functions."},
 
 #endif

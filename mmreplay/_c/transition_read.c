@@ -42,7 +42,8 @@ read_rows(const RowLayout *layout, const unsigned char *rows, long long row_slot
     unsigned char copy[ROW_COPY_BYTES];
     for (Py_ssize_t i = 0; i < n; i++) {
         copy_row(copy, rows + row_slot[i] * row_size, row_size);
-        if (!row_matches(copy, row_size, step[i], version_3) || (copy[layout->flags] & layout->detached) != 0) {
+        if (!row_matches(copy, row_size, step[i], version_3, layout->unchecked)
+            || (copy[layout->flags] & layout->detached) != 0) {
             return 0;
         }
         int64_t next_frame = row_next_frame(layout, copy, step[i]);
@@ -70,7 +71,7 @@ follow_stacks(const Stacks *stacks, Py_ssize_t n)
         int64_t *stack = stacks->frames + i * columns, *stack_slots = stacks->slots + i * columns;
         int64_t frame = stack[stack_size];
         for (Py_ssize_t c = stack_size - 1; c >= 0; c--) {
-            frame -= entry_link(stacks->entries, stack_slots[c + 1], entry->size, entry->link);
+            frame -= entry_prev(entry, stacks->entries + stack_slots[c + 1] * entry->size);
             stack[c] = frame;
             stack_slots[c] = ring_slot_near(frame, stacks->anchor, stacks->frame_slots);
         }
@@ -104,7 +105,7 @@ py_read_transitions(PyObject *module, PyObject *args)
     unsigned long seed_multiplier;
     Py_ssize_t stack_size;
     PyObject *views_arg, *row_layout_arg;
-    if (!PyArg_ParseTuple(args, "y*LOpy*L(nnnnnn)kLLOLy*npw*w*w*w*w*w*w*i:read_transitions", &rows_buf, &row_slots,
+    if (!PyArg_ParseTuple(args, "y*LOpy*L" ENTRY_LAYOUT_FORMAT "kLLOLy*npw*w*w*w*w*w*w*i:read_transitions", &rows_buf, &row_slots,
                           &row_layout_arg, &version_3, &table, &frame_table.frame_slots,
                           ENTRY_LAYOUT_FIELDS(frame_table.layout), &seed_multiplier, &frame_table.segment_bytes,
                           &frame_table.bytes_written, &views_arg, &frame_table.base, &steps_buf, &stack_size,

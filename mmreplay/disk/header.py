@@ -32,10 +32,15 @@ MAGIC = "mmreplay"
 # (u8) and a one-byte env in stores of at most 256 envs; frame entries a u2 length for frames of 84x84.
 # 4: row flag 8 (DETACHED: a whole next_obs stack stored as given), which a version 3 reader would misread,
 # and rows checked by a CRC-32 mixed with the step (mmreplay.rows.checksums) instead of a weighted byte sum.
-FORMAT_VERSION = 4
+# 5: denser rows and frame-table entries (next_delta in as few bytes as its links need, env packed with the
+# flags; an entry's position as its low 32 bits and its links packed in one field: rows.transitions.row_dtype,
+# frames.ring.frame_entry), and a reference-encoded frame as its changed rows (frames.reference_codec).
+FORMAT_VERSION = 5
 # Version 3 stores are read as they are (rows checked by their byte sum); they open read-only, since
-# rows with a version 4 checksum would not match the version 3 header.
-READABLE_VERSIONS = (3, 4)
+# rows with a version 4 checksum would not match the version 3 header. Version 4 stores open for
+# appending too, and go on writing version 4's rows, entries and frames.
+READABLE_VERSIONS = (3, 4, 5)
+WRITABLE_VERSIONS = (4, 5)
 
 HEADER_NAME = "header.json"
 # A header holds a few hundred bytes plus ~100 a user field: one MiB bounds what opening reads.
@@ -93,6 +98,9 @@ class Layout:
     # The user fields (see FieldSpec), kept in fields.tbl; empty for a store without any.
     fields: tuple[FieldSpec, ...] = ()
     stack_padding: str = "first"  # one of STACK_PADDINGS
+    # The format version the store's files are written in (the header's own field, beside the layout's):
+    # FORMAT_VERSION for a new store; an older store keeps its own.
+    format_version: int = FORMAT_VERSION
 
 
 @dataclass(frozen=True)
@@ -128,6 +136,7 @@ def new_store(
     action_dtype: np.dtype,
     sampler: dict[str, object],
     frame_dtype: np.dtype = np.dtype(np.uint8),
+    format_version: int = FORMAT_VERSION,
 ) -> tuple[Layout, Commit]:
     """The layout and the empty commit of a new store, with its rings sized for ``capacity``."""
     frame_nbytes = int(np.prod(frame_shape)) * frame_dtype.itemsize
@@ -146,6 +155,7 @@ def new_store(
         segment_bytes=max(1 << 20, min(capacity * 16, 1 << 28), 4 * frame_nbytes + 64),
         sampler=sampler,
         frame_dtype=frame_dtype.str,
+        format_version=format_version,
     )
     # Episodes start with extra frames (an obs, or a stack): a few percent more frame slots than rows;
     # the frame table grows if episodes are shorter than that allows.
@@ -177,6 +187,7 @@ def write_header(directory: StoreDirectory | Path, layout: Layout, commit: Commi
             opened.close()
         return
     layout_fields = asdict(layout)
+    del layout_fields["format_version"]  # the header's own field
     if layout.frame_encoding == "lz4":
         for name in _ENCODING_FIELDS:
             del layout_fields[name]
@@ -188,7 +199,7 @@ def write_header(directory: StoreDirectory | Path, layout: Layout, commit: Commi
         del layout_fields["stack_padding"]
     body = {
         "magic": MAGIC,
-        "format_version": FORMAT_VERSION,
+        "format_version": layout.format_version,
         "layout": layout_fields,
         "commit": {name: value for name, value in asdict(commit).items() if name != "first_step" or value},
     }
@@ -254,7 +265,8 @@ def read_versioned_header(directory: StoreDirectory | Path) -> tuple[Layout, Com
     if checksum != _body_checksum(document):
         raise CorruptStoreError(f"{path}: header checksum mismatch (the header was modified or torn)")
     layout_fields = parse_layout_fields(path, document.get("layout"))
-    layout = Layout(**layout_fields)  # type: ignore[arg-type]
+    assert isinstance(version, int)
+    layout = Layout(**layout_fields, format_version=version)  # type: ignore[arg-type]
     commit = Commit(**parse_commit_fields(path, document.get("commit"), layout_fields))  # type: ignore[arg-type]
     if layout.frame_encoding not in FRAME_ENCODINGS:
         known = ", ".join(repr(name) for name in FRAME_ENCODINGS)

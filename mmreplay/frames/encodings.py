@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Protocol
@@ -26,6 +27,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from mmreplay import extensions
 from mmreplay.disk import header
 from mmreplay.disk.store_directory import StoreDirectory
 from mmreplay.errors import CorruptStoreError
@@ -33,11 +35,15 @@ from mmreplay.frames import lz4_codec
 from mmreplay.frames.reference_codec import (
     EnvReferences,
     ReferenceScheme,
+    changed_rows_bound,
     compress_against,
+    mask_row_nbytes,
 )
 from mmreplay.frames.reference_ring import ReferenceFrameRing
 from mmreplay.frames.ring import FrameRing
 from mmreplay.limits import check_memory
+
+_lz4batch = extensions.load("_lz4batch")  # its reference groups: a version 5 writer's, both add paths'
 
 PLAIN = "lz4"
 REFERENCE = "lz4-reference"
@@ -93,6 +99,32 @@ def has_references(layout: header.Layout) -> bool:
 _FRAME_BOOKKEEPING_BYTES = 128
 
 
+def changed_rows(layout: header.Layout) -> bool:
+    """Whether the store's dependent frames are their changed rows (format version 5), not whole frames."""
+    return layout.frame_encoding == REFERENCE and layout.format_version >= 5
+
+
+def changed_rows_extra(layout: header.Layout) -> int:
+    """A stored frame's bytes beyond lz4's worst case (``FrameRing``'s ``extra``): a changed-rows frame's
+    list of rows."""
+    return changed_rows_bound(layout.frame_shape) if changed_rows(layout) else 0
+
+
+def create_ring(directory: StoreDirectory | Path, layout: header.Layout, commit: header.Commit) -> FrameRing:
+    """The empty frame ring of a new store with this layout (its segments folder and frame table)."""
+    scheme = scheme_of(layout, directory)
+    return FrameRing.create(
+        directory,
+        frame_shape=layout.frame_shape,
+        segment_bytes=layout.segment_bytes,
+        frame_slots=commit.frame_slots,
+        version=layout.format_version,
+        max_distance=None if scheme is None else scheme.max_distance,
+        extra=changed_rows_extra(layout),
+        frame_dtype=np.dtype(layout.frame_dtype),
+    )
+
+
 def open_ring(directory: StoreDirectory | Path, layout: header.Layout, commit: header.Commit, *, writable: bool) -> FrameRing:
     """The store's frame ring, of the class its encoding needs, at its committed counts.
 
@@ -104,7 +136,10 @@ def open_ring(directory: StoreDirectory | Path, layout: header.Layout, commit: h
                  f"{directory}: a transition of each of {layout.num_envs:,} envs (the header's num_envs, "
                  f"stack_size {layout.stack_size:,} and frame_shape {layout.frame_shape})")
     scheme = scheme_of(layout, directory)
-    make = FrameRing if scheme is None else functools.partial(ReferenceFrameRing, scheme=scheme)
+    make: Callable[..., FrameRing] = (
+        functools.partial(FrameRing, max_distance=None) if scheme is None
+        else functools.partial(ReferenceFrameRing, scheme=scheme, changed_rows=changed_rows(layout))
+    )
     return make(
         directory,
         frame_shape=layout.frame_shape,
@@ -114,6 +149,8 @@ def open_ring(directory: StoreDirectory | Path, layout: header.Layout, commit: h
         frames_written=commit.frames_written,
         bytes_written=commit.bytes_written,
         writable=writable,
+        version=layout.format_version,
+        extra=changed_rows_extra(layout),
         frame_dtype=np.dtype(layout.frame_dtype),
     )
 
@@ -123,6 +160,13 @@ class FrameEncoder(Protocol):
 
     records_references: bool  # whether payloads come with ref_deltas for the frame table
     frame_tail: int  # the oldest frame step the store keeps (its last commit's)
+    # add's fast path may write this encoder's frames (a compiled call: FrameRing.append_frames or
+    # ReferenceFrameRing.append_reference_frames with ``groups``)
+    fast_path: bool
+
+    @property
+    def groups(self) -> object | None:
+        """A reference encoder's compiled groups (``_lz4batch.reference_groups``); else None."""
 
     def encode(
         self, env: int, frame_step: int, frame: npt.NDArray[np.uint8], *, restart: bool
@@ -137,6 +181,8 @@ class PlainEncoder:
     """Each frame alone: ``codec.compress``; no state."""
 
     records_references = False
+    fast_path = True
+    groups = None
 
     def __init__(self) -> None:
         self.frame_tail = 0
@@ -157,20 +203,39 @@ class ReferenceEncoder:
     """Each frame against its reference in its env's current group (``EnvReferences``).
 
     A writer that opens a store starts every env with a key frame: the frames an earlier writer kept
-    in memory are gone, and a new group needs nothing from disk.
+    in memory are gone, and a new group needs nothing from disk. With the compiled extension a format
+    version 5 store's groups are the extension's (``groups``: the same assignments as ``EnvReferences``,
+    each reference's index kept while it is one), which add's fast path writes through too; a version 4
+    store's (whole dependent frames, HC key frames) stay in Python, without the fast path.
     """
 
     records_references = True
 
-    def __init__(self, scheme: ReferenceScheme, *, num_envs: int, frame_shape: tuple[int, ...]) -> None:
+    def __init__(
+        self, scheme: ReferenceScheme, *, num_envs: int, frame_shape: tuple[int, ...], changed_rows: bool
+    ) -> None:
         self.frame_tail = 0
         self._frame_shape = frame_shape
+        self._changed_rows = changed_rows
         self._envs = [EnvReferences(scheme) for _ in range(num_envs)]
         self._saved: dict[int, EnvReferences] = {}  # each env's state at the last checkpoint, once touched
+        self.groups: object | None = None
+        if changed_rows and _lz4batch is not None:
+            self.groups = _lz4batch.reference_groups(
+                num_envs, scheme.group_size, scheme.branching, scheme.max_distance, math.prod(frame_shape),
+                mask_row_nbytes(frame_shape),
+            )
+        self.fast_path = self.groups is not None
 
     def encode(
         self, env: int, frame_step: int, frame: npt.NDArray[np.uint8], *, restart: bool
     ) -> tuple[bytes, int]:
+        if self.groups is not None:
+            assert _lz4batch is not None
+            contiguous = np.ascontiguousarray(frame, np.uint8)
+            payload, ref_delta = _lz4batch.encode_frame(self.groups, env, frame_step, contiguous, restart,
+                                                        self.frame_tail)
+            return payload, ref_delta
         references = self._envs[env]
         if env not in self._saved:
             self._saved[env] = references.copy()
@@ -178,13 +243,19 @@ class ReferenceEncoder:
             references.restart()
         frame = np.ascontiguousarray(frame, np.uint8).reshape(self._frame_shape)
         ref_delta, reference = references.assign(frame_step, frame, frame_tail=self.frame_tail)
-        return compress_against(frame, reference), ref_delta
+        return compress_against(frame, reference, changed_rows=self._changed_rows), ref_delta
 
     def checkpoint(self) -> None:
         """Remember the state: a ``rollback`` returns to it (an add that failed before writing)."""
+        if self.groups is not None:
+            assert _lz4batch is not None
+            _lz4batch.groups_checkpoint(self.groups)
         self._saved = {}
 
     def rollback(self) -> None:
+        if self.groups is not None:
+            assert _lz4batch is not None
+            _lz4batch.groups_rollback(self.groups)
         for env, references in self._saved.items():
             self._envs[env] = references
         self._saved = {}
@@ -195,4 +266,5 @@ def encoder_for(layout: header.Layout, directory: StoreDirectory | Path) -> Fram
     scheme = scheme_of(layout, directory)
     if scheme is None:
         return PlainEncoder()
-    return ReferenceEncoder(scheme, num_envs=layout.num_envs, frame_shape=layout.frame_shape)
+    return ReferenceEncoder(scheme, num_envs=layout.num_envs, frame_shape=layout.frame_shape,
+                            changed_rows=changed_rows(layout))

@@ -15,6 +15,12 @@ Vocabulary (on top of ``frame_ring``'s frame step, slot and position):
 - ``ref_delta`` is a frame's step minus its reference's step, 0 for a key frame: the one number the
   frame table records per frame. A group never spans more than ``max_distance`` frame steps, so no
   frame is ever more than that far from its key frame.
+- format version 5 stores a dependent frame as its *changed rows* (``changed_rows=True`` below): which
+  rows of ``mask_row_nbytes`` bytes differ from the reference, then one lz4 block of just those rows with
+  the reference as dictionary (``_c/changed_rows.h`` has the bytes), and a key frame as a plain lz4 block
+  (``lz4_codec.compress``'s bytes). Version 4 stored a dependent frame as one block of the whole frame,
+  which paid lz4 a length byte per 255 unchanged bytes (~28 of Pong's ~82 bytes), and key frames in lz4's
+  HC mode.
 
 Why per env and recorded, rather than ``key = frame_step - frame_step % K``: in a vector env consecutive
 frame steps belong to different envs, so an arithmetic key is another env's frame and compresses badly
@@ -34,6 +40,7 @@ reference as dictionary: different bytes, the same frames once decoded.
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -45,14 +52,20 @@ import numpy.typing as npt
 
 from mmreplay import extensions
 from mmreplay.errors import CorruptStoreError
+from mmreplay.frames import lz4_codec
 
 _lz4ref: ModuleType | None = extensions.load("_lz4ref")
+_lz4batch: ModuleType | None = extensions.load("_lz4batch")  # its reference_decode: a batch on the pool's threads
 
 ACCELERATED: bool = _lz4ref is not None
 
-# Key frames are rare (one per group), so they can afford lz4's HC mode: at level 9 a Pong key frame
-# takes ~210 bytes instead of 266 for ~80 us once per group.
+# Format version 4's key frames: rare (one per group), so they could afford lz4's HC mode: at level 9 a
+# Pong key frame takes ~210 bytes instead of 266 for ~80 us once per group. Version 5 compresses them as
+# plain frames, as add's compiled path does (~0.2 bytes a frame more; no 80 us add every 256 frames).
 KEY_LEVEL = 9
+# A changed-rows frame's rows: the first run of a frame's trailing axes that holds at least this many bytes
+# (an 84x84 frame's rows of 84 bytes; a (210, 160, 3) frame's of 480).
+MASK_ROW_MIN_BYTES = 32
 # Without the extension, dependent frames go through python-lz4's HC mode: ~40-100 us a frame, a little
 # smaller than the extension's encoder, which takes ~3-10 us.
 FALLBACK_LEVEL = 3
@@ -182,30 +195,131 @@ class EnvReferences:
         return frame_step - reference_step, reference
 
 
+def mask_row_nbytes(frame_shape: tuple[int, ...]) -> int:
+    """The bytes of one row of a changed-rows frame of uint8 ``frame_shape``: the product of its trailing
+    axes, from the last, once it reaches ``MASK_ROW_MIN_BYTES`` (the whole frame if it never does)."""
+    size = 1
+    for dimension in reversed(frame_shape):
+        size *= dimension
+        if size >= MASK_ROW_MIN_BYTES:
+            break
+    return size
+
+
+def changed_rows_bound(frame_shape: tuple[int, ...]) -> int:
+    """The most bytes a changed-rows frame takes beyond lz4's worst case: its list of changed rows
+    (``_c/changed_rows.h``, changed_rows_header_bound)."""
+    return 3 * (math.prod(frame_shape) // mask_row_nbytes(frame_shape)) + 8
+
+
 def compress_against(
     frame: npt.NDArray[np.uint8],
     reference: npt.NDArray[np.uint8] | None,
     *,
+    changed_rows: bool = False,
     accelerated: bool = ACCELERATED,
 ) -> bytes:
-    """One lz4 block (no size prefix): the frame alone when ``reference`` is None, else against it."""
+    """A frame as a reference ring stores it: alone when ``reference`` is None (an lz4 block: HC for
+    format version 4, plain for version 5, ``changed_rows``), else against it (one lz4 block of the whole
+    frame, or, ``changed_rows``, its changed rows and one block of them)."""
     if not isinstance(frame, np.ndarray) or frame.dtype != np.uint8 or not frame.flags.c_contiguous:
         raise TypeError(f"frame must be a C-contiguous numpy uint8 array; got {type(frame).__name__}")
     if reference is None:
+        if changed_rows:
+            return lz4_codec.compress(frame)
         key_frame: bytes = lz4.block.compress(frame, store_size=False, mode="high_compression", compression=KEY_LEVEL)
         return key_frame
     if not isinstance(reference, np.ndarray) or reference.dtype != np.uint8 or reference.shape != frame.shape:
         got = getattr(reference, "shape", type(reference).__name__)
         raise ValueError(f"reference must be a uint8 array of the frame's shape {frame.shape}; got {got}")
     if accelerated and _lz4ref is not None:
+        if changed_rows:
+            return bytes(_lz4ref.encode_rows(frame, np.ascontiguousarray(reference), mask_row_nbytes(frame.shape)))
         row_nbytes = frame.strides[0] if frame.ndim > 1 else frame.nbytes
         return bytes(_lz4ref.encode(frame, np.ascontiguousarray(reference), row_nbytes))
     if accelerated:
         raise ValueError("accelerated=True but mmreplay._lz4ref is not built (reference_codec.ACCELERATED is False)")
+    if changed_rows:
+        return _changed_rows_in_python(frame, reference)
     dependent: bytes = lz4.block.compress(
         frame, store_size=False, mode="high_compression", compression=FALLBACK_LEVEL, dict=reference.tobytes()
     )
     return dependent
+
+
+def _put_count(value: int) -> bytes:
+    """A number as a changed-rows frame writes it: lz4's length bytes (255 each, then the rest)."""
+    return b"\xff" * (value // 255) + bytes([value % 255])
+
+
+def _changed_rows_in_python(frame: npt.NDArray[np.uint8], reference: npt.NDArray[np.uint8]) -> bytes:
+    """The fallback of ``_lz4ref.encode_rows``: the same list of rows, python-lz4's HC block of them
+    (different bytes from the extension's block, the same frame once decoded)."""
+    row = mask_row_nbytes(frame.shape)
+    rows = frame.reshape(-1, row)
+    changed = (rows != reference.reshape(-1, row)).any(axis=1)
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], changed.astype(np.int8), [0]])))
+    starts, stops = edges[0::2], edges[1::2]
+    header = [_put_count(len(starts))]
+    previous = 0
+    for start, stop in zip(starts.tolist(), stops.tolist()):
+        header += [_put_count(start - previous), _put_count(stop - start)]
+        previous = stop
+    if not len(starts):
+        return b"".join(header)
+    block: bytes = lz4.block.compress(
+        rows[changed].tobytes(), store_size=False, mode="high_compression", compression=FALLBACK_LEVEL,
+        dict=reference.tobytes(),
+    )
+    return b"".join(header) + block
+
+
+def _get_count(payload: memoryview | bytes, at: int, limit: int) -> tuple[int, int]:
+    """A number of a changed-rows frame's list at ``at``: its value and where the next begins; ValueError
+    when it runs past the payload or beyond ``limit``."""
+    value = 0
+    while True:
+        if at >= len(payload):
+            raise ValueError("the list of changed rows runs past the frame")
+        byte = payload[at]
+        at += 1
+        value += byte
+        if value > limit:
+            raise ValueError("the list of changed rows names more rows than the frame has")
+        if byte != 255:
+            return value, at
+
+
+def _decode_changed_rows(payload: memoryview | bytes, reference: npt.NDArray[np.uint8], row: int) -> bytes:
+    """The fallback of the compiled decoder for a changed-rows frame (``_c/reference_frame.c``): the frame,
+    or ValueError / LZ4BlockError when the payload is not one."""
+    rows = len(reference) // row
+    count, at = _get_count(payload, 0, rows)
+    runs = []
+    covered = 0
+    for _ in range(count):
+        skip, at = _get_count(payload, at, rows)
+        take, at = _get_count(payload, at, rows)
+        if take == 0 or skip + take > rows - covered:
+            raise ValueError("the list of changed rows does not fit the frame")
+        runs.append((covered + skip, take))
+        covered += skip + take
+    changed = sum(take for _, take in runs)
+    frame = np.array(reference, np.uint8).reshape(rows, row)
+    if changed == 0:
+        if at != len(payload):
+            raise ValueError("a frame without changed rows has bytes after its list")
+        return frame.tobytes()
+    data = np.frombuffer(
+        lz4.block.decompress(payload[at:], uncompressed_size=changed * row, dict=reference.tobytes()), np.uint8
+    )
+    if len(data) != changed * row:
+        raise ValueError("the changed rows decode to another size")
+    taken = 0
+    for start, take in runs:
+        frame[start : start + take] = data[taken * row : (taken + take) * row].reshape(take, row)
+        taken += take
+    return frame.tobytes()
 
 
 @dataclass(frozen=True)
@@ -318,17 +432,20 @@ def decode_frames(
     locate: Locator,
     views: Sequence[memoryview],
     depth: int,
+    changed_rows: bool = False,
     accelerated: bool = ACCELERATED,
 ) -> DecodePlan:
     """Decode each frame of ``frame_steps`` into ``out[i]`` with the frames it depends on; returns the plan.
 
     ``locate(steps)`` gives each frame's segment, offset, length, checksum and CRC seed (as
-    ``codec.decode_batch`` takes them). Raises ``CorruptFrameError`` naming the first frame that fails.
+    ``codec.decode_batch`` takes them); ``changed_rows``: dependent frames are their changed rows (format
+    version 5). Raises ``CorruptFrameError`` naming the first frame that fails.
     """
     plan = plan_decode(frame_steps, ref_deltas_of=ref_deltas_of, depth=depth, accelerated=accelerated)
     segments, offsets, lengths, checksums, seeds = locate(plan.steps)
     bad = decode_batch(
-        segments, offsets, lengths, checksums, seeds, plan.refs, plan.rows, out, views=views, accelerated=accelerated
+        segments, offsets, lengths, checksums, seeds, plan.refs, plan.rows, out, views=views,
+        changed_rows=changed_rows, accelerated=accelerated,
     )
     if bad >= 0:
         step = int(plan.steps[bad])
@@ -348,7 +465,9 @@ def decode_batch(
     out: npt.NDArray[np.uint8],
     *,
     views: Sequence[memoryview],
+    changed_rows: bool = False,
     accelerated: bool = ACCELERATED,
+    threads: int = 1,
 ) -> int:
     """Decode m entries in order; -1 when all are good, else the index of the first bad entry.
 
@@ -356,7 +475,10 @@ def decode_batch(
     ``checksums[i]`` (CRC-32 seeded with ``seeds[i] & 0xFFFFFFFF``), and decode (against entry
     ``refs[i]``'s frame unless -1) into ``out[rows[i]]``, or a scratch row when ``rows[i] >= len(out)``.
     ``out`` is C-contiguous (n, *frame_shape) uint8; when the result is not -1 its content is
-    unspecified. ``accelerated=False`` forces the python-lz4 loop (tests compare both).
+    unspecified. ``changed_rows``: dependent frames are their changed rows (format version 5), in rows of
+    ``mask_row_nbytes(out.shape[1:])``. ``accelerated=False`` forces the python-lz4 loop (tests compare both).
+    ``threads``: up to that many of the plain frames' pool threads (``mmreplay._lz4batch.reference_decode``:
+    level by level, a key frame level 0, a dependent one level above its reference), with the same result.
     """
     if not isinstance(out, np.ndarray) or out.dtype != np.uint8 or out.ndim < 1:
         raise TypeError(f"out must be a numpy uint8 (n, *frame_shape) array; got {type(out).__name__}")
@@ -381,12 +503,17 @@ def decode_batch(
         np.ascontiguousarray(refs, np.int64),
         np.ascontiguousarray(rows, np.int64),
     )
+    row_nbytes = mask_row_nbytes(out.shape[1:]) if changed_rows else 0
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 64:
+        raise ValueError(f"threads is {threads!r}; expected 1 to 64")
+    if accelerated and threads > 1 and _lz4batch is not None:
+        return int(_lz4batch.reference_decode(views, *arrays, out, scratch, frame_nbytes, row_nbytes, threads))
     if accelerated and _lz4ref is not None:
-        return int(_lz4ref.decode(views, *arrays, out, scratch, frame_nbytes))
+        return int(_lz4ref.decode(views, *arrays, out, scratch, frame_nbytes, row_nbytes))
     if accelerated:
         raise ValueError("accelerated=True but mmreplay._lz4ref is not built (reference_codec.ACCELERATED is False)")
     _check_plan(arrays[0], arrays[5], arrays[6], view_count=len(views), total_rows=len(out) + scratch_rows)
-    return _decode_in_python(views, *arrays, out, scratch, frame_nbytes)
+    return _decode_in_python(views, *arrays, out, scratch, frame_nbytes, row_nbytes)
 
 
 def _check_plan(
@@ -425,8 +552,10 @@ def _decode_in_python(
     out: npt.NDArray[np.uint8],
     scratch: npt.NDArray[np.uint8],
     frame_nbytes: int,
+    row_nbytes: int,
 ) -> int:
-    """The fallback: the extension's checks in the same order, one python-lz4 call a frame."""
+    """The fallback: the extension's checks in the same order, one python-lz4 call a frame (a changed-rows
+    frame's rows put in place with numpy, where ``row_nbytes``)."""
     n_out = len(out)
     targets = (out.reshape(n_out, frame_nbytes), scratch.reshape(len(scratch), frame_nbytes))
     crc32, decompress_block = zlib.crc32, lz4.block.decompress
@@ -446,8 +575,11 @@ def _decode_in_python(
             else:
                 ref_row = row_list[ref]
                 reference = targets[0][ref_row] if ref_row < n_out else targets[1][ref_row - n_out]
-                frame = decompress_block(payload, uncompressed_size=frame_nbytes, dict=reference)
-        except lz4.block.LZ4BlockError:
+                if row_nbytes:
+                    frame = _decode_changed_rows(payload, reference, row_nbytes)
+                else:
+                    frame = decompress_block(payload, uncompressed_size=frame_nbytes, dict=reference)
+        except (lz4.block.LZ4BlockError, ValueError):
             return i
         if len(frame) != frame_nbytes:
             return i

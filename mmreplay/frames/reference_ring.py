@@ -18,21 +18,52 @@ import numpy.typing as npt
 from mmreplay.disk.store_directory import StoreDirectory
 from mmreplay.frames import reference_codec
 from mmreplay.frames.reference_codec import CorruptFrameError, ReferenceScheme
-from mmreplay.frames.ring import FrameChecksumError, FrameRing, frame_seed
+from mmreplay.frames.ring import _SEED_MULTIPLIER, FrameChecksumError, FrameRing, _lz4batch, frame_seed
+from mmreplay.frames.threads import batch_threads
 
 
 class ReferenceFrameRing(FrameRing):
     """A ``FrameRing`` of reference-encoded frames: ``append`` takes ``ref_deltas``, reads decode chains."""
 
-    def __init__(self, directory: StoreDirectory | Path, *, scheme: ReferenceScheme, **ring: Any) -> None:
-        """``ring``: ``FrameRing``'s keyword arguments (its counts and sizes), less ``references``."""
-        super().__init__(directory, references=True, **ring)
+    def __init__(
+        self, directory: StoreDirectory | Path, *, scheme: ReferenceScheme, changed_rows: bool, **ring: Any
+    ) -> None:
+        """``ring``: ``FrameRing``'s keyword arguments (its counts and sizes), less ``max_distance``;
+        ``changed_rows``: dependent frames are stored as their changed rows (format version 5)."""
+        super().__init__(directory, max_distance=scheme.max_distance, **ring)
         self.scheme = scheme
+        self.changed_rows = changed_rows
+
+    def append_reference_frames(
+        self, groups: object, frames: npt.NDArray[np.generic], prev_deltas: list[int], *, frame_tail: int,
+        threads: int = 1,
+    ) -> None:
+        """``FrameRing.append_frames`` for this ring: one frame per env of a writer's compiled reference
+        ``groups`` (``encodings.ReferenceEncoder``), each continuing its env's group, assigned, compressed
+        (on up to ``threads`` threads) and written in one compiled call; the same bytes as encoding each
+        with the groups and ``append``, which is what happens when they would run past the segment's end.
+        ``frame_tail``: the oldest frame step the store keeps (no frame references one before it)."""
+        assert _lz4batch is not None and self._entries is not None
+        first_step, position = self.frames_written, self.bytes_written
+        segment, offset = divmod(position, self.segment_bytes)
+        self._reserve_entries(first_step + len(prev_deltas))
+        written = _lz4batch.append_reference_frames(
+            groups, frames, prev_deltas, first_step, frame_tail, self._entries, self.frame_slots, self._layout,
+            _SEED_MULTIPLIER, self._descriptor_of(segment), position - offset, offset, self.segment_bytes, threads,
+        )
+        if written >= 0:
+            self.frames_written = first_step + len(prev_deltas)
+            self.bytes_written = position + written
+            return
+        frame_bytes = frames.reshape(len(prev_deltas), -1).view(np.uint8)
+        encoded = [_lz4batch.encode_frame(groups, env, first_step + env, frame_bytes[env], False, frame_tail)
+                   for env in range(len(prev_deltas))]
+        self.append([payload for payload, _ in encoded], prev_deltas, [ref_delta for _, ref_delta in encoded])
 
     def ref_deltas(self, frame_steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """The ``ref_delta`` link of each frame (0 for a key frame)."""
         # Indexing, not take(mode="wrap"): numpy's take of a strided field view is ~25x slower.
-        return self._table["ref_delta"][frame_steps % self.frame_slots].astype(np.int64)
+        return self._format.ref_deltas(self._table[frame_steps % self.frame_slots])
 
     def keep_from(self, oldest_frame: int) -> int:
         """The oldest frame step to keep so that every frame from ``oldest_frame`` on still decodes."""
@@ -43,9 +74,9 @@ class ReferenceFrameRing(FrameRing):
     def decode_into(
         self, frame_steps: npt.NDArray[np.int64], out: npt.NDArray[np.generic], *, limit: int
     ) -> None:
-        """Decode each frame into ``out[i]`` with the frames it depends on, checking every CRC. On the
-        calling thread whatever ``limit`` allows: a chain decodes in order (sharing a batch's levels with
-        the pool's helpers is issue 28's, with ``threads.batch_threads`` as the plain ring's).
+        """Decode each frame into ``out[i]`` with the frames it depends on, each once, checking every CRC,
+        on at most ``limit`` threads (``threads.batch_threads`` of the frames decoded, as the plain ring's):
+        the pool's threads take a batch's key frames, then each level of the frames that reference them.
 
         Raises ``FrameChecksumError`` for the first requested frame that cannot be decoded, naming the
         frame at fault (it, or a frame it is compressed against) and the files that may be corrupt.
@@ -69,7 +100,7 @@ class ReferenceFrameRing(FrameRing):
         steps = plan.steps
         # take(mode="wrap") is table[steps % frame_slots], as in FrameRing.decode_into.
         entries = self._table.take(steps, mode="wrap")
-        positions, lengths = entries["position"], entries["length"]
+        positions, lengths = self._format.positions(entries, self.bytes_written), entries["length"]
         if (positions + lengths).max() > self.bytes_written:
             self._raise_outside(steps, positions, lengths)
         segments = positions.view(np.int64) // self.segment_bytes
@@ -83,11 +114,13 @@ class ReferenceFrameRing(FrameRing):
             offsets,
             lengths.astype(np.int64),
             entries["checksum"],
-            frame_seed(steps, entries["prev_delta"], entries["ref_delta"]),
+            frame_seed(steps, self._format.prev_deltas(entries), self._format.ref_deltas(entries)),
             plan.refs,
             plan.rows,
-            out.reshape(n, -1).view(np.uint8),  # uint8 frames (create refuses other dtypes here)
+            out.reshape(n, *self.frame_shape).view(np.uint8),  # uint8 frames (create refuses other dtypes here)
             views=views,
+            changed_rows=self.changed_rows,
+            threads=batch_threads(len(steps) * self.frame_nbytes, limit),
         )
         if bad >= 0:
             step = int(steps[bad])

@@ -30,7 +30,8 @@ import numpy.typing as npt
 
 from mmreplay import extensions
 from mmreplay.disk.files import BlockReservation, create_sparse, fsync_directory
-from mmreplay.disk.header import SEGMENTS_DIR, frame_table_name, segment_name
+from mmreplay.disk.header import FORMAT_VERSION, SEGMENTS_DIR, frame_table_name, segment_name
+from mmreplay.disk.packed_fields import byte_width, read_uint, uint_field, write_uint
 from mmreplay.disk.store_directory import (
     FileLocation,
     StoreDirectory,
@@ -64,6 +65,15 @@ _SEED_MULTIPLIER = 2654435761  # Knuth's multiplicative hash constant: spreads s
 _REF_SEED_MULTIPLIER = 2246822519  # xxHash's PRIME32_2 (odd: each 16-bit ref_delta moves the seed apart)
 
 _U2_LIMIT = 1 << 16
+def _iov_max() -> int:
+    """The most buffers one pwritev takes (IOV_MAX: 1,024 on Linux; POSIX allows as few as 16)."""
+    try:
+        return max(16, os.sysconf("SC_IOV_MAX"))
+    except (AttributeError, ValueError, OSError):
+        return 16
+
+
+_IOV_MAX = _iov_max()
 _lz4batch = extensions.load("_lz4batch")  # its follow_links is stacking.transition_frames over this table
 
 
@@ -80,38 +90,144 @@ def _available_memory() -> int | None:
     return None
 
 
-def frame_entry(frame_nbytes: int, *, references: bool = False) -> np.dtype:
-    """The frame table's entry dtype for frames of ``frame_nbytes`` bytes (packed, little-endian).
+def worst_block(frame_nbytes: int, *, extra: int = 0) -> int:
+    """The most bytes a stored frame of ``frame_nbytes`` takes: lz4's worst case for one block (n + n/255 +
+    16), plus ``extra`` (a format version 5 reference frame's list of changed rows)."""
+    return frame_nbytes + frame_nbytes // 255 + 16 + extra
 
-    ``length`` is a u2 where every compressed frame fits one (lz4's worst case, n + n/255 + 16 bytes,
-    also bounds the reference encoder's blocks: 84x84 frames), else a u4. A reference ring's entry adds
-    ``ref_delta``, the frame's step minus its reference's step (0: compressed alone).
+
+def link_bits(frame_slots: int, max_distance: int | None) -> tuple[int, int]:
+    """Format version 5: the bits of an entry's ``links`` that hold ``prev_delta`` and ``ref_delta``.
+    A followed ``prev_delta`` joins two frames both still in the ring, less than ``frame_slots`` apart; a
+    ``ref_delta`` is at most ``max_distance`` (None: a plain ring, none)."""
+    return frame_slots.bit_length(), 0 if max_distance is None else max_distance.bit_length()
+
+
+def frame_entry(
+    frame_nbytes: int, *, frame_slots: int, version: int, max_distance: int | None = None, extra: int = 0
+) -> np.dtype:
+    """The frame table's entry dtype (packed, little-endian) of format ``version`` for frames of
+    ``frame_nbytes`` bytes in a table of ``frame_slots`` entries; ``max_distance``: a reference ring's
+    (its entries hold ``ref_delta`` too), None for a plain ring; ``extra``: see ``worst_block``.
+
+    ``length`` is a u2 where every stored frame fits one (``worst_block``: 84x84 frames), else a u4.
+    Versions 3 and 4: ``position`` u8, ``length``, ``checksum`` u4, ``prev_delta`` u4, and a reference ring's
+    ``ref_delta`` u2. Version 5: ``position`` as its low 32 bits (u4) where every frame a reader may read
+    lies less than 2**32 bytes below ``bytes_written`` (``2 * frame_slots * worst_block`` below it: the
+    frames in the ring and the room each left at a segment's end), else u8; ``length``; ``checksum``; and
+    ``links``, ``prev_delta`` in its low bits and ``ref_delta`` above (``link_bits``), in as few bytes as
+    they need: 3 for a plain ring of up to 16M slots, 4 for a reference ring of up to 128K slots.
     """
-    worst_case = frame_nbytes + frame_nbytes // 255 + 16
-    fields = [
-        ("position", "<u8"),
-        ("length", "<u2" if worst_case < _U2_LIMIT else "<u4"),
-        ("checksum", "<u4"),
-        ("prev_delta", "<u4"),
-    ]
-    return np.dtype(fields + [("ref_delta", "<u2")] if references else fields)
+    worst = worst_block(frame_nbytes, extra=extra)
+    length = "<u2" if worst < _U2_LIMIT else "<u4"
+    if version < 5:
+        fields = [("position", "<u8"), ("length", length), ("checksum", "<u4"), ("prev_delta", "<u4")]
+        return np.dtype(fields + [("ref_delta", "<u2")] if max_distance is not None else fields)
+    prev_bits, ref_bits = link_bits(frame_slots, max_distance)
+    position = "<u4" if 2 * frame_slots * worst < (1 << 32) else "<u8"
+    return np.dtype([("position", position), ("length", length), ("checksum", "<u4"),
+                     ("links", uint_field(byte_width((1 << (prev_bits + ref_bits)) - 1)))])
 
 
-def _entry_packer(entry: np.dtype) -> struct.Struct:
-    """The struct that packs one entry exactly as ``entry`` lays it out."""
-    codes = {"<u8": "Q", "<u4": "I", "<u2": "H"}
-    assert entry.names is not None
-    packer = struct.Struct("<" + "".join(codes[entry[name].str] for name in entry.names))
-    assert packer.size == entry.itemsize
-    return packer
-
-
-def _entry_layout(entry: np.dtype) -> tuple[int, ...]:
-    """The entry as lz4_codec.decode_from_table reads it: its size, the byte offsets of position, length,
-    checksum and prev_delta, and the width of length."""
+def _entry_layout(entry: np.dtype, prev_bits: int, ref_bits: int) -> tuple[int, ...]:
+    """The entry as the compiled code reads it (_c/frame_entries.h, EntryLayout): its size; the byte
+    offsets of position, length, checksum and the link (prev_delta); length's width; position's; the
+    link field's width and its bits that hold prev_delta; ref_delta's field offset, width (0: none),
+    shift and bits."""
     assert entry.fields is not None
-    offsets = [entry.fields[name][1] for name in ("position", "length", "checksum", "prev_delta")]
-    return (entry.itemsize, *offsets, entry["length"].itemsize)
+    offset = {name: entry.fields[name][1] for name in entry.names or ()}
+    packed = "links" in offset
+    link = "links" if packed else "prev_delta"
+    ref = "links" if packed and ref_bits else "ref_delta" if "ref_delta" in offset else None
+    return (
+        entry.itemsize, offset["position"], offset["length"], offset["checksum"], offset[link],
+        entry["length"].itemsize, entry["position"].itemsize, entry[link].itemsize, prev_bits,
+        offset[ref] if ref else 0, entry[ref].itemsize if ref else 0, prev_bits if packed else 0, ref_bits,
+    )
+
+
+class EntryFormat:
+    """The entries of one frame table: their dtype (``frame_entry``), their layout for the compiled code,
+    and their fields packed and read back in Python, in any format version."""
+
+    def __init__(
+        self, frame_nbytes: int, *, frame_slots: int, version: int, max_distance: int | None, extra: int
+    ) -> None:
+        self.dtype = frame_entry(frame_nbytes, frame_slots=frame_slots, version=version, max_distance=max_distance,
+                                 extra=extra)
+        self.size = self.dtype.itemsize
+        self.references = max_distance is not None
+        self.packed = version >= 5
+        self.prev_bits, self.ref_bits = link_bits(frame_slots, max_distance) if self.packed else (32, 16)
+        self.layout = _entry_layout(self.dtype, self.prev_bits, self.ref_bits if self.references else 0)
+        codes = {"<u8": "Q", "<u4": "I", "<u2": "H"}
+        if self.packed:  # position, length and checksum; the links after them, of any width
+            self._head = struct.Struct("<" + "".join(codes[self.dtype[name].str] for name in ("position", "length",
+                                                                                             "checksum")))
+            self._link_bytes = self.dtype["links"].itemsize
+            self._position_mask = (1 << (8 * self.dtype["position"].itemsize)) - 1
+        else:
+            names = self.dtype.names or ()
+            self._head = struct.Struct("<" + "".join(codes[self.dtype[name].str] for name in names))
+        assert self.packed or self._head.size == self.size
+
+    def pack_into(
+        self, buffer: memoryview, offset: int, position: int, length: int, checksum: int, prev: int, ref: int
+    ) -> None:
+        """Write one entry's fields at ``offset`` of ``buffer``."""
+        if not self.packed:
+            if self.references:
+                self._head.pack_into(buffer, offset, position, length, checksum, prev, ref)
+            else:
+                self._head.pack_into(buffer, offset, position, length, checksum, prev)
+            return
+        self._head.pack_into(buffer, offset, position & self._position_mask, length, checksum)
+        start = offset + self._head.size
+        buffer[start : start + self._link_bytes] = write_uint(prev | ref << self.prev_bits, self._link_bytes)
+
+    def positions(self, entries: npt.NDArray[np.void], bytes_written: int) -> npt.NDArray[np.uint64]:
+        """Each entry's ring position; a position stored as its low 32 bits lies below ``bytes_written`` by
+        less than 2**32 (a damaged one may come out above it, or past 2**63: callers check both)."""
+        stored = entries["position"].astype(np.uint64)
+        if not self.packed or self.dtype["position"].itemsize == 8:
+            return stored
+        written = np.uint64(bytes_written)
+        return written - ((written - stored) & np.uint64(self._position_mask))
+
+    def prev_deltas(self, entries: npt.NDArray[np.void]) -> npt.NDArray[np.int64]:
+        """Each entry's ``prev_delta``."""
+        if not self.packed:
+            return entries["prev_delta"].astype(np.int64)
+        return read_uint(entries, "links") & ((1 << self.prev_bits) - 1)
+
+    def ref_deltas(self, entries: npt.NDArray[np.void]) -> npt.NDArray[np.int64]:
+        """Each entry's ``ref_delta`` (0 in a plain ring's)."""
+        if not self.references:
+            return np.zeros(entries.shape, np.int64)
+        if not self.packed:
+            return entries["ref_delta"].astype(np.int64)
+        return (read_uint(entries, "links") >> self.prev_bits) & ((1 << self.ref_bits) - 1)
+
+    def pack(
+        self, positions: npt.NDArray[np.uint64], lengths: npt.NDArray[np.int64], checksums: npt.NDArray[np.uint32],
+        prevs: npt.NDArray[np.int64], refs: npt.NDArray[np.int64],
+    ) -> npt.NDArray[np.void]:  # fmt: skip
+        """Entries of these fields, as an array of ``dtype`` (a new generation's, copied from the old one)."""
+        entries = np.zeros(len(positions), self.dtype)
+        entries["length"], entries["checksum"] = lengths, checksums
+        if not self.packed:
+            entries["position"], entries["prev_delta"] = positions, prevs
+            if self.references:
+                entries["ref_delta"] = refs
+            return entries
+        entries["position"] = positions & np.uint64(self._position_mask)
+        links = (prevs.astype(np.uint64) | (refs.astype(np.uint64) << np.uint64(self.prev_bits)))
+        if self.dtype["links"].subdtype is None:
+            entries["links"] = links
+        else:
+            shifts = np.uint64(8) * np.arange(self._link_bytes, dtype=np.uint64)
+            entries["links"] = ((links[:, None] >> shifts) & np.uint64(0xFF)).astype(np.uint8)
+        return entries
 
 
 class FrameRing:
@@ -128,20 +244,26 @@ class FrameRing:
         frames_written: int,
         bytes_written: int,
         writable: bool,
-        references: bool = False,
+        version: int,
+        max_distance: int | None = None,
+        extra: int = 0,
         frame_dtype: np.dtype = np.dtype(np.uint8),
     ) -> None:
-        """``references``: the entries have ``ref_delta`` (a ``ReferenceFrameRing``'s table).
+        """``version``: the store's format version, which lays out the entries (``frame_entry``);
+        ``max_distance``: a ``ReferenceFrameRing``'s (its entries hold ``ref_delta`` too), None for a
+        plain ring; ``extra``: a stored frame's bytes beyond lz4's worst case (``worst_block``).
         ``frame_dtype``: the frames' little-endian dtype; the ring itself deals in bytes (a frame is
         ``frame_nbytes`` bytes, and every length, bound and size below counts bytes, not elements)."""
         self.directory = directory
         self.frame_shape = frame_shape
         self.frame_dtype = frame_dtype
         self.frame_nbytes = int(np.prod(frame_shape)) * frame_dtype.itemsize
-        self.entry = frame_entry(self.frame_nbytes, references=references)
-        self._with_refs = references
-        self._packer = _entry_packer(self.entry)
-        self._layout = _entry_layout(self.entry)
+        self.version = version
+        self._max_distance, self._extra = max_distance, extra
+        self._with_refs = max_distance is not None
+        self._format = self._entry_format(frame_slots)
+        self.entry = self._format.dtype
+        self._layout = self._format.layout
         self.segment_bytes = segment_bytes
         self.frame_slots = frame_slots
         self.generation = generation
@@ -159,6 +281,14 @@ class FrameRing:
         self._table_reserved = 0  # bytes of the table that _reservation has reserved
         self._entries = self._entry_view()
 
+    def _entry_format(self, frame_slots: int) -> EntryFormat:
+        """The entries of a table of ``frame_slots`` entries (format version 5 sizes them by it)."""
+        return EntryFormat(self.frame_nbytes, frame_slots=frame_slots, version=self.version,
+                           max_distance=self._max_distance, extra=self._extra)
+
+    def _use_format(self, entry_format: EntryFormat) -> None:
+        self._format, self.entry, self._layout = entry_format, entry_format.dtype, entry_format.layout
+
     @staticmethod
     def create(
         directory: StoreDirectory | Path,
@@ -166,16 +296,19 @@ class FrameRing:
         frame_shape: tuple[int, ...],
         segment_bytes: int,
         frame_slots: int,
-        references: bool = False,
+        version: int = FORMAT_VERSION,
+        max_distance: int | None = None,
+        extra: int = 0,
         frame_dtype: np.dtype = np.dtype(np.uint8),
     ) -> FrameRing:
         """Create the empty segments folder and frame table of a new store, and open them for writing.
 
-        A table of entries with ``references`` is created here too, but read through ``ReferenceFrameRing``
-        (this class decodes every frame alone).
+        A table of a reference ring's entries (``max_distance``) is created here too, but read through
+        ``ReferenceFrameRing`` (this class decodes every frame alone).
         """
         (directory / SEGMENTS_DIR).mkdir()
-        entry = frame_entry(int(np.prod(frame_shape)) * frame_dtype.itemsize, references=references)
+        entry = frame_entry(int(np.prod(frame_shape)) * frame_dtype.itemsize, frame_slots=frame_slots,
+                            version=version, max_distance=max_distance, extra=extra)
         create_sparse(directory / frame_table_name(0), frame_slots * entry.itemsize)
         return FrameRing(
             directory,
@@ -186,7 +319,9 @@ class FrameRing:
             frames_written=0,
             bytes_written=0,
             writable=True,
-            references=references,
+            version=version,
+            max_distance=max_distance,
+            extra=extra,
             frame_dtype=frame_dtype,
         )
 
@@ -207,7 +342,7 @@ class FrameRing:
         assert entries is not None, "append needs a writable frame ring"
         with_refs = self._with_refs
         assert with_refs == (ref_deltas is not None), "ref_deltas are given exactly for a reference ring"
-        entry_size, pack_into = self._packer.size, self._packer.pack_into
+        entry_size, pack_into = self._format.size, self._format.pack_into
         self._reserve_entries(first_step + len(payloads))
         run: list[bytes] = []  # frames not written yet, consecutive from run_start in the current segment
         run_start = position
@@ -223,12 +358,8 @@ class FrameRing:
             run.append(payload)
             # frame_seed, without numpy
             seed = (step * _SEED_MULTIPLIER + prev_delta + ref_delta * _REF_SEED_MULTIPLIER) & 0xFFFFFFFF
-            if with_refs:
-                pack_into(entries, (step % frame_slots) * entry_size, position, length,
-                          lz4_codec.checksum(payload, seed), prev_delta, ref_delta)
-            else:
-                pack_into(entries, (step % frame_slots) * entry_size, position, length,
-                          lz4_codec.checksum(payload, seed), prev_delta)
+            pack_into(entries, (step % frame_slots) * entry_size, position, length,
+                      lz4_codec.checksum(payload, seed), prev_delta, ref_delta)
             position += length
             step += 1
         self._write_run(run, run_start)
@@ -263,7 +394,7 @@ class FrameRing:
 
     def _reserve_entries(self, frame_stop: int) -> None:
         """Reserve the frame table's blocks up to the entry of frame step ``frame_stop`` (exclusive)."""
-        table_end = min(frame_stop, self.frame_slots) * self._packer.size
+        table_end = min(frame_stop, self.frame_slots) * self._format.size
         if table_end > self._table_reserved:  # slots fill in order on the first lap, then all are reserved
             self._reservation.ensure(table_end)  # type: ignore[union-attr]
             self._table_reserved = table_end
@@ -281,13 +412,17 @@ class FrameRing:
             return
         segment, offset = divmod(position, self.segment_bytes)
         descriptor = self._descriptor_of(segment)
-        # pwrite, not a store into the map: a full disk is then an OSError, not a SIGBUS.
-        if len(run) == 1:
-            written, length = os.pwrite(descriptor, run[0], offset), len(run[0])
-        else:
-            written, length = os.pwritev(descriptor, run, offset), sum(map(len, run))
-        if written != length:
-            raise OSError(f"{self._segment_path(segment)}: short write ({written} of {length} bytes)")
+        # pwrite, not a store into the map: a full disk is then an OSError, not a SIGBUS. pwritev takes at
+        # most IOV_MAX buffers (1,024 on Linux): an add of more frames (thousands of envs) goes in parts.
+        for start in range(0, len(run), _IOV_MAX):
+            part = run[start : start + _IOV_MAX]
+            if len(part) == 1:
+                written, length = os.pwrite(descriptor, part[0], offset), len(part[0])
+            else:
+                written, length = os.pwritev(descriptor, part, offset), sum(map(len, part))
+            if written != length:
+                raise OSError(f"{self._segment_path(segment)}: short write ({written} of {length} bytes)")
+            offset += length
 
     def sync(self) -> None:
         """Make every frame and table entry written so far durable (msync), before a commit."""
@@ -307,12 +442,20 @@ class FrameRing:
         generation = self.generation + 1
         path = self.directory / frame_table_name(generation)
         path.unlink(missing_ok=True)  # left by a crash before the header named it
-        create_sparse(path, frame_slots * self.entry.itemsize)
+        grown = self._entry_format(frame_slots)  # version 5's links and positions: sized for frame_slots
+        create_sparse(path, frame_slots * grown.size)
         reservation = BlockReservation(path)
-        reservation.ensure(frame_slots * self.entry.itemsize)
-        table = map_array(path, self.entry, (frame_slots,), writable=True, what="frame table")
+        reservation.ensure(frame_slots * grown.size)
+        table = map_array(path, grown.dtype, (frame_slots,), writable=True, what="frame table")
         steps = np.arange(frame_tail, self.frames_written)
-        table[steps % frame_slots] = self._table[steps % self.frame_slots]
+        old = self._table[steps % self.frame_slots]
+        if grown.dtype == self.entry and grown.prev_bits == self._format.prev_bits:
+            table[steps % frame_slots] = old
+        else:
+            table[steps % frame_slots] = grown.pack(
+                self._format.positions(old, self.bytes_written), old["length"].astype(np.int64), old["checksum"],
+                self._format.prev_deltas(old), self._format.ref_deltas(old),
+            )
         table.flush()
         fsync_directory(self.directory)
         if self._entries is not None:
@@ -322,6 +465,7 @@ class FrameRing:
         self._entries = self._entry_view()
         self._reservation.close()  # type: ignore[union-attr]
         self._reservation = reservation
+        self._use_format(grown)
         self._table_reserved = frame_slots * self.entry.itemsize
         self.generation = generation
         self.frame_slots = frame_slots
@@ -342,16 +486,15 @@ class FrameRing:
 
     def prev_deltas(self, frame_steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """The ``prev_delta`` link of each frame (0 at an episode's first frame)."""
-        return self._table["prev_delta"][frame_steps % self.frame_slots].astype(np.int64)
+        return self._format.prev_deltas(self._table[frame_steps % self.frame_slots])
 
     def stacks(self, next_frames: npt.NDArray[np.int64], stack_size: int) -> npt.NDArray[np.int64]:
         """``stacking.transition_frames`` through this ring's episode links: frame steps (B, stack_size + 1)."""
         if _lz4batch is None:
             return stacking.transition_frames(next_frames, self.prev_deltas, stack_size)
         frames = np.empty((len(next_frames), stack_size + 1), np.int64)
-        link_offset = self._layout[4]  # prev_delta's byte offset in an entry (_entry_layout)
         next_frames = np.ascontiguousarray(next_frames, np.int64)
-        _lz4batch.follow_links(self._table, self.frame_slots, self.entry.itemsize, link_offset, next_frames, frames)
+        _lz4batch.follow_links(self._table, self.frame_slots, self._layout, next_frames, frames)
         return frames
 
     def keep_from(self, oldest_frame: int) -> int:
@@ -362,8 +505,10 @@ class FrameRing:
     def reload(self, *, generation: int, frame_slots: int, frames_written: int, bytes_written: int) -> None:
         """Follow a writer's newer commit (readers): counts, and the frame table if it was replaced."""
         if generation != self.generation:
-            mapping = self._map_table(generation, frame_slots)
+            entry_format = self._entry_format(frame_slots)
+            mapping = self._map_table(generation, frame_slots, entry_format.dtype)
             self._mapping, self._table = mapping, mapping.view(np.ndarray)
+            self._use_format(entry_format)
             self.generation, self.frame_slots = generation, frame_slots
         self.frames_written, self.bytes_written = frames_written, bytes_written
 
@@ -377,7 +522,8 @@ class FrameRing:
         """The byte position of a written frame; ``bytes_written`` for the frame not yet written."""
         if frame_step >= self.frames_written:
             return self.bytes_written
-        return int(self._table["position"][frame_step % self.frame_slots])
+        entry = self._table[frame_step % self.frame_slots : frame_step % self.frame_slots + 1]
+        return int(self._format.positions(entry, self.bytes_written)[0])
 
     def decode_into(
         self, frame_steps: npt.NDArray[np.int64], out: npt.NDArray[np.generic], *, limit: int
@@ -409,7 +555,7 @@ class FrameRing:
         # take(mode="wrap") is table[frame_steps % frame_slots] (the table has frame_slots entries),
         # several times cheaper than indexing a structured array.
         entries = self._table.take(frame_steps, mode="wrap")
-        positions, lengths = entries["position"], entries["length"]
+        positions, lengths = self._format.positions(entries, self.bytes_written), entries["length"]
         if (positions + lengths).max() > self.bytes_written:
             self._raise_outside(frame_steps, positions, lengths)
         # A position of 2**64 - 2**32 or more can wrap the sum above: as int64 it is negative, and so
@@ -425,7 +571,7 @@ class FrameRing:
             offsets,
             lengths.astype(np.int64),
             entries["checksum"],
-            frame_steps.astype(np.uint32) * np.uint32(_SEED_MULTIPLIER) + entries["prev_delta"],  # frame_seed
+            frame_seed(frame_steps, self._format.prev_deltas(entries)),
             out.reshape(len(frame_steps), -1).view(np.uint8),  # lz4 writes bytes
             views=views,
             limit=limit,
@@ -471,15 +617,16 @@ class FrameRing:
                     return b"", lengths, checksums, seeds, int(gathered)
             if attempt == 0:  # map the segments of these frames (a writer that never read has none kept)
                 entries = self._table.take(steps, mode="wrap")
-                if (entries["position"] + entries["length"]).max() > self.bytes_written:
+                positions = self._format.positions(entries, self.bytes_written)
+                if (positions + entries["length"]).max() > self.bytes_written:
                     break  # the general path names the frame
-                segments = entries["position"].view(np.int64) // self.segment_bytes
+                segments = positions.view(np.int64) // self.segment_bytes
                 if int(segments.min()) < 0:
                     break
                 self._views_covering(int(segments.min()), int(segments.max()), segments, steps)
         # The general path: no extension, or a frame outside the bytes written or the views kept.
         entries = self._table.take(steps, mode="wrap")
-        positions, lengths = entries["position"], entries["length"].astype(np.int64)
+        positions, lengths = self._format.positions(entries, self.bytes_written), entries["length"].astype(np.int64)
         if len(steps) and ((positions + lengths.astype(np.uint64)).max() > self.bytes_written):
             self._raise_outside(steps, positions, entries["length"])
         segments = positions.view(np.int64) // self.segment_bytes
@@ -491,7 +638,7 @@ class FrameRing:
             )
         )
         checksums = entries["checksum"].astype(np.uint32)
-        seeds = (steps.astype(np.uint32) * np.uint32(_SEED_MULTIPLIER) + entries["prev_delta"]).astype(np.uint32)
+        seeds = frame_seed(steps, self._format.prev_deltas(entries), self._format.ref_deltas(entries)).astype(np.uint32)
         bad = -1
         if verify:
             ends = np.cumsum(lengths).tolist()
@@ -530,14 +677,15 @@ class FrameRing:
 
     # -- files -----------------------------------------------------------------------------------
 
-    def _map_table(self, generation: int, frame_slots: int) -> np.memmap:
+    def _map_table(self, generation: int, frame_slots: int, entry: np.dtype | None = None) -> np.memmap:
         path = self.directory / frame_table_name(generation)
-        expected = frame_slots * self.entry.itemsize
+        entry = self.entry if entry is None else entry
+        expected = frame_slots * entry.itemsize
         # Opened once, not following a link, and refused unless a regular file (store_directory).
         descriptor = open_sized(path, expected, writable=self.writable, what="frame table")
         try:
             check_mapping(expected, f"{path}: the frame table of {frame_slots:,} slots (the header's frame_slots)")
-            return map_array(path, self.entry, (frame_slots,), writable=self.writable, what="frame table",
+            return map_array(path, entry, (frame_slots,), writable=self.writable, what="frame table",
                              descriptor=descriptor)
         finally:
             os.close(descriptor)

@@ -28,6 +28,9 @@ from mmreplay.rows.transitions import (
     RowChecksumError,
     detached_rows,
     next_frame_steps,
+    row_envs,
+    row_flags,
+    row_next_deltas,
 )
 
 RowsOf = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.void]]
@@ -56,14 +59,14 @@ def follow_episodes(
     alive = np.ones(len(steps), np.bool_)
     rows = rows_of(current)
     for position in range(1, length):
-        alive &= (rows["flags"] & (TERMINATED | TRUNCATED)) == 0
-        delta = rows["next_delta"].astype(np.int64)
+        alive &= (row_flags(rows) & (TERMINATED | TRUNCATED)) == 0
+        delta = row_next_deltas(rows)
         candidate = current + delta
         alive &= (delta > 0) & (candidate < newest_exclusive)
         if not alive.any():
             break
         linked = rows_of(np.where(alive, candidate, current))
-        alive &= (linked["env"] == rows["env"]) & ((linked["flags"] & (EPISODE_START | FRAGMENT_START)) == 0)
+        alive &= (row_envs(linked) == row_envs(rows)) & ((row_flags(linked) & (EPISODE_START | FRAGMENT_START)) == 0)
         if stacks is not None and alive.any():
             _check_frame_chain(
                 current[alive], candidate[alive], rows[alive], linked[alive], stacks, stack_size, table_path

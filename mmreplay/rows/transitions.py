@@ -22,6 +22,7 @@ import numpy.typing as npt
 
 from mmreplay import extensions
 from mmreplay.disk.files import BlockReservation, create_sparse
+from mmreplay.disk.packed_fields import byte_width, read_uint, uint_field, write_uint
 from mmreplay.disk.store_directory import FileLocation, map_array, open_sized
 from mmreplay.errors import CorruptStoreError
 from mmreplay.limits import check_mapping
@@ -45,25 +46,77 @@ _CHUNK = 4096  # rows per cached minimum in ``oldest_frame``
 
 
 MAX_ENVS = 1 << 16  # env indices fit a u2 field
-_ONE_BYTE_ENVS = 1 << 8  # stores of at most this many envs keep env in one byte
+_ONE_BYTE_ENVS = 1 << 8  # format version 4: stores of at most this many envs keep env in one byte
 _MAX_LEAD = (1 << 32) - 1
+# Format version 5 packs the env with the flags: the flags in a word's low FLAG_BITS bits, the env above.
+FLAG_BITS = 5
+_FLAG_MASK = (1 << FLAG_BITS) - 1
 
 
-def row_dtype(action_shape: tuple[int, ...], action_dtype: np.dtype, num_envs: int) -> np.dtype:
-    """The packed little-endian row layout for a given action field and number of envs."""
+def row_dtype(
+    action_shape: tuple[int, ...], action_dtype: np.dtype, num_envs: int, *, row_slots: int, version: int
+) -> np.dtype:
+    """The packed little-endian row layout of format ``version`` for a given action field, number of envs and
+    ring of ``row_slots`` rows.
+
+    Version 5 stores ``next_delta`` in as few bytes as hold any link a writer makes (at most ``row_slots``
+    steps: a link joins a stored transition to a newer one), and the env with the flags in one word
+    (``flags_env``: the flags in its low ``FLAG_BITS`` bits, the env above; one byte for up to 8 envs).
+    Versions 3 and 4 keep ``next_delta`` u4, ``env`` u1 (u2 beyond 256 envs) and ``flags`` u1 apart."""
+    action = ("action", action_dtype.newbyteorder("<"), action_shape)
+    if version < 5:
+        return np.dtype(
+            [
+                ("checksum", "<u4"),  # of the bytes after next_delta at the row's step: see mmreplay.rows.checksums
+                ("next_delta", "<u4"),  # steps forward to the env's next transition in this episode; 0: none yet
+                # next_obs frame step minus transition step: every transition writes its next_obs frame, so
+                # the lead is never negative; it grows by one per episode start (that episode's reset frame).
+                ("frame_lead", "<u4"),
+                ("env", "u1" if num_envs <= _ONE_BYTE_ENVS else "<u2"),
+                ("reward", "<f4"),
+                ("flags", "u1"),
+                action,
+            ]
+        )
+    flags_env = byte_width(((num_envs - 1) << FLAG_BITS) | _FLAG_MASK)
     return np.dtype(
         [
-            ("checksum", "<u4"),  # of the bytes after next_delta at the row's step: see mmreplay.rows.checksums
-            ("next_delta", "<u4"),  # steps forward to the env's next transition in this episode; 0: none yet
-            # next_obs frame step minus transition step: every transition writes its next_obs frame, so
-            # the lead is never negative; it grows by one per episode start (that episode's reset frame).
+            ("checksum", "<u4"),
+            ("next_delta", uint_field(min(4, max(2, byte_width(row_slots))))),
             ("frame_lead", "<u4"),
-            ("env", "u1" if num_envs <= _ONE_BYTE_ENVS else "<u2"),
+            ("flags_env", uint_field(flags_env)),
             ("reward", "<f4"),
-            ("flags", "u1"),
-            ("action", action_dtype.newbyteorder("<"), action_shape),
+            action,
         ]
     )
+
+
+def unchecked_bytes(dtype: np.dtype) -> int:
+    """The bytes a row's checksum leaves out: the checksum itself and ``next_delta`` (written later)."""
+    assert dtype.fields is not None
+    return int(dtype.fields["next_delta"][1]) + dtype["next_delta"].itemsize
+
+
+def row_flags(rows: npt.NDArray[np.void]) -> npt.NDArray[np.uint8]:
+    """Each row's flag bits (``TERMINATED``, ...), in either version's layout."""
+    if rows.dtype.names is not None and "flags" in rows.dtype.names:
+        flags: npt.NDArray[np.uint8] = rows["flags"]
+        return flags
+    word = rows["flags_env"]
+    low = word if rows.dtype["flags_env"].subdtype is None else word[..., 0]
+    return (low & _FLAG_MASK).astype(np.uint8)
+
+
+def row_envs(rows: npt.NDArray[np.void]) -> npt.NDArray[np.int64]:
+    """Each row's env index, in either version's layout."""
+    if rows.dtype.names is not None and "env" in rows.dtype.names:
+        return rows["env"].astype(np.int64)
+    return read_uint(rows, "flags_env") >> FLAG_BITS
+
+
+def row_next_deltas(rows: npt.NDArray[np.void]) -> npt.NDArray[np.int64]:
+    """Each row's forward link (0: none yet), in either version's layout."""
+    return read_uint(rows, "next_delta")
 
 
 def row_layout(dtype: np.dtype) -> tuple[int, ...]:
@@ -71,13 +124,16 @@ def row_layout(dtype: np.dtype) -> tuple[int, ...]:
     ``_lz4batch.row_layout(*row_layout(dtype))`` checks it once and returns what the row functions take.
     In order: the row's size, the byte offsets of checksum, next_delta, frame_lead and env, env's width,
     the offsets of reward, flags and action, action's size, then the flag bits TERMINATED, TRUNCATED and
-    DETACHED."""
+    DETACHED, next_delta's width and the shift of env in its word (5 where it shares the flags' word,
+    format version 5; else 0)."""
     assert dtype.fields is not None
     offsets = {name: dtype.fields[name][1] for name in dtype.names or ()}
+    packed = "flags_env" in offsets
+    env, flags = ("flags_env", "flags_env") if packed else ("env", "flags")
     return (
-        dtype.itemsize, offsets["checksum"], offsets["next_delta"], offsets["frame_lead"], offsets["env"],
-        dtype["env"].itemsize, offsets["reward"], offsets["flags"], offsets["action"], dtype["action"].itemsize,
-        TERMINATED, TRUNCATED, DETACHED,
+        dtype.itemsize, offsets["checksum"], offsets["next_delta"], offsets["frame_lead"], offsets[env],
+        dtype[env].itemsize, offsets["reward"], offsets[flags], offsets["action"], dtype["action"].itemsize,
+        TERMINATED, TRUNCATED, DETACHED, dtype["next_delta"].itemsize, FLAG_BITS if packed else 0,
     )
 
 
@@ -95,7 +151,7 @@ class RowFields(NamedTuple):
 
 def detached_rows(rows: npt.NDArray[np.void]) -> npt.NDArray[np.bool_]:
     """Which rows carry the DETACHED flag."""
-    detached: npt.NDArray[np.bool_] = (rows["flags"] & DETACHED) != 0
+    detached: npt.NDArray[np.bool_] = (row_flags(rows) & DETACHED) != 0
     return detached
 
 
@@ -104,7 +160,7 @@ def next_frame_steps(rows: npt.NDArray[np.void], steps: npt.NDArray[np.int64]) -
     return steps + rows["frame_lead"].astype(np.int64)
 
 
-_UNCHECKED_BYTES = 8  # checksum and next_delta
+_V3_UNCHECKED_BYTES = 8  # version 3's sum leaves out checksum and next_delta
 _lz4batch = extensions.load("_lz4batch")  # its gather_rows is read's copy and checksums, compiled
 _ROW_COPY_BYTES = 256  # the longest row the compiled code unpacks (_c/row_gather.h, ROW_COPY_BYTES)
 _STEP_MIX = 2654435761  # of format version 3's row sum
@@ -144,8 +200,12 @@ class TransitionTable:
         self.path = path
         self.row_slots = row_slots
         self._chunk_minimums: dict[int, int] = {}
-        self._weights = np.arange(1, 2 * (dtype.itemsize - _UNCHECKED_BYTES), 2, dtype=np.uint64)
-        self._row_size, self._env_bytes = dtype.itemsize, dtype["env"].itemsize
+        self._weights = np.arange(1, 2 * (dtype.itemsize - _V3_UNCHECKED_BYTES), 2, dtype=np.uint64)
+        self._row_size = dtype.itemsize
+        self._unchecked = unchecked_bytes(dtype)  # checksum and next_delta
+        self._next_delta_bytes = dtype["next_delta"].itemsize
+        self._packed = "flags_env" in (dtype.names or ())  # format version 5: env and flags in one word
+        self._flags_env_bytes = dtype["flags_env"].itemsize if self._packed else 0
         # The layout the compiled row functions take, checked by the extension once, here.
         self._layout = None if _lz4batch is None else _lz4batch.row_layout(*row_layout(dtype))
         stored_action = dtype["action"]
@@ -155,8 +215,12 @@ class TransitionTable:
         self._gather_fields = (
             _lz4batch is not None and self._row_size <= _ROW_COPY_BYTES and self._action.base == stored_action.base
         )
-        # The fields between next_delta and action, packed exactly as in row_dtype.
-        self._middle = struct.Struct("<I" + ("B" if self._env_bytes == 1 else "H") + "fB")
+        # The fields between next_delta and action, packed exactly as in row_dtype (version 5: frame_lead,
+        # then flags_env, then reward, written apart, since flags_env may be 3 bytes wide).
+        self._middle = (
+            struct.Struct("<I") if self._packed
+            else struct.Struct("<I" + ("B" if dtype["env"].itemsize == 1 else "H") + "fB")
+        )
         # Plain indexing, without memmap's per-call overhead.
         self._rows: npt.NDArray[np.void] = self._mapping.view(np.ndarray)
         self._bytes = self._rows.view(np.uint8).reshape(-1).data if writable else None
@@ -189,13 +253,17 @@ class TransitionTable:
         self._reservation.ensure(min(first_step + len(next_frames), self.row_slots) * size)
         if next_frames:
             self._check_lead(next_frames[-1] - (first_step + len(next_frames) - 1))  # leads never shrink
-        pack = self._middle.pack
+        pack, unchecked = self._middle.pack, bytes(self._next_delta_bytes)
         for i, next_frame in enumerate(next_frames):
             step = first_step + i
-            body = pack(next_frame - step, envs[i], float(rewards[i]), flags[i]) + actions[i].tobytes()
+            if self._packed:
+                body = (pack(next_frame - step) + write_uint(flags[i] | envs[i] << FLAG_BITS, self._flags_env_bytes)
+                        + struct.pack("<f", float(rewards[i])) + actions[i].tobytes())
+            else:
+                body = pack(next_frame - step, envs[i], float(rewards[i]), flags[i]) + actions[i].tobytes()
             checksum = row_checksum(body, step)
             offset = (step % self.row_slots) * size
-            self._bytes[offset : offset + size] = struct.pack("<II", checksum, 0) + body
+            self._bytes[offset : offset + size] = struct.pack("<I", checksum) + unchecked + body
 
     def write_continuations(
         self,
@@ -252,7 +320,9 @@ class TransitionTable:
 
     def link(self, step: int, next_step: int) -> None:
         """Record that ``next_step`` continues the episode of ``step`` (same env)."""
-        self._rows["next_delta"][step % self.row_slots] = next_step - step
+        assert self._bytes is not None, "link needs a writable table"
+        offset = (step % self.row_slots) * self._row_size + 4  # next_delta follows the checksum
+        self._bytes[offset : offset + self._next_delta_bytes] = write_uint(next_step - step, self._next_delta_bytes)
 
     def oldest_frame(self, start: int, stop: int, *, oldest_frames_of: FramesOf) -> int:
         """The oldest frame step that any transition in steps ``[start, stop)`` uses.
@@ -282,12 +352,16 @@ class TransitionTable:
         return int(oldest_frames_of(next_frame_steps(rows, steps), detached_rows(rows)).min())
 
     def columns(self, start: int, stop: int, names: tuple[str, ...]) -> dict[str, npt.NDArray[Any]]:
-        """Whole columns of the rows of steps ``[start, stop)``, read a chunk at a time."""
-        parts: dict[str, list[npt.NDArray[np.generic]]] = {name: [] for name in names}
+        """Whole columns of the rows of steps ``[start, stop)``, read a chunk at a time; ``"env"``,
+        ``"flags"`` and ``"next_delta"`` as every format version gives them (``row_envs``, ...)."""
+        parts: dict[str, list[npt.NDArray[Any]]] = {name: [] for name in names}
+        unpacked: dict[str, Callable[[npt.NDArray[np.void]], npt.NDArray[Any]]] = {
+            "env": row_envs, "flags": row_flags, "next_delta": row_next_deltas,
+        }
         for chunk_start in range(start, stop, _CHUNK):
             rows = self.read(np.arange(chunk_start, min(stop, chunk_start + _CHUNK), dtype=np.int64))
             for name in names:
-                parts[name].append(rows[name])
+                parts[name].append(unpacked[name](rows) if name in unpacked else rows[name])
         return {name: np.concatenate(arrays) if arrays else np.empty(0) for name, arrays in parts.items()}
 
     def newest_of_each_env(self, start: int, stop: int, num_envs: int) -> dict[int, int]:
@@ -296,7 +370,7 @@ class TransitionTable:
         chunk_stop = stop
         while chunk_stop > start and len(newest) < num_envs:
             chunk_start = max(start, chunk_stop - _CHUNK)
-            envs = self.read(np.arange(chunk_start, chunk_stop, dtype=np.int64))["env"]
+            envs = row_envs(self.read(np.arange(chunk_start, chunk_stop, dtype=np.int64)))
             for env in np.unique(envs).tolist():
                 if env not in newest:
                     newest[env] = chunk_start + int(np.flatnonzero(envs == env)[-1])
@@ -308,7 +382,7 @@ class TransitionTable:
         if _lz4batch is not None:
             steps = np.ascontiguousarray(steps, np.int64)
             rows = np.empty(len(steps), self._rows.dtype)
-            first_bad = _lz4batch.gather_rows(self._rows, self.row_slots, steps, rows, self._version_3)
+            first_bad = _lz4batch.gather_rows(self._rows, self.row_slots, steps, rows, self._version_3, self._unchecked)
         else:
             rows = self._rows[steps % self.row_slots]
             bad = rows["checksum"] != self._checksums(rows, steps)
@@ -345,7 +419,7 @@ class TransitionTable:
         action[...] = rows["action"]
         return RowFields(
             next_frame_steps(rows, steps), action, rows["reward"].astype(np.float32),
-            (rows["flags"] & TERMINATED) != 0, (rows["flags"] & TRUNCATED) != 0, rows["env"].astype(np.int64),
+            (row_flags(rows) & TERMINATED) != 0, (row_flags(rows) & TRUNCATED) != 0, row_envs(rows),
             detached_rows(rows),
         )
 
@@ -355,8 +429,8 @@ class TransitionTable:
         2654435761, mod 2^32."""
         data = np.ascontiguousarray(rows).view(np.uint8).reshape(len(rows), rows.dtype.itemsize)
         if not self._version_3:
-            return row_checksums(data, steps, skip=_UNCHECKED_BYTES)
-        sums = data[:, _UNCHECKED_BYTES:].astype(np.uint64) @ self._weights
+            return row_checksums(data, steps, skip=self._unchecked)
+        sums = data[:, _V3_UNCHECKED_BYTES:].astype(np.uint64) @ self._weights
         mixed = sums + steps.astype(np.uint64) * np.uint64(_STEP_MIX)
         return (mixed & np.uint64(0xFFFFFFFF)).astype(np.uint32)
 

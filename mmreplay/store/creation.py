@@ -20,7 +20,6 @@ from mmreplay.disk.writer_lock import acquire_writer_lock
 from mmreplay.errors import StoreExistsError
 from mmreplay.frames import encodings
 from mmreplay.frames.reference_codec import ReferenceScheme
-from mmreplay.frames.ring import FrameRing
 from mmreplay.rows.fields import FieldTable
 from mmreplay.rows.transitions import MAX_ENVS, TransitionTable, row_dtype
 from mmreplay.sampling.samplers import PrioritizedSampler, Sampler, UniformSampler
@@ -138,17 +137,11 @@ def build_beside(
 
 def build_empty(building: StoreDirectory, layout: header.Layout, commit: header.Commit) -> None:
     """The files of an empty store with this layout and empty commit, in the directory ``building``."""
-    FrameRing.create(
-        building,
-        frame_shape=layout.frame_shape,
-        segment_bytes=layout.segment_bytes,
-        frame_slots=commit.frame_slots,
-        references=encodings.has_references(layout),
-        frame_dtype=np.dtype(layout.frame_dtype),
-    ).close()
+    encodings.create_ring(building, layout, commit).close()
     TransitionTable.create(
         building / header.TRANSITIONS_NAME,
-        dtype=row_dtype(layout.action_shape, np.dtype(layout.action_dtype), layout.num_envs),
+        dtype=row_dtype(layout.action_shape, np.dtype(layout.action_dtype), layout.num_envs, row_slots=layout.row_slots,
+                        version=layout.format_version),
         row_slots=layout.row_slots,
     ).close()
     if layout.fields:

@@ -25,6 +25,8 @@ class ReceivedEncoder:
     pixels instead of compressing them again (any other frame is compressed by the store's own encoder)."""
 
     records_references = False
+    fast_path = False  # the received blocks are written by the general path, frame by frame
+    groups = None
 
     def __init__(self, own: FrameEncoder, send: EncodedSend) -> None:
         self._own = own

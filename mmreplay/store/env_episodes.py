@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay.rows.transitions import TERMINATED, TRUNCATED, TransitionTable
+from mmreplay.rows.transitions import TERMINATED, TRUNCATED, TransitionTable, row_envs, row_flags
 from mmreplay.store.reading import TransitionReader
 
 
@@ -80,12 +80,13 @@ def load_env_episodes(
         return episodes, None
     steps = np.array(sorted(newest.values()), dtype=np.int64)
     rows = table.read(steps)
+    envs, flags = row_envs(rows), row_flags(rows)
     frame_steps = reader.transition_frames(steps)
     for i, step in enumerate(steps.tolist()):
-        episode = episodes[int(rows["env"][i])]
+        episode = episodes[int(envs[i])]
         episode.frame_steps.extend(frame_steps[i, 1:].tolist())
         episode.last_step = step
-        episode.open = not rows["flags"][i] & (TERMINATED | TRUNCATED)
+        episode.open = not flags[i] & (TERMINATED | TRUNCATED)
     return episodes, steps
 
 

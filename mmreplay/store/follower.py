@@ -74,13 +74,12 @@ class Follower:
     def _open_once(cls, directory: Path, sampler: Sampler | None, decode_threads: int | None) -> Follower:
         opened = header.open_store_directory(directory)
         try:
-            layout, commit, version = header.read_versioned_header(opened)
+            layout, commit = header.read_header(opened)
             chosen = matching_sampler(sampler, layout)
         except BaseException:
             opened.close()
             raise
-        files = MappedFiles(opened, layout, commit, sampler=chosen, writable=False, format_version=version,
-                            decode_threads=decode_threads)
+        files = MappedFiles(opened, layout, commit, sampler=chosen, writable=False, decode_threads=decode_threads)
         try:
             return cls(files, commit)
         except BaseException:

@@ -41,7 +41,6 @@ class MappedFiles:
         *,
         sampler: Sampler,
         writable: bool,
-        format_version: int = header.FORMAT_VERSION,
         decode_threads: int | None = None,
     ) -> None:
         self.directory = directory
@@ -49,7 +48,7 @@ class MappedFiles:
         self.layout = layout
         self.sampler = sampler
         self.writable = writable
-        self.format_version = format_version
+        self.format_version = format_version = layout.format_version
         self.closed = False
         self.lock = threading.RLock()
         self.action_dtype = np.dtype(layout.action_dtype)
@@ -66,7 +65,8 @@ class MappedFiles:
         self.frames = encodings.open_ring(directory, layout, commit, writable=writable)
         self.table = TransitionTable(
             directory / header.TRANSITIONS_NAME,
-            dtype=row_dtype(layout.action_shape, self.action_dtype, layout.num_envs),
+            dtype=row_dtype(layout.action_shape, self.action_dtype, layout.num_envs, row_slots=layout.row_slots,
+                            version=format_version),
             row_slots=layout.row_slots,
             writable=writable,
             version_3=format_version == 3,

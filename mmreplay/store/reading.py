@@ -28,6 +28,8 @@ from mmreplay.rows.transitions import (
     TransitionTable,
     detached_rows,
     next_frame_steps,
+    row_envs,
+    row_flags,
 )
 
 T = TypeVar("T", Batch, SequenceBatch)
@@ -302,13 +304,13 @@ class TransitionReader:
             action=first["action"].astype(self.action_dtype),
             reward=returns,
             next_obs=pixels[:, self.stack_size :],
-            terminated=(last["flags"] & TERMINATED) != 0,
-            truncated=(last["flags"] & TRUNCATED) != 0,
+            terminated=(row_flags(last) & TERMINATED) != 0,
+            truncated=(row_flags(last) & TRUNCATED) != 0,
             index=steps,
-            env_index=first["env"].astype(np.int64),
+            env_index=row_envs(first),
             weight=weight,
             # gamma^m, and 0 when the window ended by termination: r + discount * Q(next_obs) is the target.
-            discount=(np.power(gamma, used) * ((last["flags"] & TERMINATED) == 0)).astype(np.float32),
+            discount=(np.power(gamma, used) * ((row_flags(last) & TERMINATED) == 0)).astype(np.float32),
             user_fields=self._fields(steps),  # the window's first transition's, as obs and action
         ))
 
@@ -344,11 +346,11 @@ class TransitionReader:
             action=rows["action"].astype(self.action_dtype),
             reward=rows["reward"].astype(np.float32),
             next_obs=pixels[:, :, -self.stack_size :],
-            terminated=(rows["flags"] & TERMINATED) != 0,
-            truncated=(rows["flags"] & TRUNCATED) != 0,
+            terminated=(row_flags(rows) & TERMINATED) != 0,
+            truncated=(row_flags(rows) & TRUNCATED) != 0,
             mask=mask,
             index=np.where(mask, window, -1),
-            env_index=rows["env"][:, 0].astype(np.int64),
+            env_index=row_envs(rows)[:, 0],
             weight=weight,
             user_fields=self._fields(window, mask),
         ))

@@ -86,13 +86,16 @@ class Writer:
             frame_dtype=np.dtype(layout.frame_dtype),
         )
         self._encoder = encodings.encoder_for(layout, files.directory)
-        # ``add`` may take its fast path (``_add_single_frames``): a writer of plain lz4 frames, still open.
-        self._fast_add = not self._encoder.records_references
+        # ``add`` may take its fast path (``_add_single_frames``): a writer whose frames a compiled call
+        # writes (plain lz4, or reference frames of format version 5), still open.
+        self._fast_add = self._encoder.fast_path
         # The fast path's compression: a call's frames on the pool's threads (vector envs; from 4 usable
-        # cores), one env's new frame handed to an awake helper before the add is checked (~10 us it overlaps).
+        # cores), one env's new plain frame handed to an awake helper before the add is checked (~10 us it
+        # overlaps; a reference frame's compression needs its group's state, which the call updates).
         limit, frame_nbytes = files.reader.thread_limit, self._frames.frame_nbytes
         self._append_threads = compress_threads(layout.num_envs, frame_nbytes, limit)
-        self._ahead_threads = ahead_threads(1, frame_nbytes, limit) if layout.num_envs == 1 else 1
+        plain_single = layout.num_envs == 1 and self._encoder.groups is None
+        self._ahead_threads = ahead_threads(1, frame_nbytes, limit) if plain_single else 1
         # A sampler that applies priorities and the store's checks of them in one call (PrioritizedSampler).
         self._checked_update = getattr(self._sampler, "update_priorities_checked", None)
         self.transitions_added = commit.transitions_added
@@ -121,7 +124,7 @@ class Writer:
             raise
         try:
             layout, commit, version = header.read_versioned_header(opened)
-            if version != header.FORMAT_VERSION:
+            if version not in header.WRITABLE_VERSIONS:
                 raise FormatVersionError(
                     f"{opened.path / header.HEADER_NAME}: format version {version} opens read-only (mode 'r'): "
                     f"its rows carry version {version}'s checksum; to append, export it and import it into a "
@@ -483,7 +486,10 @@ class Writer:
         count = len(parsed.flags)
         first_step = self.transitions_added
         first_frame = self._frames.frames_written
-        if first_step + count > self._committer.row_limit or first_frame + count > self._committer.frame_limit:
+        # The room the general path makes before this add: a reference store's makes room for each env's
+        # largest add (2 * stack_size frames) before encoding, so that both paths commit at the same adds.
+        frames = count * 2 * self._layout.stack_size if self._encoder.records_references else count
+        if first_step + count > self._committer.row_limit or first_frame + frames > self._committer.frame_limit:
             return False
         oldest_stored = first_step - self._layout.capacity
         links = continuations(
@@ -496,7 +502,17 @@ class Writer:
         with self._lock:
             if fields:
                 self._field_table.write(first_step, fields)  # type: ignore[union-attr]
-            self._frames.append_frames(parsed.new_frames, prev_deltas, threads=self._append_threads, ahead=ahead)
+            if self._encoder.groups is not None:
+                try:
+                    self._frames.append_reference_frames(  # type: ignore[attr-defined]
+                        self._encoder.groups, parsed.new_frames, prev_deltas,
+                        frame_tail=self._committer.committed.frame_tail, threads=self._append_threads,
+                    )
+                except BaseException:
+                    self._encoder.rollback()  # no frame may be encoded against one that was not written
+                    raise
+            else:
+                self._frames.append_frames(parsed.new_frames, prev_deltas, threads=self._append_threads, ahead=ahead)
             self._table.write_continuations(
                 first_step, frame_lead=first_frame - first_step, previous_steps=previous_steps,
                 rewards=parsed.reward, flags=parsed.flags, actions=parsed.action,
