@@ -39,7 +39,7 @@ import numpy.typing as npt
 from mmreplay.frames import lz4_codec as codec
 from mmreplay.disk import header as format
 from mmreplay.frames import reference_codec
-from mmreplay.frames.ring import frame_entry
+from mmreplay.frames.frame_entries import frame_entry
 from mmreplay.frames.reference_codec import EnvReferences, ReferenceScheme
 from mmreplay.rows.transitions import row_dtype
 

@@ -1,5 +1,5 @@
 """The binary files of a store as its header lays them out, for tests that read or damage them directly:
-the frame table's entries of the store's format version (``frames.ring.EntryFormat``) and the rows of its
+the frame table's entries of the store's format version (``frames.frame_entries.EntryFormat``) and the rows of its
 transition table (``rows.transitions.row_dtype``)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from mmreplay.disk import header
+from mmreplay.frames.frame_entries import EntryFormat
 from mmreplay.frames.reference_codec import changed_rows_bound
-from mmreplay.frames.ring import EntryFormat
 from mmreplay.rows.transitions import row_dtype
 
 

@@ -21,7 +21,7 @@ from atari_data import load_stream
 from extension_status import absent_reason
 
 from mmreplay.frames import lz4_codec as codec
-from mmreplay.frames.ring import EntryFormat
+from mmreplay.frames.frame_entries import EntryFormat
 
 FRAME_SHAPE = (84, 84)
 NOT_BUILT = absent_reason("_lz4batch")
@@ -248,7 +248,7 @@ def test_checksums_of_payloads_of_every_length_and_alignment_are_zlibs(path: dic
         assert codec.decode_batch(*arrays, out, views=[view], **path) == 0, size  # type: ignore[arg-type]
 
 
-# Frame table entries of format version 4 with a u4 and with a u2 length (frame_ring.frame_entry), and the
+# Frame table entries of format version 4 with a u4 and with a u2 length (frames.frame_entries.frame_entry), and the
 # layout of each as decode_from_table reads it (_c/frame_entries.h, EntryLayout): size, offsets of position,
 # length, checksum and prev_delta, length's width, position's, the link's width and its prev_delta bits, and
 # no ref_delta; and format version 5's entries (position's low 32 bits, prev_delta packed in 1 to 3 bytes).

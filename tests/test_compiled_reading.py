@@ -93,7 +93,7 @@ def test_follow_links_equals_transition_frames_over_the_same_table(
 ) -> None:
     """Over entries of format version 4 (prev_delta u32) and 5 (prev_delta in the low bits of ``links``,
     ref_delta above it in a reference ring's)."""
-    from mmreplay.frames.ring import EntryFormat
+    from mmreplay.frames.frame_entries import EntryFormat
 
     rng = np.random.default_rng(seed)
     entries = EntryFormat(7056, frame_slots=slots, version=version, max_distance=8192 if references else None,

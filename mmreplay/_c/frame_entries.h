@@ -11,7 +11,7 @@
 
 #include "little_endian.h"
 
-/* A table entry's fields, little-endian (the frame ring's layout, passed in: frames/ring.py's
+/* A table entry's fields, little-endian (the frame ring's layout, passed in: frames/frame_entries.py's
  * _entry_layout): the entry's size; the byte offsets of position, length, checksum (u32) and link; the
  * width of length (2 or 4 bytes); the width of position (8, or 4: its low 32 bits, format version 5,
  * where every frame a reader may read lies less than 2**32 bytes below bytes_written); the width of the
@@ -31,7 +31,7 @@ typedef struct {
         &(layout).ref_bytes, &(layout).ref_shift, &(layout).ref_bits
 
 /* xxHash's PRIME32_2: a frame's CRC seed is step * seed_multiplier + prev_delta + ref_delta * this, mod
- * 2**32 (frames/ring.py's _REF_SEED_MULTIPLIER). */
+ * 2**32 (frames/frame_entries.py's REF_SEED_MULTIPLIER). */
 #define REF_SEED_MULTIPLIER 2246822519u
 
 static inline uint64_t

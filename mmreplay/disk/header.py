@@ -34,7 +34,7 @@ MAGIC = "mmreplay"
 # and rows checked by a CRC-32 mixed with the step (mmreplay.rows.checksums) instead of a weighted byte sum.
 # 5: denser rows and frame-table entries (next_delta in as few bytes as its links need, env packed with the
 # flags; an entry's position as its low 32 bits and its links packed in one field: rows.transitions.row_dtype,
-# frames.ring.frame_entry), and a reference-encoded frame as its changed rows (frames.reference_codec).
+# frames.frame_entries.frame_entry), and a reference-encoded frame as its changed rows (frames.reference_codec).
 FORMAT_VERSION = 5
 # Version 3 stores are read as they are (rows checked by their byte sum); they open read-only, since
 # rows with a version 4 checksum would not match the version 3 header. Version 4 stores open for

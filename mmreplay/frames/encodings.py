@@ -90,7 +90,7 @@ def scheme_of(layout: header.Layout, directory: StoreDirectory | Path) -> Refere
 
 
 def has_references(layout: header.Layout) -> bool:
-    """Whether the store's frame table entries hold ``ref_delta`` (see ``frame_ring.frame_entry``)."""
+    """Whether the store's frame table entries hold ``ref_delta`` (see ``frames.frame_entries.frame_entry``)."""
     return layout.frame_encoding == REFERENCE
 
 

@@ -17,8 +17,9 @@ import numpy.typing as npt
 
 from mmreplay.disk.store_directory import StoreDirectory
 from mmreplay.frames import reference_codec
+from mmreplay.frames.frame_entries import SEED_MULTIPLIER, frame_seed
 from mmreplay.frames.reference_codec import CorruptFrameError, ReferenceScheme
-from mmreplay.frames.ring import _SEED_MULTIPLIER, FrameChecksumError, FrameRing, _lz4batch, frame_seed
+from mmreplay.frames.ring import FrameChecksumError, FrameRing, _lz4batch
 from mmreplay.frames.threads import batch_threads
 
 
@@ -49,7 +50,7 @@ class ReferenceFrameRing(FrameRing):
         self._reserve_entries(first_step + len(prev_deltas))
         written = _lz4batch.append_reference_frames(
             groups, frames, prev_deltas, first_step, frame_tail, self._entries, self.frame_slots, self._layout,
-            _SEED_MULTIPLIER, self._descriptor_of(segment), position - offset, offset, self.segment_bytes, threads,
+            SEED_MULTIPLIER, self._descriptor_of(segment), position - offset, offset, self.segment_bytes, threads,
         )
         if written >= 0:
             self.frames_written = first_step + len(prev_deltas)
