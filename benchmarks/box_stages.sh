@@ -72,7 +72,8 @@ install_wheels() {
     local wheels=("$CARRY"/whl/*.whl)
     [[ -d "$CARRY/testwhl" ]] && wheels+=("$CARRY"/testwhl/*.whl)
     "$PYTHON" -m pip install --quiet --no-index --no-deps --target "$SITE" "${wheels[@]}" || return 1
-    "$PYTHON" -c "import lz4.block, cpprb; print('lz4', lz4.version, 'cpprb', cpprb.__file__)"
+    "$PYTHON" -c "import lz4.block, tqdm; print('lz4', lz4.version, 'tqdm', tqdm.__version__)" || return 1
+    "$PYTHON" -c "import cpprb" 2>/dev/null || echo "no cpprb carried: the prioritized stage has no peer"
 }
 
 build_liblz4() {
@@ -156,6 +157,14 @@ prioritized() {
     return "${PIPESTATUS[0]}"
 }
 
+encodings() {
+    # Plain lz4 against reference frames, paired (issue 28): bytes per transition, add and sample ratios.
+    local games=(pong breakout mspacman)
+    [[ -f "$CARRY/frames/atari_breakout.npz" ]] || games=(pong mspacman)
+    "$PYTHON" benchmarks/bench_encodings.py --data-dir "$CARRY/frames" --games "${games[@]}" --capacity 100000 \
+        --rounds 7 --window 0.25 --json "$OUT/bench.jsonl" --tmpdir "$WORK"
+}
+
 export OUT CARRY PYTHON BUDGET BENCH_ARGS WORK SITE LIBS HEADERS STARTED
 export -f elapsed left machine install_wheels build_liblz4 build_extensions cuda_tests gpu_feed pool_tests \
-    sampling adds prioritized
+    sampling adds prioritized encodings

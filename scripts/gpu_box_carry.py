@@ -2,7 +2,7 @@
 package registry, beside the wheels and sources already there (``whl/``, ``src/``: lz4, cpprb,
 setuptools, nvCOMP; see ``/work/shared/notes/gpu-box-measurements.md``):
 
-- ``frames/atari_<game>.npz``: the 20,000-frame streams of Pong, MsPacman and Seaquest, copied from the
+- ``frames/atari_<game>.npz``: the 20,000-frame streams of Pong, MsPacman, Seaquest and Breakout, copied from the
   atari_frames cache (recorded with ALE first where missing), in the layout ``--data-dir`` reads;
 - ``testwhl/``: pytest and hypothesis wheels (and their dependencies) for CPython 3.12, downloaded with
   pip, for the CUDA tests.
@@ -25,9 +25,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import atari_frames  # noqa: E402
 
-GAMES = ("pong", "mspacman", "seaquest")
+GAMES = ("pong", "mspacman", "seaquest", "breakout")
 STREAM_FRAMES = atari_frames.BENCHMARK_FRAMES
-TEST_REQUIREMENTS = ("pytest", "hypothesis")
+TEST_REQUIREMENTS = ("pytest", "hypothesis", "tqdm")  # tqdm: mmreplay imports it; a box Python may lack it
 LIMIT_MIB = 60
 
 
@@ -41,6 +41,8 @@ def copy_frames(carry: Path, games: list[str]) -> None:
     target.mkdir(parents=True, exist_ok=True)
     for game in games:
         source = atari_frames.stream_path(game, STREAM_FRAMES)
+        if not source.exists():  # recorded with ALE into the cache first
+            atari_frames.load(game, STREAM_FRAMES)
         destination = target / f"atari_{game}.npz"
         shutil.copyfile(source, destination)
         print(f"frames: {destination} ({size_mib(destination):.1f} MiB) from {source}")
