@@ -1,5 +1,5 @@
 """Segment files map with MADV_RANDOM exactly when they outgrow half of the available memory (see
-``FrameRing._outgrows_page_cache``); the kernel reports the advice as the ``rr`` flag of the mapping in
+``SegmentMaps._outgrows_page_cache``); the kernel reports the advice as the ``rr`` flag of the mapping in
 /proc/self/smaps."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from strategies import numbered_frame
 
 from mmreplay import ReplayStore
-from mmreplay.frames import ring as frame_ring
+from mmreplay.frames import segment_maps
 
 SMAPS = Path("/proc/self/smaps")
 pytestmark = pytest.mark.skipif(not SMAPS.exists(), reason="needs Linux's /proc/self/smaps")
@@ -33,7 +33,7 @@ def segment_flags(store_path: Path) -> list[set[str]]:
 def test_segments_map_for_random_reads_only_when_they_outgrow_the_page_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, available: int, random_access: bool
 ) -> None:
-    monkeypatch.setattr(frame_ring, "_available_memory", lambda: available)
+    monkeypatch.setattr(segment_maps, "_available_memory", lambda: available)
     path = tmp_path / "store.mmr"
     with ReplayStore.create(path, frame_shape=(8, 8), capacity=50, stack_size=2) as store:
         for i in range(60):

@@ -109,7 +109,7 @@ class ReferenceFrameRing(FrameRing):
         first, last = int(segments.min()), int(segments.max())
         if first < 0:  # a position of 2**63 or more: beyond anything written
             self._raise_outside(steps, positions, lengths)
-        base, views = self._views_covering(first, last, segments, steps)
+        base, views = self._maps.covering(first, last, segments, steps)
         bad = reference_codec.decode_batch(
             np.subtract(segments, base, out=segments),
             offsets,

@@ -19,9 +19,7 @@ field, ``ref_delta``, also bound into the seed; a plain ring's entries and seeds
 from __future__ import annotations
 
 import itertools
-import mmap
 import os
-import struct
 from pathlib import Path
 from typing import NoReturn
 
@@ -34,7 +32,6 @@ from mmreplay.disk.header import (
     FORMAT_VERSION,
     SEGMENTS_DIR,
     frame_table_name,
-    segment_name,
 )
 from mmreplay.disk.store_directory import (
     FileLocation,
@@ -52,6 +49,7 @@ from mmreplay.frames.frame_entries import (
     frame_entry,
     frame_seed,
 )
+from mmreplay.frames.segment_maps import SegmentMaps
 from mmreplay.limits import check_mapping
 from mmreplay.rows import stacking
 
@@ -61,14 +59,6 @@ class FrameChecksumError(CorruptStoreError):
     outside the bytes written."""
 
     def __init__(self, message: str, *, frame_step: int) -> None:
-        super().__init__(message)
-        self.frame_step = frame_step
-
-
-class MissingSegmentError(CorruptStoreError):
-    """A segment file that a frame needs does not exist (deleted by the writer, or lost)."""
-
-    def __init__(self, message: str, *, frame_step: int | None = None) -> None:
         super().__init__(message)
         self.frame_step = frame_step
 
@@ -83,19 +73,6 @@ def _iov_max() -> int:
 
 _IOV_MAX = _iov_max()
 _lz4batch = extensions.load("_lz4batch")  # its follow_links is stacking.transition_frames over this table
-
-
-def _available_memory() -> int | None:
-    """The kernel's estimate of memory available without swapping (MemAvailable), in bytes; None where
-    /proc/meminfo cannot tell (not Linux)."""
-    try:
-        with open("/proc/meminfo", "rb") as meminfo:
-            for line in meminfo:
-                if line.startswith(b"MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 class FrameRing:
@@ -138,8 +115,7 @@ class FrameRing:
         self.frames_written = frames_written
         self.bytes_written = bytes_written
         self.writable = writable
-        self._segments: dict[int, tuple[mmap.mmap, memoryview]] = {}
-        self._view_cache: tuple[int, list[memoryview]] | None = None  # (first segment, views) of the last batch
+        self._maps = SegmentMaps(directory, segment_bytes, table_path=self._table_path)  # the reads' maps
         self._segment_files: dict[int, int] = {}  # descriptors the writer writes through
         self._dirty_segments: set[int] = set()
         self._writing = (-1, -1)  # (segment, descriptor) that append wrote last; its segment is in _dirty_segments
@@ -406,7 +382,8 @@ class FrameRing:
         if len(frame_steps) == 0:
             return
         assert out.dtype == self.frame_dtype and out.nbytes == len(frame_steps) * self.frame_nbytes
-        if self._view_cache is not None and lz4_codec.decode_from_table(  # writes bytes into any dtype
+        cached = self._maps.cached
+        if cached is not None and lz4_codec.decode_from_table(  # writes bytes into any dtype
             self._table,
             frame_steps,
             out,
@@ -414,8 +391,8 @@ class FrameRing:
             seed_multiplier=SEED_MULTIPLIER,
             segment_bytes=self.segment_bytes,
             bytes_written=self.bytes_written,
-            views=self._view_cache[1],
-            base=self._view_cache[0],
+            views=cached[1],
+            base=cached[0],
             limit=limit,
         ):
             return
@@ -433,7 +410,7 @@ class FrameRing:
         first, last = int(segments.min()), int(segments.max())
         if first < 0:
             self._raise_outside(frame_steps, positions, lengths)
-        base, views = self._views_covering(first, last, segments, frame_steps)
+        base, views = self._maps.covering(first, last, segments, frame_steps)
         bad = lz4_codec.decode_batch(
             np.subtract(segments, base, out=segments),  # each frame's index into views
             offsets,
@@ -457,9 +434,9 @@ class FrameRing:
         segment of views); None where that path cannot run (no extension, a reference ring, no segment
         views kept yet). A frame outside the views makes that call decline, and the general path of
         ``decode_into`` then maps its segment."""
-        if self._view_cache is None or self._with_refs or _lz4batch is None:
+        if self._maps.cached is None or self._with_refs or _lz4batch is None:
             return None
-        base, views = self._view_cache
+        base, views = self._maps.cached
         return (self._table, self.frame_slots, self._layout, SEED_MULTIPLIER, self.segment_bytes, self.bytes_written,
                 views, base)
 
@@ -491,7 +468,7 @@ class FrameRing:
                 segments = positions.view(np.int64) // self.segment_bytes
                 if int(segments.min()) < 0:
                     break
-                self._views_covering(int(segments.min()), int(segments.max()), segments, steps)
+                self._maps.covering(int(segments.min()), int(segments.max()), segments, steps)
         # The general path: no extension, or a frame outside the bytes written or the views kept.
         entries = self._table.take(steps, mode="wrap")
         positions, lengths = self._format.positions(entries, self.bytes_written), entries["length"].astype(np.int64)
@@ -500,7 +477,7 @@ class FrameRing:
         segments = positions.view(np.int64) // self.segment_bytes
         offsets = positions.view(np.int64) - segments * self.segment_bytes
         data = b"".join(
-            self._segment_view(segment, frame_step)[offset : offset + length]
+            self._maps.view(segment, frame_step)[offset : offset + length]
             for segment, offset, length, frame_step in zip(
                 segments.tolist(), offsets.tolist(), lengths.tolist(), steps.tolist()
             )
@@ -530,8 +507,7 @@ class FrameRing:
         )
 
     def close(self) -> None:
-        for segment in list(self._segments):
-            self._unmap(segment)
+        self._maps.close()
         for descriptor in self._segment_files.values():
             os.close(descriptor)
         self._segment_files.clear()
@@ -562,7 +538,7 @@ class FrameRing:
         return self.directory / frame_table_name(self.generation)
 
     def _segment_path(self, segment: int) -> FileLocation:
-        return self.directory / SEGMENTS_DIR / segment_name(segment)
+        return self._maps.path(segment)
 
     def _segment_file(self, segment: int) -> int:
         """The writer's descriptor of a segment, creating the (sparse) file on first use."""
@@ -580,94 +556,15 @@ class FrameRing:
             self._segment_files[segment] = descriptor
         return descriptor
 
-    def _views_covering(
-        self, first: int, last: int, segments: npt.NDArray[np.int64], frame_steps: npt.NDArray[np.int64]
-    ) -> tuple[int, list[memoryview]]:
-        """``(base, views)`` where ``views[k - base]`` is the view of segment k, for each k in ``first..last``.
-
-        The list is kept (and widened to cover the last one kept, when that leaves no hole) while its
-        segments stay mapped. A segment in the range that no frame of the batch needs and that is not
-        mapped (deleted, or not looked at yet) holds an empty view, and the list is then not kept.
-        """
-        if self._view_cache is not None:
-            base, views = self._view_cache
-            if base <= first and last < base + len(views):
-                return self._view_cache
-        needed = set(segments.tolist())
-        if self._view_cache is not None:
-            low, high = min(first, base), max(last, base + len(views) - 1)
-            if all(k in self._segments or k in needed for k in range(low, high + 1)):
-                first, last = low, high
-        views = []
-        holes = False
-        for segment in range(first, last + 1):
-            mapped = self._segments.get(segment)
-            if mapped is not None:
-                views.append(mapped[1])
-            elif segment in needed:
-                frame_step = int(frame_steps[np.argmax(segments == segment)])
-                views.append(self._segment_view(segment, frame_step))
-            else:
-                views.append(memoryview(b""))
-                holes = True
-        if not holes:
-            self._view_cache = (first, views)
-        return first, views
-
-    def _segment_view(self, segment: int, frame_step: int | None = None) -> memoryview:
-        mapped = self._segments.get(segment)
-        if mapped is not None:
-            return mapped[1]
-        path = self._segment_path(segment)
-        needed_by = "" if frame_step is None else f" (frame {frame_step} is there, by {self._table_path()})"
-        try:
-            with os.fdopen(open_regular(path), "rb", buffering=0) as file:
-                if os.fstat(file.fileno()).st_size < self.segment_bytes:
-                    raise CorruptStoreError(f"{path}: segment file is truncated{needed_by}")
-                mapping = mmap.mmap(file.fileno(), self.segment_bytes, access=mmap.ACCESS_READ)
-            if self._outgrows_page_cache():
-                mapping.madvise(mmap.MADV_RANDOM)
-        except FileNotFoundError:
-            raise MissingSegmentError(f"{path}: segment file is missing{needed_by}", frame_step=frame_step) from None
-        view = memoryview(mapping)
-        self._segments[segment] = (mapping, view)
-        return view
-
-    def _outgrows_page_cache(self) -> bool:
-        """Whether the segment files take more than half of the memory the system has available.
-
-        Sampling reads frames at random. A page fault on a mapped file normally reads the disk's whole
-        read-ahead window around the page (8 MiB on the development VM): a store that fits in memory is
-        then cached after a few seconds of sampling, but in one that does not, each fault reads megabytes
-        to use one frame and evicts what the next faults need, about a batch a second. Such a store's
-        segments are mapped with MADV_RANDOM, which reads just the pages a frame lies on. On a cold
-        3M-transition Pong store (0.9 GB): 143-166 batches in the first second against 5-96 with
-        read-around, which had cached the whole store after about two seconds and then ran 15x faster;
-        with MADV_RANDOM it stayed near 200 batches/s, the rate a store larger than memory keeps.
-        """
-        available = _available_memory()
-        if available is None or not hasattr(mmap, "MADV_RANDOM"):
-            return False
-        segment_files = sum(1 for _ in (self.directory / SEGMENTS_DIR).glob("*.seg"))
-        return segment_files * self.segment_bytes > available // 2
-
     def _entry_view(self) -> memoryview | None:
         """The writer's view of the table's bytes, which ``append`` packs entries into."""
         return self._table.view(np.uint8).data if self.writable else None
 
     def _unmap(self, segment: int) -> None:
-        """Close a segment's map and descriptor. A map that something still exports (a memoryview kept
-        alive elsewhere) cannot be closed now: it is dropped, and unmapped when its last user goes."""
-        self._view_cache = None
+        """Close a segment's map (``SegmentMaps.unmap``) and the writer's descriptor of it."""
+        self._maps.unmap(segment)
         if segment == self._writing[0]:
             self._writing = (-1, -1)
-        mapped = self._segments.pop(segment, None)
-        if mapped is not None:
-            try:
-                mapped[1].release()
-                mapped[0].close()
-            except BufferError:
-                pass
         descriptor = self._segment_files.pop(segment, None)
         if descriptor is not None:
             os.close(descriptor)

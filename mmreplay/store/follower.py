@@ -18,7 +18,8 @@ from typing import NoReturn, TypeVar
 from mmreplay.disk import header
 from mmreplay.disk.files import file_signature
 from mmreplay.errors import ClosedStoreError, CorruptStoreError, ReadOnlyStoreError
-from mmreplay.frames.ring import FrameChecksumError, MissingSegmentError
+from mmreplay.frames.ring import FrameChecksumError
+from mmreplay.frames.segment_maps import MissingSegmentError
 from mmreplay.rows.fields import FieldChecksumError
 from mmreplay.rows.transitions import RowChecksumError
 from mmreplay.sampling.samplers import Sampler
