@@ -4,7 +4,7 @@ For each game and each candidate scheme (who references whom) and encoder (how a
 compressed against its reference), on real frames (recorded with ALE, see ``frame_streams.py``):
 
 - bytes/frame: mean compressed size over the first ``--frames`` frames, key frames included; groups
-  restart at each episode start (``reference_codec.EnvReferences``); key frames use lz4 HC 9;
+  restart at each episode start (``reference_scheme.EnvReferences``); key frames use lz4 HC 9;
 - encode: median us/frame over ``--repeats`` passes over ``--timed`` frames (key frames at their
   share), and its median ratio to plain lz4 (``codec.compress``) timed just before on the same frames;
 - decode: a sampled batch (``--batch`` transitions of stack 4: 5 frames each, clipped at episode starts
@@ -36,11 +36,11 @@ import lz4.block
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay.frames import lz4_codec as codec
 from mmreplay.disk import header as format
+from mmreplay.frames import lz4_codec as codec
 from mmreplay.frames import reference_codec
 from mmreplay.frames.frame_entries import frame_entry
-from mmreplay.frames.reference_codec import EnvReferences, ReferenceScheme
+from mmreplay.frames.reference_scheme import EnvReferences, ReferenceScheme
 from mmreplay.rows.transitions import row_dtype
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -20,14 +20,25 @@ from mmreplay.errors import (
     StoreNotFoundError,
 )
 from mmreplay.extensions import PerformanceWarning, warn_if_not_built
-from mmreplay.frames.reference_codec import ReferenceScheme
-from mmreplay.frames.wire import BlockRefs, EncodedFrames, decode_blocks, encode_frames, encode_stacks
+from mmreplay.frames.reference_scheme import ReferenceScheme
+from mmreplay.frames.wire import (
+    BlockRefs,
+    EncodedFrames,
+    decode_blocks,
+    encode_frames,
+    encode_stacks,
+)
 from mmreplay.gpu.tensor_batches import TensorBatch, TensorSequenceBatch
 from mmreplay.hdf5 import export_hdf5, import_hdf5  # noqa: E402 (they use the store API above)
 from mmreplay.sampling.samplers import PrioritizedSampler, Sampler, UniformSampler
 from mmreplay.store import ReplayStore
 from mmreplay.store.device_batches import DeviceBatches
-from mmreplay.store.encoded_batches import EncodedBatch, EncodedSequenceBatch, decode_batch, decode_sequences
+from mmreplay.store.encoded_batches import (
+    EncodedBatch,
+    EncodedSequenceBatch,
+    decode_batch,
+    decode_sequences,
+)
 
 __all__ = [
     "Batch",

@@ -19,9 +19,10 @@ from extension_status import absent_reason
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mmreplay.frames import reference_codec
 from mmreplay.errors import CorruptStoreError
-from mmreplay.frames.reference_codec import CorruptFrameError, EnvReferences, ReferenceScheme
+from mmreplay.frames import reference_codec
+from mmreplay.frames.reference_codec import CorruptFrameError
+from mmreplay.frames.reference_scheme import EnvReferences, ReferenceScheme
 
 NOT_BUILT = absent_reason("_lz4ref")
 needs_extension = pytest.mark.skipif(not reference_codec.ACCELERATED, reason=NOT_BUILT)

@@ -33,13 +33,12 @@ from mmreplay.disk.store_directory import StoreDirectory
 from mmreplay.errors import CorruptStoreError
 from mmreplay.frames import lz4_codec
 from mmreplay.frames.reference_codec import (
-    EnvReferences,
-    ReferenceScheme,
     changed_rows_bound,
     compress_against,
     mask_row_nbytes,
 )
 from mmreplay.frames.reference_ring import ReferenceFrameRing
+from mmreplay.frames.reference_scheme import EnvReferences, ReferenceScheme
 from mmreplay.frames.ring import FrameRing
 from mmreplay.limits import check_memory
 

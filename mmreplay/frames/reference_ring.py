@@ -18,7 +18,8 @@ import numpy.typing as npt
 from mmreplay.disk.store_directory import StoreDirectory
 from mmreplay.frames import reference_codec
 from mmreplay.frames.frame_entries import SEED_MULTIPLIER, frame_seed
-from mmreplay.frames.reference_codec import CorruptFrameError, ReferenceScheme
+from mmreplay.frames.reference_codec import CorruptFrameError
+from mmreplay.frames.reference_scheme import ReferenceScheme
 from mmreplay.frames.ring import FrameChecksumError, FrameRing, _lz4batch
 from mmreplay.frames.threads import batch_threads
 

@@ -19,7 +19,7 @@ from mmreplay.disk.store_directory import StoreDirectory
 from mmreplay.disk.writer_lock import acquire_writer_lock
 from mmreplay.errors import StoreExistsError
 from mmreplay.frames import encodings
-from mmreplay.frames.reference_codec import ReferenceScheme
+from mmreplay.frames.reference_scheme import ReferenceScheme
 from mmreplay.rows.fields import FieldTable
 from mmreplay.rows.transitions import MAX_ENVS, TransitionTable, row_dtype
 from mmreplay.sampling.samplers import PrioritizedSampler, Sampler, UniformSampler

@@ -27,7 +27,7 @@ import numpy.typing as npt
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.errors import ClosedStoreError
 from mmreplay.frames import encodings
-from mmreplay.frames.reference_codec import ReferenceScheme
+from mmreplay.frames.reference_scheme import ReferenceScheme
 from mmreplay.frames.wire import EncodedFrames
 from mmreplay.gpu.tensor_batches import TensorBatch, TensorSequenceBatch
 from mmreplay.sampling.samplers import Sampler
