@@ -57,8 +57,9 @@ THIRD_PARTY_OWNERS = {
     "lz4": {"frames.lz4_codec", "frames.reference_codec"},
     "h5py": {"hdf5.conversion", "hdf5.checks", "hdf5.datasets", "hdf5.minari_layout", "hdf5.mmreplay_layout"},
     # torch is optional: the batch records' to_torch, SB3's buffers, the device batches (whole folders as
-    # "folder/"; the façade names torch.device in its annotations only)
+    # "folder/"; the façade and batch_streams name torch.device in their annotations only)
     "torch": {"batch", "sb3/", "gpu/", "store.device_batches", "store.device_decoded_feed", "store.replay_store",
+              "store.batch_streams",
               "torchrl/"},
     # TorchRL's storage and samplers (the torchrl extra)
     "torchrl": {"torchrl/"},

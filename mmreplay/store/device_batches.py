@@ -35,7 +35,7 @@ from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.gpu.devices import parse_device
 from mmreplay.gpu.staging import Slab, Staging, plan_slabs
 from mmreplay.gpu.tensor_batches import TensorBatch, TensorSequenceBatch
-from mmreplay.store.prefetch import Prefetcher, recycling
+from mmreplay.store.prefetch import Prefetcher
 from mmreplay.store.reading import SharedOutError
 
 if TYPE_CHECKING:
@@ -309,17 +309,3 @@ def open_device_batches(
     n_step = int(sample_kwargs.get("n_step", 1))
     feed = HostDecodedFeed(store, ring, read, generator, template, batch_size=batch_size, n_step=n_step)
     return DeviceBatches(feed, ring, depth=prefetch, description=description)
-
-
-def sequence_producer(store: ReplayStore, batch_size: int, length: int, generator: np.random.Generator, *,
-                      buffers: int, sample_kwargs: dict[str, Any]) -> Callable[[], SequenceBatch]:
-    """What ``store.batches(batch_size, length=length)`` calls in its thread: ``sample_sequences`` windows,
-    refilled in place in ``buffers`` batches used in turn (none: new arrays each call). Bad arguments fail
-    here, in the caller."""
-    store.sample_sequences(1, length, np.random.default_rng(0), **sample_kwargs)
-
-    def windows(out: SequenceBatch | None) -> SequenceBatch:
-        return sample_into(lambda held: store.sample_sequences(batch_size, length, generator, out=held, **sample_kwargs),
-                           out, generator)
-
-    return recycling(windows, buffers=buffers) if buffers else lambda: windows(None)

@@ -13,7 +13,6 @@ the collaborator's ``MappedFiles``, and hands it every write; calls go down, nev
 
 from __future__ import annotations
 
-import functools
 import os
 import weakref
 from collections.abc import Iterator
@@ -26,12 +25,11 @@ import numpy.typing as npt
 
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.errors import ClosedStoreError
-from mmreplay.frames import encodings
 from mmreplay.frames.reference_scheme import ReferenceScheme
 from mmreplay.frames.wire import EncodedFrames
 from mmreplay.gpu.tensor_batches import TensorBatch, TensorSequenceBatch
 from mmreplay.sampling.samplers import Sampler
-from mmreplay.store import autocommit, creation, device_batches, passes, reads
+from mmreplay.store import autocommit, batch_streams, creation, passes, reads
 from mmreplay.store.autocommit import CommitSchedule
 from mmreplay.store.device_batches import DeviceBatches
 from mmreplay.store.encoded_batches import (
@@ -41,9 +39,10 @@ from mmreplay.store.encoded_batches import (
 )
 from mmreplay.store.episode_list import EpisodeList
 from mmreplay.store.follower import Follower
-from mmreplay.store.prefetch import Prefetcher, recycling
+from mmreplay.store.prefetch import Prefetcher
 from mmreplay.store.reading import TransitionReader
 from mmreplay.store.role import Role
+from mmreplay.store.store_layout import StoreLayout
 from mmreplay.store.stored_steps import stored_steps
 from mmreplay.store.writer import Writer
 from mmreplay.validation import (
@@ -59,7 +58,7 @@ if TYPE_CHECKING:
 PathLike = str | os.PathLike[str]
 
 
-class ReplayStore:
+class ReplayStore(StoreLayout):
     """A replay store in a directory: frames kept once, lz4-compressed, in a memory-mapped ring on disk.
 
     Open it like a file: ``ReplayStore.create(path, ...)`` makes a new store (mode ``"r+"``),
@@ -167,76 +166,12 @@ class ReplayStore:
     # -- properties ------------------------------------------------------------------------------
 
     @property
-    def path(self) -> Path:
-        """The store's directory: the real, absolute path it was opened at (resolved once, at open)."""
-        return self._files.directory.path
-
-    @property
     def mode(self) -> str:
         return self._role.mode
 
     @property
     def closed(self) -> bool:
         return self._files.closed
-
-    @property
-    def format_version(self) -> int:
-        """The on-disk format version this store was written in (an older one opens read-only)."""
-        return self._files.format_version
-
-    @property
-    def frame_shape(self) -> tuple[int, ...]:
-        return self._layout.frame_shape
-
-    @property
-    def frame_dtype(self) -> np.dtype:
-        """The frames' dtype (uint8 unless ``create`` was given another); obs and next_obs have it."""
-        return self._files.frames.frame_dtype
-
-    @property
-    def capacity(self) -> int:
-        return self._layout.capacity
-
-    @property
-    def stack_size(self) -> int:
-        return self._layout.stack_size
-
-    @property
-    def num_envs(self) -> int:
-        return self._layout.num_envs
-
-    @property
-    def action_shape(self) -> tuple[int, ...]:
-        return self._layout.action_shape
-
-    @property
-    def action_dtype(self) -> np.dtype:
-        return self._files.action_dtype
-
-    @property
-    def sampler(self) -> Sampler:
-        return self._files.sampler
-
-    @property
-    def fields(self) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-        """The user fields, name -> (shape, dtype), in declaration order (empty for a store without any)."""
-        return {name: (shape, np.dtype(dtype).newbyteorder("=")) for name, shape, dtype in self._layout.fields}
-
-    @property
-    def stack_padding(self) -> str:
-        """What an obs stack at an episode start holds before its first frame: ``"first"`` (that frame
-        repeated) or ``"zeros"`` (all-zero frames); fixed at create time."""
-        return self._layout.stack_padding
-
-    @property
-    def frame_encoding(self) -> str:
-        """How frames are compressed: ``"lz4"`` or ``"lz4-reference"`` (fixed at create time)."""
-        return self._layout.frame_encoding
-
-    @property
-    def reference_scheme(self) -> ReferenceScheme | None:
-        """The scheme of a ``"lz4-reference"`` store (which frames each is compressed against); else None."""
-        return encodings.scheme_of(self._layout, self._files.directory)
 
     @property
     def transitions_added(self) -> int:
@@ -553,31 +488,12 @@ class ReplayStore:
         generator = parse_rng(rng)
         if "out" in sample_kwargs:
             raise TypeError("batches() takes no out: reuse=True refills its own batches in place")
-        if device is not None:
-            on_device = device_batches.open_device_batches(self, batch_size, prefetch=prefetch, generator=generator,
-                                                           device=device, decode=decode, length=length,
-                                                           sample_kwargs=sample_kwargs)
-            self._prefetchers.add(on_device.prefetcher)
-            return on_device
-        if length is not None:
-            windows = Prefetcher(device_batches.sequence_producer(
-                self, batch_size, length, generator, buffers=prefetch + 2 if reuse else 0, sample_kwargs=sample_kwargs,
-            ), depth=prefetch)
-            self._prefetchers.add(windows)
-            return windows
-        self.sample(1, np.random.default_rng(0), **sample_kwargs)  # invalid arguments fail here, not later
-        if reuse:
-            # The caller holds one batch, ``prefetch`` wait in the queue and the thread fills one more:
-            # the batch filled prefetch + 2 calls ago has been released by the caller's next().
-            produce = recycling(
-                lambda out: self._sample(batch_size, generator, out=out, replace_shared_out=True, **sample_kwargs),
-                buffers=prefetch + 2,
-            )
-        else:
-            produce = functools.partial(self.sample, batch_size, generator, **sample_kwargs)
-        prefetcher = Prefetcher(produce, depth=prefetch)
+        stream, prefetcher = batch_streams.open_batches(
+            self, batch_size, prefetch=prefetch, generator=generator, reuse=reuse, device=device, decode=decode,
+            length=length, sample_kwargs=sample_kwargs,
+        )
         self._prefetchers.add(prefetcher)
-        return prefetcher
+        return stream
 
     def read(self, steps: npt.ArrayLike) -> Batch:
         """The stored transitions with these steps, in the given order."""

@@ -1,0 +1,74 @@
+"""The iterators ``ReplayStore.batches`` returns: ``sample`` batches (or ``sample_sequences`` windows)
+prepared ahead in a background thread, refilled in place with ``reuse=True``, or handed over as torch
+tensors on a device (``store.device_batches``)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from mmreplay.batch import Batch, SequenceBatch
+from mmreplay.store import device_batches
+from mmreplay.store.device_batches import DeviceBatches, sample_into
+from mmreplay.store.prefetch import Prefetcher, recycling
+
+if TYPE_CHECKING:
+    import torch
+
+    from mmreplay.store.replay_store import ReplayStore
+
+
+def open_batches(
+    store: ReplayStore,
+    batch_size: int,
+    *,
+    prefetch: int,
+    generator: np.random.Generator,
+    reuse: bool,
+    device: str | torch.device | None,
+    decode: str,
+    length: int | None,
+    sample_kwargs: dict[str, Any],
+) -> tuple[Prefetcher[Batch] | Prefetcher[SequenceBatch] | DeviceBatches[Any], Prefetcher[Any]]:
+    """The iterator ``store.batches`` returns for these checked arguments, and the thread's ``Prefetcher``
+    behind it, which the store stops when it closes or clears."""
+    if device is not None:
+        on_device = device_batches.open_device_batches(store, batch_size, prefetch=prefetch, generator=generator,
+                                                       device=device, decode=decode, length=length,
+                                                       sample_kwargs=sample_kwargs)
+        return on_device, on_device.prefetcher
+    if length is not None:
+        windows = Prefetcher(sequence_producer(
+            store, batch_size, length, generator, buffers=prefetch + 2 if reuse else 0, sample_kwargs=sample_kwargs,
+        ), depth=prefetch)
+        return windows, windows
+    store.sample(1, np.random.default_rng(0), **sample_kwargs)  # invalid arguments fail here, not later
+    produce: Callable[[], Batch]
+    if reuse:
+        # The caller holds one batch, ``prefetch`` wait in the queue and the thread fills one more:
+        # the batch filled prefetch + 2 calls ago has been released by the caller's next().
+        produce = recycling(
+            lambda out: store._sample(batch_size, generator, out=out, replace_shared_out=True, **sample_kwargs),
+            buffers=prefetch + 2,
+        )
+    else:
+        produce = functools.partial(store.sample, batch_size, generator, **sample_kwargs)
+    prefetcher = Prefetcher(produce, depth=prefetch)
+    return prefetcher, prefetcher
+
+
+def sequence_producer(store: ReplayStore, batch_size: int, length: int, generator: np.random.Generator, *,
+                      buffers: int, sample_kwargs: dict[str, Any]) -> Callable[[], SequenceBatch]:
+    """What ``store.batches(batch_size, length=length)`` calls in its thread: ``sample_sequences`` windows,
+    refilled in place in ``buffers`` batches used in turn (none: new arrays each call). Bad arguments fail
+    here, in the caller."""
+    store.sample_sequences(1, length, np.random.default_rng(0), **sample_kwargs)
+
+    def windows(out: SequenceBatch | None) -> SequenceBatch:
+        return sample_into(lambda held: store.sample_sequences(batch_size, length, generator, out=held, **sample_kwargs),
+                           out, generator)
+
+    return recycling(windows, buffers=buffers) if buffers else lambda: windows(None)
