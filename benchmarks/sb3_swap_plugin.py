@@ -145,42 +145,33 @@ class SwappedNStepReplayBuffer(SwappedReplayBuffer):
         super().__init__(*args, n_steps=n_steps, gamma=gamma, **kwargs)
 
 
-class SwappedDictReplayBuffer(_RecordsUse, MmreplayDictBuffer, metaclass=_AcceptsSB3Buffers):
+class _SwapsDictSpaces:
+    """``__new__``/``__init__`` of a swapped dict-space buffer: the mmreplay class when it takes the
+    observation space (recorded, at a fresh path), else SB3's own (``accepts``), the reason recorded."""
+
+    accepts: type
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        if not args and not kwargs:
+            return super().__new__(cls)
+        reason = not_stored_by_mmreplay(_observation_space(args, kwargs), dict_buffer=True)
+        if reason is not None:
+            SWAP.record("sb3", reason)
+            return cls.accepts(*args, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        SWAP.record("mmreplay", "")
+        kwargs.setdefault("path", SWAP.next_path())
+        super().__init__(*args, **kwargs)
+
+
+class SwappedDictReplayBuffer(_RecordsUse, _SwapsDictSpaces, MmreplayDictBuffer, metaclass=_AcceptsSB3Buffers):
     accepts = ORIGINAL_DICT
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        """An ``MmreplayDictBuffer`` when it takes the observation space, else SB3's own class."""
-        if not args and not kwargs:
-            return super().__new__(cls)
-        reason = not_stored_by_mmreplay(_observation_space(args, kwargs), dict_buffer=True)
-        if reason is not None:
-            SWAP.record("sb3", reason)
-            return cls.accepts(*args, **kwargs)
-        return super().__new__(cls)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        SWAP.record("mmreplay", "")
-        kwargs.setdefault("path", SWAP.next_path())
-        super().__init__(*args, **kwargs)
-
-
-class SwappedHerReplayBuffer(_RecordsUse, MmreplayHerBuffer, metaclass=_AcceptsSB3Buffers):
+class SwappedHerReplayBuffer(_RecordsUse, _SwapsDictSpaces, MmreplayHerBuffer, metaclass=_AcceptsSB3Buffers):
     accepts = ORIGINAL_HER
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        """An ``MmreplayHerBuffer`` when it takes the observation space, else SB3's own class."""
-        if not args and not kwargs:
-            return super().__new__(cls)
-        reason = not_stored_by_mmreplay(_observation_space(args, kwargs), dict_buffer=True)
-        if reason is not None:
-            SWAP.record("sb3", reason)
-            return cls.accepts(*args, **kwargs)
-        return super().__new__(cls)
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        SWAP.record("mmreplay", "")
-        kwargs.setdefault("path", SWAP.next_path())
-        super().__init__(*args, **kwargs)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
