@@ -85,6 +85,20 @@ def _check_store(path: Path, transitions: list[tuple], committed: int) -> Refere
     return ref
 
 
+def _fill_up(filesystem: Path) -> Path:
+    """Write one file until ``filesystem`` is full (ENOSPC); returns it (delete or shorten it to free room)."""
+    filler = filesystem / "filler"
+    descriptor = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(descriptor, b"\xff" * 4096):
+            pass
+    except OSError as error:
+        assert error.errno == errno.ENOSPC
+    finally:
+        os.close(descriptor)
+    return filler
+
+
 def _prepare(path: Path, transitions: list[tuple], count: int) -> None:
     with ReplayStore.create(path, frame_shape=(84, 84), capacity=CAPACITY, stack_size=4) as store:
         for i in range(count):
@@ -157,15 +171,7 @@ def test_a_prioritized_store_copied_sparse_onto_a_full_filesystem_is_refused_for
             store.add(*transitions[i])
     path = tiny_filesystem / "store.mmr"
     subprocess.run(["cp", "-r", "--sparse=always", str(source), str(path)], check=True)
-    filler = tiny_filesystem / "filler"
-    descriptor = os.open(filler, os.O_WRONLY | os.O_CREAT)
-    try:
-        while os.write(descriptor, b"\xff" * 4096):
-            pass
-    except OSError as error:
-        assert error.errno == errno.ENOSPC
-    finally:
-        os.close(descriptor)
+    filler = _fill_up(tiny_filesystem)
     used = os.statvfs(tiny_filesystem).f_bfree
     with pytest.raises(StoreLimitError, match=r"priorities.tree: the priorities of 1,224 row slots \(the header's "
                                               r"row_slots\) needs [\d,]+ bytes of disk reserved") as refused:
@@ -196,15 +202,7 @@ def test_clear_of_a_prioritized_store_on_a_full_filesystem_with_a_reader_leaves_
             store.add(*transitions[i])
     writer = ReplayStore.open(path, "r+")
     reader = ReplayStore.open(path)
-    filler = tiny_filesystem / "filler"
-    descriptor = os.open(filler, os.O_WRONLY | os.O_CREAT)
-    try:
-        while os.write(descriptor, b"\xff" * 4096):
-            pass
-    except OSError as error:
-        assert error.errno == errno.ENOSPC
-    finally:
-        os.close(descriptor)
+    filler = _fill_up(tiny_filesystem)
     # Room for the empty store's files (sparse) but not for the blocks its writer reserves (the
     # priorities' scratch, 40 bytes a row slot): the reservation that failed after the exchange.
     os.truncate(filler, max(0, os.stat(filler).st_size - free_kib * 1024))
