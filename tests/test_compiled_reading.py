@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import store_files
 from extension_status import absent_reason
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from mmreplay import extensions
@@ -88,6 +88,8 @@ def test_gather_rows_copies_each_steps_row_and_finds_the_first_that_fails(
     version=st.sampled_from([4, 5]),
     references=st.booleans(),
 )
+# one slot: prev_delta has one bit (0 or 1), the smallest links field
+@example(slots=1, columns=1, next_frames=[0, 1], seed=0, big_links=False, version=5, references=False)
 def test_follow_links_equals_transition_frames_over_the_same_table(
     slots, columns, next_frames, seed, big_links, version, references
 ) -> None:
@@ -99,7 +101,7 @@ def test_follow_links_equals_transition_frames_over_the_same_table(
     entries = EntryFormat(7056, frame_slots=slots, version=version, max_distance=8192 if references else None,
                           extra=0)
     largest = (1 << entries.prev_bits) if version == 5 else 2**32
-    prevs = rng.integers(0, largest if big_links else 4, slots, dtype=np.int64)
+    prevs = rng.integers(0, largest if big_links else min(4, largest), slots, dtype=np.int64)
     refs = rng.integers(0, 8193, slots, dtype=np.int64) if references else np.zeros(slots, np.int64)
     table = entries.pack(np.zeros(slots, np.uint64), np.zeros(slots, np.int64), np.zeros(slots, np.uint32), prevs,
                          refs)
