@@ -21,12 +21,15 @@ import numpy as np
 import pytest
 import store_files
 from atari_data import load_stream
+from extension_status import absent_reason
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from issue3_reference import add_masked, assert_n_step_matches, assert_sequences_match
 from reference import ReferenceStore, assert_batch_matches, assert_store_matches
 
 from mmreplay import CorruptStoreError, FormatVersionError, ReferenceScheme, ReplayStore
 from mmreplay.disk.store_directory import open_regular
-from mmreplay.frames.ring import FrameChecksumError, FrameRing
+from mmreplay.frames.ring import FrameChecksumError, FrameRing, _lz4batch
 
 GAMES = ["pong", "breakout", "mspacman"]
 KEYS = ("frames", "action", "reward", "terminated")
@@ -371,3 +374,97 @@ def test_a_frame_table_that_grows_keeps_the_references(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "dense.mmr" / "header.json").read_text())["commit"]["frame_table_generation"] > 0
     with ReplayStore.open(tmp_path / "dense.mmr", "r") as reader:
         assert_store_matches(reader, ref)
+
+
+@functools.cache
+def wrapped_vector_store(directory: str, game: str, version: int) -> Path:
+    """A closed store of format ``version`` (4: dependent frames as whole blocks; 5: as changed rows) of
+    two envs of ``game``, capacity 300 after 400 vector adds: evicted, segments released."""
+    path = Path(directory) / f"{game}-v{version}.mmr"
+    with store_files.writing_version(version):
+        store = ReplayStore.create(path, frame_shape=(84, 84), capacity=300, stack_size=4, num_envs=2,
+                                   frame_encoding=DENSE, reference_scheme=ReferenceScheme(group_size=64, branching=4))
+    with store:
+        for args in vector_adds(game, 2, 200):
+            store.add(*args)
+    return path
+
+
+@pytest.fixture(scope="module")
+def wrapped_stores(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("wrapped"))
+
+
+@pytest.mark.skipif(_lz4batch is None, reason=absent_reason("_lz4batch"))
+@settings(max_examples=30)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    count=st.integers(1, 300),
+    threads=st.sampled_from([1, 2, 3, 8]),
+    game=st.sampled_from(["pong", "mspacman"]),
+    version=st.sampled_from([4, 5]),
+)
+def test_the_compiled_decode_of_a_reference_ring_equals_its_general_path(
+    wrapped_stores: str, seed: int, count: int, threads: int, game: str, version: int
+) -> None:
+    """``decode_into``'s compiled path (``_lz4batch.reference_decode_entries``: chains, plan and decode in
+    one call, one tree of references a thread) against its numpy path, on frames drawn with repeats from
+    the last 300 written (two envs interleaved, references shared across the batch)."""
+    path = wrapped_vector_store(wrapped_stores, game, version)
+    with ReplayStore.open(path, "r") as store:
+        store.sample(1, rng=0)  # maps the segments: the compiled path reads through the mapped views
+        ring = store._files.frames
+        assert ring.compiled_frames() is not None
+        steps = np.random.default_rng(seed).integers(ring.frames_written - 300, ring.frames_written, count)
+        fast = np.zeros((count, 84, 84), np.uint8)
+        *located, references = ring.compiled_frames()
+        table, frame_slots, layout, multiplier, segment_bytes, bytes_written, views, base = located
+        assert _lz4batch.reference_decode_entries(
+            views, base, table, frame_slots, layout, steps, multiplier, segment_bytes, bytes_written, *references,
+            fast, 7056, threads,
+        )
+        general = np.zeros_like(fast)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(type(ring), "compiled_frames", lambda self: None)
+            ring.decode_into(steps, general, limit=threads)
+        np.testing.assert_array_equal(fast, general)
+
+
+@pytest.mark.skipif(_lz4batch is None, reason=absent_reason("_lz4batch"))
+@pytest.mark.parametrize("version", [4, 5])
+def test_a_reference_stores_sampled_batch_is_read_in_the_one_compiled_call(wrapped_stores: str, version: int) -> None:
+    """``sample`` of a reference store reads rows, stacks and frames in ``read_transitions``, as a plain
+    store's does: ``decode_into`` (the numpy path) is never reached when nothing is damaged."""
+    path = wrapped_vector_store(wrapped_stores, "mspacman", version)
+    with ReplayStore.open(path, "r") as store:
+        expected = store.sample(64, rng=3)
+
+        def general_path(*args: object, **kwargs: object) -> None:
+            raise AssertionError("the batch left the compiled read")
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(type(store._files.frames), "decode_into", general_path)
+            store.sample(1, rng=4)  # the first batch after open may map its segments on the general path
+            batch = store.sample(64, rng=3)
+        for name in ("obs", "next_obs", "action", "reward", "terminated", "truncated", "env_index"):
+            np.testing.assert_array_equal(getattr(batch, name), getattr(expected, name))
+
+
+def test_a_damaged_reference_is_found_by_the_compiled_read_and_named_by_the_general_path(tmp_path: Path) -> None:
+    """The compiled read declines a batch whose reference fails its CRC (it names nothing), and the
+    general path then names the frame at fault."""
+    path, _ = dense_pong_store(tmp_path)
+    flip_frame_byte(path, 8)
+    with ReplayStore.open(path, "r") as store:
+        store.read([20])  # maps the segment
+        ring = store._files.frames
+        if _lz4batch is not None:
+            *located, references = ring.compiled_frames()
+            table, frame_slots, layout, multiplier, segment_bytes, bytes_written, views, base = located
+            out = np.zeros((2, 84, 84), np.uint8)
+            assert not _lz4batch.reference_decode_entries(
+                views, base, table, frame_slots, layout, np.array([12, 13]), multiplier, segment_bytes,
+                bytes_written, *references, out, 7056, 2,
+            )
+        with pytest.raises(FrameChecksumError, match=r"^frame 8 \(a frame that a requested frame is compressed"):
+            store.read([12])

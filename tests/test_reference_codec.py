@@ -443,11 +443,11 @@ def test_both_paths_return_the_same_first_bad_entry_and_pixels(damage: str) -> N
     threads=st.sampled_from([2, 3, 8]),
     game=st.sampled_from(["pong", "mspacman"]),
 )
-def test_a_batch_decoded_on_the_pools_threads_level_by_level_gives_the_in_order_result(
+def test_a_batch_decoded_on_the_pools_threads_tree_by_tree_gives_the_in_order_result(
     seed: int, victims: list[float], damage: str, threads: int, game: str
 ) -> None:
-    """``decode_batch(threads=...)`` (``_lz4batch.reference_decode``: the key frames, then each level of
-    the frames that reference them, on the pool's threads) against the in-order decode: the same first bad
+    """``decode_batch(threads=...)`` (``_lz4batch.reference_decode``: each key frame and the frames that
+    depend on it on one of the pool's threads) against the in-order decode: the same first bad
     entry (a damaged frame, or one whose reference is damaged) and, when none is, the same pixels."""
     frames, starts = real_frames(game)
     stream = Stream(frames, TREE, starts=starts)

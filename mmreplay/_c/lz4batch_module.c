@@ -16,8 +16,10 @@
  *                    one call each
  *   reference_groups reference_groups, encode_frame, groups_checkpoint, groups_rollback: a writer's
  *                    reference groups (which frame each is compressed against), for both of add's paths
- *   reference_threads reference_decode: mmreplay._lz4ref.decode's batch on the pool's threads, level
- *                    by level (reference_decode's entries)
+ *   reference_threads reference_decode: mmreplay._lz4ref.decode's batch on the pool's threads, one
+ *                    tree of references a task (reference_decode's entries)
+ *   reference_table  reference_decode_entries: a reference ring's frames located through its table,
+ *                    planned (reference_plan) and decoded in one call; read_transitions' reference path
  *
  * The pure-Python code each function accelerates gives identical results (MMREPLAY_PURE_PYTHON=1 runs it). */
 #define PY_SSIZE_T_CLEAN
@@ -31,6 +33,7 @@
 #include "lz4_api.h"
 #include "lz4_decode.h"
 #include "reference_groups.h"
+#include "reference_table.h"
 #include "reference_threads.h"
 #include "row_checksum.h"
 #include "row_gather.h"
@@ -50,6 +53,7 @@ static PyMethodDef methods[] = {
     FRAME_COMPRESS_METHODS
     REFERENCE_GROUPS_METHODS
     REFERENCE_THREADS_METHODS
+    REFERENCE_TABLE_METHODS
     {NULL, NULL, 0, NULL},
 };
 
@@ -59,8 +63,9 @@ static PyMethodDef methods[] = {
  * row_layout()'s capsule instead of env_bytes. 5: threads up to 64 (POOL_MAX_THREADS), append_frames'
  * threads and frames compressed ahead, compress_frames, compress_ahead, wake_helpers. 6: format version
  * 5's rows and entries (row_layout's next_delta_bytes and env_shift, entry layouts of 13 fields, gather_rows'
- * unchecked, follow_links' layout), reference groups and append_reference_frames, reference_decode. */
-#define INTERFACE 6
+ * unchecked, follow_links' layout), reference groups and append_reference_frames, reference_decode. 7:
+ * read_transitions' reference argument (a reference ring's batch in one call), reference_decode_entries. */
+#define INTERFACE 7
 
 static struct PyModuleDef module_definition = {
     PyModuleDef_HEAD_INIT, "mmreplay._lz4batch",

@@ -30,10 +30,8 @@ find_or_add(StepMap *map, int64_t step, Py_ssize_t entry)
     return -1;
 }
 
-/* Entries in order of first appearance (requested frames, then references row by row), then sorted by
- * level, stably. Returns m; -1 when out of memory, -2 on an internal error. */
-static Py_ssize_t
-plan_entries(const int64_t *chain, Py_ssize_t n, Py_ssize_t width, int64_t *steps, int64_t *refs, int64_t *rows)
+Py_ssize_t
+reference_plan_entries(const int64_t *chain, Py_ssize_t n, Py_ssize_t width, int64_t *steps, int64_t *refs, int64_t *rows)
 #define LINK(i, k) chain[(k) * n + (i)]
 {
     Py_ssize_t capacity = n * (width - 1) > 0 ? n * (width - 1) : 1;
@@ -137,7 +135,7 @@ py_plan(PyObject *module, PyObject *args)
     }
     int64_t *out = entries.buf;
     Py_ssize_t capacity = n * (width - 1);
-    Py_ssize_t m = plan_entries(links, n, width, out, out + capacity, out + 2 * capacity);
+    Py_ssize_t m = reference_plan_entries(links, n, width, out, out + capacity, out + 2 * capacity);
     if (m == -2) {
         PyErr_SetString(PyExc_SystemError, "mmreplay._lz4ref.plan lost a reference; this is a bug");
     }

@@ -5,6 +5,15 @@
 
 #include <Python.h>
 
+#include <stdint.h>
+
+/* plan()'s work on a checked chain (int64[width][n], as plan() takes it): the entries in order of first
+ * appearance (requested frames, then references row by row), then sorted by level, stably, into steps,
+ * refs and rows (n * (width - 1) items each). Returns m; -1 when out of memory, -2 on an internal error
+ * (neither sets a Python error). Needs the GIL (PyMem_Malloc). */
+Py_ssize_t reference_plan_entries(const int64_t *chain, Py_ssize_t n, Py_ssize_t width, int64_t *steps, int64_t *refs,
+                                  int64_t *rows);
+
 /* plan(chain, width, entries) -> int
  *   chain:   int64[width][n]: chain[0] the requested frame steps, chain[k + 1][i] the reference of
  *            chain[k][i], a key frame being its own reference; chain[width - 1] == chain[width - 2]

@@ -10,6 +10,7 @@
 #include "frame_sources.h"
 #include "link_follow.h"
 #include "lz4_decode.h"
+#include "reference_table.h"
 #include "ring_slots.h"
 #include "row_checksum.h"
 #include "row_gather.h"
@@ -103,12 +104,13 @@ py_read_transitions(PyObject *module, PyObject *args)
     int version_3, zero_padding, threads;
     FrameTable frame_table = {.table = &table};
     unsigned long seed_multiplier;
-    Py_ssize_t stack_size;
+    Py_ssize_t stack_size, depth, row_nbytes;
     PyObject *views_arg, *row_layout_arg;
-    if (!PyArg_ParseTuple(args, "y*LOpy*L" ENTRY_LAYOUT_FORMAT "kLLOLy*npw*w*w*w*w*w*w*i:read_transitions", &rows_buf, &row_slots,
-                          &row_layout_arg, &version_3, &table, &frame_table.frame_slots,
+    if (!PyArg_ParseTuple(args, "y*LOpy*L" ENTRY_LAYOUT_FORMAT "kLLOL(nn)y*npw*w*w*w*w*w*w*i:read_transitions", &rows_buf,
+                          &row_slots, &row_layout_arg, &version_3, &table, &frame_table.frame_slots,
                           ENTRY_LAYOUT_FIELDS(frame_table.layout), &seed_multiplier, &frame_table.segment_bytes,
-                          &frame_table.bytes_written, &views_arg, &frame_table.base, &steps_buf, &stack_size,
+                          &frame_table.bytes_written, &views_arg, &frame_table.base, &depth, &row_nbytes, &steps_buf,
+                          &stack_size,
                           &zero_padding, &pixels, &action, &reward, &terminated, &truncated, &env_index, &discount,
                           &threads)) {
         return NULL;
@@ -132,12 +134,16 @@ py_read_transitions(PyObject *module, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "read_transitions: rows, stack_size, pixels, action or threads out of range");
         goto done;
     }
+    if (depth != -1 && reference_arguments_check(depth, row_nbytes, frame_nbytes > 0 ? frame_nbytes : 1,
+                                                 "read_transitions") < 0) {
+        goto done;
+    }
     if (check_array(&steps_buf, "steps", n, 8) < 0 || check_array(&reward, "reward", n, 4) < 0
         || check_array(&terminated, "terminated", n, 1) < 0 || check_array(&truncated, "truncated", n, 1) < 0
         || check_array(&env_index, "env_index", n, 8) < 0 || check_array(&discount, "discount", n, 4) < 0) {
         goto done;
     }
-    if (views_prepare(views_arg, m, &views, &buffers) < 0) {
+    if (views_prepare(views_arg, depth < 0 ? m : m * (depth + 1), &views, &buffers) < 0) {
         goto done;
     }
     if (n == 0) {
@@ -168,6 +174,15 @@ py_read_transitions(PyObject *module, PyObject *args)
         goto done;
     }
     follow_stacks(&stacks, n);
+    if (depth >= 0) {
+        int status = reference_decode_table(&frame_table, views, frames, m, depth, row_nbytes, (char *)pixels.buf,
+                                            frame_nbytes, threads, buffers, &acquired);
+        if (status == 0 && zero_padding) {
+            zero_padding_frames(frames, n, stack_size, (char *)pixels.buf, (size_t)frame_nbytes);
+        }
+        result = status < 0 ? NULL : Py_NewRef(status == 0 ? Py_True : Py_False);
+        goto done;
+    }
     int located = locate_entries(&frame_table, views, frames, frame_slot, m, sources, lengths, checksums, seeds,
                                  buffers, &acquired);
     if (located != 0) {

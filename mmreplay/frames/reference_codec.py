@@ -372,7 +372,7 @@ def decode_batch(
     unspecified. ``changed_rows``: dependent frames are their changed rows (format version 5), in rows of
     ``mask_row_nbytes(out.shape[1:])``. ``accelerated=False`` forces the python-lz4 loop (tests compare both).
     ``threads``: up to that many of the plain frames' pool threads (``mmreplay._lz4batch.reference_decode``:
-    level by level, a key frame level 0, a dependent one level above its reference), with the same result.
+    each key frame and the entries that depend on it on one thread), with the same result.
     """
     if not isinstance(out, np.ndarray) or out.dtype != np.uint8 or out.ndim < 1:
         raise TypeError(f"out must be a numpy uint8 (n, *frame_shape) array; got {type(out).__name__}")

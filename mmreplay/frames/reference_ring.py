@@ -67,6 +67,12 @@ class ReferenceFrameRing(FrameRing):
         # Indexing, not take(mode="wrap"): numpy's take of a strided field view is ~25x slower.
         return self._format.ref_deltas(self._table[frame_steps % self.frame_slots])
 
+    def compiled_references(self) -> tuple[int, int]:
+        """(the scheme's depth, a changed-rows frame's row bytes or 0): the compiled reads' reference
+        arguments (``_lz4batch.read_transitions``, ``reference_decode_entries``)."""
+        row_nbytes = reference_codec.mask_row_nbytes(self.frame_shape) if self.changed_rows else 0
+        return self.scheme.depth, row_nbytes
+
     def keep_from(self, oldest_frame: int) -> int:
         """The oldest frame step to keep so that every frame from ``oldest_frame`` on still decodes."""
         return reference_codec.reference_tail(
@@ -77,8 +83,9 @@ class ReferenceFrameRing(FrameRing):
         self, frame_steps: npt.NDArray[np.int64], out: npt.NDArray[np.generic], *, limit: int
     ) -> None:
         """Decode each frame into ``out[i]`` with the frames it depends on, each once, checking every CRC,
-        on at most ``limit`` threads (``threads.batch_threads`` of the frames decoded, as the plain ring's):
-        the pool's threads take a batch's key frames, then each level of the frames that reference them.
+        on at most ``limit`` threads (``threads.batch_threads``, as the plain ring's), each key frame and
+        the frames that depend on it on one of them: in one compiled call (``reference_decode_entries``)
+        where the extension is built and the segments are mapped, else in the steps below.
 
         Raises ``FrameChecksumError`` for the first requested frame that cannot be decoded, naming the
         frame at fault (it, or a frame it is compressed against) and the files that may be corrupt.
@@ -86,6 +93,17 @@ class ReferenceFrameRing(FrameRing):
         n = len(frame_steps)
         if n == 0:
             return
+        compiled = self.compiled_frames()
+        if compiled is not None:  # the fast path: chains, plan and decode in one call; it declines what fails
+            table, frame_slots, layout, multiplier, segment_bytes, bytes_written, views, base, references = compiled
+            assert _lz4batch is not None
+            if _lz4batch.reference_decode_entries(
+                views, base, table, frame_slots, layout, np.ascontiguousarray(frame_steps, np.int64), multiplier,
+                segment_bytes, bytes_written, *references, out, self.frame_nbytes,
+                batch_threads(n * self.frame_nbytes, limit),
+            ):
+                return
+        # The general path: also what finds and names the frame at fault when the fast path declines.
         if int(np.min(frame_steps)) < 0:  # a damaged episode link (prev_delta) led before the first frame
             raise FrameChecksumError(
                 f"a frame link leads to frame step {int(np.min(frame_steps))}, before the first frame: "

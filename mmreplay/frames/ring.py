@@ -431,14 +431,19 @@ class FrameRing:
     def compiled_frames(self) -> tuple[object, ...] | None:
         """What ``_lz4batch.read_transitions`` takes to decode this ring's frames as ``decode_into``'s fast
         path does: (table, frame_slots, layout, seed multiplier, segment_bytes, bytes_written, views, first
-        segment of views); None where that path cannot run (no extension, a reference ring, no segment
-        views kept yet). A frame outside the views makes that call decline, and the general path of
-        ``decode_into`` then maps its segment."""
-        if self._maps.cached is None or self._with_refs or _lz4batch is None:
+        segment of views, ``compiled_references``); None where that path cannot run (no extension, no
+        segment views kept yet). A frame outside the views makes that call decline, and the general path
+        of ``decode_into`` then maps its segment."""
+        if self._maps.cached is None or _lz4batch is None:
             return None
         base, views = self._maps.cached
         return (self._table, self.frame_slots, self._layout, SEED_MULTIPLIER, self.segment_bytes, self.bytes_written,
-                views, base)
+                views, base, self.compiled_references())
+
+    def compiled_references(self) -> tuple[int, int]:
+        """How the compiled reads follow this ring's references: (-1, 0), none (a reference ring gives its
+        scheme's depth and its changed-rows row bytes)."""
+        return -1, 0
 
     def blocks(
         self, frame_steps: npt.NDArray[np.int64], *, verify: bool = False
@@ -450,7 +455,7 @@ class FrameRing:
         for attempt in range(2 if _lz4batch is not None and not self._with_refs and len(steps) else 0):
             compiled = self.compiled_frames()
             if compiled is not None:
-                table, frame_slots, layout, multiplier, segment_bytes, bytes_written, views, base = compiled
+                table, frame_slots, layout, multiplier, segment_bytes, bytes_written, views, base, _ = compiled
                 lengths = np.empty(len(steps), np.int64)
                 checksums, seeds = np.empty(len(steps), np.uint32), np.empty(len(steps), np.uint32)
                 assert _lz4batch is not None

@@ -1,0 +1,179 @@
+/* A reference ring's frames located through its frame table and decoded in one call: see
+ * reference_table.h. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <limits.h>
+#include <stdint.h>
+
+#include "argument_arrays.h"
+#include "frame_entries.h"
+#include "frame_sources.h"
+#include "reference_decode.h"
+#include "reference_plan.h"
+#include "reference_table.h"
+#include "reference_threads.h"
+#include "work_pool.h"
+
+int
+reference_arguments_check(Py_ssize_t depth, Py_ssize_t row_nbytes, Py_ssize_t frame_nbytes, const char *function)
+{
+    if (depth < 0 || depth > REFERENCE_MAX_DEPTH) {
+        PyErr_Format(PyExc_ValueError, "%s: depth is %zd; expected 0 to %d", function, depth, REFERENCE_MAX_DEPTH);
+        return -1;
+    }
+    if (row_nbytes < 0 || (row_nbytes > 0 && frame_nbytes % row_nbytes != 0)) {
+        PyErr_Format(PyExc_ValueError, "%s: row_nbytes is %zd; expected 0 (whole frames) or a divisor of %zd",
+                     function, row_nbytes, frame_nbytes);
+        return -1;
+    }
+    return 0;
+}
+
+/* chain[k * n + i]: the k-th reference up from frame steps[i], a key frame its own reference, for k up
+ * to depth + 1, read from the table. 0, or 1 when a chain leads before frame step 0 or does not reach a
+ * key frame within depth references (a damaged table, or entries overwritten since: CRCs would fail). */
+static int
+follow_references(const FrameTable *frames, const int64_t *steps, Py_ssize_t n, Py_ssize_t depth, int64_t *chain)
+{
+    const EntryLayout *layout = &frames->layout;
+    const unsigned char *entries = (const unsigned char *)frames->table->buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t step = steps[i];
+        if (step < 0) {
+            return 1;
+        }
+        chain[i] = step;
+        for (Py_ssize_t k = 1; k <= depth + 1; k++) {
+            const unsigned char *entry = entries + (size_t)(step % frames->frame_slots) * (size_t)layout->size;
+            int64_t next = step - entry_ref(layout, entry);
+            if (next < 0) {
+                return 1;
+            }
+            chain[k * n + i] = next;
+            step = next;
+        }
+        if (chain[(depth + 1) * n + i] != chain[depth * n + i]) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int
+reference_decode_table(const FrameTable *frames, PyObject *views, const int64_t *steps, Py_ssize_t n,
+                       Py_ssize_t depth, Py_ssize_t row_nbytes, char *out, Py_ssize_t frame_nbytes, int threads,
+                       Py_buffer *buffers, Py_ssize_t *acquired)
+{
+    if (n == 0) {
+        return 0;
+    }
+    Py_ssize_t width = depth + 2;
+    size_t capacity = (size_t)n * (size_t)(depth + 1);
+    /* chain int64[width * n]; the plan's steps, refs and rows int64[capacity] each; each entry's lengths
+     * int64, sources, checksums and seeds uint32 */
+    char *room = PyMem_Malloc((size_t)width * (size_t)n * sizeof(int64_t)
+                              + capacity * (4 * sizeof(int64_t) + sizeof(const char *) + 2 * sizeof(uint32_t)));
+    char *scratch = NULL;
+    int status = -1;
+    if (room == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    int64_t *chain = (int64_t *)room;
+    int64_t *plan_steps = chain + (size_t)width * (size_t)n, *refs = plan_steps + capacity, *rows = refs + capacity;
+    int64_t *lengths = rows + capacity;
+    const char **sources = (const char **)(lengths + capacity);
+    uint32_t *checksums = (uint32_t *)(sources + capacity), *seeds = checksums + capacity;
+    if (follow_references(frames, steps, n, depth, chain) != 0) {
+        status = 1;
+        goto done;
+    }
+    Py_ssize_t m = reference_plan_entries(chain, n, width, plan_steps, refs, rows);
+    if (m < 0) {
+        if (m == -1) {
+            PyErr_NoMemory();
+        }
+        else {
+            PyErr_SetString(PyExc_SystemError, "mmreplay._lz4batch: the decode plan lost a reference; this is a bug");
+        }
+        goto done;
+    }
+    status = locate_entries(frames, views, plan_steps, NULL, m, sources, lengths, checksums, seeds, buffers,
+                            acquired);
+    if (status != 0) {
+        goto done;
+    }
+    /* the plan's rows: 0 .. n - 1 for the requested frames, n .. m - 1 for the references it added */
+    if (m > n) {
+        scratch = PyMem_Malloc((size_t)(m - n) * (size_t)frame_nbytes);
+        if (scratch == NULL) {
+            PyErr_NoMemory();
+            status = -1;
+            goto done;
+        }
+    }
+    ReferencePlan plan = {sources, lengths, refs, rows, checksums, seeds, out, scratch, n, (int)frame_nbytes,
+                          (int)row_nbytes, row_nbytes > 0, m};
+    Py_ssize_t bad;
+    Py_BEGIN_ALLOW_THREADS
+    bad = reference_decode_on_threads(&plan, threads);
+    Py_END_ALLOW_THREADS
+    status = bad == -1 ? 0 : 1;
+done:
+    PyMem_Free(scratch);
+    PyMem_Free(room);
+    return status;
+}
+
+PyObject *
+py_reference_decode_entries(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *views_arg;
+    Py_buffer table, steps, out;
+    FrameTable frames = {.table = &table};
+    unsigned long seed_multiplier;
+    Py_ssize_t depth, row_nbytes, frame_nbytes;
+    int threads;
+    if (!PyArg_ParseTuple(args, "OLy*L" ENTRY_LAYOUT_FORMAT "y*kLLnnw*ni:reference_decode_entries", &views_arg,
+                          &frames.base, &table, &frames.frame_slots, ENTRY_LAYOUT_FIELDS(frames.layout), &steps,
+                          &seed_multiplier, &frames.segment_bytes, &frames.bytes_written, &depth, &row_nbytes, &out,
+                          &frame_nbytes, &threads)) {
+        return NULL;
+    }
+    frames.seed_multiplier = (uint32_t)seed_multiplier;
+    PyObject *result = NULL, *views = NULL;
+    Py_buffer *buffers = NULL;
+    Py_ssize_t acquired = 0;
+    Py_ssize_t n = steps.len / 8;
+    if (frame_nbytes <= 0 || frame_nbytes > INT_MAX) {
+        PyErr_Format(PyExc_ValueError, "frame_nbytes is %zd; expected 1 to %d", frame_nbytes, INT_MAX);
+        goto done;
+    }
+    if (threads < 1 || threads > POOL_MAX_THREADS) {
+        PyErr_Format(PyExc_ValueError, "threads is %d; expected 1 to %d", threads, POOL_MAX_THREADS);
+        goto done;
+    }
+    if (frame_table_check(&frames, "reference_decode_entries") < 0 || check_array(&steps, "steps", n, 8) < 0
+        || reference_arguments_check(depth, row_nbytes, frame_nbytes, "reference_decode_entries") < 0) {
+        goto done;
+    }
+    if (out.len != n * frame_nbytes) {
+        PyErr_Format(PyExc_ValueError, "out has %zd bytes; expected %zd frames of %zd bytes", out.len, n,
+                     frame_nbytes);
+        goto done;
+    }
+    if (views_prepare(views_arg, n * (depth + 1), &views, &buffers) < 0) {
+        goto done;
+    }
+    int status = reference_decode_table(&frames, views, (const int64_t *)steps.buf, n, depth, row_nbytes,
+                                        (char *)out.buf, frame_nbytes, threads, buffers, &acquired);
+    result = status < 0 ? NULL : Py_NewRef(status == 0 ? Py_True : Py_False);
+done:
+    views_release(views, buffers, acquired);
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&steps);
+    PyBuffer_Release(&out);
+    return result;
+}

@@ -1,0 +1,50 @@
+/* A reference ring's frames located through its frame table and decoded in one call: each frame's chain
+ * of references read from the table's ref_delta links (frame_entries.h), the plan that decodes each
+ * frame and reference once, references first (reference_plan.h), every entry located (locate_entries)
+ * and decoded with the GIL released, one tree of references a task (reference_threads.h). The compiled
+ * counterpart of frames/reference_ring.py's decode_into, for read_transitions and decode_into's fast
+ * path: the ~10 numpy steps around the plan and the decode cost as much as decoding the batch itself. */
+#ifndef MMREPLAY_REFERENCE_TABLE_H
+#define MMREPLAY_REFERENCE_TABLE_H
+
+#include <Python.h>
+
+#include <stdint.h>
+
+#include "frame_entries.h"
+
+/* The deepest reference chain the compiled read follows (ReferenceScheme.depth: 4 for the default). */
+#define REFERENCE_MAX_DEPTH 64
+
+/* Decodes the n frames at steps of a reference ring whose chains are at most depth references long into
+ * out (n frames of frame_nbytes bytes), on up to threads threads; row_nbytes: 0 for dependent frames
+ * compressed whole (format version 4), else the bytes of a changed-rows frame's row (version 5). views
+ * is a PySequence_Fast with room for the buffers of up to min(len(views), n * (depth + 1)) of them
+ * (views_prepare). 0 when every frame and every reference lies in the bytes written and in a view,
+ * matches its CRC and decodes; 1 when one does not, or a chain is longer than depth or leads before
+ * frame step 0 (out then unspecified: the caller's general path names what failed); -1 with a Python
+ * error. Called with the GIL held; releases it to decode. */
+int reference_decode_table(const FrameTable *frames, PyObject *views, const int64_t *steps, Py_ssize_t n,
+                           Py_ssize_t depth, Py_ssize_t row_nbytes, char *out, Py_ssize_t frame_nbytes, int threads,
+                           Py_buffer *buffers, Py_ssize_t *acquired);
+
+/* 0 when depth and row_nbytes suit frames of frame_nbytes bytes, else -1 with a ValueError naming
+ * function. */
+int reference_arguments_check(Py_ssize_t depth, Py_ssize_t row_nbytes, Py_ssize_t frame_nbytes, const char *function);
+
+/* reference_decode_entries(views, base, table, frame_slots, layout, steps, seed_multiplier, segment_bytes,
+ *                          bytes_written, depth, row_nbytes, out, frame_nbytes, threads) -> bool
+ *   decode_entries (lz4_decode.h) for a reference ring (reference_ring.py's decode_into fast path):
+ *   depth, its scheme's; row_nbytes, 0 or a changed-rows frame's row bytes. True when every frame and
+ *   every reference it needs is good; False otherwise (out unspecified), with nothing said about which
+ *   frame: the caller's general path finds it. */
+PyObject *py_reference_decode_entries(PyObject *module, PyObject *args);
+
+#define REFERENCE_TABLE_METHODS                                                                                    \
+    {"reference_decode_entries", py_reference_decode_entries, METH_VARARGS,                                        \
+     "reference_decode_entries(views, base, table, frame_slots, layout, steps, seed_multiplier, segment_bytes,\n"  \
+     "                         bytes_written, depth, row_nbytes, out, frame_nbytes, threads) -> bool\n\n"          \
+     "decode_entries for a reference ring: each frame with the references it needs, each decoded once, with\n"     \
+     "the GIL released; True when all are good, else False (out is then unspecified)."},
+
+#endif
