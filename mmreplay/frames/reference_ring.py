@@ -35,6 +35,7 @@ class ReferenceFrameRing(FrameRing):
         super().__init__(directory, max_distance=scheme.max_distance, **ring)
         self.scheme = scheme
         self.changed_rows = changed_rows
+        self._compiled_references = (scheme.depth, reference_codec.mask_row_nbytes(self.frame_shape) if changed_rows else 0)
 
     def append_reference_frames(
         self, groups: object, frames: npt.NDArray[np.generic], prev_deltas: list[int], *, frame_tail: int,
@@ -70,8 +71,7 @@ class ReferenceFrameRing(FrameRing):
     def compiled_references(self) -> tuple[int, int]:
         """(the scheme's depth, a changed-rows frame's row bytes or 0): the compiled reads' reference
         arguments (``_lz4batch.read_transitions``, ``reference_decode_entries``)."""
-        row_nbytes = reference_codec.mask_row_nbytes(self.frame_shape) if self.changed_rows else 0
-        return self.scheme.depth, row_nbytes
+        return self._compiled_references
 
     def keep_from(self, oldest_frame: int) -> int:
         """The oldest frame step to keep so that every frame from ``oldest_frame`` on still decodes."""
@@ -95,11 +95,12 @@ class ReferenceFrameRing(FrameRing):
             return
         compiled = self.compiled_frames()
         if compiled is not None:  # the fast path: chains, plan and decode in one call; it declines what fails
-            table, frame_slots, layout, multiplier, segment_bytes, bytes_written, views, base, references = compiled
+            table, frame_slots, layout, multiplier, segment_bytes, bytes_written, views, base, _ = compiled
+            depth, row_nbytes = self.compiled_references()
             assert _lz4batch is not None
             if _lz4batch.reference_decode_entries(
                 views, base, table, frame_slots, layout, np.ascontiguousarray(frame_steps, np.int64), multiplier,
-                segment_bytes, bytes_written, *references, out, self.frame_nbytes,
+                segment_bytes, bytes_written, depth, row_nbytes, out, self.frame_nbytes,
                 batch_threads(n * self.frame_nbytes, limit),
             ):
                 return
