@@ -35,7 +35,8 @@ class ReferenceFrameRing(FrameRing):
         super().__init__(directory, max_distance=scheme.max_distance, **ring)
         self.scheme = scheme
         self.changed_rows = changed_rows
-        self._compiled_references = (scheme.depth, reference_codec.mask_row_nbytes(self.frame_shape) if changed_rows else 0)
+        row_nbytes = reference_codec.mask_row_nbytes(self.frame_shape) if changed_rows else 0
+        self._compiled_references = (scheme.depth, row_nbytes)
 
     def append_reference_frames(
         self, groups: object, frames: npt.NDArray[np.generic], prev_deltas: list[int], *, frame_tail: int,
