@@ -149,14 +149,32 @@ def dopamine_bytes(python: str, path: Path, capacity: int, timeout: float) -> di
     return result
 
 
+def scheme_of(encoding: str, args: argparse.Namespace) -> object:
+    """The reference store's ``reference_scheme`` (``--scheme``; None: the store's default), None for plain."""
+    if encoding == "lz4" or args.scheme is None:
+        return None
+    from mmreplay import ReferenceScheme
+
+    group_size, branching = args.scheme
+    return ReferenceScheme(group_size=group_size, branching=branching)
+
+
+def scheme_argument(text: str) -> tuple[int, int]:
+    group_size, _, branching = text.partition(",")
+    return int(group_size), int(branching)
+
+
 def run_game(game: str, args: argparse.Namespace) -> dict[str, Any]:
     path = stream_path(game, args.data_dir)
     stream = FrameStream.load(path)
     result: dict[str, Any] = {"game": game, "capacity": args.capacity, "stream_frames": len(stream.frames),
                               "batch": args.batch, "load_before": load_average()}
     with tempfile.TemporaryDirectory(prefix="bench-encodings-", dir=args.tmpdir) as tmpdir:
-        one = {name: MmreplayAdapter(stream, args.capacity, args.seed, tmpdir=tmpdir, frame_encoding=name)
+        one = {name: MmreplayAdapter(stream, args.capacity, args.seed, tmpdir=tmpdir, frame_encoding=name,
+                                     reference_scheme=scheme_of(name, args))
                for name in ENCODINGS}
+        scheme = one["lz4-reference"].store.reference_scheme
+        result["scheme"] = {"group_size": scheme.group_size, "branching": scheme.branching}
         try:
             result["add_1_env"] = paired_fill(one, args.capacity, args.chunk)
             result["bytes_per_transition"] = {name: a.bytes_per_transition() for name, a in one.items()}
@@ -168,8 +186,9 @@ def run_game(game: str, args: argparse.Namespace) -> dict[str, Any]:
             for adapter in one.values():
                 adapter.close()
         if args.envs > 1:
-            vector = {name: MmreplayVectorAdapter(stream, args.capacity, args.seed, tmpdir=tmpdir,
-                                                  num_envs=args.envs, frame_encoding=name) for name in ENCODINGS}
+            vector = {name: MmreplayVectorAdapter(stream, args.capacity, args.seed, tmpdir=tmpdir, num_envs=args.envs,
+                                                  frame_encoding=name, reference_scheme=scheme_of(name, args))
+                      for name in ENCODINGS}
             try:
                 result[f"add_{args.envs}_envs"] = paired_fill(vector, args.capacity, args.chunk // args.envs)
                 result[f"bytes_per_transition_{args.envs}_envs"] = {
@@ -186,7 +205,9 @@ def run_game(game: str, args: argparse.Namespace) -> dict[str, Any]:
 def report(result: dict[str, Any]) -> str:
     b = result["bytes_per_transition"]
     dopamine = result.get("dopamine", {}).get("bytes_per_transition")
+    scheme = result["scheme"]
     lines = [f"{result['game']}: bytes/transition plain {b['lz4']:.0f}, reference {b['lz4-reference']:.0f}"
+             f" (scheme: groups of {scheme['group_size']}, branching {scheme['branching']})"
              f" (target <= {TARGETS.get(result['game'], '-')})"
              + (f", Dopamine's checkpoint {dopamine:.0f}" if dopamine else "")]
     for key in [k for k in result if k.startswith("add_")] + ["sample"]:
@@ -210,6 +231,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=11)
     parser.add_argument("--window", type=float, default=0.3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--scheme", type=scheme_argument, help="the reference store's scheme as GROUP_SIZE,BRANCHING "
+                        "(default: the store's default scheme)")
     parser.add_argument("--tmpdir")
     parser.add_argument("--dopamine-python", help="a Python with dopamine-rl: Dopamine's checkpoint size beside")
     parser.add_argument("--dopamine-timeout", type=float, default=300.0)

@@ -36,7 +36,7 @@ class MmreplayAdapter:
 
     def __init__(self, stream: FrameStream, capacity: int, seed: int, *, tmpdir: str | None,
                  num_envs: int = 1, frame_encoding: str = "lz4", reuse_out: bool = False,
-                 add_form: str = "frames") -> None:
+                 add_form: str = "frames", reference_scheme: object = None) -> None:
         from mmreplay import ReplayStore
 
         if add_form not in ADD_FORMS:
@@ -47,7 +47,7 @@ class MmreplayAdapter:
         try:
             self.store = ReplayStore.create(self.directory / "store", frame_shape=FRAME_SHAPE, capacity=capacity,
                                             stack_size=STACK_SIZE, num_envs=num_envs,
-                                            frame_encoding=frame_encoding)
+                                            frame_encoding=frame_encoding, reference_scheme=reference_scheme)
         except BaseException:
             shutil.rmtree(self.directory, ignore_errors=True)
             raise
@@ -126,9 +126,10 @@ class MmreplayVectorAdapter(MmreplayAdapter):
     name = "mmreplay-vec"
 
     def __init__(self, stream: FrameStream, capacity: int, seed: int, *, tmpdir: str | None,
-                 num_envs: int, frame_encoding: str = "lz4", reuse_out: bool = False) -> None:
+                 num_envs: int, frame_encoding: str = "lz4", reuse_out: bool = False,
+                 reference_scheme: object = None) -> None:
         super().__init__(stream, capacity, seed, tmpdir=tmpdir, num_envs=num_envs, frame_encoding=frame_encoding,
-                         reuse_out=reuse_out)
+                         reuse_out=reuse_out, reference_scheme=reference_scheme)
         self.transitions_per_add = num_envs
         first_frames = stream.transition_frame
         starts = np.flatnonzero(stream.stack_frames[first_frames, 0] == first_frames)  # stacks of one frame

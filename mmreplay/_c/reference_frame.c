@@ -11,7 +11,8 @@ static _Thread_local char *rows_area = NULL;
 static _Thread_local size_t rows_area_bytes = 0;
 
 /* A changed-rows frame (changed_rows.h): its header read, the block decoded against ref into the rows'
- * room, then every row put in place, from ref or from the block. */
+ * room, then every row put in place, from ref or from the block; in place (dst == ref, the block decoded
+ * before any row is written), the changed rows only. */
 static int
 decode_changed_rows(const uint8_t *src, int length, char *dst, const char *ref, int n, int row)
 {
@@ -31,11 +32,14 @@ decode_changed_rows(const uint8_t *src, int length, char *dst, const char *ref, 
         changed += take;
     }
     size_t changed_bytes = changed * (size_t)row;
+    int in_place = dst == ref;
     if (changed == 0) {
         if (p != end) {
             return 0;
         }
-        memcpy(dst, ref, (size_t)n);
+        if (!in_place) {
+            memcpy(dst, ref, (size_t)n);
+        }
         return 1;
     }
     if (changed_bytes > rows_area_bytes) {
@@ -55,13 +59,17 @@ decode_changed_rows(const uint8_t *src, int length, char *dst, const char *ref, 
         size_t skip = 0, take = 0;
         changed_rows_get(&p, end, rows, &skip);
         changed_rows_get(&p, end, rows, &take);
-        memcpy(dst + at, ref + at, skip * (size_t)row);
+        if (!in_place) {
+            memcpy(dst + at, ref + at, skip * (size_t)row);
+        }
         at += skip * (size_t)row;
         memcpy(dst + at, rows_area + from, take * (size_t)row);
         at += take * (size_t)row;
         from += take * (size_t)row;
     }
-    memcpy(dst + at, ref + at, (size_t)n - at);
+    if (!in_place) {
+        memcpy(dst + at, ref + at, (size_t)n - at);
+    }
     return 1;
 }
 

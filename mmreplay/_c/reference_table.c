@@ -15,6 +15,34 @@
 #include "reference_threads.h"
 #include "work_pool.h"
 
+/* Each thread's room for the references a batch adds (scratch frames), grown as needed and kept: a
+ * Pong batch of 32 adds ~90 frames (~600 KB), which malloc would map afresh for every batch, and the
+ * kernel's zeroing of those pages cost a tenth of the batch. Rooms above SCRATCH_KEPT_BYTES (batches of
+ * thousands) are allocated and freed with their batch instead. */
+#define SCRATCH_KEPT_BYTES ((size_t)16 << 20)
+static _Thread_local char *scratch_area = NULL;
+static _Thread_local size_t scratch_area_bytes = 0;
+
+/* Room for `bytes` of scratch frames: the thread's kept room, or (*owned set) a new allocation the
+ * caller frees; NULL when out of memory. */
+static char *
+scratch_room(size_t bytes, char **owned)
+{
+    *owned = NULL;
+    if (bytes > SCRATCH_KEPT_BYTES) {
+        *owned = PyMem_Malloc(bytes);
+        return *owned;
+    }
+    if (bytes > scratch_area_bytes) {
+        char *grown = PyMem_RawRealloc(scratch_area, bytes);
+        if (grown == NULL) {
+            return NULL;
+        }
+        scratch_area = grown, scratch_area_bytes = bytes;
+    }
+    return scratch_area;
+}
+
 int
 reference_arguments_check(Py_ssize_t depth, Py_ssize_t row_nbytes, Py_ssize_t frame_nbytes, const char *function)
 {
@@ -32,27 +60,39 @@ reference_arguments_check(Py_ssize_t depth, Py_ssize_t row_nbytes, Py_ssize_t fr
 
 /* chain[k * n + i]: the k-th reference up from frame steps[i], a key frame its own reference, for k up
  * to depth + 1, read from the table. 0, or 1 when a chain leads before frame step 0 or does not reach a
- * key frame within depth references (a damaged table, or entries overwritten since: CRCs would fail). */
+ * key frame within depth references (a damaged table, or entries overwritten since: CRCs would fail).
+ * Level by level across the batch, each next level's entries prefetched: the table of a large ring does
+ * not fit the caches, and one frame's chain is a run of loads each waiting for the one before. */
 static int
 follow_references(const FrameTable *frames, const int64_t *steps, Py_ssize_t n, Py_ssize_t depth, int64_t *chain)
 {
     const EntryLayout *layout = &frames->layout;
     const unsigned char *entries = (const unsigned char *)frames->table->buf;
+    size_t entry_size = (size_t)layout->size;
+    long long slots = frames->frame_slots;
     for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t step = steps[i];
-        if (step < 0) {
+        if (steps[i] < 0) {
             return 1;
         }
-        chain[i] = step;
-        for (Py_ssize_t k = 1; k <= depth + 1; k++) {
-            const unsigned char *entry = entries + (size_t)(step % frames->frame_slots) * (size_t)layout->size;
-            int64_t next = step - entry_ref(layout, entry);
+        chain[i] = steps[i];
+        __builtin_prefetch(entries + (size_t)(steps[i] % slots) * entry_size, 0, 0);
+    }
+    for (Py_ssize_t k = 1; k <= depth + 1; k++) {
+        const int64_t *level = chain + (k - 1) * n;
+        int64_t *next_level = chain + k * n;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int64_t step = level[i];
+            int64_t next = step - entry_ref(layout, entries + (size_t)(step % slots) * entry_size);
             if (next < 0) {
                 return 1;
             }
-            chain[k * n + i] = next;
-            step = next;
+            next_level[i] = next;
+            if (next != step) {
+                __builtin_prefetch(entries + (size_t)(next % slots) * entry_size, 0, 0);
+            }
         }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
         if (chain[(depth + 1) * n + i] != chain[depth * n + i]) {
             return 1;
         }
@@ -74,7 +114,7 @@ reference_decode_table(const FrameTable *frames, PyObject *views, const int64_t 
      * int64, sources, checksums and seeds uint32 */
     char *room = PyMem_Malloc((size_t)width * (size_t)n * sizeof(int64_t)
                               + capacity * (4 * sizeof(int64_t) + sizeof(const char *) + 2 * sizeof(uint32_t)));
-    char *scratch = NULL;
+    char *scratch = NULL, *owned = NULL;
     int status = -1;
     if (room == NULL) {
         PyErr_NoMemory();
@@ -104,24 +144,31 @@ reference_decode_table(const FrameTable *frames, PyObject *views, const int64_t 
     if (status != 0) {
         goto done;
     }
-    /* the plan's rows: 0 .. n - 1 for the requested frames, n .. m - 1 for the references it added */
-    if (m > n) {
-        scratch = PyMem_Malloc((size_t)(m - n) * (size_t)frame_nbytes);
-        if (scratch == NULL) {
-            PyErr_NoMemory();
-            status = -1;
-            goto done;
-        }
-    }
-    ReferencePlan plan = {sources, lengths, refs, rows, checksums, seeds, out, scratch, n, (int)frame_nbytes,
+    ReferencePlan plan = {sources, lengths, refs, rows, checksums, seeds, out, NULL, n, (int)frame_nbytes,
                           (int)row_nbytes, row_nbytes > 0, m};
-    Py_ssize_t bad;
-    Py_BEGIN_ALLOW_THREADS
-    bad = reference_decode_on_threads(&plan, threads);
-    Py_END_ALLOW_THREADS
+    Py_ssize_t bad = -2;
+    if (plan.changed_rows) { /* the references in rows of out (reference_threads.h): no scratch */
+        Py_BEGIN_ALLOW_THREADS
+        bad = reference_decode_inherited(&plan, threads);
+        Py_END_ALLOW_THREADS
+    }
+    if (bad == -2) { /* the plan's rows: 0 .. n - 1 for the requested frames, n .. m - 1 for references */
+        if (m > n) {
+            scratch = scratch_room((size_t)(m - n) * (size_t)frame_nbytes, &owned);
+            if (scratch == NULL) {
+                PyErr_NoMemory();
+                status = -1;
+                goto done;
+            }
+        }
+        plan.scratch = scratch;
+        Py_BEGIN_ALLOW_THREADS
+        bad = reference_decode_on_threads(&plan, threads);
+        Py_END_ALLOW_THREADS
+    }
     status = bad == -1 ? 0 : 1;
 done:
-    PyMem_Free(scratch);
+    PyMem_Free(owned);
     PyMem_Free(room);
     return status;
 }

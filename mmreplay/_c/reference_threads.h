@@ -12,9 +12,19 @@
 
 #include "reference_decode.h"
 
-/* reference_runner on up to threads threads; in order on the calling thread when threads < 2, the plan
- * is small, or the tree lists cannot be allocated. */
+/* reference_runner on up to threads threads: a changed-rows plan by reference_decode_inherited; else, or
+ * where that declines, one tree a task with its references in scratch rows, or in order on the calling
+ * thread when threads < 2, the plan is small, or the tree lists cannot be allocated. */
 Py_ssize_t reference_decode_on_threads(const ReferencePlan *plan, int threads);
+
+/* A changed-rows plan (format version 5) decoded one tree a task, without scratch rows: a reference
+ * that no row of out asked for is decoded into the out row of one of its dependents, its heir, which
+ * then decodes in place over it, writing only its changed rows, after the reference's other dependents
+ * have copied it. A batch then writes each requested frame's row about once, as plain frames do,
+ * instead of every reference and every frame whole. Returns -1 or the first entry that fails, as
+ * reference_decode_in_order; -2 when the plan is not of changed rows, lists a reference no entry
+ * depends on, or memory runs out (nothing decoded: the caller takes another path). */
+Py_ssize_t reference_decode_inherited(const ReferencePlan *plan, int threads);
 
 /* reference_decode(views, segments, offsets, lengths, checksums, seeds, refs, rows, out, scratch,
  *                  frame_nbytes, row_nbytes=0, threads=1) -> int
