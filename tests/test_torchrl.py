@@ -403,6 +403,24 @@ def test_dumps_and_loads_carry_the_transitions_at_their_slots_to_another_path(tm
     assert (loaded[:] == rb[:]).all()  # the lanes came along: both stores shared the same frames
 
 
+def test_after_loads_an_env_whose_every_transition_was_evicted_starts_its_stack_anew(tmp_path: Path) -> None:
+    """A loaded dump rebuilds each env's episode in progress from the stored transitions, as a reopened
+    store does: single frames of a trajectory none of whose transitions is stored restart their stack
+    (the first frame repeated), while the original buffer, which saw the frames, goes on with them."""
+    collector = FakeCollector(envs=2, stack_size=2, stacked=False, ends=[(False, False)])
+    rb = TensorDictReplayBuffer(storage=MmreplayStorage(2, tmp_path / "a.mmr", stack_size=2, num_envs=2))
+    rb.extend(collector.next_batch(2))  # env 0's trajectory 0, then env 1's trajectory 1: only 1 is kept
+    rb.dumps(tmp_path / "checkpoint")
+    loaded = TensorDictReplayBuffer(storage=MmreplayStorage(2, tmp_path / "b.mmr", stack_size=2, num_envs=2))
+    loaded.loads(tmp_path / "checkpoint")
+    more = collector.next_batch(1)  # trajectory 0's step 2, trajectory 1's step 2
+    rb.extend(more.clone())
+    loaded.extend(more.clone())
+    assert rb[0]["pixels"][:, 0, 1].tolist() == [1, 2]  # trajectory 0's frames of steps 1 and 2
+    assert loaded[0]["pixels"][:, 0, 1].tolist() == [2, 2]  # step 2's frame repeated: a new stack
+    assert (loaded[1]["pixels"] == rb[1]["pixels"]).all()  # trajectory 1 had transitions stored
+
+
 def test_a_state_dict_names_the_store_and_loads_into_a_copy_elsewhere(tmp_path: Path) -> None:
     collector = FakeCollector(envs=1, stack_size=4, stacked=True, ends=EVERY_FIFTH_ENDS)
     rb = TensorDictReplayBuffer(storage=MmreplayStorage(10, tmp_path / "a.mmr", stack_size=4))

@@ -47,10 +47,15 @@ _lz4batch = extensions.load("_lz4batch")  # its reference groups: a version 5 wr
 PLAIN = "lz4"
 REFERENCE = "lz4-reference"
 assert header.FRAME_ENCODINGS == (PLAIN, REFERENCE)
-# A store's scheme when create is given none. Measured through ReplayStore at 30,000 transitions
-# (stack 4) against ReferenceScheme()'s groups of 64 with branching 8 (depth 2): 3% fewer bytes per
-# transition on Pong, 8% on MsPacman, for the same sampling time (a batch's frames share references).
-DEFAULT_SCHEME = ReferenceScheme(group_size=256, branching=4)
+# A store's scheme when create is given none: groups of 256 frames, each frame against the one at its
+# place with the lowest set bit cleared (depth 8: half the frames reference the frame before, a quarter
+# the one two back, ...). Measured at capacity 100,000, stack 4, one env (benchmarks/bench_encodings.py
+# --scheme, paired on the 2-core machine): against groups of 256 with branching 4 (depth 4, the default
+# until then), 3% fewer bytes per transition on Pong (102 -> 99) and Breakout (105 -> 101) and 7% on
+# MsPacman (308 -> 287), for the same add rate and a sample rate 0.9x (Pong) to 1x (MsPacman) of it: a
+# frame one step back is the closest reference (MsPacman's ~211 bytes against ~280 two or three back),
+# and the compiled read decodes the deeper chains without scratch copies (_c/reference_threads.h).
+DEFAULT_SCHEME = ReferenceScheme(group_size=256, branching=2)
 
 
 def parse_frame_encoding(

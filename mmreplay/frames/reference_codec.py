@@ -28,11 +28,13 @@ frame steps belong to different envs, so an arithmetic key is another env's fram
 little like the last episode's frames, and a dependent frame never has to outlive another episode.
 
 The writer keeps, per env, an ``EnvReferences``: its place in the current group and the few frames that
-later frames of the group may reference (``depth`` of them), so that encoding never reads the disk. The
-reader decodes a batch with two compiled calls: ``plan_decode`` lists the requested frames and, once
-each, the references they need (and theirs), key frames first, so that a reference is decoded before
-the frames that use it; ``decode_batch`` decodes that list with the GIL released once. Without the
-extension ``mmreplay._lz4ref`` both run in Python (python-lz4) with identical results. Dependent frames
+later frames of the group may reference (``depth`` of them), so that encoding never reads the disk. A
+reader's batch is one compiled call where the extension is built (``_c/reference_table.c``: the chains
+followed through the frame table, planned and decoded). Its steps are the functions here:
+``plan_decode`` lists the requested frames and, once each, the references they need (and theirs), key
+frames first, so that a reference is decoded before the frames that use it; ``decode_batch`` decodes
+that list with the GIL released once. Without the extension ``mmreplay._lz4ref`` both run in Python
+(python-lz4) with identical results. Dependent frames
 are encoded by the extension's reference-aware encoder (``_c/reference_encode.c``: ~10 us for an 84x84
 frame, within a few percent of lz4 HC 9's size) or, without it, by python-lz4's HC mode with the
 reference as dictionary: different bytes, the same frames once decoded.
