@@ -22,6 +22,7 @@ from mmreplay.frames.ring import FrameRing
 from mmreplay.frames.threads import (
     BYTES_PER_THREAD,
     MAX_THREADS,
+    REFERENCE_COMPRESS_MIN_CORES,
     SPLIT_MIN_BYTES,
     ahead_threads,
     batch_threads,
@@ -243,6 +244,24 @@ def test_compression_takes_a_thread_for_each_12_kib_of_a_calls_frames_from_four_
     assert compress_threads(100, 16, 16) == 1  # CartPole-sized frames: 1.6 KB in all
     assert compress_threads(1, 1 << 20, 16) == 1  # one frame is one task, however large
     assert compress_threads(64, 7056, 1) == 1
+
+
+def test_reference_frames_take_helpers_for_a_vector_add_from_two_cores() -> None:
+    assert compress_threads(8, 7056, 2) == 1  # plain frames: below COMPRESS_MIN_CORES
+    assert compress_threads(8, 7056, 2, min_cores=REFERENCE_COMPRESS_MIN_CORES) == 2
+    assert compress_threads(8, 7056, 1, min_cores=REFERENCE_COMPRESS_MIN_CORES) == 1
+    assert compress_threads(1, 7056, 2, min_cores=REFERENCE_COMPRESS_MIN_CORES) == 1  # one env: one frame
+
+
+def test_a_reference_stores_writer_takes_the_reference_policy(tmp_path: Path) -> None:
+    """The writer of a vector-env reference store compresses on helpers from 2 cores, a plain one from 4."""
+    from mmreplay import ReplayStore
+
+    for encoding, expected in (("lz4", compress_threads(8, 7056, 2)),
+                               ("lz4-reference", compress_threads(8, 7056, 2, min_cores=REFERENCE_COMPRESS_MIN_CORES))):
+        with ReplayStore.create(tmp_path / f"{encoding}.mmr", frame_shape=(84, 84), capacity=64, num_envs=8,
+                                frame_encoding=encoding, decode_threads=2) as store:
+            assert store._role._append_threads == expected
 
 
 def test_a_frame_compressed_ahead_takes_one_helper_from_four_cores_and_none_below() -> None:

@@ -46,6 +46,13 @@ BYTES_PER_THREAD = 64 << 10
 # as they were there. Decoding keeps its measured split at two cores (SPLIT_MIN_BYTES).
 COMPRESS_BYTES_PER_THREAD = 12 << 10
 COMPRESS_MIN_CORES = 4
+# Reference frames cost up to twice plain lz4's compression (Pong: ~4.3 us against ~2.2 us a frame, the
+# search that keeps their changed rows small), so a vector add's frames pay for a helper from 2 cores:
+# 8 envs, paired against plain (benchmarks/bench_encodings.py, 2-core VM at load ~0.6), reference adds
+# went from 0.62x to 0.78x of plain's rate on Pong, 0.91x to 0.98x on Breakout, 1.13x to 1.42x on
+# MsPacman; with a busy process on the other core, Pong's median 0.63x -> 0.66x, its quartiles wider
+# (0.43x-0.75x against 0.61x-0.66x).
+REFERENCE_COMPRESS_MIN_CORES = 2
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 SELF_CGROUP = Path("/proc/self/cgroup")
@@ -67,12 +74,12 @@ def helper_rows(row_nbytes: int) -> int:
     return -(-SPLIT_MIN_BYTES // row_nbytes)
 
 
-def compress_threads(count: int, frame_nbytes: int, limit: int) -> int:
+def compress_threads(count: int, frame_nbytes: int, limit: int, *, min_cores: int = COMPRESS_MIN_CORES) -> int:
     """Threads for compressing ``count`` frames of ``frame_nbytes`` bytes in one call, at most ``limit``:
     one for each ``COMPRESS_BYTES_PER_THREAD`` of frames, at most one a frame (a single frame, or two
-    Atari frames, compress on the calling thread), and one where ``limit`` is below
-    ``COMPRESS_MIN_CORES``."""
-    if limit < COMPRESS_MIN_CORES:
+    Atari frames, compress on the calling thread), and one where ``limit`` is below ``min_cores``
+    (``COMPRESS_MIN_CORES``; ``REFERENCE_COMPRESS_MIN_CORES`` for reference frames)."""
+    if limit < min_cores:
         return 1
     return max(1, min(limit, count, count * frame_nbytes // COMPRESS_BYTES_PER_THREAD, MAX_THREADS))
 

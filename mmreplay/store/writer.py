@@ -23,7 +23,12 @@ from mmreplay.disk.writer_lock import acquire_writer_lock
 from mmreplay.errors import ClosedStoreError, FormatVersionError
 from mmreplay.frames import encodings, lz4_codec
 from mmreplay.frames.encodings import FrameEncoder
-from mmreplay.frames.threads import ahead_threads, compress_threads
+from mmreplay.frames.threads import (
+    COMPRESS_MIN_CORES,
+    REFERENCE_COMPRESS_MIN_CORES,
+    ahead_threads,
+    compress_threads,
+)
 from mmreplay.frames.wire import EncodedFrames
 from mmreplay.rows.transitions import TERMINATED, TRUNCATED
 from mmreplay.sampling.samplers import Sampler
@@ -90,11 +95,13 @@ class Writer:
         # writes (plain lz4, or reference frames of format version 5), still open.
         self._fast_add = self._encoder.fast_path
         # The fast path's compression: a call's frames on the pool's threads (vector envs; from 4 usable
-        # cores), one env's new plain frame handed to an awake helper before the add is checked (~10 us it
+        # cores, reference frames from 2: threads.REFERENCE_COMPRESS_MIN_CORES), one env's new plain frame handed to an awake helper before the add is checked (~10 us it
         # overlaps; a reference frame's compression needs its group's state, which the call updates).
         limit, frame_nbytes = files.reader.thread_limit, self._frames.frame_nbytes
-        self._append_threads = compress_threads(layout.num_envs, frame_nbytes, limit)
-        plain_single = layout.num_envs == 1 and self._encoder.groups is None
+        plain = self._encoder.groups is None
+        min_cores = COMPRESS_MIN_CORES if plain else REFERENCE_COMPRESS_MIN_CORES
+        self._append_threads = compress_threads(layout.num_envs, frame_nbytes, limit, min_cores=min_cores)
+        plain_single = layout.num_envs == 1 and plain
         self._ahead_threads = ahead_threads(1, frame_nbytes, limit) if plain_single else 1
         # A sampler that applies priorities and the store's checks of them in one call (PrioritizedSampler).
         self._checked_update = getattr(self._sampler, "update_priorities_checked", None)
