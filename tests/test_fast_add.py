@@ -142,8 +142,9 @@ REFERENCE = "lz4-reference"
      (1, True, False, True, "lz4"), (1, False, False, True, "lz4"), (8, True, False, True, "lz4"),
      (300, False, False, True, "lz4"),
      (1, False, False, False, REFERENCE), (1, True, False, False, REFERENCE), (8, False, False, False, REFERENCE),
-     (8, True, True, False, REFERENCE), (8, True, True, False, "lz4"), (300, False, False, False, REFERENCE), (8, True, False, True, REFERENCE),
-     (300, False, False, True, REFERENCE)],
+     (8, True, True, False, REFERENCE), (8, True, True, False, "lz4"), (300, False, False, False, REFERENCE),
+     (8, True, False, True, REFERENCE), (300, False, False, True, REFERENCE), (1, False, False, True, REFERENCE),
+     (1, True, False, True, REFERENCE)],
 )
 def test_real_frames_take_the_fast_path_across_segments_eviction_and_episode_ends(
     tmp_path: Path, num_envs: int, stacked: bool, prioritized: bool, helpers: bool, encoding: str
@@ -151,9 +152,10 @@ def test_real_frames_take_the_fast_path_across_segments_eviction_and_episode_end
     """Pong frames and noise (which does not compress: a 1 MiB segment fills every ~150 frames), evicted
     many times over, with episode ends; given as single frames or as stacks of 4 (an episode's first
     stack repeats its first frame, as gymnasium's FrameStackObservation pads it). ``helpers``: compressed
-    on the pool's threads, or ahead on a helper, as from 4 usable cores. ``lz4-reference``: frames
-    compressed against their references (groups, key frames, episode restarts) by add's compiled call,
-    byte for byte what the general path's encoder writes."""
+    on the pool's threads, or ahead on a helper, as from 4 usable cores (a reference frame ahead against
+    the reference its group gives it next, taken where the add continues the group). ``lz4-reference``:
+    frames compressed against their references (groups, key frames, episode restarts) by add's compiled
+    call, byte for byte what the general path's encoder writes."""
     frames = load_stream("pong", ("frames",), 600)["frames"]
     noise = np.random.default_rng(num_envs).integers(0, 256, (400, *frames.shape[1:]), dtype=np.uint8)
     frames = np.concatenate([frames, noise])
@@ -197,6 +199,36 @@ def test_real_frames_take_the_fast_path_across_segments_eviction_and_episode_end
     pair.close_and_compare()
     header = json.loads((pair.fast.path / "header.json").read_text())
     assert header["commit"]["bytes_written"] > 3 * header["layout"]["segment_bytes"]  # crossed segment ends
+
+
+@pytest.mark.skipif(_lz4batch is None, reason="needs mmreplay._lz4batch")
+def test_a_reference_frame_encoded_ahead_that_is_not_the_added_frame_is_not_written(tmp_path: Path) -> None:
+    """A block encoded ahead (``encode_ahead``) is written only where it is the added frame's against the
+    reference it gets: a handle made from another frame, or for another frame step, is left, and the
+    frame is encoded in the add's call. The store reads back the added frames exactly."""
+    frames = load_stream("pong", ("frames",), 60)["frames"]
+    wrong = np.ascontiguousarray(frames[::-1])
+    with ReplayStore.create(tmp_path / "s.mmr", frame_shape=(84, 84), capacity=50, frame_encoding=REFERENCE) as store:
+        writer = store._role
+        writer._ahead_threads = 2
+        ring, groups = writer._frames, writer._encoder.groups
+        calls = {"n": 0}
+
+        def misleading(next_obs: object) -> object:
+            calls["n"] += 1
+            tail = writer._committer.committed.frame_tail
+            if calls["n"] % 2:  # another frame, at the right step
+                return ring.encode_ahead(groups, wrong[calls["n"] % len(wrong)], frame_tail=tail, threads=2)
+            return _lz4batch.encode_ahead(groups, 0, ring.frames_written + 1, frames[0], tail, 2)  # a later step
+
+        writer._compress_ahead = misleading  # type: ignore[method-assign]
+        for t in range(len(frames) - 1):
+            _lz4batch.wake_helpers(1)
+            store.add(frames[t], 0, 0.0, frames[t + 1], False, False)
+        assert calls["n"] > 40
+        added = len(frames) - 1
+        steps = np.arange(added - len(store), added)  # transition t shows frames t and t + 1
+        np.testing.assert_array_equal(store.read(steps).next_obs[:, -1], frames[steps + 1])
 
 
 # -- every kind of number parse_add accepts takes the fast path ------------------------------------------------

@@ -191,15 +191,15 @@ py_append_reference_frames(PyObject *module, PyObject *args)
 {
     (void)module;
     Py_buffer frames, table;
-    PyObject *groups_arg, *deltas_arg;
+    PyObject *groups_arg, *deltas_arg, *ahead_arg = Py_None;
     long long first_step, frame_tail, frame_slots, offset, segment_bytes, segment_start;
     EntryLayout layout;
     unsigned long seed_multiplier;
     int descriptor, threads;
-    if (!PyArg_ParseTuple(args, "Oy*OLLw*L" ENTRY_LAYOUT_FORMAT "kiLLLi:append_reference_frames", &groups_arg,
+    if (!PyArg_ParseTuple(args, "Oy*OLLw*L" ENTRY_LAYOUT_FORMAT "kiLLLi|O:append_reference_frames", &groups_arg,
                           &frames, &deltas_arg, &first_step, &frame_tail, &table, &frame_slots,
                           ENTRY_LAYOUT_FIELDS(layout), &seed_multiplier, &descriptor, &segment_start, &offset,
-                          &segment_bytes, &threads)) {
+                          &segment_bytes, &threads, &ahead_arg)) {
         return NULL;
     }
     PyObject *result = NULL, *deltas = NULL;
@@ -208,7 +208,9 @@ py_append_reference_frames(PyObject *module, PyObject *args)
     int64_t *refs = NULL;
     uint32_t *prev = NULL;
     ReferenceGroups *groups = reference_groups_from(groups_arg);
-    deltas = groups == NULL ? NULL : PySequence_Fast(deltas_arg, "prev_deltas must be a sequence of ints");
+    const AheadFrame *ahead = groups == NULL ? NULL : ahead_frame_of(ahead_arg);
+    deltas = groups == NULL || PyErr_Occurred() ? NULL
+                                                : PySequence_Fast(deltas_arg, "prev_deltas must be a sequence of ints");
     if (deltas == NULL) {
         goto done;
     }
@@ -235,7 +237,7 @@ py_append_reference_frames(PyObject *module, PyObject *args)
         goto done;
     }
     long long total = reference_groups_encode(groups, frames.buf, n, frame_nbytes, first_step, frame_tail, threads,
-                                              &blocks, lengths, refs);
+                                              ahead, &blocks, lengths, refs);
     if (total < 0) {
         goto done;
     }

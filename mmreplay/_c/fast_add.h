@@ -23,13 +23,15 @@
 PyObject *py_append_frames(PyObject *module, PyObject *args);
 
 /* append_reference_frames(groups, frames, prev_deltas, first_step, frame_tail, table, frame_slots, layout,
- *                         seed_multiplier, descriptor, segment_start, offset, segment_bytes, threads) -> int
+ *                         seed_multiplier, descriptor, segment_start, offset, segment_bytes, threads[,
+ *                         ahead]) -> int
  *   append_frames for a reference ring (ReferenceFrameRing.append_reference_frames): one frame per env of
  *   the reference groups (reference_groups.h), each continuing its env's group, assigned its reference and
  *   compressed (on up to `threads` threads) as encode_frame would, written back to back at offset, then
  *   each entry gets ref_delta too (its seed: step * seed_multiplier + prev_delta + ref_delta *
- *   REF_SEED_MULTIPLIER). Returns the bytes written; -1 with nothing written and the groups as they were
- *   when they would run past the segment's end. */
+ *   REF_SEED_MULTIPLIER). ahead: None, or encode_ahead()'s capsule for a one-env frame, whose block is
+ *   written where it is the frame's against its assigned reference. Returns the bytes written; -1 with
+ *   nothing written and the groups as they were when they would run past the segment's end. */
 PyObject *py_append_reference_frames(PyObject *module, PyObject *args);
 
 /* write_rows(table, row_slots, first_step, frame_lead, layout, rewards, flags, actions, previous_steps)
@@ -48,7 +50,8 @@ PyObject *py_write_rows(PyObject *module, PyObject *args);
      "written, or -1 (nothing written) when they would run past the segment's end."},                              \
     {"append_reference_frames", py_append_reference_frames, METH_VARARGS,                                          \
      "append_reference_frames(groups, frames, prev_deltas, first_step, frame_tail, table, frame_slots, layout,\n"  \
-     "                        seed_multiplier, descriptor, segment_start, offset, segment_bytes, threads) -> int\n\n" \
+     "                        seed_multiplier, descriptor, segment_start, offset, segment_bytes, threads[,\n"   \
+     "                        ahead]) -> int\n\n"                                                                   \
      "Assign, compress and write one frame per env of a reference ring with their frame-table entries: the\n"     \
      "bytes written, or -1 (nothing written, the groups unchanged) when they would run past the segment's end."}, \
     {"write_rows", py_write_rows, METH_VARARGS,                                                                    \

@@ -38,7 +38,28 @@ struct ReferenceGroups {
     EnvGroup *envs, *saved; /* saved[env]: env's group at the last checkpoint, where touched[env] */
     unsigned char *touched;
     Anchor *free_anchors; /* released anchors, their memory kept for the next ones */
+    struct AheadFrame *ahead; /* a frame encoded ahead and not yet settled (encode_ahead), or NULL */
 };
+
+/* A frame of one env encoded ahead on a helper (encode_ahead) against the reference its group would give
+ * it next, or alone where it would be a key frame, while the caller checks its add. Until it is settled
+ * (its helper joined, ahead_settle) the groups are not changed: every function here that reads or
+ * changes them settles it first. */
+typedef struct AheadFrame {
+    ReferenceGroups *g;
+    PyObject *groups;   /* the groups' capsule, held while this lives */
+    Py_ssize_t env;
+    int64_t step;
+    Anchor *reference;  /* held until settled; NULL: a key frame */
+    const Anchor *predicted;
+    int64_t reference_step;
+    Py_buffer frame;
+    char *block;
+    size_t room;
+    Py_ssize_t length;  /* the block's bytes; -1: it did not encode; -2: no helper took it (not encoded) */
+    PoolJob *posted;
+    int settled;
+} AheadFrame;
 
 static void
 anchor_hold(Anchor *anchor)
@@ -236,10 +257,61 @@ encode_task(void *context, Py_ssize_t i)
     job->lengths[i] = (int)length;
 }
 
+static void
+ahead_task(void *context, Py_ssize_t number)
+{
+    (void)number;
+    AheadFrame *a = context;
+    a->length = encode_one(a->frame.buf, a->g->n, a->reference, a->block, a->room);
+}
+
+/* Waits for the frame's encoding where a helper took it, and lets go of its reference: the groups may
+ * change from here on. */
+static void
+ahead_settle(AheadFrame *a)
+{
+    if (a->settled) {
+        return;
+    }
+    if (a->posted != NULL) {
+        pool_join(a->posted, 1, ahead_task, a); /* the helper took it, or, if none did yet, this thread runs it */
+    }
+    else {
+        a->length = -2; /* no helper awake: the add encodes the frame itself */
+    }
+    a->settled = 1;
+    if (a->g->ahead == a) {
+        a->g->ahead = NULL;
+    }
+    anchor_release(a->g, a->reference);
+    a->reference = NULL;
+}
+
+static void
+groups_settle(ReferenceGroups *g)
+{
+    if (g->ahead != NULL) {
+        ahead_settle(g->ahead);
+    }
+}
+
+/* The block encoded ahead for env 0's frame at step, when it is this frame's against the reference it
+ * was just assigned (NULL: a key frame): its length, the block copied to dst; -1 when it is not. */
+static Py_ssize_t
+ahead_block(const AheadFrame *a, int64_t step, const char *frame, const Anchor *reference, char *dst)
+{
+    if (a == NULL || a->length < 0 || a->env != 0 || a->step != step || a->predicted != reference
+        || (reference != NULL && a->reference_step != reference->step) || memcmp(a->frame.buf, frame, a->g->n) != 0) {
+        return -1;
+    }
+    memcpy(dst, a->block, (size_t)a->length);
+    return a->length;
+}
+
 long long
 reference_groups_encode(ReferenceGroups *g, const char *frames, Py_ssize_t n, Py_ssize_t frame_nbytes,
-                        long long first_step, long long frame_tail, int threads, char **blocks, int *lengths,
-                        int64_t *refs)
+                        long long first_step, long long frame_tail, int threads, const AheadFrame *ahead,
+                        char **blocks, int *lengths, int64_t *refs)
 {
     if ((size_t)frame_nbytes != g->n || n != g->num_envs) {
         PyErr_Format(PyExc_ValueError, "reference groups: %zd frames of %zd bytes; expected %zd of %zu", n,
@@ -256,6 +328,9 @@ reference_groups_encode(ReferenceGroups *g, const char *frames, Py_ssize_t n, Py
         PyErr_NoMemory();
         return -1;
     }
+    Py_BEGIN_ALLOW_THREADS
+    groups_settle(g); /* a frame encoded ahead: its helper done before the groups change */
+    Py_END_ALLOW_THREADS
     groups_checkpoint(g);
     for (Py_ssize_t i = 0; i < n; i++) {
         if (assign(g, i, first_step + i, frames + (size_t)i * g->n, 0, frame_tail, &refs[i], &references[i]) < 0) {
@@ -268,7 +343,10 @@ reference_groups_encode(ReferenceGroups *g, const char *frames, Py_ssize_t n, Py
     }
     EncodeJob job = {frames, g->n, room, references, *blocks, lengths};
     Py_BEGIN_ALLOW_THREADS
-    if (threads > 1 && n > 1) {
+    if (n == 1 && (lengths[0] = (int)ahead_block(ahead, first_step, frames, references[0], *blocks)) >= 0) {
+        /* the one env's frame, encoded ahead against the same reference */
+    }
+    else if (threads > 1 && n > 1) {
         pool_run(n, threads, encode_task, &job);
     }
     else {
@@ -299,6 +377,7 @@ reference_groups_encode(ReferenceGroups *g, const char *frames, Py_ssize_t n, Py
 void
 reference_groups_undo(ReferenceGroups *g)
 {
+    groups_settle(g);
     groups_rollback(g);
 }
 
@@ -309,6 +388,7 @@ groups_destroy(PyObject *capsule)
     if (g == NULL) {
         return;
     }
+    groups_settle(g); /* none: a frame encoded ahead holds the groups' capsule */
     groups_checkpoint(g); /* drops the saved groups */
     for (Py_ssize_t env = 0; env < g->num_envs; env++) {
         env_drop(g, &g->envs[env]);
@@ -407,6 +487,7 @@ py_encode_frame(PyObject *module, PyObject *args)
     }
     int64_t ref_delta;
     Anchor *reference;
+    groups_settle(g);
     if (assign(g, env, step, frame.buf, restart, frame_tail, &ref_delta, &reference) < 0) {
         goto done;
     }
@@ -437,6 +518,7 @@ py_groups_checkpoint(PyObject *module, PyObject *arg)
     if (g == NULL) {
         return NULL;
     }
+    groups_settle(g);
     groups_checkpoint(g);
     Py_RETURN_NONE;
 }
@@ -449,6 +531,98 @@ py_groups_rollback(PyObject *module, PyObject *arg)
     if (g == NULL) {
         return NULL;
     }
+    groups_settle(g);
     groups_rollback(g);
     Py_RETURN_NONE;
+}
+
+#define AHEAD_NAME "mmreplay._lz4batch.AheadFrame"
+
+static void
+ahead_destroy(PyObject *capsule)
+{
+    AheadFrame *a = PyCapsule_GetPointer(capsule, AHEAD_NAME);
+    if (a == NULL) {
+        return;
+    }
+    ahead_settle(a); /* a helper may still be encoding from its frame (no task touches Python) */
+    PyBuffer_Release(&a->frame);
+    PyMem_Free(a->block);
+    Py_DECREF(a->groups);
+    PyMem_Free(a);
+}
+
+const AheadFrame *
+ahead_frame_of(PyObject *capsule)
+{
+    if (capsule == Py_None) {
+        return NULL;
+    }
+    if (!PyCapsule_IsValid(capsule, AHEAD_NAME)) {
+        PyErr_Format(PyExc_TypeError, "ahead must be None or what encode_ahead() returned; got %s",
+                     Py_TYPE(capsule)->tp_name);
+        return NULL;
+    }
+    return PyCapsule_GetPointer(capsule, AHEAD_NAME);
+}
+
+PyObject *
+py_encode_ahead(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *capsule;
+    Py_ssize_t env;
+    long long step, frame_tail;
+    Py_buffer frame;
+    int threads;
+    if (!PyArg_ParseTuple(args, "OnLy*Li:encode_ahead", &capsule, &env, &step, &frame, &frame_tail, &threads)) {
+        return NULL;
+    }
+    ReferenceGroups *g = reference_groups_from(capsule);
+    if (g == NULL || env < 0 || env >= g->num_envs || (size_t)frame.len != g->n || threads < 1
+        || threads > POOL_MAX_THREADS) {
+        if (g != NULL) {
+            PyErr_Format(PyExc_ValueError, "encode_ahead: env %zd of %zd, a frame of %zd bytes (expected %zu), "
+                         "threads %d", env, g->num_envs, frame.len, g->n, threads);
+        }
+        PyBuffer_Release(&frame);
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    groups_settle(g);
+    Py_END_ALLOW_THREADS
+    /* The reference assign would give the frame if its add continues the group (no episode start: that
+     * add's obs frame is written first, at this step, and the block is not taken). */
+    const EnvGroup *e = &g->envs[env];
+    if (step <= e->last_step) {
+        PyBuffer_Release(&frame);
+        Py_RETURN_NONE;
+    }
+    int restart = e->place == 0 || e->place == g->group_size || step - e->key_step > g->max_distance
+                  || e->key_step < frame_tail;
+    Anchor *reference = NULL;
+    if (!restart) {
+        int digit = 0;
+        for (int64_t rest = e->place; rest % g->branching == 0; rest /= g->branching) {
+            digit++;
+        }
+        reference = e->anchors[digit];
+    }
+    AheadFrame *a = PyMem_Calloc(1, sizeof(AheadFrame));
+    char *block = a == NULL ? NULL : PyMem_Malloc(block_room(g));
+    PyObject *result = block == NULL ? NULL : PyCapsule_New(a, AHEAD_NAME, ahead_destroy);
+    if (result == NULL) {
+        PyMem_Free(block);
+        PyMem_Free(a);
+        PyBuffer_Release(&frame);
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    }
+    *a = (AheadFrame){.g = g, .groups = Py_NewRef(capsule), .env = env, .step = step, .reference = reference,
+                      .predicted = reference, .reference_step = reference != NULL ? reference->step : -1,
+                      .frame = frame, .block = block, .room = block_room(g), .length = -2};
+    anchor_hold(reference);
+    g->ahead = a;
+    /* posted last: nothing can fail after a helper may have started on it */
+    a->posted = pool_post(1, threads, ahead_task, a, 1);
+    return result;
 }

@@ -13,6 +13,11 @@
 #include "frame_entries.h"
 
 typedef struct ReferenceGroups ReferenceGroups;
+typedef struct AheadFrame AheadFrame;
+
+/* The frame encoded ahead of a capsule that encode_ahead() made; NULL for None, or with a TypeError for
+ * any other object. */
+const AheadFrame *ahead_frame_of(PyObject *capsule);
 
 /* The groups of a capsule that reference_groups() made; NULL with a TypeError for any other object. */
 ReferenceGroups *reference_groups_from(PyObject *capsule);
@@ -20,11 +25,13 @@ ReferenceGroups *reference_groups_from(PyObject *capsule);
 /* The frames of one add, one per env (envs 0, 1, ...: frames + env * frame_nbytes), each continuing its
  * env's group at frame step first_step + env: assigned (their references and ref_deltas), compressed on up
  * to `threads` threads, and packed back to back into a new buffer (*blocks, to PyMem_Free), each block's
- * length into lengths and ref_delta into refs. frame_tail: the oldest frame step the store keeps. Returns
- * the bytes of all, or -1 with a Python error (the groups then as they were). Call with the GIL held. */
+ * length into lengths and ref_delta into refs. frame_tail: the oldest frame step the store keeps. ahead
+ * (or NULL): a one-env frame encode_ahead() started, whose block is taken where it is this frame's
+ * against the reference just assigned (the same bytes), else left. Returns the bytes of all, or -1 with
+ * a Python error (the groups then as they were). Call with the GIL held. */
 long long reference_groups_encode(ReferenceGroups *groups, const char *frames, Py_ssize_t n, Py_ssize_t frame_nbytes,
-                                  long long first_step, long long frame_tail, int threads, char **blocks,
-                                  int *lengths, int64_t *refs);
+                                  long long first_step, long long frame_tail, int threads, const AheadFrame *ahead,
+                                  char **blocks, int *lengths, int64_t *refs);
 
 /* Undoes every assignment since the last reference_groups_encode: its groups as they were before it. */
 void reference_groups_undo(ReferenceGroups *groups);
@@ -39,6 +46,16 @@ PyObject *py_reference_groups(PyObject *module, PyObject *args);
  *   starts an episode, and a group. */
 PyObject *py_encode_frame(PyObject *module, PyObject *args);
 
+/* encode_ahead(groups, env, frame_step, frame, frame_tail, threads) -> capsule | None
+ *   Starts encoding env's frame at frame_step on an awake helper of the pool (up to threads - 1 of them)
+ *   against the reference its group gives it if its add continues the group, and returns at once:
+ *   append_reference_frames given the capsule takes that block where the frame and its reference turn
+ *   out the same (the bytes it would encode), and encodes the frame itself otherwise (an episode start,
+ *   another frame, no helper awake). The groups are left as they are until the block is done: each
+ *   function that uses them waits for it first, as does a capsule dropped untaken. None where frame_step
+ *   is not after env's last frame. */
+PyObject *py_encode_ahead(PyObject *module, PyObject *args);
+
 /* groups_checkpoint(groups) / groups_rollback(groups)
  *   Remember the groups as they are; return to them (an add that failed before it wrote its frames). */
 PyObject *py_groups_checkpoint(PyObject *module, PyObject *arg);
@@ -48,6 +65,10 @@ PyObject *py_groups_rollback(PyObject *module, PyObject *arg);
     {"reference_groups", py_reference_groups, METH_VARARGS,                                                        \
      "reference_groups(num_envs, group_size, branching, max_distance, frame_nbytes, row_nbytes) -> capsule\n\n"   \
      "A writer's reference groups: each env's place in its group and the frames it may reference."},              \
+    {"encode_ahead", py_encode_ahead, METH_VARARGS,                                                                \
+     "encode_ahead(groups, env, frame_step, frame, frame_tail, threads) -> capsule | None\n\n"                     \
+     "Start encoding env's frame on a helper against the reference its group gives it next; append_reference_\n" \
+     "frames takes the block where it turns out the frame's."},                                                   \
     {"encode_frame", py_encode_frame, METH_VARARGS,                                                                \
      "encode_frame(groups, env, frame_step, frame, restart, frame_tail) -> (bytes, int)\n\n"                       \
      "One frame of env: its stored bytes and ref_delta."},                                                          \

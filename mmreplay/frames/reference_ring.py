@@ -38,15 +38,25 @@ class ReferenceFrameRing(FrameRing):
         row_nbytes = reference_codec.mask_row_nbytes(self.frame_shape) if changed_rows else 0
         self._compiled_references = (scheme.depth, row_nbytes)
 
+    def encode_ahead(self, groups: object, frame: npt.NDArray[np.generic], *, frame_tail: int, threads: int) -> object:
+        """Start encoding one env's next frame on an awake helper (``_lz4batch.encode_ahead``) against the
+        reference its group gives it if the add continues the group, the frame written next; a handle that
+        ``append_reference_frames(..., ahead=)`` takes where it turns out the frame's (else it encodes the
+        frame itself). None where the frame cannot be encoded ahead."""
+        if _lz4batch is None:
+            return None
+        return _lz4batch.encode_ahead(groups, 0, self.frames_written, frame, frame_tail, threads)
+
     def append_reference_frames(
         self, groups: object, frames: npt.NDArray[np.generic], prev_deltas: list[int], *, frame_tail: int,
-        threads: int = 1,
+        threads: int = 1, ahead: object = None,
     ) -> None:
         """``FrameRing.append_frames`` for this ring: one frame per env of a writer's compiled reference
         ``groups`` (``encodings.ReferenceEncoder``), each continuing its env's group, assigned, compressed
         (on up to ``threads`` threads) and written in one compiled call; the same bytes as encoding each
         with the groups and ``append``, which is what happens when they would run past the segment's end.
-        ``frame_tail``: the oldest frame step the store keeps (no frame references one before it)."""
+        ``frame_tail``: the oldest frame step the store keeps (no frame references one before it); ``ahead``:
+        ``encode_ahead``'s handle for a one-env add's frame, or None."""
         assert _lz4batch is not None and self._entries is not None
         first_step, position = self.frames_written, self.bytes_written
         segment, offset = divmod(position, self.segment_bytes)
@@ -54,6 +64,7 @@ class ReferenceFrameRing(FrameRing):
         written = _lz4batch.append_reference_frames(
             groups, frames, prev_deltas, first_step, frame_tail, self._entries, self.frame_slots, self._layout,
             SEED_MULTIPLIER, self._descriptor_of(segment), position - offset, offset, self.segment_bytes, threads,
+            ahead,
         )
         if written >= 0:
             self.frames_written = first_step + len(prev_deltas)

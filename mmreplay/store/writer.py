@@ -94,15 +94,17 @@ class Writer:
         # ``add`` may take its fast path (``_add_single_frames``): a writer whose frames a compiled call
         # writes (plain lz4, or reference frames of format version 5), still open.
         self._fast_add = self._encoder.fast_path
-        # The fast path's compression: a call's frames on the pool's threads (vector envs; from 4 usable
-        # cores, reference frames from 2: threads.REFERENCE_COMPRESS_MIN_CORES), one env's new plain frame handed to an awake helper before the add is checked (~10 us it
-        # overlaps; a reference frame's compression needs its group's state, which the call updates).
+        # The fast path's compression: a call's frames on the pool's threads (vector envs: from 4 usable
+        # cores, and for reference frames, which cost up to twice as much, from 2:
+        # threads.REFERENCE_COMPRESS_MIN_CORES), one env's new frame handed to an awake helper before the
+        # add is checked (~10 us it overlaps; a reference frame against the reference its group will give
+        # it, taken where it does; from 4 cores: threads.ahead_threads).
         limit, frame_nbytes = files.reader.thread_limit, self._frames.frame_nbytes
         plain = self._encoder.groups is None
         min_cores = COMPRESS_MIN_CORES if plain else REFERENCE_COMPRESS_MIN_CORES
         self._append_threads = compress_threads(layout.num_envs, frame_nbytes, limit, min_cores=min_cores)
-        plain_single = layout.num_envs == 1 and plain
-        self._ahead_threads = ahead_threads(1, frame_nbytes, limit) if plain_single else 1
+        single = layout.num_envs == 1 and self._fast_add
+        self._ahead_threads = ahead_threads(1, frame_nbytes, limit) if single else 1
         # A sampler that applies priorities and the store's checks of them in one call (PrioritizedSampler).
         self._checked_update = getattr(self._sampler, "update_priorities_checked", None)
         self.transitions_added = commit.transitions_added
@@ -471,16 +473,26 @@ class Writer:
 
     def _compress_ahead(self, next_obs: object) -> object | None:
         """One env's new frame (``next_obs`` alone, or a stack's newest), compressed ahead on an awake
-        helper (``lz4_codec.compress_ahead``) while the add is checked; None where it is not a contiguous
-        array of the store's frames (the fast path, if it takes the add, then compresses in its call)."""
+        helper (``lz4_codec.compress_ahead``; a reference frame against the reference its group gives it
+        next, ``ReferenceFrameRing.encode_ahead``) while the add is checked; None where it is not a
+        contiguous array of the store's frames (the fast path, if it takes the add, then compresses in its
+        call)."""
         shapes = self._add_shapes
         if type(next_obs) is not np.ndarray or next_obs.dtype is not shapes.frame_dtype or not next_obs.flags.c_contiguous:
             return None
         if next_obs.shape == shapes.stack:
-            return lz4_codec.compress_ahead(next_obs[-1:], threads=self._ahead_threads)
-        if next_obs.shape == shapes.frame:
-            return lz4_codec.compress_ahead(next_obs[None], threads=self._ahead_threads)
-        return None
+            frames = next_obs[-1:]
+        elif next_obs.shape == shapes.frame:
+            frames = next_obs[None]
+        else:
+            return None
+        if self._encoder.groups is not None:
+            handle: object = self._frames.encode_ahead(  # type: ignore[attr-defined]
+                self._encoder.groups, frames[0], frame_tail=self._committer.committed.frame_tail,
+                threads=self._ahead_threads,
+            )
+            return handle
+        return lz4_codec.compress_ahead(frames, threads=self._ahead_threads)
 
     def _add_single_frames(
         self, parsed: SingleFrames, fields: dict[str, npt.NDArray[Any]] | None, ahead: object | None = None
@@ -513,7 +525,7 @@ class Writer:
                 try:
                     self._frames.append_reference_frames(  # type: ignore[attr-defined]
                         self._encoder.groups, parsed.new_frames, prev_deltas,
-                        frame_tail=self._committer.committed.frame_tail, threads=self._append_threads,
+                        frame_tail=self._committer.committed.frame_tail, threads=self._append_threads, ahead=ahead,
                     )
                 except BaseException:
                     self._encoder.rollback()  # no frame may be encoded against one that was not written
