@@ -14,8 +14,9 @@
  *                    once or ahead while the caller works on (add's fast path, encode_frames)
  *   fast_add         append_frames, append_reference_frames, write_rows: add's fast path, its writes in
  *                    one call each
- *   reference_groups reference_groups, encode_frame, groups_checkpoint, groups_rollback: a writer's
- *                    reference groups (which frame each is compressed against), for both of add's paths
+ *   reference_groups reference_groups, encode_frame, encode_ahead, groups_checkpoint, groups_rollback: a
+ *                    writer's reference groups (which frame each is compressed against), for both of
+ *                    add's paths
  *   reference_threads reference_decode: mmreplay._lz4ref.decode's batch on the pool's threads, one
  *                    tree of references a task (reference_decode's entries)
  *   reference_table  reference_decode_entries: a reference ring's frames located through its table,
@@ -64,7 +65,8 @@ static PyMethodDef methods[] = {
  * threads and frames compressed ahead, compress_frames, compress_ahead, wake_helpers. 6: format version
  * 5's rows and entries (row_layout's next_delta_bytes and env_shift, entry layouts of 13 fields, gather_rows'
  * unchecked, follow_links' layout), reference groups and append_reference_frames, reference_decode. 7:
- * read_transitions' reference argument (a reference ring's batch in one call), reference_decode_entries. */
+ * read_transitions' reference argument (a reference ring's batch in one call), reference_decode_entries,
+ * encode_ahead and append_reference_frames' ahead. */
 #define INTERFACE 7
 
 static struct PyModuleDef module_definition = {
