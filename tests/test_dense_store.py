@@ -22,7 +22,7 @@ import pytest
 import store_files
 from atari_data import load_stream
 from extension_status import absent_reason
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from issue3_reference import add_masked, assert_n_step_matches, assert_sequences_match
 from reference import ReferenceStore, assert_batch_matches, assert_store_matches
@@ -404,6 +404,7 @@ def wrapped_stores(tmp_path_factory: pytest.TempPathFactory) -> str:
     game=st.sampled_from(["pong", "mspacman"]),
     version=st.sampled_from([4, 5]),
 )
+@example(seed=363, count=1, threads=1, game="pong", version=4)  # one frame: an unaligned checksum view
 def test_the_compiled_decode_of_a_reference_ring_equals_its_general_path(
     wrapped_stores: str, seed: int, count: int, threads: int, game: str, version: int
 ) -> None:
@@ -468,3 +469,27 @@ def test_a_damaged_reference_is_found_by_the_compiled_read_and_named_by_the_gene
             )
         with pytest.raises(FrameChecksumError, match=r"^frame 8 \(a frame that a requested frame is compressed"):
             store.read([12])
+
+
+@pytest.mark.parametrize("encoding", ["lz4", DENSE])
+@pytest.mark.parametrize("version", [4, 5])
+def test_one_frame_decodes_on_the_numpy_path_before_any_segment_is_mapped(
+    tmp_path: Path, encoding: str, version: int
+) -> None:
+    """A ring's numpy path (what runs before a reader has mapped its segments, or where the compiled read
+    declines) decodes a single frame: its packed table entry's checksum field, one item long, is a
+    contiguous but unaligned view, which the decoder's arrays are copied out of (a CI run drew it)."""
+    frames = np.ascontiguousarray(load_stream("pong", ("frames",), 40)["frames"])
+    with store_files.writing_version(version):
+        store = ReplayStore.create(tmp_path / "s.mmr", frame_shape=(84, 84), capacity=30, frame_encoding=encoding)
+    with store:
+        for t in range(len(frames) - 1):
+            store.add(frames[t], 0, 0.0, frames[t + 1], False, False)
+    with ReplayStore.open(tmp_path / "s.mmr", "r") as reader:
+        ring = reader._files.frames
+        for step in (ring.frames_written - 1, ring.frames_written - 20):
+            out = np.zeros((1, 84, 84), np.uint8)
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(type(ring), "compiled_frames", lambda self: None)
+                ring.decode_into(np.array([step]), out, limit=1)
+            np.testing.assert_array_equal(out[0], frames[step])

@@ -117,13 +117,14 @@ def decode_batch(
     if n == 0:
         return -1
     frame_nbytes = out.nbytes // n
-    # Conversions copy only what is not already a contiguous array of the type the decoder reads.
+    # Conversions copy only what is not already a contiguous, aligned array of the type the decoder reads
+    # (a one-frame view of a packed table's checksum field is contiguous but not aligned).
     arrays = (
-        np.ascontiguousarray(segments, np.int64),
-        np.ascontiguousarray(offsets, np.int64),
-        np.ascontiguousarray(lengths, np.int64),
-        np.ascontiguousarray(checksums, np.uint32),
-        np.ascontiguousarray(seeds.astype(np.uint32, copy=False)),  # wraps modulo 2**32, like ``& 0xFFFFFFFF``
+        np.require(segments, np.int64, "CA"),
+        np.require(offsets, np.int64, "CA"),
+        np.require(lengths, np.int64, "CA"),
+        np.require(checksums, np.uint32, "CA"),
+        np.require(seeds.astype(np.uint32, copy=False), requirements="CA"),  # wraps modulo 2**32
     )
     if accelerated and _lz4batch is not None:
         if threads is None:
