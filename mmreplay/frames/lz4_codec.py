@@ -120,11 +120,11 @@ def decode_batch(
     # Conversions copy only what is not already a contiguous, aligned array of the type the decoder reads
     # (a one-frame view of a packed table's checksum field is contiguous but not aligned).
     arrays = (
-        np.require(segments, np.int64, "CA"),
-        np.require(offsets, np.int64, "CA"),
-        np.require(lengths, np.int64, "CA"),
-        np.require(checksums, np.uint32, "CA"),
-        np.require(seeds.astype(np.uint32, copy=False), requirements="CA"),  # wraps modulo 2**32
+        np.require(segments, np.int64, ("C", "A")),
+        np.require(offsets, np.int64, ("C", "A")),
+        np.require(lengths, np.int64, ("C", "A")),
+        np.require(checksums, np.uint32, ("C", "A")),
+        np.require(seeds.astype(np.uint32, copy=False), requirements=("C", "A")),  # wraps modulo 2**32
     )
     if accelerated and _lz4batch is not None:
         if threads is None:

@@ -391,13 +391,13 @@ def decode_batch(
     scratch_rows = max(0, int(rows.max()) + 1 - len(out)) if m else 0
     scratch = np.empty((scratch_rows, *out.shape[1:]), np.uint8)
     arrays = (
-        np.require(segments, np.int64, "CA"),
-        np.require(offsets, np.int64, "CA"),
-        np.require(lengths, np.int64, "CA"),
-        np.require(checksums, np.uint32, "CA"),
+        np.require(segments, np.int64, ("C", "A")),
+        np.require(offsets, np.int64, ("C", "A")),
+        np.require(lengths, np.int64, ("C", "A")),
+        np.require(checksums, np.uint32, ("C", "A")),
         np.asarray(seeds).astype(np.uint32),  # wraps modulo 2**32, like ``& 0xFFFFFFFF``
-        np.require(refs, np.int64, "CA"),
-        np.require(rows, np.int64, "CA"),
+        np.require(refs, np.int64, ("C", "A")),
+        np.require(rows, np.int64, ("C", "A")),
     )
     row_nbytes = mask_row_nbytes(out.shape[1:]) if changed_rows else 0
     if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 64:
