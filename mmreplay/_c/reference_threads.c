@@ -20,11 +20,12 @@ typedef struct {
     Py_ssize_t bad;           /* the smallest entry that failed so far (plan->m: none), updated atomically */
 } TreeJob;
 
+/* *bad becomes i where i is smaller (the tasks of a job note their failures at once). */
 static void
-note_bad(TreeJob *job, Py_ssize_t i)
+note_bad(Py_ssize_t *bad, Py_ssize_t i)
 {
-    Py_ssize_t seen = __atomic_load_n(&job->bad, __ATOMIC_RELAXED);
-    while (i < seen && !__atomic_compare_exchange_n(&job->bad, &seen, i, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    Py_ssize_t seen = __atomic_load_n(bad, __ATOMIC_RELAXED);
+    while (i < seen && !__atomic_compare_exchange_n(bad, &seen, i, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     }
 }
 
@@ -37,7 +38,7 @@ tree_task(void *context, Py_ssize_t tree)
     for (Py_ssize_t k = job->starts[tree]; k < job->starts[tree + 1]; k++) {
         Py_ssize_t i = job->order[k];
         if (!reference_entry_decode(job->plan, i)) {
-            note_bad(job, i);
+            note_bad(&job->bad, i);
             return;
         }
     }
@@ -135,10 +136,7 @@ inherit_task(void *context, Py_ssize_t tree)
     while (top > 0) {
         Py_ssize_t i = stack[--top], ref = p->refs[i];
         if (!entry_decode_into(p, i, job->buffer[i], ref < 0 ? NULL : job->buffer[ref])) {
-            Py_ssize_t seen = __atomic_load_n(&job->bad, __ATOMIC_RELAXED);
-            while (i < seen
-                   && !__atomic_compare_exchange_n(&job->bad, &seen, i, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-            }
+            note_bad(&job->bad, i);
             continue;
         }
         if (job->heir[i] >= 0) {
