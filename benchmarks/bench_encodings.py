@@ -160,7 +160,10 @@ def scheme_of(encoding: str, args: argparse.Namespace) -> object:
 
 
 def scheme_argument(text: str) -> tuple[int, int]:
-    group_size, _, branching = text.partition(",")
+    """``--scheme GROUP_SIZE,BRANCHING``: two positive ints, such as ``256,2``."""
+    group_size, comma, branching = text.partition(",")
+    if not comma or not group_size.strip().isdigit() or not branching.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected GROUP_SIZE,BRANCHING, two ints such as 256,2; got {text!r}")
     return int(group_size), int(branching)
 
 

@@ -85,6 +85,14 @@ def _check_store(path: Path, transitions: list[tuple], committed: int) -> Refere
     return ref
 
 
+def _prioritized_store(path: Path, transitions: list, count: int) -> None:
+    """A closed prioritized store at ``path`` of the first ``count`` transitions."""
+    with ReplayStore.create(path, frame_shape=(84, 84), capacity=CAPACITY, stack_size=4,
+                            sampler=PrioritizedSampler()) as store:
+        for i in range(count):
+            store.add(*transitions[i])
+
+
 def _fill_up(filesystem: Path) -> Path:
     """Write one file until ``filesystem`` is full (ENOSPC); returns it (delete or shorten it to free room)."""
     filler = filesystem / "filler"
@@ -165,10 +173,7 @@ def test_a_prioritized_store_copied_sparse_onto_a_full_filesystem_is_refused_for
     # anything; the store reads as it was, and takes appends once there is room.
     transitions = _transitions(_frames("mspacman"))
     source = tmp_path / "store.mmr"
-    with ReplayStore.create(source, frame_shape=(84, 84), capacity=CAPACITY, stack_size=4,
-                            sampler=PrioritizedSampler()) as store:
-        for i in range(30):
-            store.add(*transitions[i])
+    _prioritized_store(source, transitions, 30)
     path = tiny_filesystem / "store.mmr"
     subprocess.run(["cp", "-r", "--sparse=always", str(source), str(path)], check=True)
     filler = _fill_up(tiny_filesystem)
@@ -196,10 +201,7 @@ def test_clear_of_a_prioritized_store_on_a_full_filesystem_with_a_reader_leaves_
     # succeeds whole; never an empty store with a half-built writer (its next add raised RuntimeError).
     transitions = _transitions(_frames("mspacman"))
     path = tiny_filesystem / "store.mmr"
-    with ReplayStore.create(path, frame_shape=(84, 84), capacity=CAPACITY, stack_size=4,
-                            sampler=PrioritizedSampler()) as store:
-        for i in range(30):
-            store.add(*transitions[i])
+    _prioritized_store(path, transitions, 30)
     writer = ReplayStore.open(path, "r+")
     reader = ReplayStore.open(path)
     filler = _fill_up(tiny_filesystem)

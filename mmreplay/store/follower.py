@@ -25,7 +25,7 @@ from mmreplay.rows.transitions import RowChecksumError
 from mmreplay.sampling.samplers import Sampler
 from mmreplay.store.autocommit import Committable
 from mmreplay.store.env_episodes import EnvEpisode, load_env_episodes
-from mmreplay.store.mapped_files import MappedFiles, matching_sampler
+from mmreplay.store.mapped_files import MappedFiles, map_committed
 from mmreplay.store.stored_steps import stored_steps
 
 T = TypeVar("T")
@@ -74,13 +74,7 @@ class Follower:
     @classmethod
     def _open_once(cls, directory: Path, sampler: Sampler | None, decode_threads: int | None) -> Follower:
         opened = header.open_store_directory(directory)
-        try:
-            layout, commit = header.read_header(opened)
-            chosen = matching_sampler(sampler, layout)
-        except BaseException:
-            opened.close()
-            raise
-        files = MappedFiles(opened, layout, commit, sampler=chosen, writable=False, decode_threads=decode_threads)
+        files, commit = map_committed(opened, sampler, writable=False, decode_threads=decode_threads)
         try:
             return cls(files, commit)
         except BaseException:

@@ -177,6 +177,22 @@ class MappedFiles:
         return total
 
 
+def map_committed(
+    opened: StoreDirectory, sampler: Sampler | None, *, writable: bool, decode_threads: int | None
+) -> tuple[MappedFiles, header.Commit]:
+    """The opened store's files mapped at its last commit (its header read now) with ``sampler``, or the
+    store's own (``matching_sampler``), and that commit: a writer's and a follower's open. ``opened`` is
+    closed when the header or the sampler is refused."""
+    try:
+        layout, commit = header.read_header(opened)
+        chosen = matching_sampler(sampler, layout)
+    except BaseException:
+        opened.close()
+        raise
+    files = MappedFiles(opened, layout, commit, sampler=chosen, writable=writable, decode_threads=decode_threads)
+    return files, commit
+
+
 def matching_sampler(sampler: Sampler | None, layout: header.Layout) -> Sampler:
     """The sampler to open a store with: the store's own (``layout.sampler``) when ``sampler`` is None,
     else ``sampler``, which must be configured as the store's."""

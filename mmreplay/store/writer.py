@@ -52,7 +52,7 @@ from mmreplay.store.env_episodes import (
     load_env_episodes,
     load_env_frames,
 )
-from mmreplay.store.mapped_files import MappedFiles, close_all, matching_sampler
+from mmreplay.store.mapped_files import MappedFiles, close_all, map_committed
 from mmreplay.store.stored_steps import stored_steps
 from mmreplay.validation import parse_priorities, parse_steps
 
@@ -148,13 +148,7 @@ class Writer:
             raise
         try:
             # A writer that died may have left newer, uncommitted files: reread under the lock.
-            try:
-                layout, commit = header.read_header(opened)
-                chosen = matching_sampler(sampler, layout)
-            except BaseException:
-                opened.close()
-                raise
-            files = MappedFiles(opened, layout, commit, sampler=chosen, writable=True, decode_threads=decode_threads)
+            files, commit = map_committed(opened, sampler, writable=True, decode_threads=decode_threads)
             try:
                 return cls(files, commit, lock=lock, schedule=schedule)
             except BaseException:
