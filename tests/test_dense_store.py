@@ -471,6 +471,39 @@ def test_a_damaged_reference_is_found_by_the_compiled_read_and_named_by_the_gene
             store.read([12])
 
 
+@pytest.mark.skipif(_lz4batch is None, reason=absent_reason("_lz4batch"))
+def test_the_compiled_read_declines_a_chain_longer_than_its_depth_or_leading_before_step_0(tmp_path: Path) -> None:
+    """The compiled read follows each chain at most ``depth`` references and never before frame step 0:
+    a frame whose (intact) chain is longer than the depth it is given, or whose key frame names a frame
+    before step 0, is declined rather than decoded, and the frames within reach still decode."""
+    path, _ = dense_pong_store(tmp_path)  # depth 1: frames 9-15 reference the key frame 8
+    frames = [obs for obs, *_ in transitions("pong")[:40]]  # frame k: transition k's obs
+    with ReplayStore.open(path, "r") as store:
+        store.read([20])  # maps the segment
+
+        def compiled(steps: list[int], depth: int) -> bool:
+            *located, (_, row_nbytes) = store._files.frames.compiled_frames()
+            table, frame_slots, layout, multiplier, segment_bytes, bytes_written, views, base = located
+            out = np.zeros((len(steps), 84, 84), np.uint8)
+            done = _lz4batch.reference_decode_entries(
+                views, base, table, frame_slots, layout, np.array(steps), multiplier, segment_bytes, bytes_written,
+                depth, row_nbytes, out, 7056, 1,
+            )
+            if done:
+                for row, step in enumerate(steps):
+                    np.testing.assert_array_equal(out[row], frames[step])
+            return bool(done)
+
+        assert compiled([8, 12, 13], depth=1)
+        assert not compiled([8, 12], depth=0)  # 12 -> 8 is one reference
+        assert compiled([8, 16], depth=0)  # key frames alone
+    store_files.set_links(path, 0, ref_delta=1)  # the key frame 0 now names frame -1
+    with ReplayStore.open(path, "r") as store:
+        store.read([20])
+        assert not compiled([3], depth=1)
+        assert compiled([12], depth=1)
+
+
 @pytest.mark.parametrize("encoding", ["lz4", DENSE])
 @pytest.mark.parametrize("version", [4, 5])
 def test_one_frame_decodes_on_the_numpy_path_before_any_segment_is_mapped(

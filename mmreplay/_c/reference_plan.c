@@ -30,46 +30,13 @@ find_or_add(StepMap *map, int64_t step, Py_ssize_t entry)
     return -1;
 }
 
-Py_ssize_t
-reference_plan_entries(const int64_t *chain, Py_ssize_t n, Py_ssize_t width, int64_t *steps, int64_t *refs, int64_t *rows)
-#define LINK(i, k) chain[(k) * n + (i)]
+/* The entries sorted by level (stably: ties keep their order) into steps, refs and rows, each entry's
+ * reference given as its index among the entries (-1: a key frame). position: room for m + width. */
+static void
+plan_order(const int64_t *entry, const Py_ssize_t *reference, const int64_t *level, const int64_t *row, Py_ssize_t m,
+           Py_ssize_t width, Py_ssize_t *position, int64_t *steps, int64_t *refs, int64_t *rows)
 {
-    Py_ssize_t capacity = n * (width - 1) > 0 ? n * (width - 1) : 1;
-    size_t size = 16;
-    while (size < 2 * (size_t)capacity) {
-        size *= 2;
-    }
-    StepMap map = {PyMem_Malloc(size * sizeof(int64_t)), PyMem_Malloc(size * sizeof(Py_ssize_t)), size - 1};
-    int64_t *entry = PyMem_Malloc((size_t)capacity * 4 * sizeof(int64_t)); /* step, ref step, level, row */
-    Py_ssize_t *position = PyMem_Malloc(((size_t)capacity + (size_t)width) * sizeof(Py_ssize_t));
-    Py_ssize_t m = -1;
-    if (map.steps == NULL || map.entries == NULL || entry == NULL || position == NULL) {
-        goto done;
-    }
-    int64_t *ref_step = entry + capacity, *level = ref_step + capacity, *row = level + capacity;
-    Py_ssize_t *level_start = position + capacity;
-    memset(map.steps, 0xFF, size * sizeof(int64_t));
-    m = 0;
-    for (Py_ssize_t i = 0; i < n; i++) { /* a repeated requested frame: the first one is referenced */
-        int64_t depth = 0;
-        while (depth < width - 1 && LINK(i, depth) != LINK(i, depth + 1)) {
-            depth++;
-        }
-        find_or_add(&map, LINK(i, 0), m);
-        entry[m] = LINK(i, 0), ref_step[m] = LINK(i, 1), level[m] = depth, row[m] = i;
-        m++;
-    }
-    Py_ssize_t added = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        for (int64_t k = 1; k <= level[i]; k++) {
-            if (find_or_add(&map, LINK(i, k), m) >= 0) {
-                break; /* listed already, and so are its references */
-            }
-            entry[m] = LINK(i, k), ref_step[m] = LINK(i, k + 1), level[m] = level[i] - k, row[m] = n + added++;
-            m++;
-        }
-    }
-#undef LINK
+    Py_ssize_t *level_start = position + m;
     for (Py_ssize_t l = 0; l < width; l++) {
         level_start[l] = 0;
     }
@@ -86,19 +53,159 @@ reference_plan_entries(const int64_t *chain, Py_ssize_t n, Py_ssize_t width, int
         Py_ssize_t p = position[e];
         steps[p] = entry[e];
         rows[p] = row[e];
-        Py_ssize_t reference = level[e] == 0 ? -1 : find_or_add(&map, ref_step[e], -1);
-        if (level[e] != 0 && reference < 0) { /* cannot happen: every reference was listed above */
-            m = -2;
+        refs[p] = reference[e] < 0 ? -1 : position[reference[e]];
+    }
+}
+
+/* A plan's work areas, for up to `capacity` entries: the step map and each entry's step, its
+ * reference's step, level, row, reference (its index among the entries) and position. */
+typedef struct {
+    StepMap map;
+    int64_t *entry, *reference_step, *level, *row;
+    Py_ssize_t *reference, *position;
+    void *bytes;
+} PlanRoom;
+
+static int
+plan_room_open(PlanRoom *room, Py_ssize_t capacity, Py_ssize_t width)
+{
+    size_t size = 16;
+    while (size < 2 * (size_t)capacity) {
+        size *= 2;
+    }
+    size_t count = (size_t)capacity;
+    room->bytes = PyMem_Malloc(size * (sizeof(int64_t) + sizeof(Py_ssize_t)) + count * 4 * sizeof(int64_t)
+                               + (2 * count + (size_t)width) * sizeof(Py_ssize_t));
+    if (room->bytes == NULL) {
+        return -1;
+    }
+    room->map.steps = room->bytes;
+    room->map.entries = (Py_ssize_t *)(room->map.steps + size);
+    room->map.mask = size - 1;
+    room->entry = (int64_t *)(room->map.entries + size);
+    room->reference_step = room->entry + count, room->level = room->reference_step + count;
+    room->row = room->level + count;
+    room->reference = (Py_ssize_t *)(room->row + count);
+    room->position = room->reference + count; /* and width more: the levels' starts */
+    memset(room->map.steps, 0xFF, size * sizeof(int64_t));
+    return 0;
+}
+
+Py_ssize_t
+reference_plan_entries(const int64_t *chain, Py_ssize_t n, Py_ssize_t width, int64_t *steps, int64_t *refs, int64_t *rows)
+#define LINK(i, k) chain[(k) * n + (i)]
+{
+    PlanRoom room;
+    if (plan_room_open(&room, n * (width - 1) > 0 ? n * (width - 1) : 1, width) < 0) {
+        return -1;
+    }
+    int64_t *entry = room.entry, *reference_step = room.reference_step, *level = room.level, *row = room.row;
+    Py_ssize_t m = 0;
+    for (Py_ssize_t i = 0; i < n; i++) { /* a repeated requested frame: the first one is referenced */
+        int64_t depth = 0;
+        while (depth < width - 1 && LINK(i, depth) != LINK(i, depth + 1)) {
+            depth++;
+        }
+        find_or_add(&room.map, LINK(i, 0), m);
+        entry[m] = LINK(i, 0), reference_step[m] = LINK(i, 1), level[m] = depth, row[m] = i;
+        m++;
+    }
+    Py_ssize_t added = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        for (int64_t k = 1; k <= level[i]; k++) {
+            if (find_or_add(&room.map, LINK(i, k), m) >= 0) {
+                break; /* listed already, and so are its references */
+            }
+            entry[m] = LINK(i, k), reference_step[m] = LINK(i, k + 1), level[m] = level[i] - k, row[m] = n + added++;
+            m++;
+        }
+    }
+#undef LINK
+    for (Py_ssize_t e = 0; e < m; e++) {
+        room.reference[e] = level[e] == 0 ? -1 : find_or_add(&room.map, reference_step[e], -1);
+        if (level[e] != 0 && room.reference[e] < 0) { /* cannot happen: every reference was listed above */
+            PyMem_Free(room.bytes);
+            return -2;
+        }
+    }
+    plan_order(entry, room.reference, level, row, m, width, room.position, steps, refs, rows);
+    PyMem_Free(room.bytes);
+    return m;
+}
+
+Py_ssize_t
+reference_plan_follow(const ReferenceLookup *lookup, const int64_t *requested, Py_ssize_t n, Py_ssize_t depth,
+                      int64_t *steps, int64_t *refs, int64_t *rows)
+{
+    Py_ssize_t width = depth + 2;
+    PlanRoom room;
+    if (plan_room_open(&room, n * (depth + 1) > 0 ? n * (depth + 1) : 1, width) < 0) {
+        return -1;
+    }
+    int64_t *entry = room.entry, *level = room.level, *row = room.row;
+    Py_ssize_t *reference = room.reference, m = 0, status = -3;
+    for (Py_ssize_t i = 0; i < n; i++) { /* every requested frame an entry; a repeat references the first */
+        if (requested[i] < 0) {
             goto done;
         }
-        refs[p] = reference < 0 ? -1 : position[reference];
+        find_or_add(&room.map, requested[i], m);
+        lookup->prefetch(lookup->source, requested[i]);
+        entry[m] = requested[i], row[m] = i, level[m] = -1;
+        m++;
     }
+    /* Round by round up the batch's chains: each entry's reference read (an entry listed for the first
+     * time, prefetched when listed, is read in the next round). A frame's chain has at most depth + 1
+     * entries, and so the rounds. */
+    Py_ssize_t round_start = 0, added = 0;
+    for (Py_ssize_t round = 0; round_start < m; round++) {
+        if (round > depth) {
+            goto done;
+        }
+        Py_ssize_t round_end = m;
+        for (Py_ssize_t e = round_start; e < round_end; e++) {
+            int64_t delta = lookup->reference(lookup->source, entry[e]), up = entry[e] - delta;
+            if (delta < 0 || up < 0) {
+                goto done;
+            }
+            if (delta == 0) {
+                reference[e] = -1;
+                continue;
+            }
+            reference[e] = find_or_add(&room.map, up, m);
+            if (reference[e] < 0) {
+                lookup->prefetch(lookup->source, up);
+                entry[m] = up, row[m] = n + added++, level[m] = -1;
+                reference[e] = m++;
+            }
+        }
+        round_start = round_end;
+    }
+    /* Each entry's level, walking up to the first entry whose level is known; at most depth (the
+     * requested frames' chains reach a key frame within depth references). */
+    Py_ssize_t path[REFERENCE_PLAN_MAX_DEPTH + 2];
+    for (Py_ssize_t e = 0; e < m; e++) {
+        Py_ssize_t top = 0, at = e;
+        while (level[at] < 0 && reference[at] >= 0) {
+            if (top > depth) {
+                goto done;
+            }
+            path[top++] = at;
+            at = reference[at];
+        }
+        int64_t base = level[at] < 0 ? 0 : level[at];
+        level[at] = base;
+        while (top > 0) {
+            level[path[--top]] = ++base;
+        }
+        if (base > depth) {
+            goto done;
+        }
+    }
+    plan_order(entry, reference, level, row, m, width, room.position, steps, refs, rows);
+    status = m;
 done:
-    PyMem_Free(map.steps);
-    PyMem_Free(map.entries);
-    PyMem_Free(entry);
-    PyMem_Free(position);
-    return m;
+    PyMem_Free(room.bytes);
+    return status;
 }
 
 PyObject *

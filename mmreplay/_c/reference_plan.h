@@ -14,6 +14,30 @@
 Py_ssize_t reference_plan_entries(const int64_t *chain, Py_ssize_t n, Py_ssize_t width, int64_t *steps, int64_t *refs,
                                   int64_t *rows);
 
+/* The deepest chain reference_plan_follow follows. */
+#define REFERENCE_PLAN_MAX_DEPTH 64
+
+/* Where a frame's reference lies, for reference_plan_follow: reference(source, step) is the frame's
+ * step minus its reference's (0: a key frame), read from wherever the frames are recorded (a frame
+ * ring's table); prefetch(source, step) starts fetching what reference() will read for step. */
+typedef struct {
+    int64_t (*reference)(const void *source, int64_t step);
+    void (*prefetch)(const void *source, int64_t step);
+    const void *source;
+} ReferenceLookup;
+
+/* reference_plan_entries' plan of the n frames at requested, their chains followed through lookup
+ * instead of given: each distinct frame's reference read once, a round of the batch's chains at a time
+ * (the next round's frames prefetched as they are listed), so that a batch of stacks, whose frames
+ * share most of their references, reads each once, and the lookups' cache misses overlap. The entries
+ * reference_plan_entries would list for the same chains, ordered by level as it orders them (ties by
+ * first listing, here round by round rather than chain by chain). steps, refs and rows: n * (depth + 1) items each. Returns m; -1 when out of memory;
+ * -3 when a step is negative, a chain leads before step 0 or does not reach a key frame within depth
+ * references (a damaged table, or frames overwritten since). depth at most REFERENCE_PLAN_MAX_DEPTH.
+ * Needs the GIL (PyMem_Malloc); sets no Python error. */
+Py_ssize_t reference_plan_follow(const ReferenceLookup *lookup, const int64_t *requested, Py_ssize_t n,
+                                 Py_ssize_t depth, int64_t *steps, int64_t *refs, int64_t *rows);
+
 /* plan(chain, width, entries) -> int
  *   chain:   int64[width][n]: chain[0] the requested frame steps, chain[k + 1][i] the reference of
  *            chain[k][i], a key frame being its own reference; chain[width - 1] == chain[width - 2]

@@ -58,46 +58,21 @@ reference_arguments_check(Py_ssize_t depth, Py_ssize_t row_nbytes, Py_ssize_t fr
     return 0;
 }
 
-/* chain[k * n + i]: the k-th reference up from frame steps[i], a key frame its own reference, for k up
- * to depth + 1, read from the table. 0, or 1 when a chain leads before frame step 0 or does not reach a
- * key frame within depth references (a damaged table, or entries overwritten since: CRCs would fail).
- * Level by level across the batch, each next level's entries prefetched: the table of a large ring does
- * not fit the caches, and one frame's chain is a run of loads each waiting for the one before. */
-static int
-follow_references(const FrameTable *frames, const int64_t *steps, Py_ssize_t n, Py_ssize_t depth, int64_t *chain)
+/* The frame table as reference_plan_follow reads it: a frame's ref_delta, and its entry prefetched. */
+static int64_t
+table_reference(const void *source, int64_t step)
 {
-    const EntryLayout *layout = &frames->layout;
-    const unsigned char *entries = (const unsigned char *)frames->table->buf;
-    size_t entry_size = (size_t)layout->size;
-    long long slots = frames->frame_slots;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (steps[i] < 0) {
-            return 1;
-        }
-        chain[i] = steps[i];
-        __builtin_prefetch(entries + (size_t)(steps[i] % slots) * entry_size, 0, 0);
-    }
-    for (Py_ssize_t k = 1; k <= depth + 1; k++) {
-        const int64_t *level = chain + (k - 1) * n;
-        int64_t *next_level = chain + k * n;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            int64_t step = level[i];
-            int64_t next = step - entry_ref(layout, entries + (size_t)(step % slots) * entry_size);
-            if (next < 0) {
-                return 1;
-            }
-            next_level[i] = next;
-            if (next != step) {
-                __builtin_prefetch(entries + (size_t)(next % slots) * entry_size, 0, 0);
-            }
-        }
-    }
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (chain[(depth + 1) * n + i] != chain[depth * n + i]) {
-            return 1;
-        }
-    }
-    return 0;
+    const FrameTable *frames = source;
+    return entry_ref(&frames->layout, (const unsigned char *)frames->table->buf
+                                          + (size_t)(step % frames->frame_slots) * (size_t)frames->layout.size);
+}
+
+static void
+table_prefetch(const void *source, int64_t step)
+{
+    const FrameTable *frames = source;
+    __builtin_prefetch((const unsigned char *)frames->table->buf
+                           + (size_t)(step % frames->frame_slots) * (size_t)frames->layout.size, 0, 0);
 }
 
 int
@@ -108,34 +83,28 @@ reference_decode_table(const FrameTable *frames, PyObject *views, const int64_t 
     if (n == 0) {
         return 0;
     }
-    Py_ssize_t width = depth + 2;
     size_t capacity = (size_t)n * (size_t)(depth + 1);
-    /* chain int64[width * n]; the plan's steps, refs and rows int64[capacity] each; each entry's lengths
-     * int64, sources, checksums and seeds uint32 */
-    char *room = PyMem_Malloc((size_t)width * (size_t)n * sizeof(int64_t)
-                              + capacity * (4 * sizeof(int64_t) + sizeof(const char *) + 2 * sizeof(uint32_t)));
+    /* the plan's steps, refs and rows int64[capacity] each; each entry's lengths int64, sources,
+     * checksums and seeds uint32 */
+    char *room = PyMem_Malloc(capacity * (4 * sizeof(int64_t) + sizeof(const char *) + 2 * sizeof(uint32_t)));
     char *scratch = NULL, *owned = NULL;
     int status = -1;
     if (room == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    int64_t *chain = (int64_t *)room;
-    int64_t *plan_steps = chain + (size_t)width * (size_t)n, *refs = plan_steps + capacity, *rows = refs + capacity;
+    int64_t *plan_steps = (int64_t *)room, *refs = plan_steps + capacity, *rows = refs + capacity;
     int64_t *lengths = rows + capacity;
     const char **sources = (const char **)(lengths + capacity);
     uint32_t *checksums = (uint32_t *)(sources + capacity), *seeds = checksums + capacity;
-    if (follow_references(frames, steps, n, depth, chain) != 0) {
-        status = 1;
-        goto done;
-    }
-    Py_ssize_t m = reference_plan_entries(chain, n, width, plan_steps, refs, rows);
+    ReferenceLookup lookup = {table_reference, table_prefetch, frames};
+    Py_ssize_t m = reference_plan_follow(&lookup, steps, n, depth, plan_steps, refs, rows);
     if (m < 0) {
-        if (m == -1) {
-            PyErr_NoMemory();
+        if (m == -3) {
+            status = 1; /* a chain the table cannot give: the caller's general path names the frame */
         }
         else {
-            PyErr_SetString(PyExc_SystemError, "mmreplay._lz4batch: the decode plan lost a reference; this is a bug");
+            PyErr_NoMemory();
         }
         goto done;
     }

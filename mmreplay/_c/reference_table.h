@@ -12,9 +12,10 @@
 #include <stdint.h>
 
 #include "frame_entries.h"
+#include "reference_plan.h"
 
-/* The deepest reference chain the compiled read follows (ReferenceScheme.depth: 4 for the default). */
-#define REFERENCE_MAX_DEPTH 64
+/* The deepest reference chain the compiled read follows (ReferenceScheme.depth: 8 for the default). */
+#define REFERENCE_MAX_DEPTH REFERENCE_PLAN_MAX_DEPTH
 
 /* Decodes the n frames at steps of a reference ring whose chains are at most depth references long into
  * out (n frames of frame_nbytes bytes), on up to threads threads; row_nbytes: 0 for dependent frames
