@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from synthetic_frames import sprite_frames
 
-from mmreplay import CorruptStoreError, PrioritizedSampler, encode_frames
+from mmreplay import CorruptStoreError, EncodedFrames, PrioritizedSampler, encode_frames
 from mmreplay.gpu import crc_parity
 from mmreplay.gpu.block_plan import lz4_bound, plan_blocks
 
@@ -163,6 +163,15 @@ def test_a_frame_index_naming_no_block_is_refused():
     frames = encode_frames(np.zeros((3, 2, 2), np.uint8))
     with pytest.raises(ValueError, match=r"^frame_index holds 0 to 3; expected 0 to 2$"):
         plan_blocks(frames, np.array([[0, 3]]))
+
+
+def test_blocks_compressed_against_other_frames_are_refused():
+    plain = encode_frames(np.arange(12, dtype=np.uint8).reshape(3, 2, 2))
+    referencing = EncodedFrames(plain.data, plain.lengths, plain.checksums, plain.seeds, (2, 2), np.array([-1, 0, 0]))
+    with pytest.raises(ValueError, match=r"blocks compressed against other frames .* decode it on the host"):
+        plan_blocks(referencing, np.array([[1, 2]]))
+    alone = EncodedFrames(plain.data, plain.lengths, plain.checksums, plain.seeds, (2, 2), np.array([-1, -1, -1]))
+    assert np.array_equal(plan_blocks(alone, np.array([[1, 2]])).gather, [1, 2])
 
 
 @pytest.mark.parametrize("stack_size", [1, 2, 4])

@@ -339,15 +339,6 @@ def test_add_encoded_refuses_a_damaged_frame_before_writing(tmp_path: Path) -> N
     assert len(store) == 0
 
 
-def test_sample_encoded_refuses_a_reference_encoded_store(tmp_path: Path) -> None:
-    store = ReplayStore.create(tmp_path / "s", frame_shape=FRAME, capacity=10, frame_encoding="lz4-reference")
-    store.add(np.zeros(FRAME, np.uint8), 0, 0.0, np.ones(FRAME, np.uint8), False, False)
-    with pytest.raises(ValueError, match="sample_encoded needs a store of frame_encoding='lz4'"):
-        store.sample_encoded(2, rng=0)
-    with pytest.raises(ValueError, match="sample_sequences_encoded needs a store of frame_encoding='lz4'"):
-        store.sample_sequences_encoded(2, 3, rng=0)
-
-
 def test_decode_blocks_decodes_frames_of_several_sources_in_any_order_and_checks_its_out() -> None:
     rng = np.random.default_rng(0)
     pixels = [rng.integers(0, 4, (3, *FRAME), dtype=np.uint8), rng.integers(0, 4, (2, *FRAME), dtype=np.uint8)]

@@ -28,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.errors import CorruptStoreError
-from mmreplay.frames import lz4_codec
+from mmreplay.frames import lz4_codec, referenced_blocks
 from mmreplay.frames.threads import thread_limit
 from mmreplay.validation import parse_decode_threads, parse_shape
 
@@ -49,13 +49,22 @@ class EncodedFrames:
     numpy array of any shape and dtype) is kept as ``bytes`` or as a flat, read-only byte view of the
     buffer's bytes in C order (a buffer that is not C-contiguous is copied), so that a block is cut by
     byte offsets whatever the buffer's item size or shape; ``lengths``, ``checksums`` and ``seeds`` are
-    one entry per frame, and the lengths add up to ``data``'s bytes."""
+    one entry per frame, and the lengths add up to ``data``'s bytes.
+
+    ``references`` (an encoded batch of a ``"lz4-reference"`` store): for each frame, the index among
+    these frames of the frame its block is compressed against (lz4's dictionary), -1 for a block that
+    decodes alone, always an earlier frame (so a reference decodes before the frames that need it);
+    None: every block decodes alone, as ``encode_frames`` makes them. ``changed_rows``: a block with a
+    reference holds only the rows that differ from it (format version 5's frames), else the whole frame
+    (version 4's)."""
 
     data: bytes | memoryview
     lengths: npt.NDArray[np.int64]
     checksums: npt.NDArray[np.uint32]
     seeds: npt.NDArray[np.uint32]
     frame_shape: tuple[int, ...]
+    references: npt.NDArray[np.int64] | None = None
+    changed_rows: bool = True
 
     def __post_init__(self) -> None:
         data = _byte_view(self.data)
@@ -70,8 +79,12 @@ class EncodedFrames:
             raise ValueError(f"lengths add up to {total:,} bytes; expected {len(data):,}, the bytes of data "
                              f"(the {count} blocks back to back)")
         frame_shape = parse_shape(self.frame_shape, "frame_shape", allow_empty=False)
+        references = None if self.references is None else _references(self.references, count)
+        if not isinstance(self.changed_rows, (bool, np.bool_)):
+            raise TypeError(f"changed_rows must be a bool; got {type(self.changed_rows).__name__}")
         for name, value in (("data", data), ("lengths", lengths), ("checksums", checksums), ("seeds", seeds),
-                            ("frame_shape", frame_shape)):
+                            ("frame_shape", frame_shape), ("references", references),
+                            ("changed_rows", bool(self.changed_rows))):
             object.__setattr__(self, name, value)  # frozen: normalised once, here
 
     def __len__(self) -> int:
@@ -80,7 +93,8 @@ class EncodedFrames:
     @property
     def nbytes(self) -> int:
         """Bytes of blocks, lengths, checksums and seeds: what sending these frames costs."""
-        return len(self.data) + self.lengths.nbytes + self.checksums.nbytes + self.seeds.nbytes
+        references = 0 if self.references is None else self.references.nbytes
+        return len(self.data) + self.lengths.nbytes + self.checksums.nbytes + self.seeds.nbytes + references
 
     def blocks(self, order: npt.NDArray[np.int64]) -> BlockRefs:
         """Where frames ``order`` (indices into these frames, any shape, repeats allowed) lie in ``data``:
@@ -89,7 +103,7 @@ class EncodedFrames:
         starts = np.zeros(len(self) + 1, np.int64)
         np.cumsum(self.lengths, out=starts[1:])
         return BlockRefs(np.zeros(order.shape, np.int64), starts[order], self.lengths[order], self.checksums[order],
-                         self.seeds[order].astype(np.int64))
+                         self.seeds[order].astype(np.int64), order)
 
     def decode(
         self, order: npt.NDArray[np.int64] | None = None, *, decode_threads: int | None = None
@@ -103,20 +117,23 @@ class EncodedFrames:
         return pixels
 
     def __repr__(self) -> str:
-        return f"EncodedFrames(frames={len(self)}, frame_shape={self.frame_shape}, nbytes={self.nbytes:,})"
+        referencing = "" if self.references is None else f", referencing={int((self.references >= 0).sum())}"
+        return f"EncodedFrames(frames={len(self)}{referencing}, frame_shape={self.frame_shape}, nbytes={self.nbytes:,})"
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         data: object = pickle.PickleBuffer(self.data) if protocol >= 5 else bytes(self.data)
-        return _rebuild_frames, (data, self.lengths, self.checksums, self.seeds, self.frame_shape)
+        return _rebuild_frames, (data, self.lengths, self.checksums, self.seeds, self.frame_shape, self.references,
+                                 self.changed_rows)
 
 
 def _rebuild_frames(
     data: object, lengths: npt.NDArray[np.int64], checksums: npt.NDArray[np.uint32], seeds: npt.NDArray[np.uint32],
-    frame_shape: tuple[int, ...],
+    frame_shape: tuple[int, ...], references: npt.NDArray[np.int64] | None = None, changed_rows: bool = True,
 ) -> EncodedFrames:
     """An unpickled ``EncodedFrames``: ``data`` is bytes (in band) or the buffer its receiver handed over
-    (out of band), viewed as bytes without a copy (``EncodedFrames`` checks both)."""
-    return EncodedFrames(data, lengths, checksums, seeds, frame_shape)  # type: ignore[arg-type]
+    (out of band), viewed as bytes without a copy (``EncodedFrames`` checks both). Pickles from before
+    ``references`` name none."""
+    return EncodedFrames(data, lengths, checksums, seeds, frame_shape, references, changed_rows)  # type: ignore[arg-type]
 
 
 def _byte_view(data: object) -> bytes | memoryview:
@@ -152,6 +169,18 @@ def _integers(value: object, name: str, dtype: type[T], *, count: int | None) ->
     return array.astype(dtype)
 
 
+def _references(value: object, count: int) -> npt.NDArray[np.int64]:
+    """``references`` as int64 (count,), each -1 or an earlier frame's index: frames that reference each
+    other in a cycle, or a later frame, could not be decoded in any order."""
+    array = _integers(value, "references", np.int64, count=count)
+    bad = np.flatnonzero((array < -1) | (array >= np.arange(count)))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"references[{i}] is {int(array[i])}; expected -1 (a block that decodes alone) or the index "
+                         f"of an earlier frame (0 to {i - 1}), the frame its block is compressed against")
+    return array
+
+
 def frame_indices(value: object, name: str, frame_count: int) -> npt.NDArray[np.int64]:
     """``value`` as int64 indices (any shape) into ``frame_count`` frames; an error names ``name``."""
     array = np.asarray(value)
@@ -168,29 +197,37 @@ class BlockRefs:
     """Frames among the blocks of several ``EncodedFrames`` (the *sources*): frame i is the block of
     ``lengths[i]`` bytes at ``starts[i]`` of source ``sources[i]``, with its checksum and CRC seed. Arrays
     of any one shape (rows of a batch by their frames); ``take`` and ``join`` rearrange them, so that
-    the frames of a batch drawn from several shards decode in one compiled call (``decode_blocks``)."""
+    the frames of a batch drawn from several shards decode in one compiled call (``decode_blocks``).
+    ``frames``: each one's index among its source's frames (``EncodedFrames.blocks`` gives it), which is
+    how a block compressed against another frame finds it (``EncodedFrames.references``); None where
+    every source's blocks decode alone."""
 
     sources: npt.NDArray[np.int64]
     starts: npt.NDArray[np.int64]
     lengths: npt.NDArray[np.int64]
     checksums: npt.NDArray[np.uint32]
     seeds: npt.NDArray[np.int64]
+    frames: npt.NDArray[np.int64] | None = None
 
     def take(self, rows: npt.NDArray[np.int64] | slice) -> BlockRefs:
         """These references' rows ``rows`` (along the first axis)."""
-        return BlockRefs(self.sources[rows], self.starts[rows], self.lengths[rows], self.checksums[rows], self.seeds[rows])
+        return BlockRefs(self.sources[rows], self.starts[rows], self.lengths[rows], self.checksums[rows],
+                         self.seeds[rows], None if self.frames is None else self.frames[rows])
 
     def from_source(self, source: int) -> BlockRefs:
         """The same references, all into source ``source``."""
         return BlockRefs(np.full(self.sources.shape, source, np.int64), self.starts, self.lengths, self.checksums,
-                         self.seeds)
+                         self.seeds, self.frames)
 
     @staticmethod
     def join(parts: Sequence[BlockRefs], order: npt.NDArray[np.int64] | None = None) -> BlockRefs:
-        """The parts' rows one after the other, then in ``order`` (row i is the joined rows' ``order[i]``)."""
-        arrays = [np.concatenate([getattr(part, name) for part in parts]) for name in
-                  ("sources", "starts", "lengths", "checksums", "seeds")]
-        joined = BlockRefs(*arrays)
+        """The parts' rows one after the other, then in ``order`` (row i is the joined rows' ``order[i]``);
+        ``frames`` where every part has them."""
+        sources, starts, lengths, checksums, seeds = (np.concatenate([getattr(part, name) for part in parts])
+                                                      for name in ("sources", "starts", "lengths", "checksums", "seeds"))
+        numbered = [part.frames for part in parts if part.frames is not None]
+        joined = BlockRefs(sources, starts, lengths, checksums, seeds,
+                           np.concatenate(numbered) if len(numbered) == len(parts) else None)
         return joined if order is None else joined.take(order)
 
 
@@ -221,6 +258,17 @@ def decode_blocks(
         raise ValueError(f"out has frames of shape {tuple(out.shape[1:])}; the sources' frames have shape "
                          f"{' and '.join(map(str, sorted(shapes)))}")
     if count == 0:
+        return
+    if any(source.references is not None for source in sources):  # blocks compressed against other frames
+        failed = referenced_blocks.decode_referenced(sources, refs, out.reshape(count, *out.shape[1:]), limit=limit)
+        if failed is not None:
+            row, frame, requested = failed
+            name = (f"encoded frame {row if numbers is None else int(numbers.reshape(-1)[row])}" if requested
+                    else f"encoded frame {frame} (a frame that a requested frame's block is compressed against)")
+            raise CorruptStoreError(
+                f"{name} fails its checksum or does not decode to one frame of shape {out.shape[1:]} against its "
+                "reference: it was damaged on disk or on the way"
+            )
         return
     bad = lz4_codec.decode_batch(
         refs.sources.reshape(-1), refs.starts.reshape(-1), refs.lengths.reshape(-1), refs.checksums.reshape(-1),

@@ -47,7 +47,10 @@ class BlockPlan:
 
 def plan_blocks(frames: EncodedFrames, frame_index: npt.NDArray[np.int64]) -> BlockPlan:
     """The plan of an encoded batch's ``frames`` and ``frame_index`` (any shape; each entry names one of
-    ``frames``)."""
+    ``frames``). Blocks that decode alone only: nvCOMP's batched lz4 takes no dictionary."""
+    if frames.references is not None and bool((frames.references >= 0).any()):
+        raise ValueError("frames holds blocks compressed against other frames (a 'lz4-reference' store's batch); "
+                         "the device decodes blocks that decode alone: decode it on the host")
     lengths = np.ascontiguousarray(frames.lengths, np.int64)
     starts = np.zeros(len(lengths), np.int64)
     if len(lengths) > 1:

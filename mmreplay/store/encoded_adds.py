@@ -119,6 +119,12 @@ def parse_encoded_send(
     """
     if not isinstance(frames, EncodedFrames):
         raise TypeError(f"frames must be EncodedFrames (from mmreplay.encode_frames); got {type(frames).__name__}")
+    if frames.references is not None and bool((frames.references >= 0).any()):
+        raise ValueError(
+            f"frames has {int((frames.references >= 0).sum())} blocks compressed against other frames (an encoded "
+            "batch of an 'lz4-reference' store); add_encoded takes blocks that decode alone, as encode_frames "
+            "makes them: decode the batch and add its frames"
+        )
     # What is checked is what is written: the blocks are decoded and written from this one copy, never
     # from the caller's buffer again (which it may reuse, or another thread change, meanwhile).
     frames = EncodedFrames(bytes(frames.data), frames.lengths.copy(), frames.checksums.copy(), frames.seeds.copy(),

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.batch import Batch, SequenceBatch
+from mmreplay.frames.reference_ring import ReferenceFrameRing
 from mmreplay.frames.ring import FrameChecksumError
 from mmreplay.frames.wire import EncodedFrames, frame_indices
 from mmreplay.store.mapped_files import MappedFiles
@@ -201,27 +202,71 @@ class EncodingReader(TransitionReader):
         padded: bool = True,  # the store is not zero-padded (sample_encoded refuses those): nothing to zero
     ) -> npt.NDArray[np.uint8]:
         distinct, inverse = np.unique(frames.reshape(-1), return_inverse=True)
-        self._captured = self._blocks(distinct, steps, frames)
-        self._frame_index = inverse.reshape(frames.shape).astype(np.int64, copy=False)
+        if isinstance(self.frames, ReferenceFrameRing):  # and the frames their blocks are compressed against
+            self._captured, listed = self._referenced_blocks(self.frames, distinct, steps, frames)
+            self._frame_index = np.searchsorted(listed, frames).astype(np.int64)
+        else:
+            self._captured = self._blocks(distinct, steps, frames)
+            self._frame_index = inverse.reshape(frames.shape).astype(np.int64, copy=False)
         # No pixels: a zero-strided stand-in (one byte of memory) with the shape the batch's obs and
         # next_obs slice; writeable, since sequences zero the positions past a window's end in it.
         shape = (*frames.shape, *self.frame_shape)
         return np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), shape, (0,) * len(shape), writeable=True)
 
     def _blocks(
-        self, frame_steps: npt.NDArray[np.int64], steps: npt.NDArray[np.int64], frames: npt.NDArray[np.int64]
+        self, frame_steps: npt.NDArray[np.int64], steps: npt.NDArray[np.int64], frames: npt.NDArray[np.int64],
+        *, needing: npt.NDArray[np.int64] | None = None,
     ) -> EncodedFrames:
         """The stored blocks of these frames, checked against their checksums here if ``verify`` (a
-        reader behind the writer then retries, as ``sample`` does)."""
+        reader behind the writer then retries, as ``sample`` does). ``needing``: for each of these
+        frames, a frame of the batch that needs it (itself by default), for the error."""
         data, lengths, checksums, seeds, bad = self.frames.blocks(frame_steps, verify=self.verify)
         if bad >= 0:
             frame_step = int(frame_steps[bad])
-            needing = steps[(frames == frame_step).any(axis=1)]
+            shown = frame_step if needing is None else int(needing[bad])
+            transition = steps[(frames == shown).any(axis=1)]
             raise FrameChecksumError(
-                f"frame {frame_step} fails its checksum (read for transition {int(needing[0])})",
+                f"frame {frame_step} fails its checksum (read for transition {int(transition[0])})",
                 frame_step=frame_step,
             )
         return EncodedFrames(data, lengths, checksums, seeds, tuple(self.frame_shape))
+
+    def _referenced_blocks(
+        self, ring: ReferenceFrameRing, distinct: npt.NDArray[np.int64], steps: npt.NDArray[np.int64],
+        frames: npt.NDArray[np.int64],
+    ) -> tuple[EncodedFrames, npt.NDArray[np.int64]]:
+        """The stored blocks of a reference ring's frames ``distinct`` and of every frame they are
+        compressed against, in frame order (a reference before the frames that need it), each with
+        its reference's index among them; and their frame steps."""
+        chain, needing = distinct.copy(), distinct.copy()  # each listed frame, and a batch frame needing it
+        listed, listed_needing = [chain], [needing]
+        for _ in range(ring.scheme.depth + 1):
+            deltas = ring.ref_deltas(chain)
+            dependent = deltas > 0
+            if not dependent.any():
+                break
+            chain, needing = chain[dependent] - deltas[dependent], needing[dependent]
+            if int(chain.min()) < 0:
+                at = int(np.argmin(chain))
+                raise FrameChecksumError(f"frame {int(needing[at])} needs a reference before frame step 0: the frame "
+                                         "table is corrupt, or the frame was overwritten since it was located",
+                                         frame_step=int(needing[at]))
+            listed.append(chain)
+            listed_needing.append(needing)
+        else:
+            raise FrameChecksumError(f"a frame of the batch is more than {ring.scheme.depth} references deep (the "
+                                     "scheme's depth): the frame table is corrupt, or the frame was overwritten since "
+                                     "it was located", frame_step=int(distinct[0]))
+        every, first = np.unique(np.concatenate(listed), return_index=True)
+        blocks = self._blocks(every, steps, frames, needing=np.concatenate(listed_needing)[first])
+        deltas = ring.ref_deltas(every)
+        references = np.where(deltas > 0, np.searchsorted(every, every - deltas), -1)
+        if bool((every[np.maximum(references, 0)] != every - deltas)[deltas > 0].any()):
+            raise FrameChecksumError("a frame's reference changed while the batch was read: the frame was "
+                                     "overwritten since it was located", frame_step=int(every[0]))
+        encoded = EncodedFrames(blocks.data, blocks.lengths, blocks.checksums, blocks.seeds, blocks.frame_shape,
+                                references=references, changed_rows=ring.changed_rows)
+        return encoded, every
 
     def encoded(self, batch: Batch) -> EncodedBatch:
         """The encoded form of ``batch``, which this reader has just read."""
@@ -260,14 +305,10 @@ class EncodingReader(TransitionReader):
 
 def encoding_reader(files: MappedFiles, operation: str, *, verify: bool) -> EncodingReader:
     """A reader of ``files`` that gathers a batch's stored blocks for ``operation`` (named in its errors):
-    plain (``"lz4"``) uint8 stores with stack_padding ``"first"`` and no user fields only. ``verify``: as
+    uint8 stores with stack_padding ``"first"`` and no user fields only (of either frame encoding: a
+    reference store's batch carries the frames its blocks are compressed against as well). ``verify``: as
     ``EncodingReader.verify``."""
     layout = files.layout
-    if layout.frame_encoding != "lz4":
-        raise ValueError(
-            f"{operation} needs a store of frame_encoding='lz4'; this one is {layout.frame_encoding!r}, "
-            "whose frames decode only against their references: use sample"
-        )
     if layout.stack_padding != "first" or files.field_table is not None:
         raise ValueError(
             f"{operation} needs a store with stack_padding='first' and no user fields (an encoded batch "

@@ -398,8 +398,8 @@ class ReplayStore(StoreLayout):
         """``sample``'s draw with its frames left compressed: an ``EncodedBatch`` (the stored blocks of the
         batch's distinct frames, and which make each obs and next_obs), ~25x smaller than the decoded
         batch on Atari, to send to another process. ``encoded.decode()`` is the ``Batch`` that ``sample``
-        returns with the same arguments and rng. Plain (``"lz4"``) stores only: a reference-encoded
-        frame needs its references to decode."""
+        returns with the same arguments and rng. A ``"lz4-reference"`` store's batch also carries, once
+        each, the frames its blocks are compressed against (``EncodedFrames.references``)."""
         reader = encoding_reader(self._files, "sample_encoded", verify=self._role.sees_frames_move)
         batch = self._sample(
             batch_size, rng, beta=beta, n_step=n_step, gamma=gamma, out=None, replace_shared_out=False, reader=reader
@@ -416,7 +416,7 @@ class ReplayStore(StoreLayout):
     ) -> EncodedSequenceBatch:
         """``sample_sequences``'s draw with its frames left compressed: an ``EncodedSequenceBatch`` whose
         ``decode()`` is the ``SequenceBatch`` that ``sample_sequences`` returns with the same arguments
-        and rng, byte for byte. Plain (``"lz4"``) uint8 stores without user fields, as ``sample_encoded``."""
+        and rng, byte for byte. uint8 stores without user fields, as ``sample_encoded``."""
         self._files.check_open("sample_sequences_encoded")
         reader = encoding_reader(self._files, "sample_sequences_encoded", verify=self._role.sees_frames_move)
         batch = reads.sample_sequences(self._role, reader, batch_size, length, rng, beta=beta, out=None)

@@ -1,0 +1,134 @@
+"""Encoded frames whose blocks reference other frames (an encoded batch of a ``"lz4-reference"`` store),
+decoded: the plan that lists each requested frame and, once each, the frames its block is compressed
+against (and theirs), references first, then one call of ``reference_codec.decode_batch``.
+
+Frames are numbered across the sources (several ``EncodedFrames``, the shards of a batch) by a *global
+id*: a frame's index in its source plus the frames of the sources before it. A frame's reference is an
+earlier frame of the same source (``EncodedFrames.references``), so its global id is smaller, and listing
+the entries by global id lists every reference before the frames that need it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from mmreplay.frames import reference_codec
+from mmreplay.frames.threads import batch_threads
+
+if TYPE_CHECKING:
+    from mmreplay.frames.wire import BlockRefs, EncodedFrames
+
+
+@dataclass(frozen=True)
+class ReferencedPlan:
+    """What ``reference_codec.decode_batch`` takes for m entries (requested rows 0..n-1 of ``out``, then
+    the references no row asked for, in scratch rows n..), and each entry's source and frame number."""
+
+    segments: npt.NDArray[np.int64]
+    offsets: npt.NDArray[np.int64]
+    lengths: npt.NDArray[np.int64]
+    checksums: npt.NDArray[np.uint32]
+    seeds: npt.NDArray[np.int64]
+    refs: npt.NDArray[np.int64]
+    rows: npt.NDArray[np.int64]
+    frames: npt.NDArray[np.int64]
+
+
+def changed_rows_of(sources: Sequence[EncodedFrames]) -> bool:
+    """Whether the referencing blocks of ``sources`` are changed rows (they must all agree)."""
+    kinds = {source.changed_rows for source in sources if source.references is not None}
+    if len(kinds) > 1:
+        raise ValueError("the sources' referencing blocks mix changed rows (format version 5) and whole frames "
+                         "(version 4); decode them in separate calls")
+    return kinds != {False}
+
+
+def plan_referenced(sources: Sequence[EncodedFrames], refs: BlockRefs) -> ReferencedPlan:
+    """The decode plan of ``refs``' frames (their size n) among ``sources``: see the module docstring."""
+    if refs.frames is None:
+        raise ValueError("refs has no frames (each reference's index in its source, as EncodedFrames.blocks "
+                         "gives it); a source's blocks reference other frames, which decode needs to find")
+    n = refs.starts.size
+    sizes = np.array([len(source) for source in sources], np.int64)
+    base = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    source_of = refs.sources.reshape(-1).astype(np.int64, copy=False)
+    local = refs.frames.reshape(-1).astype(np.int64, copy=False)
+    if n and (int(source_of.min()) < 0 or int(source_of.max()) >= len(sources)):
+        raise ValueError(f"refs.sources holds {int(source_of.max())}; expected indices into the {len(sources)} sources")
+    if n and (int(local.min()) < 0 or bool((local >= sizes[source_of]).any())):
+        raise ValueError("refs.frames holds an index past its source's frames; expected each frame's index in its source")
+    reference = np.concatenate([
+        np.full(len(source), -1, np.int64) if source.references is None
+        else np.where(source.references >= 0, source.references + base[p], -1)
+        for p, source in enumerate(sources)
+    ])
+    requested = base[source_of] + local
+    # Every frame the requested ones need: their references, and theirs, until none is new.
+    needed = np.unique(requested)
+    frontier = needed
+    while frontier.size:
+        up = reference[frontier]
+        frontier = np.setdiff1d(up[up >= 0], needed)
+        needed = np.union1d(needed, frontier)
+    extra = np.setdiff1d(needed, requested)
+    ids = np.concatenate([requested, extra])
+    # A reference is the first row that asked for it, else its own scratch entry.
+    distinct, first_row = np.unique(requested, return_index=True)
+    keys = np.concatenate([distinct, extra])
+    entry_of_key = np.concatenate([first_row, n + np.arange(len(extra))]).astype(np.int64)
+    key_order = np.argsort(keys, kind="stable")
+    keys, entry_of_key = keys[key_order], entry_of_key[key_order]
+    referenced = reference[ids]
+    ref_entry = np.full(len(ids), -1, np.int64)
+    has = referenced >= 0
+    ref_entry[has] = entry_of_key[np.searchsorted(keys, referenced[has])]
+    # References first: by global id (a reference's is smaller), repeats of a frame in row order.
+    order = np.argsort(ids, kind="stable")
+    position = np.empty(len(ids), np.int64)
+    position[order] = np.arange(len(ids))
+    starts = np.concatenate([np.cumsum(source.lengths) - source.lengths for source in sources]).astype(np.int64)
+    lengths = np.concatenate([source.lengths for source in sources]).astype(np.int64)
+    checksums = np.concatenate([source.checksums for source in sources]).astype(np.uint32)
+    seeds = np.concatenate([source.seeds for source in sources]).astype(np.int64)
+    extra_source = np.searchsorted(base, extra, side="right") - 1
+    entry_source = np.concatenate([source_of, extra_source])
+    entry_offsets = np.concatenate([refs.starts.reshape(-1), starts[extra]])
+    entry_lengths = np.concatenate([refs.lengths.reshape(-1), lengths[extra]])
+    entry_checksums = np.concatenate([refs.checksums.reshape(-1), checksums[extra]]).astype(np.uint32)
+    entry_seeds = np.concatenate([refs.seeds.reshape(-1), seeds[extra]]).astype(np.int64)
+    ordered_refs = ref_entry[order]
+    return ReferencedPlan(
+        segments=entry_source[order].astype(np.int64),
+        offsets=entry_offsets[order].astype(np.int64),
+        lengths=entry_lengths[order].astype(np.int64),
+        checksums=entry_checksums[order],
+        seeds=entry_seeds[order],
+        refs=np.where(ordered_refs >= 0, position[np.maximum(ordered_refs, 0)], -1).astype(np.int64),
+        rows=order.astype(np.int64),
+        frames=(ids - base[entry_source])[order],
+    )
+
+
+def decode_referenced(
+    sources: Sequence[EncodedFrames], refs: BlockRefs, out: npt.NDArray[np.uint8], *, limit: int
+) -> tuple[int, int, bool] | None:
+    """Decode ``refs``' frames into ``out`` ((n, *frame_shape), checked by the caller) with the frames
+    their blocks reference, each once, on up to ``limit`` threads. None when every block matches its
+    checksum and decodes; else (row, frame, requested) of the first that does not: its row of the plan
+    (a requested row below n), its index in its source, and whether a row asked for it."""
+    plan = plan_referenced(sources, refs)
+    n = refs.starts.size
+    frame_nbytes = int(np.prod(out.shape[1:]))
+    bad = reference_codec.decode_batch(
+        plan.segments, plan.offsets, plan.lengths, plan.checksums, plan.seeds, plan.refs, plan.rows, out,
+        views=[memoryview(source.data) for source in sources], changed_rows=changed_rows_of(sources),
+        threads=batch_threads(len(plan.rows) * frame_nbytes, limit),
+    )
+    if bad < 0:
+        return None
+    return int(plan.rows[bad]), int(plan.frames[bad]), int(plan.rows[bad]) < n

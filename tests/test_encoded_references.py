@@ -1,0 +1,261 @@
+"""Encoded batches of reference stores (``frame_encoding="lz4-reference"``): ``sample_encoded`` and
+``sample_sequences_encoded`` carry, once each, the frames a batch's blocks are compressed against, and
+``decode()`` is what ``sample`` / ``sample_sequences`` return for the same draw, on real Atari frames
+of both formats (4: dependent frames as whole blocks, 5: as changed rows)."""
+
+from __future__ import annotations
+
+import functools
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import store_files
+from atari_data import load_stream
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mmreplay import (
+    BlockRefs,
+    CorruptStoreError,
+    EncodedBatch,
+    EncodedFrames,
+    PrioritizedSampler,
+    ReferenceScheme,
+    ReplayStore,
+    decode_blocks,
+    encode_frames,
+)
+
+FRAME = (84, 84)
+FIELDS = ("obs", "next_obs", "action", "reward", "terminated", "truncated", "index", "env_index", "weight", "discount")
+
+
+@functools.cache
+def stream(game: str) -> dict[str, np.ndarray]:
+    return load_stream(game, ("frames", "action", "reward", "terminated"), 1200)
+
+
+def adds(game: str, num_envs: int, count: int) -> list[tuple]:
+    """``count`` vector adds of single frames: env e plays the stream from frame 500 * e on, episodes cut
+    every 150 frames (so that groups restart within the store)."""
+    s = stream(game)
+    result = []
+    for k in range(count):
+        t = [500 * e + k for e in range(num_envs)]
+        cut = (k + 1) % 150 == 0
+        args = (s["frames"][t], s["action"][t].astype(np.int64) % 6, s["reward"][t].astype(np.float32),
+                s["frames"][[i + 1 for i in t]], np.full(num_envs, cut), np.zeros(num_envs, bool))
+        result.append(args if num_envs > 1 else tuple(a[0] for a in args))
+    return result
+
+
+@functools.cache
+def reference_store(directory: str, game: str, version: int, num_envs: int, prioritized: bool) -> Path:
+    """A closed reference store of ``num_envs`` envs of ``game`` that has evicted (capacity 240 after 300
+    adds an env), groups of 16 with branching 2 (chains up to 4 references deep)."""
+    path = Path(directory) / f"{game}-v{version}-{num_envs}-{prioritized}.mmr"
+    with store_files.writing_version(version):
+        store = ReplayStore.create(
+            path, frame_shape=FRAME, capacity=240, stack_size=4, num_envs=num_envs, frame_encoding="lz4-reference",
+            reference_scheme=ReferenceScheme(group_size=16, branching=2),
+            sampler=PrioritizedSampler(alpha=0.6) if prioritized else None,
+        )
+    with store:
+        for args in adds(game, num_envs, 300 // num_envs + 40):
+            store.add(*args)
+        if prioritized:
+            steps = np.array(store.stored_steps)
+            store.update_priorities(steps, (steps % 7 + 1).astype(np.float64))
+    return path
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("reference-stores"))
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    game=st.sampled_from(["pong", "mspacman"]),
+    version=st.sampled_from([4, 5]),
+    num_envs=st.sampled_from([1, 2]),
+    prioritized=st.booleans(),
+    mode=st.sampled_from(["r", "r+"]),
+    batch=st.integers(1, 40),
+    n_step=st.integers(1, 3),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_sample_encoded_of_a_reference_store_decodes_to_what_sample_returns(
+    stores: str, game: str, version: int, num_envs: int, prioritized: bool, mode: str, batch: int, n_step: int,
+    seed: int,
+) -> None:
+    path = reference_store(stores, game, version, num_envs, prioritized)
+    with ReplayStore.open(path, mode) as store:
+        expected = store.sample(batch, rng=seed, beta=0.5, n_step=n_step)
+        encoded = store.sample_encoded(batch, rng=seed, beta=0.5, n_step=n_step)
+        decoded = encoded.decode(decode_threads=int(seed % 3) + 1)
+    for name in FIELDS:
+        np.testing.assert_array_equal(getattr(decoded, name), getattr(expected, name), err_msg=name)
+        assert getattr(decoded, name).dtype == getattr(expected, name).dtype
+    frames = encoded.frames
+    assert frames.references is not None and frames.changed_rows == (version == 5)
+    # Each frame once, references before the frames that need them, and every one of them needed.
+    needed = set(np.unique(encoded.frame_index).tolist())
+    frontier = set(needed)
+    while frontier:
+        frontier = {int(frames.references[k]) for k in frontier if frames.references[k] >= 0} - needed
+        needed |= frontier
+    assert needed == set(range(len(frames)))
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    game=st.sampled_from(["pong", "mspacman"]),
+    version=st.sampled_from([4, 5]),
+    num_envs=st.sampled_from([1, 2]),
+    length=st.integers(1, 12),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_sample_sequences_encoded_of_a_reference_store_decodes_byte_for_byte(
+    stores: str, game: str, version: int, num_envs: int, length: int, seed: int
+) -> None:
+    with ReplayStore.open(reference_store(stores, game, version, num_envs, False), "r") as store:
+        expected = store.sample_sequences(6, length, rng=seed)
+        decoded = store.sample_sequences_encoded(6, length, rng=seed).decode()
+    for name in ("obs", "next_obs", "action", "reward", "terminated", "truncated", "mask", "index", "env_index",
+                 "weight"):
+        actual, wanted = getattr(decoded, name), getattr(expected, name)
+        assert actual.dtype == wanted.dtype and actual.shape == wanted.shape, name
+        assert actual.tobytes() == wanted.tobytes(), name
+
+
+@pytest.mark.parametrize("protocol", [2, 5])
+def test_a_reference_stores_encoded_batch_pickles_and_is_smaller_than_a_plain_stores(
+    stores: str, tmp_path: Path, protocol: int
+) -> None:
+    with ReplayStore.open(reference_store(stores, "pong", 5, 1, False), "r") as store:
+        encoded = store.sample_encoded(32, rng=7)
+        expected = store.sample(32, rng=7)
+    copy = pickle.loads(pickle.dumps(encoded, protocol=protocol))
+    assert np.array_equal(copy.frames.references, encoded.frames.references) and copy.frames.changed_rows
+    np.testing.assert_array_equal(copy.decode().obs, expected.obs)
+    assert encoded.frames.nbytes == (len(encoded.frames.data) + encoded.frames.lengths.nbytes
+                                     + encoded.frames.checksums.nbytes + encoded.frames.seeds.nbytes
+                                     + encoded.frames.references.nbytes)
+    assert f"referencing={int((encoded.frames.references >= 0).sum())}" in repr(encoded.frames)
+    plain = ReplayStore.create(tmp_path / "plain", frame_shape=FRAME, capacity=240, stack_size=4)
+    with plain:
+        for args in adds("pong", 1, 340):
+            plain.add(*args)
+        assert encoded.nbytes < plain.sample_encoded(32, rng=7).nbytes
+
+
+def damaged_copy(frames: EncodedFrames, frame: int) -> EncodedFrames:
+    """``frames`` with one byte of frame ``frame``'s block flipped."""
+    data = bytearray(frames.data)
+    data[int(frames.lengths[:frame].sum()) + int(frames.lengths[frame]) // 2] ^= 0x20
+    return EncodedFrames(bytes(data), frames.lengths, frames.checksums, frames.seeds, frames.frame_shape,
+                         frames.references, frames.changed_rows)
+
+
+def test_a_damaged_reference_block_fails_decode_naming_the_reference(stores: str) -> None:
+    with ReplayStore.open(reference_store(stores, "pong", 5, 1, False), "r") as store:
+        encoded = store.sample_encoded(8, rng=3)
+    shown = set(np.unique(encoded.frame_index).tolist())
+    only_referenced = next(k for k in range(len(encoded.frames)) if k not in shown)
+    damaged = EncodedBatch(**{**encoded.__dict__, "frames": damaged_copy(encoded.frames, only_referenced)})
+    with pytest.raises(CorruptStoreError, match=rf"encoded frame {only_referenced} \(a frame that a requested "
+                                                r"frame's block is compressed against\) fails its checksum"):
+        damaged.decode()
+    requested = int(encoded.frame_index[0, 0])
+    damaged = EncodedBatch(**{**encoded.__dict__, "frames": damaged_copy(encoded.frames, requested)})
+    with pytest.raises(CorruptStoreError, match=rf"encoded frame {requested} fails its checksum"):
+        damaged.decode()
+
+
+@pytest.mark.parametrize("mode", ["r", "r+"])
+def test_a_damaged_stored_reference_frame_is_never_sent_encoded(tmp_path: Path, mode: str) -> None:
+    # A reader ("r") checks each block as it gathers it; the writer's process ("r+") gathers unchecked
+    # and the decode checks every block. Frame 0 is the first group's key frame: every frame of the group
+    # is compressed against it, directly or through others.
+    path = tmp_path / "s"
+    store = ReplayStore.create(path, frame_shape=FRAME, capacity=100, stack_size=4, frame_encoding="lz4-reference",
+                               reference_scheme=ReferenceScheme(group_size=16, branching=2))
+    with store:
+        for args in adds("breakout", 1, 12):
+            store.add(*args)
+    _flip_frame(path, 0)
+    with ReplayStore.open(path, mode) as reopened:
+        with pytest.raises(CorruptStoreError, match="fails its checksum"):
+            reopened.sample_encoded(6, rng=0).decode()
+
+
+def _flip_frame(path: Path, frame_step: int) -> None:
+    """Flip a byte in the middle of frame ``frame_step``'s stored block."""
+    entries = store_files.frame_table(path)[frame_step : frame_step + 1]
+    written = store_files.header_of(path)["commit"]["bytes_written"]
+    position = int(store_files.entry_format(path).positions(entries, written)[0])
+    segment = path / "frames" / "0000000000.seg"
+    data = bytearray(segment.read_bytes())
+    data[position + int(entries["length"][0]) // 2] ^= 0x40
+    segment.write_bytes(bytes(data))
+
+
+def test_decode_blocks_joins_reference_and_plain_sources_in_any_order(stores: str) -> None:
+    """As the Ray shards' batches are joined: two reference stores' encoded batches and a plain one,
+    their frames in one shuffled call, each frame as its own store decodes it."""
+    parts, expected = [], []
+    for game, version in (("pong", 5), ("mspacman", 5)):
+        with ReplayStore.open(reference_store(stores, game, version, 2, False), "r") as store:
+            parts.append(store.sample_encoded(5, rng=11))
+            expected.append(parts[-1].decode())
+    plain = encode_frames(stream("breakout")["frames"][:6])
+    sources = [part.frames for part in parts] + [plain]
+    order = np.random.default_rng(0).permutation(10 + 10 + 6)
+    refs = BlockRefs.join([parts[0].frames.blocks(parts[0].frame_index[:, :2].reshape(-1)).from_source(0),
+                           parts[1].frames.blocks(parts[1].frame_index[:, -2:].reshape(-1)).from_source(1),
+                           plain.blocks(np.arange(6)).from_source(2)], order)
+    wanted = np.concatenate([expected[0].obs[:, :2].reshape(-1, *FRAME), expected[1].next_obs[:, -2:].reshape(-1, *FRAME),
+                             stream("breakout")["frames"][:6]])[order]
+    out = np.empty((len(order), *FRAME), np.uint8)
+    decode_blocks(sources, refs, out)
+    np.testing.assert_array_equal(out, wanted)
+    with pytest.raises(ValueError, match=r"refs has no frames \(each reference's index in its source"):
+        decode_blocks(sources, BlockRefs(refs.sources, refs.starts, refs.lengths, refs.checksums, refs.seeds), out)
+    version_4 = EncodedFrames(sources[1].data, sources[1].lengths, sources[1].checksums, sources[1].seeds, FRAME,
+                              sources[1].references, changed_rows=False)
+    with pytest.raises(ValueError, match="mix changed rows .* and whole frames"):
+        decode_blocks([sources[0], version_4, plain], refs, out)
+
+
+@pytest.mark.parametrize(
+    ("references", "error", "message"),
+    [
+        ([-1, 0, 2], ValueError, r"references\[2\] is 2; expected -1 .* or the index of an earlier frame \(0 to 1\)"),
+        ([-1, 5, 0], ValueError, r"references\[1\] is 5; expected -1"),
+        ([0, -1, -1], ValueError, r"references\[0\] is 0; expected -1"),
+        ([-2, -1, -1], ValueError, r"references\[0\] is -2"),
+        ([-1, 0], ValueError, r"references has shape \(2,\); expected \(3,\)"),
+        ([-1.0, 0.0, 1.0], TypeError, "references must be an integer array"),
+    ],
+)
+def test_encoded_frames_check_their_references(references: list, error: type, message: str) -> None:
+    frames = encode_frames(stream("pong")["frames"][:3])
+    with pytest.raises(error, match=message):
+        EncodedFrames(frames.data, frames.lengths, frames.checksums, frames.seeds, FRAME, np.array(references))
+    with pytest.raises(TypeError, match="changed_rows must be a bool; got str"):
+        EncodedFrames(frames.data, frames.lengths, frames.checksums, frames.seeds, FRAME, None, "yes")  # type: ignore[arg-type]
+
+
+def test_add_encoded_refuses_blocks_that_reference_other_frames_and_writes_nothing(stores: str, tmp_path: Path) -> None:
+    with ReplayStore.open(reference_store(stores, "pong", 5, 1, False), "r") as store:
+        encoded = store.sample_encoded(4, rng=0)
+    target = ReplayStore.create(tmp_path / "t", frame_shape=FRAME, capacity=50, stack_size=4)
+    with target, pytest.raises(ValueError, match=r"frames has \d+ blocks compressed against other frames .* decode the "
+                                                 "batch and add its frames"):
+        index = encoded.frame_index
+        target.add_encoded(encoded.frames, index[:, :4], encoded.action, encoded.reward, index[:, 1:],
+                           encoded.terminated, encoded.truncated)
+    assert len(target) == 0
