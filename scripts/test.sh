@@ -15,12 +15,12 @@ fi
 # rllib-buffer), run in their own venv below (ray[rllib] pins another gymnasium).
 .venv/bin/python -m pytest tests --ignore=tests/test_ray_sharded.py --ignore=tests/test_ray_cluster.py \
   --ignore=tests/test_rllib_buffer.py -k "not ray-sharded and not rllib-buffer" "$@"
-echo "--- again without the compiled extensions (MMREPLAY_PURE_PYTHON=1): store semantics, real frames, corruption, sum tree, reference frames, device batches"
+echo "--- again without the compiled extensions (MMREPLAY_PURE_PYTHON=1): store semantics, real frames, corruption, sum tree, reference frames and their encoded batches, device batches"
 MMREPLAY_PURE_PYTHON=1 .venv/bin/python -m pytest -q tests/test_store_model.py tests/test_store_semantics.py \
   tests/test_real_frames.py tests/test_corruption.py tests/test_frame_errors.py tests/test_codec.py \
   tests/test_sum_tree.py tests/test_dense_store.py tests/test_reference_codec.py tests/test_field_widths.py \
   tests/test_sample_out.py tests/test_fast_add.py tests/test_final_obs.py tests/test_dtypes.py tests/test_reading.py \
-  tests/test_frame_threads.py tests/test_device_batches.py "$@"
+  tests/test_frame_threads.py tests/test_device_batches.py tests/test_encoded_references.py "$@"
 echo "--- Ray and RLlib (mmreplay.ray, mmreplay.rllib, the manual's Ray and RLlib examples): their own venv, .venv-ray, since ray[rllib] 2.60.0 pins gymnasium 1.2.2"
 [ -x .venv-ray/bin/python ] || python3 -m venv .venv-ray
 .venv-ray/bin/python -m pip install --quiet --upgrade pip "setuptools>=77"
