@@ -98,6 +98,31 @@ def test_sampled_pixels_are_the_frames_written_and_fields_match(cluster: Path) -
     replay.close(destroy=True)
 
 
+def test_reference_shards_sample_the_frames_written(cluster: Path) -> None:
+    """Shards of ``frame_encoding="lz4-reference"`` stores: their batches travel with the frames their blocks
+    are compressed against, and every sampled pixel is the frame written (prefetched groups and sequences
+    too)."""
+    with pytest.raises(ValueError, match=r"frame_encoding is 'zstd'; expected one of \('lz4', 'lz4-reference'\)"):
+        make(cluster, "bad-encoding", num_shards=2, capacity=1000, frame_encoding="zstd")
+    replay = make(cluster, "reference", num_shards=2, capacity=1000, frame_encoding="lz4-reference")
+    for k in range(2):
+        writer = replay.writer(f"w{k}", shard=k, steps_per_send=9)
+        write_episode(writer, 120, tag=k)
+        writer.flush()
+    batches = [replay.sample(64, rng=3, n_step=2, gamma=0.5)]
+    batches += [batch for batch, _ in zip(replay.batches(32, rng=4, prefetch=2, group=4), range(6))]
+    for batch in batches:
+        shard, _, step = split_ids(batch.index)
+        np.testing.assert_array_equal(number_of(batch.obs[:, 0]), step)
+        np.testing.assert_array_equal(batch.obs[:, 0, 0, 2], shard)
+        np.testing.assert_array_equal(number_of(batch.obs), step[:, None] + np.arange(4))
+    windows = replay.sample_sequences(8, 5, rng=5)
+    shard, _, step = split_ids(np.where(windows.mask, windows.index, 0))
+    np.testing.assert_array_equal(np.where(windows.mask, number_of(windows.obs[:, :, 0]), 0),
+                                  np.where(windows.mask, step, 0))
+    replay.close(destroy=True)
+
+
 def test_the_same_seed_gives_the_same_batch_and_direct_reads_agree(cluster: Path) -> None:
     replay = make(cluster, "seeded", num_shards=2, capacity=1000, placement="local")
     for k in range(2):
@@ -406,17 +431,20 @@ def test_grouped_batches_keep_a_final_obs_stored_whole_next_to_shared_stacks(clu
     replay.close(destroy=True)
 
 
-def test_a_group_joins_the_shards_encoded_parts_row_for_row(tmp_path: Path) -> None:
+@pytest.mark.parametrize("frame_encoding", ["lz4", "lz4-reference"])
+def test_a_group_joins_the_shards_encoded_parts_row_for_row(tmp_path: Path, frame_encoding: str) -> None:
     """``GroupBatches`` (no cluster): two shards' encoded answers (through an actor or read directly), shard
     1's stacks stored whole at episode ends: batch g is shard 0's rows for g, then
-    shard 1's, pixels and fields as each store sampled them, ids global, weights as drawn."""
+    shard 1's, pixels and fields as each store sampled them, ids global, weights as drawn; reference
+    stores' parts carry the frames their blocks are compressed against."""
     from mmreplay import ReplayStore
     from mmreplay.ray import global_ids
     from mmreplay.ray.assembly import GroupBatches, Part
 
     stores = []
     for tag in range(2):
-        store = ReplayStore.create(tmp_path / f"s{tag}", frame_shape=FRAME, capacity=200, commit_interval_s=None)
+        store = ReplayStore.create(tmp_path / f"s{tag}", frame_shape=FRAME, capacity=200, commit_interval_s=None,
+                                   frame_encoding=frame_encoding)
         for t in range(40):
             obs = np.stack([numbered(t + i, tag) for i in range(4)])
             following = np.stack([numbered(t + i + 1, tag) for i in range(4)])
@@ -429,6 +457,7 @@ def test_a_group_joins_the_shards_encoded_parts_row_for_row(tmp_path: Path) -> N
     encoded = stores[0].sample_encoded(10, rng=1)
     apart = stores[1].sample_encoded(22, rng=2)
     assert encoded.frame_index.shape[1] == 5 and apart.frame_index.shape[1] == 8  # shared and separate stacks
+    assert (encoded.frames.references is not None) == (frame_encoding == "lz4-reference")
     infos = [{"epoch": 3, "min_leaf": 1.0}, {"epoch": 4, "min_leaf": 1.0}]
     group = GroupBatches([Part(1, apart, infos[1], counts[1]), Part(0, encoded, infos[0], counts[0])],
                          batch_size=8, stack_size=4, global_min=1.0, beta=0.4)

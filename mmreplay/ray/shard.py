@@ -45,6 +45,7 @@ class ShardConfig:
     sampler: dict[str, object] | None
     rate_limit: RateLimit | None
     commit_interval_s: float | None
+    frame_encoding: str = "lz4"
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ class ReplayShard:
             self.store = ReplayStore.create(
                 store_path, frame_shape=config.frame_shape, capacity=config.capacity, stack_size=config.stack_size,
                 num_envs=config.num_envs, action_shape=config.action_shape, action_dtype=config.action_dtype,
-                sampler=sampler, commit_interval_s=config.commit_interval_s,
+                sampler=sampler, commit_interval_s=config.commit_interval_s, frame_encoding=config.frame_encoding,
             )
             self.reopened = False
         self.epoch = self._next_epoch()
