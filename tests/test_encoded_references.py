@@ -145,7 +145,7 @@ def test_a_reference_stores_encoded_batch_pickles_and_is_smaller_than_a_plain_st
                                      + encoded.frames.checksums.nbytes + encoded.frames.seeds.nbytes
                                      + encoded.frames.references.nbytes)
     assert f"referencing={int((encoded.frames.references >= 0).sum())}" in repr(encoded.frames)
-    plain = ReplayStore.create(tmp_path / "plain", frame_shape=FRAME, capacity=240, stack_size=4)
+    plain = ReplayStore.create(tmp_path / "plain", frame_shape=FRAME, capacity=240, stack_size=4, frame_encoding="lz4")
     with plain:
         for args in adds("pong", 1, 340):
             plain.add(*args)
