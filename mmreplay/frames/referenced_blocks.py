@@ -68,25 +68,27 @@ def plan_referenced(sources: Sequence[EncodedFrames], refs: BlockRefs) -> Refere
         for p, source in enumerate(sources)
     ])
     requested = base[source_of] + local
-    # Every frame the requested ones need: their references, and theirs, until none is new.
-    needed = np.unique(requested)
-    frontier = needed
-    while frontier.size:
-        up = reference[frontier]
-        frontier = np.setdiff1d(up[up >= 0], needed)
-        needed = np.union1d(needed, frontier)
-    extra = np.setdiff1d(needed, requested)
+    # Every frame the requested ones need: their references, and theirs, a level at a time (a chain is
+    # at most as long as its source has frames).
+    needed = np.zeros(len(reference), bool)
+    needed[requested] = True
+    wanted = np.unique(requested)
+    while wanted.size:
+        up = reference[wanted]
+        up = up[up >= 0]
+        wanted = up[~needed[up]]
+        needed[wanted] = True
+    asked = np.zeros(len(reference), bool)
+    asked[requested] = True
+    extra = np.flatnonzero(needed & ~asked)
     ids = np.concatenate([requested, extra])
     # A reference is the first row that asked for it, else its own scratch entry.
+    entry_of = np.full(len(reference), -1, np.int64)
     distinct, first_row = np.unique(requested, return_index=True)
-    keys = np.concatenate([distinct, extra])
-    entry_of_key = np.concatenate([first_row, n + np.arange(len(extra))]).astype(np.int64)
-    key_order = np.argsort(keys, kind="stable")
-    keys, entry_of_key = keys[key_order], entry_of_key[key_order]
+    entry_of[distinct] = first_row
+    entry_of[extra] = n + np.arange(len(extra))
     referenced = reference[ids]
-    ref_entry = np.full(len(ids), -1, np.int64)
-    has = referenced >= 0
-    ref_entry[has] = entry_of_key[np.searchsorted(keys, referenced[has])]
+    ref_entry = np.where(referenced >= 0, entry_of[np.maximum(referenced, 0)], -1)
     # References first: by global id (a reference's is smaller), repeats of a frame in row order.
     order = np.argsort(ids, kind="stable")
     position = np.empty(len(ids), np.int64)

@@ -452,7 +452,7 @@ class FrameRing:
         bytes back to back, each one's length, checksum and CRC seed (``frame_seed``), and, with
         ``verify``, the index of the first block that fails its checksum (-1 when none does, or unchecked)."""
         steps = np.ascontiguousarray(frame_steps, np.int64)
-        for attempt in range(2 if _lz4batch is not None and not self._with_refs and len(steps) else 0):
+        for attempt in range(2 if _lz4batch is not None and len(steps) else 0):
             compiled = self.compiled_frames()
             if compiled is not None:
                 table, frame_slots, layout, multiplier, segment_bytes, bytes_written, views, base, _ = compiled
