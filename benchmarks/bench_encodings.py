@@ -11,6 +11,8 @@ replayed cyclically), capacity ``--capacity`` (100,000), stack 4, one env, ``fra
 - bytes on disk per transition of the full one-env stores (``bytes_on_disk() / len``);
 - sample: ``--rounds`` rounds of ``--window``-second windows of ``sample(--batch)``, A B B A / B A A B;
   one ratio per round;
+- encoded: a third as many rounds of ``sample_encoded(--batch)`` and its ``decode()`` (a Ray shard's
+  answer and its learner's decode), paired the same way, and the encoded batches' mean bytes;
 - beside them, with ``--dopamine-python`` (a Python with ``dopamine-rl``, e.g. a scratch venv under /tmp:
   ``python3 -m venv /tmp/dopa && /tmp/dopa/bin/pip install tensorflow-cpu gin-config absl-py &&
   /tmp/dopa/bin/pip install --no-deps dopamine-rl``), Dopamine's own ``OutOfGraphReplayBuffer`` of the
@@ -89,14 +91,31 @@ def paired_fill(adapters: dict[str, Any], capacity: int, chunk: int) -> dict[str
 
 
 def paired_sample(adapters: dict[str, Any], batch: int, rounds: int, window: float) -> dict[str, Any]:
-    ratios, rates = [], {name: [] for name in adapters}
+    """``sample(batch)`` batches/s of each adapter, in alternating windows; ratios per round."""
+    return paired_calls({name: (lambda adapter=adapter: adapter.sample(batch)) for name, adapter in adapters.items()},
+                        rounds, window)
+
+
+def paired_encoded(adapters: dict[str, Any], batch: int, rounds: int, window: float) -> dict[str, Any]:
+    """An encoded batch's round trip, ``sample_encoded(batch)`` then its ``decode()`` (what a Ray shard
+    and its learner do), per second, as ``paired_sample``; and the encoded batches' mean bytes."""
+    def round_trip(adapter: Any) -> Any:
+        return lambda: adapter.store.sample_encoded(batch, rng=adapter.rng).decode()
+
+    result = paired_calls({name: round_trip(adapter) for name, adapter in adapters.items()}, rounds, window)
+    result["nbytes"] = {name: statistics.mean(adapter.store.sample_encoded(batch, rng=seed).nbytes for seed in range(20))
+                        for name, adapter in adapters.items()}
+    return result
+
+
+def paired_calls(calls: dict[str, Any], rounds: int, window: float) -> dict[str, Any]:
+    ratios, rates = [], {name: [] for name in calls}
     for round_index in range(rounds):
         order = list(ENCODINGS) if round_index % 2 == 0 else list(reversed(ENCODINGS))
-        got: dict[str, list[float]] = {name: [] for name in adapters}
+        got: dict[str, list[float]] = {name: [] for name in calls}
         for name in [*order, *reversed(order)]:
-            adapter = adapters[name]
-            got[name].append(batches_per_second(lambda adapter=adapter: adapter.sample(batch), window, warmup=0.05))
-        for name in adapters:
+            got[name].append(batches_per_second(calls[name], window, warmup=0.05))
+        for name in calls:
             rates[name].append(statistics.mean(got[name]))
         ratios.append(rates["lz4-reference"][-1] / rates["lz4"][-1])
     return {
@@ -183,6 +202,7 @@ def run_game(game: str, args: argparse.Namespace) -> dict[str, Any]:
             result["bytes_per_transition"] = {name: a.bytes_per_transition() for name, a in one.items()}
             bad = sum(adapter.verify(args.batch, 3) for adapter in one.values())
             result["sample"] = paired_sample(one, args.batch, args.rounds, args.window)
+            result["encoded"] = paired_encoded(one, args.batch, max(3, args.rounds // 3), args.window)
             bad += sum(adapter.verify(args.batch, 3) for adapter in one.values())
             result["mismatched_transitions"] = bad
         finally:
@@ -213,12 +233,17 @@ def report(result: dict[str, Any]) -> str:
              f" (scheme: groups of {scheme['group_size']}, branching {scheme['branching']})"
              f" (target <= {TARGETS.get(result['game'], '-')})"
              + (f", Dopamine's checkpoint {dopamine:.0f}" if dopamine else "")]
-    for key in [k for k in result if k.startswith("add_")] + ["sample"]:
+    for key in [k for k in result if k.startswith("add_")] + ["sample", "encoded"]:
+        if key not in result:
+            continue
         part = result[key]
         r = part["ratio"]
         lines.append(f"  {key}: plain {part['per_s']['lz4']:,.0f}/s, reference {part['per_s']['lz4-reference']:,.0f}/s,"
                      f" ratio {r['median']:.2f}x [{r['q1']:.2f}, {r['q3']:.2f}]"
                      f" ({'meets' if r['median'] >= RATE_TARGET else 'below'} {RATE_TARGET}x)")
+    if "encoded" in result:
+        n = result["encoded"]["nbytes"]
+        lines.append(f"  encoded batch bytes: plain {n['lz4']:,.0f}, reference {n['lz4-reference']:,.0f}")
     lines.append(f"  mismatched transitions: {result['mismatched_transitions']}; load {result['load_before']} -> "
                  f"{result['load_after']}")
     return "\n".join(lines)
