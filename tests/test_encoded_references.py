@@ -27,6 +27,7 @@ from mmreplay import (
     decode_blocks,
     encode_frames,
 )
+from mmreplay.frames import referenced_blocks
 
 FRAME = (84, 84)
 FIELDS = ("obs", "next_obs", "action", "reward", "terminated", "truncated", "index", "env_index", "weight", "discount")
@@ -259,3 +260,64 @@ def test_add_encoded_refuses_blocks_that_reference_other_frames_and_writes_nothi
         target.add_encoded(encoded.frames, index[:, :4], encoded.action, encoded.reward, index[:, 1:],
                            encoded.terminated, encoded.truncated)
     assert len(target) == 0
+
+
+def joined_parts(stores: str) -> tuple[list[EncodedFrames], BlockRefs]:
+    """Two reference stores' encoded batches and a plain source, their frames joined in a shuffled order."""
+    parts = []
+    for game in ("pong", "mspacman"):
+        with ReplayStore.open(reference_store(stores, game, 5, 2, False), "r") as store:
+            parts.append(store.sample_encoded(6, rng=5))
+    plain = encode_frames(stream("breakout")["frames"][:4])
+    refs = BlockRefs.join([parts[0].frames.blocks(parts[0].frame_index.reshape(-1)).from_source(0),
+                           parts[1].frames.blocks(parts[1].frame_index.reshape(-1)).from_source(1),
+                           plain.blocks(np.array([3, 1, 1])).from_source(2)])
+    order = np.random.default_rng(1).permutation(refs.starts.size)
+    return [parts[0].frames, parts[1].frames, plain], refs.take(order)
+
+
+@pytest.mark.skipif(referenced_blocks._lz4batch is None, reason="needs mmreplay._lz4batch")
+@pytest.mark.parametrize("damaged", [None, "requested", "reference"])
+def test_the_compiled_decode_of_referenced_blocks_equals_the_planned_one(stores: str, damaged: str | None) -> None:
+    """``_lz4batch.referenced_decode`` (chains, plan and decode in one call) against the plan made in
+    numpy and ``reference_codec.decode_batch``: the same pixels, or the same first failing frame."""
+    sources, refs = joined_parts(stores)
+    if damaged is not None:  # one of the first source's frames that a row asks for, or one only referenced
+        shown = sorted(set(refs.frames[refs.sources == 0].tolist()))
+        pool = shown if damaged == "requested" else sorted(set(range(len(sources[0]))) - set(shown))
+        sources[0] = damaged_copy(sources[0], pool[len(pool) // 2])
+    results = []
+    for compiled in (True, False):
+        out = np.zeros((refs.starts.size, *FRAME), np.uint8)
+        with pytest.MonkeyPatch.context() as patch:
+            if not compiled:
+                patch.setattr(referenced_blocks, "_lz4batch", None)
+            failed = referenced_blocks.decode_referenced(sources, refs, out, limit=2)
+        results.append((failed, out))
+    (fast, fast_out), (planned, planned_out) = results
+    if damaged is None:
+        assert fast is None and planned is None
+        np.testing.assert_array_equal(fast_out, planned_out)
+    else:
+        assert fast is not None and planned is not None
+        assert fast[1:] == planned[1:] and fast[2] == (damaged == "requested")  # the frame, and whether a row asked
+
+
+@pytest.mark.skipif(referenced_blocks._lz4batch is None, reason="needs mmreplay._lz4batch")
+def test_the_compiled_decode_checks_its_arrays() -> None:
+    from mmreplay.frames.referenced_blocks import _lz4batch
+
+    frames = encode_frames(stream("pong")["frames"][:3])
+    views = [memoryview(frames.data)]
+    offsets = np.concatenate([[0], np.cumsum(frames.lengths)[:-1]]).astype(np.int64)
+    arrays = (np.zeros(3, np.int64), offsets, frames.lengths, frames.checksums, frames.seeds)
+    out = np.zeros((2, *FRAME), np.uint8)
+    assert _lz4batch.referenced_decode(views, *arrays, np.array([-1, -1, -1]), np.array([2, 0]), out, 7056, 0, 1) == -1
+    np.testing.assert_array_equal(out, stream("pong")["frames"][[2, 0]])
+    with pytest.raises(ValueError, match=r"references\[1\] is 1; expected -1 or 0 to 0"):
+        _lz4batch.referenced_decode(views, *arrays, np.array([-1, 1, -1]), np.array([2, 0]), out, 7056, 0, 1)
+    with pytest.raises(ValueError, match=r"requested\[0\] is 3; expected 0 to 2"):
+        _lz4batch.referenced_decode(views, *arrays, np.array([-1, -1, -1]), np.array([3, 0]), out, 7056, 0, 1)
+    with pytest.raises(ValueError, match=r"frame 2's block \(view 0, .*\) lies outside the views"):
+        _lz4batch.referenced_decode(views, arrays[0], offsets + 10_000, *arrays[2:], np.array([-1, -1, -1]),
+                                    np.array([2]), out[:1], 7056, 0, 1)

@@ -21,6 +21,8 @@
  *                    tree of references a task (reference_decode's entries)
  *   reference_table  reference_decode_entries: a reference ring's frames located through its table,
  *                    planned (reference_plan) and decoded in one call; read_transitions' reference path
+ *   referenced_decode referenced_decode: encoded blocks that reference each other (a reference store's
+ *                    encoded batch), planned and decoded in one call
  *
  * The pure-Python code each function accelerates gives identical results (MMREPLAY_PURE_PYTHON=1 runs it). */
 #define PY_SSIZE_T_CLEAN
@@ -36,6 +38,7 @@
 #include "reference_groups.h"
 #include "reference_table.h"
 #include "reference_threads.h"
+#include "referenced_decode.h"
 #include "row_checksum.h"
 #include "row_gather.h"
 #include "row_layout.h"
@@ -55,6 +58,7 @@ static PyMethodDef methods[] = {
     REFERENCE_GROUPS_METHODS
     REFERENCE_THREADS_METHODS
     REFERENCE_TABLE_METHODS
+    REFERENCED_DECODE_METHODS
     {NULL, NULL, 0, NULL},
 };
 
@@ -66,8 +70,8 @@ static PyMethodDef methods[] = {
  * 5's rows and entries (row_layout's next_delta_bytes and env_shift, entry layouts of 13 fields, gather_rows'
  * unchecked, follow_links' layout), reference groups and append_reference_frames, reference_decode. 7:
  * read_transitions' reference argument (a reference ring's batch in one call), reference_decode_entries,
- * encode_ahead and append_reference_frames' ahead. */
-#define INTERFACE 7
+ * encode_ahead and append_reference_frames' ahead. 8: referenced_decode. */
+#define INTERFACE 8
 
 static struct PyModuleDef module_definition = {
     PyModuleDef_HEAD_INIT, "mmreplay._lz4batch",

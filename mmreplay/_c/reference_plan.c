@@ -135,11 +135,11 @@ reference_plan_entries(const int64_t *chain, Py_ssize_t n, Py_ssize_t width, int
 
 Py_ssize_t
 reference_plan_follow(const ReferenceLookup *lookup, const int64_t *requested, Py_ssize_t n, Py_ssize_t depth,
-                      int64_t *steps, int64_t *refs, int64_t *rows)
+                      Py_ssize_t capacity, int64_t *steps, int64_t *refs, int64_t *rows)
 {
     Py_ssize_t width = depth + 2;
     PlanRoom room;
-    if (plan_room_open(&room, n * (depth + 1) > 0 ? n * (depth + 1) : 1, width) < 0) {
+    if (plan_room_open(&room, capacity > 0 ? capacity : 1, width) < 0) {
         return -1;
     }
     int64_t *entry = room.entry, *level = room.level, *row = room.row;
@@ -172,6 +172,9 @@ reference_plan_follow(const ReferenceLookup *lookup, const int64_t *requested, P
                 continue;
             }
             reference[e] = find_or_add(&room.map, up, m);
+            if (reference[e] < 0 && m == capacity) {
+                goto done; /* more frames than the caller's bound (a chain longer than it allows) */
+            }
             if (reference[e] < 0) {
                 lookup->prefetch(lookup->source, up);
                 entry[m] = up, row[m] = n + added++, level[m] = -1;

@@ -31,12 +31,14 @@ typedef struct {
  * (the next round's frames prefetched as they are listed), so that a batch of stacks, whose frames
  * share most of their references, reads each once, and the lookups' cache misses overlap. The entries
  * reference_plan_entries would list for the same chains, ordered by level as it orders them (ties by
- * first listing, here round by round rather than chain by chain). steps, refs and rows: n * (depth + 1) items each. Returns m; -1 when out of memory;
+ * first listing, here round by round rather than chain by chain). steps, refs and rows: capacity items
+ * each. Returns m; -1 when out of memory;
  * -3 when a step is negative, a chain leads before step 0 or does not reach a key frame within depth
- * references (a damaged table, or frames overwritten since). depth at most REFERENCE_PLAN_MAX_DEPTH.
+ * references (a damaged table, or frames overwritten since), or the plan would list more than capacity
+ * entries (at least n; n * (depth + 1) always suffices). depth at most REFERENCE_PLAN_MAX_DEPTH.
  * Needs the GIL (PyMem_Malloc); sets no Python error. */
 Py_ssize_t reference_plan_follow(const ReferenceLookup *lookup, const int64_t *requested, Py_ssize_t n,
-                                 Py_ssize_t depth, int64_t *steps, int64_t *refs, int64_t *rows);
+                                 Py_ssize_t depth, Py_ssize_t capacity, int64_t *steps, int64_t *refs, int64_t *rows);
 
 /* plan(chain, width, entries) -> int
  *   chain:   int64[width][n]: chain[0] the requested frame steps, chain[k + 1][i] the reference of

@@ -43,6 +43,36 @@ scratch_room(size_t bytes, char **owned)
     return scratch_area;
 }
 
+Py_ssize_t
+reference_plan_decode(ReferencePlan *plan, int threads)
+{
+    Py_ssize_t bad = -2;
+    if (plan->changed_rows) { /* the references in rows of out (reference_threads.h): no scratch */
+        Py_BEGIN_ALLOW_THREADS
+        bad = reference_decode_inherited(plan, threads);
+        Py_END_ALLOW_THREADS
+    }
+    if (bad != -2) {
+        return bad;
+    }
+    /* the plan's rows: 0 .. n_out - 1 for the requested frames, n_out .. m - 1 for references */
+    char *scratch = NULL, *owned = NULL;
+    if (plan->m > plan->n_out) {
+        scratch = scratch_room((size_t)(plan->m - plan->n_out) * (size_t)plan->frame_nbytes, &owned);
+        if (scratch == NULL) {
+            PyErr_NoMemory();
+            return -3;
+        }
+    }
+    plan->scratch = scratch;
+    Py_BEGIN_ALLOW_THREADS
+    bad = reference_decode_on_threads(plan, threads);
+    Py_END_ALLOW_THREADS
+    plan->scratch = NULL;
+    PyMem_Free(owned);
+    return bad;
+}
+
 int
 reference_arguments_check(Py_ssize_t depth, Py_ssize_t row_nbytes, Py_ssize_t frame_nbytes, const char *function)
 {
@@ -87,7 +117,6 @@ reference_decode_table(const FrameTable *frames, PyObject *views, const int64_t 
     /* the plan's steps, refs and rows int64[capacity] each; each entry's lengths int64, sources,
      * checksums and seeds uint32 */
     char *room = PyMem_Malloc(capacity * (4 * sizeof(int64_t) + sizeof(const char *) + 2 * sizeof(uint32_t)));
-    char *scratch = NULL, *owned = NULL;
     int status = -1;
     if (room == NULL) {
         PyErr_NoMemory();
@@ -98,7 +127,7 @@ reference_decode_table(const FrameTable *frames, PyObject *views, const int64_t 
     const char **sources = (const char **)(lengths + capacity);
     uint32_t *checksums = (uint32_t *)(sources + capacity), *seeds = checksums + capacity;
     ReferenceLookup lookup = {table_reference, table_prefetch, frames};
-    Py_ssize_t m = reference_plan_follow(&lookup, steps, n, depth, plan_steps, refs, rows);
+    Py_ssize_t m = reference_plan_follow(&lookup, steps, n, depth, (Py_ssize_t)capacity, plan_steps, refs, rows);
     if (m < 0) {
         if (m == -3) {
             status = 1; /* a chain the table cannot give: the caller's general path names the frame */
@@ -115,29 +144,9 @@ reference_decode_table(const FrameTable *frames, PyObject *views, const int64_t 
     }
     ReferencePlan plan = {sources, lengths, refs, rows, checksums, seeds, out, NULL, n, (int)frame_nbytes,
                           (int)row_nbytes, row_nbytes > 0, m};
-    Py_ssize_t bad = -2;
-    if (plan.changed_rows) { /* the references in rows of out (reference_threads.h): no scratch */
-        Py_BEGIN_ALLOW_THREADS
-        bad = reference_decode_inherited(&plan, threads);
-        Py_END_ALLOW_THREADS
-    }
-    if (bad == -2) { /* the plan's rows: 0 .. n - 1 for the requested frames, n .. m - 1 for references */
-        if (m > n) {
-            scratch = scratch_room((size_t)(m - n) * (size_t)frame_nbytes, &owned);
-            if (scratch == NULL) {
-                PyErr_NoMemory();
-                status = -1;
-                goto done;
-            }
-        }
-        plan.scratch = scratch;
-        Py_BEGIN_ALLOW_THREADS
-        bad = reference_decode_on_threads(&plan, threads);
-        Py_END_ALLOW_THREADS
-    }
-    status = bad == -1 ? 0 : 1;
+    Py_ssize_t bad = reference_plan_decode(&plan, threads);
+    status = bad == -3 ? -1 : bad == -1 ? 0 : 1;
 done:
-    PyMem_Free(owned);
     PyMem_Free(room);
     return status;
 }

@@ -12,10 +12,16 @@
 #include <stdint.h>
 
 #include "frame_entries.h"
+#include "reference_decode.h"
 #include "reference_plan.h"
 
 /* The deepest reference chain the compiled read follows (ReferenceScheme.depth: 8 for the default). */
 #define REFERENCE_MAX_DEPTH REFERENCE_PLAN_MAX_DEPTH
+
+/* Decodes a located plan into its out rows (and scratch rows where the references cannot live in out's):
+ * with the GIL held, released to decode. -1 when every entry decodes, else the first entry that fails
+ * (reference_decode.h); -3 with a Python error when memory ran out. */
+Py_ssize_t reference_plan_decode(ReferencePlan *plan, int threads);
 
 /* Decodes the n frames at steps of a reference ring whose chains are at most depth references long into
  * out (n frames of frame_nbytes bytes), on up to threads threads; row_nbytes: 0 for dependent frames

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from types import ModuleType
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from mmreplay import extensions
 from mmreplay.frames import reference_codec
 from mmreplay.frames.threads import batch_threads
+
+_lz4batch: ModuleType | None = extensions.load("_lz4batch")  # its referenced_decode: plan and decode in one call
 
 if TYPE_CHECKING:
     from mmreplay.frames.wire import BlockRefs, EncodedFrames
@@ -48,25 +52,40 @@ def changed_rows_of(sources: Sequence[EncodedFrames]) -> bool:
     return kinds != {False}
 
 
-def plan_referenced(sources: Sequence[EncodedFrames], refs: BlockRefs) -> ReferencedPlan:
-    """The decode plan of ``refs``' frames (their size n) among ``sources``: see the module docstring."""
+def _requested_frames(
+    sources: Sequence[EncodedFrames], refs: BlockRefs
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Each of ``refs``' frames as (its source, its index there), checked against the sources."""
     if refs.frames is None:
         raise ValueError("refs has no frames (each reference's index in its source, as EncodedFrames.blocks "
                          "gives it); a source's blocks reference other frames, which decode needs to find")
-    n = refs.starts.size
     sizes = np.array([len(source) for source in sources], np.int64)
-    base = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     source_of = refs.sources.reshape(-1).astype(np.int64, copy=False)
     local = refs.frames.reshape(-1).astype(np.int64, copy=False)
-    if n and (int(source_of.min()) < 0 or int(source_of.max()) >= len(sources)):
+    if source_of.size and (int(source_of.min()) < 0 or int(source_of.max()) >= len(sources)):
         raise ValueError(f"refs.sources holds {int(source_of.max())}; expected indices into the {len(sources)} sources")
-    if n and (int(local.min()) < 0 or bool((local >= sizes[source_of]).any())):
+    if local.size and (int(local.min()) < 0 or bool((local >= sizes[source_of]).any())):
         raise ValueError("refs.frames holds an index past its source's frames; expected each frame's index in its source")
-    reference = np.concatenate([
+    return source_of, local
+
+
+def _global_references(sources: Sequence[EncodedFrames], base: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Each frame's reference by global id (-1: none), for frames numbered across the sources."""
+    return np.concatenate([
         np.full(len(source), -1, np.int64) if source.references is None
         else np.where(source.references >= 0, source.references + base[p], -1)
         for p, source in enumerate(sources)
     ])
+
+
+def plan_referenced(sources: Sequence[EncodedFrames], refs: BlockRefs) -> ReferencedPlan:
+    """The decode plan of ``refs``' frames (their size n) among ``sources``: see the module docstring.
+    A frame's block is found by its index in its source (``refs.frames``), as the compiled path does."""
+    source_of, local = _requested_frames(sources, refs)
+    n = len(local)
+    sizes = np.array([len(source) for source in sources], np.int64)
+    base = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    reference = _global_references(sources, base)
     requested = base[source_of] + local
     # Every frame the requested ones need: their references, and theirs, a level at a time (a chain is
     # at most as long as its source has frames).
@@ -93,26 +112,18 @@ def plan_referenced(sources: Sequence[EncodedFrames], refs: BlockRefs) -> Refere
     order = np.argsort(ids, kind="stable")
     position = np.empty(len(ids), np.int64)
     position[order] = np.arange(len(ids))
+    ordered_ids, ordered_refs = ids[order], ref_entry[order]
+    segment_of = np.repeat(np.arange(len(sources), dtype=np.int64), sizes)
     starts = np.concatenate([np.cumsum(source.lengths) - source.lengths for source in sources]).astype(np.int64)
-    lengths = np.concatenate([source.lengths for source in sources]).astype(np.int64)
-    checksums = np.concatenate([source.checksums for source in sources]).astype(np.uint32)
-    seeds = np.concatenate([source.seeds for source in sources]).astype(np.int64)
-    extra_source = np.searchsorted(base, extra, side="right") - 1
-    entry_source = np.concatenate([source_of, extra_source])
-    entry_offsets = np.concatenate([refs.starts.reshape(-1), starts[extra]])
-    entry_lengths = np.concatenate([refs.lengths.reshape(-1), lengths[extra]])
-    entry_checksums = np.concatenate([refs.checksums.reshape(-1), checksums[extra]]).astype(np.uint32)
-    entry_seeds = np.concatenate([refs.seeds.reshape(-1), seeds[extra]]).astype(np.int64)
-    ordered_refs = ref_entry[order]
     return ReferencedPlan(
-        segments=entry_source[order].astype(np.int64),
-        offsets=entry_offsets[order].astype(np.int64),
-        lengths=entry_lengths[order].astype(np.int64),
-        checksums=entry_checksums[order],
-        seeds=entry_seeds[order],
+        segments=segment_of[ordered_ids],
+        offsets=starts[ordered_ids],
+        lengths=np.concatenate([source.lengths for source in sources]).astype(np.int64)[ordered_ids],
+        checksums=np.concatenate([source.checksums for source in sources]).astype(np.uint32)[ordered_ids],
+        seeds=np.concatenate([source.seeds for source in sources]).astype(np.int64)[ordered_ids],
         refs=np.where(ordered_refs >= 0, position[np.maximum(ordered_refs, 0)], -1).astype(np.int64),
         rows=order.astype(np.int64),
-        frames=(ids - base[entry_source])[order],
+        frames=ordered_ids - base[segment_of[ordered_ids]],
     )
 
 
@@ -120,12 +131,18 @@ def decode_referenced(
     sources: Sequence[EncodedFrames], refs: BlockRefs, out: npt.NDArray[np.uint8], *, limit: int
 ) -> tuple[int, int, bool] | None:
     """Decode ``refs``' frames into ``out`` ((n, *frame_shape), checked by the caller) with the frames
-    their blocks reference, each once, on up to ``limit`` threads. None when every block matches its
-    checksum and decodes; else (row, frame, requested) of the first that does not: its row of the plan
-    (a requested row below n), its index in its source, and whether a row asked for it."""
-    plan = plan_referenced(sources, refs)
+    their blocks reference, each once, on up to ``limit`` threads: in one compiled call where the
+    extension is built (``_lz4batch.referenced_decode``), else planned here and decoded by
+    ``reference_codec.decode_batch``. None when every block matches its checksum and decodes; else (row,
+    frame, requested) of the first that does not: its row of the plan (a requested row below n), its
+    index in its source, and whether a row asked for it."""
     n = refs.starts.size
     frame_nbytes = int(np.prod(out.shape[1:]))
+    if _lz4batch is not None:
+        failed = _decode_compiled(sources, refs, out, threads=batch_threads(n * frame_nbytes, limit))
+        if failed is not False:
+            return failed
+    plan = plan_referenced(sources, refs)
     bad = reference_codec.decode_batch(
         plan.segments, plan.offsets, plan.lengths, plan.checksums, plan.seeds, plan.refs, plan.rows, out,
         views=[memoryview(source.data) for source in sources], changed_rows=changed_rows_of(sources),
@@ -134,3 +151,33 @@ def decode_referenced(
     if bad < 0:
         return None
     return int(plan.rows[bad]), int(plan.frames[bad]), int(plan.rows[bad]) < n
+
+
+def _decode_compiled(
+    sources: Sequence[EncodedFrames], refs: BlockRefs, out: npt.NDArray[np.uint8], *, threads: int
+) -> tuple[int, int, bool] | None | Literal[False]:
+    """``decode_referenced`` in one call of ``_lz4batch.referenced_decode``; False where it declines (a
+    chain deeper than it follows)."""
+    assert _lz4batch is not None
+    frames = _requested_frames(sources, refs)
+    sizes = np.array([len(source) for source in sources], np.int64)
+    base = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    reference = _global_references(sources, base)
+    segments = np.repeat(np.arange(len(sources), dtype=np.int64), sizes)
+    offsets = np.concatenate([np.cumsum(source.lengths) - source.lengths for source in sources]).astype(np.int64)
+    lengths = np.concatenate([source.lengths for source in sources]).astype(np.int64)
+    checksums = np.concatenate([source.checksums for source in sources]).astype(np.uint32)
+    seeds = np.concatenate([source.seeds for source in sources]).astype(np.uint32)
+    n = refs.starts.size
+    row_nbytes = reference_codec.mask_row_nbytes(out.shape[1:]) if changed_rows_of(sources) else 0
+    result = _lz4batch.referenced_decode(
+        [memoryview(source.data) for source in sources], segments, offsets, lengths, checksums, seeds, reference,
+        base[frames[0]] + frames[1], out.reshape(n, -1), int(np.prod(out.shape[1:])), row_nbytes, threads,
+    )
+    if result is None:
+        return False
+    if result == -1:
+        return None
+    row, frame = result
+    source = int(np.searchsorted(base, frame, side="right")) - 1
+    return int(row), int(frame - base[source]), int(row) < n
