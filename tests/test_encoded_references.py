@@ -321,3 +321,35 @@ def test_the_compiled_decode_checks_its_arrays() -> None:
     with pytest.raises(ValueError, match=r"frame 2's block \(view 0, .*\) lies outside the views"):
         _lz4batch.referenced_decode(views, arrays[0], offsets + 10_000, *arrays[2:], np.array([-1, -1, -1]),
                                     np.array([2]), out[:1], 7056, 0, 1)
+
+
+@pytest.mark.parametrize(("game", "version", "num_envs"), [("pong", 5, 1), ("mspacman", 4, 2)])
+def test_an_encoded_batch_is_the_same_whether_its_chains_are_followed_compiled_or_level_by_level(
+    stores: str, game: str, version: int, num_envs: int
+) -> None:
+    with ReplayStore.open(reference_store(stores, game, version, num_envs, False), "r") as store:
+        ring = store._files.frames
+        compiled = store.sample_encoded(24, rng=9)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(type(ring), "closure", lambda self, frame_steps: None)
+            stepwise = store.sample_encoded(24, rng=9)
+    assert bytes(compiled.frames.data) == bytes(stepwise.frames.data)
+    np.testing.assert_array_equal(compiled.frames.references, stepwise.frames.references)
+    np.testing.assert_array_equal(compiled.frame_index, stepwise.frame_index)
+
+
+def test_a_chain_deeper_than_the_scheme_is_declined_compiled_and_named_level_by_level(tmp_path: Path) -> None:
+    path = tmp_path / "s"
+    store = ReplayStore.create(path, frame_shape=FRAME, capacity=100, stack_size=1, frame_encoding="lz4-reference",
+                               reference_scheme=ReferenceScheme(group_size=8, branching=8))  # depth 1
+    with store:
+        for args in adds("pong", 1, 30):
+            store.add(*args)
+    store_files.set_links(path, 8, ref_delta=1)  # the key frame 8 now names frame 7: frame 12 is 3 deep
+    with ReplayStore.open(path, "r") as reopened:
+        ring = reopened._files.frames
+        if referenced_blocks._lz4batch is not None:
+            assert ring.closure(np.array([12])) is None
+            assert ring.closure(np.array([20])) is not None
+        with pytest.raises(CorruptStoreError, match="more than 1 references deep"):
+            reopened.sample_encoded(200, rng=0)  # 200 draws of 29 transitions reach frame 12

@@ -202,3 +202,76 @@ done:
     PyBuffer_Release(&out);
     return result;
 }
+
+/* Sorts idx[0..m) by key[idx[i]] (insertion sort: a batch's few hundred frames, mostly in order). */
+static void
+sort_by_key(Py_ssize_t *idx, Py_ssize_t m, const int64_t *key)
+{
+    for (Py_ssize_t i = 1; i < m; i++) {
+        Py_ssize_t at = idx[i], j = i;
+        for (; j > 0 && key[idx[j - 1]] > key[at]; j--) {
+            idx[j] = idx[j - 1];
+        }
+        idx[j] = at;
+    }
+}
+
+PyObject *
+py_reference_closure(PyObject *module, PyObject *args)
+{
+    (void)module;
+    Py_buffer table, steps, closure, references;
+    FrameTable frames = {.table = &table};
+    Py_ssize_t depth;
+    if (!PyArg_ParseTuple(args, "y*L" ENTRY_LAYOUT_FORMAT "y*nw*w*:reference_closure", &table, &frames.frame_slots,
+                          ENTRY_LAYOUT_FIELDS(frames.layout), &steps, &depth, &closure, &references)) {
+        return NULL;
+    }
+    frames.segment_bytes = 1; /* no segments are read: only the table's links */
+    PyObject *result = NULL;
+    char *room = NULL;
+    Py_ssize_t n = steps.len / 8, capacity = n * (depth + 1) > 0 ? n * (depth + 1) : 1;
+    if (frame_table_check(&frames, "reference_closure") < 0 || check_array(&steps, "steps", n, 8) < 0
+        || reference_arguments_check(depth, 0, 1, "reference_closure") < 0
+        || check_array(&closure, "closure", capacity, 8) < 0 || check_array(&references, "references", capacity, 8) < 0) {
+        goto done;
+    }
+    /* the plan's steps, refs and rows, then each entry's rank by step */
+    room = PyMem_Malloc((size_t)capacity * (3 * sizeof(int64_t) + 2 * sizeof(Py_ssize_t)));
+    if (room == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *plan_steps = (int64_t *)room, *refs = plan_steps + capacity, *rows = refs + capacity;
+    Py_ssize_t *order = (Py_ssize_t *)(rows + capacity), *rank = order + capacity;
+    ReferenceLookup lookup = {table_reference, table_prefetch, &frames};
+    Py_ssize_t m = n == 0 ? 0 : reference_plan_follow(&lookup, steps.buf, n, depth, capacity, plan_steps, refs, rows);
+    if (m == -3) {
+        result = PyLong_FromLong(-1);
+        goto done;
+    }
+    if (m < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t e = 0; e < m; e++) {
+        order[e] = e;
+    }
+    sort_by_key(order, m, plan_steps);
+    for (Py_ssize_t i = 0; i < m; i++) {
+        rank[order[i]] = i;
+    }
+    int64_t *sorted = closure.buf, *reference_of = references.buf;
+    for (Py_ssize_t e = 0; e < m; e++) {
+        sorted[rank[e]] = plan_steps[e];
+        reference_of[rank[e]] = refs[e] < 0 ? -1 : rank[refs[e]];
+    }
+    result = PyLong_FromSsize_t(m);
+done:
+    PyMem_Free(room);
+    PyBuffer_Release(&table);
+    PyBuffer_Release(&steps);
+    PyBuffer_Release(&closure);
+    PyBuffer_Release(&references);
+    return result;
+}

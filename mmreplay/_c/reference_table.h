@@ -47,11 +47,24 @@ int reference_arguments_check(Py_ssize_t depth, Py_ssize_t row_nbytes, Py_ssize_
  *   frame: the caller's general path finds it. */
 PyObject *py_reference_decode_entries(PyObject *module, PyObject *args);
 
+/* reference_closure(table, frame_slots, layout, steps, depth, closure, references) -> int
+ *   The n distinct frames at steps (no repeats) and every frame their chains reach, read through the
+ *   table's links (reference_plan_follow): m frames written to closure's first m items in ascending
+ *   step order (a reference before the frames that need it), references[i] the index of closure[i]'s
+ *   reference there or -1. closure, references: int64[n * (depth + 1)]. Returns m, or -1 when a chain
+ *   leads before step 0 or is deeper than depth (the caller's general path names the frame). An encoded
+ *   batch's frames (mmreplay/store/encoded_batches.py). */
+PyObject *py_reference_closure(PyObject *module, PyObject *args);
+
 #define REFERENCE_TABLE_METHODS                                                                                    \
     {"reference_decode_entries", py_reference_decode_entries, METH_VARARGS,                                        \
      "reference_decode_entries(views, base, table, frame_slots, layout, steps, seed_multiplier, segment_bytes,\n"  \
      "                         bytes_written, depth, row_nbytes, out, frame_nbytes, threads) -> bool\n\n"          \
      "decode_entries for a reference ring: each frame with the references it needs, each decoded once, with\n"     \
-     "the GIL released; True when all are good, else False (out is then unspecified)."},
+     "the GIL released; True when all are good, else False (out is then unspecified)."},                           \
+    {"reference_closure", py_reference_closure, METH_VARARGS,                                                      \
+     "reference_closure(table, frame_slots, layout, steps, depth, closure, references) -> int\n\n"                \
+     "The frames steps' chains reach through the table, in step order, each with its reference's index; -1\n"     \
+     "when a chain is damaged."},
 
 #endif

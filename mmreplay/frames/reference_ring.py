@@ -80,6 +80,23 @@ class ReferenceFrameRing(FrameRing):
         # Indexing, not take(mode="wrap"): numpy's take of a strided field view is ~25x slower.
         return self._format.ref_deltas(self._table[frame_steps % self.frame_slots])
 
+    def closure(
+        self, frame_steps: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+        """The distinct frames ``frame_steps`` and every frame their chains of references reach, in step
+        order (a reference before the frames that need it), and each one's reference's index among them
+        (-1: a key frame), read through the table in one compiled call (``_lz4batch.reference_closure``).
+        None without the extension, or where a chain leads before step 0 or deeper than the scheme
+        allows (the caller's general path names the frame)."""
+        if _lz4batch is None:
+            return None
+        capacity = max(1, len(frame_steps) * (self.scheme.depth + 1))
+        every, references = np.empty(capacity, np.int64), np.empty(capacity, np.int64)
+        m = _lz4batch.reference_closure(self._table, self.frame_slots, self._layout,
+                                        np.ascontiguousarray(frame_steps, np.int64), self.scheme.depth, every,
+                                        references)
+        return None if m < 0 else (every[:m], references[:m])
+
     def compiled_references(self) -> tuple[int, int]:
         """(the scheme's depth, a changed-rows frame's row bytes or 0): the compiled reads' reference
         arguments (``_lz4batch.read_transitions``, ``reference_decode_entries``)."""

@@ -11,6 +11,7 @@ draw locates its frames exactly as ``sample`` does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -215,15 +216,15 @@ class EncodingReader(TransitionReader):
 
     def _blocks(
         self, frame_steps: npt.NDArray[np.int64], steps: npt.NDArray[np.int64], frames: npt.NDArray[np.int64],
-        *, needing: npt.NDArray[np.int64] | None = None,
+        *, needing: Callable[[int], int] | None = None,
     ) -> EncodedFrames:
         """The stored blocks of these frames, checked against their checksums here if ``verify`` (a
-        reader behind the writer then retries, as ``sample`` does). ``needing``: for each of these
-        frames, a frame of the batch that needs it (itself by default), for the error."""
+        reader behind the writer then retries, as ``sample`` does). ``needing(frame_step)``: a frame of
+        the batch that needs that frame (itself by default), for the error."""
         data, lengths, checksums, seeds, bad = self.frames.blocks(frame_steps, verify=self.verify)
         if bad >= 0:
             frame_step = int(frame_steps[bad])
-            shown = frame_step if needing is None else int(needing[bad])
+            shown = frame_step if needing is None else needing(frame_step)
             transition = steps[(frames == shown).any(axis=1)]
             raise FrameChecksumError(
                 f"frame {frame_step} fails its checksum (read for transition {int(transition[0])})",
@@ -237,9 +238,18 @@ class EncodingReader(TransitionReader):
     ) -> tuple[EncodedFrames, npt.NDArray[np.int64]]:
         """The stored blocks of a reference ring's frames ``distinct`` and of every frame they are
         compressed against, in frame order (a reference before the frames that need it), each with
-        its reference's index among them; and their frame steps."""
+        its reference's index among them; and their frame steps. The chains are followed in one
+        compiled call where the extension is built (``ReferenceFrameRing.closure``), else level by
+        level here, which also names the frame at fault in a damaged chain."""
+        closure = ring.closure(distinct)
+        if closure is not None:
+            every, references = closure
+            blocks = self._blocks(every, steps, frames, needing=lambda step: _needing(ring, distinct, step))
+            encoded = EncodedFrames(blocks.data, blocks.lengths, blocks.checksums, blocks.seeds, blocks.frame_shape,
+                                    references=references, changed_rows=ring.changed_rows)
+            return encoded, every
         chain, needing = distinct.copy(), distinct.copy()  # each listed frame, and a batch frame needing it
-        listed, listed_needing = [chain], [needing]
+        listed = [chain]
         for _ in range(ring.scheme.depth + 1):
             deltas = ring.ref_deltas(chain)
             dependent = deltas > 0
@@ -252,13 +262,12 @@ class EncodingReader(TransitionReader):
                                          "table is corrupt, or the frame was overwritten since it was located",
                                          frame_step=int(needing[at]))
             listed.append(chain)
-            listed_needing.append(needing)
         else:
             raise FrameChecksumError(f"a frame of the batch is more than {ring.scheme.depth} references deep (the "
                                      "scheme's depth): the frame table is corrupt, or the frame was overwritten since "
                                      "it was located", frame_step=int(distinct[0]))
-        every, first = np.unique(np.concatenate(listed), return_index=True)
-        blocks = self._blocks(every, steps, frames, needing=np.concatenate(listed_needing)[first])
+        every = np.unique(np.concatenate(listed))
+        blocks = self._blocks(every, steps, frames, needing=lambda step: _needing(ring, distinct, step))
         deltas = ring.ref_deltas(every)
         references = np.where(deltas > 0, np.searchsorted(every, every - deltas), -1)
         if bool((every[np.maximum(references, 0)] != every - deltas)[deltas > 0].any()):
@@ -301,6 +310,19 @@ class EncodingReader(TransitionReader):
             env_index=batch.env_index,
             weight=batch.weight,
         )
+
+
+def _needing(ring: ReferenceFrameRing, distinct: npt.NDArray[np.int64], frame_step: int) -> int:
+    """A frame of ``distinct`` whose chain of references reaches ``frame_step`` (itself if listed), for an
+    error about ``frame_step``; ``frame_step`` where none does (the table changed meanwhile)."""
+    chain = distinct.copy()
+    for _ in range(ring.scheme.depth + 1):
+        hit = np.flatnonzero(chain == frame_step)
+        if hit.size:
+            return int(distinct[hit[0]])
+        deltas = ring.ref_deltas(np.maximum(chain, 0))
+        chain = np.where(deltas > 0, chain - deltas, chain)
+    return frame_step
 
 
 def encoding_reader(files: MappedFiles, operation: str, *, verify: bool) -> EncodingReader:
