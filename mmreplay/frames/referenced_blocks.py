@@ -1,6 +1,8 @@
 """Encoded frames whose blocks reference other frames (an encoded batch of a ``"lz4-reference"`` store),
 decoded: the plan that lists each requested frame and, once each, the frames its block is compressed
-against (and theirs), references first, then one call of ``reference_codec.decode_batch``.
+against (and theirs), references first, then the decode; in one compiled call
+(``_lz4batch.referenced_decode``) where the extension is built, else planned here in numpy and decoded by
+``reference_codec.decode_batch``.
 
 Frames are numbered across the sources (several ``EncodedFrames``, the shards of a batch) by a *global
 id*: a frame's index in its source plus the frames of the sources before it. A frame's reference is an
@@ -69,6 +71,34 @@ def _requested_frames(
     return source_of, local
 
 
+@dataclass(frozen=True)
+class _Frames:
+    """Every frame of the sources by global id: its source, its block's start there, length, checksum and
+    seed, and its reference's global id (-1: none); ``base[p]``, the global id of source p's first frame."""
+
+    base: npt.NDArray[np.int64]
+    source: npt.NDArray[np.int64]
+    starts: npt.NDArray[np.int64]
+    lengths: npt.NDArray[np.int64]
+    checksums: npt.NDArray[np.uint32]
+    seeds: npt.NDArray[np.uint32]
+    reference: npt.NDArray[np.int64]
+
+
+def _frames_of(sources: Sequence[EncodedFrames]) -> _Frames:
+    sizes = np.array([len(source) for source in sources], np.int64)
+    base = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    return _Frames(
+        base=base,
+        source=np.repeat(np.arange(len(sources), dtype=np.int64), sizes),
+        starts=np.concatenate([np.cumsum(source.lengths) - source.lengths for source in sources]).astype(np.int64),
+        lengths=np.concatenate([source.lengths for source in sources]).astype(np.int64),
+        checksums=np.concatenate([source.checksums for source in sources]).astype(np.uint32),
+        seeds=np.concatenate([source.seeds for source in sources]).astype(np.uint32),
+        reference=_global_references(sources, base),
+    )
+
+
 def _global_references(sources: Sequence[EncodedFrames], base: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     """Each frame's reference by global id (-1: none), for frames numbered across the sources."""
     return np.concatenate([
@@ -83,10 +113,9 @@ def plan_referenced(sources: Sequence[EncodedFrames], refs: BlockRefs) -> Refere
     A frame's block is found by its index in its source (``refs.frames``), as the compiled path does."""
     source_of, local = _requested_frames(sources, refs)
     n = len(local)
-    sizes = np.array([len(source) for source in sources], np.int64)
-    base = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    reference = _global_references(sources, base)
-    requested = base[source_of] + local
+    every = _frames_of(sources)
+    reference = every.reference
+    requested = every.base[source_of] + local
     # Every frame the requested ones need: their references, and theirs, a level at a time (a chain is
     # at most as long as its source has frames).
     needed = np.zeros(len(reference), bool)
@@ -113,17 +142,15 @@ def plan_referenced(sources: Sequence[EncodedFrames], refs: BlockRefs) -> Refere
     position = np.empty(len(ids), np.int64)
     position[order] = np.arange(len(ids))
     ordered_ids, ordered_refs = ids[order], ref_entry[order]
-    segment_of = np.repeat(np.arange(len(sources), dtype=np.int64), sizes)
-    starts = np.concatenate([np.cumsum(source.lengths) - source.lengths for source in sources]).astype(np.int64)
     return ReferencedPlan(
-        segments=segment_of[ordered_ids],
-        offsets=starts[ordered_ids],
-        lengths=np.concatenate([source.lengths for source in sources]).astype(np.int64)[ordered_ids],
-        checksums=np.concatenate([source.checksums for source in sources]).astype(np.uint32)[ordered_ids],
-        seeds=np.concatenate([source.seeds for source in sources]).astype(np.int64)[ordered_ids],
+        segments=every.source[ordered_ids],
+        offsets=every.starts[ordered_ids],
+        lengths=every.lengths[ordered_ids],
+        checksums=every.checksums[ordered_ids],
+        seeds=every.seeds[ordered_ids].astype(np.int64),
         refs=np.where(ordered_refs >= 0, position[np.maximum(ordered_refs, 0)], -1).astype(np.int64),
         rows=order.astype(np.int64),
-        frames=ordered_ids - base[segment_of[ordered_ids]],
+        frames=ordered_ids - every.base[every.source[ordered_ids]],
     )
 
 
@@ -159,25 +186,18 @@ def _decode_compiled(
     """``decode_referenced`` in one call of ``_lz4batch.referenced_decode``; False where it declines (a
     chain deeper than it follows)."""
     assert _lz4batch is not None
-    frames = _requested_frames(sources, refs)
-    sizes = np.array([len(source) for source in sources], np.int64)
-    base = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    reference = _global_references(sources, base)
-    segments = np.repeat(np.arange(len(sources), dtype=np.int64), sizes)
-    offsets = np.concatenate([np.cumsum(source.lengths) - source.lengths for source in sources]).astype(np.int64)
-    lengths = np.concatenate([source.lengths for source in sources]).astype(np.int64)
-    checksums = np.concatenate([source.checksums for source in sources]).astype(np.uint32)
-    seeds = np.concatenate([source.seeds for source in sources]).astype(np.uint32)
+    source_of, local = _requested_frames(sources, refs)
+    every = _frames_of(sources)
     n = refs.starts.size
     row_nbytes = reference_codec.mask_row_nbytes(out.shape[1:]) if changed_rows_of(sources) else 0
     result = _lz4batch.referenced_decode(
-        [memoryview(source.data) for source in sources], segments, offsets, lengths, checksums, seeds, reference,
-        base[frames[0]] + frames[1], out.reshape(n, -1), int(np.prod(out.shape[1:])), row_nbytes, threads,
+        [memoryview(source.data) for source in sources], every.source, every.starts, every.lengths, every.checksums,
+        every.seeds, every.reference, every.base[source_of] + local, out.reshape(n, -1), int(np.prod(out.shape[1:])),
+        row_nbytes, threads,
     )
     if result is None:
         return False
     if result == -1:
         return None
     row, frame = result
-    source = int(np.searchsorted(base, frame, side="right")) - 1
-    return int(row), int(frame - base[source]), int(row) < n
+    return int(row), int(frame - every.base[every.source[frame]]), int(row) < n
