@@ -28,6 +28,7 @@ from mmreplay import (
     encode_frames,
 )
 from mmreplay.frames import referenced_blocks
+from mmreplay.store import encoded_batches
 
 FRAME = (84, 84)
 FIELDS = ("obs", "next_obs", "action", "reward", "terminated", "truncated", "index", "env_index", "weight", "discount")
@@ -191,6 +192,11 @@ def test_a_damaged_stored_reference_frame_is_never_sent_encoded(tmp_path: Path, 
     with ReplayStore.open(path, mode) as reopened:
         with pytest.raises(CorruptStoreError, match="fails its checksum"):
             reopened.sample_encoded(6, rng=0).decode()
+    if mode == "r":  # a reader names a transition that needs the frame, or the batch where none does now
+        with ReplayStore.open(path, mode) as reopened, pytest.MonkeyPatch.context() as patch:
+            patch.setattr(encoded_batches, "_needing", lambda ring, distinct, frame_step: 10**9)
+            with pytest.raises(CorruptStoreError, match=r"frame 0 fails its checksum \(read for this batch\)"):
+                reopened.sample_encoded(6, rng=0)
 
 
 def _flip_frame(path: Path, frame_step: int) -> None:

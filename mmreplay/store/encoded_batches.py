@@ -226,10 +226,8 @@ class EncodingReader(TransitionReader):
             frame_step = int(frame_steps[bad])
             shown = frame_step if needing is None else needing(frame_step)
             transition = steps[(frames == shown).any(axis=1)]
-            raise FrameChecksumError(
-                f"frame {frame_step} fails its checksum (read for transition {int(transition[0])})",
-                frame_step=frame_step,
-            )
+            read_for = f"transition {int(transition[0])}" if transition.size else "this batch"  # table moved meanwhile
+            raise FrameChecksumError(f"frame {frame_step} fails its checksum (read for {read_for})", frame_step=frame_step)
         return EncodedFrames(data, lengths, checksums, seeds, tuple(self.frame_shape))
 
     def _referenced_blocks(
