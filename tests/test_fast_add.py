@@ -43,6 +43,7 @@ class CountingStore:
         if self.helpers:
             one_env = config.get("num_envs", 1) == 1
             self.fast._role._append_threads, self.fast._role._ahead_threads = (1, 2) if one_env else (4, 1)
+            self.fast._role._ahead_min_bytes = 0  # every frame ahead, however small it compresses
         self.fast_adds = 0
         take_fast_path = self.fast._role._add_single_frames
 
@@ -229,6 +230,32 @@ def test_a_reference_frame_encoded_ahead_that_is_not_the_added_frame_is_not_writ
         added = len(frames) - 1
         steps = np.arange(added - len(store), added)  # transition t shows frames t and t + 1
         np.testing.assert_array_equal(store.read(steps).next_obs[:, -1], frames[steps + 1])
+
+
+@pytest.mark.parametrize(("game", "encoding", "ahead"), [("pong", "lz4", False), ("mspacman", "lz4", True),
+                                                      ("pong", REFERENCE, True)])
+def test_one_envs_frame_is_compressed_ahead_where_its_frames_compress_to_enough_bytes(
+    tmp_path: Path, game: str, encoding: str, ahead: bool
+) -> None:
+    """With a helper (as from 4 usable cores), a plain frame goes ahead only once the env's recent frames
+    took threads.AHEAD_MIN_FRAME_BYTES or more compressed (MsPacman's ~1,840 bytes, not Pong's ~270,
+    where handing a frame over costs what compressing it does); reference frames always go ahead (their
+    encoder's search costs whatever their size). The frames read back either way."""
+    frames = load_stream(game, ("frames",), 80)["frames"]
+    with ReplayStore.create(tmp_path / "s.mmr", frame_shape=(84, 84), capacity=100, frame_encoding=encoding) as store:
+        writer = store._role
+        writer._ahead_threads = 2
+        compress_ahead, calls = writer._compress_ahead, []
+
+        def counted(next_obs: object) -> object:
+            calls.append(len(calls))
+            return compress_ahead(next_obs)
+
+        writer._compress_ahead = counted  # type: ignore[method-assign]
+        for t in range(len(frames) - 1):
+            store.add(frames[t], 0, 0.0, frames[t + 1], False, False)
+        assert (len(calls) > 60) if ahead else not calls
+        np.testing.assert_array_equal(store.read(np.arange(len(frames) - 1)).next_obs[:, -1], frames[1:])
 
 
 # -- every kind of number parse_add accepts takes the fast path ------------------------------------------------

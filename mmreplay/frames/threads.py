@@ -84,6 +84,14 @@ def compress_threads(count: int, frame_nbytes: int, limit: int, *, min_cores: in
     return max(1, min(limit, count, count * frame_nbytes // COMPRESS_BYTES_PER_THREAD, MAX_THREADS))
 
 
+# A plain frame is compressed ahead only where its env's recent frames took at least this many bytes
+# compressed: lz4 takes about as long as handing a small frame to a helper and settling it. On the 16-core
+# H200 box (issue 25, benchmarks/results/box-h200.md) one env's adds with and without the helper: MsPacman
+# (frames of ~1,840 bytes) 48,757/s against 41,276, Seaquest 51,219 against 51,106, Pong (~270 bytes)
+# 51,733 against 59,639. Reference frames cost their encoder's search whatever their size: always ahead.
+AHEAD_MIN_FRAME_BYTES = 1024
+
+
 def ahead_threads(count: int, frame_nbytes: int, limit: int, *, min_cores: int = COMPRESS_MIN_CORES) -> int:
     """Threads for compressing ``count`` frames ahead (``lz4_codec.compress_ahead``, a reference frame's
     ``encode_ahead``) while the caller works on: one helper more than ``compress_threads`` gives the rest

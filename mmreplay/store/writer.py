@@ -24,6 +24,7 @@ from mmreplay.errors import ClosedStoreError, FormatVersionError
 from mmreplay.frames import encodings, lz4_codec
 from mmreplay.frames.encodings import FrameEncoder
 from mmreplay.frames.threads import (
+    AHEAD_MIN_FRAME_BYTES,
     COMPRESS_MIN_CORES,
     REFERENCE_COMPRESS_MIN_CORES,
     ahead_threads,
@@ -98,13 +99,18 @@ class Writer:
         # cores, and for reference frames, which cost up to twice as much, from 2:
         # threads.REFERENCE_COMPRESS_MIN_CORES), one env's new frame handed to an awake helper before the
         # add is checked (~10 us it overlaps; a reference frame against the reference its group will give
-        # it, taken where it does; from 4 cores: threads.ahead_threads).
+        # it, taken where it does; from 4 cores: threads.ahead_threads; a plain frame only where the env's
+        # frames compress to at least threads.AHEAD_MIN_FRAME_BYTES).
         limit, frame_nbytes = files.reader.thread_limit, self._frames.frame_nbytes
         plain = self._encoder.groups is None
         min_cores = COMPRESS_MIN_CORES if plain else REFERENCE_COMPRESS_MIN_CORES
         self._append_threads = compress_threads(layout.num_envs, frame_nbytes, limit, min_cores=min_cores)
         single = layout.num_envs == 1 and self._fast_add
         self._ahead_threads = ahead_threads(1, frame_nbytes, limit) if single else 1
+        # Where there is a helper: the bytes the env's recent frames took compressed (a moving average),
+        # and the least that pays for compressing ahead (threads.AHEAD_MIN_FRAME_BYTES; reference frames: 0).
+        self._recent_frame_bytes = 0.0
+        self._ahead_min_bytes = AHEAD_MIN_FRAME_BYTES if plain else 0
         # A sampler that applies priorities and the store's checks of them in one call (PrioritizedSampler).
         self._checked_update = getattr(self._sampler, "update_priorities_checked", None)
         self.transitions_added = commit.transitions_added
@@ -294,12 +300,18 @@ class Writer:
             and self._env_frames_pending is None
             and records_every_env(env_mask, self._add_shapes.num_envs)
         ):
-            ahead = self._compress_ahead(next_obs) if self._ahead_threads > 1 else None
+            ahead = None
+            if self._ahead_threads > 1:
+                bytes_before = self._frames.bytes_written
+                if self._recent_frame_bytes >= self._ahead_min_bytes:
+                    ahead = self._compress_ahead(next_obs)
             parsed = parse_single_frames(
                 self._add_shapes, obs, action, reward, next_obs, terminated, truncated,
                 terminated_bit=TERMINATED, truncated_bit=TRUNCATED,
             )
             if parsed is not None and self._add_single_frames(parsed, values, ahead):
+                if self._ahead_threads > 1:  # one env, one new frame: its compressed bytes
+                    self._recent_frame_bytes += (self._frames.bytes_written - bytes_before - self._recent_frame_bytes) / 8
                 if self._schedule.due(self.transitions_added):
                     self.flush()
                 return
