@@ -359,3 +359,15 @@ def test_a_chain_deeper_than_the_scheme_is_declined_compiled_and_named_level_by_
             assert ring.closure(np.array([20])) is not None
         with pytest.raises(CorruptStoreError, match="more than 1 references deep"):
             reopened.sample_encoded(200, rng=0)  # 200 draws of 29 transitions reach frame 12
+
+
+def test_decode_blocks_names_refs_that_point_outside_the_sources(stores: str) -> None:
+    sources, refs = joined_parts(stores)
+    out = np.zeros((refs.starts.size, *FRAME), np.uint8)
+    bad_source = BlockRefs(np.where(np.arange(refs.starts.size) == 3, -1, refs.sources), refs.starts, refs.lengths,
+                           refs.checksums, refs.seeds, refs.frames)
+    with pytest.raises(ValueError, match=r"refs.sources holds -1; expected indices into the 3 sources"):
+        decode_blocks(sources, bad_source, out)
+    past = BlockRefs(refs.sources, refs.starts, refs.lengths, refs.checksums, refs.seeds, refs.frames + 10_000)
+    with pytest.raises(ValueError, match=r"refs.frames holds an index past its source's frames"):
+        decode_blocks(sources, past, out)

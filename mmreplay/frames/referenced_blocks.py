@@ -64,8 +64,9 @@ def _requested_frames(
     sizes = np.array([len(source) for source in sources], np.int64)
     source_of = refs.sources.reshape(-1).astype(np.int64, copy=False)
     local = refs.frames.reshape(-1).astype(np.int64, copy=False)
-    if source_of.size and (int(source_of.min()) < 0 or int(source_of.max()) >= len(sources)):
-        raise ValueError(f"refs.sources holds {int(source_of.max())}; expected indices into the {len(sources)} sources")
+    outside = source_of[(source_of < 0) | (source_of >= len(sources))]
+    if outside.size:
+        raise ValueError(f"refs.sources holds {int(outside[0])}; expected indices into the {len(sources)} sources")
     if local.size and (int(local.min()) < 0 or bool((local >= sizes[source_of]).any())):
         raise ValueError("refs.frames holds an index past its source's frames; expected each frame's index in its source")
     return source_of, local
@@ -86,6 +87,7 @@ class _Frames:
 
 
 def _frames_of(sources: Sequence[EncodedFrames]) -> _Frames:
+    """The sources' frames numbered across them (``_Frames``)."""
     sizes = np.array([len(source) for source in sources], np.int64)
     base = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     return _Frames(
