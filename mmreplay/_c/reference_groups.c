@@ -161,6 +161,27 @@ groups_rollback(ReferenceGroups *g)
     }
 }
 
+/* Whether env's frame at step starts a new group, for lack of room in its group: the group is full, would
+ * span more than max_distance steps, or its key frame is older than frame_tail (restart, an episode start,
+ * is the other reason). */
+static int
+group_ends(const ReferenceGroups *g, const EnvGroup *e, int64_t step, int64_t frame_tail)
+{
+    return e->place == g->group_size || step - e->key_step > g->max_distance || e->key_step < frame_tail;
+}
+
+/* The anchor that the frame at place (> 0) of a group references: anchors[m], m the position of place's
+ * lowest nonzero base-branching digit. */
+static int
+reference_digit(const ReferenceGroups *g, int64_t place)
+{
+    int digit = 0;
+    for (int64_t rest = place; rest % g->branching == 0; rest /= g->branching) {
+        digit++;
+    }
+    return digit;
+}
+
 /* EnvReferences.assign: the frame at step of env gets its ref_delta and reference (NULL: a key frame); 0,
  * or -1 with a Python error (a step not after the env's last one, or no memory). */
 static int
@@ -174,7 +195,7 @@ assign(ReferenceGroups *g, Py_ssize_t env, int64_t step, const char *frame, int 
         return -1;
     }
     env_touch(g, env);
-    if (restart || e->place == g->group_size || step - e->key_step > g->max_distance || e->key_step < frame_tail) {
+    if (restart || group_ends(g, e, step, frame_tail)) {
         env_restart(g, e);
     }
     int64_t place = e->place;
@@ -193,10 +214,7 @@ assign(ReferenceGroups *g, Py_ssize_t env, int64_t step, const char *frame, int 
         *ref_delta = 0, *reference = NULL;
         return 0;
     }
-    int digit = 0;
-    for (int64_t rest = place; rest % g->branching == 0; rest /= g->branching) {
-        digit++;
-    }
+    int digit = reference_digit(g, place);
     Anchor *referenced = e->anchors[digit];
     if (digit > 0) { /* this frame is the reference of the places that follow it, down to its own level */
         Anchor *anchor = anchor_new(g, frame, step);
@@ -405,15 +423,22 @@ groups_destroy(PyObject *capsule)
     PyMem_Free(g);
 }
 
+/* The pointer of a capsule named name; NULL with a TypeError that says what was expected ("groups must be
+ * <expected>; got <type>") for any other object. */
+static void *
+capsule_pointer(PyObject *capsule, const char *name, const char *expected)
+{
+    if (!PyCapsule_IsValid(capsule, name)) {
+        PyErr_Format(PyExc_TypeError, "%s; got %s", expected, Py_TYPE(capsule)->tp_name);
+        return NULL;
+    }
+    return PyCapsule_GetPointer(capsule, name);
+}
+
 ReferenceGroups *
 reference_groups_from(PyObject *capsule)
 {
-    if (!PyCapsule_IsValid(capsule, CAPSULE_NAME)) {
-        PyErr_Format(PyExc_TypeError, "groups must be reference groups that reference_groups() made; got %s",
-                     Py_TYPE(capsule)->tp_name);
-        return NULL;
-    }
-    return PyCapsule_GetPointer(capsule, CAPSULE_NAME);
+    return capsule_pointer(capsule, CAPSULE_NAME, "groups must be reference groups that reference_groups() made");
 }
 
 PyObject *
@@ -558,12 +583,7 @@ ahead_frame_of(PyObject *capsule)
     if (capsule == Py_None) {
         return NULL;
     }
-    if (!PyCapsule_IsValid(capsule, AHEAD_NAME)) {
-        PyErr_Format(PyExc_TypeError, "ahead must be None or what encode_ahead() returned; got %s",
-                     Py_TYPE(capsule)->tp_name);
-        return NULL;
-    }
-    return PyCapsule_GetPointer(capsule, AHEAD_NAME);
+    return capsule_pointer(capsule, AHEAD_NAME, "ahead must be None or what encode_ahead() returned");
 }
 
 PyObject *
@@ -598,16 +618,8 @@ py_encode_ahead(PyObject *module, PyObject *args)
         PyBuffer_Release(&frame);
         Py_RETURN_NONE;
     }
-    int restart = e->place == 0 || e->place == g->group_size || step - e->key_step > g->max_distance
-                  || e->key_step < frame_tail;
-    Anchor *reference = NULL;
-    if (!restart) {
-        int digit = 0;
-        for (int64_t rest = e->place; rest % g->branching == 0; rest /= g->branching) {
-            digit++;
-        }
-        reference = e->anchors[digit];
-    }
+    Anchor *reference = e->place == 0 || group_ends(g, e, step, frame_tail) ? NULL
+                                                                              : e->anchors[reference_digit(g, e->place)];
     AheadFrame *a = PyMem_Calloc(1, sizeof(AheadFrame));
     char *block = a == NULL ? NULL : PyMem_Malloc(block_room(g));
     PyObject *result = block == NULL ? NULL : PyCapsule_New(a, AHEAD_NAME, ahead_destroy);
