@@ -257,6 +257,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tmpdir", help="where the stores live while measured")
     parser.add_argument("--smoke", action="store_true", help="tiny and quick: capacity 1,500, batch 8, pong, 0.2 s")
+    parser.add_argument("--label", default="", help="a name for this run in its setup line (which code, say)")
     parser.add_argument("--table", type=Path, help="print a markdown table of this run's JSON lines and exit")
     add_data_dir_argument(parser)
     args = parser.parse_args(argv)
@@ -288,7 +289,8 @@ def main(argv: list[str] | None = None) -> None:
     emit(figure="setup", torch=torch.__version__, device=str(device),
          gpu=torch.cuda.get_device_name(device) if cuda else None, cpus=len(os.sched_getaffinity(0)),
          nvcomp=nvcomp, capacity=args.capacity, games=args.games, batch_sizes=args.batch_sizes, learners=learners,
-         feeds=feeds, seconds=args.seconds, threads=args.threads, smoke=args.smoke)
+         feeds=feeds, seconds=args.seconds, threads=args.threads, smoke=args.smoke,
+         mmreplay=str(Path(sys.modules["mmreplay"].__file__ or "").parent), label=args.label)
     for game in args.games.split(","):
         if time.monotonic() > deadline:
             emit(figure="skipped", game=game, reason="budget")

@@ -5,7 +5,9 @@ setuptools, nvCOMP; see ``/work/shared/notes/gpu-box-measurements.md``):
 - ``frames/atari_<game>.npz``: the 20,000-frame streams of Pong, MsPacman, Seaquest and Breakout, copied from the
   atari_frames cache (recorded with ALE first where missing), in the layout ``--data-dir`` reads;
 - ``testwhl/``: pytest and hypothesis wheels (and their dependencies) for CPython 3.12, downloaded with
-  pip, for the CUDA tests.
+  pip, for the CUDA tests;
+- with ``--base REV``, ``base.tar``: the package at that commit (``git archive REV mmreplay setup.py``), which
+  ``benchmarks/feed_box.sh`` measures beside this tree.
 
 It prints the size of each part and of the whole carry, which must stay under the device tool's 64 MiB
 with the tree (this script warns above 60 MiB).
@@ -57,13 +59,24 @@ def download_test_wheels(carry: Path) -> None:
     print(f"testwhl: {', '.join(sorted(p.name for p in target.glob('*.whl')))} ({size_mib(target):.1f} MiB)")
 
 
+def archive_base(carry: Path, revision: str) -> None:
+    root = Path(__file__).resolve().parents[1]
+    target = carry / "base.tar"
+    subprocess.run(["git", "-C", str(root), "archive", "--format=tar", "-o", str(target), revision, "mmreplay", "setup.py"],
+                   check=True, timeout=60)
+    print(f"base: {target} ({size_mib(target):.1f} MiB), the package at {revision}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--carry", type=Path, default=Path(__file__).resolve().parents[1] / ".devcarry")
     parser.add_argument("--games", default=",".join(GAMES))
     parser.add_argument("--no-wheels", action="store_true", help="leave testwhl/ as it is")
+    parser.add_argument("--base", help="also carry the package at this commit as base.tar (for feed_box.sh)")
     args = parser.parse_args(argv)
     copy_frames(args.carry, args.games.split(","))
+    if args.base:
+        archive_base(args.carry, args.base)
     if not args.no_wheels:
         download_test_wheels(args.carry)
     for part in sorted(p for p in args.carry.iterdir()):

@@ -311,6 +311,26 @@ def test_cuda_batches_send_stack_size_plus_one_frames_a_row(make_store):
     assert batch.next_obs.data_ptr() - batch.obs.data_ptr() == 84 * 84 and batch.obs.stride(0) == 5 * 84 * 84
 
 
+@cuda_only
+def test_cuda_batches_are_not_overwritten_while_the_consumers_stream_still_reads_them(make_store):
+    # The consumer's stream lags milliseconds behind the host (a sleep kernel before each read): the thread's
+    # copies into a slot must wait for the reads queued there before the next next(), however far behind.
+    store = make_store(frame_shape=(84, 84), capacity=300, stack_size=4)
+    fill_real(store, 300)
+    rng = np.random.default_rng(3)
+    before = torch.cuda.current_stream()
+    sums, wants = [], []
+    with store.batches(8, rng=3, device="cuda", prefetch=1) as batches:
+        for _ in range(12):
+            batch = next(batches)
+            torch.cuda._sleep(2_000_000)  # ~1 ms of the consumer stream's time before it reads the batch
+            sums.append(batch.obs.sum(dtype=torch.int64) + batch.next_obs.sum(dtype=torch.int64) * 7)
+            want = store.sample(8, rng)
+            wants.append(int(want.obs.sum(dtype=np.int64)) + int(want.next_obs.sum(dtype=np.int64)) * 7)
+        assert torch.cuda.current_stream() == before  # the thread's side stream is its own, never the caller's
+    assert [int(s) for s in sums] == wants
+
+
 def fill_real(store, count):
     """Atari-sized frames that compress like real ones, made here: the CUDA tests run where ALE is not."""
     frames = sprite_frames(count + 1)

@@ -86,8 +86,10 @@ class Staging:
         without waiting for it (the host block is page-locked). Nothing to do on the CPU."""
         if self.device_block is None:
             return
-        count = self.nbytes if nbytes is None else nbytes
-        self.device_block[:count].copy_(self.host_block[:count], non_blocking=True)
+        if nbytes is None or nbytes >= self.nbytes:
+            self.device_block.copy_(self.host_block, non_blocking=True)  # one call: no slices made
+            return
+        self.device_block[:nbytes].copy_(self.host_block[:nbytes], non_blocking=True)
 
 
 def _host_view(block: npt.NDArray[np.uint8], slab: Slab) -> npt.NDArray[np.generic]:

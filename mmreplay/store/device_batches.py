@@ -25,6 +25,7 @@ next ``next()``. On the CPU (pinning off) there is no copy: the tensors view the
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -89,6 +90,13 @@ class Slot:
         self.ready: torch.cuda.Event | None = torch.cuda.Event() if cuda else None  # type: ignore[no-untyped-call]
         self.released: torch.cuda.Event | None = torch.cuda.Event() if cuda else None  # type: ignore[no-untyped-call]
         self.device_blocks: tuple[torch.Tensor, ...] = ()  # what the batch now in the slot lives in
+        self.recorded_on: set[int] = set()  # the consumer streams (handles) device_blocks were recorded on
+
+    def hold(self, blocks: tuple[torch.Tensor, ...]) -> None:
+        """Say that the batch now in the slot lives in ``blocks`` (the producer, before handing it over)."""
+        if len(blocks) != len(self.device_blocks) or any(a is not b for a, b in zip(blocks, self.device_blocks)):
+            self.device_blocks = blocks
+            self.recorded_on = set()
 
 
 class SlotRing:
@@ -102,6 +110,7 @@ class SlotRing:
         self.side: torch.cuda.Stream | None = torch.cuda.Stream(device) if self.cuda else None  # type: ignore[no-untyped-call]
         self.slots = [Slot(device) for _ in range(count)]
         self._turn = 0
+        self._side_thread: int | None = None  # the thread whose current stream is ``side`` (use_side)
 
     def on_side(self) -> contextlib.AbstractContextManager[object]:
         """The side stream made current (nothing on the CPU): the thread's copies run there, and memory it
@@ -110,12 +119,25 @@ class SlotRing:
 
         return torch.cuda.stream(self.side) if self.side is not None else contextlib.nullcontext()
 
+    def use_side(self) -> None:
+        """Make the side stream current in the calling thread for good (nothing on the CPU): the producing
+        thread's own, so it is set once rather than entered and left around every batch. A CUDA stream is
+        current per thread; each call that sets one gives up the GIL, which an eager learner, launching
+        kernels from Python on the main thread, then waits to get back."""
+        if self.side is None or self._side_thread == threading.get_ident():
+            return
+        import torch
+
+        torch.cuda.set_stream(self.side)
+        self._side_thread = threading.get_ident()
+
     def take(self) -> Slot:
         """The next slot, once the copy out of its host memory (``count`` batches ago) has finished."""
         slot = self.slots[self._turn % len(self.slots)]
         self._turn += 1
-        if slot.ready is not None:
-            slot.ready.synchronize()  # returns at once for an event never recorded
+        # query() keeps the GIL; synchronize() gives it up, and is needed only while the copy still runs.
+        if slot.ready is not None and not slot.ready.query():  # type: ignore[no-untyped-call]
+            slot.ready.synchronize()
         return slot
 
     def close(self) -> None:
@@ -148,9 +170,13 @@ class DeviceBatches(Generic[D]):
         slot, batch = next(self.prefetcher)
         if stream is not None:
             assert slot.ready is not None
-            stream.wait_event(slot.ready)
-            for block in slot.device_blocks:
-                block.record_stream(stream)  # the caching allocator waits for this stream before reusing it
+            if not slot.ready.query():  # type: ignore[no-untyped-call]  # (query keeps the GIL; a wait gives it up)
+                stream.wait_event(slot.ready)
+            if stream.cuda_stream not in slot.recorded_on:
+                # The caching allocator waits for this stream before reusing the blocks: once per block and stream.
+                for block in slot.device_blocks:
+                    block.record_stream(stream)
+                slot.recorded_on.add(stream.cuda_stream)
         self._held = slot
         return batch
 
@@ -191,32 +217,36 @@ class HostDecodedFeed:
         self._shared = 2 * self._stack if n_step > 1 else self._stack + 1
 
     def __call__(self) -> tuple[Slot, DeviceRecord]:
+        # The fewer calls that give up the GIL here, the less an eager learner waits for it (each one it gets
+        # back costs the learner a hand-over): the side stream is set once, an event already passed is not
+        # waited on (Event.query keeps the GIL, a wait gives it up), the upload is one copy.
         ring, slot = self._ring, self._ring.take()
-        with ring.on_side():
-            columns = self._shared
-            out, _ = self._records(slot, columns)
+        ring.use_side()
+        columns = self._shared
+        out, _ = self._records(slot, columns)
 
-            def separate() -> NumpyRecord:
-                nonlocal columns
-                columns = 2 * self._stack
-                return self._records(slot, columns)[0]
+        def separate() -> NumpyRecord:
+            nonlocal columns
+            columns = 2 * self._stack
+            return self._records(slot, columns)[0]
 
-            batch = sample_into(self._read, out, self._generator, separate)
-            assert batch is self._records(slot, columns)[0], "sample(out=...) fills out in place"
-            staging = slot.stagings[columns]
-            if ring.side is not None:
-                assert slot.ready is not None and slot.released is not None and staging.device_block is not None
+        batch = sample_into(self._read, out, self._generator, separate)
+        assert batch is self._records(slot, columns)[0], "sample(out=...) fills out in place"
+        staging = slot.stagings[columns]
+        if ring.side is not None:
+            assert slot.ready is not None and slot.released is not None and staging.device_block is not None
+            if not slot.released.query():  # type: ignore[no-untyped-call]  # the consumer's reads may still be queued
                 ring.side.wait_event(slot.released)
-                staging.upload()
-                slot.ready.record(ring.side)
-                slot.device_blocks = (staging.device_block,)
+            staging.upload()
+            slot.ready.record(ring.side)
+            slot.hold((staging.device_block,))
         return slot, slot.records[columns][1]
 
     def _records(self, slot: Slot, columns: int) -> tuple[NumpyRecord, DeviceRecord]:
         """The slot's numpy record (what ``sample`` fills) and device record over one staging block."""
         if columns not in slot.records:
             slabs, nbytes = self._layout.slabs(columns)
-            staging = Staging(slabs, nbytes, self._ring.device)  # on the side stream (see SlotRing.on_side)
+            staging = Staging(slabs, nbytes, self._ring.device)  # on the side stream (see SlotRing.use_side)
             slot.stagings[columns] = staging
             slot.records[columns] = (self._layout.numpy_record(staging), self._layout.device_record(staging))
         return slot.records[columns]

@@ -107,7 +107,7 @@ class DeviceDecodedFeed:
             if ring.side is not None:
                 assert slot.ready is not None and staging.device_block is not None
                 slot.ready.record(ring.side)
-                slot.device_blocks = (staging.device_block, pixels)
+                slot.hold((staging.device_block, pixels))
         if slot.ready is not None:
             slot.ready.synchronize()  # the checks' verdict, before the batch is handed over
         bad = int(first_bad[0])
