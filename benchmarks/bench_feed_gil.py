@@ -37,6 +37,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_feeds  # noqa: E402
+from bench_gpu_feed import fill  # noqa: E402
 from frame_streams import add_data_dir_argument, stream_path  # noqa: E402
 from machine import load_average  # noqa: E402
 from peers import FrameStream, NumpyFrameRing  # noqa: E402
@@ -75,18 +76,6 @@ def open_feed(name: str, store: ReplayStore, ring: NumpyFrameRing, batch_size: i
     raise ValueError(f"feed {name!r}; expected one of {', '.join(FEEDS)}")
 
 
-def fill(stream: FrameStream, capacity: int, directory: str) -> tuple[ReplayStore, NumpyFrameRing]:
-    store = ReplayStore.create(Path(directory) / "store", frame_shape=(84, 84), capacity=capacity, stack_size=4,
-                               decode_threads=1)
-    ring = NumpyFrameRing(capacity)
-    for i in range(capacity):
-        inputs = stream.single_frame_inputs(i)
-        store.add(*inputs)
-        ring.add(*inputs)
-    store.flush()
-    return store, ring
-
-
 def quartiles(values: list[float]) -> dict[str, float]:
     if len(values) < 2:
         return {"median": values[0], "q1": values[0], "q3": values[0]}
@@ -98,7 +87,7 @@ def run_game(game: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     stream = FrameStream.load(stream_path(game, args.data_dir))
     learner = Learner(args.ops, args.elements)
     with tempfile.TemporaryDirectory(dir=args.tmpdir) as directory:
-        store, ring = fill(stream, args.capacity, directory)
+        store, ring = fill(stream, args.capacity, directory, decode_threads=1)
         feeds = args.feeds.split(",")
         kept: dict[str, list[float]] = {name: [] for name in feeds}
         alone: list[float] = []

@@ -49,9 +49,11 @@ def emit(**figure: object) -> None:
     print(json.dumps(figure), flush=True)
 
 
-def fill(stream: FrameStream, capacity: int, directory: str) -> tuple[ReplayStore, NumpyFrameRing]:
+def fill(stream: FrameStream, capacity: int, directory: str, *, decode_threads: int | None = None
+         ) -> tuple[ReplayStore, NumpyFrameRing]:
     """A store and a ring each holding ``capacity`` transitions of the stream fed cyclically."""
-    store = ReplayStore.create(Path(directory) / "store", frame_shape=(84, 84), capacity=capacity, stack_size=4)
+    store = ReplayStore.create(Path(directory) / "store", frame_shape=(84, 84), capacity=capacity, stack_size=4,
+                               decode_threads=decode_threads)
     ring = NumpyFrameRing(capacity)
     for i in range(capacity):
         inputs = stream.single_frame_inputs(i)
