@@ -121,9 +121,9 @@ class SlotRing:
 
     def use_side(self) -> None:
         """Make the side stream current in the calling thread for good (nothing on the CPU): the producing
-        thread's own, so it is set once rather than entered and left around every batch. A CUDA stream is
-        current per thread; each call that sets one gives up the GIL, which an eager learner, launching
-        kernels from Python on the main thread, then waits to get back."""
+        thread's own, so it is set once rather than entered and left around every batch (a CUDA stream is
+        current per thread). The context's Python holds the GIL, which an eager learner, launching kernels
+        from Python on the main thread, waits for."""
         if self.side is None or self._side_thread == threading.get_ident():
             return
         import torch
