@@ -454,6 +454,38 @@ def test_the_adds_one_env_training_loops_make_take_the_fast_path(tmp_path: Path,
     pair.close_and_compare()
 
 
+@pytest.mark.parametrize("changed", [0, 1, 2, 3], ids=["oldest frame", "second", "third", "newest"])
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_an_obs_stack_differing_in_any_one_frame_from_the_last_next_obs_is_stored_as_given(
+    tmp_path: Path, changed: int, num_envs: int
+) -> None:
+    # An episode continues only where the whole obs stack equals the env's last next_obs, compared frame by
+    # frame: a stack that differs in one frame anywhere is a new start, stored as given, on both paths.
+    pair = CountingStore(tmp_path, frame_shape=(6, 6), capacity=100, stack_size=4, num_envs=num_envs)
+    stacks = numbered_stacks(3, stack_size=4)
+    other = FrameSource((6, 6))
+    # numbered_stacks' frames differ from each other and from other's: no frame matches by chance
+
+    def per_env(stack: np.ndarray) -> np.ndarray:
+        return stack if num_envs == 1 else np.stack([stack] * num_envs)
+
+    action, flags = (0, False) if num_envs == 1 else (np.zeros(num_envs, np.int64), np.zeros(num_envs, np.bool_))
+    reward = 0.0 if num_envs == 1 else np.zeros(num_envs, np.float32)
+    pair.add(per_env(stacks[0]), action, reward, per_env(stacks[1]), flags, flags)
+    pair.add(per_env(stacks[1]), action, reward, per_env(stacks[2]), flags, flags)
+    assert pair.fast_adds == 1  # the whole stack equal: the episode continues (one new frame, linked)
+    obs = stacks[2].copy()
+    obs[changed] = other.frame()  # differs from the last next_obs in this one frame
+    next_obs = np.concatenate([obs[1:], other.frame()[None]])
+    pair.add(per_env(obs), action, reward, per_env(next_obs), flags, flags)
+    assert pair.fast_adds == 1  # one frame differs: a new start, which the general path writes
+    for store in (pair.fast, pair.general):
+        batch = store.read(np.arange(2 * num_envs, 3 * num_envs))
+        np.testing.assert_array_equal(batch.obs, np.stack([obs] * num_envs))
+        np.testing.assert_array_equal(batch.next_obs, np.stack([next_obs] * num_envs))
+    pair.close_and_compare()
+
+
 def test_a_vector_add_of_lists_and_other_dtypes_takes_the_fast_path(tmp_path: Path) -> None:
     """Actions as int32 arrays and lists of Python ints, rewards as float64 arrays and lists of ints, flags
     as lists of bools."""

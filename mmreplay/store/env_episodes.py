@@ -38,7 +38,17 @@ class EnvEpisode:
         if not self.open:
             return False
         # startswith at an offset compares in place: slicing several envs' obs would copy each part first.
-        return obs_bytes.startswith(b"".join(self.frames) if stacked else self.frames[-1], offset)
+        frames = self.frames
+        if not stacked:
+            return obs_bytes.startswith(frames[-1], offset)
+        if len(frames) != self.stack_size:
+            return obs_bytes.startswith(b"".join(frames), offset)
+        # Frame by frame, not the stack joined first: the join's copy of a 4-stack cost 4-5% of an add.
+        for frame in frames:
+            if not obs_bytes.startswith(frame, offset):
+                return False
+            offset += len(frame)
+        return True
 
     def continued_by(self, obs_bytes: bytes, stacked: bool, *, oldest_stored_step: int, offset: int = 0) -> bool:
         """Whether an obs continues this episode from its newest transition, which is still stored: the
