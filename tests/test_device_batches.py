@@ -346,3 +346,81 @@ def test_device_batches_stay_exact_while_the_caller_keeps_adding(make_store):
             fill(store, 10, first=40 + 10 * round_)  # the thread samples while these are added
             batch = next(batches)
             assert_same(batch, store.read(batch.index.numpy()), ("obs", "action", "reward", "next_obs", "index"))
+
+
+# -- the events' protocol, on fake CUDA objects (runs everywhere) ---------------------------------------------
+
+
+class FakeEvent:
+    """A CUDA event: ``passed`` says whether the device has reached it; the calls are counted."""
+
+    def __init__(self, passed):
+        self.passed, self.calls = passed, []
+
+    def query(self):
+        self.calls.append("query")
+        return self.passed
+
+    def synchronize(self):
+        self.calls.append("synchronize")
+
+    def record(self, stream=None):
+        self.calls.append(("record", stream.cuda_stream))
+
+
+class FakeStream:
+    def __init__(self, handle):
+        self.cuda_stream, self.waited = handle, []
+
+    def wait_event(self, event):
+        self.waited.append(event)
+
+
+class FakeBlock:
+    def __init__(self):
+        self.recorded = []
+
+    def record_stream(self, stream):
+        self.recorded.append(stream.cuda_stream)
+
+
+@pytest.mark.parametrize("passed", [True, False], ids=["copy done", "copy running"])
+def test_a_slot_is_waited_on_only_while_its_copy_runs(passed):
+    # take(): the thread refills a slot's host memory once the copy out of it is done; it blocks (and gives
+    # up the GIL) only while that copy still runs.
+    from mmreplay.store.device_batches import SlotRing
+
+    ring = SlotRing(torch.device("cpu"), 2)
+    events = [FakeEvent(passed) for _ in ring.slots]
+    for slot, event in zip(ring.slots, events):
+        slot.ready = event
+    ring.take(), ring.take()
+    assert [event.calls for event in events] == [["query"] if passed else ["query", "synchronize"]] * 2
+
+
+def test_next_waits_on_a_pending_copy_releases_the_held_slot_and_records_each_stream_once(monkeypatch):
+    from mmreplay.store import device_batches
+    from mmreplay.store.device_batches import DeviceBatches, SlotRing
+
+    ring = SlotRing(torch.device("cpu"), 3)
+    ring.cuda = True  # the consumer's side of the protocol, with the fake events and streams below
+    blocks = [FakeBlock() for _ in ring.slots]
+    for k, slot in enumerate(ring.slots):
+        slot.ready, slot.released = FakeEvent(passed=k != 1), FakeEvent(passed=True)  # slot 1's copy still runs
+        slot.hold((blocks[k],))
+    streams = {"now": FakeStream(7)}
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: streams["now"])
+    order = iter([0, 1, 2] * 4)
+    batches = DeviceBatches(lambda: (ring.slots[next(order)], "batch"), ring, depth=1, description="fake")
+    try:
+        for _ in range(6):  # each slot handed over twice
+            assert next(batches) == "batch"
+        assert streams["now"].waited == [ring.slots[1].ready] * 2  # only the pending copy is waited on
+        assert [b.recorded for b in blocks] == [[7], [7], [7]]  # once per block and stream
+        assert ring.slots[0].released.calls == [("record", 7)] * 2  # each time the consumer moved past it
+        streams["now"] = FakeStream(9)  # the consumer switches streams: each block recorded on it once more
+        for _ in range(6):
+            next(batches)
+        assert [b.recorded for b in blocks] == [[7, 9], [7, 9], [7, 9]]
+    finally:
+        batches.close()
