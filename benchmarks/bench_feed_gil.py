@@ -66,11 +66,11 @@ class Learner:
         return updates / (clock() - start)
 
 
-def open_feed(name: str, store: ReplayStore, ring: NumpyFrameRing, batch_size: int, seed: int) -> Any:
+def open_feed(name: str, store: ReplayStore, ring: NumpyFrameRing, batch_size: int, seed: int, prefetch: int) -> Any:
     if name == "prefetch":
-        return store.batches(batch_size, rng=seed, reuse=True)
+        return store.batches(batch_size, rng=seed, reuse=True, prefetch=prefetch)
     if name == "device-cpu":
-        return store.batches(batch_size, rng=seed, device="cpu")
+        return store.batches(batch_size, rng=seed, device="cpu", prefetch=prefetch)
     if name == "ring-threads":
         return gpu_feeds.RingThreads(ring, batch_size, torch.device("cpu"), seed, threads=1)
     raise ValueError(f"feed {name!r}; expected one of {', '.join(FEEDS)}")
@@ -95,7 +95,7 @@ def run_game(game: str, args: argparse.Namespace) -> list[dict[str, Any]]:
             order = feeds if round_ % 2 == 0 else feeds[::-1]
             for name in order:
                 base = learner.updates_per_s(None, args.seconds)
-                feed = open_feed(name, store, ring, args.batch_size, args.seed + round_)
+                feed = open_feed(name, store, ring, args.batch_size, args.seed + round_, args.prefetch)
                 try:
                     next(feed)
                     learner.updates_per_s(feed, args.warmup)
@@ -108,6 +108,7 @@ def run_game(game: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     results = []
     for name in feeds:
         results.append({"game": game, "feed": name, "batch_size": args.batch_size, "ops": args.ops,
+                        "prefetch": args.prefetch,
                         "learner_alone_per_s": statistics.median(alone), "kept": quartiles(kept[name]),
                         "rounds": args.rounds, "load": load_average()})
     return results
@@ -119,6 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--feeds", default=",".join(FEEDS))
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--capacity", type=int, default=50_000)
+    parser.add_argument("--prefetch", type=int, default=2, help="batches(prefetch=...): batches kept ready")
     parser.add_argument("--ops", type=int, default=400, help="torch ops an update (launches of an eager learner)")
     parser.add_argument("--elements", type=int, default=4096, help="floats each op adds (its time without the GIL)")
     parser.add_argument("--rounds", type=int, default=5)
