@@ -87,7 +87,7 @@ def run_game(game: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     stream = FrameStream.load(stream_path(game, args.data_dir))
     learner = Learner(args.ops, args.elements)
     with tempfile.TemporaryDirectory(dir=args.tmpdir) as directory:
-        store, ring = fill(stream, args.capacity, directory, decode_threads=1)
+        store, ring = fill(stream, args.capacity, directory, decode_threads=args.decode_threads or None)
         feeds = args.feeds.split(",")
         kept: dict[str, list[float]] = {name: [] for name in feeds}
         alone: list[float] = []
@@ -108,7 +108,7 @@ def run_game(game: str, args: argparse.Namespace) -> list[dict[str, Any]]:
     results = []
     for name in feeds:
         results.append({"game": game, "feed": name, "batch_size": args.batch_size, "ops": args.ops,
-                        "prefetch": args.prefetch,
+                        "prefetch": args.prefetch, "decode_threads": args.decode_threads,
                         "learner_alone_per_s": statistics.median(alone), "kept": quartiles(kept[name]),
                         "rounds": args.rounds, "load": load_average()})
     return results
@@ -120,6 +120,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--feeds", default=",".join(FEEDS))
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--capacity", type=int, default=50_000)
+    parser.add_argument("--decode-threads", type=int, default=1,
+                        help="the store's decode_threads (0: the store's default, all usable cores)")
     parser.add_argument("--prefetch", type=int, default=2, help="batches(prefetch=...): batches kept ready")
     parser.add_argument("--ops", type=int, default=400, help="torch ops an update (launches of an eager learner)")
     parser.add_argument("--elements", type=int, default=4096, help="floats each op adds (its time without the GIL)")

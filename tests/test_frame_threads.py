@@ -26,6 +26,7 @@ from mmreplay.frames.threads import (
     REFERENCE_COMPRESS_MIN_CORES,
     SPLIT_MIN_BYTES,
     ahead_threads,
+    background_limit,
     batch_threads,
     cgroup_cpu_limit,
     compress_threads,
@@ -159,6 +160,52 @@ def test_a_quota_below_one_cpu_still_leaves_one_thread(monkeypatch: pytest.Monke
     assert usable_cores() == 1
     monkeypatch.setattr(frame_threads, "_cgroup_limit_of_this_process", lambda: 2.9)
     assert usable_cores() == min(2, len(os.sched_getaffinity(0)))
+
+
+@pytest.mark.parametrize(("cores", "limit", "expected"), [(16, 16, 15), (16, 8, 8), (2, 2, 1), (1, 1, 1), (4, 3, 3)])
+def test_a_background_decode_leaves_the_consumers_core(monkeypatch: pytest.MonkeyPatch, cores: int, limit: int,
+                                                       expected: int) -> None:
+    monkeypatch.setattr(frame_threads, "usable_cores", lambda: cores)
+    assert background_limit(limit) == expected
+
+
+@pytest.mark.parametrize("device", [None, "cpu"], ids=["numpy batches", "device batches"])
+@pytest.mark.parametrize("length", [None, 3], ids=["transitions", "windows"])
+def test_batches_threads_decode_on_all_but_one_core_and_sample_on_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, device: str | None, length: int | None
+) -> None:
+    # Four usable cores: sample() in the caller may take all four, batches()' thread three (the caller,
+    # busy training meanwhile, keeps its core). The limit each batch is planned with is recorded.
+    if device is not None:
+        pytest.importorskip("torch")
+    from mmreplay.store import reading
+
+    monkeypatch.setattr(frame_threads, "usable_cores", lambda: 4)
+    limits: dict[str, list[int]] = {}
+    planned = reading.batch_threads
+
+    def recording(nbytes: int, limit: int) -> int:
+        limits.setdefault(threading.current_thread().name, []).append(limit)
+        return planned(nbytes, limit)
+
+    monkeypatch.setattr(reading, "batch_threads", recording)  # transitions' compiled read
+    monkeypatch.setattr(codec, "batch_threads", recording)  # windows' frames, decoded through the ring
+    store = ReplayStore.create(tmp_path / "s", frame_shape=(84, 84), capacity=400, stack_size=4)
+    frames = POOL_FRAMES
+    for i in range(300):
+        store.add(frames[i % 600], i % 4, 0.0, frames[(i + 1) % 600], (i + 1) % 90 == 0, False)
+    assert store._reader.thread_limit == 4
+    kwargs = {} if device is None else {"device": device}
+    with store.batches(64, rng=0, length=length, **kwargs) as batches:
+        for _ in range(3):
+            next(batches)
+    if length is None:
+        store.sample(64, rng=0)
+    else:
+        store.sample_sequences(64, length, rng=0)
+    assert set(limits.get("mmreplay-prefetch", [])) == {3}
+    assert set(limits.get(threading.current_thread().name, [])) == {4}
+    store.close()
 
 
 # -- the compiled pool -----------------------------------------------------------------------------

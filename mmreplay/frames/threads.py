@@ -112,6 +112,16 @@ def thread_limit(cap: int | None = None) -> int:
     return max(1, min(usable_cores(), MAX_THREADS if cap is None else cap, MAX_THREADS))
 
 
+def background_limit(limit: int) -> int:
+    """The most threads a batch decodes on when a background thread prepares it while its consumer works
+    (``batches()``): ``limit``, less the consumer's core (at least 1). A learner's thread that launches
+    kernels from Python runs on one core the whole time; a decode that took every core made it wait for
+    one: on the 2-core machine (``benchmarks/bench_feed_gil.py``, a learner of 400 small torch ops an
+    update, MsPacman batches of 32) it kept 0.58-0.65 of its rate fed by a two-thread decode and
+    0.77-0.85 by a one-thread one."""
+    return max(1, min(limit, usable_cores() - 1))
+
+
 def usable_cores() -> int:
     """The cores this process may run on: its CPU affinity, at most its cgroup's CPU quota rounded down
     (at least 1). The quota is read once per process (~40 us of file reads); the affinity every call

@@ -46,16 +46,19 @@ def open_batches(
         ), depth=prefetch)
         return windows, windows
     store.sample(1, np.random.default_rng(0), **sample_kwargs)  # invalid arguments fail here, not later
+    reader = store._background_reader()  # the thread's decode leaves the consumer's core alone
     produce: Callable[[], Batch]
     if reuse:
         # The caller holds one batch, ``prefetch`` wait in the queue and the thread fills one more:
         # the batch filled prefetch + 2 calls ago has been released by the caller's next().
         produce = recycling(
-            lambda out: store._sample(batch_size, generator, out=out, replace_shared_out=True, **sample_kwargs),
+            lambda out: store._sample(batch_size, generator, out=out, replace_shared_out=True, reader=reader,
+                                      **sample_kwargs),
             buffers=prefetch + 2,
         )
     else:
-        produce = functools.partial(store.sample, batch_size, generator, **sample_kwargs)
+        produce = functools.partial(store._sample, batch_size, generator, out=None, replace_shared_out=False,
+                                    reader=reader, **sample_kwargs)
     prefetcher = Prefetcher(produce, depth=prefetch)
     return prefetcher, prefetcher
 
@@ -66,9 +69,10 @@ def sequence_producer(store: ReplayStore, batch_size: int, length: int, generato
     refilled in place in ``buffers`` batches used in turn (none: new arrays each call). Bad arguments fail
     here, in the caller."""
     store.sample_sequences(1, length, np.random.default_rng(0), **sample_kwargs)
+    reader = store._background_reader()
 
     def windows(out: SequenceBatch | None) -> SequenceBatch:
-        return sample_into(lambda held: store.sample_sequences(batch_size, length, generator, out=held, **sample_kwargs),
-                           out, generator)
+        return sample_into(lambda held: store._sample_sequences(batch_size, length, generator, out=held, reader=reader,
+                                                                **sample_kwargs), out, generator)
 
     return recycling(windows, buffers=buffers) if buffers else lambda: windows(None)

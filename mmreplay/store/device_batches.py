@@ -330,12 +330,15 @@ def open_device_batches(
         return DeviceBatches(decoded, ring, depth=prefetch, description=f"{description} crc={decoded.crc_method}")
     template: NumpyRecord
     read: Callable[[Any], NumpyRecord]
+    reader = store._background_reader()  # the thread's decode leaves the consumer's core alone
     if length is None:
         template = store.sample(1, np.random.default_rng(0), **sample_kwargs)  # bad arguments fail here
-        read = lambda out: store.sample(batch_size, generator, out=out, **sample_kwargs)
+        read = lambda out: store._sample(batch_size, generator, out=out, replace_shared_out=False, reader=reader,
+                                         **sample_kwargs)
     else:
         template = store.sample_sequences(1, length, np.random.default_rng(0), **sample_kwargs)
-        read = lambda out: store.sample_sequences(batch_size, length, generator, out=out, **sample_kwargs)
+        read = lambda out: store._sample_sequences(batch_size, length, generator, out=out, reader=reader,
+                                                   **sample_kwargs)
     n_step = int(sample_kwargs.get("n_step", 1))
     feed = HostDecodedFeed(store, ring, read, generator, template, batch_size=batch_size, n_step=n_step)
     return DeviceBatches(feed, ring, depth=prefetch, description=description)

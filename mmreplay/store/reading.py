@@ -7,6 +7,7 @@ an ``out`` batch that an earlier call returned, refilled in place (no allocation
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import fields
 from typing import TypeVar
@@ -17,7 +18,7 @@ import numpy.typing as npt
 from mmreplay import extensions
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.frames.ring import FrameChecksumError, FrameRing
-from mmreplay.frames.threads import batch_threads, helper_rows, thread_limit
+from mmreplay.frames.threads import background_limit, batch_threads, helper_rows, thread_limit
 from mmreplay.limits import check_memory
 from mmreplay.rows import stacking
 from mmreplay.rows.episode_windows import follow_episodes, n_step_returns
@@ -91,6 +92,13 @@ class TransitionReader:
         self._batch_arrays = [(action.base, action.shape)] + [
             (np.dtype(dtype), ()) for dtype in (np.float32, np.bool_, np.bool_, np.int64, np.int64, np.float32, np.float32)
         ]
+
+    def for_background(self) -> TransitionReader:
+        """This reader for a background thread whose consumer works meanwhile (``batches()``): the same
+        files, decoding on ``threads.background_limit`` threads (never the consumer's core)."""
+        reader = copy.copy(self)
+        reader.thread_limit = background_limit(self.thread_limit)
+        return reader
 
     def prefetch(self, steps: npt.NDArray[np.int64]) -> None:
         """Start fetching the rows of these steps into the CPU's caches, and return at once: a hint for a

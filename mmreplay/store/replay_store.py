@@ -438,8 +438,26 @@ class ReplayStore(StoreLayout):
         with a prioritized sampler it is drawn by the priority of its first transition. ``out``: as in
         ``sample``, a batch an earlier call with the same sizes returned, refilled in place.
         """
+        return self._sample_sequences(batch_size, length, rng, beta=beta, out=out)
+
+    def _sample_sequences(
+        self,
+        batch_size: int,
+        length: int,
+        rng: np.random.Generator | int | None,
+        *,
+        beta: float = 0.4,
+        out: SequenceBatch | None,
+        reader: TransitionReader | None = None,
+    ) -> SequenceBatch:
+        """``sample_sequences``, read by ``reader`` (the store's own by default)."""
         self._files.check_open("sample_sequences")
-        return reads.sample_sequences(self._role, self._reader, batch_size, length, rng, beta=beta, out=out)
+        return reads.sample_sequences(self._role, self._reader if reader is None else reader, batch_size, length, rng,
+                                      beta=beta, out=out)
+
+    def _background_reader(self) -> TransitionReader:
+        """The reader of ``batches()``' thread: the store's, decoding on all but the consumer's core."""
+        return self._reader.for_background()
 
     @overload
     def batches(self, batch_size: int, *, prefetch: int = ..., rng: np.random.Generator | int | None = ...,
