@@ -169,6 +169,7 @@ def test_a_background_decode_leaves_the_consumers_core(monkeypatch: pytest.Monke
     assert background_limit(limit) == expected
 
 
+@pytest.mark.skipif(not codec.ACCELERATED, reason=NOT_BUILT)  # the pure-Python decode plans no threads
 @pytest.mark.parametrize("device", [None, "cpu"], ids=["numpy batches", "device batches"])
 @pytest.mark.parametrize("length", [None, 3], ids=["transitions", "windows"])
 def test_batches_threads_decode_on_all_but_one_core_and_sample_on_all(
