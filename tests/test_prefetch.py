@@ -182,3 +182,46 @@ def test_prefetching_from_a_reader_follows_the_writer(make_store):
                 break
         else:
             pytest.fail("the prefetching reader never sampled the writer's new transitions")
+
+
+# -- the hand-over: refilled once every ready result is taken ----------------------------------------------
+
+
+def test_the_handoff_makes_room_below_its_depth_and_then_only_once_every_result_is_taken():
+    from mmreplay.store.prefetch import Handoff
+
+    handoff = Handoff(3)
+    for item in range(3):
+        assert handoff.wait_for_room(0.0)  # filling: at once
+        handoff.put(item)
+    assert not handoff.wait_for_room(0.01)  # full
+    assert handoff.get() == 0
+    assert not handoff.wait_for_room(0.01)  # one taken, two still ready: no refill yet
+    assert handoff.get() == 1 and handoff.get() == 2
+    assert handoff.wait_for_room(0.0)  # all taken
+    handoff.put(3)
+    handoff.clear()  # the consumer stops: what was ready is dropped, the thread may go on to its stop
+    assert handoff.wait_for_room(0.0)
+
+
+def test_the_thread_refills_in_one_go_once_the_consumer_has_taken_every_prepared_batch():
+    # One wake-up of the thread per `depth` batches, not one per batch (each costs a Python-bound consumer
+    # a wait for the GIL). Polls with generous bounds: no timing is asserted.
+    from mmreplay.store.prefetch import Prefetcher
+
+    produced = []
+    prefetcher = Prefetcher(lambda: produced.append(len(produced)) or len(produced) - 1, depth=3)
+    try:
+        deadline = time.monotonic() + 10
+        while len(produced) < 3 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert next(prefetcher) == 0
+        time.sleep(0.2)  # ample for a thread that would refill now
+        assert len(produced) == 3
+        assert next(prefetcher) == 1 and next(prefetcher) == 2
+        deadline = time.monotonic() + 10
+        while len(produced) < 6 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert len(produced) == 6 and [next(prefetcher) for _ in range(3)] == [3, 4, 5]
+    finally:
+        prefetcher.close()

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import itertools
-import queue
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
@@ -27,15 +27,65 @@ def recycling(produce: Callable[[T | None], T], *, buffers: int) -> Callable[[],
     return produce_next
 
 
+class Handoff(Generic[T]):
+    """The results a thread has ready for its consumer, at most ``depth``. Once they fill it, the thread
+    refills only when the consumer has taken them all: it wakes once per ``depth`` results rather than
+    once per result, and every time a thread wakes and takes the GIL back, a consumer that runs Python
+    meanwhile (an eager learner) waits for it (``benchmarks/bench_feed_gil.py``, 2 cores, batches of 32,
+    depth 2: such a learner kept 0.835-0.844 of its rate with ``batches(reuse=True)`` before and
+    0.867-0.870 since, Pong and MsPacman, two runs of 7 rounds each, alternating)."""
+
+    def __init__(self, depth: int) -> None:
+        self._depth = depth
+        self._items: deque[T] = deque()
+        self._refilling = True  # False from the put that fills the results to the get that empties them
+        self._lock = threading.Lock()
+        self._ready = threading.Condition(self._lock)  # the consumer waits for a result
+        self._drained = threading.Condition(self._lock)  # the thread waits for the consumer to take them all
+
+    def put(self, item: T) -> None:
+        """Hand over a result (the thread's; never blocks: ``wait_for_room`` comes first)."""
+        with self._lock:
+            self._items.append(item)
+            if len(self._items) >= self._depth:
+                self._refilling = False
+            self._ready.notify()
+
+    def wait_for_room(self, timeout: float) -> bool:
+        """The thread's turn to produce: at once while it fills the results, else once the consumer has
+        taken them all; False when ``timeout`` seconds passed first."""
+        with self._lock:
+            return self._drained.wait_for(lambda: self._refilling, timeout)
+
+    def get(self) -> T:
+        """The next result, waiting for it."""
+        with self._lock:
+            while not self._items:
+                self._ready.wait()
+            item = self._items.popleft()
+            if not self._items:
+                self._refilling = True
+                self._drained.notify()
+            return item
+
+    def clear(self) -> None:
+        """Drop the results ready (the consumer stops), letting the thread go on to see its stop."""
+        with self._lock:
+            self._items.clear()
+            self._refilling = True
+            self._drained.notify()
+
+
 class Prefetcher(Generic[T]):
     """Calls ``produce`` repeatedly in a daemon thread and yields the results in order.
 
-    At most ``depth`` results wait in the queue. An exception in the thread ends it and is raised by
-    the next ``__next__``. ``close()`` stops the thread; so do ``with`` and garbage collection.
+    At most ``depth`` results wait (``Handoff``: refilled once all are taken). An exception in the
+    thread ends it and is raised by the next ``__next__``. ``close()`` stops the thread; so do ``with``
+    and garbage collection.
     """
 
     def __init__(self, produce: Callable[[], T], *, depth: int) -> None:
-        self._queue: queue.Queue[tuple[bool, object]] = queue.Queue(maxsize=depth)
+        self._queue: Handoff[tuple[bool, object]] = Handoff(depth)
         self._stop = threading.Event()
         # The thread refers to the queue and the event only, never to self, so garbage collection of
         # an abandoned iterator still runs __del__ and stops the thread.
@@ -68,10 +118,7 @@ class Prefetcher(Generic[T]):
         self._finished = True
         self._stop.set()
         while self._thread.is_alive():
-            try:
-                self._queue.get_nowait()
-            except queue.Empty:
-                pass
+            self._queue.clear()
             self._thread.join(_STOP_POLL_SECONDS)
 
     def __enter__(self) -> Prefetcher[T]:
@@ -84,17 +131,14 @@ class Prefetcher(Generic[T]):
         self._stop.set()
 
 
-def _run(produce: Callable[[], object], results: queue.Queue[tuple[bool, object]], stop: threading.Event) -> None:
+def _run(produce: Callable[[], object], results: Handoff[tuple[bool, object]], stop: threading.Event) -> None:
     while not stop.is_set():
+        if not results.wait_for_room(_STOP_POLL_SECONDS) or stop.is_set():
+            continue  # no room yet, or stopped while waiting for it (close() empties the results)
         try:
             item: tuple[bool, object] = (True, produce())
         except BaseException as error:  # handed to the consumer, which raises it
             item = (False, error)
-        while not stop.is_set():
-            try:
-                results.put(item, timeout=_STOP_POLL_SECONDS)
-                break
-            except queue.Full:
-                continue
+        results.put(item)
         if not item[0]:
             return
