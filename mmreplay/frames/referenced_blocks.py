@@ -67,8 +67,12 @@ def _requested_frames(
     outside = source_of[(source_of < 0) | (source_of >= len(sources))]
     if outside.size:
         raise ValueError(f"refs.sources holds {int(outside[0])}; expected indices into the {len(sources)} sources")
-    if local.size and (int(local.min()) < 0 or bool((local >= sizes[source_of]).any())):
-        raise ValueError("refs.frames holds an index past its source's frames; expected each frame's index in its source")
+    bad = np.flatnonzero((local < 0) | (local >= sizes[source_of]))
+    if bad.size:
+        k = int(bad[0])
+        raise ValueError(f"refs.frames holds an index past its source's frames ({int(local[k])} for source "
+                         f"{int(source_of[k])}, which has {int(sizes[source_of[k]])}); expected each frame's index "
+                         "in its source")
     return source_of, local
 
 

@@ -85,12 +85,12 @@ class Prefetcher(Generic[T]):
     """
 
     def __init__(self, produce: Callable[[], T], *, depth: int) -> None:
-        self._queue: Handoff[tuple[bool, object]] = Handoff(depth)
+        self._results: Handoff[tuple[bool, object]] = Handoff(depth)
         self._stop = threading.Event()
-        # The thread refers to the queue and the event only, never to self, so garbage collection of
+        # The thread refers to the results and the event only, never to self, so garbage collection of
         # an abandoned iterator still runs __del__ and stops the thread.
         self._thread = threading.Thread(
-            target=_run, args=(produce, self._queue, self._stop), name="mmreplay-prefetch", daemon=True
+            target=_run, args=(produce, self._results, self._stop), name="mmreplay-prefetch", daemon=True
         )
         self._thread.start()
         self._finished = False
@@ -104,7 +104,7 @@ class Prefetcher(Generic[T]):
             if self._stopped_by is not None:
                 raise self._stopped_by
             raise StopIteration
-        ok, item = self._queue.get()
+        ok, item = self._results.get()
         if not ok:
             self.close()
             raise item  # type: ignore[misc]
@@ -118,7 +118,7 @@ class Prefetcher(Generic[T]):
         self._finished = True
         self._stop.set()
         while self._thread.is_alive():
-            self._queue.clear()
+            self._results.clear()
             self._thread.join(_STOP_POLL_SECONDS)
 
     def __enter__(self) -> Prefetcher[T]:
