@@ -188,6 +188,35 @@ def test_dependent_frames_are_much_smaller_than_plain_lz4() -> None:
     assert stream.lengths.mean() < 0.45 * plain  # measured: 86 B against 266 B
 
 
+def _run_index_case(extra: str) -> int:
+    """Bytes of a changed row encoded against a reference of exactly 84 * 84 / 32 = 220 change points (the
+    most the encoder indexes), one more where ``extra`` says: in its last 3 bytes (counted, but past what
+    the index reads) or among its first. The frame's row 5 is a run of 0 then 7 that lines up with the
+    reference's row 20 only through the index (no fixed offset reaches it): indexed, its match is longer."""
+    reference = np.zeros((84, 84), np.uint8)
+    reference[20, 30:] = 7
+    flat = reference.reshape(-1)
+    for k in range(109):  # isolated bytes, two change points each: 218, and row 20's run 2
+        reference[50 + k // 20, 10 + 3 * (k % 20)] = 9
+    assert np.count_nonzero(flat[1:] != flat[:-1]) == 220
+    if extra == "tail":
+        flat[-1] = 5
+    elif extra == "head":
+        flat[1] = 5  # 0, 5, 0: two more
+    frame = reference.copy()
+    frame[5, 10:] = 7
+    return len(reference_codec.compress_against(frame, reference, changed_rows=True, accelerated=True))
+
+
+@needs_extension
+def test_the_encoder_indexes_a_reference_of_at_most_one_change_point_in_32_bytes() -> None:
+    # Where the index finds row 20's run end, the block is a byte smaller; one change point more, even one
+    # in the last 3 bytes that the index never reads, and the reference is too dense to index.
+    indexed = _run_index_case("none")
+    assert _run_index_case("tail") == indexed + 1
+    assert _run_index_case("head") == indexed + 1
+
+
 @needs_extension
 def test_plans_are_identical_on_both_paths() -> None:
     frames, starts = real_frames("mspacman")

@@ -165,22 +165,37 @@ index_to(Encoder *e, size_t stop)
     e->indexed_to = p > e->indexed_to ? p : e->indexed_to;
 }
 
+/* The change points of [1, n), in order, into at (NULL: counted only) until more than `most` are found:
+ * their number, or most + 1 where there are more (a dense frame is told apart within its first bytes). */
 static size_t
-count_change_points(const uint8_t *b, size_t n)
+change_points(const uint8_t *b, size_t n, size_t most, int32_t *at)
 {
     size_t count = 0, p = 1;
 #if defined(__SSE2__)
     for (; p + 16 <= n; p += 16) {
         __m128i here = _mm_loadu_si128((const __m128i *)(b + p)), before = _mm_loadu_si128((const __m128i *)(b + p - 1));
-        unsigned same = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(here, before)); /* popcount, without POPCNT */
-        same = same - ((same >> 1) & 0x5555u);
-        same = (same & 0x3333u) + ((same >> 2) & 0x3333u);
-        same = (same + (same >> 4)) & 0x0F0Fu;
-        count += 16 - (size_t)((same + (same >> 8)) & 0x1Fu);
+        unsigned changed = ~(unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(here, before)) & 0xFFFFu;
+        for (; changed; changed &= changed - 1) {
+            if (count == most) {
+                return most + 1;
+            }
+            if (at != NULL) {
+                at[count] = (int32_t)(p + (size_t)__builtin_ctz(changed));
+            }
+            count++;
+        }
     }
 #endif
     for (; p < n; p++) {
-        count += b[p] != b[p - 1];
+        if (b[p] != b[p - 1]) {
+            if (count == most) {
+                return most + 1;
+            }
+            if (at != NULL) {
+                at[count] = (int32_t)p;
+            }
+            count++;
+        }
     }
     return count;
 }
@@ -409,6 +424,20 @@ static inline int
 rows_equal(const uint8_t *a, const uint8_t *b, size_t row)
 {
     size_t i = 0;
+#if defined(__SSE2__)
+    if (row >= 16) { /* 16 bytes a step, the last one ending at the row's end (overlapping the one before) */
+        for (;; i += 16) {
+            i = i + 16 <= row ? i : row - 16;
+            __m128i x = _mm_loadu_si128((const __m128i *)(a + i)), y = _mm_loadu_si128((const __m128i *)(b + i));
+            if (_mm_movemask_epi8(_mm_cmpeq_epi8(x, y)) != 0xFFFF) {
+                return 0;
+            }
+            if (i + 16 == row) {
+                return 1;
+            }
+        }
+    }
+#endif
     for (; i + 8 <= row; i += 8) {
         uint64_t x, y;
         memcpy(&x, a + i, 8);
@@ -487,16 +516,19 @@ reference_index_init(ReferenceIndex *r, const uint8_t *frame, size_t n, size_t r
     return 0;
 }
 
-/* Whether the reference is sparse enough to index, and its index over the change points below n - 3
- * (whose keys read the reference alone): once, at its first use. */
+/* Whether the reference is sparse enough to index (at most n / SPARSE_DIVISOR change points), and its
+ * index over the change points below n - 3 (whose keys read the reference alone): once, at its first use.
+ * One pass finds the change points, stopping once there are too many (Breakout's, MsPacman's frames: a
+ * part of the frame read), into `scratch` (room for n / SPARSE_DIVISOR + 1); the index is built from
+ * those, without reading the frame again. */
 static int
-reference_index_prepare(ReferenceIndex *r)
+reference_index_prepare(ReferenceIndex *r, int32_t *scratch)
 {
     if (r->prepared) {
         return 0;
     }
-    size_t n = r->n;
-    r->indexed = n >= 64 && count_change_points(r->bytes, n) * SPARSE_DIVISOR <= n;
+    size_t n = r->n, most = n / SPARSE_DIVISOR, count = n >= 64 ? change_points(r->bytes, n, most, scratch) : 0;
+    r->indexed = n >= 64 && count <= most;
     r->run_start = 1;
     if (r->indexed) {
         if (r->ints == NULL) {
@@ -510,7 +542,9 @@ reference_index_prepare(ReferenceIndex *r)
         Encoder e = {.buf = r->bytes, .n = n, .end = n + 1, .row = r->row, .indexed = 1, .head = head,
                      .frame_head = head, .next = head + ((size_t)1 << INDEX_BITS),
                      .run = head + ((size_t)1 << INDEX_BITS) + n, .split = n, .indexed_to = 1, .run_start = 1};
-        index_to(&e, n); /* up to n - 3 (end - 4) */
+        for (size_t k = 0; k < count && (size_t)scratch[k] < n - 3; k++) { /* a key reads 4 bytes */
+            add_change_point(&e, (size_t)scratch[k]);
+        }
         r->run_start = e.run_start;
     }
     r->prepared = 1;
@@ -534,7 +568,7 @@ reference_encode_indexed(const uint8_t *frame, ReferenceIndex *reference, uint8_
     size_t n = reference->n, row = reference->row, m;
     WorkParts parts;
     if (n == 0 || row == 0 || n % row != 0 || work_parts(n, row, &parts) < 0
-        || reference_index_prepare(reference) < 0) {
+        || reference_index_prepare(reference, parts.next) < 0) {
         return -1;
     }
     uint8_t *buffer = reference->bytes; /* the reference, then the changed rows */
@@ -590,7 +624,7 @@ reference_encode(const uint8_t *frame, const uint8_t *reference, size_t n, size_
     Encoder e = {.buf = parts.pair, .n = n, .end = 2 * n, .row = row_nbytes, .dst = dst, .dst_end = dst + capacity,
                  .head = head, .next = parts.next, .run = parts.run, .split = SIZE_MAX, .indexed_to = 1,
                  .run_start = 1};
-    e.indexed = n >= 64 && count_change_points(parts.pair, n) * SPARSE_DIVISOR <= n;
+    e.indexed = n >= 64 && change_points(parts.pair, n, n / SPARSE_DIVISOR, NULL) <= n / SPARSE_DIVISOR;
     if (e.indexed) {
         memset(head, 0xFF, sizeof(head));
     }
