@@ -20,6 +20,7 @@ from reference import ReferenceStore, assert_store_matches
 from strategies import FrameSource, draw_add, store_configs
 
 from mmreplay import PrioritizedSampler, ReplayStore, extensions
+from mmreplay.frames.threads import usable_cores
 from mmreplay.rows.transitions import TERMINATED, TRUNCATED
 from mmreplay.store.add_arguments import parse_add, parse_single_frames
 
@@ -230,6 +231,47 @@ def test_a_reference_frame_encoded_ahead_that_is_not_the_added_frame_is_not_writ
         added = len(frames) - 1
         steps = np.arange(added - len(store), added)  # transition t shows frames t and t + 1
         np.testing.assert_array_equal(store.read(steps).next_obs[:, -1], frames[steps + 1])
+
+
+@pytest.mark.skipif(_lz4batch is None or usable_cores() < 2, reason="needs mmreplay._lz4batch and 2 cores")
+@pytest.mark.parametrize("stacked", [False, True])
+def test_reference_frames_taken_back_from_a_held_up_helper_store_what_the_general_path_stores(
+    tmp_path: Path, stacked: bool
+) -> None:
+    """A helper that has not finished a frame encoded ahead (preempted: here ``groups_taken_back``'s test
+    delay holds each up 1 ms, and no add runs one itself) is not waited for: the add encodes the frame
+    itself, apart from the reference the helper writes beside, and so do the adds that follow while it
+    runs; the frame's handle, dropped meanwhile, is freed by a later add, or by close. The store holds,
+    byte for byte, what the general path writes, across episode ends and evictions. The fast store's adds
+    run back to back, so that its helper stays awake between them and takes some frames ahead."""
+    frames = load_stream("pong", ("frames",), 400)["frames"]
+    pair = CountingStore(tmp_path, frame_shape=(84, 84), capacity=150, helpers=True, frame_encoding=REFERENCE)
+    groups = pair.fast._role._encoder.groups
+    _lz4batch.groups_taken_back(groups, 1_000_000)
+    rng = np.random.default_rng(3)
+    position = start = 0
+    adds = []
+    while len(adds) < 1000:
+        chunk = []
+        for _ in range(200):
+            ended = bool(rng.random() < 0.02)
+            if stacked:
+                obs, next_obs = (frames[np.maximum(np.arange(at - 3, at + 1), start)] for at in (position, position + 1))
+            else:
+                obs, next_obs = frames[position], frames[position + 1]
+            chunk.append((obs, np.int64(rng.integers(6)), float(rng.random()), next_obs, ended, False))
+            restart = ended or position + 2 >= len(frames)
+            position = int(rng.integers(0, len(frames) - 1)) if restart else position + 1
+            start = position if restart else start
+        _lz4batch.wake_helpers(1)
+        for args in chunk:
+            pair.fast.add(*args)
+        adds += chunk
+    for args in adds:
+        pair.general.add(*args)
+    assert _lz4batch.groups_taken_back(groups) >= 1
+    assert pair.fast_adds > 0.9 * len(adds), (pair.fast_adds, len(adds))
+    pair.close_and_compare()
 
 
 @pytest.mark.parametrize(("game", "encoding", "ahead"), [

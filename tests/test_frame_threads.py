@@ -320,6 +320,20 @@ def test_a_frame_compressed_ahead_takes_one_helper_from_four_cores_and_none_belo
     assert ahead_threads(1, 7056, 3) == 1
 
 
+@pytest.mark.skipif(extensions.load("_lz4batch") is None,
+                    reason="the writer's compiled fast path (its reference groups) needs mmreplay._lz4batch")
+def test_one_envs_reference_frame_goes_ahead_from_two_cores_and_a_plain_one_from_four(tmp_path: Path) -> None:
+    """An add takes a reference frame back from a helper that lost its core, so on 2 cores its frame goes
+    ahead; a plain frame, which an add would wait for, only from 4."""
+    assert ahead_threads(1, 7056, 2, min_cores=REFERENCE_COMPRESS_MIN_CORES) == 2
+    assert ahead_threads(1, 7056, 1, min_cores=REFERENCE_COMPRESS_MIN_CORES) == 1
+    for encoding in ("lz4", "lz4-reference"):
+        with ReplayStore.create(tmp_path / f"{encoding}.mmr", frame_shape=(84, 84), capacity=64,
+                                frame_encoding=encoding, decode_threads=2) as store:
+            limit = store._files.reader.thread_limit  # 2, or 1 without the compiled pool
+            assert store._role._ahead_threads == (2 if limit == 2 and encoding == "lz4-reference" else 1)
+
+
 @given(count=st.integers(1, 10_000), frame_nbytes=st.integers(1, 1 << 20), limit=st.integers(1, 200))
 def test_compression_threads_never_pass_the_frames_the_limit_or_the_pool(count: int, frame_nbytes: int,
                                                                            limit: int) -> None:

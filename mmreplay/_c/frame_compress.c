@@ -205,7 +205,7 @@ py_compress_ahead(PyObject *module, PyObject *args)
         return NULL;
     }
     /* posted last: nothing can fail after a helper may have started on it */
-    pending->posted = pool_post(pending->tasks, threads, compress_task, &pending->job, 1);
+    pending->posted = pool_post(pending->tasks, threads, compress_task, &pending->job, POOL_AHEAD);
     return capsule;
 }
 

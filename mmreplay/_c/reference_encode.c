@@ -376,10 +376,11 @@ encode_block(Encoder *e)
 typedef struct {
     uint8_t *bytes;
     size_t size;
-    ReferenceIndex kept; /* encode_rows' last reference, kept while the same one comes again */
+    ReferenceIndex kept;  /* encode_rows' last reference, kept while the same one comes again */
+    ReferenceIndex apart; /* reference_encode_apart's copy of a reference whose index is not built yet */
 } WorkArea;
 
-static _Thread_local WorkArea work = {NULL, 0, {0}};
+static _Thread_local WorkArea work = {NULL, 0, {0}, {0}};
 
 typedef struct {
     uint8_t *check, *pair;   /* n bytes each: a block decoded again; (version 4) reference then frame, 2n */
@@ -524,7 +525,7 @@ reference_index_init(ReferenceIndex *r, const uint8_t *frame, size_t n, size_t r
 static int
 reference_index_prepare(ReferenceIndex *r, int32_t *scratch)
 {
-    if (r->prepared) {
+    if (__atomic_load_n(&r->prepared, __ATOMIC_ACQUIRE)) {
         return 0;
     }
     size_t n = r->n, most = n / SPARSE_DIVISOR, count = n >= 64 ? change_points(r->bytes, n, most, scratch) : 0;
@@ -547,7 +548,7 @@ reference_index_prepare(ReferenceIndex *r, int32_t *scratch)
         }
         r->run_start = e.run_start;
     }
-    r->prepared = 1;
+    __atomic_store_n(&r->prepared, 1, __ATOMIC_RELEASE); /* what reference_encode_apart reads from here on */
     return 0;
 }
 
@@ -562,42 +563,72 @@ round_trips(const uint8_t *block, Py_ssize_t size, const uint8_t *reference, siz
            && memcmp(check, encoded, m) == 0;
 }
 
-Py_ssize_t
-reference_encode_indexed(const uint8_t *frame, ReferenceIndex *reference, uint8_t *dst)
+/* The frame's changed rows and their block against a prepared reference index, which is only read; the
+ * encoder reads the reference from `buffer`, n bytes with room for the rows after them (the index's own
+ * bytes, or a copy of them). */
+static Py_ssize_t
+encode_prepared(const uint8_t *frame, const ReferenceIndex *reference, uint8_t *buffer, uint8_t *dst,
+                const WorkParts *parts)
 {
     size_t n = reference->n, row = reference->row, m;
-    WorkParts parts;
-    if (n == 0 || row == 0 || n % row != 0 || work_parts(n, row, &parts) < 0
-        || reference_index_prepare(reference, parts.next) < 0) {
-        return -1;
-    }
-    uint8_t *buffer = reference->bytes; /* the reference, then the changed rows */
-    size_t header = changed_rows_header(frame, buffer, n, row, dst, buffer + n, parts.home, &m);
+    size_t header = changed_rows_header(frame, buffer, n, row, dst, buffer + n, parts->home, &m);
     m *= row;
     if (m == 0) {
         return (Py_ssize_t)header; /* the frame is its reference: no block */
     }
     uint8_t *block = dst + header;
     size_t capacity = n + n / 255 + 16;
-    Encoder e = {.buf = buffer, .n = n, .end = n + m, .row = row, .home = parts.home, .dst = block,
+    Encoder e = {.buf = buffer, .n = n, .end = n + m, .row = row, .home = parts->home, .dst = block,
                  .dst_end = block + capacity, .indexed = reference->indexed, .indexed_to = 1, .run_start = 1,
                  .split = SIZE_MAX};
-    /* An indexed reference has at least 64 bytes: its own index below n - 3, the frame's from there on. */
+    /* An indexed reference has at least 64 bytes: its own index below n - 3 (read only), the frame's from
+     * there on. */
     if (e.indexed) {
-        memset(parts.frame_head, 0xFF, ((size_t)1 << FRAME_INDEX_BITS) * sizeof(int32_t));
+        memset(parts->frame_head, 0xFF, ((size_t)1 << FRAME_INDEX_BITS) * sizeof(int32_t));
         e.head = reference->ints;
-        e.frame_head = parts.frame_head;
+        e.frame_head = parts->frame_head;
         e.next = reference->ints + ((size_t)1 << INDEX_BITS);
         e.run = e.next + n;
-        e.frame_next = parts.next, e.frame_run = parts.run;
+        e.frame_next = parts->next, e.frame_run = parts->run;
         e.split = n - 3, e.indexed_to = n - 3, e.run_start = reference->run_start;
     }
     Py_ssize_t size = encode_block(&e);
     /* Every block is decoded again and compared: one that would not round-trip is never stored. */
-    if (!round_trips(block, size, buffer, n, buffer + n, m, parts.check)) {
+    if (!round_trips(block, size, buffer, n, buffer + n, m, parts->check)) {
         return -1;
     }
     return (Py_ssize_t)header + size;
+}
+
+Py_ssize_t
+reference_encode_indexed(const uint8_t *frame, ReferenceIndex *reference, uint8_t *dst)
+{
+    size_t n = reference->n, row = reference->row;
+    WorkParts parts;
+    if (n == 0 || row == 0 || n % row != 0 || work_parts(n, row, &parts) < 0
+        || reference_index_prepare(reference, parts.next) < 0) {
+        return -1;
+    }
+    return encode_prepared(frame, reference, reference->bytes, dst, &parts);
+}
+
+Py_ssize_t
+reference_encode_apart(const uint8_t *frame, const ReferenceIndex *reference, uint8_t *dst)
+{
+    size_t n = reference->n, row = reference->row;
+    WorkParts parts;
+    if (n == 0 || row == 0 || n % row != 0 || work_parts(n, row, &parts) < 0) {
+        return -1;
+    }
+    if (__atomic_load_n(&reference->prepared, __ATOMIC_ACQUIRE)) { /* its index, read only, over a copy */
+        memcpy(parts.pair, reference->bytes, n);
+        return encode_prepared(frame, reference, parts.pair, dst, &parts);
+    }
+    ReferenceIndex *own = &work.apart; /* its index may be being built: a copy with an index of its own */
+    if (reference_index_init(own, reference->bytes, n, row) < 0 || reference_index_prepare(own, parts.next) < 0) {
+        return -1;
+    }
+    return encode_prepared(frame, own, own->bytes, dst, &parts);
 }
 
 Py_ssize_t

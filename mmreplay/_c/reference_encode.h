@@ -15,7 +15,8 @@
  * it with room after it for the changed rows of a frame being encoded (2n bytes), and, built at its first
  * use when the frame is sparse, its index (the encoder's table of change points: most of what encoding
  * a sparse frame costs, so kept while the frame is a reference). One thread at a time may encode
- * against it. Zero-initialized before its first reference_index_init. */
+ * against it and build its index (reference_encode_apart reads it beside them). Zero-initialized before its
+ * first reference_index_init. */
 typedef struct {
     uint8_t *bytes;
     size_t n, row;
@@ -31,6 +32,12 @@ void reference_index_free(ReferenceIndex *r);
 
 /* reference_encode in changed-rows mode against a kept reference. */
 Py_ssize_t reference_encode_indexed(const uint8_t *frame, ReferenceIndex *reference, uint8_t *dst);
+
+/* reference_encode_indexed without writing to `reference`, for a reference another thread may be encoding
+ * against (or building the index of) at the same time: the frame's rows go after a copy of the reference
+ * in this thread's work area, and the reference's index is read where it is built, else built for the
+ * copy. The same bytes as reference_encode_indexed; a frame's reference copied (n bytes) more. */
+Py_ssize_t reference_encode_apart(const uint8_t *frame, const ReferenceIndex *reference, uint8_t *dst);
 
 /* The most bytes reference_encode writes for a frame of n bytes in rows of row_nbytes. */
 size_t reference_encode_bound(size_t n, size_t row_nbytes, int changed_rows);

@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "lz4_api.h"
 #include "reference_encode.h"
@@ -38,13 +39,21 @@ struct ReferenceGroups {
     EnvGroup *envs, *saved; /* saved[env]: env's group at the last checkpoint, where touched[env] */
     unsigned char *touched;
     Anchor *free_anchors; /* released anchors, their memory kept for the next ones */
-    struct AheadFrame *ahead; /* a frame encoded ahead and not yet settled (encode_ahead), or NULL */
+    /* A frame encoded ahead and not yet settled (encode_ahead), or NULL; while its helper still runs (taken
+     * back: ahead_settle), frames are encoded apart from their references (reference_encode_apart). */
+    struct AheadFrame *ahead;
+    int ahead_pause; /* encode_aheads left to decline after a frame was taken back */
+    long long taken_back;    /* frames taken back so far (groups_taken_back) */
+    long long helper_delay_ns; /* a test's delay of each helper's frame (groups_taken_back) */
 };
 
 /* A frame of one env encoded ahead on a helper (encode_ahead) against the reference its group would give
- * it next, or alone where it would be a key frame, while the caller checks its add. Until it is settled
- * (its helper joined, ahead_settle) the groups are not changed: every function here that reads or
- * changes them settles it first. */
+ * it next, or alone where it would be a key frame, while the caller checks its add. Every function here
+ * that reads or changes the groups settles it first (ahead_settle): its helper joined where it is done
+ * or within TAKE_BACK_NANOSECONDS. A helper still running then (preempted: on 2 cores another process
+ * took its core for a time slice) is not waited for: the add encodes its frame itself, apart from the
+ * reference the helper writes beside, and the frame stays the groups' g->ahead, holding its reference,
+ * until a later settle finds its helper done (and frees it, once its capsule is gone: orphaned). */
 typedef struct AheadFrame {
     ReferenceGroups *g;
     PyObject *groups;   /* the groups' capsule, held while this lives */
@@ -59,7 +68,15 @@ typedef struct AheadFrame {
     Py_ssize_t length;  /* the block's bytes; -1: it did not encode; -2: no helper took it (not encoded) */
     PoolJob *posted;
     int settled;
+    int orphaned; /* its capsule is gone: the groups free it once settled */
+    long long helper_delay_ns; /* the groups' at its post: read by the helper */
 } AheadFrame;
+
+/* How long a settle polls for a helper that is encoding the frame (~3-6 us for an 84x84 frame) before the
+ * add encodes it itself; and how many encode_aheads decline after that (a busy machine would otherwise
+ * make every add poll and then encode). */
+#define TAKE_BACK_NANOSECONDS 5000
+#define TAKE_BACK_PAUSE 64
 
 static void
 anchor_hold(Anchor *anchor)
@@ -238,10 +255,11 @@ assign(ReferenceGroups *g, Py_ssize_t env, int64_t step, const char *frame, int 
 static _Thread_local LZ4_stream_t *key_stream = NULL;
 
 static Py_ssize_t
-encode_one(const char *frame, size_t n, Anchor *reference, char *dst, size_t room)
+encode_one(const char *frame, size_t n, Anchor *reference, char *dst, size_t room, int apart)
 {
     if (reference != NULL) {
-        return reference_encode_indexed((const uint8_t *)frame, &reference->frame, (uint8_t *)dst);
+        return apart ? reference_encode_apart((const uint8_t *)frame, &reference->frame, (uint8_t *)dst)
+                     : reference_encode_indexed((const uint8_t *)frame, &reference->frame, (uint8_t *)dst);
     }
     if (key_stream == NULL && (key_stream = LZ4_createStream()) == NULL) {
         return -1;
@@ -264,6 +282,7 @@ typedef struct {
     Anchor **references;
     char *blocks;
     int *lengths;
+    int apart; /* a frame taken back is still being encoded by its helper: encode apart */
 } EncodeJob;
 
 static void
@@ -271,7 +290,7 @@ encode_task(void *context, Py_ssize_t i)
 {
     EncodeJob *job = context;
     Py_ssize_t length = encode_one(job->frames + (size_t)i * job->n, job->n, job->references[i],
-                                   job->blocks + (size_t)i * job->room, job->room);
+                                   job->blocks + (size_t)i * job->room, job->room, job->apart);
     job->lengths[i] = (int)length;
 }
 
@@ -280,22 +299,37 @@ ahead_task(void *context, Py_ssize_t number)
 {
     (void)number;
     AheadFrame *a = context;
-    a->length = encode_one(a->frame.buf, a->g->n, a->reference, a->block, a->room);
+    if (a->helper_delay_ns > 0 && pool_on_helper()) { /* a test's stand-in for a preempted helper */
+        struct timespec pause = {(time_t)(a->helper_delay_ns / 1000000000), (long)(a->helper_delay_ns % 1000000000)};
+        nanosleep(&pause, NULL);
+    }
+    a->length = encode_one(a->frame.buf, a->g->n, a->reference, a->block, a->room, 0);
 }
 
-/* Waits for the frame's encoding where a helper took it, and lets go of its reference: the groups may
- * change from here on. */
-static void
-ahead_settle(AheadFrame *a)
+static void ahead_free(AheadFrame *a);
+
+/* Joins the frame's helper where it is done (waiting for it with `wait`, else for at most
+ * TAKE_BACK_NANOSECONDS), and lets go of its reference: 1. 0 while the helper still runs: the frame stays
+ * g->ahead, and the caller encodes apart. Call with the GIL (an orphaned frame is freed here). */
+static int
+ahead_settle(AheadFrame *a, int wait)
 {
     if (a->settled) {
-        return;
+        return 1;
     }
-    if (a->posted != NULL) {
+    if (a->posted == NULL) {
+        a->length = -2; /* no helper awake: the add encodes the frame itself */
+    }
+    else if (wait) {
         pool_join(a->posted, 1, ahead_task, a); /* the helper took it, or, if none did yet, this thread runs it */
     }
-    else {
-        a->length = -2; /* no helper awake: the add encodes the frame itself */
+    /* With a test's delay the add never runs the frame itself: as if a helper had just taken it. */
+    else if (!pool_try_join(a->posted, 1, ahead_task, a, TAKE_BACK_NANOSECONDS, a->helper_delay_ns == 0)) {
+        if (a->g->ahead_pause == 0) { /* taken back: this add encodes the frame */
+            a->g->ahead_pause = TAKE_BACK_PAUSE;
+            a->g->taken_back++;
+        }
+        return 0;
     }
     a->settled = 1;
     if (a->g->ahead == a) {
@@ -303,14 +337,17 @@ ahead_settle(AheadFrame *a)
     }
     anchor_release(a->g, a->reference);
     a->reference = NULL;
+    if (a->orphaned) {
+        ahead_free(a);
+    }
+    return 1;
 }
 
-static void
-groups_settle(ReferenceGroups *g)
+/* Settles the groups' frame encoded ahead (ahead_settle): whether none is left running. */
+static int
+groups_settle(ReferenceGroups *g, int wait)
 {
-    if (g->ahead != NULL) {
-        ahead_settle(g->ahead);
-    }
+    return g->ahead == NULL || ahead_settle(g->ahead, wait);
 }
 
 /* The block encoded ahead for env 0's frame at step, when it is this frame's against the reference it
@@ -318,7 +355,7 @@ groups_settle(ReferenceGroups *g)
 static Py_ssize_t
 ahead_block(const AheadFrame *a, int64_t step, const char *frame, const Anchor *reference, char *dst)
 {
-    if (a == NULL || a->length < 0 || a->env != 0 || a->step != step || a->predicted != reference
+    if (a == NULL || !a->settled || a->length < 0 || a->env != 0 || a->step != step || a->predicted != reference
         || (reference != NULL && a->reference_step != reference->step) || memcmp(a->frame.buf, frame, a->g->n) != 0) {
         return -1;
     }
@@ -346,9 +383,9 @@ reference_groups_encode(ReferenceGroups *g, const char *frames, Py_ssize_t n, Py
         PyErr_NoMemory();
         return -1;
     }
-    Py_BEGIN_ALLOW_THREADS
-    groups_settle(g); /* a frame encoded ahead: its helper done before the groups change */
-    Py_END_ALLOW_THREADS
+    /* A frame encoded ahead: its helper done, or still running (preempted) and then every frame here
+     * encoded apart from its reference (the one it may be writing beside). */
+    int apart = !groups_settle(g, 0);
     groups_checkpoint(g);
     for (Py_ssize_t i = 0; i < n; i++) {
         if (assign(g, i, first_step + i, frames + (size_t)i * g->n, 0, frame_tail, &refs[i], &references[i]) < 0) {
@@ -359,7 +396,7 @@ reference_groups_encode(ReferenceGroups *g, const char *frames, Py_ssize_t n, Py
             return -1;
         }
     }
-    EncodeJob job = {frames, g->n, room, references, *blocks, lengths};
+    EncodeJob job = {frames, g->n, room, references, *blocks, lengths, apart};
     Py_BEGIN_ALLOW_THREADS
     if (n == 1 && (lengths[0] = (int)ahead_block(ahead, first_step, frames, references[0], *blocks)) >= 0) {
         /* the one env's frame, encoded ahead against the same reference */
@@ -395,7 +432,7 @@ reference_groups_encode(ReferenceGroups *g, const char *frames, Py_ssize_t n, Py
 void
 reference_groups_undo(ReferenceGroups *g)
 {
-    groups_settle(g);
+    groups_settle(g, 0);
     groups_rollback(g);
 }
 
@@ -406,7 +443,7 @@ groups_destroy(PyObject *capsule)
     if (g == NULL) {
         return;
     }
-    groups_settle(g); /* none: a frame encoded ahead holds the groups' capsule */
+    groups_settle(g, 1); /* an orphaned frame encoded ahead (the groups own it) waits for its helper */
     groups_checkpoint(g); /* drops the saved groups */
     for (Py_ssize_t env = 0; env < g->num_envs; env++) {
         env_drop(g, &g->envs[env]);
@@ -512,7 +549,7 @@ py_encode_frame(PyObject *module, PyObject *args)
     }
     int64_t ref_delta;
     Anchor *reference;
-    groups_settle(g);
+    int apart = !groups_settle(g, 0);
     if (assign(g, env, step, frame.buf, restart, frame_tail, &ref_delta, &reference) < 0) {
         goto done;
     }
@@ -522,7 +559,7 @@ py_encode_frame(PyObject *module, PyObject *args)
         PyErr_NoMemory();
         goto done;
     }
-    Py_ssize_t length = encode_one(frame.buf, g->n, reference, dst, room);
+    Py_ssize_t length = encode_one(frame.buf, g->n, reference, dst, room, apart);
     if (length < 0) {
         PyErr_SetString(PyExc_RuntimeError, "mmreplay._lz4batch could not encode a frame (out of memory, or a block "
                         "that does not decode to the frame: a bug in the encoder)");
@@ -543,7 +580,7 @@ py_groups_checkpoint(PyObject *module, PyObject *arg)
     if (g == NULL) {
         return NULL;
     }
-    groups_settle(g);
+    groups_settle(g, 0);
     groups_checkpoint(g);
     Py_RETURN_NONE;
 }
@@ -556,12 +593,20 @@ py_groups_rollback(PyObject *module, PyObject *arg)
     if (g == NULL) {
         return NULL;
     }
-    groups_settle(g);
+    groups_settle(g, 0);
     groups_rollback(g);
     Py_RETURN_NONE;
 }
 
 #define AHEAD_NAME "mmreplay._lz4batch.AheadFrame"
+
+static void
+ahead_free(AheadFrame *a)
+{
+    PyBuffer_Release(&a->frame);
+    PyMem_Free(a->block);
+    PyMem_Free(a);
+}
 
 static void
 ahead_destroy(PyObject *capsule)
@@ -570,11 +615,14 @@ ahead_destroy(PyObject *capsule)
     if (a == NULL) {
         return;
     }
-    ahead_settle(a); /* a helper may still be encoding from its frame (no task touches Python) */
-    PyBuffer_Release(&a->frame);
-    PyMem_Free(a->block);
-    Py_DECREF(a->groups);
-    PyMem_Free(a);
+    PyObject *groups = a->groups;
+    if (ahead_settle(a, 0)) {
+        ahead_free(a);
+    }
+    else { /* its helper still reads its frame: the groups free it once settled (it is their g->ahead) */
+        a->orphaned = 1;
+    }
+    Py_DECREF(groups); /* last: it may free the groups, which then wait for an orphaned frame's helper */
 }
 
 const AheadFrame *
@@ -608,9 +656,13 @@ py_encode_ahead(PyObject *module, PyObject *args)
         PyBuffer_Release(&frame);
         return NULL;
     }
-    Py_BEGIN_ALLOW_THREADS
-    groups_settle(g);
-    Py_END_ALLOW_THREADS
+    /* None while a frame taken back is still being encoded (its helper holds the one posting slot), and
+     * for a while after one was (ahead_pause). */
+    if (!groups_settle(g, 0) || g->ahead_pause > 0) {
+        g->ahead_pause -= g->ahead_pause > 0;
+        PyBuffer_Release(&frame);
+        Py_RETURN_NONE;
+    }
     /* The reference assign would give the frame if its add continues the group (no episode start: that
      * add's obs frame is written first, at this step, and the block is not taken). */
     const EnvGroup *e = &g->envs[env];
@@ -631,10 +683,30 @@ py_encode_ahead(PyObject *module, PyObject *args)
     }
     *a = (AheadFrame){.g = g, .groups = Py_NewRef(capsule), .env = env, .step = step, .reference = reference,
                       .predicted = reference, .reference_step = reference != NULL ? reference->step : -1,
-                      .frame = frame, .block = block, .room = block_room(g), .length = -2};
+                      .frame = frame, .block = block, .room = block_room(g), .length = -2,
+                      .helper_delay_ns = g->helper_delay_ns};
     anchor_hold(reference);
     g->ahead = a;
     /* posted last: nothing can fail after a helper may have started on it */
-    a->posted = pool_post(1, threads, ahead_task, a, 1);
+    a->posted = pool_post(1, threads, ahead_task, a, a->helper_delay_ns > 0 ? POOL_AHEAD_WAKING : POOL_AHEAD);
     return result;
+}
+
+PyObject *
+py_groups_taken_back(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *capsule;
+    long long delay = -1;
+    if (!PyArg_ParseTuple(args, "O|L:groups_taken_back", &capsule, &delay)) {
+        return NULL;
+    }
+    ReferenceGroups *g = reference_groups_from(capsule);
+    if (g == NULL) {
+        return NULL;
+    }
+    if (delay >= 0) {
+        g->helper_delay_ns = delay;
+    }
+    return PyLong_FromLongLong(g->taken_back);
 }

@@ -51,15 +51,23 @@ PyObject *py_encode_frame(PyObject *module, PyObject *args);
  *   against the reference its group gives it if its add continues the group, and returns at once:
  *   append_reference_frames given the capsule takes that block where the frame and its reference turn
  *   out the same (the bytes it would encode), and encodes the frame itself otherwise (an episode start,
- *   another frame, no helper awake). The groups are left as they are until the block is done: each
- *   function that uses them waits for it first, as does a capsule dropped untaken. None where frame_step
- *   is not after env's last frame. */
+ *   another frame, no helper awake, or a helper that has not finished it within a few microseconds:
+ *   preempted, it is not waited for; reference_groups.c's "taken back"). None where frame_step is not
+ *   after env's last frame, while a frame taken back is still being encoded, and for the next 64 calls
+ *   after one was. */
 PyObject *py_encode_ahead(PyObject *module, PyObject *args);
 
 /* groups_checkpoint(groups) / groups_rollback(groups)
  *   Remember the groups as they are; return to them (an add that failed before it wrote its frames). */
 PyObject *py_groups_checkpoint(PyObject *module, PyObject *arg);
 PyObject *py_groups_rollback(PyObject *module, PyObject *arg);
+
+/* groups_taken_back(groups, helper_delay_ns=-1) -> int
+ *   How many frames encoded ahead the adds took back from a helper that had not finished them; with
+ *   helper_delay_ns >= 0, from now on each frame posted ahead is, where a helper runs it, held up that
+ *   long first, and never run by an add (as if a helper had just taken it) while it is posted (0: as
+ *   usual): what the tests exercise the taken-back path with. */
+PyObject *py_groups_taken_back(PyObject *module, PyObject *args);
 
 #define REFERENCE_GROUPS_METHODS                                                                                   \
     {"reference_groups", py_reference_groups, METH_VARARGS,                                                        \
@@ -75,6 +83,9 @@ PyObject *py_groups_rollback(PyObject *module, PyObject *arg);
     {"groups_checkpoint", py_groups_checkpoint, METH_O,                                                            \
      "groups_checkpoint(groups): remember the groups as they are."},                                               \
     {"groups_rollback", py_groups_rollback, METH_O,                                                                \
-     "groups_rollback(groups): return to the groups as the last checkpoint left them."},
+     "groups_rollback(groups): return to the groups as the last checkpoint left them."},                           \
+    {"groups_taken_back", py_groups_taken_back, METH_VARARGS,                                                      \
+     "groups_taken_back(groups, helper_delay_ns=-1) -> int\n\n"                                                    \
+     "Frames encoded ahead that adds took back from an unfinished helper; a delay >= 0 holds helpers up."},
 
 #endif

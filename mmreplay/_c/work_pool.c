@@ -215,10 +215,19 @@ wake_helpers(int count)
 
 /* A helper; it starts from the generation and posts pool_grow read before the post it was started for,
  * so that it joins that job (a helper that reads a later pair misses that job: the caller runs it). */
+static _Thread_local int on_helper = 0;
+
+int
+pool_on_helper(void)
+{
+    return on_helper;
+}
+
 static void *
 pool_helper(void *unused)
 {
     (void)unused;
+    on_helper = 1;
     uint32_t seen = atomic_load(&pool.start_generation);
     uint32_t taken = atomic_load(&pool.start_posts); /* posts when this helper last took pool.current */
     for (;;) {
@@ -310,7 +319,7 @@ pool_post(Py_ssize_t tasks, int threads, pool_task task, void *context, int ahea
         threads = POOL_MAX_THREADS;
     }
     int helpers = atomic_load(&pool.helpers);
-    if (ahead) {
+    if (ahead == POOL_AHEAD) {
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
         long long at = now.tv_sec * 1000000000LL + now.tv_nsec;
@@ -343,11 +352,26 @@ pool_post(Py_ssize_t tasks, int threads, pool_task task, void *context, int ahea
     uintptr_t previous = atomic_exchange(&pool.current, (uintptr_t)job);
     atomic_fetch_add(&pool.posts, 1);
     atomic_fetch_add(&pool.generation, 1);
-    if (!ahead) {
-        wake_helpers(threads - 1);
+    if (ahead != POOL_AHEAD) {
+        wake_helpers(ahead ? 1 : threads - 1);
     }
     pool_reference_drop(previous); /* a job another thread posted: its helpers keep their references */
     return (PoolJob *)job;
+}
+
+/* A job whose every task has run: out of the pool (unless a newer one replaced it: its poster then
+ * dropped the pool's reference to this one), and the caller's reference dropped. */
+static void
+job_finish(Job *job)
+{
+    uintptr_t word = atomic_load(&pool.current);
+    while ((word & ~TAG_MASK) == (uintptr_t)job) {
+        if (atomic_compare_exchange_weak(&pool.current, &word, 0)) {
+            pool_reference_drop(word);
+            break;
+        }
+    }
+    job_release(job, 1);
 }
 
 void
@@ -371,17 +395,28 @@ pool_join(PoolJob *posted, Py_ssize_t tasks, pool_task task, void *context)
         }
         pthread_mutex_unlock(&job->lock);
     }
+    job_finish(job);
+}
 
-    /* Take the job back out of the pool, unless a newer one replaced it (its poster then dropped the
-     * pool's reference to this one). */
-    uintptr_t word = atomic_load(&pool.current);
-    while ((word & ~TAG_MASK) == (uintptr_t)job) {
-        if (atomic_compare_exchange_weak(&pool.current, &word, 0)) {
-            pool_reference_drop(word);
-            break;
-        }
+int
+pool_try_join(PoolJob *posted, Py_ssize_t tasks, pool_task task, void *context, long spin_nanoseconds, int claim)
+{
+    Job *job = (Job *)posted;
+    if (job == NULL && claim) {
+        pool_join(NULL, tasks, task, context);
+        return 1;
     }
-    job_release(job, 1);
+    if (job == NULL) {
+        return 0;
+    }
+    if (claim) {
+        job_work(job); /* what no helper took yet */
+    }
+    if (!spin_until(job_done, job, spin_nanoseconds)) {
+        return 0;
+    }
+    job_finish(job);
+    return 1;
 }
 
 void

@@ -31,7 +31,20 @@ void pool_run(Py_ssize_t tasks, int threads, pool_task task, void *context);
  * and the helper longer to start than such a job takes (helpers not started yet start, awake). */
 typedef struct PoolJob PoolJob;
 PoolJob *pool_post(Py_ssize_t tasks, int threads, pool_task task, void *context, int ahead);
+#define POOL_AHEAD 1         /* `ahead` as above */
+#define POOL_AHEAD_WAKING 2  /* every task to a helper, waking one where none is awake (tests) */
 void pool_join(PoolJob *job, Py_ssize_t tasks, pool_task task, void *context);
+
+/* pool_join without waiting long on a task a helper is running: runs what no helper took (with claim),
+ * then returns 1 once every task has run within spin_nanoseconds (the job joined, as pool_join), or 0
+ * while a helper still runs one, preempted, or, without claim, has not taken it yet (the job stays
+ * posted: call pool_try_join or pool_join on it again, and keep context alive until one of them has
+ * joined it). */
+int pool_try_join(PoolJob *job, Py_ssize_t tasks, pool_task task, void *context, long spin_nanoseconds,
+                  int claim);
+
+/* Whether the calling thread is one of the pool's helpers (a task may run on one or on its caller). */
+int pool_on_helper(void);
 
 /* Wakes up to `helpers` sleeping helpers, which then poll for a job for a while (SPIN_NANOSECONDS): a
  * hint from a caller that will post a job shortly (a sampled batch's decode, after its rows are read),

@@ -97,10 +97,13 @@ def ahead_threads(count: int, frame_nbytes: int, limit: int, *, min_cores: int =
     ``encode_ahead``) while the caller works on: one helper more than ``compress_threads`` gives the rest
     (a single frame takes one helper), and 1 (no helper: nothing ahead) below ``min_cores``.
 
-    A reference frame too waits for 4 cores: on the 2-core VM one env's Pong adds, paired against plain,
-    went from 0.81x to 0.92x of plain's rate with its frame encoded ahead while the machine was quiet, but
-    from 0.80x to 0.40x with a busy process on the other core (a helper preempted mid-frame holds the add
-    up for a time slice), where a vector add's frames, shared out a frame a task, lost nothing."""
+    A reference frame goes ahead from ``REFERENCE_COMPRESS_MIN_CORES`` (the writer passes it): an add
+    does not wait for a helper that has not finished its frame within a few microseconds (preempted), but
+    encodes the frame itself (``reference_groups.c``, "taken back"). On the 2-core VM one env's Pong adds,
+    paired against plain (``benchmarks/bench_encodings.py``' fill, 60,000 transitions), went from 0.80x to
+    0.92x of plain's rate while the machine was quiet, and stayed at 0.80x with a busy process on the
+    other core; before adds took frames back, that busy core made them 0.40x. A plain frame, which an add
+    waits for, still needs 4."""
     if limit < min_cores:
         return 1
     return 1 + compress_threads(count, frame_nbytes, limit - 1, min_cores=min_cores)

@@ -99,14 +99,15 @@ class Writer:
         # cores, and for reference frames, which cost up to twice as much, from 2:
         # threads.REFERENCE_COMPRESS_MIN_CORES), one env's new frame handed to an awake helper before the
         # add is checked (~10 us it overlaps; a reference frame against the reference its group will give
-        # it, taken where it does; from 4 cores: threads.ahead_threads; a plain frame only where the env's
-        # frames compress to at least threads.AHEAD_MIN_FRAME_BYTES).
+        # it, taken where it does, from 2 cores, since an add takes it back from a helper that lost its
+        # core; a plain frame from 4 cores (threads.ahead_threads), where the env's frames compress to at
+        # least threads.AHEAD_MIN_FRAME_BYTES).
         limit, frame_nbytes = files.reader.thread_limit, self._frames.frame_nbytes
         plain = self._encoder.groups is None
         min_cores = COMPRESS_MIN_CORES if plain else REFERENCE_COMPRESS_MIN_CORES
         self._append_threads = compress_threads(layout.num_envs, frame_nbytes, limit, min_cores=min_cores)
         single = layout.num_envs == 1 and self._fast_add
-        self._ahead_threads = ahead_threads(1, frame_nbytes, limit) if single else 1
+        self._ahead_threads = ahead_threads(1, frame_nbytes, limit, min_cores=min_cores) if single else 1
         # Where there is a helper: the bytes the env's recent frames took compressed (a moving average),
         # and the least that pays for compressing ahead (threads.AHEAD_MIN_FRAME_BYTES; reference frames: 0).
         self._recent_frame_bytes = 0.0
