@@ -418,11 +418,11 @@ def test_the_compiled_decode_of_a_reference_ring_equals_its_general_path(
         assert ring.compiled_frames() is not None
         steps = np.random.default_rng(seed).integers(ring.frames_written - 300, ring.frames_written, count)
         fast = np.zeros((count, 84, 84), np.uint8)
-        *located, references = ring.compiled_frames()
+        *located, (depth, row_nbytes, keys) = ring.compiled_frames()
         table, frame_slots, layout, multiplier, segment_bytes, bytes_written, views, base = located
         assert _lz4batch.reference_decode_entries(
-            views, base, table, frame_slots, layout, steps, multiplier, segment_bytes, bytes_written, *references,
-            fast, 7056, threads,
+            views, base, table, frame_slots, layout, steps, multiplier, segment_bytes, bytes_written, depth,
+            row_nbytes, fast, 7056, threads, keys,
         )
         general = np.zeros_like(fast)
         with pytest.MonkeyPatch.context() as patch:
@@ -460,12 +460,12 @@ def test_a_damaged_reference_is_found_by_the_compiled_read_and_named_by_the_gene
         store.read([20])  # maps the segment
         ring = store._files.frames
         if _lz4batch is not None:
-            *located, references = ring.compiled_frames()
+            *located, (depth, row_nbytes, keys) = ring.compiled_frames()
             table, frame_slots, layout, multiplier, segment_bytes, bytes_written, views, base = located
             out = np.zeros((2, 84, 84), np.uint8)
             assert not _lz4batch.reference_decode_entries(
                 views, base, table, frame_slots, layout, np.array([12, 13]), multiplier, segment_bytes,
-                bytes_written, *references, out, 7056, 2,
+                bytes_written, depth, row_nbytes, out, 7056, 2, keys,
             )
         with pytest.raises(FrameChecksumError, match=r"^frame 8 \(a frame that a requested frame is compressed"):
             store.read([12])
@@ -482,7 +482,7 @@ def test_the_compiled_read_declines_a_chain_longer_than_its_depth_or_leading_bef
         store.read([20])  # maps the segment
 
         def compiled(steps: list[int], depth: int) -> bool:
-            *located, (_, row_nbytes) = store._files.frames.compiled_frames()
+            *located, (_, row_nbytes, _) = store._files.frames.compiled_frames()
             table, frame_slots, layout, multiplier, segment_bytes, bytes_written, views, base = located
             out = np.zeros((len(steps), 84, 84), np.uint8)
             done = _lz4batch.reference_decode_entries(

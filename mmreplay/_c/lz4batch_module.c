@@ -14,13 +14,15 @@
  *                    once or ahead while the caller works on (add's fast path, encode_frames)
  *   fast_add         append_frames, append_reference_frames, write_rows: add's fast path, its writes in
  *                    one call each
- *   reference_groups reference_groups, encode_frame, encode_ahead, groups_checkpoint, groups_rollback: a
- *                    writer's reference groups (which frame each is compressed against), for both of
- *                    add's paths
+ *   reference_groups reference_groups, encode_frame, encode_ahead, groups_checkpoint, groups_rollback,
+ *                    groups_taken_back: a writer's reference groups (which frame each is compressed
+ *                    against), for both of add's paths
  *   reference_threads reference_decode: mmreplay._lz4ref.decode's batch on the pool's threads, one
  *                    tree of references a task (reference_decode's entries)
  *   reference_table  reference_decode_entries: a reference ring's frames located through its table,
  *                    planned (reference_plan) and decoded in one call; read_transitions' reference path
+ *   key_frames       key_frames, key_frames_counts: a reference ring's key frames kept decoded across
+ *                    batches, for reference_table's reads
  *   referenced_decode referenced_decode: encoded blocks that reference each other (a reference store's
  *                    encoded batch), planned and decoded in one call
  *
@@ -32,6 +34,7 @@
 #include "fast_add.h"
 #include "frame_compress.h"
 #include "frame_entries.h"
+#include "key_frames.h"
 #include "link_follow.h"
 #include "lz4_api.h"
 #include "lz4_decode.h"
@@ -58,6 +61,7 @@ static PyMethodDef methods[] = {
     REFERENCE_GROUPS_METHODS
     REFERENCE_THREADS_METHODS
     REFERENCE_TABLE_METHODS
+    KEY_FRAMES_METHODS
     REFERENCED_DECODE_METHODS
     {NULL, NULL, 0, NULL},
 };

@@ -8,6 +8,8 @@
 
 #include <stdint.h>
 
+#include "key_frames.h"
+
 /* A checked batch: entry i's compressed bytes (sources[i], NULL when out of range), its length, reference
  * entry, destination row, checksum and seed; out's n_out frames, then scratch's. */
 typedef struct {
@@ -18,6 +20,10 @@ typedef struct {
     Py_ssize_t n_out;
     int frame_nbytes, row_nbytes, changed_rows;
     Py_ssize_t m;
+    /* Key frames kept decoded across batches (key_frames.h), or NULL; then steps: each entry's frame step.
+     * Only the changed-rows decode uses them (reference_threads.h). */
+    KeyFrames *keys;
+    const int64_t *steps;
 } ReferencePlan;
 
 /* Decodes entry i (its reference already decoded): 1, or 0 when its CRC fails or it does not decode. */

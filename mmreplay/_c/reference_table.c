@@ -107,8 +107,8 @@ table_prefetch(const void *source, int64_t step)
 
 int
 reference_decode_table(const FrameTable *frames, PyObject *views, const int64_t *steps, Py_ssize_t n,
-                       Py_ssize_t depth, Py_ssize_t row_nbytes, char *out, Py_ssize_t frame_nbytes, int threads,
-                       Py_buffer *buffers, Py_ssize_t *acquired)
+                       Py_ssize_t depth, Py_ssize_t row_nbytes, KeyFrames *keys, char *out, Py_ssize_t frame_nbytes,
+                       int threads, Py_buffer *buffers, Py_ssize_t *acquired)
 {
     if (n == 0) {
         return 0;
@@ -143,7 +143,7 @@ reference_decode_table(const FrameTable *frames, PyObject *views, const int64_t 
         goto done;
     }
     ReferencePlan plan = {sources, lengths, refs, rows, checksums, seeds, out, NULL, n, (int)frame_nbytes,
-                          (int)row_nbytes, row_nbytes > 0, m};
+                          (int)row_nbytes, row_nbytes > 0, m, keys, plan_steps};
     Py_ssize_t bad = reference_plan_decode(&plan, threads);
     status = bad == -3 ? -1 : bad == -1 ? 0 : 1;
 done:
@@ -155,16 +155,16 @@ PyObject *
 py_reference_decode_entries(PyObject *module, PyObject *args)
 {
     (void)module;
-    PyObject *views_arg;
+    PyObject *views_arg, *keys_arg = Py_None;
     Py_buffer table, steps, out;
     FrameTable frames = {.table = &table};
     unsigned long seed_multiplier;
     Py_ssize_t depth, row_nbytes, frame_nbytes;
     int threads;
-    if (!PyArg_ParseTuple(args, "OLy*L" ENTRY_LAYOUT_FORMAT "y*kLLnnw*ni:reference_decode_entries", &views_arg,
+    if (!PyArg_ParseTuple(args, "OLy*L" ENTRY_LAYOUT_FORMAT "y*kLLnnw*ni|O:reference_decode_entries", &views_arg,
                           &frames.base, &table, &frames.frame_slots, ENTRY_LAYOUT_FIELDS(frames.layout), &steps,
                           &seed_multiplier, &frames.segment_bytes, &frames.bytes_written, &depth, &row_nbytes, &out,
-                          &frame_nbytes, &threads)) {
+                          &frame_nbytes, &threads, &keys_arg)) {
         return NULL;
     }
     frames.seed_multiplier = (uint32_t)seed_multiplier;
@@ -189,10 +189,12 @@ py_reference_decode_entries(PyObject *module, PyObject *args)
                      frame_nbytes);
         goto done;
     }
-    if (views_prepare(views_arg, n * (depth + 1), &views, &buffers) < 0) {
+    int keys_error;
+    KeyFrames *keys = key_frames_from(keys_arg, &keys_error);
+    if (keys_error || views_prepare(views_arg, n * (depth + 1), &views, &buffers) < 0) {
         goto done;
     }
-    int status = reference_decode_table(&frames, views, (const int64_t *)steps.buf, n, depth, row_nbytes,
+    int status = reference_decode_table(&frames, views, (const int64_t *)steps.buf, n, depth, row_nbytes, keys,
                                         (char *)out.buf, frame_nbytes, threads, buffers, &acquired);
     result = status < 0 ? NULL : Py_NewRef(status == 0 ? Py_True : Py_False);
 done:

@@ -32,8 +32,8 @@ Py_ssize_t reference_plan_decode(ReferencePlan *plan, int threads);
  * frame step 0 (out then unspecified: the caller's general path names what failed); -1 with a Python
  * error. Called with the GIL held; releases it to decode. */
 int reference_decode_table(const FrameTable *frames, PyObject *views, const int64_t *steps, Py_ssize_t n,
-                           Py_ssize_t depth, Py_ssize_t row_nbytes, char *out, Py_ssize_t frame_nbytes, int threads,
-                           Py_buffer *buffers, Py_ssize_t *acquired);
+                           Py_ssize_t depth, Py_ssize_t row_nbytes, KeyFrames *keys, char *out,
+                           Py_ssize_t frame_nbytes, int threads, Py_buffer *buffers, Py_ssize_t *acquired);
 
 /* 0 when depth and row_nbytes suit frames of frame_nbytes bytes, else -1 with a ValueError naming
  * function. */

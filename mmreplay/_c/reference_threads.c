@@ -118,8 +118,20 @@ entry_decode_into(const ReferencePlan *p, Py_ssize_t i, char *dst, const char *r
 {
     const char *src = p->sources[i];
     int length = (int)p->lengths[i];
-    return src != NULL && frame_crc32(p->seeds[i], (const unsigned char *)src, (size_t)length) == p->checksums[i]
-           && reference_frame_decode(src, length, dst, ref, p->frame_nbytes, p->row_nbytes, 1);
+    if (src == NULL || frame_crc32(p->seeds[i], (const unsigned char *)src, (size_t)length) != p->checksums[i]) {
+        return 0;
+    }
+    if (ref == NULL && p->keys != NULL) { /* a key frame: copied where it was kept decoded, else kept */
+        if (key_frames_get(p->keys, p->steps[i], p->checksums[i], p->seeds[i], dst)) {
+            return 1;
+        }
+        if (!reference_frame_decode(src, length, dst, NULL, p->frame_nbytes, p->row_nbytes, 1)) {
+            return 0;
+        }
+        key_frames_put(p->keys, p->steps[i], p->checksums[i], p->seeds[i], dst);
+        return 1;
+    }
+    return reference_frame_decode(src, length, dst, ref, p->frame_nbytes, p->row_nbytes, 1);
 }
 
 /* One tree, depth first: an entry, then its dependents' subtrees, its heir's last (the heir may write

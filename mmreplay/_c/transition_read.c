@@ -105,11 +105,11 @@ py_read_transitions(PyObject *module, PyObject *args)
     FrameTable frame_table = {.table = &table};
     unsigned long seed_multiplier;
     Py_ssize_t stack_size, depth, row_nbytes;
-    PyObject *views_arg, *row_layout_arg;
-    if (!PyArg_ParseTuple(args, "y*LOpy*L" ENTRY_LAYOUT_FORMAT "kLLOL(nn)y*npw*w*w*w*w*w*w*i:read_transitions", &rows_buf,
+    PyObject *views_arg, *row_layout_arg, *keys_arg;
+    if (!PyArg_ParseTuple(args, "y*LOpy*L" ENTRY_LAYOUT_FORMAT "kLLOL(nnO)y*npw*w*w*w*w*w*w*i:read_transitions", &rows_buf,
                           &row_slots, &row_layout_arg, &version_3, &table, &frame_table.frame_slots,
                           ENTRY_LAYOUT_FIELDS(frame_table.layout), &seed_multiplier, &frame_table.segment_bytes,
-                          &frame_table.bytes_written, &views_arg, &frame_table.base, &depth, &row_nbytes, &steps_buf,
+                          &frame_table.bytes_written, &views_arg, &frame_table.base, &depth, &row_nbytes, &keys_arg, &steps_buf,
                           &stack_size,
                           &zero_padding, &pixels, &action, &reward, &terminated, &truncated, &env_index, &discount,
                           &threads)) {
@@ -123,7 +123,9 @@ py_read_transitions(PyObject *module, PyObject *args)
     Py_ssize_t n = steps_buf.len / 8, columns = stack_size + 1, m = n * columns;
     Py_ssize_t frame_nbytes = m > 0 ? pixels.len / m : 0;
     const RowLayout *layout = row_layout_from(row_layout_arg, "row_layout");
-    if (layout == NULL || frame_table_check(&frame_table, "read_transitions") < 0) {
+    int keys_error;
+    KeyFrames *keys = key_frames_from(keys_arg, &keys_error);
+    if (layout == NULL || keys_error || frame_table_check(&frame_table, "read_transitions") < 0) {
         goto done;
     }
     Py_ssize_t row_size = layout->size;
@@ -175,8 +177,8 @@ py_read_transitions(PyObject *module, PyObject *args)
     }
     follow_stacks(&stacks, n);
     if (depth >= 0) {
-        int status = reference_decode_table(&frame_table, views, frames, m, depth, row_nbytes, (char *)pixels.buf,
-                                            frame_nbytes, threads, buffers, &acquired);
+        int status = reference_decode_table(&frame_table, views, frames, m, depth, row_nbytes, keys,
+                                            (char *)pixels.buf, frame_nbytes, threads, buffers, &acquired);
         if (status == 0 && zero_padding) {
             zero_padding_frames(frames, n, stack_size, (char *)pixels.buf, (size_t)frame_nbytes);
         }

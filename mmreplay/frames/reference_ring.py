@@ -23,6 +23,11 @@ from mmreplay.frames.reference_scheme import ReferenceScheme
 from mmreplay.frames.ring import FrameChecksumError, FrameRing, _lz4batch
 from mmreplay.frames.threads import batch_threads
 
+# A ring keeps its key frames decoded across batches (``_c/key_frames.h``): slots for twice the keys a
+# full ring holds (one a group per env), in at most this many bytes (1,000,000 Pong frames: 8,192 slots,
+# 58 MB; their pages are taken as keys are read).
+KEY_FRAMES_BYTES = 64 << 20
+
 
 class ReferenceFrameRing(FrameRing):
     """A ``FrameRing`` of reference-encoded frames: ``append`` takes ``ref_deltas``, reads decode chains."""
@@ -36,7 +41,16 @@ class ReferenceFrameRing(FrameRing):
         self.scheme = scheme
         self.changed_rows = changed_rows
         row_nbytes = reference_codec.mask_row_nbytes(self.frame_shape) if changed_rows else 0
-        self._compiled_references = (scheme.depth, row_nbytes)
+        self._compiled_references = (scheme.depth, row_nbytes, self._key_frames() if changed_rows else None)
+
+    def _key_frames(self) -> object:
+        """Room for this ring's key frames decoded (``_lz4batch.key_frames``), or None without the extension."""
+        if _lz4batch is None:
+            return None
+        wanted = max(2, 2 * self.frame_slots // self.scheme.group_size)
+        most = max(2, KEY_FRAMES_BYTES // (self.frame_nbytes + 64))
+        slots = 1 << (min(wanted, most) - 1).bit_length()
+        return _lz4batch.key_frames(self.frame_nbytes, slots if slots <= most else slots // 2)
 
     def encode_ahead(self, groups: object, frame: npt.NDArray[np.generic], *, frame_tail: int, threads: int) -> object:
         """Start encoding one env's next frame on an awake helper (``_lz4batch.encode_ahead``) against the
@@ -97,9 +111,9 @@ class ReferenceFrameRing(FrameRing):
                                         references)
         return None if m < 0 else (every[:m], references[:m])
 
-    def compiled_references(self) -> tuple[int, int]:
-        """(the scheme's depth, a changed-rows frame's row bytes or 0): the compiled reads' reference
-        arguments (``_lz4batch.read_transitions``, ``reference_decode_entries``)."""
+    def compiled_references(self) -> tuple[int, int, object]:
+        """(the scheme's depth, a changed-rows frame's row bytes or 0, the key frames kept decoded or None):
+        the compiled reads' reference arguments (``_lz4batch.read_transitions``, ``reference_decode_entries``)."""
         return self._compiled_references
 
     def keep_from(self, oldest_frame: int) -> int:
@@ -125,12 +139,12 @@ class ReferenceFrameRing(FrameRing):
         compiled = self.compiled_frames()
         if compiled is not None:  # the fast path: chains, plan and decode in one call; it declines what fails
             table, frame_slots, layout, multiplier, segment_bytes, bytes_written, views, base, _ = compiled
-            depth, row_nbytes = self.compiled_references()
+            depth, row_nbytes, keys = self.compiled_references()
             assert _lz4batch is not None
             if _lz4batch.reference_decode_entries(
                 views, base, table, frame_slots, layout, np.ascontiguousarray(frame_steps, np.int64), multiplier,
                 segment_bytes, bytes_written, depth, row_nbytes, out, self.frame_nbytes,
-                batch_threads(n * self.frame_nbytes, limit),
+                batch_threads(n * self.frame_nbytes, limit), keys,
             ):
                 return
         # The general path: also what finds and names the frame at fault when the fast path declines.

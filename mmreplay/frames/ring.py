@@ -440,10 +440,10 @@ class FrameRing:
         return (self._table, self.frame_slots, self._layout, SEED_MULTIPLIER, self.segment_bytes, self.bytes_written,
                 views, base, self.compiled_references())
 
-    def compiled_references(self) -> tuple[int, int]:
-        """How the compiled reads follow this ring's references: (-1, 0), none (a reference ring gives its
-        scheme's depth and its changed-rows row bytes)."""
-        return -1, 0
+    def compiled_references(self) -> tuple[int, int, object]:
+        """How the compiled reads follow this ring's references: (-1, 0, None), none (a reference ring gives
+        its scheme's depth, its changed-rows row bytes and its key frames kept decoded)."""
+        return -1, 0, None
 
     def blocks(
         self, frame_steps: npt.NDArray[np.int64], *, verify: bool = False
