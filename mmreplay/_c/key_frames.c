@@ -8,7 +8,6 @@
 #include "key_frames.h"
 
 #define CAPSULE_NAME "mmreplay._lz4batch.KeyFrames"
-#define HEAD_BYTES 64 /* a slot's head on a cache line of its own, its frame after it */
 
 /* sequence: 0 for a slot never written, odd while one is being written. The other fields are read and
  * written with relaxed atomics (the sequence orders them). */
@@ -17,31 +16,43 @@ typedef struct {
     int64_t step;
 } SlotHead;
 
+/* The slots' heads lie together, apart from their frames: a plan asks whether a slot holds a frame for
+ * every frame of its chains (key_frames_holds), and 4,096 heads (96 KB) stay in the caches where their
+ * frames (29 MB) would not. */
 struct KeyFrames {
     size_t frame_nbytes, slot_bytes;
     int bits; /* slots: 1 << bits */
+    SlotHead *heads;
+    int64_t min_delta; /* key_frames_keeps; 0: key frames alone */
+    int64_t horizon;   /* key_frames_put: a slot's frame this many steps older may be replaced */
     char *memory;
     long long hits, stores; /* relaxed counters (key_frames_counts) */
 };
 
-static SlotHead *
+static size_t
 slot_of(const KeyFrames *k, int64_t step)
 {
-    size_t slot = (size_t)(((uint64_t)step * 0x9E3779B97F4A7C15ull) >> (64 - k->bits));
-    return (SlotHead *)(k->memory + slot * k->slot_bytes);
+    return (size_t)(((uint64_t)step * 0x9E3779B97F4A7C15ull) >> (64 - k->bits));
+}
+
+static char *
+frame_of(const KeyFrames *k, size_t slot)
+{
+    return k->memory + slot * k->slot_bytes;
 }
 
 int
 key_frames_get(KeyFrames *k, int64_t step, uint32_t checksum, uint32_t seed, char *dst)
 {
-    SlotHead *h = slot_of(k, step);
+    size_t slot = slot_of(k, step);
+    SlotHead *h = &k->heads[slot];
     uint32_t before = __atomic_load_n(&h->sequence, __ATOMIC_ACQUIRE);
     if (before == 0 || before % 2 == 1 || __atomic_load_n(&h->step, __ATOMIC_RELAXED) != step
         || __atomic_load_n(&h->checksum, __ATOMIC_RELAXED) != checksum
         || __atomic_load_n(&h->seed, __ATOMIC_RELAXED) != seed) {
         return 0;
     }
-    memcpy(dst, (const char *)h + HEAD_BYTES, k->frame_nbytes);
+    memcpy(dst, frame_of(k, slot), k->frame_nbytes);
     __atomic_thread_fence(__ATOMIC_ACQUIRE); /* the copy read before the sequence is read again */
     if (__atomic_load_n(&h->sequence, __ATOMIC_RELAXED) != before) {
         return 0; /* written meanwhile: the copy may mix two frames */
@@ -50,12 +61,30 @@ key_frames_get(KeyFrames *k, int64_t step, uint32_t checksum, uint32_t seed, cha
     return 1;
 }
 
+int
+key_frames_holds(KeyFrames *k, int64_t step, uint32_t checksum, uint32_t seed)
+{
+    const SlotHead *h = &k->heads[slot_of(k, step)];
+    uint32_t sequence = __atomic_load_n(&h->sequence, __ATOMIC_ACQUIRE);
+    return sequence != 0 && sequence % 2 == 0 && __atomic_load_n(&h->step, __ATOMIC_RELAXED) == step
+           && __atomic_load_n(&h->checksum, __ATOMIC_RELAXED) == checksum
+           && __atomic_load_n(&h->seed, __ATOMIC_RELAXED) == seed;
+}
+
+int
+key_frames_keeps(const KeyFrames *k, int64_t ref_delta)
+{
+    return k->min_delta > 0 && ref_delta >= k->min_delta;
+}
+
 void
 key_frames_put(KeyFrames *k, int64_t step, uint32_t checksum, uint32_t seed, const char *frame)
 {
-    SlotHead *h = slot_of(k, step);
+    size_t slot = slot_of(k, step);
+    SlotHead *h = &k->heads[slot];
     uint32_t sequence = __atomic_load_n(&h->sequence, __ATOMIC_RELAXED);
-    if (sequence % 2 == 1
+    int64_t held = __atomic_load_n(&h->step, __ATOMIC_RELAXED);
+    if (sequence % 2 == 1 || (sequence != 0 && held != step && held > step - k->horizon)
         || !__atomic_compare_exchange_n(&h->sequence, &sequence, sequence + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
         return; /* another thread is writing it */
     }
@@ -63,7 +92,7 @@ key_frames_put(KeyFrames *k, int64_t step, uint32_t checksum, uint32_t seed, con
     __atomic_store_n(&h->step, step, __ATOMIC_RELAXED);
     __atomic_store_n(&h->checksum, checksum, __ATOMIC_RELAXED);
     __atomic_store_n(&h->seed, seed, __ATOMIC_RELAXED);
-    memcpy((char *)h + HEAD_BYTES, frame, k->frame_nbytes);
+    memcpy(frame_of(k, slot), frame, k->frame_nbytes);
     __atomic_store_n(&h->sequence, sequence + 2, __ATOMIC_RELEASE);
     __atomic_fetch_add(&k->stores, 1, __ATOMIC_RELAXED);
 }
@@ -73,6 +102,7 @@ key_frames_destroy(PyObject *capsule)
 {
     KeyFrames *k = PyCapsule_GetPointer(capsule, CAPSULE_NAME);
     if (k != NULL) {
+        free(k->heads);
         free(k->memory);
         PyMem_Free(k);
     }
@@ -98,16 +128,19 @@ py_key_frames(PyObject *module, PyObject *args)
 {
     (void)module;
     Py_ssize_t frame_nbytes, slots;
-    if (!PyArg_ParseTuple(args, "nn:key_frames", &frame_nbytes, &slots)) {
+    long long min_delta = 0, horizon = 0;
+    if (!PyArg_ParseTuple(args, "nn|LL:key_frames", &frame_nbytes, &slots, &min_delta, &horizon)) {
         return NULL;
     }
     int bits = 0;
     while (bits < 30 && ((Py_ssize_t)1 << bits) < slots) {
         bits++;
     }
-    if (frame_nbytes < 1 || frame_nbytes > INT_MAX / 8 || slots < 2 || ((Py_ssize_t)1 << bits) != slots) {
-        PyErr_Format(PyExc_ValueError, "key_frames: frame_nbytes is %zd and slots %zd; expected 1 to %d bytes and a "
-                     "power of two from 2 to 2**30 slots", frame_nbytes, slots, INT_MAX / 8);
+    if (frame_nbytes < 1 || frame_nbytes > INT_MAX / 8 || slots < 2 || ((Py_ssize_t)1 << bits) != slots
+        || min_delta < 0 || horizon < 0) {
+        PyErr_Format(PyExc_ValueError, "key_frames: frame_nbytes is %zd, slots %zd, min_delta %lld and horizon %lld; "
+                     "expected 1 to %d bytes, a power of two from 2 to 2**30 slots, min_delta >= 0 and horizon >= 0",
+                     frame_nbytes, slots, min_delta, horizon, INT_MAX / 8);
         return NULL;
     }
     KeyFrames *k = PyMem_Calloc(1, sizeof(KeyFrames));
@@ -115,11 +148,15 @@ py_key_frames(PyObject *module, PyObject *args)
         return PyErr_NoMemory();
     }
     k->frame_nbytes = (size_t)frame_nbytes;
-    k->slot_bytes = (HEAD_BYTES + (size_t)frame_nbytes + 63) & ~(size_t)63;
+    k->slot_bytes = ((size_t)frame_nbytes + 63) & ~(size_t)63;
     k->bits = bits;
+    k->min_delta = min_delta;
+    k->horizon = horizon;
+    k->heads = calloc((size_t)slots, sizeof(SlotHead));
     k->memory = calloc((size_t)slots, k->slot_bytes); /* its pages taken as slots fill */
-    PyObject *capsule = k->memory == NULL ? NULL : PyCapsule_New(k, CAPSULE_NAME, key_frames_destroy);
+    PyObject *capsule = k->memory == NULL || k->heads == NULL ? NULL : PyCapsule_New(k, CAPSULE_NAME, key_frames_destroy);
     if (capsule == NULL) {
+        free(k->heads);
         free(k->memory);
         PyMem_Free(k);
         return PyErr_Occurred() ? NULL : PyErr_NoMemory();

@@ -24,12 +24,27 @@ KeyFrames *key_frames_from(PyObject *capsule, int *error);
  * no slot holds it (dst then unspecified). Any thread, without the GIL. */
 int key_frames_get(KeyFrames *k, int64_t step, uint32_t checksum, uint32_t seed, char *dst);
 
-/* Keeps a copy of the key frame at step, decoded from the block of this checksum and seed, in its slot
- * (replacing what it held), unless another thread is writing that slot. Any thread, without the GIL. */
+/* Keeps a copy of the key frame at step, decoded from the block of this checksum and seed, in its slot,
+ * where the slot is empty, holds a frame `horizon` or more steps older (gone from the ring), or holds
+ * this step (from another block); and not while another thread writes it. A slot's frame is never
+ * replaced by another the ring may still hold: a batch's plan that stopped a chain at it then finds it
+ * when it copies it (else its batch would take the general path), and frames that share a slot do not
+ * evict each other in turn. Any thread, without the GIL. */
 void key_frames_put(KeyFrames *k, int64_t step, uint32_t checksum, uint32_t seed, const char *frame);
 
-/* key_frames(frame_nbytes, slots) -> capsule
- *   Room for `slots` (a power of two) key frames of frame_nbytes bytes, allocated as it fills. */
+/* Whether a slot holds the frame at step decoded from the block of this checksum and seed (a read of it
+ * may still miss, should another thread replace it meanwhile). */
+int key_frames_holds(KeyFrames *k, int64_t step, uint32_t checksum, uint32_t seed);
+
+/* Whether a dependent frame compressed against a key frame, ref_delta steps after it, is kept too: the
+ * first level of a group's tree from min_delta on (places 32, 64 and 128 of a group of 256, branching
+ * 2), where a batch's chains then stop, saving their key frame's copy and the rest of the chain. */
+int key_frames_keeps(const KeyFrames *k, int64_t ref_delta);
+
+/* key_frames(frame_nbytes, slots, min_delta=0, horizon=0) -> capsule
+ *   Room for `slots` (a power of two) frames of frame_nbytes bytes, allocated as it fills: key frames,
+ *   and, with min_delta > 0, the frames compressed against one of them min_delta or more steps after it;
+ *   horizon: the ring's frame slots (a frame that many steps older is gone; 0: any frame is). */
 PyObject *py_key_frames(PyObject *module, PyObject *args);
 
 /* key_frames_counts(capsule) -> (hits, stores): frames copied out, frames kept. */
@@ -42,7 +57,7 @@ PyObject *py_key_frames_put(PyObject *module, PyObject *args);
 
 #define KEY_FRAMES_METHODS                                                                                         \
     {"key_frames", py_key_frames, METH_VARARGS,                                                                    \
-     "key_frames(frame_nbytes, slots) -> capsule\n\n"                                                              \
+     "key_frames(frame_nbytes, slots, min_delta=0, horizon=0) -> capsule\n\n"                                      \
      "Key frames of a reference ring kept decoded across batches, a slot per key."},                               \
     {"key_frames_counts", py_key_frames_counts, METH_O,                                                            \
      "key_frames_counts(capsule) -> (hits, stores)\n\nKey frames copied out of the slots, and kept in them."},      \

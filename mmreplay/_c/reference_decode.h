@@ -20,10 +20,12 @@ typedef struct {
     Py_ssize_t n_out;
     int frame_nbytes, row_nbytes, changed_rows;
     Py_ssize_t m;
-    /* Key frames kept decoded across batches (key_frames.h), or NULL; then steps: each entry's frame step.
-     * Only the changed-rows decode uses them (reference_threads.h). */
+    /* Key frames kept decoded across batches (key_frames.h), or NULL; then steps: each entry's frame step,
+     * and cached: 1 for a dependent frame the plan takes from a slot (its references are not in the plan:
+     * if the slot lost it meanwhile, it fails). Only the changed-rows decode uses them (reference_threads.h). */
     KeyFrames *keys;
     const int64_t *steps;
+    const unsigned char *cached;
 } ReferencePlan;
 
 /* Decodes entry i (its reference already decoded): 1, or 0 when its CRC fails or it does not decode. */

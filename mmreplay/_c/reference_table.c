@@ -88,19 +88,34 @@ reference_arguments_check(Py_ssize_t depth, Py_ssize_t row_nbytes, Py_ssize_t fr
     return 0;
 }
 
-/* The frame table as reference_plan_follow reads it: a frame's ref_delta, and its entry prefetched. */
+/* The frame table as reference_plan_follow reads it, with the reader's kept frames (or NULL). */
+typedef struct {
+    const FrameTable *frames;
+    KeyFrames *keys;
+} TableLookup;
+
+/* A frame's ref_delta; 0 for a dependent frame whose block a slot holds decoded (key_frames.h): its chain
+ * stops there, the frame taken from the slot as a key frame is. */
 static int64_t
 table_reference(const void *source, int64_t step)
 {
-    const FrameTable *frames = source;
-    return entry_ref(&frames->layout, (const unsigned char *)frames->table->buf
-                                          + (size_t)(step % frames->frame_slots) * (size_t)frames->layout.size);
+    const TableLookup *t = source;
+    const FrameTable *frames = t->frames;
+    const unsigned char *entry = (const unsigned char *)frames->table->buf
+                                 + (size_t)(step % frames->frame_slots) * (size_t)frames->layout.size;
+    int64_t delta = entry_ref(&frames->layout, entry);
+    if (delta > 0 && t->keys != NULL
+        && key_frames_holds(t->keys, step, (uint32_t)read_le(entry + frames->layout.checksum, 4),
+                            entry_seed(&frames->layout, entry, step, frames->seed_multiplier))) {
+        return 0;
+    }
+    return delta;
 }
 
 static void
 table_prefetch(const void *source, int64_t step)
 {
-    const FrameTable *frames = source;
+    const FrameTable *frames = ((const TableLookup *)source)->frames;
     __builtin_prefetch((const unsigned char *)frames->table->buf
                            + (size_t)(step % frames->frame_slots) * (size_t)frames->layout.size, 0, 0);
 }
@@ -115,8 +130,8 @@ reference_decode_table(const FrameTable *frames, PyObject *views, const int64_t 
     }
     size_t capacity = (size_t)n * (size_t)(depth + 1);
     /* the plan's steps, refs and rows int64[capacity] each; each entry's lengths int64, sources,
-     * checksums and seeds uint32 */
-    char *room = PyMem_Malloc(capacity * (4 * sizeof(int64_t) + sizeof(const char *) + 2 * sizeof(uint32_t)));
+     * checksums and seeds uint32, and whether it is a dependent frame taken from the slots */
+    char *room = PyMem_Malloc(capacity * (4 * sizeof(int64_t) + sizeof(const char *) + 2 * sizeof(uint32_t) + 1));
     int status = -1;
     if (room == NULL) {
         PyErr_NoMemory();
@@ -126,7 +141,9 @@ reference_decode_table(const FrameTable *frames, PyObject *views, const int64_t 
     int64_t *lengths = rows + capacity;
     const char **sources = (const char **)(lengths + capacity);
     uint32_t *checksums = (uint32_t *)(sources + capacity), *seeds = checksums + capacity;
-    ReferenceLookup lookup = {table_reference, table_prefetch, frames};
+    unsigned char *cached = (unsigned char *)(seeds + capacity);
+    TableLookup source = {frames, keys};
+    ReferenceLookup lookup = {table_reference, table_prefetch, &source};
     Py_ssize_t m = reference_plan_follow(&lookup, steps, n, depth, (Py_ssize_t)capacity, plan_steps, refs, rows);
     if (m < 0) {
         if (m == -3) {
@@ -142,8 +159,14 @@ reference_decode_table(const FrameTable *frames, PyObject *views, const int64_t 
     if (status != 0) {
         goto done;
     }
+    for (Py_ssize_t e = 0; e < m; e++) { /* a chain that stopped at a frame a slot holds */
+        cached[e] = keys != NULL && refs[e] < 0
+                    && entry_ref(&frames->layout, (const unsigned char *)frames->table->buf
+                                                      + (size_t)(plan_steps[e] % frames->frame_slots)
+                                                            * (size_t)frames->layout.size) != 0;
+    }
     ReferencePlan plan = {sources, lengths, refs, rows, checksums, seeds, out, NULL, n, (int)frame_nbytes,
-                          (int)row_nbytes, row_nbytes > 0, m, keys, plan_steps};
+                          (int)row_nbytes, row_nbytes > 0, m, keys, plan_steps, keys != NULL ? cached : NULL};
     Py_ssize_t bad = reference_plan_decode(&plan, threads);
     status = bad == -3 ? -1 : bad == -1 ? 0 : 1;
 done:
@@ -246,7 +269,8 @@ py_reference_closure(PyObject *module, PyObject *args)
     }
     int64_t *plan_steps = (int64_t *)room, *refs = plan_steps + capacity, *rows = refs + capacity;
     Py_ssize_t *order = (Py_ssize_t *)(rows + capacity), *rank = order + capacity;
-    ReferenceLookup lookup = {table_reference, table_prefetch, &frames};
+    TableLookup source = {&frames, NULL};
+    ReferenceLookup lookup = {table_reference, table_prefetch, &source};
     Py_ssize_t m = n == 0 ? 0 : reference_plan_follow(&lookup, steps.buf, n, depth, capacity, plan_steps, refs, rows);
     if (m == -3) {
         result = PyLong_FromLong(-1);

@@ -121,17 +121,27 @@ entry_decode_into(const ReferencePlan *p, Py_ssize_t i, char *dst, const char *r
     if (src == NULL || frame_crc32(p->seeds[i], (const unsigned char *)src, (size_t)length) != p->checksums[i]) {
         return 0;
     }
-    if (ref == NULL && p->keys != NULL) { /* a key frame: copied where it was kept decoded, else kept */
+    if (p->keys == NULL) {
+        return reference_frame_decode(src, length, dst, ref, p->frame_nbytes, p->row_nbytes, 1);
+    }
+    if (ref == NULL) { /* a key frame, or a frame the plan takes from a slot: copied from it where it is */
         if (key_frames_get(p->keys, p->steps[i], p->checksums[i], p->seeds[i], dst)) {
             return 1;
         }
-        if (!reference_frame_decode(src, length, dst, NULL, p->frame_nbytes, p->row_nbytes, 1)) {
-            return 0;
+        if (p->cached[i] || !reference_frame_decode(src, length, dst, NULL, p->frame_nbytes, p->row_nbytes, 1)) {
+            return 0; /* lost meanwhile (its references are not in the plan), or bad */
         }
         key_frames_put(p->keys, p->steps[i], p->checksums[i], p->seeds[i], dst);
         return 1;
     }
-    return reference_frame_decode(src, length, dst, ref, p->frame_nbytes, p->row_nbytes, 1);
+    if (!reference_frame_decode(src, length, dst, ref, p->frame_nbytes, p->row_nbytes, 1)) {
+        return 0;
+    }
+    Py_ssize_t parent = p->refs[i]; /* kept too: a frame of the tree's first levels, against a key frame */
+    if (p->refs[parent] < 0 && !p->cached[parent] && key_frames_keeps(p->keys, p->steps[i] - p->steps[parent])) {
+        key_frames_put(p->keys, p->steps[i], p->checksums[i], p->seeds[i], dst);
+    }
+    return 1;
 }
 
 /* One tree, depth first: an entry, then its dependents' subtrees, its heir's last (the heir may write

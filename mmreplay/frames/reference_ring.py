@@ -23,9 +23,10 @@ from mmreplay.frames.reference_scheme import ReferenceScheme
 from mmreplay.frames.ring import FrameChecksumError, FrameRing, _lz4batch
 from mmreplay.frames.threads import batch_threads
 
-# A ring keeps its key frames decoded across batches (``_c/key_frames.h``): slots for twice the keys a
-# full ring holds (one a group per env), in at most this many bytes (1,000,000 Pong frames: 8,192 slots,
-# 58 MB; their pages are taken as keys are read).
+# A ring keeps its key frames decoded across batches (``_c/key_frames.h``), and the frames of its groups'
+# first level from an eighth of a group on (places 32, 64 and 128 of 256, branching 2), where a batch's
+# chains then stop: slots for twice the frames a full ring holds of those, in at most this many bytes
+# (100,000 Pong frames: 4,096 slots, 29 MB at most; their pages are taken as frames are read).
 KEY_FRAMES_BYTES = 64 << 20
 
 
@@ -44,13 +45,18 @@ class ReferenceFrameRing(FrameRing):
         self._compiled_references = (scheme.depth, row_nbytes, self._key_frames() if changed_rows else None)
 
     def _key_frames(self) -> object:
-        """Room for this ring's key frames decoded (``_lz4batch.key_frames``), or None without the extension."""
+        """Room for this ring's key frames decoded, and its groups' first level from an eighth of a group on
+        (``_lz4batch.key_frames``); None without the extension."""
         if _lz4batch is None:
             return None
-        wanted = max(2, 2 * self.frame_slots // self.scheme.group_size)
+        size, branching, min_delta = self.scheme.group_size, self.scheme.branching, self.scheme.group_size // 8
+        first_level = [d * branching**j for j in range(self.scheme.depth) for d in range(1, branching)]
+        kept = 1 + sum(min_delta <= place < size for place in first_level) if min_delta > 0 else 1
+        wanted = max(2, 2 * self.frame_slots * kept // size)
         most = max(2, KEY_FRAMES_BYTES // (self.frame_nbytes + 64))
         slots = 1 << (min(wanted, most) - 1).bit_length()
-        return _lz4batch.key_frames(self.frame_nbytes, slots if slots <= most else slots // 2)
+        return _lz4batch.key_frames(self.frame_nbytes, slots if slots <= most else slots // 2, min_delta,
+                                    self.frame_slots)
 
     def encode_ahead(self, groups: object, frame: npt.NDArray[np.generic], *, frame_tail: int, threads: int) -> object:
         """Start encoding one env's next frame on an awake helper (``_lz4batch.encode_ahead``) against the
