@@ -15,6 +15,7 @@
 #include "frame_entries.h"
 #include "little_endian.h"
 #include "lz4_api.h"
+#include "reference_ahead.h"
 #include "reference_groups.h"
 #include "ring_slots.h"
 #include "row_checksum.h"

@@ -14,9 +14,10 @@
  *                    once or ahead while the caller works on (add's fast path, encode_frames)
  *   fast_add         append_frames, append_reference_frames, write_rows: add's fast path, its writes in
  *                    one call each
- *   reference_groups reference_groups, encode_frame, encode_ahead, groups_checkpoint, groups_rollback,
- *                    groups_taken_back: a writer's reference groups (which frame each is compressed
- *                    against), for both of add's paths
+ *   reference_groups reference_groups, encode_frame, groups_checkpoint, groups_rollback: a writer's
+ *                    reference groups (which frame each is compressed against), for both of add's paths
+ *   reference_ahead  encode_ahead, groups_taken_back: one env's frame encoded ahead on a helper, taken
+ *                    back from a preempted one
  *   reference_threads reference_decode: mmreplay._lz4ref.decode's batch on the pool's threads, one
  *                    tree of references a task (reference_decode's entries)
  *   reference_table  reference_decode_entries: a reference ring's frames located through its table,
@@ -38,6 +39,7 @@
 #include "link_follow.h"
 #include "lz4_api.h"
 #include "lz4_decode.h"
+#include "reference_ahead.h"
 #include "reference_groups.h"
 #include "reference_table.h"
 #include "reference_threads.h"
@@ -59,6 +61,7 @@ static PyMethodDef methods[] = {
     FAST_ADD_METHODS
     FRAME_COMPRESS_METHODS
     REFERENCE_GROUPS_METHODS
+    REFERENCE_AHEAD_METHODS
     REFERENCE_THREADS_METHODS
     REFERENCE_TABLE_METHODS
     KEY_FRAMES_METHODS

@@ -15,10 +15,6 @@
 typedef struct ReferenceGroups ReferenceGroups;
 typedef struct AheadFrame AheadFrame;
 
-/* The frame encoded ahead of a capsule that encode_ahead() made; NULL for None, or with a TypeError for
- * any other object. */
-const AheadFrame *ahead_frame_of(PyObject *capsule);
-
 /* The groups of a capsule that reference_groups() made; NULL with a TypeError for any other object. */
 ReferenceGroups *reference_groups_from(PyObject *capsule);
 
@@ -46,46 +42,21 @@ PyObject *py_reference_groups(PyObject *module, PyObject *args);
  *   starts an episode, and a group. */
 PyObject *py_encode_frame(PyObject *module, PyObject *args);
 
-/* encode_ahead(groups, env, frame_step, frame, frame_tail, threads) -> capsule | None
- *   Starts encoding env's frame at frame_step on an awake helper of the pool (up to threads - 1 of them)
- *   against the reference its group gives it if its add continues the group, and returns at once:
- *   append_reference_frames given the capsule takes that block where the frame and its reference turn
- *   out the same (the bytes it would encode), and encodes the frame itself otherwise (an episode start,
- *   another frame, no helper awake, or a helper that has not finished it within a few microseconds:
- *   preempted, it is not waited for; reference_groups.c's "taken back"). None where frame_step is not
- *   after env's last frame, while a frame taken back is still being encoded, and for the next 64 calls
- *   after one was. */
-PyObject *py_encode_ahead(PyObject *module, PyObject *args);
-
 /* groups_checkpoint(groups) / groups_rollback(groups)
  *   Remember the groups as they are; return to them (an add that failed before it wrote its frames). */
 PyObject *py_groups_checkpoint(PyObject *module, PyObject *arg);
 PyObject *py_groups_rollback(PyObject *module, PyObject *arg);
 
-/* groups_taken_back(groups, helper_delay_ns=-1) -> int
- *   How many frames encoded ahead the adds took back from a helper that had not finished them; with
- *   helper_delay_ns >= 0, from now on each frame posted ahead is, where a helper runs it, held up that
- *   long first, and never run by an add (as if a helper had just taken it) while it is posted (0: as
- *   usual): what the tests exercise the taken-back path with. */
-PyObject *py_groups_taken_back(PyObject *module, PyObject *args);
-
 #define REFERENCE_GROUPS_METHODS                                                                                   \
     {"reference_groups", py_reference_groups, METH_VARARGS,                                                        \
      "reference_groups(num_envs, group_size, branching, max_distance, frame_nbytes, row_nbytes) -> capsule\n\n"   \
      "A writer's reference groups: each env's place in its group and the frames it may reference."},              \
-    {"encode_ahead", py_encode_ahead, METH_VARARGS,                                                                \
-     "encode_ahead(groups, env, frame_step, frame, frame_tail, threads) -> capsule | None\n\n"                     \
-     "Start encoding env's frame on a helper against the reference its group gives it next; append_reference_\n" \
-     "frames takes the block where it turns out the frame's."},                                                   \
     {"encode_frame", py_encode_frame, METH_VARARGS,                                                                \
      "encode_frame(groups, env, frame_step, frame, restart, frame_tail) -> (bytes, int)\n\n"                       \
      "One frame of env: its stored bytes and ref_delta."},                                                          \
     {"groups_checkpoint", py_groups_checkpoint, METH_O,                                                            \
      "groups_checkpoint(groups): remember the groups as they are."},                                               \
     {"groups_rollback", py_groups_rollback, METH_O,                                                                \
-     "groups_rollback(groups): return to the groups as the last checkpoint left them."},                           \
-    {"groups_taken_back", py_groups_taken_back, METH_VARARGS,                                                      \
-     "groups_taken_back(groups, helper_delay_ns=-1) -> int\n\n"                                                    \
-     "Frames encoded ahead that adds took back from an unfinished helper; a delay >= 0 holds helpers up."},
+     "groups_rollback(groups): return to the groups as the last checkpoint left them."},
 
 #endif

@@ -1,0 +1,220 @@
+/* One env's frame encoded ahead on a helper, and taken back from a preempted one: see reference_ahead.h. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <string.h>
+#include <time.h>
+
+#include "reference_ahead.h"
+#include "reference_anchors.h"
+#include "work_pool.h"
+
+/* A frame of one env encoded ahead on a helper (encode_ahead) against the reference its group would give
+ * it next, or alone where it would be a key frame, while the caller checks its add. Every function here
+ * that reads or changes the groups settles it first (ahead_settle): its helper joined where it is done
+ * or within TAKE_BACK_NANOSECONDS. A helper still running then (preempted: on 2 cores another process
+ * took its core for a time slice) is not waited for: the add encodes its frame itself, apart from the
+ * reference the helper writes beside, and the frame stays the groups' g->ahead, holding its reference,
+ * until a later settle finds its helper done (and frees it, once its capsule is gone: orphaned). */
+typedef struct AheadFrame {
+    ReferenceGroups *g;
+    PyObject *groups;   /* the groups' capsule, held while this lives */
+    Py_ssize_t env;
+    int64_t step;
+    Anchor *reference;  /* held until settled; NULL: a key frame */
+    const Anchor *predicted;
+    int64_t reference_step;
+    Py_buffer frame;
+    char *block;
+    size_t room;
+    Py_ssize_t length;  /* the block's bytes; -1: it did not encode; -2: no helper took it (not encoded) */
+    PoolJob *posted;
+    int settled;
+    int orphaned; /* its capsule is gone: the groups free it once settled */
+    long long helper_delay_ns; /* the groups' at its post: read by the helper */
+} AheadFrame;
+
+/* How long a settle polls for a helper that is encoding the frame (~3-6 us for an 84x84 frame) before the
+ * add encodes it itself; and how many encode_aheads decline after that (a busy machine would otherwise
+ * make every add poll and then encode). */
+#define TAKE_BACK_NANOSECONDS 5000
+#define TAKE_BACK_PAUSE 64
+
+static void
+ahead_task(void *context, Py_ssize_t number)
+{
+    (void)number;
+    AheadFrame *a = context;
+    if (a->helper_delay_ns > 0 && pool_on_helper()) { /* a test's stand-in for a preempted helper */
+        struct timespec pause = {(time_t)(a->helper_delay_ns / 1000000000), (long)(a->helper_delay_ns % 1000000000)};
+        nanosleep(&pause, NULL);
+    }
+    a->length = encode_one(a->frame.buf, a->g->n, a->reference, a->block, a->room, 0);
+}
+
+static void ahead_free(AheadFrame *a);
+
+/* Joins the frame's helper where it is done (waiting for it with `wait`, else for at most
+ * TAKE_BACK_NANOSECONDS), and lets go of its reference: 1. 0 while the helper still runs: the frame stays
+ * g->ahead, and the caller encodes apart. Call with the GIL (an orphaned frame is freed here). */
+static int
+ahead_settle(AheadFrame *a, int wait)
+{
+    if (a->settled) {
+        return 1;
+    }
+    if (a->posted == NULL) {
+        a->length = -2; /* no helper awake: the add encodes the frame itself */
+    }
+    else if (wait) {
+        pool_join(a->posted, 1, ahead_task, a); /* the helper took it, or, if none did yet, this thread runs it */
+    }
+    /* With a test's delay the add never runs the frame itself: as if a helper had just taken it. */
+    else if (!pool_try_join(a->posted, 1, ahead_task, a, TAKE_BACK_NANOSECONDS, a->helper_delay_ns == 0)) {
+        if (a->g->ahead_pause == 0) { /* taken back: this add encodes the frame */
+            a->g->ahead_pause = TAKE_BACK_PAUSE;
+            a->g->taken_back++;
+        }
+        return 0;
+    }
+    a->settled = 1;
+    if (a->g->ahead == a) {
+        a->g->ahead = NULL;
+    }
+    anchor_release(a->g, a->reference);
+    a->reference = NULL;
+    if (a->orphaned) {
+        ahead_free(a);
+    }
+    return 1;
+}
+
+int
+groups_settle(ReferenceGroups *g, int wait)
+{
+    return g->ahead == NULL || ahead_settle(g->ahead, wait);
+}
+
+Py_ssize_t
+ahead_block(const AheadFrame *a, int64_t step, const char *frame, const Anchor *reference, char *dst)
+{
+    if (a == NULL || !a->settled || a->length < 0 || a->env != 0 || a->step != step || a->predicted != reference
+        || (reference != NULL && a->reference_step != reference->step) || memcmp(a->frame.buf, frame, a->g->n) != 0) {
+        return -1;
+    }
+    memcpy(dst, a->block, (size_t)a->length);
+    return a->length;
+}
+
+#define AHEAD_NAME "mmreplay._lz4batch.AheadFrame"
+
+static void
+ahead_free(AheadFrame *a)
+{
+    PyBuffer_Release(&a->frame);
+    PyMem_Free(a->block);
+    PyMem_Free(a);
+}
+
+static void
+ahead_destroy(PyObject *capsule)
+{
+    AheadFrame *a = PyCapsule_GetPointer(capsule, AHEAD_NAME);
+    if (a == NULL) {
+        return;
+    }
+    PyObject *groups = a->groups;
+    if (ahead_settle(a, 0)) {
+        ahead_free(a);
+    }
+    else { /* its helper still reads its frame: the groups free it once settled (it is their g->ahead) */
+        a->orphaned = 1;
+    }
+    Py_DECREF(groups); /* last: it may free the groups, which then wait for an orphaned frame's helper */
+}
+
+const AheadFrame *
+ahead_frame_of(PyObject *capsule)
+{
+    if (capsule == Py_None) {
+        return NULL;
+    }
+    return capsule_pointer(capsule, AHEAD_NAME, "ahead must be None or what encode_ahead() returned");
+}
+
+PyObject *
+py_encode_ahead(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *capsule;
+    Py_ssize_t env;
+    long long step, frame_tail;
+    Py_buffer frame;
+    int threads;
+    if (!PyArg_ParseTuple(args, "OnLy*Li:encode_ahead", &capsule, &env, &step, &frame, &frame_tail, &threads)) {
+        return NULL;
+    }
+    ReferenceGroups *g = reference_groups_from(capsule);
+    if (g == NULL || env < 0 || env >= g->num_envs || (size_t)frame.len != g->n || threads < 1
+        || threads > POOL_MAX_THREADS) {
+        if (g != NULL) {
+            PyErr_Format(PyExc_ValueError, "encode_ahead: env %zd of %zd, a frame of %zd bytes (expected %zu), "
+                         "threads %d", env, g->num_envs, frame.len, g->n, threads);
+        }
+        PyBuffer_Release(&frame);
+        return NULL;
+    }
+    /* None while a frame taken back is still being encoded (its helper holds the one posting slot), and
+     * for a while after one was (ahead_pause). */
+    if (!groups_settle(g, 0) || g->ahead_pause > 0) {
+        g->ahead_pause -= g->ahead_pause > 0;
+        PyBuffer_Release(&frame);
+        Py_RETURN_NONE;
+    }
+    /* The reference assign would give the frame if its add continues the group (no episode start: that
+     * add's obs frame is written first, at this step, and the block is not taken). */
+    const EnvGroup *e = &g->envs[env];
+    if (step <= e->last_step) {
+        PyBuffer_Release(&frame);
+        Py_RETURN_NONE;
+    }
+    Anchor *reference = e->place == 0 || group_ends(g, e, step, frame_tail) ? NULL
+                                                                              : e->anchors[reference_digit(g, e->place)];
+    AheadFrame *a = PyMem_Calloc(1, sizeof(AheadFrame));
+    char *block = a == NULL ? NULL : PyMem_Malloc(block_room(g));
+    PyObject *result = block == NULL ? NULL : PyCapsule_New(a, AHEAD_NAME, ahead_destroy);
+    if (result == NULL) {
+        PyMem_Free(block);
+        PyMem_Free(a);
+        PyBuffer_Release(&frame);
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    }
+    *a = (AheadFrame){.g = g, .groups = Py_NewRef(capsule), .env = env, .step = step, .reference = reference,
+                      .predicted = reference, .reference_step = reference != NULL ? reference->step : -1,
+                      .frame = frame, .block = block, .room = block_room(g), .length = -2,
+                      .helper_delay_ns = g->helper_delay_ns};
+    anchor_hold(reference);
+    g->ahead = a;
+    /* posted last: nothing can fail after a helper may have started on it */
+    a->posted = pool_post(1, threads, ahead_task, a, a->helper_delay_ns > 0 ? POOL_AHEAD_WAKING : POOL_AHEAD);
+    return result;
+}
+
+PyObject *
+py_groups_taken_back(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *capsule;
+    long long delay = -1;
+    if (!PyArg_ParseTuple(args, "O|L:groups_taken_back", &capsule, &delay)) {
+        return NULL;
+    }
+    ReferenceGroups *g = reference_groups_from(capsule);
+    if (g == NULL) {
+        return NULL;
+    }
+    if (delay >= 0) {
+        g->helper_delay_ns = delay;
+    }
+    return PyLong_FromLongLong(g->taken_back);
+}

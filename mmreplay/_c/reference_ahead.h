@@ -1,0 +1,57 @@
+/* One env's frame encoded ahead on a helper of the pool while its add is checked (a writer's reference
+ * groups, reference_groups.h), and taken back from a helper that has not finished it (preempted) rather
+ * than waited for: the add then encodes the frame itself, apart from the reference the helper writes
+ * beside (reference_encode_apart), and the frame stays the groups' until a later settle finds its helper
+ * done. */
+#ifndef MMREPLAY_REFERENCE_AHEAD_H
+#define MMREPLAY_REFERENCE_AHEAD_H
+
+#include <Python.h>
+
+#include "reference_groups.h"
+
+struct Anchor; /* reference_anchors.h */
+
+/* The frame encoded ahead of a capsule that encode_ahead() made; NULL for None, or with a TypeError for
+ * any other object. */
+const AheadFrame *ahead_frame_of(PyObject *capsule);
+
+/* Settles the groups' frame encoded ahead, if any: its helper joined where it is done (waiting for it
+ * with `wait`, else for at most a few microseconds). Whether none is left running (0: the caller encodes
+ * apart, reference_encode_apart). Every function that reads or changes the groups settles first. Call
+ * with the GIL. */
+int groups_settle(ReferenceGroups *g, int wait);
+
+/* The block encoded ahead for env 0's frame at step, when it is this frame's against the reference it
+ * was just assigned (NULL: a key frame) and settled: its length, the block copied to dst; -1 otherwise. */
+Py_ssize_t ahead_block(const AheadFrame *a, int64_t step, const char *frame, const struct Anchor *reference,
+                       char *dst);
+
+/* encode_ahead(groups, env, frame_step, frame, frame_tail, threads) -> capsule | None
+ *   Starts encoding env's frame at frame_step on an awake helper of the pool (up to threads - 1 of them)
+ *   against the reference its group gives it if its add continues the group, and returns at once:
+ *   append_reference_frames given the capsule takes that block where the frame and its reference turn
+ *   out the same (the bytes it would encode), and encodes the frame itself otherwise (an episode start,
+ *   another frame, no helper awake, or a helper that has not finished it within a few microseconds:
+ *   preempted, it is not waited for; reference_ahead.c's "taken back"). None where frame_step is not
+ *   after env's last frame, while a frame taken back is still being encoded, and for the next 64 calls
+ *   after one was. */
+PyObject *py_encode_ahead(PyObject *module, PyObject *args);
+
+/* groups_taken_back(groups, helper_delay_ns=-1) -> int
+ *   How many frames encoded ahead the adds took back from a helper that had not finished them; with
+ *   helper_delay_ns >= 0, from now on each frame posted ahead is, where a helper runs it, held up that
+ *   long first, and never run by an add (as if a helper had just taken it) while it is posted (0: as
+ *   usual): what the tests exercise the taken-back path with. */
+PyObject *py_groups_taken_back(PyObject *module, PyObject *args);
+
+#define REFERENCE_AHEAD_METHODS                                                                                    \
+    {"encode_ahead", py_encode_ahead, METH_VARARGS,                                                                \
+     "encode_ahead(groups, env, frame_step, frame, frame_tail, threads) -> capsule | None\n\n"                     \
+     "Start encoding env's frame on a helper against the reference its group gives it next; append_reference_\n"   \
+     "frames takes the block where it turns out the frame's."},                                                    \
+    {"groups_taken_back", py_groups_taken_back, METH_VARARGS,                                                      \
+     "groups_taken_back(groups, helper_delay_ns=-1) -> int\n\n"                                                    \
+     "Frames encoded ahead that adds took back from an unfinished helper; a delay >= 0 holds helpers up."},
+
+#endif
