@@ -43,7 +43,8 @@ class CountingStore:
         self.helpers = helpers and _lz4batch is not None
         if self.helpers:
             one_env = config.get("num_envs", 1) == 1
-            self.fast._role._append_threads, self.fast._role._ahead_threads = (1, 2) if one_env else (4, 1)
+            reference = config.get("frame_encoding") == "lz4-reference"  # a vector add's frames ahead too
+            self.fast._role._append_threads, self.fast._role._ahead_threads = (1, 2) if one_env else (4, 2 if reference else 1)
             self.fast._role._ahead_min_bytes = 0  # every frame ahead, however small it compresses
         self.fast_adds = 0
         take_fast_path = self.fast._role._add_single_frames
@@ -271,6 +272,50 @@ def test_reference_frames_taken_back_from_a_held_up_helper_store_what_the_genera
         pair.general.add(*args)
     assert _lz4batch.groups_taken_back(groups) >= 1
     assert pair.fast_adds > 0.9 * len(adds), (pair.fast_adds, len(adds))
+    pair.close_and_compare()
+
+
+@pytest.mark.skipif(_lz4batch is None or usable_cores() < 2, reason="needs mmreplay._lz4batch and 2 cores")
+@pytest.mark.parametrize("stacked", [False, True])
+def test_a_vector_adds_reference_frames_ahead_and_taken_back_store_what_the_general_path_stores(
+    tmp_path: Path, stacked: bool
+) -> None:
+    """A vector add's reference frames go ahead too, one helper task each: taken where each turns out its
+    env's frame against the reference its group gives it, encoded in the add otherwise (an env's new
+    episode: the general path), and, with helpers held up 1 ms, taken back. 4 envs, 400 adds, episode ends
+    and evictions: the store holds, byte for byte, what the general path writes."""
+    frames = load_stream("pong", ("frames",), 600)["frames"]
+    num_envs = 4
+    pair = CountingStore(tmp_path, frame_shape=(84, 84), capacity=160, num_envs=num_envs, helpers=True,
+                         frame_encoding=REFERENCE)
+    groups = pair.fast._role._encoder.groups
+    rng = np.random.default_rng(5)
+    position = np.arange(num_envs) * 140
+    start = position.copy()
+    adds = []
+    for t in range(400):
+        if t == 200:
+            _lz4batch.groups_taken_back(groups, 1_000_000)  # the second half: helpers held up
+            for args in adds:
+                pair.fast.add(*args)
+            done, adds = list(adds), []
+        ended = rng.random(num_envs) < 0.01
+        if stacked:
+            window = np.arange(-3, 1)
+            obs = frames[np.maximum(position[:, None] + window, start[:, None])]
+            next_obs = frames[np.maximum(position[:, None] + 1 + window, start[:, None])]
+        else:
+            obs, next_obs = frames[position], frames[position + 1]
+        adds.append((obs, rng.integers(0, 6, num_envs), rng.random(num_envs), next_obs, ended, np.zeros(num_envs, bool)))
+        restart = ended | (position + 2 >= len(frames))
+        position = np.where(restart, rng.integers(0, len(frames) - 1, num_envs), position + 1)
+        start = np.where(restart, position, start)
+    for args in adds:
+        pair.fast.add(*args)
+    for args in done + adds:
+        pair.general.add(*args)
+    assert _lz4batch.groups_taken_back(groups) >= 1
+    assert pair.fast_adds > 300, pair.fast_adds
     pair.close_and_compare()
 
 

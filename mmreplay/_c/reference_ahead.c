@@ -19,15 +19,19 @@
 typedef struct AheadFrame {
     ReferenceGroups *g;
     PyObject *groups;   /* the groups' capsule, held while this lives */
-    Py_ssize_t env;
-    int64_t step;
-    Anchor *reference;  /* held until settled; NULL: a key frame */
-    const Anchor *predicted;
-    int64_t reference_step;
-    Py_buffer frame;
-    char *block;
+    Py_ssize_t env;     /* the first env's number; count envs from it, each at its frame step */
+    Py_ssize_t count;
+    int64_t step;       /* the first env's frame step: env + k's is step + k (a vector add's) */
+    Py_buffer frame;    /* frame k at frame.buf + offset + k * stride */
+    size_t offset, stride;
+    /* each frame's, allocated with this: */
+    Anchor **reference;         /* held until settled; NULL: a key frame */
+    const Anchor **predicted;
+    int64_t *reference_step;
+    Py_ssize_t *length;         /* the block's bytes; -1: it did not encode; -2: not encoded */
+    unsigned char *done;        /* set (release) once the frame's block and length are written */
+    char *block;                /* frame k's at block + k * room */
     size_t room;
-    Py_ssize_t length;  /* the block's bytes; -1: it did not encode; -2: no helper took it (not encoded) */
     PoolJob *posted;
     int settled;
     int orphaned; /* its capsule is gone: the groups free it once settled */
@@ -41,15 +45,16 @@ typedef struct AheadFrame {
 #define TAKE_BACK_PAUSE 64
 
 static void
-ahead_task(void *context, Py_ssize_t number)
+ahead_task(void *context, Py_ssize_t k)
 {
-    (void)number;
     AheadFrame *a = context;
     if (a->helper_delay_ns > 0 && pool_on_helper()) { /* a test's stand-in for a preempted helper */
         struct timespec pause = {(time_t)(a->helper_delay_ns / 1000000000), (long)(a->helper_delay_ns % 1000000000)};
         nanosleep(&pause, NULL);
     }
-    a->length = encode_one(a->frame.buf, a->g->n, a->reference, a->block, a->room, 0);
+    a->length[k] = encode_one((const char *)a->frame.buf + a->offset + (size_t)k * a->stride, a->g->n, a->reference[k],
+                              a->block + (size_t)k * a->room, a->room, 0);
+    __atomic_store_n(&a->done[k], 1, __ATOMIC_RELEASE); /* an add may take it before the others are done */
 }
 
 static void ahead_free(AheadFrame *a);
@@ -64,13 +69,15 @@ ahead_settle(AheadFrame *a, int wait)
         return 1;
     }
     if (a->posted == NULL) {
-        a->length = -2; /* no helper awake: the add encodes the frame itself */
+        for (Py_ssize_t k = 0; k < a->count; k++) {
+            a->length[k] = -2; /* no helper awake: the add encodes the frames itself */
+        }
     }
     else if (wait) {
-        pool_join(a->posted, 1, ahead_task, a); /* the helper took it, or, if none did yet, this thread runs it */
+        pool_join(a->posted, a->count, ahead_task, a); /* what no helper took, this thread runs */
     }
-    /* With a test's delay the add never runs the frame itself: as if a helper had just taken it. */
-    else if (!pool_try_join(a->posted, 1, ahead_task, a, TAKE_BACK_NANOSECONDS, a->helper_delay_ns == 0)) {
+    /* With a test's delay the add never runs a frame itself: as if a helper had just taken it. */
+    else if (!pool_try_join(a->posted, a->count, ahead_task, a, TAKE_BACK_NANOSECONDS, a->helper_delay_ns == 0)) {
         if (a->g->ahead_pause == 0) { /* taken back: this add encodes the frame */
             a->g->ahead_pause = TAKE_BACK_PAUSE;
             a->g->taken_back++;
@@ -81,8 +88,10 @@ ahead_settle(AheadFrame *a, int wait)
     if (a->g->ahead == a) {
         a->g->ahead = NULL;
     }
-    anchor_release(a->g, a->reference);
-    a->reference = NULL;
+    for (Py_ssize_t k = 0; k < a->count; k++) {
+        anchor_release(a->g, a->reference[k]);
+        a->reference[k] = NULL;
+    }
     if (a->orphaned) {
         ahead_free(a);
     }
@@ -96,14 +105,18 @@ groups_settle(ReferenceGroups *g, int wait)
 }
 
 Py_ssize_t
-ahead_block(const AheadFrame *a, int64_t step, const char *frame, const Anchor *reference, char *dst)
+ahead_block(const AheadFrame *a, Py_ssize_t env, int64_t step, const char *frame, const Anchor *reference, char *dst)
 {
-    if (a == NULL || !a->settled || a->length < 0 || a->env != 0 || a->step != step || a->predicted != reference
-        || (reference != NULL && a->reference_step != reference->step) || memcmp(a->frame.buf, frame, a->g->n) != 0) {
+    Py_ssize_t k = env - (a == NULL ? 0 : a->env);
+    /* a frame whose helper is done, even where another is still running (taken back: not settled) */
+    if (a == NULL || k < 0 || k >= a->count || (!a->settled && !__atomic_load_n(&a->done[k], __ATOMIC_ACQUIRE))
+        || a->length[k] < 0 || a->step + k != step
+        || a->predicted[k] != reference || (reference != NULL && a->reference_step[k] != reference->step)
+        || memcmp((const char *)a->frame.buf + a->offset + (size_t)k * a->stride, frame, a->g->n) != 0) {
         return -1;
     }
-    memcpy(dst, a->block, (size_t)a->length);
-    return a->length;
+    memcpy(dst, a->block + (size_t)k * a->room, (size_t)a->length[k]);
+    return a->length[k];
 }
 
 #define AHEAD_NAME "mmreplay._lz4batch.AheadFrame"
@@ -112,7 +125,6 @@ static void
 ahead_free(AheadFrame *a)
 {
     PyBuffer_Release(&a->frame);
-    PyMem_Free(a->block);
     PyMem_Free(a);
 }
 
@@ -147,19 +159,22 @@ py_encode_ahead(PyObject *module, PyObject *args)
 {
     (void)module;
     PyObject *capsule;
-    Py_ssize_t env;
+    Py_ssize_t env, count = 1, offset = 0, stride = 0;
     long long step, frame_tail;
     Py_buffer frame;
     int threads;
-    if (!PyArg_ParseTuple(args, "OnLy*Li:encode_ahead", &capsule, &env, &step, &frame, &frame_tail, &threads)) {
+    if (!PyArg_ParseTuple(args, "OnLy*Li|nnn:encode_ahead", &capsule, &env, &step, &frame, &frame_tail, &threads,
+                          &count, &offset, &stride)) {
         return NULL;
     }
     ReferenceGroups *g = reference_groups_from(capsule);
-    if (g == NULL || env < 0 || env >= g->num_envs || (size_t)frame.len != g->n || threads < 1
-        || threads > POOL_MAX_THREADS) {
+    if (g == NULL || env < 0 || count < 1 || env > g->num_envs - count || offset < 0 || stride < 0
+        || (count > 1 && stride < (Py_ssize_t)g->n) || threads < 1 || threads > POOL_MAX_THREADS
+        || (size_t)frame.len < (size_t)offset + (size_t)(count - 1) * (size_t)stride + g->n) {
         if (g != NULL) {
-            PyErr_Format(PyExc_ValueError, "encode_ahead: env %zd of %zd, a frame of %zd bytes (expected %zu), "
-                         "threads %d", env, g->num_envs, frame.len, g->n, threads);
+            PyErr_Format(PyExc_ValueError, "encode_ahead: envs %zd to %zd of %zd, frames of %zu bytes at %zd + k * %zd in "
+                         "%zd bytes, threads %d", env, env + count - 1, g->num_envs, g->n, offset, stride, frame.len,
+                         threads);
         }
         PyBuffer_Release(&frame);
         return NULL;
@@ -171,32 +186,46 @@ py_encode_ahead(PyObject *module, PyObject *args)
         PyBuffer_Release(&frame);
         Py_RETURN_NONE;
     }
-    /* The reference assign would give the frame if its add continues the group (no episode start: that
-     * add's obs frame is written first, at this step, and the block is not taken). */
-    const EnvGroup *e = &g->envs[env];
-    if (step <= e->last_step) {
-        PyBuffer_Release(&frame);
-        Py_RETURN_NONE;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        if (step + k <= g->envs[env + k].last_step) {
+            PyBuffer_Release(&frame);
+            Py_RETURN_NONE;
+        }
     }
-    Anchor *reference = e->place == 0 || group_ends(g, e, step, frame_tail) ? NULL
-                                                                              : e->anchors[reference_digit(g, e->place)];
-    AheadFrame *a = PyMem_Calloc(1, sizeof(AheadFrame));
-    char *block = a == NULL ? NULL : PyMem_Malloc(block_room(g));
-    PyObject *result = block == NULL ? NULL : PyCapsule_New(a, AHEAD_NAME, ahead_destroy);
+    size_t room = block_room(g), n = (size_t)count;
+    /* the frame, then each frame's reference, prediction, reference step, length and done flag, then the
+     * blocks (from a multiple of 8 bytes) */
+    size_t arrays = (n * (2 * sizeof(Anchor *) + sizeof(int64_t) + sizeof(Py_ssize_t) + 1) + 7) & ~(size_t)7;
+    AheadFrame *a = PyMem_Calloc(1, sizeof(AheadFrame) + arrays + n * room);
+    PyObject *result = a == NULL ? NULL : PyCapsule_New(a, AHEAD_NAME, ahead_destroy);
     if (result == NULL) {
-        PyMem_Free(block);
         PyMem_Free(a);
         PyBuffer_Release(&frame);
         return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
-    *a = (AheadFrame){.g = g, .groups = Py_NewRef(capsule), .env = env, .step = step, .reference = reference,
-                      .predicted = reference, .reference_step = reference != NULL ? reference->step : -1,
-                      .frame = frame, .block = block, .room = block_room(g), .length = -2,
-                      .helper_delay_ns = g->helper_delay_ns};
-    anchor_hold(reference);
+    char *after = (char *)(a + 1);
+    *a = (AheadFrame){.g = g, .groups = Py_NewRef(capsule), .env = env, .count = count, .step = step, .frame = frame,
+                      .offset = (size_t)offset, .stride = (size_t)stride, .reference = (Anchor **)after,
+                      .predicted = (const Anchor **)(after + n * sizeof(Anchor *)),
+                      .reference_step = (int64_t *)(after + 2 * n * sizeof(Anchor *)),
+                      .length = (Py_ssize_t *)(after + 2 * n * sizeof(Anchor *) + n * sizeof(int64_t)),
+                      .done = (unsigned char *)(after + 2 * n * sizeof(Anchor *) + n * sizeof(int64_t)
+                                                + n * sizeof(Py_ssize_t)),
+                      .block = after + arrays, .room = room, .helper_delay_ns = g->helper_delay_ns};
+    /* The reference assign would give each frame if its add continues the env's group (no episode start:
+     * that add's obs frame is written first, at this step, and the block is not taken). */
+    for (Py_ssize_t k = 0; k < count; k++) {
+        const EnvGroup *e = &g->envs[env + k];
+        Anchor *reference = e->place == 0 || group_ends(g, e, step + k, frame_tail)
+                                ? NULL : e->anchors[reference_digit(g, e->place)];
+        a->reference[k] = reference, a->predicted[k] = reference;
+        a->reference_step[k] = reference != NULL ? reference->step : -1;
+        a->length[k] = -2;
+        anchor_hold(reference);
+    }
     g->ahead = a;
     /* posted last: nothing can fail after a helper may have started on it */
-    a->posted = pool_post(1, threads, ahead_task, a, a->helper_delay_ns > 0 ? POOL_AHEAD_WAKING : POOL_AHEAD);
+    a->posted = pool_post(count, threads, ahead_task, a, a->helper_delay_ns > 0 ? POOL_AHEAD_WAKING : POOL_AHEAD);
     return result;
 }
 

@@ -22,20 +22,22 @@ const AheadFrame *ahead_frame_of(PyObject *capsule);
  * with the GIL. */
 int groups_settle(ReferenceGroups *g, int wait);
 
-/* The block encoded ahead for env 0's frame at step, when it is this frame's against the reference it
- * was just assigned (NULL: a key frame) and settled: its length, the block copied to dst; -1 otherwise. */
-Py_ssize_t ahead_block(const AheadFrame *a, int64_t step, const char *frame, const struct Anchor *reference,
-                       char *dst);
+/* The block encoded ahead for env's frame at step, when it is this frame's against the reference it was
+ * just assigned (NULL: a key frame) and settled: its length, the block copied to dst; -1 otherwise. */
+Py_ssize_t ahead_block(const AheadFrame *a, Py_ssize_t env, int64_t step, const char *frame,
+                       const struct Anchor *reference, char *dst);
 
-/* encode_ahead(groups, env, frame_step, frame, frame_tail, threads) -> capsule | None
- *   Starts encoding env's frame at frame_step on an awake helper of the pool (up to threads - 1 of them)
- *   against the reference its group gives it if its add continues the group, and returns at once:
- *   append_reference_frames given the capsule takes that block where the frame and its reference turn
- *   out the same (the bytes it would encode), and encodes the frame itself otherwise (an episode start,
- *   another frame, no helper awake, or a helper that has not finished it within a few microseconds:
- *   preempted, it is not waited for; reference_ahead.c's "taken back"). None where frame_step is not
- *   after env's last frame, while a frame taken back is still being encoded, and for the next 64 calls
- *   after one was. */
+/* encode_ahead(groups, env, frame_step, frames, frame_tail, threads, count=1, offset=0, stride=0)
+ *     -> capsule | None
+ *   Starts encoding the frames of envs env to env + count - 1 (env + k's at frame step frame_step + k, its
+ *   bytes at frames + offset + k * stride: one env's frame, a vector add's, or each env's stack's newest)
+ *   on awake helpers of the pool (up to threads - 1 of them), each against the reference its group gives
+ *   it if its add continues the group, and returns at once: append_reference_frames given the capsule
+ *   takes each block where the frame and its reference turn out the same (the bytes it would encode), and
+ *   encodes a frame itself otherwise (an episode start, another frame, no helper awake, or a helper that
+ *   has not finished within a few microseconds: preempted, it is not waited for; "taken back"). None where
+ *   a frame step is not after its env's last frame, while frames taken back are still being encoded, and
+ *   for the next 64 calls after some were. */
 PyObject *py_encode_ahead(PyObject *module, PyObject *args);
 
 /* groups_taken_back(groups, helper_delay_ns=-1) -> int

@@ -221,12 +221,14 @@ typedef struct {
     char *blocks;
     int *lengths;
     int apart; /* a frame taken back is still being encoded by its helper: encode apart */
+    const Py_ssize_t *todo; /* the frames to encode (task t: frame todo[t]); the rest were encoded ahead */
 } EncodeJob;
 
 static void
-encode_task(void *context, Py_ssize_t i)
+encode_task(void *context, Py_ssize_t t)
 {
     EncodeJob *job = context;
+    Py_ssize_t i = job->todo[t];
     Py_ssize_t length = encode_one(job->frames + (size_t)i * job->n, job->n, job->references[i],
                                    job->blocks + (size_t)i * job->room, job->room, job->apart);
     job->lengths[i] = (int)length;
@@ -243,7 +245,7 @@ reference_groups_encode(ReferenceGroups *g, const char *frames, Py_ssize_t n, Py
         return -1;
     }
     size_t room = block_room(g);
-    Anchor **references = PyMem_Malloc((size_t)n * sizeof(Anchor *));
+    Anchor **references = PyMem_Malloc((size_t)n * (sizeof(Anchor *) + sizeof(Py_ssize_t)));
     *blocks = PyMem_Malloc((size_t)n * room);
     if (references == NULL || *blocks == NULL) {
         PyMem_Free(references);
@@ -265,17 +267,22 @@ reference_groups_encode(ReferenceGroups *g, const char *frames, Py_ssize_t n, Py
             return -1;
         }
     }
-    EncodeJob job = {frames, g->n, room, references, *blocks, lengths, apart};
-    Py_BEGIN_ALLOW_THREADS
-    if (n == 1 && (lengths[0] = (int)ahead_block(ahead, first_step, frames, references[0], *blocks)) >= 0) {
-        /* the one env's frame, encoded ahead against the same reference */
+    Py_ssize_t *todo = (Py_ssize_t *)(references + n), count = 0;
+    for (Py_ssize_t i = 0; i < n; i++) { /* the frames encoded ahead against the same references are taken */
+        lengths[i] = (int)ahead_block(ahead, i, first_step + i, frames + (size_t)i * g->n, references[i],
+                                      *blocks + (size_t)i * room);
+        if (lengths[i] < 0) {
+            todo[count++] = i;
+        }
     }
-    else if (threads > 1 && n > 1) {
-        pool_run(n, threads, encode_task, &job);
+    EncodeJob job = {frames, g->n, room, references, *blocks, lengths, apart, todo};
+    Py_BEGIN_ALLOW_THREADS
+    if (threads > 1 && count > 1) {
+        pool_run(count, threads, encode_task, &job);
     }
     else {
-        for (Py_ssize_t i = 0; i < n; i++) {
-            encode_task(&job, i);
+        for (Py_ssize_t t = 0; t < count; t++) {
+            encode_task(&job, t);
         }
     }
     Py_END_ALLOW_THREADS

@@ -58,14 +58,19 @@ class ReferenceFrameRing(FrameRing):
         return _lz4batch.key_frames(self.frame_nbytes, slots if slots <= most else slots // 2, min_delta,
                                     self.frame_slots)
 
-    def encode_ahead(self, groups: object, frame: npt.NDArray[np.generic], *, frame_tail: int, threads: int) -> object:
-        """Start encoding one env's next frame on an awake helper (``_lz4batch.encode_ahead``) against the
-        reference its group gives it if the add continues the group, the frame written next; a handle that
-        ``append_reference_frames(..., ahead=)`` takes where it turns out the frame's (else it encodes the
-        frame itself). None where the frame cannot be encoded ahead."""
+    def encode_ahead(
+        self, groups: object, frames: npt.NDArray[np.generic], *, frame_tail: int, threads: int, count: int = 1,
+        offset: int = 0, stride: int = 0,
+    ) -> object:
+        """Start encoding the next frame of each of ``count`` envs (env k's bytes at ``offset + k * stride``
+        in ``frames``: one env's frame, a vector add's, or each env's stack's newest) on awake helpers
+        (``_lz4batch.encode_ahead``) against the references their groups give them if the add continues
+        them, the frames written next; a handle that ``append_reference_frames(..., ahead=)`` takes for each
+        frame where it turns out the frame's (else it encodes that frame itself). None where the frames
+        cannot be encoded ahead."""
         if _lz4batch is None:
             return None
-        return _lz4batch.encode_ahead(groups, 0, self.frames_written, frame, frame_tail, threads)
+        return _lz4batch.encode_ahead(groups, 0, self.frames_written, frames, frame_tail, threads, count, offset, stride)
 
     def append_reference_frames(
         self, groups: object, frames: npt.NDArray[np.generic], prev_deltas: list[int], *, frame_tail: int,
@@ -76,7 +81,7 @@ class ReferenceFrameRing(FrameRing):
         (on up to ``threads`` threads) and written in one compiled call; the same bytes as encoding each
         with the groups and ``append``, which is what happens when they would run past the segment's end.
         ``frame_tail``: the oldest frame step the store keeps (no frame references one before it); ``ahead``:
-        ``encode_ahead``'s handle for a one-env add's frame, or None."""
+        ``encode_ahead``'s handle for the add's frames, or None."""
         assert _lz4batch is not None and self._entries is not None
         first_step, position = self.frames_written, self.bytes_written
         segment, offset = divmod(position, self.segment_bytes)

@@ -107,7 +107,10 @@ class Writer:
         min_cores = COMPRESS_MIN_CORES if plain else REFERENCE_COMPRESS_MIN_CORES
         self._append_threads = compress_threads(layout.num_envs, frame_nbytes, limit, min_cores=min_cores)
         single = layout.num_envs == 1 and self._fast_add
-        self._ahead_threads = ahead_threads(1, frame_nbytes, limit, min_cores=min_cores) if single else 1
+        if plain:
+            self._ahead_threads = ahead_threads(1, frame_nbytes, limit) if single else 1
+        else:  # a vector add's reference frames go ahead too (frames taken back keep the add from waiting)
+            self._ahead_threads = ahead_threads(layout.num_envs, frame_nbytes, limit, min_cores=min_cores) if self._fast_add else 1
         # Where there is a helper: the bytes the env's recent frames took compressed (a moving average),
         # and the least that pays for compressing ahead (threads.AHEAD_MIN_FRAME_BYTES; reference frames: 0).
         self._recent_frame_bytes = 0.0
@@ -311,7 +314,7 @@ class Writer:
                 terminated_bit=TERMINATED, truncated_bit=TRUNCATED,
             )
             if parsed is not None and self._add_single_frames(parsed, values, ahead):
-                if self._ahead_threads > 1:  # one env, one new frame: its compressed bytes
+                if self._ahead_threads > 1:  # the add's new frames' compressed bytes (a plain frame's gate)
                     self._recent_frame_bytes += (self._frames.bytes_written - bytes_before - self._recent_frame_bytes) / 8
                 if self._schedule.due(self.transitions_added):
                     self.flush()
@@ -487,18 +490,18 @@ class Writer:
         shapes = self._add_shapes
         if type(next_obs) is not np.ndarray or next_obs.dtype is not shapes.frame_dtype or not next_obs.flags.c_contiguous:
             return None
-        if next_obs.shape == shapes.stack:
-            frames = next_obs[-1:]
-        elif next_obs.shape == shapes.frame:
-            frames = next_obs[None]
-        else:
+        if next_obs.shape != shapes.stack and next_obs.shape != shapes.frame:
             return None
-        if self._encoder.groups is not None:
+        if self._encoder.groups is not None:  # each env's frame: its stack's newest, or next_obs
+            per_env = shapes.stack_size if next_obs.shape == shapes.stack else 1
+            frame_nbytes = self._frames.frame_nbytes
             handle: object = self._frames.encode_ahead(  # type: ignore[attr-defined]
-                self._encoder.groups, frames[0], frame_tail=self._committer.committed.frame_tail,
-                threads=self._ahead_threads,
+                self._encoder.groups, next_obs, frame_tail=self._committer.committed.frame_tail,
+                threads=self._ahead_threads, count=shapes.num_envs, offset=(per_env - 1) * frame_nbytes,
+                stride=per_env * frame_nbytes,
             )
             return handle
+        frames = next_obs[-1:] if next_obs.shape == shapes.stack else next_obs[None]
         return lz4_codec.compress_ahead(frames, threads=self._ahead_threads)
 
     def _add_single_frames(
