@@ -141,7 +141,10 @@ def test_readers_see_exact_committed_data_while_one_writer_appends(
         path, frame_shape=(84, 84), capacity=CAPACITY, stack_size=STACK, frame_encoding=frame_encoding
     ).close()
     context = multiprocessing.get_context("fork")
-    writes = context.Value("q", 0)
+    # No lock: the writer is SIGKILLed below, and one killed while it held a Value's lock (`writes.value = ...`)
+    # would leave the test's next read of it waiting forever (a CI run of 1bce9be hung there). An aligned
+    # 8-byte store is read whole.
+    writes = context.Value("q", 0, lock=False)
     stop = context.Event()
     results = context.Queue()
     started = time.perf_counter()
