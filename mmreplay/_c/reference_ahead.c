@@ -43,6 +43,10 @@ typedef struct AheadFrame {
  * make every add poll and then encode). */
 #define TAKE_BACK_NANOSECONDS 5000
 #define TAKE_BACK_PAUSE 64
+/* After this many adds in a row whose frames no helper took (every helper asleep, or its core taken by
+ * another process: the add then encodes them itself, and handing them over was cost alone), encode_ahead
+ * declines for TAKE_BACK_PAUSE calls too. */
+#define UNTAKEN_LIMIT 8
 
 static void
 ahead_task(void *context, Py_ssize_t k)
@@ -67,6 +71,16 @@ ahead_settle(AheadFrame *a, int wait)
 {
     if (a->settled) {
         return 1;
+    }
+    ReferenceGroups *g = a->g;
+    if (a->posted == NULL || !pool_started(a->posted)) {
+        if (++g->untaken >= UNTAKEN_LIMIT && g->ahead_pause == 0) {
+            g->ahead_pause = TAKE_BACK_PAUSE;
+            g->untaken = 0;
+        }
+    }
+    else {
+        g->untaken = 0;
     }
     if (a->posted == NULL) {
         for (Py_ssize_t k = 0; k < a->count; k++) {
@@ -102,6 +116,21 @@ int
 groups_settle(ReferenceGroups *g, int wait)
 {
     return g->ahead == NULL || ahead_settle(g->ahead, wait);
+}
+
+int
+ahead_uses(const ReferenceGroups *g, const Anchor *reference)
+{
+    const AheadFrame *a = g->ahead;
+    if (a == NULL || a->settled || reference == NULL) {
+        return 0;
+    }
+    for (Py_ssize_t k = 0; k < a->count; k++) {
+        if (a->reference[k] == reference) {
+            return 1;
+        }
+    }
+    return 0;
 }
 
 Py_ssize_t
@@ -196,7 +225,7 @@ py_encode_ahead(PyObject *module, PyObject *args)
     /* the frame, then each frame's reference, prediction, reference step, length and done flag, then the
      * blocks (from a multiple of 8 bytes) */
     size_t arrays = (n * (2 * sizeof(Anchor *) + sizeof(int64_t) + sizeof(Py_ssize_t) + 1) + 7) & ~(size_t)7;
-    AheadFrame *a = PyMem_Calloc(1, sizeof(AheadFrame) + arrays + n * room);
+    AheadFrame *a = PyMem_Malloc(sizeof(AheadFrame) + arrays + n * room); /* the blocks not cleared: ~7 KB a frame */
     PyObject *result = a == NULL ? NULL : PyCapsule_New(a, AHEAD_NAME, ahead_destroy);
     if (result == NULL) {
         PyMem_Free(a);
@@ -221,6 +250,7 @@ py_encode_ahead(PyObject *module, PyObject *args)
         a->reference[k] = reference, a->predicted[k] = reference;
         a->reference_step[k] = reference != NULL ? reference->step : -1;
         a->length[k] = -2;
+        a->done[k] = 0;
         anchor_hold(reference);
     }
     g->ahead = a;

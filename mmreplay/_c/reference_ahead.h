@@ -22,6 +22,11 @@ const AheadFrame *ahead_frame_of(PyObject *capsule);
  * with the GIL. */
 int groups_settle(ReferenceGroups *g, int wait);
 
+/* Whether the groups' frames encoded ahead and not yet settled (a helper may still be encoding against it)
+ * hold this reference: a frame encoded against it meanwhile is encoded apart (reference_encode_apart);
+ * against any other, as usual. */
+int ahead_uses(const ReferenceGroups *g, const struct Anchor *reference);
+
 /* The block encoded ahead for env's frame at step, when it is this frame's against the reference it was
  * just assigned (NULL: a key frame) and settled: its length, the block copied to dst; -1 otherwise. */
 Py_ssize_t ahead_block(const AheadFrame *a, Py_ssize_t env, int64_t step, const char *frame,

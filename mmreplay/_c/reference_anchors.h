@@ -40,6 +40,7 @@ struct ReferenceGroups {
      * back: ahead_settle), frames are encoded apart from their references (reference_encode_apart). */
     struct AheadFrame *ahead;
     int ahead_pause; /* encode_aheads left to decline after a frame was taken back */
+    int untaken;     /* frames encoded ahead in a row that no helper took (the add encoded them itself) */
     long long taken_back;    /* frames taken back so far (groups_taken_back) */
     long long helper_delay_ns; /* a test's delay of each helper's frame (groups_taken_back) */
 };

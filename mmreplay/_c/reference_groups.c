@@ -220,7 +220,7 @@ typedef struct {
     Anchor **references;
     char *blocks;
     int *lengths;
-    int apart; /* a frame taken back is still being encoded by its helper: encode apart */
+    const unsigned char *apart; /* frame i's reference is one a helper may still be encoding against */
     const Py_ssize_t *todo; /* the frames to encode (task t: frame todo[t]); the rest were encoded ahead */
 } EncodeJob;
 
@@ -230,7 +230,7 @@ encode_task(void *context, Py_ssize_t t)
     EncodeJob *job = context;
     Py_ssize_t i = job->todo[t];
     Py_ssize_t length = encode_one(job->frames + (size_t)i * job->n, job->n, job->references[i],
-                                   job->blocks + (size_t)i * job->room, job->room, job->apart);
+                                   job->blocks + (size_t)i * job->room, job->room, job->apart[i]);
     job->lengths[i] = (int)length;
 }
 
@@ -245,7 +245,7 @@ reference_groups_encode(ReferenceGroups *g, const char *frames, Py_ssize_t n, Py
         return -1;
     }
     size_t room = block_room(g);
-    Anchor **references = PyMem_Malloc((size_t)n * (sizeof(Anchor *) + sizeof(Py_ssize_t)));
+    Anchor **references = PyMem_Malloc((size_t)n * (sizeof(Anchor *) + sizeof(Py_ssize_t) + 1));
     *blocks = PyMem_Malloc((size_t)n * room);
     if (references == NULL || *blocks == NULL) {
         PyMem_Free(references);
@@ -254,9 +254,9 @@ reference_groups_encode(ReferenceGroups *g, const char *frames, Py_ssize_t n, Py
         PyErr_NoMemory();
         return -1;
     }
-    /* A frame encoded ahead: its helper done, or still running (preempted) and then every frame here
-     * encoded apart from its reference (the one it may be writing beside). */
-    int apart = !groups_settle(g, 0);
+    /* Frames encoded ahead: their helper done, or still running (preempted), and then a frame here whose
+     * reference it holds is encoded apart from it (the helper may be writing beside it). */
+    groups_settle(g, 0);
     groups_checkpoint(g);
     for (Py_ssize_t i = 0; i < n; i++) {
         if (assign(g, i, first_step + i, frames + (size_t)i * g->n, 0, frame_tail, &refs[i], &references[i]) < 0) {
@@ -268,9 +268,11 @@ reference_groups_encode(ReferenceGroups *g, const char *frames, Py_ssize_t n, Py
         }
     }
     Py_ssize_t *todo = (Py_ssize_t *)(references + n), count = 0;
+    unsigned char *apart = (unsigned char *)(todo + n);
     for (Py_ssize_t i = 0; i < n; i++) { /* the frames encoded ahead against the same references are taken */
         lengths[i] = (int)ahead_block(ahead, i, first_step + i, frames + (size_t)i * g->n, references[i],
                                       *blocks + (size_t)i * room);
+        apart[i] = (unsigned char)ahead_uses(g, references[i]);
         if (lengths[i] < 0) {
             todo[count++] = i;
         }
@@ -425,7 +427,7 @@ py_encode_frame(PyObject *module, PyObject *args)
     }
     int64_t ref_delta;
     Anchor *reference;
-    int apart = !groups_settle(g, 0);
+    groups_settle(g, 0);
     if (assign(g, env, step, frame.buf, restart, frame_tail, &ref_delta, &reference) < 0) {
         goto done;
     }
@@ -435,7 +437,7 @@ py_encode_frame(PyObject *module, PyObject *args)
         PyErr_NoMemory();
         goto done;
     }
-    Py_ssize_t length = encode_one(frame.buf, g->n, reference, dst, room, apart);
+    Py_ssize_t length = encode_one(frame.buf, g->n, reference, dst, room, ahead_uses(g, reference));
     if (length < 0) {
         PyErr_SetString(PyExc_RuntimeError, "mmreplay._lz4batch could not encode a frame (out of memory, or a block "
                         "that does not decode to the frame: a bug in the encoder)");

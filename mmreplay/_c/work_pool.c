@@ -399,6 +399,12 @@ pool_join(PoolJob *posted, Py_ssize_t tasks, pool_task task, void *context)
 }
 
 int
+pool_started(PoolJob *posted)
+{
+    return posted != NULL && atomic_load(&((Job *)posted)->next_task) > 0;
+}
+
+int
 pool_try_join(PoolJob *posted, Py_ssize_t tasks, pool_task task, void *context, long spin_nanoseconds, int claim)
 {
     Job *job = (Job *)posted;

@@ -43,6 +43,9 @@ void pool_join(PoolJob *job, Py_ssize_t tasks, pool_task task, void *context);
 int pool_try_join(PoolJob *job, Py_ssize_t tasks, pool_task task, void *context, long spin_nanoseconds,
                   int claim);
 
+/* Whether any task of a posted job has been taken (by a helper, or by a join). */
+int pool_started(PoolJob *job);
+
 /* Whether the calling thread is one of the pool's helpers (a task may run on one or on its caller). */
 int pool_on_helper(void);
 
