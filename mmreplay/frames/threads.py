@@ -99,11 +99,13 @@ def ahead_threads(count: int, frame_nbytes: int, limit: int, *, min_cores: int =
 
     A reference frame goes ahead from ``REFERENCE_COMPRESS_MIN_CORES`` (the writer passes it): an add
     does not wait for a helper that has not finished its frame within a few microseconds (preempted), but
-    encodes the frame itself (``reference_groups.c``, "taken back"). On the 2-core VM one env's Pong adds,
+    encodes the frame itself (``reference_ahead.c``, "taken back"). On the 2-core VM one env's Pong adds,
     paired against plain (``benchmarks/bench_encodings.py``' fill, 60,000 transitions), went from 0.80x to
-    0.92x of plain's rate while the machine was quiet, and stayed at 0.80x with a busy process on the
-    other core; before adds took frames back, that busy core made them 0.40x. A plain frame, which an add
-    waits for, still needs 4."""
+    0.91x-0.93x of plain's rate while the machine was quiet. Beside a busy process on the other core they
+    were 0.80x in the first two runs and 0.52x-0.83x (medians; some chunks 0.4x) in later ones, against
+    0.80x without a helper: the helper's poll after each frame (200 us, work_pool.c) then takes time from
+    the add's thread. Before adds took frames back, that busy core made them 0.40x. A plain frame, which
+    an add waits for, still needs 4."""
     if limit < min_cores:
         return 1
     return 1 + compress_threads(count, frame_nbytes, limit - 1, min_cores=min_cores)
