@@ -21,15 +21,8 @@ import numpy.typing as npt
 from mmreplay.disk import directory_swap, header
 from mmreplay.disk.writer_lock import acquire_writer_lock
 from mmreplay.errors import ClosedStoreError, FormatVersionError
-from mmreplay.frames import encodings, lz4_codec
+from mmreplay.frames import encodings
 from mmreplay.frames.encodings import FrameEncoder
-from mmreplay.frames.threads import (
-    AHEAD_MIN_FRAME_BYTES,
-    COMPRESS_MIN_CORES,
-    REFERENCE_COMPRESS_MIN_CORES,
-    ahead_threads,
-    compress_threads,
-)
 from mmreplay.frames.wire import EncodedFrames
 from mmreplay.rows.transitions import TERMINATED, TRUNCATED
 from mmreplay.sampling.samplers import Sampler
@@ -47,6 +40,7 @@ from mmreplay.store.add_arguments import (
 from mmreplay.store.add_plans import AddPlan, plan_add, plan_run
 from mmreplay.store.autocommit import CommitSchedule, Committable
 from mmreplay.store.committer import Committer
+from mmreplay.store.frames_ahead import compression_policy, start_ahead
 from mmreplay.store.env_episodes import (
     advance_all,
     continuations,
@@ -95,26 +89,15 @@ class Writer:
         # ``add`` may take its fast path (``_add_single_frames``): a writer whose frames a compiled call
         # writes (plain lz4, or reference frames of format version 5), still open.
         self._fast_add = self._encoder.fast_path
-        # The fast path's compression: a call's frames on the pool's threads (vector envs: from 4 usable
-        # cores, and for reference frames, which cost up to twice as much, from 2:
-        # threads.REFERENCE_COMPRESS_MIN_CORES), one env's new frame handed to an awake helper before the
-        # add is checked (~10 us it overlaps; a reference frame against the reference its group will give
-        # it, taken where it does, from 2 cores, since an add takes it back from a helper that lost its
-        # core; a plain frame from 4 cores (threads.ahead_threads), where the env's frames compress to at
-        # least threads.AHEAD_MIN_FRAME_BYTES).
-        limit, frame_nbytes = files.reader.thread_limit, self._frames.frame_nbytes
-        plain = self._encoder.groups is None
-        min_cores = COMPRESS_MIN_CORES if plain else REFERENCE_COMPRESS_MIN_CORES
-        self._append_threads = compress_threads(layout.num_envs, frame_nbytes, limit, min_cores=min_cores)
-        single = layout.num_envs == 1 and self._fast_add
-        if plain:
-            self._ahead_threads = ahead_threads(1, frame_nbytes, limit) if single else 1
-        else:  # a vector add's reference frames go ahead too (frames taken back keep the add from waiting)
-            self._ahead_threads = ahead_threads(layout.num_envs, frame_nbytes, limit, min_cores=min_cores) if self._fast_add else 1
-        # Where there is a helper: the bytes the env's recent frames took compressed (a moving average),
-        # and the least that pays for compressing ahead (threads.AHEAD_MIN_FRAME_BYTES; reference frames: 0).
+        # The fast path's compression (frames_ahead.compression_policy). Where there is a helper: the bytes
+        # the env's recent frames took compressed (a moving average), against ahead_min_bytes.
+        policy = compression_policy(
+            num_envs=layout.num_envs, frame_nbytes=self._frames.frame_nbytes, limit=files.reader.thread_limit,
+            reference=self._encoder.groups is not None, fast_add=self._fast_add,
+        )
+        self._append_threads, self._ahead_threads = policy.append_threads, policy.ahead_threads
+        self._ahead_min_bytes = policy.ahead_min_bytes
         self._recent_frame_bytes = 0.0
-        self._ahead_min_bytes = AHEAD_MIN_FRAME_BYTES if plain else 0
         # A sampler that applies priorities and the store's checks of them in one call (PrioritizedSampler).
         self._checked_update = getattr(self._sampler, "update_priorities_checked", None)
         self.transitions_added = commit.transitions_added
@@ -482,27 +465,11 @@ class Writer:
             self.flush()
 
     def _compress_ahead(self, next_obs: object) -> object | None:
-        """One env's new frame (``next_obs`` alone, or a stack's newest), compressed ahead on an awake
-        helper (``lz4_codec.compress_ahead``; a reference frame against the reference its group gives it
-        next, ``ReferenceFrameRing.encode_ahead``) while the add is checked; None where it is not a
-        contiguous array of the store's frames (the fast path, if it takes the add, then compresses in its
-        call)."""
-        shapes = self._add_shapes
-        if type(next_obs) is not np.ndarray or next_obs.dtype is not shapes.frame_dtype or not next_obs.flags.c_contiguous:
-            return None
-        if next_obs.shape != shapes.stack and next_obs.shape != shapes.frame:
-            return None
-        if self._encoder.groups is not None:  # each env's frame: its stack's newest, or next_obs
-            per_env = shapes.stack_size if next_obs.shape == shapes.stack else 1
-            frame_nbytes = self._frames.frame_nbytes
-            handle: object = self._frames.encode_ahead(  # type: ignore[attr-defined]
-                self._encoder.groups, next_obs, frame_tail=self._committer.committed.frame_tail,
-                threads=self._ahead_threads, count=shapes.num_envs, offset=(per_env - 1) * frame_nbytes,
-                stride=per_env * frame_nbytes,
-            )
-            return handle
-        frames = next_obs[-1:] if next_obs.shape == shapes.stack else next_obs[None]
-        return lz4_codec.compress_ahead(frames, threads=self._ahead_threads)
+        """The add's new frames started on awake helpers while the add is checked (``frames_ahead.start_ahead``)."""
+        return start_ahead(
+            next_obs, self._add_shapes, frames=self._frames, groups=self._encoder.groups,
+            frame_tail=self._committer.committed.frame_tail, threads=self._ahead_threads,
+        )
 
     def _add_single_frames(
         self, parsed: SingleFrames, fields: dict[str, npt.NDArray[Any]] | None, ahead: object | None = None
