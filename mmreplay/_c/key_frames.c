@@ -193,8 +193,11 @@ slot_arguments(PyObject *args, const char *format, int64_t *step, uint32_t *chec
     int error;
     KeyFrames *k = key_frames_from(capsule, &error);
     if (k == NULL || (size_t)frame->len != k->frame_nbytes) {
-        if (!error) {
-            PyErr_SetString(PyExc_ValueError, "expected key frames and a buffer of their frame's size");
+        if (k == NULL && !error) {
+            PyErr_SetString(PyExc_TypeError, "expected what key_frames() made; got None");
+        }
+        else if (k != NULL) {
+            PyErr_Format(PyExc_ValueError, "expected a frame buffer of %zu bytes; got %zd", k->frame_nbytes, frame->len);
         }
         PyBuffer_Release(frame);
         return NULL;
