@@ -58,6 +58,15 @@ locate_entries(const FrameTable *frames, PyObject *views, const int64_t *steps, 
     if (batch_views_open(&batch, views, buffers, acquired) < 0) {
         return -1;
     }
+    int status = locate_in_views(frames, &batch, 1, steps, slots, n, sources, lengths, checksums, seeds);
+    batch_views_close(&batch);
+    return status;
+}
+
+int
+locate_in_views(const FrameTable *frames, BatchViews *batch, int acquire, const int64_t *steps, const int64_t *slots,
+                Py_ssize_t n, const char **sources, int64_t *lengths, uint32_t *checksums, uint32_t *seeds)
+{
     const EntryLayout *layout = &frames->layout;
     const unsigned char *entries = (const unsigned char *)frames->table->buf;
     uint64_t segment_bytes = (uint64_t)frames->segment_bytes, bytes_written = (uint64_t)frames->bytes_written;
@@ -81,13 +90,13 @@ locate_entries(const FrameTable *frames, PyObject *views, const int64_t *steps, 
         }
         if (position < segment_start || position >= segment_end) {
             long long view = (long long)(position / segment_bytes) - frames->base;
-            if (view < 0 || view >= batch.count) {
+            if (view < 0 || view >= batch->count) {
                 status = 1;
                 break;
             }
-            buffer = batch_views_get(&batch, (Py_ssize_t)view);
+            buffer = acquire ? batch_views_get(batch, (Py_ssize_t)view) : batch_views_peek(batch, (Py_ssize_t)view);
             if (buffer == NULL) {
-                status = -1;
+                status = acquire ? -1 : 2;
                 break;
             }
             segment_start = position - position % segment_bytes;
@@ -104,8 +113,33 @@ locate_entries(const FrameTable *frames, PyObject *views, const int64_t *steps, 
         checksums[i] = (uint32_t)read_le(entry + layout->checksum, 4);
         seeds[i] = entry_seed(layout, entry, steps[i], frames->seed_multiplier);
     }
-    batch_views_close(&batch);
     return status;
+}
+
+int
+views_acquire_near(const FrameTable *frames, BatchViews *batch, const int64_t *steps, Py_ssize_t n)
+{
+    const unsigned char *entries = (const unsigned char *)frames->table->buf;
+    uint64_t segment_bytes = (uint64_t)frames->segment_bytes, bytes_written = (uint64_t)frames->bytes_written;
+    long long last = -2;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (steps[i] < 0) {
+            continue; /* the plan refuses it */
+        }
+        const unsigned char *entry = entries + (size_t)(steps[i] % frames->frame_slots) * (size_t)frames->layout.size;
+        uint64_t position = entry_position(&frames->layout, entry, bytes_written);
+        long long view = position > bytes_written ? -1 : (long long)(position / segment_bytes) - frames->base;
+        if (view == last || view < 0 || view >= batch->count) {
+            continue; /* out of range: the frame's locate says so */
+        }
+        last = view;
+        for (long long v = view > 0 ? view - 1 : view; v <= view; v++) {
+            if (batch_views_get(batch, (Py_ssize_t)v) == NULL) {
+                return -1;
+            }
+        }
+    }
+    return 0;
 }
 
 PyObject *

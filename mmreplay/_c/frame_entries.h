@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 
+#include "frame_sources.h"
 #include "little_endian.h"
 
 /* A table entry's fields, little-endian (the frame ring's layout, passed in: frames/frame_entries.py's
@@ -119,6 +120,16 @@ int frame_table_check(const FrameTable *frames, const char *function);
 int locate_entries(const FrameTable *frames, PyObject *views, const int64_t *steps, const int64_t *slots,
                    Py_ssize_t n, const char **sources, int64_t *lengths, uint32_t *checksums, uint32_t *seeds,
                    Py_buffer *buffers, Py_ssize_t *acquired);
+
+/* locate_entries on views the caller opened (frame_sources.h); with acquire 0 only views already acquired
+ * are read, without a Python call (any thread, without the GIL): 2 where a frame lies in another. */
+int locate_in_views(const FrameTable *frames, BatchViews *batch, int acquire, const int64_t *steps, const int64_t *slots,
+                    Py_ssize_t n, const char **sources, int64_t *lengths, uint32_t *checksums, uint32_t *seeds);
+
+/* Acquires the views that hold the frames at steps, and each one's view before (where their references
+ * lie, but for chains that reach further back): 0, or -1 with a Python error. Frames outside the bytes
+ * written or the views are passed over (locating them says so). */
+int views_acquire_near(const FrameTable *frames, BatchViews *batch, const int64_t *steps, Py_ssize_t n);
 
 /* gather_entries(views, base, table, frame_slots, layout, steps, seed_multiplier, segment_bytes,
  *                bytes_written, lengths, checksums, seeds, verify) -> bytes | int | None

@@ -40,6 +40,13 @@ batch_views_get(BatchViews *v, Py_ssize_t view)
     return &v->buffers[slot];
 }
 
+const Py_buffer *
+batch_views_peek(const BatchViews *v, Py_ssize_t view)
+{
+    Py_ssize_t slot = v->slot_of_view[view];
+    return slot < 0 ? NULL : &v->buffers[slot];
+}
+
 void
 batch_views_close(BatchViews *v)
 {

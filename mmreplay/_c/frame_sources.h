@@ -25,6 +25,8 @@ typedef struct {
 int batch_views_open(BatchViews *v, PyObject *views, Py_buffer *buffers, Py_ssize_t *acquired);
 /* The buffer of view 0 <= view < count, acquired on first use; NULL with a Python error. */
 const Py_buffer *batch_views_get(BatchViews *v, Py_ssize_t view);
+/* The buffer of view 0 <= view < count where it was acquired, else NULL; any thread, without the GIL. */
+const Py_buffer *batch_views_peek(const BatchViews *v, Py_ssize_t view);
 void batch_views_close(BatchViews *v);
 
 /* The views of a batch of n frames as the caller gave them: a PySequence_Fast of views_arg, and room to

@@ -74,7 +74,7 @@ plan_room_open(PlanRoom *room, Py_ssize_t capacity, Py_ssize_t width)
         size *= 2;
     }
     size_t count = (size_t)capacity;
-    room->bytes = PyMem_Malloc(size * (sizeof(int64_t) + sizeof(Py_ssize_t)) + count * 4 * sizeof(int64_t)
+    room->bytes = PyMem_RawMalloc(size * (sizeof(int64_t) + sizeof(Py_ssize_t)) + count * 4 * sizeof(int64_t)
                                + (2 * count + (size_t)width) * sizeof(Py_ssize_t));
     if (room->bytes == NULL) {
         return -1;
@@ -124,12 +124,12 @@ reference_plan_entries(const int64_t *chain, Py_ssize_t n, Py_ssize_t width, int
     for (Py_ssize_t e = 0; e < m; e++) {
         room.reference[e] = level[e] == 0 ? -1 : find_or_add(&room.map, reference_step[e], -1);
         if (level[e] != 0 && room.reference[e] < 0) { /* cannot happen: every reference was listed above */
-            PyMem_Free(room.bytes);
+            PyMem_RawFree(room.bytes);
             return -2;
         }
     }
     plan_order(entry, room.reference, level, row, m, width, room.position, steps, refs, rows);
-    PyMem_Free(room.bytes);
+    PyMem_RawFree(room.bytes);
     return m;
 }
 
@@ -207,7 +207,7 @@ reference_plan_follow(const ReferenceLookup *lookup, const int64_t *requested, P
     plan_order(entry, reference, level, row, m, width, room.position, steps, refs, rows);
     status = m;
 done:
-    PyMem_Free(room.bytes);
+    PyMem_RawFree(room.bytes);
     return status;
 }
 
