@@ -118,6 +118,17 @@ def test_a_frame_the_ring_may_still_hold_keeps_its_slot() -> None:
     assert not _lz4batch.key_frames_get(keys, 5, 2, 1, out)
 
 
+def test_a_slot_that_holds_a_frame_is_not_written_again_with_it() -> None:
+    """Two parts of a split batch may both decode a frame, and keep it, while a third copies it out of its
+    slot: the slot is written once, so that the copy never meets a write (which would fail its batch).
+    Here the second put of the same step, checksum and seed brings other bytes: they are not written."""
+    keys, out = _lz4batch.key_frames(16, 4), np.zeros(16, np.uint8)
+    _lz4batch.key_frames_put(keys, 5, 1, 1, np.full(16, 5, np.uint8))
+    _lz4batch.key_frames_put(keys, 5, 1, 1, np.full(16, 9, np.uint8))
+    assert _lz4batch.key_frames_get(keys, 5, 1, 1, out) and (out == 5).all()
+    assert _lz4batch.key_frames_counts(keys) == (1, 1)
+
+
 @pytest.mark.parametrize(("frame_nbytes", "slots", "min_delta", "horizon"),
                          [(64, 3, 0, 0), (64, 1, 0, 0), (0, 4, 0, 0), (64, 2**31, 0, 0), (64, 4, -1, 0), (64, 4, 0, -1)])
 def test_key_frames_refuses_sizes_it_cannot_hold(frame_nbytes: int, slots: int, min_delta: int, horizon: int) -> None:

@@ -82,8 +82,14 @@ key_frames_put(KeyFrames *k, int64_t step, uint32_t checksum, uint32_t seed, con
 {
     size_t slot = slot_of(k, step);
     SlotHead *h = &k->heads[slot];
-    uint32_t sequence = __atomic_load_n(&h->sequence, __ATOMIC_RELAXED);
+    uint32_t sequence = __atomic_load_n(&h->sequence, __ATOMIC_ACQUIRE);
     int64_t held = __atomic_load_n(&h->step, __ATOMIC_RELAXED);
+    /* A slot that holds this very frame is not written again: a batch split between threads may decode a
+     * frame in two parts, one of which may be copying it out of this slot (a copy that would fail). */
+    if (sequence != 0 && sequence % 2 == 0 && held == step && __atomic_load_n(&h->checksum, __ATOMIC_RELAXED) == checksum
+        && __atomic_load_n(&h->seed, __ATOMIC_RELAXED) == seed) {
+        return;
+    }
     if (sequence % 2 == 1 || (sequence != 0 && held != step && held > step - k->horizon)
         || !__atomic_compare_exchange_n(&h->sequence, &sequence, sequence + 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
         return; /* another thread is writing it */
