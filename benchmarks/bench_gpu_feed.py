@@ -53,7 +53,7 @@ def fill(stream: FrameStream, capacity: int, directory: str, *, decode_threads: 
          ) -> tuple[ReplayStore, NumpyFrameRing]:
     """A store and a ring each holding ``capacity`` transitions of the stream fed cyclically."""
     store = ReplayStore.create(Path(directory) / "store", frame_shape=(84, 84), capacity=capacity, stack_size=4,
-                               decode_threads=decode_threads)
+                               frame_encoding="lz4", decode_threads=decode_threads)  # decode="device": plain frames
     ring = NumpyFrameRing(capacity)
     for i in range(capacity):
         inputs = stream.single_frame_inputs(i)

@@ -243,7 +243,7 @@ def test_the_header_records_the_encoding_and_a_plain_header_is_unchanged(tmp_pat
     scheme = ReferenceScheme(group_size=16, branching=4, max_distance=1000)
     ReplayStore.create(tmp_path / "dense.mmr", frame_shape=(4, 4), capacity=10, frame_encoding=DENSE,
                        reference_scheme=scheme).close()  # fmt: skip
-    ReplayStore.create(tmp_path / "plain.mmr", frame_shape=(4, 4), capacity=10).close()
+    ReplayStore.create(tmp_path / "plain.mmr", frame_shape=(4, 4), capacity=10, frame_encoding="lz4").close()
     dense = json.loads((tmp_path / "dense.mmr" / "header.json").read_text())["layout"]
     plain = json.loads((tmp_path / "plain.mmr" / "header.json").read_text())["layout"]
     assert dense["frame_encoding"] == DENSE
@@ -282,8 +282,8 @@ def test_an_invalid_reference_scheme_in_the_header_is_refused(tmp_path: Path) ->
     "options, error, message",
     [
         ({"frame_encoding": "zstd"}, ValueError, "frame_encoding is 'zstd'; expected 'lz4' or 'lz4-reference'"),
-        ({"frame_encoding": None}, TypeError, "frame_encoding must be a str; got NoneType None"),
-        ({"reference_scheme": ReferenceScheme()}, ValueError,
+        ({"frame_encoding": 3}, TypeError, "frame_encoding must be a str; got int 3"),
+        ({"frame_encoding": "lz4", "reference_scheme": ReferenceScheme()}, ValueError,
          "reference_scheme is only for frame_encoding='lz4-reference'; got frame_encoding='lz4'"),
         ({"frame_encoding": DENSE, "reference_scheme": {"group_size": 8}}, TypeError,
          "reference_scheme must be a ReferenceScheme or None; got dict"),

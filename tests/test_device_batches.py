@@ -219,7 +219,7 @@ def test_batches_without_a_device_also_take_length_and_yield_successive_windows(
     ],
 )
 def test_bad_arguments_are_refused_in_the_caller_before_a_thread_starts(make_store, kwargs, error, message):
-    store = make_store(frame_shape=FRAME, capacity=20)
+    store = make_store(frame_shape=FRAME, capacity=20, frame_encoding="lz4")  # decode='device' takes plain frames
     fill(store, 10)
     before = threading.enumerate()
     with pytest.raises(error, match=message):

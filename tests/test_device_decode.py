@@ -136,7 +136,7 @@ def test_blocks_laid_out_behind_their_prefixes_for_nvcomp_have_the_register_of_z
 def pong_store(make_store, count=400, *, synthetic=False, **kwargs):
     """Real Pong frames; ``synthetic``: frames made here (for the GPU tests, which run where ALE is not)."""
     frames = sprite_frames(count + 1) if synthetic else load_stream("pong", ("frames",), count + 1)["frames"]
-    store = make_store(frame_shape=(84, 84), capacity=count, stack_size=4, **kwargs)
+    store = make_store(frame_shape=(84, 84), capacity=count, stack_size=4, frame_encoding="lz4", **kwargs)
     for i in range(count):
         store.add(frames[i], i % 6, float(i % 3), frames[i + 1], (i + 1) % 97 == 0, (i + 1) % 151 == 0)
     return store
@@ -180,7 +180,7 @@ def test_no_encoded_batch_names_more_distinct_frames_than_the_staging_holds(make
 
     from mmreplay.store.device_decoded_feed import most_distinct_frames
 
-    store = make_store(frame_shape=(3, 4), capacity=120, stack_size=stack_size)
+    store = make_store(frame_shape=(3, 4), capacity=120, stack_size=stack_size, frame_encoding="lz4")
     n, rng = 1, np.random.default_rng(stack_size)
     for episode in range(40):  # short episodes; most end with a next_obs stored as given (CleanRL's reset stack)
         obs = stack(*[n] * stack_size)

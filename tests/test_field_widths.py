@@ -50,20 +50,22 @@ def test_more_envs_than_an_env_index_can_name_is_refused(tmp_path: Path) -> None
     assert not (tmp_path / "wide.mmr").exists()
 
 
+@pytest.mark.parametrize("encoding,links_bytes", [("lz4", 2), ("lz4-reference", 4)])
 @pytest.mark.parametrize("frame_shape,length_bytes", [((84, 84), 2), ((300, 300), 4)])
 def test_frames_that_do_not_compress_come_back_whatever_their_length_field(
-    make_pair, frame_shape: tuple[int, int], length_bytes: int
+    make_pair, frame_shape: tuple[int, int], length_bytes: int, encoding: str, links_bytes: int
 ) -> None:
-    """Noise does not compress: a 300x300 frame takes more than 65,535 bytes, so it needs the u4 length."""
-    pair = make_pair(frame_shape=frame_shape, capacity=4, stack_size=2)
+    """Noise does not compress: a 300x300 frame takes more than 65,535 bytes, so it needs the u4 length. The
+    links take 2 bytes in a small ring, 4 where they hold ref_delta as well."""
+    pair = make_pair(frame_shape=frame_shape, capacity=4, stack_size=2, frame_encoding=encoding)
     rng = np.random.default_rng(7)
     frames = rng.integers(0, 256, (7, *frame_shape), dtype=np.uint8)
     for t in range(6):
         pair.add(frames[[max(t - 1, 0), t]], t, 1.0, frames[[t, t + 1]], t == 2, False)
     pair.reopen()
     pair.check()
-    position_checksum_prev_delta = 4 + 4 + 2  # the low 32 bits of the position; 2 bytes for a small ring's links
-    assert table_bytes(pair.store.path)[1] == position_checksum_prev_delta + length_bytes
+    position_checksum = 4 + 4  # the low 32 bits of the position
+    assert table_bytes(pair.store.path)[1] == position_checksum + links_bytes + length_bytes
 
 
 def test_next_obs_is_right_after_many_more_frames_than_transitions(make_pair) -> None:

@@ -17,6 +17,7 @@ from test_codec import Segments, random_frames, real_frames
 
 from mmreplay import ReplayStore, decode_batch, extensions
 from mmreplay.frames import lz4_codec as codec
+from mmreplay.frames import reference_ring
 from mmreplay.frames import threads as frame_threads
 from mmreplay.frames.ring import FrameRing
 from mmreplay.frames.threads import (
@@ -172,8 +173,9 @@ def test_a_background_decode_leaves_the_consumers_core(monkeypatch: pytest.Monke
 @pytest.mark.skipif(not codec.ACCELERATED, reason=NOT_BUILT)  # the pure-Python decode plans no threads
 @pytest.mark.parametrize("device", [None, "cpu"], ids=["numpy batches", "device batches"])
 @pytest.mark.parametrize("length", [None, 3], ids=["transitions", "windows"])
+@pytest.mark.parametrize("encoding", ["lz4", "lz4-reference"])
 def test_batches_threads_decode_on_all_but_one_core_and_sample_on_all(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, device: str | None, length: int | None
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, device: str | None, length: int | None, encoding: str
 ) -> None:
     # Four usable cores: sample() in the caller may take all four, batches()' thread three (the caller,
     # busy training meanwhile, keeps its core). The limit each batch is planned with is recorded.
@@ -191,7 +193,9 @@ def test_batches_threads_decode_on_all_but_one_core_and_sample_on_all(
 
     monkeypatch.setattr(reading, "batch_threads", recording)  # transitions' compiled read
     monkeypatch.setattr(codec, "batch_threads", recording)  # windows' frames, decoded through the ring
-    store = ReplayStore.create(tmp_path / "s", frame_shape=(84, 84), capacity=400, stack_size=4)
+    monkeypatch.setattr(reference_ring, "batch_threads", recording)  # the same, of a reference ring
+    store = ReplayStore.create(tmp_path / "s", frame_shape=(84, 84), capacity=400, stack_size=4,
+                               frame_encoding=encoding)
     frames = POOL_FRAMES
     for i in range(300):
         store.add(frames[i % 600], i % 4, 0.0, frames[(i + 1) % 600], (i + 1) % 90 == 0, False)

@@ -72,8 +72,8 @@ def _run_writer(path: Path, transitions: list[tuple], first: int, limit: int | N
     return result
 
 
-def _check_store(path: Path, transitions: list[tuple], committed: int) -> ReferenceStore:
-    ref = ReferenceStore(frame_shape=(84, 84), capacity=CAPACITY, stack_size=4, action_dtype=np.int64)
+def _check_store(path: Path, transitions: list[tuple], committed: int, capacity: int = CAPACITY) -> ReferenceStore:
+    ref = ReferenceStore(frame_shape=(84, 84), capacity=capacity, stack_size=4, action_dtype=np.int64)
     with ReplayStore.open(path, "r") as store:
         added = store.transitions_added
         assert added >= committed, f"the store lost commits: {added} < {committed}"
@@ -107,16 +107,19 @@ def _fill_up(filesystem: Path) -> Path:
     return filler
 
 
-def _prepare(path: Path, transitions: list[tuple], count: int) -> None:
-    with ReplayStore.create(path, frame_shape=(84, 84), capacity=CAPACITY, stack_size=4) as store:
+def _prepare(path: Path, transitions: list[tuple], count: int, capacity: int = CAPACITY,
+             encoding: str = "lz4") -> None:
+    with ReplayStore.create(path, frame_shape=(84, 84), capacity=capacity, stack_size=4,
+                            frame_encoding=encoding) as store:
         for i in range(count):
             store.add(*transitions[i])
 
 
-def test_an_add_past_the_file_size_limit_raises_oserror_and_keeps_every_commit(tmp_path: Path) -> None:
+@pytest.mark.parametrize("encoding", ["lz4", "lz4-reference"])
+def test_an_add_past_the_file_size_limit_raises_oserror_and_keeps_every_commit(tmp_path: Path, encoding: str) -> None:
     transitions = _transitions(_frames("mspacman"))
     path = tmp_path / "store.mmr"
-    _prepare(path, transitions, 10)  # the first segment file exists (sparse, 1 MiB)
+    _prepare(path, transitions, 10, encoding=encoding)  # the first segment file exists (sparse, 1 MiB)
     result = _run_writer(path, transitions, 10, 300_000)
     assert result["failure"] is not None, "the writer never hit the limit"
     name, code, message, mro = result["failure"]
@@ -151,18 +154,24 @@ def tiny_filesystem(tmp_path: Path):
             subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
-def test_an_add_on_a_full_filesystem_raises_oserror_and_keeps_every_commit(tiny_filesystem: Path) -> None:
-    transitions = _transitions(_frames("mspacman"))
+# Reference frames take ~290 bytes a MsPacman transition: a ring of 200 would never outgrow the tmpfs; one
+# of 4,000, fed the stream twice over, does (its first 1 MiB segment is freed only once its frames are
+# evicted, ~1.1 MB on).
+@pytest.mark.parametrize(("encoding", "capacity"), [("lz4", CAPACITY), ("lz4-reference", 4000)])
+def test_an_add_on_a_full_filesystem_raises_oserror_and_keeps_every_commit(
+    tiny_filesystem: Path, encoding: str, capacity: int
+) -> None:
+    transitions = _transitions(_frames("mspacman")) * (1 if encoding == "lz4" else 2)
     path = tiny_filesystem / "store.mmr"
-    _prepare(path, transitions, 10)
+    _prepare(path, transitions, 10, capacity, encoding)
     result = _run_writer(path, transitions, 10, None)
     assert result["failure"] is not None, "the writer never filled the file system"
     name, code, message, mro = result["failure"]
     assert "OSError" in mro
     assert code == errno.ENOSPC or "short write" in message, result["failure"]
-    print(f"\nfull tmpfs: {name} errno {code} ({message}) after {result['committed']} committed; "
+    print(f"\nfull tmpfs ({encoding}): {name} errno {code} ({message}) after {result['committed']} committed; "
           f"then {result['after']}")
-    _check_store(path, transitions, result["committed"])
+    _check_store(path, transitions, result["committed"], capacity)
 
 
 def test_a_prioritized_store_copied_sparse_onto_a_full_filesystem_is_refused_for_writing_before_reserving(
