@@ -209,7 +209,7 @@ py_append_reference_frames(PyObject *module, PyObject *args)
     int64_t *refs = NULL;
     uint32_t *prev = NULL;
     ReferenceGroups *groups = reference_groups_from(groups_arg);
-    const AheadFrame *ahead = groups == NULL ? NULL : ahead_frame_of(ahead_arg);
+    AheadFrame *ahead = groups == NULL ? NULL : ahead_frame_of(ahead_arg);
     deltas = groups == NULL || PyErr_Occurred() ? NULL
                                                 : PySequence_Fast(deltas_arg, "prev_deltas must be a sequence of ints");
     if (deltas == NULL) {

@@ -2,6 +2,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -29,6 +30,9 @@ typedef struct AheadFrame {
     const Anchor **predicted;
     int64_t *reference_step;
     Py_ssize_t *length;         /* the block's bytes; -1: it did not encode; -2: not encoded */
+    uint8_t **copy;             /* where the frame will be an anchor: room (2n bytes) its helper copies it
+                                 * to, for the add to take as the anchor's bytes (ahead_take_copy); NULL:
+                                 * none (and then the room an anchor gave back, freed with this) */
     unsigned char *done;        /* set (release) once the frame's block and length are written */
     char *block;                /* frame k's at block + k * room */
     size_t room;
@@ -56,8 +60,11 @@ ahead_task(void *context, Py_ssize_t k)
         struct timespec pause = {(time_t)(a->helper_delay_ns / 1000000000), (long)(a->helper_delay_ns % 1000000000)};
         nanosleep(&pause, NULL);
     }
-    a->length[k] = encode_one((const char *)a->frame.buf + a->offset + (size_t)k * a->stride, a->g->n, a->reference[k],
-                              a->block + (size_t)k * a->room, a->room, 0);
+    const char *frame = (const char *)a->frame.buf + a->offset + (size_t)k * a->stride;
+    a->length[k] = encode_one(frame, a->g->n, a->reference[k], a->block + (size_t)k * a->room, a->room, 0);
+    if (a->copy[k] != NULL) { /* the frame just read, copied where the thread that encodes against it reads */
+        memcpy(a->copy[k], frame, a->g->n);
+    }
     __atomic_store_n(&a->done[k], 1, __ATOMIC_RELEASE); /* an add may take it before the others are done */
 }
 
@@ -148,11 +155,31 @@ ahead_block(const AheadFrame *a, Py_ssize_t env, int64_t step, const char *frame
     return a->length[k];
 }
 
+uint8_t *
+ahead_take_copy(AheadFrame *a, Py_ssize_t env, int64_t step, const char *frame, uint8_t *bytes)
+{
+    Py_ssize_t k = env - (a == NULL ? 0 : a->env);
+    if (a == NULL || k < 0 || k >= a->count || a->copy[k] == NULL || a->step + k != step
+        || !__atomic_load_n(&a->done[k], __ATOMIC_ACQUIRE)) {
+        return NULL;
+    }
+    const char *posted = (const char *)a->frame.buf + a->offset + (size_t)k * a->stride;
+    if (posted != frame && memcmp(posted, frame, a->g->n) != 0) {
+        return NULL;
+    }
+    uint8_t *copy = a->copy[k];
+    a->copy[k] = bytes; /* freed with the frame (NULL: nothing to free, and no copy taken twice) */
+    return copy;
+}
+
 #define AHEAD_NAME "mmreplay._lz4batch.AheadFrame"
 
 static void
 ahead_free(AheadFrame *a)
 {
+    for (Py_ssize_t k = 0; k < a->count; k++) {
+        free(a->copy[k]);
+    }
     PyBuffer_Release(&a->frame);
     PyMem_Free(a);
 }
@@ -174,7 +201,7 @@ ahead_destroy(PyObject *capsule)
     Py_DECREF(groups); /* last: it may free the groups, which then wait for an orphaned frame's helper */
 }
 
-const AheadFrame *
+AheadFrame *
 ahead_frame_of(PyObject *capsule)
 {
     if (capsule == Py_None) {
@@ -224,7 +251,8 @@ py_encode_ahead(PyObject *module, PyObject *args)
     size_t room = block_room(g), n = (size_t)count;
     /* the frame, then each frame's reference, prediction, reference step, length and done flag, then the
      * blocks (from a multiple of 8 bytes) */
-    size_t arrays = (n * (2 * sizeof(Anchor *) + sizeof(int64_t) + sizeof(Py_ssize_t) + 1) + 7) & ~(size_t)7;
+    size_t arrays = (n * (2 * sizeof(Anchor *) + sizeof(int64_t) + sizeof(Py_ssize_t) + sizeof(uint8_t *) + 1) + 7)
+                    & ~(size_t)7;
     AheadFrame *a = PyMem_Malloc(sizeof(AheadFrame) + arrays + n * room); /* the blocks not cleared: ~7 KB a frame */
     PyObject *result = a == NULL ? NULL : PyCapsule_New(a, AHEAD_NAME, ahead_destroy);
     if (result == NULL) {
@@ -238,15 +266,20 @@ py_encode_ahead(PyObject *module, PyObject *args)
                       .predicted = (const Anchor **)(after + n * sizeof(Anchor *)),
                       .reference_step = (int64_t *)(after + 2 * n * sizeof(Anchor *)),
                       .length = (Py_ssize_t *)(after + 2 * n * sizeof(Anchor *) + n * sizeof(int64_t)),
+                      .copy = (uint8_t **)(after + 2 * n * sizeof(Anchor *) + n * sizeof(int64_t)
+                                           + n * sizeof(Py_ssize_t)),
                       .done = (unsigned char *)(after + 2 * n * sizeof(Anchor *) + n * sizeof(int64_t)
-                                                + n * sizeof(Py_ssize_t)),
+                                                + n * sizeof(Py_ssize_t) + n * sizeof(uint8_t *)),
                       .block = after + arrays, .room = room, .helper_delay_ns = g->helper_delay_ns};
     /* The reference assign would give each frame if its add continues the env's group (no episode start:
      * that add's obs frame is written first, at this step, and the block is not taken). */
     for (Py_ssize_t k = 0; k < count; k++) {
         const EnvGroup *e = &g->envs[env + k];
-        Anchor *reference = e->place == 0 || group_ends(g, e, step + k, frame_tail)
-                                ? NULL : e->anchors[reference_digit(g, e->place)];
+        int key = e->place == 0 || group_ends(g, e, step + k, frame_tail);
+        Anchor *reference = key ? NULL : e->anchors[reference_digit(g, e->place)];
+        /* a key frame, or a place later ones reference: an anchor, whose bytes the helper copies (2n: an
+         * anchor's room, reference_index_init's); without memory, the add copies them as before */
+        a->copy[k] = key || reference_digit(g, e->place) > 0 ? malloc(2 * g->n) : NULL;
         a->reference[k] = reference, a->predicted[k] = reference;
         a->reference_step[k] = reference != NULL ? reference->step : -1;
         a->length[k] = -2;

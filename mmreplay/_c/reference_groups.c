@@ -33,8 +33,10 @@ anchor_release(ReferenceGroups *g, Anchor *anchor)
     }
 }
 
+/* A new anchor holding env's frame at step: its bytes the copy a helper made of the frame encoded ahead
+ * (ahead_take_copy), where there is one, else copied here. */
 static Anchor *
-anchor_new(ReferenceGroups *g, const char *frame, int64_t step)
+anchor_new(ReferenceGroups *g, const char *frame, int64_t step, AheadFrame *ahead, Py_ssize_t env)
 {
     Anchor *anchor = g->free_anchors;
     if (anchor != NULL) {
@@ -46,7 +48,13 @@ anchor_new(ReferenceGroups *g, const char *frame, int64_t step)
             return NULL;
         }
     }
-    if (reference_index_init(&anchor->frame, (const uint8_t *)frame, g->n, g->row) < 0) {
+    uint8_t *copy = anchor->frame.bytes == NULL || anchor->frame.n == g->n
+                        ? ahead_take_copy(ahead, env, step, frame, anchor->frame.bytes) : NULL;
+    if (copy != NULL) {
+        anchor->frame.bytes = copy;
+        anchor->frame.n = g->n, anchor->frame.row = g->row, anchor->frame.prepared = 0;
+    }
+    else if (reference_index_init(&anchor->frame, (const uint8_t *)frame, g->n, g->row) < 0) {
         reference_index_free(&anchor->frame);
         free(anchor);
         return NULL;
@@ -141,7 +149,7 @@ reference_digit(const ReferenceGroups *g, int64_t place)
  * or -1 with a Python error (a step not after the env's last one, or no memory). */
 static int
 assign(ReferenceGroups *g, Py_ssize_t env, int64_t step, const char *frame, int restart, int64_t frame_tail,
-       int64_t *ref_delta, Anchor **reference)
+       AheadFrame *ahead, int64_t *ref_delta, Anchor **reference)
 {
     EnvGroup *e = &g->envs[env];
     if (step <= e->last_step) {
@@ -155,7 +163,7 @@ assign(ReferenceGroups *g, Py_ssize_t env, int64_t step, const char *frame, int 
     }
     int64_t place = e->place;
     if (place == 0) {
-        Anchor *anchor = anchor_new(g, frame, step);
+        Anchor *anchor = anchor_new(g, frame, step, ahead, env);
         if (anchor == NULL) {
             PyErr_NoMemory();
             return -1;
@@ -172,7 +180,7 @@ assign(ReferenceGroups *g, Py_ssize_t env, int64_t step, const char *frame, int 
     int digit = reference_digit(g, place);
     Anchor *referenced = e->anchors[digit];
     if (digit > 0) { /* this frame is the reference of the places that follow it, down to its own level */
-        Anchor *anchor = anchor_new(g, frame, step);
+        Anchor *anchor = anchor_new(g, frame, step, ahead, env);
         if (anchor == NULL) {
             PyErr_NoMemory();
             return -1;
@@ -236,7 +244,7 @@ encode_task(void *context, Py_ssize_t t)
 
 long long
 reference_groups_encode(ReferenceGroups *g, const char *frames, Py_ssize_t n, Py_ssize_t frame_nbytes,
-                        long long first_step, long long frame_tail, int threads, const AheadFrame *ahead,
+                        long long first_step, long long frame_tail, int threads, AheadFrame *ahead,
                         char **blocks, int *lengths, int64_t *refs)
 {
     if ((size_t)frame_nbytes != g->n || n != g->num_envs) {
@@ -259,7 +267,7 @@ reference_groups_encode(ReferenceGroups *g, const char *frames, Py_ssize_t n, Py
     groups_settle(g, 0);
     groups_checkpoint(g);
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (assign(g, i, first_step + i, frames + (size_t)i * g->n, 0, frame_tail, &refs[i], &references[i]) < 0) {
+        if (assign(g, i, first_step + i, frames + (size_t)i * g->n, 0, frame_tail, ahead, &refs[i], &references[i]) < 0) {
             groups_rollback(g);
             PyMem_Free(references);
             PyMem_Free(*blocks);
@@ -428,7 +436,7 @@ py_encode_frame(PyObject *module, PyObject *args)
     int64_t ref_delta;
     Anchor *reference;
     groups_settle(g, 0);
-    if (assign(g, env, step, frame.buf, restart, frame_tail, &ref_delta, &reference) < 0) {
+    if (assign(g, env, step, frame.buf, restart, frame_tail, NULL, &ref_delta, &reference) < 0) {
         goto done;
     }
     size_t room = block_room(g);

@@ -26,7 +26,7 @@ ReferenceGroups *reference_groups_from(PyObject *capsule);
  * against the reference just assigned (the same bytes), else left. Returns the bytes of all, or -1 with
  * a Python error (the groups then as they were). Call with the GIL held. */
 long long reference_groups_encode(ReferenceGroups *groups, const char *frames, Py_ssize_t n, Py_ssize_t frame_nbytes,
-                                  long long first_step, long long frame_tail, int threads, const AheadFrame *ahead,
+                                  long long first_step, long long frame_tail, int threads, AheadFrame *ahead,
                                   char **blocks, int *lengths, int64_t *refs);
 
 /* Undoes every assignment since the last reference_groups_encode: its groups as they were before it. */
