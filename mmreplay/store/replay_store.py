@@ -108,9 +108,9 @@ class ReplayStore(StoreLayout):
         one frame (e.g. ``(84, 84)``); obs stacks hold ``stack_size`` frames. ``frame_encoding`` is
         ``"lz4"`` (each frame alone) or ``"lz4-reference"`` (each frame against an earlier frame of its
         env, arranged by ``reference_scheme``, by default groups of 256 frames with branching 2: on
-        Atari 3x (Pong) to 6.5x (MsPacman) fewer bytes per transition; adds and samples at 0.7x-0.8x of
-        plain's rate on Pong, 0.95x-1.4x on Breakout and MsPacman; see ``mmreplay.frames.encodings`` and
-        the manual's benchmarks).
+        Atari 3x (Pong) to 6.5x (MsPacman) fewer bytes per transition; on 2 cores, adds at 0.9x of plain's
+        rate on Pong (0.7x-0.9x from 8 envs) and 0.9x-1.5x on Breakout and MsPacman, samples at 1x-2.2x;
+        see ``mmreplay.frames.encodings`` and the manual's benchmarks).
         ``commit_every`` and ``commit_interval_s``: see ``open``. ``fields`` declares user fields stored
         beside each transition, ``{"name": (shape, dtype)}`` (a fixed shape; a numeric or bool dtype), such
         as a recurrent state or a legal-action mask: every ``add`` then takes them (``add(..., fields=)``)
