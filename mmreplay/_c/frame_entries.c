@@ -64,8 +64,9 @@ locate_entries(const FrameTable *frames, PyObject *views, const int64_t *steps, 
 }
 
 int
-locate_in_views(const FrameTable *frames, BatchViews *batch, int acquire, const int64_t *steps, const int64_t *slots,
-                Py_ssize_t n, const char **sources, int64_t *lengths, uint32_t *checksums, uint32_t *seeds)
+locate_in_views(const FrameTable *frames, BatchViews *batch, int acquire, const int64_t *steps,
+                const int64_t *slots, Py_ssize_t n, const char **sources, int64_t *lengths, uint32_t *checksums,
+                uint32_t *seeds)
 {
     const EntryLayout *layout = &frames->layout;
     const unsigned char *entries = (const unsigned char *)frames->table->buf;

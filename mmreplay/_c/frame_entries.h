@@ -123,8 +123,9 @@ int locate_entries(const FrameTable *frames, PyObject *views, const int64_t *ste
 
 /* locate_entries on views the caller opened (frame_sources.h); with acquire 0 only views already acquired
  * are read, without a Python call (any thread, without the GIL): 2 where a frame lies in another. */
-int locate_in_views(const FrameTable *frames, BatchViews *batch, int acquire, const int64_t *steps, const int64_t *slots,
-                    Py_ssize_t n, const char **sources, int64_t *lengths, uint32_t *checksums, uint32_t *seeds);
+int locate_in_views(const FrameTable *frames, BatchViews *batch, int acquire, const int64_t *steps,
+                    const int64_t *slots, Py_ssize_t n, const char **sources, int64_t *lengths, uint32_t *checksums,
+                    uint32_t *seeds);
 
 /* Acquires the views that hold the frames at steps, and each one's view before (where their references
  * lie, but for chains that reach further back): 0, or -1 with a Python error. Frames outside the bytes

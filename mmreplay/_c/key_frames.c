@@ -86,7 +86,8 @@ key_frames_put(KeyFrames *k, int64_t step, uint32_t checksum, uint32_t seed, con
     int64_t held = __atomic_load_n(&h->step, __ATOMIC_RELAXED);
     /* A slot that holds this very frame is not written again: a batch split between threads may decode a
      * frame in two parts, one of which may be copying it out of this slot (a copy that would fail). */
-    if (sequence != 0 && sequence % 2 == 0 && held == step && __atomic_load_n(&h->checksum, __ATOMIC_RELAXED) == checksum
+    if (sequence != 0 && sequence % 2 == 0 && held == step
+        && __atomic_load_n(&h->checksum, __ATOMIC_RELAXED) == checksum
         && __atomic_load_n(&h->seed, __ATOMIC_RELAXED) == seed) {
         return;
     }

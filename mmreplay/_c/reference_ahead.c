@@ -42,10 +42,13 @@ typedef struct AheadFrame {
     long long helper_delay_ns; /* the groups' at its post: read by the helper */
 } AheadFrame;
 
-/* How long a settle polls for a helper that is encoding the frame (~3-6 us for an 84x84 frame) before the
- * add encodes it itself; and how many encode_aheads decline after that (a busy machine would otherwise
- * make every add poll and then encode). */
-#define TAKE_BACK_NANOSECONDS 5000
+/* How long a settle polls for a helper that is encoding the frame (~3-6 us for an 84x84 frame, ~7 where
+ * the frame crosses cores that share no cache) before the add encodes it itself; and how many
+ * encode_aheads decline after that (a busy machine would otherwise make every add poll and then encode).
+ * A vector add's settle mostly finds its helper mid-frame (it takes frames until the add takes the rest):
+ * 5 us took back frames a helper was about to finish, and the pause after each left ~90% of Pong's 8-env
+ * adds without a helper (0.65x-0.97x of plain's rate; with 20 us, 5 take-backs in 7,500 adds, 1.03x). */
+#define TAKE_BACK_NANOSECONDS 20000
 #define TAKE_BACK_PAUSE 64
 /* After this many adds in a row whose frames no helper took (every helper asleep, or its core taken by
  * another process: the add then encodes them itself, and handing them over was cost alone), encode_ahead

@@ -19,7 +19,7 @@ struct Anchor; /* reference_anchors.h */
 AheadFrame *ahead_frame_of(PyObject *capsule);
 
 /* Settles the groups' frame encoded ahead, if any: its helper joined where it is done (waiting for it
- * with `wait`, else for at most a few microseconds). Whether none is left running (0: the caller encodes
+ * with `wait`, else for at most 20 us: about a frame's encode). Whether none is left running (0: the caller encodes
  * apart, reference_encode_apart). Every function that reads or changes the groups settles first. Call
  * with the GIL. */
 int groups_settle(ReferenceGroups *g, int wait);
@@ -49,7 +49,7 @@ uint8_t *ahead_take_copy(AheadFrame *a, Py_ssize_t env, int64_t step, const char
  *   it if its add continues the group, and returns at once: append_reference_frames given the capsule
  *   takes each block where the frame and its reference turn out the same (the bytes it would encode), and
  *   encodes a frame itself otherwise (an episode start, another frame, no helper awake, or a helper that
- *   has not finished within a few microseconds: preempted, it is not waited for; "taken back"). None where
+ *   has not finished within 20 us: preempted, it is not waited for; "taken back"). None where
  *   a frame step is not after its env's last frame, while frames taken back are still being encoded, and
  *   for the next 64 calls after some were. */
 PyObject *py_encode_ahead(PyObject *module, PyObject *args);

@@ -267,7 +267,8 @@ reference_groups_encode(ReferenceGroups *g, const char *frames, Py_ssize_t n, Py
     groups_settle(g, 0);
     groups_checkpoint(g);
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (assign(g, i, first_step + i, frames + (size_t)i * g->n, 0, frame_tail, ahead, &refs[i], &references[i]) < 0) {
+        if (assign(g, i, first_step + i, frames + (size_t)i * g->n, 0, frame_tail, ahead, &refs[i], &references[i])
+            < 0) {
             groups_rollback(g);
             PyMem_Free(references);
             PyMem_Free(*blocks);

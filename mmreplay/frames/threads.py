@@ -98,7 +98,7 @@ def ahead_threads(count: int, frame_nbytes: int, limit: int, *, min_cores: int =
     (a single frame takes one helper), and 1 (no helper: nothing ahead) below ``min_cores``.
 
     A reference frame goes ahead from ``REFERENCE_COMPRESS_MIN_CORES`` (the writer passes it): an add
-    does not wait for a helper that has not finished its frame within a few microseconds (preempted), but
+    does not wait for a helper that has not finished its frame within 20 us (preempted), but
     encodes the frame itself (``reference_ahead.c``, "taken back"). On the 2-core VM one env's Pong adds,
     paired against plain (``benchmarks/bench_encodings.py``' fill, 60,000 transitions), went from 0.80x to
     0.91x-0.93x of plain's rate while the machine was quiet. Beside a busy process on the other core they
