@@ -341,9 +341,9 @@ def test_the_command_line_and_hdf5_export_read_a_dense_store(tmp_path: Path, cap
     with ReplayStore.open(path, "r") as reader:
         assert reader.reference_scheme == ReferenceScheme(group_size=256, branching=2)  # the default
         assert export_hdf5(reader, tmp_path / "x.h5") == 240
-    assert import_hdf5(tmp_path / "x.h5", tmp_path / "plain.mmr") == 240
-    with ReplayStore.open(tmp_path / "plain.mmr", "r") as copy:
-        assert copy.frame_encoding == "lz4"
+    assert import_hdf5(tmp_path / "x.h5", tmp_path / "copy.mmr") == 240
+    with ReplayStore.open(tmp_path / "copy.mmr", "r") as copy:
+        assert copy.frame_encoding == DENSE  # the default for uint8 frames
         assert_batch_matches(copy.read(np.arange(240)), ref, np.arange(240))
 
 

@@ -1,8 +1,8 @@
 """How a store encodes its frames, chosen once at create time and recorded in the header's layout.
 
-- ``"lz4"`` (the default): each frame is one lz4 block, compressed alone; a plain ``FrameRing``. Its
-  header has no encoding fields, exactly as before the choice existed.
-- ``"lz4-reference"``: each frame is compressed against an earlier frame of the same env, its
+- ``"lz4"`` (the default for frames that are not uint8): each frame is one lz4 block, compressed alone; a
+  plain ``FrameRing``. Its header has no encoding fields, exactly as before the choice existed.
+- ``"lz4-reference"`` (the default for uint8 frames): each frame is compressed against an earlier frame of the same env, its
   reference (``reference_codec``: groups of ``group_size`` frames per env, a key frame compressed alone
   at the start of each, references arranged by ``branching``); a ``ReferenceFrameRing`` whose entries
   also hold ``ref_delta``. 2.4x (Pong) to 5.9x (MsPacman) fewer bytes per transition on Atari;

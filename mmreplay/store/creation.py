@@ -41,7 +41,7 @@ def new_layout(
     action_shape: tuple[int, ...],
     action_dtype: npt.DTypeLike,
     sampler: Sampler | None,
-    frame_encoding: str,
+    frame_encoding: str | None,
     reference_scheme: ReferenceScheme | None,
     fields: dict[str, tuple[tuple[int, ...], npt.DTypeLike]] | None,
     stack_padding: str,
@@ -59,6 +59,8 @@ def new_layout(
     dtype = parse_action_dtype(action_dtype)
     frames_dtype = parse_frame_dtype(frame_dtype)
     field_specs = parse_field_specs(fields)
+    if frame_encoding is None:
+        frame_encoding = encodings.REFERENCE if frames_dtype == np.uint8 else encodings.PLAIN
     encoding, scheme = encodings.parse_frame_encoding(frame_encoding, reference_scheme)
     sampler = UniformSampler() if sampler is None else sampler
     if not isinstance(sampler, (UniformSampler, PrioritizedSampler)):
