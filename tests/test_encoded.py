@@ -185,7 +185,20 @@ def test_sample_encoded_decodes_to_what_sample_returns(
                      "weight", "discount"):
             np.testing.assert_array_equal(getattr(decoded, name), getattr(expected, name), err_msg=name)
             assert getattr(decoded, name).dtype == getattr(expected, name).dtype
-    assert len(encoded.frames) <= encoded.frame_index.size
+    assert_each_frame_sent_is_needed(encoded)
+
+
+def assert_each_frame_sent_is_needed(encoded: EncodedBatch | EncodedSequenceBatch) -> None:
+    """Every frame an encoded batch carries is one its transitions show, or one that such a frame's block
+    is compressed against (a reference store's batch): no frame sent for nothing."""
+    frames = encoded.frames
+    needed = set(np.asarray(encoded.frame_index)[np.asarray(encoded.frame_index) >= 0].tolist())
+    references = frames.references
+    if references is not None:
+        needed |= set(references[references >= 0].tolist())
+    else:
+        assert len(frames) <= encoded.frame_index.size
+    assert needed == set(range(len(frames)))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -208,7 +221,7 @@ def test_sample_sequences_encoded_decodes_to_what_sample_sequences_returns(
             actual, wanted = getattr(decoded, name), getattr(expected, name)
             assert actual.dtype == wanted.dtype and actual.shape == wanted.shape, name
             assert actual.tobytes() == wanted.tobytes(), name  # byte for byte
-    assert len(encoded.frames) <= encoded.frame_index.size
+    assert_each_frame_sent_is_needed(encoded)
 
 
 def test_encoded_sequences_of_real_sized_frames_are_many_times_smaller(tmp_path: Path) -> None:

@@ -37,13 +37,15 @@ class CountingStore:
 
     def __init__(self, directory: Path, *, prioritized: bool = False, helpers: bool = False, **config: Any) -> None:
         sampler = (lambda: PrioritizedSampler(alpha=0.6)) if prioritized else (lambda: None)
+        if _lz4batch is None:  # without the extension only plain frames take a fast path: the default's is compiled
+            config.setdefault("frame_encoding", "lz4")
         self.fast = ReplayStore.create(directory / "fast.mmr", sampler=sampler(), **config)
         self.general = ReplayStore.create(directory / "general.mmr", sampler=sampler(), **config)
         self.general._role._fast_add = False
         self.helpers = helpers and _lz4batch is not None
         if self.helpers:
             one_env = config.get("num_envs", 1) == 1
-            reference = config.get("frame_encoding") == "lz4-reference"  # a vector add's frames ahead too
+            reference = self.fast.frame_encoding == "lz4-reference"  # a vector add's frames ahead too
             self.fast._role._append_threads, self.fast._role._ahead_threads = (1, 2) if one_env else (4, 2 if reference else 1)
             self.fast._role._ahead_min_bytes = 0  # every frame ahead, however small it compresses
         self.fast_adds = 0
