@@ -180,7 +180,7 @@ def test_a_batch_with_two_batch_axes_is_refused_naming_reshape(tmp_path: Path) -
         ({"mode": "x"}, r"mode must be one of \('w-', 'w', 'a', 'r'\); got 'x'"),
         ({"pixels_key": 3}, r"pixels_key must be a str or a tuple of str \(a TensorDict key\); got 3"),
         ({"stack_size": 0}, "stack_size must be >= 1; got 0"),
-        ({"frame_encoding": "zstd"}, r"frame_encoding must be one of \('lz4', 'lz4-reference'\); got 'zstd'"),
+        ({"frame_encoding": "zstd"}, r"frame_encoding must be None or one of \('lz4', 'lz4-reference'\); got 'zstd'"),
     ],
 )
 def test_bad_arguments_are_refused_before_anything_is_created(tmp_path: Path, arguments: dict, message: str) -> None:

@@ -45,7 +45,7 @@ class ShardConfig:
     sampler: dict[str, object] | None
     rate_limit: RateLimit | None
     commit_interval_s: float | None
-    frame_encoding: str = "lz4"
+    frame_encoding: str | None = None  # None: ReplayStore.create's default
 
 
 @dataclass(frozen=True)

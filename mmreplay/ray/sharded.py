@@ -98,7 +98,7 @@ class ShardedReplay:
         detached: bool = True,
         commit_interval_s: float | None = 5.0,
         decode_threads: int | None = None,
-        frame_encoding: str = "lz4",
+        frame_encoding: str | None = None,
     ) -> ShardedReplay:
         """Start ``num_shards`` shard actors, each owning ``<root>/shard-<k>`` on its node's disk
         (reopened at its last commit if it exists); ``capacity`` is the total over all shards.
@@ -109,12 +109,12 @@ class ShardedReplay:
         creating job's; ``close(destroy=True)`` ends them).
         Ray restarts a dead shard ``max_restarts`` times (-1: always). ``decode_threads``: this process's
         cap on the threads a sampled batch decodes on (None: the cores it may use), as ``ReplayStore.open``'s.
-        ``frame_encoding``: each shard's store's (``ReplayStore.create``'s): ``"lz4-reference"`` stores
-        are 3-6.5x smaller on Atari frames, and their batches travel with the frames their blocks are
-        compressed against.
+        ``frame_encoding``: each shard's store's (``ReplayStore.create``'s; None: ``"lz4-reference"`` for
+        uint8 frames, ``"lz4"`` for others): ``"lz4-reference"`` stores are 3-6.5x smaller on Atari frames,
+        and their batches travel with the frames their blocks are compressed against.
         """
-        if frame_encoding not in FRAME_ENCODINGS:
-            raise ValueError(f"frame_encoding is {frame_encoding!r}; expected one of {FRAME_ENCODINGS}")
+        if frame_encoding is not None and frame_encoding not in FRAME_ENCODINGS:
+            raise ValueError(f"frame_encoding is {frame_encoding!r}; expected None or one of {FRAME_ENCODINGS}")
         decode_threads = parse_decode_threads(decode_threads)
         num_shards = parse_positive_int(num_shards, "num_shards")
         capacity = parse_positive_int(capacity, "capacity")

@@ -35,7 +35,7 @@ class StoreArguments:
     pixels_key: Key
     stack_size: int | None
     frame_shape: tuple[int, ...] | None
-    frame_encoding: str
+    frame_encoding: str | None  # None: ReplayStore.create's default
     commit_interval_s: float | None
 
 

@@ -82,7 +82,7 @@ class MmreplayStorage(TensorStorage):
         num_envs: int = 1,
         traj_key: NestedKey = ("collector", "traj_ids"),
         mode: str = "w-",
-        frame_encoding: str = "lz4",
+        frame_encoding: str | None = None,
         commit_interval_s: float | None = 5.0,
     ) -> None:
         max_size = parse_positive_int(max_size, "max_size")
@@ -91,8 +91,8 @@ class MmreplayStorage(TensorStorage):
             raise ValueError(f"max_size must be >= num_envs ({self._num_envs}); got {max_size}")
         if mode not in opening.MODES:
             raise ValueError(f"mode must be one of {opening.MODES}; got {mode!r}")
-        if frame_encoding not in opening.FRAME_ENCODINGS:
-            raise ValueError(f"frame_encoding must be one of {opening.FRAME_ENCODINGS}; got {frame_encoding!r}")
+        if frame_encoding is not None and frame_encoding not in opening.FRAME_ENCODINGS:
+            raise ValueError(f"frame_encoding must be None or one of {opening.FRAME_ENCODINGS}; got {frame_encoding!r}")
         self._stack_size = None if stack_size is None else parse_positive_int(stack_size, "stack_size")
         self._frame_shape = None if frame_shape is None else tuple(parse_positive_int(n, "frame_shape") for n in frame_shape)
         self._pixels_key = _parse_key(pixels_key, "pixels_key")
