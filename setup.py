@@ -117,8 +117,9 @@ setup(
             "mmreplay._lz4batch",
             ("lz4batch_module", "lz4_decode", "work_pool", "frame_sources", "frame_entries", "crc32", "row_checksum",
              "row_layout", "row_gather", "link_follow", "transition_read", "fast_add", "frame_compress",
-             "reference_groups", "reference_ahead", "reference_encode", "reference_frame", "reference_decode", "reference_threads",
-             "reference_plan", "reference_table", "key_frames", "referenced_decode", "argument_arrays"),
+             "reference_groups", "reference_ahead", "reference_encode", "reference_frame", "reference_decode",
+             "reference_threads", "reference_plan", "reference_table", "key_frames", "referenced_decode",
+             "argument_arrays"),
             LZ4,
         ),
         # Frames compressed against a reference frame (mmreplay.frames.reference_codec); optional like the above.

@@ -120,15 +120,13 @@ locate_in_views(const FrameTable *frames, BatchViews *batch, int acquire, const 
 int
 views_acquire_near(const FrameTable *frames, BatchViews *batch, const int64_t *steps, Py_ssize_t n)
 {
-    const unsigned char *entries = (const unsigned char *)frames->table->buf;
     uint64_t segment_bytes = (uint64_t)frames->segment_bytes, bytes_written = (uint64_t)frames->bytes_written;
     long long last = -2;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (steps[i] < 0) {
             continue; /* the plan refuses it */
         }
-        const unsigned char *entry = entries + (size_t)(steps[i] % frames->frame_slots) * (size_t)frames->layout.size;
-        uint64_t position = entry_position(&frames->layout, entry, bytes_written);
+        uint64_t position = entry_position(&frames->layout, table_entry(frames, steps[i]), bytes_written);
         long long view = position > bytes_written ? -1 : (long long)(position / segment_bytes) - frames->base;
         if (view == last || view < 0 || view >= batch->count) {
             continue; /* out of range: the frame's locate says so */

@@ -109,6 +109,14 @@ typedef struct {
     long long base;          /* views[k] holds segment base + k */
 } FrameTable;
 
+/* The table entry of the frame at step (slot step mod frame_slots). */
+static inline const unsigned char *
+table_entry(const FrameTable *frames, int64_t step)
+{
+    return (const unsigned char *)frames->table->buf
+           + (size_t)(step % frames->frame_slots) * (size_t)frames->layout.size;
+}
+
 /* 0 when the sizes are positive, the layout fits its entry and the table holds frame_slots entries;
  * else -1 with a ValueError that starts with `function`. */
 int frame_table_check(const FrameTable *frames, const char *function);

@@ -41,15 +41,23 @@ frame_of(const KeyFrames *k, size_t slot)
     return k->memory + slot * k->slot_bytes;
 }
 
+/* Whether a head whose sequence read `sequence` (acquire) holds, whole, the frame at step decoded from
+ * the block of this checksum and seed. */
+static int
+head_holds(const SlotHead *h, uint32_t sequence, int64_t step, uint32_t checksum, uint32_t seed)
+{
+    return sequence != 0 && sequence % 2 == 0 && __atomic_load_n(&h->step, __ATOMIC_RELAXED) == step
+           && __atomic_load_n(&h->checksum, __ATOMIC_RELAXED) == checksum
+           && __atomic_load_n(&h->seed, __ATOMIC_RELAXED) == seed;
+}
+
 int
 key_frames_get(KeyFrames *k, int64_t step, uint32_t checksum, uint32_t seed, char *dst)
 {
     size_t slot = slot_of(k, step);
     SlotHead *h = &k->heads[slot];
     uint32_t before = __atomic_load_n(&h->sequence, __ATOMIC_ACQUIRE);
-    if (before == 0 || before % 2 == 1 || __atomic_load_n(&h->step, __ATOMIC_RELAXED) != step
-        || __atomic_load_n(&h->checksum, __ATOMIC_RELAXED) != checksum
-        || __atomic_load_n(&h->seed, __ATOMIC_RELAXED) != seed) {
+    if (!head_holds(h, before, step, checksum, seed)) {
         return 0;
     }
     memcpy(dst, frame_of(k, slot), k->frame_nbytes);
@@ -65,10 +73,7 @@ int
 key_frames_holds(KeyFrames *k, int64_t step, uint32_t checksum, uint32_t seed)
 {
     const SlotHead *h = &k->heads[slot_of(k, step)];
-    uint32_t sequence = __atomic_load_n(&h->sequence, __ATOMIC_ACQUIRE);
-    return sequence != 0 && sequence % 2 == 0 && __atomic_load_n(&h->step, __ATOMIC_RELAXED) == step
-           && __atomic_load_n(&h->checksum, __ATOMIC_RELAXED) == checksum
-           && __atomic_load_n(&h->seed, __ATOMIC_RELAXED) == seed;
+    return head_holds(h, __atomic_load_n(&h->sequence, __ATOMIC_ACQUIRE), step, checksum, seed);
 }
 
 int
@@ -86,9 +91,7 @@ key_frames_put(KeyFrames *k, int64_t step, uint32_t checksum, uint32_t seed, con
     int64_t held = __atomic_load_n(&h->step, __ATOMIC_RELAXED);
     /* A slot that holds this very frame is not written again: a batch split between threads may decode a
      * frame in two parts, one of which may be copying it out of this slot (a copy that would fail). */
-    if (sequence != 0 && sequence % 2 == 0 && held == step
-        && __atomic_load_n(&h->checksum, __ATOMIC_RELAXED) == checksum
-        && __atomic_load_n(&h->seed, __ATOMIC_RELAXED) == seed) {
+    if (head_holds(h, sequence, step, checksum, seed)) {
         return;
     }
     if (sequence % 2 == 1 || (sequence != 0 && held != step && held > step - k->horizon)

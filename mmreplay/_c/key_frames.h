@@ -28,10 +28,10 @@ int key_frames_get(KeyFrames *k, int64_t step, uint32_t checksum, uint32_t seed,
  * where the slot is empty, holds a frame `horizon` or more steps older (gone from the ring), or holds
  * this step from another block; and not while another thread writes it, nor where it holds this very
  * frame (a batch split between threads may decode one frame in two parts while another part copies it
- * out of the slot, a copy the rewrite would fail). A slot's frame is never
- * replaced by another the ring may still hold: a batch's plan that stopped a chain at it then finds it
- * when it copies it (else its batch would take the general path), and frames that share a slot do not
- * evict each other in turn. Any thread, without the GIL. */
+ * out of the slot, a copy the rewrite would fail). A slot's frame is never replaced by another the ring
+ * may still hold: a batch's plan that stopped a chain at it then finds it when it copies it (else its
+ * batch would take the general path), and frames that share a slot do not evict each other in turn. Any
+ * thread, without the GIL. */
 void key_frames_put(KeyFrames *k, int64_t step, uint32_t checksum, uint32_t seed, const char *frame);
 
 /* Whether a slot holds the frame at step decoded from the block of this checksum and seed (a read of it

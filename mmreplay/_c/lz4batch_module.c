@@ -16,7 +16,7 @@
  *                    one call each
  *   reference_groups reference_groups, encode_frame, groups_checkpoint, groups_rollback: a writer's
  *                    reference groups (which frame each is compressed against), for both of add's paths
- *   reference_ahead  encode_ahead, groups_taken_back: one env's frame encoded ahead on a helper, taken
+ *   reference_ahead  encode_ahead, groups_taken_back: an add's frames encoded ahead on helpers, taken
  *                    back from a preempted one
  *   reference_threads reference_decode: mmreplay._lz4ref.decode's batch on the pool's threads, one
  *                    tree of references a task (reference_decode's entries)

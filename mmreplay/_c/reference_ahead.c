@@ -1,4 +1,4 @@
-/* One env's frame encoded ahead on a helper, and taken back from a preempted one: see reference_ahead.h. */
+/* An add's frames encoded ahead on a helper, and taken back from a preempted one: see reference_ahead.h. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -10,13 +10,14 @@
 #include "reference_anchors.h"
 #include "work_pool.h"
 
-/* A frame of one env encoded ahead on a helper (encode_ahead) against the reference its group would give
- * it next, or alone where it would be a key frame, while the caller checks its add. Every function here
- * that reads or changes the groups settles it first (ahead_settle): its helper joined where it is done
- * or within TAKE_BACK_NANOSECONDS. A helper still running then (preempted: on 2 cores another process
- * took its core for a time slice) is not waited for: the add encodes its frame itself, apart from the
- * reference the helper writes beside, and the frame stays the groups' g->ahead, holding its reference,
- * until a later settle finds its helper done (and frees it, once its capsule is gone: orphaned). */
+/* The frames of one or more envs encoded ahead on helpers (encode_ahead), each against the reference its
+ * group would give it next, or alone where it would be a key frame, while the caller checks its add.
+ * Every function here that reads or changes the groups settles it first (ahead_settle): its helpers
+ * joined where they are done or within TAKE_BACK_NANOSECONDS. A helper still running then (preempted: on
+ * 2 cores another process took its core for a time slice) is not waited for: the add encodes that frame
+ * itself, apart from the reference the helper writes beside, and the frames stay the groups' g->ahead,
+ * holding their references, until a later settle finds their helpers done (and frees them, once their
+ * capsule is gone: orphaned). */
 typedef struct AheadFrame {
     ReferenceGroups *g;
     PyObject *groups;   /* the groups' capsule, held while this lives */
@@ -34,6 +35,7 @@ typedef struct AheadFrame {
                                  * to, for the add to take as the anchor's bytes (ahead_take_copy); NULL:
                                  * none (and then the room an anchor gave back, freed with this) */
     unsigned char *done;        /* set (release) once the frame's block and length are written */
+    unsigned char *same;        /* 0: not compared yet; 1: the add's frame is the one posted; 2: it is not */
     char *block;                /* frame k's at block + k * room */
     size_t room;
     PoolJob *posted;
@@ -54,6 +56,24 @@ typedef struct AheadFrame {
  * another process: the add then encodes them itself, and handing them over was cost alone), encode_ahead
  * declines for TAKE_BACK_PAUSE calls too. */
 #define UNTAKEN_LIMIT 8
+
+/* Whether env's frame at step is frame k of this post, its helper done, with the bytes the add passes
+ * (compared once: ahead_take_copy and ahead_block both ask): k, or -1. */
+static Py_ssize_t
+ahead_match(AheadFrame *a, Py_ssize_t env, int64_t step, const char *frame)
+{
+    Py_ssize_t k = env - (a == NULL ? 0 : a->env);
+    /* a frame encoded (by a helper, or by a join), even where another is still running (taken back: not
+     * settled); none is where no helper was awake to post to */
+    if (a == NULL || k < 0 || k >= a->count || a->step + k != step || !__atomic_load_n(&a->done[k], __ATOMIC_ACQUIRE)) {
+        return -1;
+    }
+    if (a->same[k] == 0) {
+        const char *posted = (const char *)a->frame.buf + a->offset + (size_t)k * a->stride;
+        a->same[k] = posted == frame || memcmp(posted, frame, a->g->n) == 0 ? 1 : 2;
+    }
+    return a->same[k] == 1 ? k : -1;
+}
 
 static void
 ahead_task(void *context, Py_ssize_t k)
@@ -102,18 +122,18 @@ ahead_settle(AheadFrame *a, int wait)
     }
     /* With a test's delay the add never runs a frame itself: as if a helper had just taken it. */
     else if (!pool_try_join(a->posted, a->count, ahead_task, a, TAKE_BACK_NANOSECONDS, a->helper_delay_ns == 0)) {
-        if (a->g->ahead_pause == 0) { /* taken back: this add encodes the frame */
-            a->g->ahead_pause = TAKE_BACK_PAUSE;
-            a->g->taken_back++;
+        if (g->ahead_pause == 0) { /* taken back: this add encodes the frame */
+            g->ahead_pause = TAKE_BACK_PAUSE;
+            g->taken_back++;
         }
         return 0;
     }
     a->settled = 1;
-    if (a->g->ahead == a) {
-        a->g->ahead = NULL;
+    if (g->ahead == a) {
+        g->ahead = NULL;
     }
     for (Py_ssize_t k = 0; k < a->count; k++) {
-        anchor_release(a->g, a->reference[k]);
+        anchor_release(g, a->reference[k]);
         a->reference[k] = NULL;
     }
     if (a->orphaned) {
@@ -144,14 +164,11 @@ ahead_uses(const ReferenceGroups *g, const Anchor *reference)
 }
 
 Py_ssize_t
-ahead_block(const AheadFrame *a, Py_ssize_t env, int64_t step, const char *frame, const Anchor *reference, char *dst)
+ahead_block(AheadFrame *a, Py_ssize_t env, int64_t step, const char *frame, const Anchor *reference, char *dst)
 {
-    Py_ssize_t k = env - (a == NULL ? 0 : a->env);
-    /* a frame whose helper is done, even where another is still running (taken back: not settled) */
-    if (a == NULL || k < 0 || k >= a->count || (!a->settled && !__atomic_load_n(&a->done[k], __ATOMIC_ACQUIRE))
-        || a->length[k] < 0 || a->step + k != step
-        || a->predicted[k] != reference || (reference != NULL && a->reference_step[k] != reference->step)
-        || memcmp((const char *)a->frame.buf + a->offset + (size_t)k * a->stride, frame, a->g->n) != 0) {
+    Py_ssize_t k = ahead_match(a, env, step, frame);
+    if (k < 0 || a->length[k] < 0 || a->predicted[k] != reference
+        || (reference != NULL && a->reference_step[k] != reference->step)) {
         return -1;
     }
     memcpy(dst, a->block + (size_t)k * a->room, (size_t)a->length[k]);
@@ -161,13 +178,8 @@ ahead_block(const AheadFrame *a, Py_ssize_t env, int64_t step, const char *frame
 uint8_t *
 ahead_take_copy(AheadFrame *a, Py_ssize_t env, int64_t step, const char *frame, uint8_t *bytes)
 {
-    Py_ssize_t k = env - (a == NULL ? 0 : a->env);
-    if (a == NULL || k < 0 || k >= a->count || a->copy[k] == NULL || a->step + k != step
-        || !__atomic_load_n(&a->done[k], __ATOMIC_ACQUIRE)) {
-        return NULL;
-    }
-    const char *posted = (const char *)a->frame.buf + a->offset + (size_t)k * a->stride;
-    if (posted != frame && memcmp(posted, frame, a->g->n) != 0) {
+    Py_ssize_t k = ahead_match(a, env, step, frame);
+    if (k < 0 || a->copy[k] == NULL) {
         return NULL;
     }
     uint8_t *copy = a->copy[k];
@@ -252,9 +264,9 @@ py_encode_ahead(PyObject *module, PyObject *args)
         }
     }
     size_t room = block_room(g), n = (size_t)count;
-    /* the frame, then each frame's reference, prediction, reference step, length and done flag, then the
-     * blocks (from a multiple of 8 bytes) */
-    size_t arrays = (n * (2 * sizeof(Anchor *) + sizeof(int64_t) + sizeof(Py_ssize_t) + sizeof(uint8_t *) + 1) + 7)
+    /* the frame, then each frame's reference, prediction, reference step, length, copy, done and same
+     * flags, then the blocks (from a multiple of 8 bytes) */
+    size_t arrays = (n * (2 * sizeof(Anchor *) + sizeof(int64_t) + sizeof(Py_ssize_t) + sizeof(uint8_t *) + 2) + 7)
                     & ~(size_t)7;
     AheadFrame *a = PyMem_Malloc(sizeof(AheadFrame) + arrays + n * room); /* the blocks not cleared: ~7 KB a frame */
     PyObject *result = a == NULL ? NULL : PyCapsule_New(a, AHEAD_NAME, ahead_destroy);
@@ -263,30 +275,31 @@ py_encode_ahead(PyObject *module, PyObject *args)
         PyBuffer_Release(&frame);
         return PyErr_Occurred() ? NULL : PyErr_NoMemory();
     }
-    char *after = (char *)(a + 1);
+    char *after = (char *)(a + 1), *at = after;
     *a = (AheadFrame){.g = g, .groups = Py_NewRef(capsule), .env = env, .count = count, .step = step, .frame = frame,
-                      .offset = (size_t)offset, .stride = (size_t)stride, .reference = (Anchor **)after,
-                      .predicted = (const Anchor **)(after + n * sizeof(Anchor *)),
-                      .reference_step = (int64_t *)(after + 2 * n * sizeof(Anchor *)),
-                      .length = (Py_ssize_t *)(after + 2 * n * sizeof(Anchor *) + n * sizeof(int64_t)),
-                      .copy = (uint8_t **)(after + 2 * n * sizeof(Anchor *) + n * sizeof(int64_t)
-                                           + n * sizeof(Py_ssize_t)),
-                      .done = (unsigned char *)(after + 2 * n * sizeof(Anchor *) + n * sizeof(int64_t)
-                                                + n * sizeof(Py_ssize_t) + n * sizeof(uint8_t *)),
-                      .block = after + arrays, .room = room, .helper_delay_ns = g->helper_delay_ns};
+                      .offset = (size_t)offset, .stride = (size_t)stride, .block = after + arrays, .room = room,
+                      .helper_delay_ns = g->helper_delay_ns};
+    a->reference = (Anchor **)at, at += n * sizeof(Anchor *);
+    a->predicted = (const Anchor **)at, at += n * sizeof(Anchor *);
+    a->reference_step = (int64_t *)at, at += n * sizeof(int64_t);
+    a->length = (Py_ssize_t *)at, at += n * sizeof(Py_ssize_t);
+    a->copy = (uint8_t **)at, at += n * sizeof(uint8_t *);
+    a->done = (unsigned char *)at, at += n;
+    a->same = (unsigned char *)at;
     /* The reference assign would give each frame if its add continues the env's group (no episode start:
      * that add's obs frame is written first, at this step, and the block is not taken). */
     for (Py_ssize_t k = 0; k < count; k++) {
         const EnvGroup *e = &g->envs[env + k];
         int key = e->place == 0 || group_ends(g, e, step + k, frame_tail);
-        Anchor *reference = key ? NULL : e->anchors[reference_digit(g, e->place)];
+        int digit = key ? 0 : reference_digit(g, e->place);
+        Anchor *reference = key ? NULL : e->anchors[digit];
         /* a key frame, or a place later ones reference: an anchor, whose bytes the helper copies (2n: an
          * anchor's room, reference_index_init's); without memory, the add copies them as before */
-        a->copy[k] = key || reference_digit(g, e->place) > 0 ? malloc(2 * g->n) : NULL;
+        a->copy[k] = key || digit > 0 ? malloc(2 * g->n) : NULL;
         a->reference[k] = reference, a->predicted[k] = reference;
         a->reference_step[k] = reference != NULL ? reference->step : -1;
         a->length[k] = -2;
-        a->done[k] = 0;
+        a->done[k] = 0, a->same[k] = 0;
         anchor_hold(reference);
     }
     g->ahead = a;

@@ -1,8 +1,8 @@
-/* One env's frame encoded ahead on a helper of the pool while its add is checked (a writer's reference
- * groups, reference_groups.h), and taken back from a helper that has not finished it (preempted) rather
- * than waited for: the add then encodes the frame itself, apart from the reference the helper writes
- * beside (reference_encode_apart), and the frame stays the groups' until a later settle finds its helper
- * done. */
+/* An add's frames (one env's, or a vector add's, a helper task each) encoded ahead on helpers of the pool
+ * while the add is checked (a writer's reference groups, reference_groups.h), and taken back from a
+ * helper that has not finished one (preempted) rather than waited for: the add then encodes that frame
+ * itself, apart from the reference the helper writes beside (reference_encode_apart), and the frames
+ * stay the groups' until a later settle finds their helper done. */
 #ifndef MMREPLAY_REFERENCE_AHEAD_H
 #define MMREPLAY_REFERENCE_AHEAD_H
 
@@ -31,7 +31,7 @@ int ahead_uses(const ReferenceGroups *g, const struct Anchor *reference);
 
 /* The block encoded ahead for env's frame at step, when it is this frame's against the reference it was
  * just assigned (NULL: a key frame) and settled: its length, the block copied to dst; -1 otherwise. */
-Py_ssize_t ahead_block(const AheadFrame *a, Py_ssize_t env, int64_t step, const char *frame,
+Py_ssize_t ahead_block(AheadFrame *a, Py_ssize_t env, int64_t step, const char *frame,
                        const struct Anchor *reference, char *dst);
 
 /* Where env's frame at step, encoded ahead and done, will be an anchor: the copy of it its helper made,

@@ -101,8 +101,7 @@ table_reference(const void *source, int64_t step)
 {
     const TableLookup *t = source;
     const FrameTable *frames = t->frames;
-    const unsigned char *entry = (const unsigned char *)frames->table->buf
-                                 + (size_t)(step % frames->frame_slots) * (size_t)frames->layout.size;
+    const unsigned char *entry = table_entry(frames, step);
     int64_t delta = entry_ref(&frames->layout, entry);
     if (delta > 0 && t->keys != NULL
         && key_frames_holds(t->keys, step, (uint32_t)read_le(entry + frames->layout.checksum, 4),
@@ -115,9 +114,7 @@ table_reference(const void *source, int64_t step)
 static void
 table_prefetch(const void *source, int64_t step)
 {
-    const FrameTable *frames = ((const TableLookup *)source)->frames;
-    __builtin_prefetch((const unsigned char *)frames->table->buf
-                           + (size_t)(step % frames->frame_slots) * (size_t)frames->layout.size, 0, 0);
+    __builtin_prefetch(table_entry(((const TableLookup *)source)->frames, step), 0, 0);
 }
 
 /* How a batch's frames are read: its table, views and kept frames, and the scheme's sizes. */
@@ -128,7 +125,8 @@ typedef struct {
     Py_ssize_t depth, row_nbytes, frame_nbytes;
 } TableRead;
 
-/* Status of table_decode and of each part of a split batch: */
+/* Status of table_decode and of each part of a split batch, the worse the larger (split_decode keeps a
+ * batch's worst part's): */
 #define READ_DONE 0
 #define READ_GENERAL 1 /* a frame or chain fails: the caller's general path names it */
 #define READ_UNSPLIT 2 /* a part cannot go on without the GIL: the batch is decoded unsplit */
@@ -170,9 +168,7 @@ table_decode(const TableRead *t, const int64_t *steps, Py_ssize_t n, char *out, 
     }
     for (Py_ssize_t e = 0; e < m; e++) { /* a chain that stopped at a frame a slot holds */
         cached[e] = t->keys != NULL && refs[e] < 0
-                    && entry_ref(&frames->layout, (const unsigned char *)frames->table->buf
-                                                      + (size_t)(plan_steps[e] % frames->frame_slots)
-                                                            * (size_t)frames->layout.size) != 0;
+                    && entry_ref(&frames->layout, table_entry(frames, plan_steps[e])) != 0;
     }
     ReferencePlan plan = {sources, lengths, refs, rows, checksums, seeds, out, NULL, n, (int)t->frame_nbytes,
                           (int)t->row_nbytes, t->row_nbytes > 0, m, t->keys, plan_steps,
@@ -228,13 +224,11 @@ split_decode(const TableRead *t, const int64_t *steps, Py_ssize_t n, char *out, 
     Py_BEGIN_ALLOW_THREADS
     pool_run(job.parts, threads, split_task, &job);
     Py_END_ALLOW_THREADS
+    /* the worst part's: no memory, over decoding again unsplit, over a frame that fails (which the caller's
+     * general path names), over done (a part without the GIL sets no Python error) */
     int status = READ_DONE;
-    for (Py_ssize_t part = 0; part < job.parts; part++) { /* the first part's general failure names a frame */
-        int s = job.status[part];
-        status = s == READ_NO_MEMORY || status == READ_NO_MEMORY ? READ_NO_MEMORY
-                 : s == READ_UNSPLIT || status == READ_UNSPLIT   ? READ_UNSPLIT
-                 : s > status                                    ? s
-                                                                 : status;
+    for (Py_ssize_t part = 0; part < job.parts; part++) {
+        status = job.status[part] > status ? job.status[part] : status;
     }
     if (status == READ_UNSPLIT) {
         __atomic_fetch_add(&unsplit_batches, 1, __ATOMIC_RELAXED);
