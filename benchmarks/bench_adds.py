@@ -9,10 +9,13 @@ the thread's CPU time (steadier on a machine shared with other jobs); the median
 ``--json`` one JSON line per figure. Where the store compresses one env's new frame ahead on a helper
 (from 4 usable cores), a third form adds the same way with that switched off (the writer's private
 ``_ahead_threads``), so that the run shows what the helper buys. Building the inputs (the stacks) is the env's job and is not timed;
-the store's automatic commits are (they happen inside ``add``).
+the store's automatic commits are (they happen inside ``add``). ``--encodings`` names the stores' frame
+encodings (``default``: the store's default, reference frames for these uint8 frames; ``lz4``; or both,
+``lz4,lz4-reference``): each form runs once per encoding, all of them taking turns in the same blocks.
 
     .venv/bin/python benchmarks/bench_adds.py                      # pong, mspacman, seaquest
     .venv/bin/python benchmarks/bench_adds.py --games mspacman --adds 20000 --json
+    .venv/bin/python benchmarks/bench_adds.py --encodings lz4,lz4-reference --adds 16000
 """
 
 from __future__ import annotations
@@ -90,40 +93,54 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--block", type=int, default=2_000, help="transitions per form per turn")
     parser.add_argument("--envs", type=int, default=8, help="envs of the vector form")
     parser.add_argument("--tmpdir", default=None, help="where the stores live while measured (on disk)")
+    parser.add_argument("--encodings", default="default",
+                        help="comma-separated frame encodings: default (the store's), lz4, lz4-reference")
     parser.add_argument("--json", action="store_true", help="also print one JSON line per figure")
     add_data_dir_argument(parser)
     args = parser.parse_args(argv)
-    print("| game | form | transitions/s (wall) | transitions/s (thread CPU) |\n|---|---|---:|---:|", flush=True)
+    encodings = args.encodings.split(",")
+    for encoding in encodings:
+        if encoding not in ("default", "lz4", "lz4-reference"):
+            parser.error(f"--encodings: expected default, lz4 or lz4-reference, got {encoding!r}")
+    print("| game | encoding | form | transitions/s (wall) | transitions/s (thread CPU) |\n|---|---|---|---:|---:|",
+          flush=True)
     for game in args.games.split(","):
         stream = FrameStream.load(stream_path(game, args.data_dir))
         with tempfile.TemporaryDirectory(dir=args.tmpdir) as tmp:
-            forms = {
-                "1 env, stacks, Python scalars": (SingleEnv(stream), 1),
-                "1 env, stacks, Python scalars, no helper": (SingleEnv(stream), 1),
-                f"{args.envs} envs, stacks, numpy arrays": (VectorEnvs(stream, args.envs), args.envs),
-            }
-            stores = {name: ReplayStore.create(Path(tmp) / f"{k}.mmr", frame_shape=stream.frames.shape[1:],
-                                               capacity=args.capacity, stack_size=STACK, num_envs=envs)
-                      for k, (name, (_, envs)) in enumerate(forms.items())}
-            if stores["1 env, stacks, Python scalars"]._role._ahead_threads > 1:  # type: ignore[attr-defined]
-                stores["1 env, stacks, Python scalars, no helper"]._role._ahead_threads = 1  # type: ignore[attr-defined]
-            else:  # no helper to switch off (under 4 usable cores): the form would repeat the first
-                stores.pop("1 env, stacks, Python scalars, no helper").close()
-                forms.pop("1 env, stacks, Python scalars, no helper")
-            rates: dict[str, list[tuple[float, float]]] = {name: [] for name in forms}
+            forms: dict[tuple[str, str], tuple[SingleEnv | VectorEnvs, int]] = {}
+            stores: dict[tuple[str, str], ReplayStore] = {}
+            for e, encoding in enumerate(encodings):
+                for k, (name, (feed, envs)) in enumerate({
+                    "1 env, stacks, Python scalars": (SingleEnv(stream), 1),
+                    "1 env, stacks, Python scalars, no helper": (SingleEnv(stream), 1),
+                    f"{args.envs} envs, stacks, numpy arrays": (VectorEnvs(stream, args.envs), args.envs),
+                }.items()):
+                    stores[encoding, name] = ReplayStore.create(
+                        Path(tmp) / f"{e}-{k}.mmr", frame_shape=stream.frames.shape[1:], capacity=args.capacity,
+                        stack_size=STACK, num_envs=envs, frame_encoding=None if encoding == "default" else encoding)
+                    forms[encoding, name] = (feed, envs)
+                helped, unhelped = (encoding, "1 env, stacks, Python scalars"), (encoding, "1 env, stacks, Python scalars, no helper")
+                if stores[helped]._role._ahead_threads > 1:  # type: ignore[attr-defined]
+                    stores[unhelped]._role._ahead_threads = 1  # type: ignore[attr-defined]
+                else:  # no helper to switch off (under 4 usable cores): the form would repeat the first
+                    stores.pop(unhelped).close()
+                    forms.pop(unhelped)
+            rates: dict[tuple[str, str], list[tuple[float, float]]] = {key: [] for key in forms}
             for turn in range(max(1, args.adds // args.block)):
                 order = list(forms) if turn % 2 == 0 else list(reversed(forms))
-                for name in order:
-                    feed, envs = forms[name]
-                    rates[name].append(measure(stores[name], feed, max(1, args.block // envs)))
-            for name, store in stores.items():
+                for key in order:
+                    feed, envs = forms[key]
+                    rates[key].append(measure(stores[key], feed, max(1, args.block // envs)))
+            written = {key: store.frame_encoding for key, store in stores.items()}
+            for store in stores.values():
                 store.close()
-        for name, blocks in rates.items():
+        for (encoding, name), blocks in rates.items():
             wall, cpu = statistics.median(b[0] for b in blocks), statistics.median(b[1] for b in blocks)
-            print(f"| {game} | {name} | {wall:,.0f} | {cpu:,.0f} |", flush=True)
+            stored = written[encoding, name]
+            print(f"| {game} | {stored} | {name} | {wall:,.0f} | {cpu:,.0f} |", flush=True)
             if args.json:
-                print(json.dumps({"figure": "adds", "game": game, "form": name, "transitions_s": round(wall),
-                                  "cpu_transitions_s": round(cpu)}), flush=True)
+                print(json.dumps({"figure": "adds", "game": game, "encoding": stored, "form": name,
+                                  "transitions_s": round(wall), "cpu_transitions_s": round(cpu)}), flush=True)
 
 
 if __name__ == "__main__":

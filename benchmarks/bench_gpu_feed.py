@@ -5,10 +5,13 @@ update, ``eager`` PyTorch and ``graph``: the whole update in one CUDA graph; ``n
 every feed of ``gpu_feeds.py`` runs in the same process, on the same stores: the numpy ring fed inline and
 through a Python-thread pipeline, mmreplay's ``sample`` inline, and mmreplay's ``batches(device=...)``
 with host decode and with nvCOMP decode (where nvCOMP is installed). *Kept* = updates/s fed by the feed
-/ updates/s with one batch resident on the device (measured first, in the same group). Issue 25's
+/ updates/s with one batch resident on the device: each feed's ``--rounds`` windows take turns with
+windows of the resident batch, and kept is the median of the pairs' ratios (with the lowest and highest),
+so that a learner whose own rate drifts is compared with itself at the same moment. The stores' frames
+follow the store's default unless ``--frame-encoding`` names one (nvCOMP decode needs ``lz4``). Issue 25's
 target: kept >= 0.95 for mmreplay's device batches in every cell.
 
-A figure is updates (batches, for ``none``) over ``--seconds`` after ``--warmup`` s, with the device
+A window is updates (batches, for ``none``) over ``--seconds`` after ``--warmup`` s, with the device
 synchronized every 20 updates and at the end. Each figure is one JSON line on stdout, flushed, so a run
 cut short keeps what it measured; ``--budget`` stops starting figures after that many seconds. Then
 ``decode_parts`` lines: the device time (CUDA events) of each part of nvCOMP decoding a batch (the copy
@@ -49,11 +52,12 @@ def emit(**figure: object) -> None:
     print(json.dumps(figure), flush=True)
 
 
-def fill(stream: FrameStream, capacity: int, directory: str, *, decode_threads: int | None = None
-         ) -> tuple[ReplayStore, NumpyFrameRing]:
-    """A store and a ring each holding ``capacity`` transitions of the stream fed cyclically."""
+def fill(stream: FrameStream, capacity: int, directory: str, *, decode_threads: int | None = None,
+         frame_encoding: str | None = None) -> tuple[ReplayStore, NumpyFrameRing]:
+    """A store and a ring each holding ``capacity`` transitions of the stream fed cyclically; the store's
+    frames in ``frame_encoding`` (None: the store's default; ``decode="device"`` needs ``"lz4"``)."""
     store = ReplayStore.create(Path(directory) / "store", frame_shape=(84, 84), capacity=capacity, stack_size=4,
-                               frame_encoding="lz4", decode_threads=decode_threads)  # decode="device": plain frames
+                               frame_encoding=frame_encoding, decode_threads=decode_threads)
     ring = NumpyFrameRing(capacity)
     for i in range(capacity):
         inputs = stream.single_frame_inputs(i)
@@ -91,13 +95,21 @@ def make_feed(name: str, store: ReplayStore, ring: NumpyFrameRing, batch_size: i
         return gpu_feeds.RingThreads(ring, batch_size, device, seed, threads=threads)
     if name == "mmreplay-inline":
         return gpu_feeds.MmreplayInline(store, batch_size, device, seed)
-    decode = "device" if name == "mmreplay-nvcomp" else "host"
-    return gpu_feeds.MmreplayDevice(store, batch_size, device, seed, decode=decode)
+    if name.startswith("mmreplay-host-p"):  # mmreplay-host-p8: batches(device=..., prefetch=8)
+        return gpu_feeds.MmreplayDevice(store, batch_size, device, seed, decode="host",
+                                        prefetch=int(name.removeprefix("mmreplay-host-p")))
+    if name in ("mmreplay-host", "mmreplay-nvcomp"):
+        return gpu_feeds.MmreplayDevice(store, batch_size, device, seed,
+                                        decode="device" if name == "mmreplay-nvcomp" else "host")
+    raise ValueError(f"unknown feed {name!r}: expected one of {', '.join(FEEDS)} or mmreplay-host-p<prefetch>")
 
 
 def measure_group(game: str, batch_size: int, learner_name: str, feeds: list[str], store: ReplayStore,
                   ring: NumpyFrameRing, device: torch.device, args: argparse.Namespace, deadline: float) -> None:
-    """One (game, batch, learner) group: the resident feed first, then each feed's kept share."""
+    """One (game, batch, learner) group. With a learner, each feed runs in ``--rounds`` windows that take
+    turns with windows of the resident batch (the first of each pair alternating), and its kept share is
+    the median of the pairs' ratios, so that a learner whose own rate drifts (clocks, a shared host) is
+    compared with itself at the same moment. Without one, each feed's batches/s alone."""
     learner = None
     if learner_name != "none":
         try:
@@ -106,10 +118,12 @@ def measure_group(game: str, batch_size: int, learner_name: str, feeds: list[str
             emit(figure="error", game=game, batch_size=batch_size, learner=learner_name, stage="learner",
                  error=f"{type(error).__name__}: {error}")
             return
-    resident_rate = None
-    seconds = args.seconds if learner is not None else args.feed_seconds
+    resident = make_feed("resident", store, ring, batch_size, device, args.seed, args.threads)
+    resident_rates: list[float] = []
     for name in feeds:
         base = dict(game=game, batch_size=batch_size, learner=learner_name, feed=name, device=str(device))
+        if name == "resident":
+            continue
         if time.monotonic() > deadline:
             emit(figure="skipped", reason="budget", **base)
             continue
@@ -120,21 +134,33 @@ def measure_group(game: str, batch_size: int, learner_name: str, feeds: list[str
             continue
         try:
             if learner is None:
-                per_second, calls = rate(lambda: next(feed), device, seconds=seconds, warmup=args.warmup)
-            else:
-                per_second, calls = rate(lambda: learner.update(*next(feed)), device, seconds=seconds,
-                                         warmup=args.warmup)
+                per_second, calls = rate(lambda: next(feed), device, seconds=args.feed_seconds, warmup=args.warmup)
+                emit(figure="batches_per_s", value=round(per_second, 1), kept=None, calls=calls, **base)
+                continue
+            fed = (lambda: learner.update(*next(feed)))  # noqa: E731
+            alone = (lambda: learner.update(*next(resident)))  # noqa: E731
+            pairs, calls = [], 0
+            for turn in range(args.rounds):
+                order = (alone, fed) if turn % 2 == 0 else (fed, alone)
+                measured = {}
+                for step in order:
+                    measured[step], count = rate(step, device, seconds=args.seconds, warmup=args.warmup)
+                    calls += count if step is fed else 0
+                pairs.append((measured[fed], measured[alone]))
+            resident_rates += [r for _, r in pairs]
         except Exception as error:
             emit(figure="error", stage="measure", error=f"{type(error).__name__}: {error}", **base)
             continue
         finally:
             feed.close()
-        if name == "resident":
-            resident_rate = per_second
-        # Kept is a learner's: a feed alone has nothing to keep (its resident figure is a loop's speed).
-        kept = None if learner is None or resident_rate is None or name == "resident" else round(per_second / resident_rate, 3)
-        unit = "batches_per_s" if learner is None else "updates_per_s"
-        emit(figure=unit, value=round(per_second, 1), kept=kept, calls=calls, **base)
+        ratios = sorted(f / r for f, r in pairs)
+        emit(figure="updates_per_s", value=round(float(np.median([f for f, _ in pairs])), 1),
+             kept=round(float(np.median(ratios)), 3), kept_low=round(ratios[0], 3), kept_high=round(ratios[-1], 3),
+             resident=round(float(np.median([r for _, r in pairs])), 1), rounds=len(pairs), calls=calls, **base)
+    if resident_rates:
+        emit(figure="updates_per_s", value=round(float(np.median(resident_rates)), 1), kept=None,
+             windows=len(resident_rates), game=game, batch_size=batch_size, learner=learner_name, feed="resident",
+             device=str(device))
 
 
 def verify(game: str, store: ReplayStore, device: torch.device, batches: int = 4) -> None:
@@ -247,9 +273,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--games", default="pong,mspacman,seaquest")
     parser.add_argument("--batch-sizes", default="32,256")
     parser.add_argument("--learners", default="graph,eager,none", help="of graph, eager, none (the feed alone)")
-    parser.add_argument("--feeds", default=",".join(FEEDS))
+    parser.add_argument("--feeds", default=",".join(FEEDS), help="of these, and mmreplay-host-p<N>: device batches "
+                        "with prefetch=N")
     parser.add_argument("--capacity", type=int, default=100_000)
-    parser.add_argument("--seconds", type=float, default=1.5, help="timed seconds per figure with a learner")
+    parser.add_argument("--seconds", type=float, default=1.0, help="timed seconds per window with a learner")
+    parser.add_argument("--rounds", type=int, default=3, help="windows of each feed with a learner, each paired "
+                        "with a window of the resident batch")
+    parser.add_argument("--frame-encoding", default="default", choices=("default", "lz4", "lz4-reference"),
+                        help="the stores' frames (default: the store's default; decode=\"device\" needs lz4)")
     parser.add_argument("--feed-seconds", type=float, default=0.75, help="timed seconds per figure of a feed alone")
     parser.add_argument("--warmup", type=float, default=0.4)
     parser.add_argument("--threads", type=int, default=2, help="workers of the ring's Python-thread pipeline")
@@ -269,6 +300,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.smoke:
         args.games, args.batch_sizes, args.capacity = "pong", "8", 1_500
         args.seconds = args.feed_seconds = 0.2
+        args.rounds = 2
         args.warmup, args.decode_repeats = 0.05, 2
         torch.set_num_threads(1)  # a shared CPU: torch's own threads only fight the feeds' threads
     deadline = time.monotonic() + args.budget
@@ -291,7 +323,8 @@ def main(argv: list[str] | None = None) -> None:
     emit(figure="setup", torch=torch.__version__, device=str(device),
          gpu=torch.cuda.get_device_name(device) if cuda else None, cpus=len(os.sched_getaffinity(0)),
          nvcomp=nvcomp, capacity=args.capacity, games=args.games, batch_sizes=args.batch_sizes, learners=learners,
-         feeds=feeds, seconds=args.seconds, threads=args.threads, smoke=args.smoke,
+         feeds=feeds, seconds=args.seconds, rounds=args.rounds, threads=args.threads, smoke=args.smoke,
+         frame_encoding=args.frame_encoding,
          mmreplay=str(Path(sys.modules["mmreplay"].__file__ or "").parent), label=args.label)
     for game in args.games.split(","):
         if time.monotonic() > deadline:
@@ -300,8 +333,10 @@ def main(argv: list[str] | None = None) -> None:
         started = time.perf_counter()
         stream = FrameStream.load(stream_path(game, args.data_dir))
         with tempfile.TemporaryDirectory(prefix="bench-gpu-feed-", dir=args.tmpdir) as directory:
-            store, ring = fill(stream, args.capacity, directory)
-            emit(figure="filled", game=game, transitions=len(store), seconds=round(time.perf_counter() - started, 1))
+            encoding = None if args.frame_encoding == "default" else args.frame_encoding
+            store, ring = fill(stream, args.capacity, directory, frame_encoding=encoding)
+            emit(figure="filled", game=game, transitions=len(store), frame_encoding=store.frame_encoding,
+                 seconds=round(time.perf_counter() - started, 1))
             verify(game, store, device)
             try:
                 for batch_size in [int(b) for b in args.batch_sizes.split(",")]:

@@ -10,10 +10,13 @@ the median of the windows' ratios, the threads the policy gave a batch under eac
 ``--json``, one JSON line per figure. Run it with glibc's allocator kept steady, as bench_core runs its
 workers (``MALLOC_MMAP_THRESHOLD_=268435456 MALLOC_TRIM_THRESHOLD_=268435456``; cores_box.sh does):
 otherwise each batch of 256 stacks (9 MB) is a fresh mmap that both buffers page-fault in again.
+``--encodings`` names the stores' frame encodings (``default``: the store's default, reference frames for
+these uint8 frames; ``lz4``; or both): one store per encoding, each against the same ring.
 
     .venv/bin/python benchmarks/bench_sampling_threads.py                       # 3 games x 2 batches x 5 caps
     .venv/bin/python benchmarks/bench_sampling_threads.py --games pong --batches 32 --caps 1,2 --seconds 0.3
     .venv/bin/python benchmarks/bench_sampling_threads.py --data-dir .devcarry/frames --json
+    .venv/bin/python benchmarks/bench_sampling_threads.py --encodings lz4,lz4-reference --caps 2,all
 """
 
 from __future__ import annotations
@@ -127,9 +130,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=0.4, help="per window")
     parser.add_argument("--rounds", type=int, default=4, help="window pairs per cell")
     parser.add_argument("--tmpdir", default=None, help="where the stores live while measured (on disk)")
+    parser.add_argument("--encodings", default="default",
+                        help="comma-separated frame encodings: default (the store's), lz4, lz4-reference")
     parser.add_argument("--json", action="store_true", help="also print one JSON line per figure")
     add_data_dir_argument(parser)
     args = parser.parse_args(argv)
+    encodings = args.encodings.split(",")
+    for encoding in encodings:
+        if encoding not in ("default", "lz4", "lz4-reference"):
+            parser.error(f"--encodings: expected default, lz4 or lz4-reference, got {encoding!r}")
     batches = [int(b) for b in args.batches.split(",")]
     caps = parse_caps(args.caps)
     cores = usable_cores()
@@ -139,30 +148,35 @@ def main(argv: list[str] | None = None) -> None:
     for game in args.games.split(","):
         stream = FrameStream.load(stream_path(game, args.data_dir))
         with tempfile.TemporaryDirectory(dir=args.tmpdir) as tmp:
-            path = Path(tmp) / f"{game}.mmr"
-            ring = NumpyFrameRing(args.capacity)
-            with ReplayStore.create(path, frame_shape=stream.frames.shape[1:], capacity=args.capacity,
-                                    stack_size=STACK) as store:
-                adds = fill(stream, args.capacity, store, ring)
-            print(f"\n{game}: {args.capacity:,} transitions; adds (stacks, Python scalars) {adds:,.0f}/s while filling")
-            print("| batch | decode_threads | threads a batch takes | mmreplay batches/s | ring batches/s | ratio |")
-            print("|---:|---|---:|---:|---:|---:|", flush=True)
-            row_nbytes = (STACK + 1) * stream.frames[0].nbytes
-            for batch in batches:
-                for cap in caps:
-                    store = open_with_cap(path, cap)
-                    rng = np.random.default_rng(1)
-                    threads = batch_threads(batch * row_nbytes, thread_limit(cap))
-                    mm, peer, ratio = paired(functools.partial(store.sample, batch, rng), ring_sampler(ring, batch, 2),
-                                             seconds=args.seconds, rounds=args.rounds)
-                    store.close()
-                    label = "all" if cap is None else str(cap)
-                    print(f"| {batch} | {label} | {threads} | {mm:,.0f} | {peer:,.0f} | {ratio:.2f}x |", flush=True)
-                    if args.json:
-                        print(json.dumps({"figure": "sampling", "game": game, "batch": batch, "decode_threads": label,
-                                          "threads": threads, "cores": cores, "mmreplay_batches_s": round(mm),
-                                          "ring_batches_s": round(peer), "ratio": round(ratio, 3)}), flush=True)
-            del ring
+            for e, encoding in enumerate(encodings):
+                path = Path(tmp) / f"{game}-{e}.mmr"
+                ring = NumpyFrameRing(args.capacity)
+                with ReplayStore.create(path, frame_shape=stream.frames.shape[1:], capacity=args.capacity,
+                                        stack_size=STACK, frame_encoding=None if encoding == "default" else encoding
+                                        ) as store:
+                    adds = fill(stream, args.capacity, store, ring)
+                    stored = store.frame_encoding
+                print(f"\n{game}, {stored} frames: {args.capacity:,} transitions; adds (stacks, Python scalars) "
+                      f"{adds:,.0f}/s while filling")
+                print("| batch | decode_threads | threads a batch takes | mmreplay batches/s | ring batches/s | ratio |")
+                print("|---:|---|---:|---:|---:|---:|", flush=True)
+                row_nbytes = (STACK + 1) * stream.frames[0].nbytes
+                for batch in batches:
+                    for cap in caps:
+                        store = open_with_cap(path, cap)
+                        rng = np.random.default_rng(1)
+                        threads = batch_threads(batch * row_nbytes, thread_limit(cap))
+                        mm, peer, ratio = paired(functools.partial(store.sample, batch, rng),
+                                                 ring_sampler(ring, batch, 2), seconds=args.seconds, rounds=args.rounds)
+                        store.close()
+                        label = "all" if cap is None else str(cap)
+                        print(f"| {batch} | {label} | {threads} | {mm:,.0f} | {peer:,.0f} | {ratio:.2f}x |", flush=True)
+                        if args.json:
+                            print(json.dumps({"figure": "sampling", "game": game, "encoding": stored, "batch": batch,
+                                              "decode_threads": label, "threads": threads, "cores": cores,
+                                              "mmreplay_batches_s": round(mm), "ring_batches_s": round(peer),
+                                              "ratio": round(ratio, 3)}), flush=True)
+                del ring
 
 
 if __name__ == "__main__":

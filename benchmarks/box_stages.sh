@@ -6,10 +6,13 @@
 # own `timeout`, never past BUDGET; a stage that fails is reported and the next one runs. Everything is
 # printed and kept under $OUT: NAME.log (all of it), bench.jsonl (one JSON line per figure), build.txt,
 # tests.txt. Settings (environment): CARRY (.devcarry), PYTHON (python3), BENCH_ARGS (more arguments for
-# bench_gpu_feed.py), GPU_BENCH_SECONDS (its budget; default: its stage's limit less 30 s).
+# bench_gpu_feed.py), GPU_BENCH_SECONDS (its budget; default: its stage's limit less 30 s), ADDS_ARGS and
+# SAMPLING_ARGS (more arguments for bench_adds.py and bench_sampling_threads.py).
 CARRY=${CARRY:-.devcarry}
 PYTHON=${PYTHON:-python3}
 BENCH_ARGS=${BENCH_ARGS:-}
+ADDS_ARGS=${ADDS_ARGS:-}
+SAMPLING_ARGS=${SAMPLING_ARGS:-}
 OUT=${OUT:-/tmp/${NAME}_out}
 WORK=/tmp/${NAME}_build
 SITE=$WORK/site
@@ -141,12 +144,12 @@ sampling() {
     # glibc's allocator kept steady, as bench_core's workers run (--malloc steady): a batch of 256 stacks
     # (9 MB) would otherwise be a fresh mmap, page-faulted in again, for the ring and mmreplay alike.
     MALLOC_MMAP_THRESHOLD_=268435456 MALLOC_TRIM_THRESHOLD_=268435456 "$PYTHON" benchmarks/bench_sampling_threads.py \
-        --data-dir "$CARRY/frames" --json --seconds 0.25 --rounds 3 | tee -a "$OUT/bench.jsonl"
+        --data-dir "$CARRY/frames" --json --seconds 0.25 --rounds 3 $SAMPLING_ARGS | tee -a "$OUT/bench.jsonl"
     return "${PIPESTATUS[0]}"
 }
 
 adds() {
-    "$PYTHON" benchmarks/bench_adds.py --data-dir "$CARRY/frames" --json --adds 24000 --block 2000 \
+    "$PYTHON" benchmarks/bench_adds.py --data-dir "$CARRY/frames" --json --adds 24000 --block 2000 $ADDS_ARGS \
         | tee -a "$OUT/bench.jsonl"
     return "${PIPESTATUS[0]}"
 }
@@ -165,6 +168,6 @@ encodings() {
         --rounds 7 --window 0.25 --json "$OUT/bench.jsonl" --tmpdir "$WORK"
 }
 
-export OUT CARRY PYTHON BUDGET BENCH_ARGS WORK SITE LIBS HEADERS STARTED
+export OUT CARRY PYTHON BUDGET BENCH_ARGS ADDS_ARGS SAMPLING_ARGS WORK SITE LIBS HEADERS STARTED
 export -f elapsed left machine install_wheels build_liblz4 build_extensions cuda_tests gpu_feed pool_tests \
     sampling adds prioritized encodings

@@ -10,7 +10,8 @@ as tensors on the device, one batch per ``next()``.
   learner's stream waits on it (``record_stream`` for the caching allocator); a queue of 3.
 - ``MmreplayInline``: ``store.sample(B, out=...)`` (obs and next_obs one array of 5 frames a row), pinned
   and copied on the learner's thread.
-- ``MmreplayDevice``: ``store.batches(B, device=..., decode="host" | "device")``.
+- ``MmreplayDevice``: ``store.batches(B, device=..., decode="host" | "device")``, at its default depth or
+  ``prefetch=``.
 """
 
 from __future__ import annotations
@@ -183,8 +184,10 @@ class MmreplayInline:
 
 
 class MmreplayDevice:
-    def __init__(self, store, batch_size: int, device: torch.device, seed: int, *, decode: str) -> None:  # noqa: ANN001
-        self.batches: Iterator = store.batches(batch_size, device=device, decode=decode, rng=seed)
+    def __init__(self, store, batch_size: int, device: torch.device, seed: int, *, decode: str,  # noqa: ANN001
+                 prefetch: int | None = None) -> None:
+        more = {} if prefetch is None else {"prefetch": prefetch}
+        self.batches: Iterator = store.batches(batch_size, device=device, decode=decode, rng=seed, **more)
 
     def __next__(self) -> Tensors:
         batch = next(self.batches)
