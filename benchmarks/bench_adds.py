@@ -8,7 +8,8 @@ each env replays the stream from its own episode start). Each block's rate is ta
 the thread's CPU time (steadier on a machine shared with other jobs); the medians are printed, and with
 ``--json`` one JSON line per figure. Where the store compresses one env's new frame ahead on a helper
 (from 4 usable cores), a third form adds the same way with that switched off (the writer's private
-``_ahead_threads``), so that the run shows what the helper buys. Building the inputs (the stacks) is the env's job and is not timed;
+``_ahead_threads``), so that the run shows what the helper buys; for reference stores a line after each
+form says what the frames encoded ahead did (asked, posted to a helper, run on one, taken, taken back). Building the inputs (the stacks) is the env's job and is not timed;
 the store's automatic commits are (they happen inside ``add``). ``--encodings`` names the stores' frame
 encodings (``default``: the store's default, reference frames for these uint8 frames; ``lz4``; or both,
 ``lz4,lz4-reference``): each form runs once per encoding, all of them taking turns in the same blocks.
@@ -85,6 +86,16 @@ def measure(store: ReplayStore, feed: SingleEnv | VectorEnvs, calls: int) -> tup
     return transitions / wall, transitions / max(cpu, 1e-9)
 
 
+def ahead_counts(store: ReplayStore) -> dict[str, int] | None:
+    """For a reference store, what its frames encoded ahead did (``groups_ahead_counts``: asked, posted to a
+    helper, run on one, taken by the add, taken back); None for a plain store or an older build."""
+    groups = getattr(getattr(store._role, "_encoder", None), "groups", None)  # type: ignore[attr-defined]
+    from mmreplay import extensions
+
+    counts = getattr(extensions.load("_lz4batch"), "groups_ahead_counts", None)
+    return None if groups is None or counts is None else dict(counts(groups))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--games", default="pong,mspacman,seaquest")
@@ -132,15 +143,20 @@ def main(argv: list[str] | None = None) -> None:
                     feed, envs = forms[key]
                     rates[key].append(measure(stores[key], feed, max(1, args.block // envs)))
             written = {key: store.frame_encoding for key, store in stores.items()}
+            helped = {key: ahead_counts(store) for key, store in stores.items()}
             for store in stores.values():
                 store.close()
         for (encoding, name), blocks in rates.items():
             wall, cpu = statistics.median(b[0] for b in blocks), statistics.median(b[1] for b in blocks)
             stored = written[encoding, name]
             print(f"| {game} | {stored} | {name} | {wall:,.0f} | {cpu:,.0f} |", flush=True)
+            counts = helped[encoding, name]
+            if counts is not None:
+                print(f"|   | {stored} | ahead: {counts} |  |  |", flush=True)
             if args.json:
                 print(json.dumps({"figure": "adds", "game": game, "encoding": stored, "form": name,
-                                  "transitions_s": round(wall), "cpu_transitions_s": round(cpu)}), flush=True)
+                                  "transitions_s": round(wall), "cpu_transitions_s": round(cpu),
+                                  "ahead": counts}), flush=True)
 
 
 if __name__ == "__main__":

@@ -295,6 +295,43 @@ def test_create_validates_the_encoding_before_making_anything(tmp_path: Path, op
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize(
+    ("frame_shape", "frame_dtype", "expected"),
+    [
+        ((84, 84), np.uint8, DENSE),
+        ((8, 8), np.uint8, DENSE),           # 64 bytes: the smallest reference frame by default
+        ((64,), np.uint8, DENSE),
+        ((2, 2, 16), np.uint8, DENSE),
+        ((7, 9), np.uint8, "lz4"),           # 63 bytes
+        ((1, 1), np.uint8, "lz4"),
+        ((10, 10, 4), np.bool_, "lz4"),      # a MinAtar grid: not uint8
+        ((84, 84), np.float32, "lz4"),
+        ((84, 84), np.uint16, "lz4"),
+    ],
+)  # fmt: skip
+def test_the_default_encoding_is_reference_frames_for_uint8_frames_of_64_bytes_or_more(
+    tmp_path: Path, frame_shape: tuple[int, ...], frame_dtype: type, expected: str
+) -> None:
+    with ReplayStore.create(tmp_path / "s.mmr", frame_shape=frame_shape, capacity=10, frame_dtype=frame_dtype) as store:
+        assert store.frame_encoding == expected
+    with ReplayStore.open(tmp_path / "s.mmr", "r") as reader:  # recorded in the header, not chosen again
+        assert reader.frame_encoding == expected
+
+
+def test_small_uint8_frames_take_reference_frames_by_name(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 3, size=(40, 2, 2), dtype=np.uint8)
+    with ReplayStore.create(tmp_path / "s.mmr", frame_shape=(2, 2), capacity=30, frame_encoding=DENSE) as store:
+        assert store.frame_encoding == DENSE
+        for i in range(35):
+            store.add(frames[i], 0, 0.0, frames[i + 1], i == 20, False)
+        steps = store.stored_steps
+        batch = store.read(np.asarray(steps))
+    assert len(steps) == 30
+    for k, step in enumerate(steps):  # step i is the i-th add (one env, no episode restarts a step)
+        assert np.array_equal(batch.next_obs[k, -1], frames[step + 1])
+
+
 WRITE_WITHOUT_EXTENSION = """
 import sys
 import numpy as np

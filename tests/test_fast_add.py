@@ -272,7 +272,16 @@ def test_reference_frames_taken_back_from_a_held_up_helper_store_what_the_genera
         adds += chunk
     for args in adds:
         pair.general.add(*args)
-    assert _lz4batch.groups_taken_back(groups) >= 1
+    taken_back = _lz4batch.groups_taken_back(groups)
+    assert taken_back >= 1
+    # groups_ahead_counts (bench_adds' diagnostic) counts the same: frames asked for (some declined while
+    # taken-back ones run), posted, run on a helper (all of them here: the test delay keeps adds off them),
+    # and taken by an add (none taken back)
+    counts = _lz4batch.groups_ahead_counts(groups)
+    assert counts["taken_back"] == taken_back
+    assert 0 < counts["posted"] <= counts["asked"] <= len(adds)
+    assert counts["used"] + counts["taken_back"] <= counts["posted"]
+    assert counts["on_helper"] <= counts["posted"]
     assert pair.fast_adds > 0.9 * len(adds), (pair.fast_adds, len(adds))
     pair.close_and_compare()
 

@@ -83,6 +83,9 @@ ahead_task(void *context, Py_ssize_t k)
         struct timespec pause = {(time_t)(a->helper_delay_ns / 1000000000), (long)(a->helper_delay_ns % 1000000000)};
         nanosleep(&pause, NULL);
     }
+    if (pool_on_helper()) {
+        __atomic_fetch_add(&a->g->ahead_on_helper, 1, __ATOMIC_RELAXED);
+    }
     const char *frame = (const char *)a->frame.buf + a->offset + (size_t)k * a->stride;
     a->length[k] = encode_one(frame, a->g->n, a->reference[k], a->block + (size_t)k * a->room, a->room, 0);
     if (a->copy[k] != NULL) { /* the frame just read, copied where the thread that encodes against it reads */
@@ -172,6 +175,7 @@ ahead_block(AheadFrame *a, Py_ssize_t env, int64_t step, const char *frame, cons
         return -1;
     }
     memcpy(dst, a->block + (size_t)k * a->room, (size_t)a->length[k]);
+    a->g->ahead_used++;
     return a->length[k];
 }
 
@@ -250,6 +254,7 @@ py_encode_ahead(PyObject *module, PyObject *args)
         PyBuffer_Release(&frame);
         return NULL;
     }
+    g->ahead_asked += count;
     /* None while a frame taken back is still being encoded (its helper holds the one posting slot), and
      * for a while after one was (ahead_pause). */
     if (!groups_settle(g, 0) || g->ahead_pause > 0) {
@@ -305,6 +310,7 @@ py_encode_ahead(PyObject *module, PyObject *args)
     g->ahead = a;
     /* posted last: nothing can fail after a helper may have started on it */
     a->posted = pool_post(count, threads, ahead_task, a, a->helper_delay_ns > 0 ? POOL_AHEAD_WAKING : POOL_AHEAD);
+    g->ahead_posted += a->posted != NULL ? count : 0;
     return result;
 }
 
@@ -325,4 +331,17 @@ py_groups_taken_back(PyObject *module, PyObject *args)
         g->helper_delay_ns = delay;
     }
     return PyLong_FromLongLong(g->taken_back);
+}
+
+PyObject *
+py_groups_ahead_counts(PyObject *module, PyObject *capsule)
+{
+    (void)module;
+    ReferenceGroups *g = reference_groups_from(capsule);
+    if (g == NULL) {
+        return NULL;
+    }
+    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L}", "asked", g->ahead_asked, "posted", g->ahead_posted, "on_helper",
+                         __atomic_load_n(&g->ahead_on_helper, __ATOMIC_RELAXED), "used", g->ahead_used,
+                         "taken_back", g->taken_back);
 }

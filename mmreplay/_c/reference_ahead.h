@@ -61,6 +61,13 @@ PyObject *py_encode_ahead(PyObject *module, PyObject *args);
  *   usual): what the tests exercise the taken-back path with. */
 PyObject *py_groups_taken_back(PyObject *module, PyObject *args);
 
+/* groups_ahead_counts(groups) -> dict
+ *   What encode_ahead did so far, to see where a machine's helpers help: frames asked for ("asked"),
+ *   posted to a helper ("posted"; not where every helper slept, or while taken-back frames paused it), run
+ *   on a helper ("on_helper"; the others the add ran itself at its join), whose block an add took ("used"),
+ *   and taken back ("taken_back"). */
+PyObject *py_groups_ahead_counts(PyObject *module, PyObject *capsule);
+
 #define REFERENCE_AHEAD_METHODS                                                                                    \
     {"encode_ahead", py_encode_ahead, METH_VARARGS,                                                                \
      "encode_ahead(groups, env, frame_step, frame, frame_tail, threads) -> capsule | None\n\n"                     \
@@ -68,6 +75,9 @@ PyObject *py_groups_taken_back(PyObject *module, PyObject *args);
      "frames takes the block where it turns out the frame's."},                                                    \
     {"groups_taken_back", py_groups_taken_back, METH_VARARGS,                                                      \
      "groups_taken_back(groups, helper_delay_ns=-1) -> int\n\n"                                                    \
-     "Frames encoded ahead that adds took back from an unfinished helper; a delay >= 0 holds helpers up."},
+     "Frames encoded ahead that adds took back from an unfinished helper; a delay >= 0 holds helpers up."},     \
+    {"groups_ahead_counts", py_groups_ahead_counts, METH_O,                                                       \
+     "groups_ahead_counts(groups) -> dict\n\n"                                                                    \
+     "Frames encode_ahead was asked for, posted to a helper, ran on one, whose block an add took, taken back."},
 
 #endif

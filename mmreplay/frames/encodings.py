@@ -1,8 +1,9 @@
 """How a store encodes its frames, chosen once at create time and recorded in the header's layout.
 
-- ``"lz4"`` (the default for frames that are not uint8): each frame is one lz4 block, compressed alone; a
-  plain ``FrameRing``. Its header has no encoding fields, exactly as before the choice existed.
-- ``"lz4-reference"`` (the default for uint8 frames): each frame is compressed against an earlier frame of the same env, its
+- ``"lz4"`` (the default for frames that are not uint8, and for uint8 frames under
+  ``REFERENCE_MIN_FRAME_BYTES``): each frame is one lz4 block, compressed alone; a plain ``FrameRing``.
+  Its header has no encoding fields, exactly as before the choice existed.
+- ``"lz4-reference"`` (the default for uint8 frames of ``REFERENCE_MIN_FRAME_BYTES`` or more): each frame is compressed against an earlier frame of the same env, its
   reference (``reference_codec``: groups of ``group_size`` frames per env, a key frame compressed alone
   at the start of each, references arranged by ``branching``); a ``ReferenceFrameRing`` whose entries
   also hold ``ref_delta``. 2.4x (Pong) to 5.9x (MsPacman) fewer bytes per transition on Atari;
@@ -47,6 +48,15 @@ _lz4batch = extensions.load("_lz4batch")  # its reference groups: a version 5 wr
 PLAIN = "lz4"
 REFERENCE = "lz4-reference"
 assert header.FRAME_ENCODINGS == (PLAIN, REFERENCE)
+# The smallest uint8 frame (in bytes) that create gives reference frames when it is given no encoding.
+# Below it a frame's block is mostly its row and table entry, which a reference does not shrink, while
+# every read follows the reference chains: capacity 3,000, stack 4, Pong, MsPacman and Seaquest frames
+# subsampled (2-core machine), reference against plain bytes a transition 54.6/53.2 at 1x1, 54.6-56.0 /
+# 57.3 at 2x2, 56.0-66.9 / 69.6-72.4 at 4x4 (a few bytes saved), 66.9-76.5 / 81.9-121.5 at 8x8 (15-49
+# saved), while a sample(32) took 2x plain's time at 1x1 to 4x4 (~22 against ~11 us; a prioritized
+# sample + update at 1,000,000 1x1 frames 0.6x plain's rate) and 1.1x-1.8x at 8x8 to 21x21; from 84x84
+# reference frames sample at 1x-2x plain's rate.
+REFERENCE_MIN_FRAME_BYTES = 64
 # A store's scheme when create is given none: groups of 256 frames, each frame against the one at its
 # place with the lowest set bit cleared (depth 8: half the frames reference the frame before, a quarter
 # the one two back, ...). Measured at capacity 100,000, stack 4, one env (benchmarks/bench_encodings.py
@@ -56,6 +66,14 @@ assert header.FRAME_ENCODINGS == (PLAIN, REFERENCE)
 # frame one step back is the closest reference (MsPacman's ~211 bytes against ~280 two or three back),
 # and the compiled read decodes the deeper chains without scratch copies (_c/reference_threads.h).
 DEFAULT_SCHEME = ReferenceScheme(group_size=256, branching=2)
+
+
+def default_encoding(frame_shape: tuple[int, ...], frame_dtype: np.dtype) -> str:
+    """The encoding create gives frames of this shape and dtype when it is given none: reference frames
+    for uint8 frames of REFERENCE_MIN_FRAME_BYTES or more (images), plain lz4 for others."""
+    if frame_dtype == np.uint8 and math.prod(frame_shape) >= REFERENCE_MIN_FRAME_BYTES:
+        return REFERENCE
+    return PLAIN
 
 
 def parse_frame_encoding(

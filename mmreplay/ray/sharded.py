@@ -110,7 +110,7 @@ class ShardedReplay:
         Ray restarts a dead shard ``max_restarts`` times (-1: always). ``decode_threads``: this process's
         cap on the threads a sampled batch decodes on (None: the cores it may use), as ``ReplayStore.open``'s.
         ``frame_encoding``: each shard's store's (``ReplayStore.create``'s; None: ``"lz4-reference"`` for
-        uint8 frames, ``"lz4"`` for others): ``"lz4-reference"`` stores are 3-6.5x smaller on Atari frames,
+        uint8 frames of 64 bytes or more, ``"lz4"`` for others): ``"lz4-reference"`` stores are 3-6.5x smaller on Atari frames,
         and their batches travel with the frames their blocks are compressed against.
         """
         if frame_encoding is not None and frame_encoding not in FRAME_ENCODINGS:

@@ -60,7 +60,7 @@ def new_layout(
     frames_dtype = parse_frame_dtype(frame_dtype)
     field_specs = parse_field_specs(fields)
     if frame_encoding is None:
-        frame_encoding = encodings.REFERENCE if frames_dtype == np.uint8 else encodings.PLAIN
+        frame_encoding = encodings.default_encoding(frame_shape, frames_dtype)
     encoding, scheme = encodings.parse_frame_encoding(frame_encoding, reference_scheme)
     sampler = UniformSampler() if sampler is None else sampler
     if not isinstance(sampler, (UniformSampler, PrioritizedSampler)):
