@@ -6,14 +6,14 @@
 # against cpprb (1x1 frames) and, as the budget allows, the eager learner's kept cells and PER on Pong frames. BASE's tree travels as
 # $CARRY/base.tar (`git archive BASE mmreplay setup.py`, made by scripts/gpu_box_carry.py --base BASE).
 #     python scripts/gpu_box_carry.py --base BASE --no-wheels   # here
-#     bash benchmarks/adds_box.sh                                # the device tool: carry [".devcarry"], timeout_s 480
+#     bash benchmarks/adds_box.sh                                # the device tool: carry [".devcarry"], timeout_s 440
 # Results under $OUT: adds-<label>-<turn>.jsonl, bench.jsonl, tests.txt, adds_box.log.
-# Settings (environment): BUDGET (450), ADDS_ARGS, BENCH_ARGS, and box_stages.sh's.
+# Settings (environment): BUDGET (420), ADDS_ARGS, BENCH_ARGS, and box_stages.sh's.
 set -u
 NAME=adds_box
-BUDGET=${BUDGET:-450}
+BUDGET=${BUDGET:-420}
 ADDS_ARGS=${ADDS_ARGS:---encodings lz4-reference,lz4 --adds 16000 --block 2000}
-BENCH_ARGS=${BENCH_ARGS:---learners eager --feeds resident,ring-threads,mmreplay-host,mmreplay-host-p8 --games mspacman,pong,seaquest --seconds 0.6 --rounds 5 --warmup 0.15 --decode-repeats 0}
+BENCH_ARGS=${BENCH_ARGS:---learners eager --feeds resident,ring-threads,mmreplay-host,mmreplay-host-p8 --games mspacman,pong,seaquest --seconds 0.5 --rounds 4 --warmup 0.15 --decode-repeats 0}
 export ADDS_ARGS BENCH_ARGS
 source "$(dirname "$0")/box_stages.sh"
 
