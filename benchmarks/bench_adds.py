@@ -113,6 +113,9 @@ def main(argv: list[str] | None = None) -> None:
     for encoding in encodings:
         if encoding not in ("default", "lz4", "lz4-reference"):
             parser.error(f"--encodings: expected default, lz4 or lz4-reference, got {encoding!r}")
+    import mmreplay
+
+    print(f"mmreplay: {Path(mmreplay.__file__ or '').parent}", flush=True)  # which package (a box's base run)
     print("| game | encoding | form | transitions/s (wall) | transitions/s (thread CPU) |\n|---|---|---|---:|---:|",
           flush=True)
     for game in args.games.split(","):
