@@ -81,10 +81,7 @@ static struct {
     _Atomic uint32_t generation;                    /* bumped at every post and wake; helpers sleep on it */
     _Atomic uint32_t posts;                         /* bumped at every post */
     _Alignas(CACHE_LINE) atomic_int sleepers;       /* helpers asleep, or about to be */
-    atomic_int lead_sleeps;                         /* the lead helper (see pool_helper) asleep, or about to be */
-    _Atomic int lead_only;                          /* the newest post is one task ahead: for the lead alone */
     _Alignas(CACHE_LINE) atomic_int helpers;        /* helper threads started */
-    atomic_int numbered;                            /* helpers that took their number (pool_helper) */
     _Atomic uint32_t start_generation, start_posts; /* what helpers being started take as seen */
     _Atomic long long last_ahead;                   /* when a job was last posted ahead (ns, monotonic) */
     pthread_mutex_t grow_lock;                      /* held while starting helpers */
@@ -177,8 +174,6 @@ job_done(const void *job)
  * itself in sleepers before its last look at the generation, and a poster bumps the generation before
  * it looks at sleepers (both sequentially consistent), so one of them sees the other: no post is
  * missed by a helper going to sleep. */
-static _Thread_local int helper_number = -1; /* a helper's, in the order they started; 0: the lead */
-
 static void
 wait_for_post(uint32_t seen)
 {
@@ -186,9 +181,6 @@ wait_for_post(uint32_t seen)
         return;
     }
     atomic_fetch_add(&pool.sleepers, 1);
-    if (helper_number == 0) {
-        atomic_store(&pool.lead_sleeps, 1);
-    }
 #ifdef __linux__
     while (atomic_load(&pool.generation) == seen) {
         /* returns at once if the word no longer holds `seen`, so a bump just before is not missed */
@@ -201,9 +193,6 @@ wait_for_post(uint32_t seen)
     }
     pthread_mutex_unlock(&pool.sleep_lock);
 #endif
-    if (helper_number == 0) {
-        atomic_store(&pool.lead_sleeps, 0);
-    }
     atomic_fetch_sub(&pool.sleepers, 1);
 }
 
@@ -225,12 +214,7 @@ wake_helpers(int count)
 }
 
 /* A helper; it starts from the generation and posts pool_grow read before the post it was started for,
- * so that it joins that job (a helper that reads a later pair misses that job: the caller runs it).
- * A job of one task posted ahead (an add's frame, compressed while the add is checked: a few us of work
- * every ~20 us) goes to the first helper started, the lead, alone: where every awake helper raced for it
- * (a dozen on a 16-core machine, kept awake by the sampled batches' decode), each took and dropped a
- * reference on the job's lines that the add's thread then waited for, and the frame, with the anchor it
- * copies for the next frame's encode, landed in a different core's cache each time. */
+ * so that it joins that job (a helper that reads a later pair misses that job: the caller runs it). */
 static _Thread_local int on_helper = 0;
 
 int
@@ -244,7 +228,6 @@ pool_helper(void *unused)
 {
     (void)unused;
     on_helper = 1;
-    helper_number = atomic_fetch_add(&pool.numbered, 1);
     uint32_t seen = atomic_load(&pool.start_generation);
     uint32_t taken = atomic_load(&pool.start_posts); /* posts when this helper last took pool.current */
     for (;;) {
@@ -255,9 +238,6 @@ pool_helper(void *unused)
             continue; /* woken without a new job (pool_wake): poll for the one on its way */
         }
         taken = posts;
-        if (helper_number != 0 && atomic_load(&pool.lead_only)) {
-            continue; /* the lead's (or a newer job, which this helper misses: its caller runs its share) */
-        }
         uintptr_t word = atomic_fetch_add(&pool.current, 1); /* a reference to the newest job, if any */
         Job *job = (Job *)(word & ~TAG_MASK);
         if (job != NULL) {
@@ -281,10 +261,7 @@ pool_after_fork_in_child(void)
 #endif
     atomic_store(&pool.current, 0); /* the parent's job: leaked in the child, never freed twice */
     atomic_store(&pool.sleepers, 0);
-    atomic_store(&pool.lead_sleeps, 0);
-    atomic_store(&pool.lead_only, 0);
     atomic_store(&pool.helpers, 0);
-    atomic_store(&pool.numbered, 0);
 }
 
 /* Starts helpers until there are `wanted`; returns how many there are. */
@@ -342,21 +319,17 @@ pool_post(Py_ssize_t tasks, int threads, pool_task task, void *context, int ahea
         threads = POOL_MAX_THREADS;
     }
     int helpers = atomic_load(&pool.helpers);
-    int lead_only = ahead == POOL_AHEAD && tasks == 1;
     if (ahead == POOL_AHEAD) {
         struct timespec now;
         clock_gettime(CLOCK_MONOTONIC, &now);
         long long at = now.tv_sec * 1000000000LL + now.tv_nsec;
         long long since = at - atomic_exchange(&pool.last_ahead, at);
-        /* the lead started (numbered), and asleep; or every helper asleep */
-        int lead_asleep = atomic_load(&pool.numbered) > 0 && atomic_load(&pool.lead_sleeps);
-        if (helpers > 0 && (lead_only ? lead_asleep : atomic_load(&pool.sleepers) >= helpers)) {
-            /* The caller runs the tasks at join (none yet: they start awake). Posts closer together than
-             * helpers poll wake helpers for the next (a loop of adds: every sleeper for the lead, which a
-             * futex cannot pick out; it is asleep only after 200 us without posts); posts further apart
-             * wake none, whose wake-up would cost more than the job. */
+        if (helpers > 0 && atomic_load(&pool.sleepers) >= helpers) {
+            /* Every helper sleeps: the caller runs the tasks at join (none yet: they start awake). Posts
+             * closer together than helpers poll wake one for the next (a loop of adds); posts further
+             * apart wake none, whose wake-up would cost more than the job. */
             if (since < SPIN_NANOSECONDS) {
-                pool_wake(lead_only ? helpers : 1);
+                pool_wake(1);
             }
             return NULL;
         }
@@ -377,7 +350,6 @@ pool_post(Py_ssize_t tasks, int threads, pool_task task, void *context, int ahea
     atomic_init(&job->caller_sleeps, 0);
 
     uintptr_t previous = atomic_exchange(&pool.current, (uintptr_t)job);
-    atomic_store(&pool.lead_only, lead_only); /* before the bumps, which the helpers read before it */
     atomic_fetch_add(&pool.posts, 1);
     atomic_fetch_add(&pool.generation, 1);
     if (ahead != POOL_AHEAD) {
