@@ -86,7 +86,7 @@ def rate(step, device: torch.device, *, seconds: float, warmup: float) -> tuple[
 
 
 def make_feed(name: str, store: ReplayStore, ring: NumpyFrameRing, batch_size: int, device: torch.device, seed: int,
-              threads: int):  # noqa: ANN201
+              threads: int, store_path: Path | None = None):  # noqa: ANN201
     if name == "resident":
         return gpu_feeds.Resident(next(gpu_feeds.RingInline(ring, batch_size, device, seed)))
     if name == "ring-inline":
@@ -98,10 +98,14 @@ def make_feed(name: str, store: ReplayStore, ring: NumpyFrameRing, batch_size: i
     if name.startswith("mmreplay-host-p"):  # mmreplay-host-p8: batches(device=..., prefetch=8)
         return gpu_feeds.MmreplayDevice(store, batch_size, device, seed, decode="host",
                                         prefetch=int(name.removeprefix("mmreplay-host-p")))
+    if name.startswith("mmreplay-host-t"):  # mmreplay-host-t4: a reader of the store with decode_threads=4
+        reader = ReplayStore.open(store_path, "r", decode_threads=int(name.removeprefix("mmreplay-host-t")))
+        return gpu_feeds.MmreplayDevice(reader, batch_size, device, seed, decode="host", owned=True)
     if name in ("mmreplay-host", "mmreplay-nvcomp"):
         return gpu_feeds.MmreplayDevice(store, batch_size, device, seed,
                                         decode="device" if name == "mmreplay-nvcomp" else "host")
-    raise ValueError(f"unknown feed {name!r}: expected one of {', '.join(FEEDS)} or mmreplay-host-p<prefetch>")
+    raise ValueError(f"unknown feed {name!r}: expected one of {', '.join(FEEDS)} or mmreplay-host-p<prefetch>, "
+                     "mmreplay-host-t<decode threads>")
 
 
 def measure_group(game: str, batch_size: int, learner_name: str, feeds: list[str], store: ReplayStore,
@@ -128,7 +132,7 @@ def measure_group(game: str, batch_size: int, learner_name: str, feeds: list[str
             emit(figure="skipped", reason="budget", **base)
             continue
         try:
-            feed = make_feed(name, store, ring, batch_size, device, args.seed, args.threads)
+            feed = make_feed(name, store, ring, batch_size, device, args.seed, args.threads, args.store_path)
         except Exception as error:
             emit(figure="skipped", reason=f"{type(error).__name__}: {error}", **base)
             continue
@@ -273,8 +277,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--games", default="pong,mspacman,seaquest")
     parser.add_argument("--batch-sizes", default="32,256")
     parser.add_argument("--learners", default="graph,eager,none", help="of graph, eager, none (the feed alone)")
-    parser.add_argument("--feeds", default=",".join(FEEDS), help="of these, and mmreplay-host-p<N>: device batches "
-                        "with prefetch=N")
+    parser.add_argument("--feeds", default=",".join(FEEDS), help="of these, mmreplay-host-p<N> (device batches "
+                        "with prefetch=N) and mmreplay-host-t<N> (from a reader of the store with decode_threads=N)")
     parser.add_argument("--capacity", type=int, default=100_000)
     parser.add_argument("--seconds", type=float, default=1.0, help="timed seconds per window with a learner")
     parser.add_argument("--rounds", type=int, default=3, help="windows of each feed with a learner, each paired "
@@ -335,6 +339,7 @@ def main(argv: list[str] | None = None) -> None:
         with tempfile.TemporaryDirectory(prefix="bench-gpu-feed-", dir=args.tmpdir) as directory:
             encoding = None if args.frame_encoding == "default" else args.frame_encoding
             store, ring = fill(stream, args.capacity, directory, frame_encoding=encoding)
+            args.store_path = Path(directory) / "store"  # where mmreplay-host-t<N> opens its reader
             emit(figure="filled", game=game, transitions=len(store), frame_encoding=store.frame_encoding,
                  seconds=round(time.perf_counter() - started, 1))
             verify(game, store, device)

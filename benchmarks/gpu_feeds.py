@@ -11,7 +11,7 @@ as tensors on the device, one batch per ``next()``.
 - ``MmreplayInline``: ``store.sample(B, out=...)`` (obs and next_obs one array of 5 frames a row), pinned
   and copied on the learner's thread.
 - ``MmreplayDevice``: ``store.batches(B, device=..., decode="host" | "device")``, at its default depth or
-  ``prefetch=``.
+  ``prefetch=``, from the store or from a reader of it opened with its own ``decode_threads``.
 """
 
 from __future__ import annotations
@@ -185,8 +185,9 @@ class MmreplayInline:
 
 class MmreplayDevice:
     def __init__(self, store, batch_size: int, device: torch.device, seed: int, *, decode: str,  # noqa: ANN001
-                 prefetch: int | None = None) -> None:
+                 prefetch: int | None = None, owned: bool = False) -> None:
         more = {} if prefetch is None else {"prefetch": prefetch}
+        self.store = store if owned else None  # a reader opened for this feed, closed with it
         self.batches: Iterator = store.batches(batch_size, device=device, decode=decode, rng=seed, **more)
 
     def __next__(self) -> Tensors:
@@ -195,3 +196,5 @@ class MmreplayDevice:
 
     def close(self) -> None:
         self.batches.close()
+        if self.store is not None:
+            self.store.close()
