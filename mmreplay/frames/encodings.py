@@ -3,12 +3,12 @@
 - ``"lz4"`` (the default for frames that are not uint8, and for uint8 frames under
   ``REFERENCE_MIN_FRAME_BYTES``): each frame is one lz4 block, compressed alone; a plain ``FrameRing``.
   Its header has no encoding fields, exactly as before the choice existed.
-- ``"lz4-reference"`` (the default for uint8 frames of ``REFERENCE_MIN_FRAME_BYTES`` or more): each frame is compressed against an earlier frame of the same env, its
-  reference (``reference_codec``: groups of ``group_size`` frames per env, a key frame compressed alone
-  at the start of each, references arranged by ``branching``); a ``ReferenceFrameRing`` whose entries
-  also hold ``ref_delta``. 2.4x (Pong) to 5.9x (MsPacman) fewer bytes per transition on Atari;
-  reading a frame decodes at most ``scheme.depth`` other frames, and adding costs a reference-aware
-  encode per frame.
+- ``"lz4-reference"`` (the default for uint8 frames of ``REFERENCE_MIN_FRAME_BYTES`` or more): each frame
+  is compressed against an earlier frame of the same env, its reference (``reference_codec``: groups of
+  ``group_size`` frames per env, a key frame compressed alone at the start of each, references arranged
+  by ``branching``); a ``ReferenceFrameRing`` whose entries also hold ``ref_delta``. 2.4x (Pong) to
+  5.9x (MsPacman) fewer bytes per transition on Atari; reading a frame decodes at most ``scheme.depth``
+  other frames, and adding costs a reference-aware encode per frame.
 
 The writer side is a *frame encoder*: ``encode(env, frame_step, frame, restart=...)`` returns a frame's
 payload and ``ref_delta``. The reference encoder keeps each env's ``EnvReferences`` (the frames later

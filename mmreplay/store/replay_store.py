@@ -108,11 +108,11 @@ class ReplayStore(StoreLayout):
         one frame (e.g. ``(84, 84)``); obs stacks hold ``stack_size`` frames. ``frame_encoding`` is
         ``"lz4"`` (each frame alone) or ``"lz4-reference"`` (each frame against an earlier frame of its
         env, arranged by ``reference_scheme``), and by default (None) ``"lz4-reference"`` for uint8 frames
-        of 64 bytes or more (8x8 and up: images), ``"lz4"`` for others (on smaller frames a reference saves a
-        few bytes a transition and doubles a batch's decode). ``"lz4-reference"``, by default groups of 256 frames with branching 2: on
-        Atari 3x (Pong) to 6.5x (MsPacman) fewer bytes per transition; on 2 cores, adds at 0.9x of plain's
-        rate on Pong (0.7x-0.9x from 8 envs) and 0.9x-1.5x on Breakout and MsPacman, samples at 1x-2.2x;
-        see ``mmreplay.frames.encodings`` and the manual's benchmarks).
+        of 64 bytes or more (8x8 and up: images), ``"lz4"`` for others (on smaller frames a reference saves
+        a few bytes a transition and doubles a batch's decode). ``"lz4-reference"``, by default groups of
+        256 frames with branching 2: on Atari 3x (Pong) to 6.5x (MsPacman) fewer bytes per transition; on
+        2 cores, adds at 0.9x of plain's rate on Pong (0.7x-0.9x from 8 envs) and 0.9x-1.5x on Breakout and
+        MsPacman, samples at 1x-2.2x (see ``mmreplay.frames.encodings`` and the manual's benchmarks).
         ``commit_every`` and ``commit_interval_s``: see ``open``. ``fields`` declares user fields stored
         beside each transition, ``{"name": (shape, dtype)}`` (a fixed shape; a numeric or bool dtype), such
         as a recurrent state or a legal-action mask: every ``add`` then takes them (``add(..., fields=)``)
