@@ -50,12 +50,13 @@ REFERENCE = "lz4-reference"
 assert header.FRAME_ENCODINGS == (PLAIN, REFERENCE)
 # The smallest uint8 frame (in bytes) that create gives reference frames when it is given no encoding.
 # Below it a frame's block is mostly its row and table entry, which a reference does not shrink, while
-# every read follows the reference chains: capacity 3,000, stack 4, Pong, MsPacman and Seaquest frames
-# subsampled (2-core machine), reference against plain bytes a transition 54.6/53.2 at 1x1, 54.6-56.0 /
-# 57.3 at 2x2, 56.0-66.9 / 69.6-72.4 at 4x4 (a few bytes saved), 66.9-76.5 / 81.9-121.5 at 8x8 (15-49
-# saved), while a sample(32) took 2x plain's time at 1x1 to 4x4 (~22 against ~11 us; a prioritized
-# sample + update at 1,000,000 1x1 frames 0.6x plain's rate) and 1.1x-1.8x at 8x8 to 21x21; from 84x84
-# reference frames sample at 1x-2x plain's rate.
+# every read follows the reference chains. benchmarks/bench_small_frames.py (capacity 3,000, stack 4,
+# Pong, MsPacman and Seaquest frames subsampled; 2-core machine; results/small-frames-2core.jsonl):
+# reference against plain bytes a transition 54.6 / 53.2 at 1x1, 54.6-56.0 / 57.3 at 2x2, 56.0-65.5 /
+# 68.3-71.0 at 4x4 (a few bytes saved), 65.5-75.1 / 79.2-117.4 at 8x8 (14-46 saved); a sample(32) ~2x
+# plain's time at 1x1 to 4x4 (22-27 against 11-13 us), 1.1x-1.8x at 8x8 to 21x21, and 0.6x-1.0x at 84x84.
+# On the 16-core box a prioritized sample + update at 1,000,000 1x1 frames ran at 0.73x cpprb's rate on
+# reference frames and 1.55x on plain ones (results/box-h200-reference-default.md).
 REFERENCE_MIN_FRAME_BYTES = 64
 # A store's scheme when create is given none: groups of 256 frames, each frame against the one at its
 # place with the lowest set bit cleared (depth 8: half the frames reference the frame before, a quarter
