@@ -9,7 +9,8 @@ the thread's CPU time (steadier on a machine shared with other jobs); the median
 ``--json`` one JSON line per figure. Where the store compresses one env's new frame ahead on a helper
 (from 4 usable cores), a third form adds the same way with that switched off (the writer's private
 ``_ahead_threads``), so that the run shows what the helper buys; for reference stores a line after each
-form says what the frames encoded ahead did (asked, posted to a helper, run on one, taken, taken back).
+form says what the frames encoded ahead did (asked, posted to a helper, run on one, taken, taken back,
+and the nanoseconds the adds waited for helpers: near 0 where a helper hides the whole encode).
 Building the inputs (the stacks) is the env's job and is not timed; the store's automatic commits are
 (they happen inside ``add``). ``--encodings`` names the stores' frame
 encodings (``default``: the store's default, reference frames for these uint8 frames; ``lz4``; or both,

@@ -282,6 +282,7 @@ def test_reference_frames_taken_back_from_a_held_up_helper_store_what_the_genera
     assert 0 < counts["posted"] <= counts["asked"] <= len(adds)
     assert counts["used"] + counts["taken_back"] <= counts["posted"]
     assert counts["on_helper"] <= counts["posted"]
+    assert counts["wait_ns"] > 0  # the adds waited for helpers the test delay held up
     assert pair.fast_adds > 0.9 * len(adds), (pair.fast_adds, len(adds))
     pair.close_and_compare()
 

@@ -124,12 +124,25 @@ ahead_settle(AheadFrame *a, int wait)
         pool_join(a->posted, a->count, ahead_task, a); /* what no helper took, this thread runs */
     }
     /* With a test's delay the add never runs a frame itself: as if a helper had just taken it. */
-    else if (!pool_try_join(a->posted, a->count, ahead_task, a, TAKE_BACK_NANOSECONDS, a->helper_delay_ns == 0)) {
-        if (g->ahead_pause == 0) { /* taken back: this add encodes the frame */
-            g->ahead_pause = TAKE_BACK_PAUSE;
-            g->taken_back++;
+    else {
+        /* how long the add waits here for helpers that took its frames (groups_ahead_counts' wait_ns) */
+        struct timespec before, after;
+        int taken = pool_started(a->posted);
+        if (taken) {
+            clock_gettime(CLOCK_MONOTONIC, &before);
         }
-        return 0;
+        int joined = pool_try_join(a->posted, a->count, ahead_task, a, TAKE_BACK_NANOSECONDS, a->helper_delay_ns == 0);
+        if (taken) {
+            clock_gettime(CLOCK_MONOTONIC, &after);
+            g->ahead_wait_ns += (after.tv_sec - before.tv_sec) * 1000000000LL + (after.tv_nsec - before.tv_nsec);
+        }
+        if (!joined) {
+            if (g->ahead_pause == 0) { /* taken back: this add encodes the frame */
+                g->ahead_pause = TAKE_BACK_PAUSE;
+                g->taken_back++;
+            }
+            return 0;
+        }
     }
     a->settled = 1;
     if (g->ahead == a) {
@@ -341,7 +354,7 @@ py_groups_ahead_counts(PyObject *module, PyObject *capsule)
     if (g == NULL) {
         return NULL;
     }
-    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L}", "asked", g->ahead_asked, "posted", g->ahead_posted, "on_helper",
-                         __atomic_load_n(&g->ahead_on_helper, __ATOMIC_RELAXED), "used", g->ahead_used,
-                         "taken_back", g->taken_back);
+    return Py_BuildValue("{s:L,s:L,s:L,s:L,s:L,s:L}", "asked", g->ahead_asked, "posted", g->ahead_posted,
+                         "on_helper", __atomic_load_n(&g->ahead_on_helper, __ATOMIC_RELAXED), "used", g->ahead_used,
+                         "taken_back", g->taken_back, "wait_ns", g->ahead_wait_ns);
 }

@@ -65,7 +65,8 @@ PyObject *py_groups_taken_back(PyObject *module, PyObject *args);
  *   What encode_ahead did so far, to see where a machine's helpers help: frames asked for ("asked"),
  *   posted to a helper ("posted"; not where every helper slept, or while taken-back frames paused it), run
  *   on a helper ("on_helper"; the others the add ran itself at its join), whose block an add took ("used"),
- *   and taken back ("taken_back"). */
+ *   taken back ("taken_back"), and the nanoseconds adds spent waiting for helpers that had taken their
+ *   frames ("wait_ns": where it is most of the encode, the helper hides little of it). */
 PyObject *py_groups_ahead_counts(PyObject *module, PyObject *capsule);
 
 #define REFERENCE_AHEAD_METHODS                                                                                    \
@@ -78,6 +79,7 @@ PyObject *py_groups_ahead_counts(PyObject *module, PyObject *capsule);
      "Frames encoded ahead that adds took back from an unfinished helper; a delay >= 0 holds helpers up."},     \
     {"groups_ahead_counts", py_groups_ahead_counts, METH_O,                                                       \
      "groups_ahead_counts(groups) -> dict\n\n"                                                                    \
-     "Frames encode_ahead was asked for, posted to a helper, ran on one, whose block an add took, taken back."},
+     "Frames encode_ahead was asked for, posted to a helper, ran on one, whose block an add took, taken back;\n" \
+     "the nanoseconds adds waited for helpers."},
 
 #endif

@@ -43,8 +43,8 @@ struct ReferenceGroups {
     int untaken;     /* frames encoded ahead in a row that no helper took (the add encoded them itself) */
     long long taken_back;    /* frames taken back so far (groups_taken_back) */
     /* what encode_ahead did (groups_ahead_counts): frames asked for, posted to a helper, run on one (a
-     * helper adds to it: atomic), and whose block an add took */
-    long long ahead_asked, ahead_posted, ahead_on_helper, ahead_used;
+     * helper adds to it: atomic), and whose block an add took; nanoseconds adds waited for helpers */
+    long long ahead_asked, ahead_posted, ahead_on_helper, ahead_used, ahead_wait_ns;
     long long helper_delay_ns; /* a test's delay of each helper's frame (groups_taken_back) */
 };
 
