@@ -33,9 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
-from mmreplay import ReplayStore
+from mmreplay import ReplayStore, extensions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from encoding_option import add_encodings_argument, create_encoding
 from frame_streams import add_data_dir_argument, stream_path
 from peers import FrameStream
 
@@ -90,10 +91,9 @@ def measure(store: ReplayStore, feed: SingleEnv | VectorEnvs, calls: int) -> tup
 
 def ahead_counts(store: ReplayStore) -> dict[str, int] | None:
     """For a reference store, what its frames encoded ahead did (``groups_ahead_counts``: asked, posted to a
-    helper, run on one, taken by the add, taken back); None for a plain store or an older build."""
+    helper, run on one, taken by the add, taken back, nanoseconds the adds waited); None for a plain store or
+    an older build."""
     groups = getattr(getattr(store._role, "_encoder", None), "groups", None)  # type: ignore[attr-defined]
-    from mmreplay import extensions
-
     counts = getattr(extensions.load("_lz4batch"), "groups_ahead_counts", None)
     return None if groups is None or counts is None else dict(counts(groups))
 
@@ -106,15 +106,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--block", type=int, default=2_000, help="transitions per form per turn")
     parser.add_argument("--envs", type=int, default=8, help="envs of the vector form")
     parser.add_argument("--tmpdir", default=None, help="where the stores live while measured (on disk)")
-    parser.add_argument("--encodings", default="default",
-                        help="comma-separated frame encodings: default (the store's), lz4, lz4-reference")
+    add_encodings_argument(parser)
     parser.add_argument("--json", action="store_true", help="also print one JSON line per figure")
     add_data_dir_argument(parser)
     args = parser.parse_args(argv)
-    encodings = args.encodings.split(",")
-    for encoding in encodings:
-        if encoding not in ("default", "lz4", "lz4-reference"):
-            parser.error(f"--encodings: expected default, lz4 or lz4-reference, got {encoding!r}")
+    encodings = args.encodings
     import mmreplay
 
     print(f"mmreplay: {Path(mmreplay.__file__ or '').parent}", flush=True)  # which package (a box's base run)
@@ -133,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
                 }.items()):
                     stores[encoding, name] = ReplayStore.create(
                         Path(tmp) / f"{e}-{k}.mmr", frame_shape=stream.frames.shape[1:], capacity=args.capacity,
-                        stack_size=STACK, num_envs=envs, frame_encoding=None if encoding == "default" else encoding)
+                        stack_size=STACK, num_envs=envs, frame_encoding=create_encoding(encoding))
                     forms[encoding, name] = (feed, envs)
                 helped, unhelped = (encoding, "1 env, stacks, Python scalars"), (encoding, "1 env, stacks, Python scalars, no helper")
                 if stores[helped]._role._ahead_threads > 1:  # type: ignore[attr-defined]
@@ -148,14 +144,14 @@ def main(argv: list[str] | None = None) -> None:
                     feed, envs = forms[key]
                     rates[key].append(measure(stores[key], feed, max(1, args.block // envs)))
             written = {key: store.frame_encoding for key, store in stores.items()}
-            helped = {key: ahead_counts(store) for key, store in stores.items()}
+            aheads = {key: ahead_counts(store) for key, store in stores.items()}
             for store in stores.values():
                 store.close()
         for (encoding, name), blocks in rates.items():
             wall, cpu = statistics.median(b[0] for b in blocks), statistics.median(b[1] for b in blocks)
             stored = written[encoding, name]
             print(f"| {game} | {stored} | {name} | {wall:,.0f} | {cpu:,.0f} |", flush=True)
-            counts = helped[encoding, name]
+            counts = aheads[encoding, name]
             if counts is not None:
                 print(f"|   | {stored} | ahead: {counts} |  |  |", flush=True)
             if args.json:

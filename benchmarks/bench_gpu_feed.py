@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import encoding_option  # noqa: E402
 import gpu_feeds  # noqa: E402
 from dqn_learner import DqnLearner  # noqa: E402
 from frame_streams import add_data_dir_argument, stream_path  # noqa: E402
@@ -109,7 +110,8 @@ def make_feed(name: str, store: ReplayStore, ring: NumpyFrameRing, batch_size: i
 
 
 def measure_group(game: str, batch_size: int, learner_name: str, feeds: list[str], store: ReplayStore,
-                  ring: NumpyFrameRing, device: torch.device, args: argparse.Namespace, deadline: float) -> None:
+                  store_path: Path, ring: NumpyFrameRing, device: torch.device, args: argparse.Namespace,
+                  deadline: float) -> None:
     """One (game, batch, learner) group. With a learner, each feed runs in ``--rounds`` windows that take
     turns with windows of the resident batch (the first of each pair alternating), and its kept share is
     the median of the pairs' ratios, so that a learner whose own rate drifts (clocks, a shared host) is
@@ -122,7 +124,8 @@ def measure_group(game: str, batch_size: int, learner_name: str, feeds: list[str
             emit(figure="error", game=game, batch_size=batch_size, learner=learner_name, stage="learner",
                  error=f"{type(error).__name__}: {error}")
             return
-    resident = make_feed("resident", store, ring, batch_size, device, args.seed, args.threads)
+    resident = None if learner is None else make_feed("resident", store, ring, batch_size, device, args.seed,
+                                                      args.threads)
     resident_rates: list[float] = []
     for name in feeds:
         base = dict(game=game, batch_size=batch_size, learner=learner_name, feed=name, device=str(device))
@@ -132,7 +135,7 @@ def measure_group(game: str, batch_size: int, learner_name: str, feeds: list[str
             emit(figure="skipped", reason="budget", **base)
             continue
         try:
-            feed = make_feed(name, store, ring, batch_size, device, args.seed, args.threads, args.store_path)
+            feed = make_feed(name, store, ring, batch_size, device, args.seed, args.threads, store_path)
         except Exception as error:
             emit(figure="skipped", reason=f"{type(error).__name__}: {error}", **base)
             continue
@@ -283,7 +286,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=1.0, help="timed seconds per window with a learner")
     parser.add_argument("--rounds", type=int, default=3, help="windows of each feed with a learner, each paired "
                         "with a window of the resident batch")
-    parser.add_argument("--frame-encoding", default="default", choices=("default", "lz4", "lz4-reference"),
+    parser.add_argument("--frame-encoding", default="default", choices=encoding_option.CHOICES,
                         help="the stores' frames (default: the store's default; decode=\"device\" needs lz4)")
     parser.add_argument("--feed-seconds", type=float, default=0.75, help="timed seconds per figure of a feed alone")
     parser.add_argument("--warmup", type=float, default=0.4)
@@ -337,16 +340,16 @@ def main(argv: list[str] | None = None) -> None:
         started = time.perf_counter()
         stream = FrameStream.load(stream_path(game, args.data_dir))
         with tempfile.TemporaryDirectory(prefix="bench-gpu-feed-", dir=args.tmpdir) as directory:
-            encoding = None if args.frame_encoding == "default" else args.frame_encoding
-            store, ring = fill(stream, args.capacity, directory, frame_encoding=encoding)
-            args.store_path = Path(directory) / "store"  # where mmreplay-host-t<N> opens its reader
+            store, ring = fill(stream, args.capacity, directory,
+                               frame_encoding=encoding_option.create_encoding(args.frame_encoding))
             emit(figure="filled", game=game, transitions=len(store), frame_encoding=store.frame_encoding,
                  seconds=round(time.perf_counter() - started, 1))
             verify(game, store, device)
             try:
                 for batch_size in [int(b) for b in args.batch_sizes.split(",")]:
                     for learner in learners:
-                        measure_group(game, batch_size, learner, feeds, store, ring, device, args, deadline)
+                        measure_group(game, batch_size, learner, feeds, store, Path(directory) / "store", ring,
+                                      device, args, deadline)
                     if cuda and args.decode_repeats and nvcomp and not nvcomp.startswith("unavailable") \
                             and time.monotonic() < deadline:
                         try:

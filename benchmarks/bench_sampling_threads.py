@@ -38,6 +38,7 @@ from mmreplay import ReplayStore
 from mmreplay.frames.threads import batch_threads, thread_limit, usable_cores
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from encoding_option import add_encodings_argument, create_encoding
 from frame_streams import add_data_dir_argument, stream_path
 from peers import FrameStream, NumpyFrameRing
 
@@ -130,15 +131,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=0.4, help="per window")
     parser.add_argument("--rounds", type=int, default=4, help="window pairs per cell")
     parser.add_argument("--tmpdir", default=None, help="where the stores live while measured (on disk)")
-    parser.add_argument("--encodings", default="default",
-                        help="comma-separated frame encodings: default (the store's), lz4, lz4-reference")
+    add_encodings_argument(parser)
     parser.add_argument("--json", action="store_true", help="also print one JSON line per figure")
     add_data_dir_argument(parser)
     args = parser.parse_args(argv)
-    encodings = args.encodings.split(",")
-    for encoding in encodings:
-        if encoding not in ("default", "lz4", "lz4-reference"):
-            parser.error(f"--encodings: expected default, lz4 or lz4-reference, got {encoding!r}")
     batches = [int(b) for b in args.batches.split(",")]
     caps = parse_caps(args.caps)
     cores = usable_cores()
@@ -148,11 +144,11 @@ def main(argv: list[str] | None = None) -> None:
     for game in args.games.split(","):
         stream = FrameStream.load(stream_path(game, args.data_dir))
         with tempfile.TemporaryDirectory(dir=args.tmpdir) as tmp:
-            for e, encoding in enumerate(encodings):
+            for e, encoding in enumerate(args.encodings):
                 path = Path(tmp) / f"{game}-{e}.mmr"
                 ring = NumpyFrameRing(args.capacity)
                 with ReplayStore.create(path, frame_shape=stream.frames.shape[1:], capacity=args.capacity,
-                                        stack_size=STACK, frame_encoding=None if encoding == "default" else encoding
+                                        stack_size=STACK, frame_encoding=create_encoding(encoding)
                                         ) as store:
                     adds = fill(stream, args.capacity, store, ring)
                     stored = store.frame_encoding
