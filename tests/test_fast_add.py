@@ -48,15 +48,22 @@ class CountingStore:
             reference = self.fast.frame_encoding == "lz4-reference"  # a vector add's frames ahead too
             self.fast._role._append_threads, self.fast._role._ahead_threads = (1, 2) if one_env else (4, 2 if reference else 1)
             self.fast._role._ahead_min_bytes = 0  # every frame ahead, however small it compresses
-        self.fast_adds = 0
-        take_fast_path = self.fast._role._add_single_frames
+        self.fast_adds = self.one_env_adds = 0  # adds the fast path took; those its one-env form took
+        take_fast_path, take_one_env = self.fast._role._add_single_frames, self.fast._role._add_one_env
 
         def counted(*args: Any) -> bool:
             taken = take_fast_path(*args)
             self.fast_adds += taken
             return taken
 
+        def counted_one_env(*args: Any) -> bool:
+            taken = take_one_env(*args)
+            self.fast_adds += taken
+            self.one_env_adds += taken
+            return taken
+
         self.fast._role._add_single_frames = counted  # type: ignore[method-assign]
+        self.fast._role._add_one_env = counted_one_env  # type: ignore[method-assign]
 
     def add(self, *args: Any, **kwargs: Any) -> None:
         if self.helpers:
@@ -201,6 +208,8 @@ def test_real_frames_take_the_fast_path_across_segments_eviction_and_episode_end
         assert pair.fast_adds == 0, pair.fast_adds
     else:
         assert pair.fast_adds > adds // 3, pair.fast_adds
+    if num_envs == 1 and _lz4batch is not None:  # one env's continuing adds take the fast path's one-env form
+        assert pair.one_env_adds > adds // 3, pair.one_env_adds
     pair.close_and_compare()
     header = json.loads((pair.fast.path / "header.json").read_text())
     assert header["commit"]["bytes_written"] > 3 * header["layout"]["segment_bytes"]  # crossed segment ends
@@ -456,6 +465,7 @@ class KindStores:
         self.taken = dict.fromkeys(self.stores, 0)
         for name, store in self.stores.items():
             store._role._add_single_frames = self._counting(name, store._role._add_single_frames)  # type: ignore[method-assign]
+            store._role._add_one_env = self._counting(name, store._role._add_one_env)  # type: ignore[method-assign]
 
     def _counting(self, name: str, take_fast_path: Any) -> Any:
         def counted(*args: Any) -> bool:

@@ -31,6 +31,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "continuing_obs.h"
 #include "crc32.h"
 #include "fast_add.h"
 #include "frame_compress.h"
@@ -59,6 +60,7 @@ static PyMethodDef methods[] = {
     LINK_FOLLOW_METHODS
     TRANSITION_READ_METHODS
     FAST_ADD_METHODS
+    CONTINUING_OBS_METHODS
     FRAME_COMPRESS_METHODS
     REFERENCE_GROUPS_METHODS
     REFERENCE_AHEAD_METHODS
@@ -77,8 +79,8 @@ static PyMethodDef methods[] = {
  * 5's rows and entries (row_layout's next_delta_bytes and env_shift, entry layouts of 13 fields, gather_rows'
  * unchecked, follow_links' layout), reference groups and append_reference_frames, reference_decode. 7:
  * read_transitions' reference argument (a reference ring's batch in one call), reference_decode_entries,
- * encode_ahead and append_reference_frames' ahead. 8: referenced_decode. */
-#define INTERFACE 8
+ * encode_ahead and append_reference_frames' ahead. 8: referenced_decode. 9: continuing_frame. */
+#define INTERFACE 9
 
 static struct PyModuleDef module_definition = {
     PyModuleDef_HEAD_INIT, "mmreplay._lz4batch",

@@ -197,18 +197,17 @@ def parse_single_frames(
     frames = _new_frames(obs, next_obs, shapes)
     if frames is None:
         return None
+    if not shapes.env_axis:
+        values = parse_one_env_values(
+            shapes, action, reward, terminated, truncated, terminated_bit=terminated_bit, truncated_bit=truncated_bit
+        )
+        if values is None:
+            return None
+        action_bytes, value, flags = values
+        return _single_frames((*frames, action_bytes, [value], [flags]))
     action_bytes = _action_bytes(action, shapes)
     if action_bytes is None:
         return None
-    if not shapes.env_axis:
-        value = _one_reward(reward)
-        if value is None:
-            return None
-        ended = terminated if terminated is True or terminated is False else _one_flag(terminated, "terminated")
-        cut = truncated if truncated is True or truncated is False else _one_flag(truncated, "truncated")
-        if ended is None or cut is None:
-            return None
-        return _single_frames((*frames, action_bytes, [value], [terminated_bit * ended | truncated_bit * cut]))
     rewards = _rewards(reward, shapes.env_axis)
     ended_list = _flags(terminated, "terminated", shapes.env_axis)
     cut_list = _flags(truncated, "truncated", shapes.env_axis)
@@ -216,6 +215,32 @@ def parse_single_frames(
         return None
     flags = [terminated_bit * ended | truncated_bit * cut for ended, cut in zip(ended_list, cut_list)]
     return _single_frames((*frames, action_bytes, rewards, flags))
+
+
+def parse_one_env_values(
+    shapes: AddShapes,
+    action: object,
+    reward: object,
+    terminated: object,
+    truncated: object,
+    *,
+    terminated_bit: int,
+    truncated_bit: int,
+) -> tuple[bytes, float, int] | None:
+    """A one-env store's action, reward and flags as its row stores them: (the action's bytes, the reward
+    as a float holding its float32 value, the TERMINATED/TRUNCATED bits), or None where ``parse_add``
+    would refuse any of them or normalize it the long way (``parse_single_frames``' rules)."""
+    action_bytes = _action_bytes(action, shapes)
+    if action_bytes is None:
+        return None
+    value = _one_reward(reward)
+    if value is None:
+        return None
+    ended = terminated if terminated is True or terminated is False else _one_flag(terminated, "terminated")
+    cut = truncated if truncated is True or truncated is False else _one_flag(truncated, "truncated")
+    if ended is None or cut is None:
+        return None
+    return action_bytes, value, terminated_bit * ended | truncated_bit * cut
 
 
 def _single_frames(fields: tuple) -> SingleFrames:  # type: ignore[type-arg]

@@ -34,6 +34,7 @@ from mmreplay.store.add_arguments import (
     parse_add,
     parse_env_mask,
     parse_fields,
+    parse_one_env_values,
     parse_single_frames,
     records_every_env,
 )
@@ -44,6 +45,7 @@ from mmreplay.store.frames_ahead import compression_policy, start_ahead
 from mmreplay.store.env_episodes import (
     advance_all,
     continuations,
+    continuing_frame,
     load_env_episodes,
     load_env_frames,
 )
@@ -89,6 +91,8 @@ class Writer:
         # ``add`` may take its fast path (``_add_single_frames``): a writer whose frames a compiled call
         # writes (plain lz4, or reference frames of format version 5), still open.
         self._fast_add = self._encoder.fast_path
+        # One env's adds take the fast path's shortest form (``_add_one_env``), its obs compared in place.
+        self._one_env_fast = layout.num_envs == 1 and continuing_frame is not None
         # The fast path's compression (frames_ahead.compression_policy). Where there is a helper: the bytes
         # the env's recent frames took compressed (a moving average), against ahead_min_bytes.
         policy = compression_policy(
@@ -292,11 +296,16 @@ class Writer:
                 bytes_before = self._frames.bytes_written
                 if self._recent_frame_bytes >= self._ahead_min_bytes:
                     ahead = self._compress_ahead(next_obs)
-            parsed = parse_single_frames(
-                self._add_shapes, obs, action, reward, next_obs, terminated, truncated,
-                terminated_bit=TERMINATED, truncated_bit=TRUNCATED,
+            added = self._one_env_fast and self._add_one_env(
+                obs, action, reward, next_obs, terminated, truncated, values, ahead
             )
-            if parsed is not None and self._add_single_frames(parsed, values, ahead):
+            if not added:
+                parsed = parse_single_frames(
+                    self._add_shapes, obs, action, reward, next_obs, terminated, truncated,
+                    terminated_bit=TERMINATED, truncated_bit=TRUNCATED,
+                )
+                added = parsed is not None and self._add_single_frames(parsed, values, ahead)
+            if added:
                 if self._ahead_threads > 1:  # the add's new frames' compressed bytes (a plain frame's gate)
                     self._recent_frame_bytes += (self._frames.bytes_written - bytes_before - self._recent_frame_bytes) / 8
                 if self._schedule.due(self.transitions_added):
@@ -479,43 +488,96 @@ class Writer:
         the newest of a stack), and no commit is due. It writes exactly what the general path writes
         (test_fast_add checks the files byte for byte), in a third to a half of the time; False, with
         nothing written, when any of that does not hold."""
-        count = len(parsed.flags)
-        first_step = self.transitions_added
-        first_frame = self._frames.frames_written
-        # The room the general path makes before this add: a reference store's makes room for each env's
-        # largest add (2 * stack_size frames) before encoding, so that both paths commit at the same adds.
-        frames = count * 2 * self._layout.stack_size if self._encoder.records_references else count
-        if first_step + count > self._committer.row_limit or first_frame + frames > self._committer.frame_limit:
+        first_step, first_frame = self.transitions_added, self._frames.frames_written
+        if not self._has_room(first_step, first_frame, len(parsed.flags)):
             return False
-        oldest_stored = first_step - self._layout.capacity
         links = continuations(
             self._episodes, parsed.obs, stacked=parsed.stacked, first_frame=first_frame,
-            oldest_stored_step=oldest_stored,
+            oldest_stored_step=first_step - self._layout.capacity,
         )
         if links is None:
             return False
         previous_steps, prev_deltas = links
+        self._write_continuing(
+            first_step, first_frame, previous_steps, prev_deltas, parsed.new_frames, parsed.next_obs, parsed.reward,
+            parsed.flags, parsed.action, fields, ahead,
+        )
+        return True
+
+    def _add_one_env(
+        self, obs: object, action: object, reward: object, next_obs: object, terminated: object, truncated: object,
+        fields: dict[str, npt.NDArray[Any]] | None, ahead: object | None,
+    ) -> bool:
+        """``_add_single_frames`` for a one-env store, shorter: the obs (a frame or a stack) is compared with
+        the env's episode and the next_obs in place (``continuing_frame``), with no copy of it made and no
+        parse of its own. Writes the same bytes (test_one_env_add); False, with nothing written, where the
+        add is not one that continues the env's episode with one new frame (the longer form then decides)."""
+        shapes = self._add_shapes
+        if (
+            type(obs) is not np.ndarray
+            or type(next_obs) is not np.ndarray
+            or obs.dtype is not shapes.frame_dtype
+            or next_obs.dtype is not shapes.frame_dtype
+            or obs.shape != next_obs.shape
+        ):
+            return False
+        stacked = obs.shape == shapes.stack
+        if not stacked and obs.shape != shapes.frame:
+            return False
+        episode = self._episodes[0]
+        first_step, first_frame = self.transitions_added, self._frames.frames_written
+        if not episode.open or episode.last_step < first_step - self._layout.capacity:
+            return False
+        frame = continuing_frame(obs, next_obs, episode.frames, stacked)  # type: ignore[misc]
+        if frame is None:
+            return False
+        values = parse_one_env_values(
+            shapes, action, reward, terminated, truncated, terminated_bit=TERMINATED, truncated_bit=TRUNCATED
+        )
+        if values is None or not self._has_room(first_step, first_frame, 1):
+            return False
+        action_bytes, value, flags = values
+        self._write_continuing(
+            first_step, first_frame, [episode.last_step], [first_frame - episode.frame_steps[-1]],
+            next_obs[-1] if stacked else next_obs, [frame], [value], [flags], action_bytes, fields, ahead,
+        )
+        return True
+
+    def _has_room(self, first_step: int, first_frame: int, count: int) -> bool:
+        """Whether ``count`` envs' continuing transitions fit before the next commit must make room. The room
+        the general path makes before such an add: a reference store's makes room for each env's largest add
+        (2 * stack_size frames) before encoding, so that both paths commit at the same adds."""
+        frames = count * 2 * self._layout.stack_size if self._encoder.records_references else count
+        return first_step + count <= self._committer.row_limit and first_frame + frames <= self._committer.frame_limit
+
+    def _write_continuing(
+        self, first_step: int, first_frame: int, previous_steps: list[int], prev_deltas: list[int],
+        new_frames: npt.NDArray[Any], frames: list[bytes], rewards: list[float], flags: list[int], actions: bytes,
+        fields: dict[str, npt.NDArray[Any]] | None, ahead: object | None,
+    ) -> None:
+        """The fast path's write of envs 0, 1, ... each continuing its episode (the transition at
+        ``previous_steps[env]``) with one new frame (``new_frames``, one contiguous array; ``frames``, each
+        env's as bytes) from ``first_step`` and ``first_frame`` on: user fields, frames, rows, episodes."""
         with self._lock:
             if fields:
                 self._field_table.write(first_step, fields)  # type: ignore[union-attr]
             if self._encoder.groups is not None:
                 try:
                     self._frames.append_reference_frames(  # type: ignore[attr-defined]
-                        self._encoder.groups, parsed.new_frames, prev_deltas,
+                        self._encoder.groups, new_frames, prev_deltas,
                         frame_tail=self._committer.committed.frame_tail, threads=self._append_threads, ahead=ahead,
                     )
                 except BaseException:
                     self._encoder.rollback()  # no frame may be encoded against one that was not written
                     raise
             else:
-                self._frames.append_frames(parsed.new_frames, prev_deltas, threads=self._append_threads, ahead=ahead)
+                self._frames.append_frames(new_frames, prev_deltas, threads=self._append_threads, ahead=ahead)
             self._table.write_continuations(
                 first_step, frame_lead=first_frame - first_step, previous_steps=previous_steps,
-                rewards=parsed.reward, flags=parsed.flags, actions=parsed.action,
+                rewards=rewards, flags=flags, actions=actions,
             )
-            advance_all(self._episodes, parsed.next_obs, parsed.flags, first_frame=first_frame, first_step=first_step)
-            self._count_added(first_step, count)
-        return True
+            advance_all(self._episodes, frames, flags, first_frame=first_frame, first_step=first_step)
+            self._count_added(first_step, len(flags))
 
     def _write(self, plan: AddPlan) -> None:
         """Write a planned add from the next transition step on (committing first where it needs room):
