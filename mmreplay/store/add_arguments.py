@@ -203,10 +203,9 @@ def parse_single_frames(
         )
         if values is None:
             return None
-        action_bytes, value, flags = values
-        return _single_frames((*frames, action_bytes, [value], [flags]))
-    action_bytes = _action_bytes(action, shapes)
-    if action_bytes is None:
+        return _single_frames((*frames, values[0], [values[1]], [values[2]]))
+    actions = _action_bytes(action, shapes)
+    if actions is None:
         return None
     rewards = _rewards(reward, shapes.env_axis)
     ended_list = _flags(terminated, "terminated", shapes.env_axis)
@@ -214,7 +213,7 @@ def parse_single_frames(
     if rewards is None or ended_list is None or cut_list is None:
         return None
     flags = [terminated_bit * ended | truncated_bit * cut for ended, cut in zip(ended_list, cut_list)]
-    return _single_frames((*frames, action_bytes, rewards, flags))
+    return _single_frames((*frames, actions, rewards, flags))
 
 
 def parse_one_env_values(
