@@ -99,6 +99,9 @@ def make_feed(name: str, store: ReplayStore, ring: NumpyFrameRing, batch_size: i
     if name.startswith("mmreplay-host-p"):  # mmreplay-host-p8: batches(device=..., prefetch=8)
         return gpu_feeds.MmreplayDevice(store, batch_size, device, seed, decode="host",
                                         prefetch=int(name.removeprefix("mmreplay-host-p")))
+    if name.startswith("mmreplay-host-r"):  # mmreplay-host-r1: batches(device=..., batches_per_read=1)
+        return gpu_feeds.MmreplayDevice(store, batch_size, device, seed, decode="host",
+                                        batches_per_read=int(name.removeprefix("mmreplay-host-r")))
     if name.startswith("mmreplay-host-t"):  # mmreplay-host-t4: a reader of the store with decode_threads=4
         reader = ReplayStore.open(store_path, "r", decode_threads=int(name.removeprefix("mmreplay-host-t")))
         return gpu_feeds.MmreplayDevice(reader, batch_size, device, seed, decode="host", owned=True)
@@ -106,7 +109,7 @@ def make_feed(name: str, store: ReplayStore, ring: NumpyFrameRing, batch_size: i
         return gpu_feeds.MmreplayDevice(store, batch_size, device, seed,
                                         decode="device" if name == "mmreplay-nvcomp" else "host")
     raise ValueError(f"unknown feed {name!r}: expected one of {', '.join(FEEDS)} or mmreplay-host-p<prefetch>, "
-                     "mmreplay-host-t<decode threads>")
+                     "mmreplay-host-t<decode threads>, mmreplay-host-r<batches a read>")
 
 
 def measure_group(game: str, batch_size: int, learner_name: str, feeds: list[str], store: ReplayStore,
@@ -281,7 +284,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-sizes", default="32,256")
     parser.add_argument("--learners", default="graph,eager,none", help="of graph, eager, none (the feed alone)")
     parser.add_argument("--feeds", default=",".join(FEEDS), help="of these, mmreplay-host-p<N> (device batches "
-                        "with prefetch=N) and mmreplay-host-t<N> (from a reader of the store with decode_threads=N)")
+                        "with prefetch=N), mmreplay-host-t<N> (from a reader of the store with decode_threads=N) and "
+                        "mmreplay-host-r<N> (batches_per_read=N)")
     parser.add_argument("--capacity", type=int, default=100_000)
     parser.add_argument("--seconds", type=float, default=1.0, help="timed seconds per window with a learner")
     parser.add_argument("--rounds", type=int, default=3, help="windows of each feed with a learner, each paired "

@@ -61,25 +61,32 @@ def wait_until_stopped(threads, seconds=10.0):
 
 @pytest.mark.parametrize("kwargs", [dict(), dict(n_step=3, gamma=0.9), dict(beta=0.7)], ids=["plain", "n_step", "beta"])
 @pytest.mark.parametrize("prioritized", [False, True], ids=["uniform", "prioritized"])
-def test_device_batches_on_the_cpu_equal_successive_samples_with_an_equal_generator(make_store, kwargs, prioritized):
+@pytest.mark.parametrize("per_read", [None, 1, 3], ids=["default-per-read", "1-per-read", "3-per-read"])
+def test_device_batches_on_the_cpu_equal_successive_samples_with_an_equal_generator(
+    make_store, kwargs, prioritized, per_read
+):
+    """Read one, three or (a uniform sampler's default) four batches at a time, each is what ``sample``
+    draws and weighs in turn with the same generator."""
     store = make_store(frame_shape=FRAME, capacity=60, stack_size=4, sampler=PrioritizedSampler() if prioritized else None)
     fill(store, 80)
     if prioritized:
         store.update_priorities(np.arange(20, 80), np.linspace(0.1, 5, 60))
     expected_rng = np.random.default_rng(11)
     expected = [store.sample(16, expected_rng, **kwargs) for _ in range(12)]
-    with store.batches(16, prefetch=3, rng=np.random.default_rng(11), device="cpu", **kwargs) as batches:
+    with store.batches(16, prefetch=3, rng=np.random.default_rng(11), device="cpu", batches_per_read=per_read,
+                       **kwargs) as batches:
         for batch, want in zip(batches, expected):
             assert_same(batch, want)
             assert batch.obs.device.type == "cpu" and batch.obs.dtype == torch.uint8
 
 
 @pytest.mark.parametrize("prioritized", [False, True], ids=["uniform", "prioritized"])
-def test_device_windows_on_the_cpu_equal_successive_sample_sequences(make_store, prioritized):
+@pytest.mark.parametrize("per_read", [None, 1, 3], ids=["default-per-read", "1-per-read", "3-per-read"])
+def test_device_windows_on_the_cpu_equal_successive_sample_sequences(make_store, prioritized, per_read):
     store = make_store(frame_shape=FRAME, capacity=60, stack_size=3, sampler=PrioritizedSampler() if prioritized else None)
     fill(store, 70, episode=9)
     rng = np.random.default_rng(5)
-    with store.batches(6, length=5, rng=5, device="cpu", beta=0.5) as batches:
+    with store.batches(6, length=5, rng=5, device="cpu", beta=0.5, batches_per_read=per_read) as batches:
         for _, batch in zip(range(10), batches):
             assert_same(batch, store.sample_sequences(6, 5, rng, beta=0.5), WINDOW_NAMES)
             assert tuple(batch.obs.shape) == (6, 5, 3, *FRAME)
@@ -96,7 +103,10 @@ def test_obs_and_next_obs_are_views_of_one_tensor_of_stack_size_plus_one_frames(
     assert batch.obs.stride(0) == 5 * frame_bytes  # rows of stack_size + 1 frames: 5 sent, not 8
 
 
-def test_a_batch_holding_a_transition_stored_with_its_given_next_obs_comes_out_as_sample_gives_it(make_store):
+@pytest.mark.parametrize("per_read", [1, 4])
+def test_a_batch_holding_a_transition_stored_with_its_given_next_obs_comes_out_as_sample_gives_it(make_store, per_read):
+    """Its values, and its frames shared between obs and next_obs where the batches read with it (one, or
+    four) allow it: a read that holds a detached row is drawn again into separate obs and next_obs."""
     store = make_store(frame_shape=(3, 4), capacity=50, stack_size=3)
     n = 1
     for episode in range(12):  # CleanRL's loop: each episode ends with the next one's reset stack as next_obs
@@ -109,10 +119,11 @@ def test_a_batch_holding_a_transition_stored_with_its_given_next_obs_comes_out_a
     rng = np.random.default_rng(3)
     expected = [store.sample(12, rng) for _ in range(20)]
     assert any(not np.shares_memory(b.obs, b.next_obs) for b in expected)  # some batch holds a detached row
-    with store.batches(12, rng=3, device="cpu", prefetch=1) as batches:
-        for batch, want in zip(batches, expected):
+    with store.batches(12, rng=3, device="cpu", prefetch=1, batches_per_read=per_read) as batches:
+        for i, (batch, want) in enumerate(zip(batches, expected)):
             assert_same(batch, want)
-            shared = np.shares_memory(want.obs, want.next_obs)
+            read = expected[i - i % per_read : i - i % per_read + per_read]
+            shared = all(np.shares_memory(b.obs, b.next_obs) for b in read)
             assert (batch.next_obs.data_ptr() - batch.obs.data_ptr() == 12) == shared
 
 
@@ -143,11 +154,28 @@ def test_an_error_in_the_thread_is_raised_by_next_after_the_batches_drawn_before
     store = make_store(frame_shape=FRAME, capacity=20, sampler=FailingSampler(fail_at=4))
     fill(store, 10)
     before = set(threads_named("mmreplay-prefetch"))
-    batches = store.batches(4, prefetch=2, rng=0, device="cpu")  # draw 1 is the layout's, in the caller
+    # draw 1 is the layout's, in the caller; one batch a read: draws 2 and 3 come out, draw 4 fails
+    batches = store.batches(4, prefetch=2, rng=0, device="cpu", batches_per_read=1)
     threads = [t for t in threads_named("mmreplay-prefetch") if t not in before]
     assert len(threads) == 1
     assert len(next(batches)) == 4 and len(next(batches)) == 4
     with pytest.raises(RuntimeError, match=r"^injected failure in draw 4$"):
+        next(batches)
+    assert wait_until_stopped(threads) == []
+    with pytest.raises(StopIteration):
+        next(batches)
+
+
+def test_an_error_in_a_read_of_several_batches_is_raised_by_next_in_place_of_its_first_batch(make_store):
+    """The batches of one read are drawn and read together: draw 1 is the layout's, reads of two draw 2-3
+    and 4-5, and the read of 6-7 fails at draw 7, so the fifth next() raises it, and then the iterator ends."""
+    store = make_store(frame_shape=FRAME, capacity=20, sampler=FailingSampler(fail_at=7))
+    fill(store, 10)
+    before = set(threads_named("mmreplay-prefetch"))
+    batches = store.batches(4, prefetch=2, rng=0, device="cpu", batches_per_read=2)
+    threads = [t for t in threads_named("mmreplay-prefetch") if t not in before]
+    assert [len(next(batches)) for _ in range(4)] == [4, 4, 4, 4]
+    with pytest.raises(RuntimeError, match=r"^injected failure in draw 7$"):
         next(batches)
     assert wait_until_stopped(threads) == []
     with pytest.raises(StopIteration):
@@ -181,7 +209,7 @@ def test_a_batch_is_valid_until_the_next_next_and_its_memory_comes_back_after_pr
     fill(store, 40)
     rng = np.random.default_rng(9)
     expected = [store.sample(8, rng) for _ in range(12)]
-    with store.batches(8, rng=9, device="cpu", prefetch=2) as batches:
+    with store.batches(8, rng=9, device="cpu", prefetch=2, batches_per_read=1) as batches:
         first = next(batches)
         kept = {name: getattr(first, name).clone() for name in NAMES}
         assert_same(first, expected[0])  # still intact while held, though the thread has filled others
@@ -189,6 +217,56 @@ def test_a_batch_is_valid_until_the_next_next_and_its_memory_comes_back_after_pr
     assert later[3].obs.data_ptr() == first.obs.data_ptr()  # slot 0 again: 2 waiting + 1 filling + 1 held
     assert len({b.obs.data_ptr() for b in [first, *later[:3]]}) == 4
     assert_same(type(first)(**kept), expected[0])  # a clone outlives the slot
+
+
+def test_a_read_of_four_batches_fills_one_slot_whose_memory_comes_back_after_three_reads(make_store):
+    """Four batches a read (a uniform sampler's default for batches of 256), views of one slot's rows in
+    draw order; with prefetch 2 (one read waiting), the thread fills a third slot while the consumer holds
+    one."""
+    store = make_store(frame_shape=FRAME, capacity=40, stack_size=3)
+    fill(store, 40)
+    rng = np.random.default_rng(9)
+    expected = [store.sample(8, rng) for _ in range(13)]
+    got = []
+    with store.batches(8, rng=9, device="cpu", prefetch=2, batches_per_read=4) as batches:
+        for want in expected:
+            got.append(next(batches))
+            assert_same(got[-1], want)  # valid until the next next()
+    row = got[0].obs.stride(0)
+    assert [b.obs.data_ptr() - got[0].obs.data_ptr() for b in got[:4]] == [8 * row * i for i in range(4)]
+    assert len({b.obs.data_ptr() for b in got[0:12:4]}) == 3
+    assert got[12].obs.data_ptr() == got[0].obs.data_ptr()  # slot 0 again: 1 read waiting + 1 filling + 1 held
+
+
+def test_batches_per_read_is_checked_and_needs_a_device_and_host_decoding(make_store):
+    store = make_store(frame_shape=FRAME, capacity=20)
+    fill(store, 10)
+    with pytest.raises(ValueError, match=r"^batches_per_read must be a positive int or None; got 0$"):
+        store.batches(4, device="cpu", batches_per_read=0)
+    with pytest.raises(TypeError, match=r"^batches_per_read must be a positive int or None; got float$"):
+        store.batches(4, device="cpu", batches_per_read=2.0)
+    with pytest.raises(TypeError, match=r"^batches_per_read needs device=: numpy batches are read one at a time$"):
+        store.batches(4, batches_per_read=2)
+    with pytest.raises(ValueError, match=r"^batches_per_read=2 needs decode='host'"):
+        store.batches(4, device="cpu", decode="device", batches_per_read=2)
+
+
+@pytest.mark.parametrize("batch_size,per_read", [(1, 8), (32, 8), (128, 8), (256, 4), (512, 2), (1024, 1), (5000, 1)])
+def test_a_uniform_samplers_default_reads_batches_up_to_1024_rows_at_most_8(make_store, batch_size, per_read):
+    store = make_store(frame_shape=FRAME, capacity=20)
+    fill(store, 10)
+    with store.batches(batch_size, rng=0, device="cpu") as batches:
+        assert (f"batches_per_read={per_read}" in repr(batches)) == (per_read > 1)
+        assert ("batches_per_read" in repr(batches)) == (per_read > 1)
+
+
+def test_a_prioritized_sampler_reads_one_batch_at_a_time_by_default(make_store):
+    store = make_store(frame_shape=FRAME, capacity=20, sampler=PrioritizedSampler())
+    fill(store, 10)
+    with store.batches(4, rng=0, device="cpu") as batches:
+        assert "batches_per_read" not in repr(batches)
+    with store.batches(4, rng=0, device="cpu", batches_per_read=3) as batches:
+        assert "batches_per_read=3" in repr(batches)
 
 
 def test_batches_without_a_device_also_take_length_and_yield_successive_windows(make_store):
@@ -272,7 +350,7 @@ def test_the_repr_names_the_settings_and_the_records_show_dtypes_shapes_and_devi
     store = make_store(frame_shape=FRAME, capacity=20, stack_size=2)
     fill(store, 10)
     batches = store.batches(4, rng=0, device="cpu", n_step=2)
-    assert repr(batches) == "<DeviceBatches batch_size=4 device=cpu decode='host' prefetch=2 open>"
+    assert repr(batches) == "<DeviceBatches batch_size=4 device=cpu decode='host' prefetch=2 batches_per_read=8 open>"
     batch = next(batches)
     assert repr(batch).startswith("TensorBatch(obs=uint8[4, 2, 6, 5] cpu, action=int64[4] cpu, reward=float32[4] cpu,")
     batches.close()
@@ -411,7 +489,7 @@ def test_next_waits_on_a_pending_copy_releases_the_held_slot_and_records_each_st
     streams = {"now": FakeStream(7)}
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: streams["now"])
     order = iter([0, 1, 2] * 4)
-    batches = DeviceBatches(lambda: (ring.slots[next(order)], "batch"), ring, depth=1, description="fake")
+    batches = DeviceBatches(lambda: (ring.slots[next(order)], ["batch"]), ring, depth=1, description="fake")
     try:
         for _ in range(6):  # each slot handed over twice
             assert next(batches) == "batch"

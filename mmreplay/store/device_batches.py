@@ -1,7 +1,8 @@
 """Batches handed to a learner as torch tensors on its device, prepared in a background thread.
 
 The pipeline behind ``ReplayStore.batches(..., device=...)``. One thread draws each batch exactly as
-``sample`` (``sample_sequences`` with ``length``) would with the same generator, in order, and either
+``sample`` (``sample_sequences`` with ``length``) would with the same generator, in order, a *read* of
+``batches_per_read`` of them at a time (``parse_batches_per_read``), and either
 
 - decodes it on the host (``decode="host"``, the default): the compiled decoder, with the GIL released,
   fills the arrays of a *staging block* (``gpu.staging``), page-locked, whose pixels hold
@@ -14,12 +15,13 @@ The stream that is current in the consumer's ``next()`` waits on an event record
 the decode), so a batch is ready when it is handed over; the thread has already checked the batch
 (checksums included), so an error is raised by the ``next()`` that would have returned that batch.
 
-Memory: ``prefetch + 2`` *slots*, each a staging block on the host and its mirror on the device, used in
-turn. The thread refills a slot only once the consumer has moved past the batch in it (the counting of
-``prefetch.recycling``: the consumer holds one batch, ``prefetch`` wait in the queue, the thread fills
-one), and the copy into the slot's device memory waits on an event that the consumer's stream recorded
-at that ``next()``, after the learner's kernels that read the batch. A batch is thus valid until the
-next ``next()``. On the CPU (pinning off) there is no copy: the tensors view the staging block.
+Memory: ``ceil(prefetch / batches_per_read) + 2`` *slots*, each a read's staging block on the host and its
+mirror on the device, used in turn. The thread refills a slot only once the consumer has moved past the
+read's batches in it (the counting of ``prefetch.recycling``: the consumer holds one read, the others
+wait in the queue, the thread fills one), and the copy into the slot's device memory waits on an event
+that the consumer's stream recorded at that ``next()``, after the learner's kernels that read the batches.
+A batch is thus valid until the next ``next()`` at least. On the CPU (pinning off) there is no copy: the
+tensors view the staging block.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.gpu.devices import parse_device
 from mmreplay.gpu.staging import Slab, Staging, plan_slabs
 from mmreplay.gpu.tensor_batches import TensorBatch, TensorSequenceBatch
+from mmreplay.sampling.samplers import UniformSampler
 from mmreplay.store.prefetch import Prefetcher
 from mmreplay.store.reading import SharedOutError
 
@@ -50,6 +53,33 @@ NumpyRecord = Batch | SequenceBatch
 DeviceRecord = TensorBatch | TensorSequenceBatch
 
 DECODE_CHOICES = ("host", "device")
+
+# A uniform sampler's batches are read up to this many at a time by default (``batches_per_read``), at most
+# READ_ROWS rows a read (a slot's memory): the thread's Python (draws, the read's setup, the handoff) then
+# runs once per several batches, and an eager learner, which waits each time the thread takes the GIL,
+# keeps more of its rate. On 2 cores (benchmarks/bench_feed_gil.py, Pong, batch 32, medians of 5 rounds)
+# 1, 4, 8 and 16 batches a read kept 0.83, 0.89, 0.90 and 0.93 of a Python-bound learner's rate.
+MAX_BATCHES_PER_READ = 8
+READ_ROWS = 1024
+
+
+def parse_batches_per_read(value: object, *, batch_size: int, sampler: object, decode: str) -> int:
+    """``batches(device=..., batches_per_read=...)``: a positive int, or None for the default: for a
+    ``UniformSampler`` (its draws never depend on what the learner does) as many batches as fit
+    ``READ_ROWS`` rows, 1 to ``MAX_BATCHES_PER_READ``; 1 for any other sampler (a prioritized batch drawn
+    ahead misses the priorities updated since, so the default draws no further ahead than ``prefetch``)
+    and for ``decode="device"`` (which reads one batch at a time)."""
+    if value is None:
+        if decode != "host" or not isinstance(sampler, UniformSampler):
+            return 1
+        return min(MAX_BATCHES_PER_READ, max(1, READ_ROWS // batch_size))
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"batches_per_read must be a positive int or None; got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"batches_per_read must be a positive int or None; got {value}")
+    if decode == "device" and value != 1:
+        raise ValueError(f"batches_per_read={value} needs decode='host': decode='device' reads one batch at a time")
+    return int(value)
 
 
 def parse_decode(decode: object) -> str:
@@ -85,7 +115,7 @@ class Slot:
         import torch
 
         self.stagings: dict[int, Staging] = {}
-        self.records: dict[int, tuple[NumpyRecord, DeviceRecord]] = {}
+        self.records: dict[int, tuple[NumpyRecord, list[DeviceRecord]]] = {}
         cuda = device.type == "cuda"
         self.ready: torch.cuda.Event | None = torch.cuda.Event() if cuda else None  # type: ignore[no-untyped-call]
         self.released: torch.cuda.Event | None = torch.cuda.Event() if cuda else None  # type: ignore[no-untyped-call]
@@ -148,13 +178,19 @@ class SlotRing:
 class DeviceBatches(Generic[D]):
     """An endless iterator of device batches (``TensorBatch``, or ``TensorSequenceBatch`` for windows),
     prepared by a background thread (see the module docstring). ``close()``, ``with``, closing the store or
-    garbage collection stop the thread; errors of the thread are raised by ``next()``."""
+    garbage collection stop the thread; errors of the thread are raised by ``next()``.
 
-    def __init__(self, produce: Callable[[], tuple[Slot, D]], ring: SlotRing, *, depth: int, description: str) -> None:
+    The thread hands over a slot's *group*: the batches it drew and read at once, in order, views of the
+    slot's memory; ``next()`` takes the next group only once it has handed out the held one's batches."""
+
+    def __init__(
+        self, produce: Callable[[], tuple[Slot, list[D]]], ring: SlotRing, *, depth: int, description: str
+    ) -> None:
         self._ring = ring
         self._held: Slot | None = None
+        self._pending: list[D] = []  # the held group's batches not handed out yet, the next one last
         self._description = description
-        self.prefetcher: Prefetcher[tuple[Slot, D]] = Prefetcher(produce, depth=depth)
+        self.prefetcher: Prefetcher[tuple[Slot, list[D]]] = Prefetcher(produce, depth=depth)
 
     def __iter__(self) -> DeviceBatches[D]:
         return self
@@ -163,11 +199,19 @@ class DeviceBatches(Generic[D]):
         import torch
 
         stream = torch.cuda.current_stream(self._ring.device) if self._ring.cuda else None
-        if self._held is not None and self._held.released is not None:
-            # Recorded before the queue is read: the thread cannot reach this slot again before that read.
-            self._held.released.record(stream)
+        if self._pending and self.closed:  # stopped (the store closed it): the held read's memory is gone too
+            self._pending = []
+        if not self._pending:
+            if self._held is not None and self._held.released is not None:
+                # Recorded before the queue is read: the thread cannot reach this slot again before that read.
+                self._held.released.record(stream)
+            self._held = None
+            slot, group = next(self.prefetcher)
+            self._pending = group[::-1]
+        else:
+            slot = self._held  # type: ignore[assignment]  # the held group's next batch
         self._held = None
-        slot, batch = next(self.prefetcher)
+        batch = self._pending.pop()
         if stream is not None:
             assert slot.ready is not None
             if not slot.ready.query():  # type: ignore[no-untyped-call]  # (query keeps the GIL; a wait gives it up)
@@ -185,6 +229,7 @@ class DeviceBatches(Generic[D]):
         self.prefetcher.close()
         self._ring.close()
         self._held = None
+        self._pending = []
 
     @property
     def closed(self) -> bool:
@@ -201,22 +246,24 @@ class DeviceBatches(Generic[D]):
 
 
 class HostDecodedFeed:
-    """The thread's work for ``decode="host"``: draw and decode into a slot's staging block, copy it to the
-    device on the side stream. Calling it produces the next (slot, device batch)."""
+    """The thread's work for ``decode="host"``: draw ``group`` batches in order and decode them into a slot's
+    staging block in one read, copy the block to the device on the side stream. Calling it produces the
+    next (slot, the group's device batches)."""
 
     def __init__(self, store: ReplayStore, ring: SlotRing, read: Callable[[Any], NumpyRecord],
-                 generator: np.random.Generator, template: NumpyRecord, *, batch_size: int, n_step: int) -> None:
+                 generator: np.random.Generator, template: NumpyRecord, *, batch_size: int, n_step: int,
+                 group: int = 1) -> None:
         self._ring = ring
         self._read = read
         self._generator = generator
         self._stack = store.stack_size
         self._layout = BatchLayout(template, batch_size=batch_size, stack_size=store.stack_size,
-                                   frame_shape=store.frame_shape, frame_dtype=store.frame_dtype)
+                                   frame_shape=store.frame_shape, frame_dtype=store.frame_dtype, group=group)
         # n-step batches always hold obs and next_obs apart; others share frames unless a transition's
         # next_obs was stored as given (then the batch is drawn again into a slot's separate staging).
         self._shared = 2 * self._stack if n_step > 1 else self._stack + 1
 
-    def __call__(self) -> tuple[Slot, DeviceRecord]:
+    def __call__(self) -> tuple[Slot, list[DeviceRecord]]:
         # The fewer calls that give up the GIL here, the less an eager learner waits for it (each one it gets
         # back costs the learner a hand-over): the side stream is set once, an event already passed is not
         # waited on (Event.query keeps the GIL, a wait gives it up), the upload is one copy.
@@ -242,34 +289,39 @@ class HostDecodedFeed:
             slot.hold((staging.device_block,))
         return slot, slot.records[columns][1]
 
-    def _records(self, slot: Slot, columns: int) -> tuple[NumpyRecord, DeviceRecord]:
-        """The slot's numpy record (what ``sample`` fills) and device record over one staging block."""
+    def _records(self, slot: Slot, columns: int) -> tuple[NumpyRecord, list[DeviceRecord]]:
+        """The slot's numpy record (what ``sample`` fills: the whole group) and the group's device records
+        over one staging block, made once per slot and kept."""
         if columns not in slot.records:
             slabs, nbytes = self._layout.slabs(columns)
             staging = Staging(slabs, nbytes, self._ring.device)  # on the side stream (see SlotRing.use_side)
             slot.stagings[columns] = staging
-            slot.records[columns] = (self._layout.numpy_record(staging), self._layout.device_record(staging))
+            slot.records[columns] = (self._layout.numpy_record(staging), self._layout.device_records(staging))
         return slot.records[columns]
 
 
 class BatchLayout:
-    """The arrays of a batch of ``batch_size`` (slabs named as the record's fields, ``"pixels"`` for the one
-    array obs and next_obs view, ``"fields.<name>"`` for user fields), taken from a one-transition
-    ``template`` that the store returned for the same call, and the records over a staging block."""
+    """The arrays of a group of ``group`` batches of ``batch_size`` read as one (slabs named as the record's
+    fields, ``"pixels"`` for the one array obs and next_obs view, ``"fields.<name>"`` for user fields),
+    taken from a one-transition ``template`` that the store returned for the same call, and the records
+    over a staging block: the whole group's for the read, each batch's for the consumer."""
 
     def __init__(self, template: NumpyRecord, *, batch_size: int, stack_size: int, frame_shape: tuple[int, ...],
-                 frame_dtype: np.dtype) -> None:
+                 frame_dtype: np.dtype, group: int = 1) -> None:
         self.kind = type(template)
         self.stack_size = stack_size
         self.frame_shape = frame_shape
         self.frame_dtype = frame_dtype
         self.window = tuple(template.index.shape[1:])  # (length,) for sequences, () for transitions
         self.batch_size = batch_size
+        self.group = group
+        rows = group * batch_size
         arrays = [(name, array) for name, array in template._arrays() if name not in ("obs", "next_obs")]
-        self.arrays = [(name, array.dtype, (batch_size, *array.shape[1:])) for name, array in arrays]
+        self.arrays = [(name, array.dtype, (rows, *array.shape[1:])) for name, array in arrays]
 
     def slabs(self, columns: int) -> tuple[dict[str, Slab], int]:
-        pixels = ("pixels", self.frame_dtype, (self.batch_size, *self.window, columns, *self.frame_shape))
+        rows = self.group * self.batch_size
+        pixels = ("pixels", self.frame_dtype, (rows, *self.window, columns, *self.frame_shape))
         return plan_slabs([pixels, *self.arrays])
 
     def numpy_record(self, staging: Staging) -> NumpyRecord:
@@ -283,19 +335,26 @@ class BatchLayout:
         user = {name.removeprefix("fields."): array for name, array in host.items() if name.startswith("fields.")}
         return self.kind(obs=obs, next_obs=next_obs, user_fields=user, **named)  # type: ignore[arg-type]
 
-    def device_record(self, staging: Staging) -> DeviceRecord:
-        tensors = staging.device
+    def device_records(self, staging: Staging) -> list[DeviceRecord]:
+        """Each batch of the group, in draw order: views of the staging block's device tensors (rows
+        ``i * batch_size`` on), ``index`` on the host."""
+        return [self._device_record(staging, i * self.batch_size) for i in range(self.group)]
+
+    def _device_record(self, staging: Staging, first: int) -> DeviceRecord:
+        import torch
+
+        size = self.batch_size
+        tensors = {name: tensor.narrow(0, first, size) for name, tensor in staging.device.items()}
         pixels = tensors["pixels"]
         axis = len(self.window) + 1
         obs = pixels.narrow(axis, 0, self.stack_size)
         next_obs = pixels.narrow(axis, pixels.shape[axis] - self.stack_size, self.stack_size)
-        import torch
-
         named: dict[str, torch.Tensor] = {}
         for name, _, _ in self.arrays:
             if not name.startswith("fields."):
                 named[name] = tensors[name]
-        named["index"] = torch.from_numpy(staging.host["index"])  # stays on the host: update_priorities' key
+        # index stays on the host: update_priorities' key
+        named["index"] = torch.from_numpy(staging.host["index"][first : first + size])
         user = {name.removeprefix("fields."): tensors[name] for name, _, _ in self.arrays if name.startswith("fields.")}
         kind = TensorBatch if self.kind is Batch else TensorSequenceBatch
         return kind(obs=obs, next_obs=next_obs, fields=user, **named)
@@ -311,13 +370,20 @@ def open_device_batches(
     decode: object,
     length: int | None,
     sample_kwargs: dict[str, Any],
+    batches_per_read: object = None,
 ) -> DeviceBatches[Any]:
     """The iterator of ``store.batches(batch_size, device=device, ...)``; every argument is checked here,
-    in the caller, before the thread starts (``batch_size``, ``prefetch`` and ``length`` already were)."""
+    in the caller, before the thread starts (``batch_size``, ``prefetch`` and ``length`` already were).
+    The thread reads ``batches_per_read`` batches at a time (``parse_batches_per_read``) into a slot; the
+    queue holds ``prefetch`` batches' worth of such groups (at least one)."""
     torch_device = parse_device(device)
     decode = parse_decode(decode)
-    ring = SlotRing(torch_device, prefetch + 2)
+    group = parse_batches_per_read(batches_per_read, batch_size=batch_size, sampler=store.sampler, decode=decode)
+    depth = -(-prefetch // group)
+    ring = SlotRing(torch_device, depth + 2)
     description = f"batch_size={batch_size} device={torch_device} decode={decode!r} prefetch={prefetch}"
+    if group > 1:
+        description += f" batches_per_read={group}"
     if length is not None:
         description += f" length={length}"
     feed: Callable[[], tuple[Slot, Any]]
@@ -327,18 +393,18 @@ def open_device_batches(
         with ring.on_side():  # the decoder's memory belongs to the side stream, where it is used
             decoded = device_decoded_feed.open_feed(store, ring, generator, batch_size=batch_size, length=length,
                                                     sample_kwargs=sample_kwargs)
-        return DeviceBatches(decoded, ring, depth=prefetch, description=f"{description} crc={decoded.crc_method}")
+        return DeviceBatches(decoded, ring, depth=depth, description=f"{description} crc={decoded.crc_method}")
     template: NumpyRecord
     read: Callable[[Any], NumpyRecord]
     reader = store._background_reader()  # the thread's decode leaves the consumer's core alone
     if length is None:
         template = store.sample(1, np.random.default_rng(0), **sample_kwargs)  # bad arguments fail here
         read = lambda out: store._sample(batch_size, generator, out=out, replace_shared_out=False, reader=reader,
-                                         **sample_kwargs)
+                                         count=group, **sample_kwargs)
     else:
         template = store.sample_sequences(1, length, np.random.default_rng(0), **sample_kwargs)
         read = lambda out: store._sample_sequences(batch_size, length, generator, out=out, reader=reader,
-                                                   **sample_kwargs)
+                                                   count=group, **sample_kwargs)
     n_step = int(sample_kwargs.get("n_step", 1))
-    feed = HostDecodedFeed(store, ring, read, generator, template, batch_size=batch_size, n_step=n_step)
-    return DeviceBatches(feed, ring, depth=prefetch, description=description)
+    feed = HostDecodedFeed(store, ring, read, generator, template, batch_size=batch_size, n_step=n_step, group=group)
+    return DeviceBatches(feed, ring, depth=depth, description=description)

@@ -80,7 +80,7 @@ class DeviceDecodedFeed:
         self._pixels: dict[tuple[int, int], tuple[torch.Tensor, TensorBatch | TensorSequenceBatch]] = {}
         self._first_bad: dict[int, torch.Tensor] = {}
 
-    def __call__(self) -> tuple[Slot, TensorBatch | TensorSequenceBatch]:
+    def __call__(self) -> tuple[Slot, list[TensorBatch | TensorSequenceBatch]]:
         ring = self._ring
         encoded = self._read()
         plan = plan_blocks(encoded.frames, encoded.frame_index)
@@ -116,7 +116,7 @@ class DeviceDecodedFeed:
                 f"a frame read for transition {_needing(encoded, bad)} fails its checksum or does not decode to one "
                 f"frame of shape {self._frame_shape} on the device: the store is damaged"
             )
-        return slot, record
+        return slot, [record]  # a group of one batch (DeviceBatches)
 
     def _decode(self, staging: Staging, width: int, count: int, positions: int, nbytes: int, pixels: torch.Tensor,
                 first_bad: torch.Tensor) -> None:

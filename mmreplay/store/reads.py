@@ -37,6 +37,20 @@ def draw_steps(
     return files.sampler.sample(batch_size, stored=stored, rng=rng)
 
 
+def draw_batches(
+    files: MappedFiles, role: Role, batch_size: int, count: int, generator: np.random.Generator, beta: float
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+    """``count`` batches' steps and weights, each batch drawn and weighed as ``sample`` draws and weighs
+    it, in order, back to back (one batch: exactly ``sample``'s)."""
+    first = role.committed.first_step
+    if count == 1:
+        steps = draw_steps(files, role.transitions_added, batch_size, generator, first)
+        return steps, files.sampler.weights(steps, beta=beta)
+    parts = [draw_steps(files, role.transitions_added, batch_size, generator, first) for _ in range(count)]
+    weights = [files.sampler.weights(part, beta=beta) for part in parts]
+    return np.concatenate(parts), np.concatenate(weights)
+
+
 def sample_transitions(
     role: Role,
     reader: TransitionReader,
@@ -48,10 +62,13 @@ def sample_transitions(
     gamma: float,
     out: Batch | None,
     replace_shared_out: bool,
+    count: int = 1,
 ) -> Batch:
     """``ReplayStore.sample`` of an open store, read by ``reader``; with ``replace_shared_out``, a batch
     that ``out`` cannot hold (``SharedOutError``) comes back in new arrays, obs and next_obs separate,
-    rather than raising (``batches(reuse=True)``, which then refills that batch)."""
+    rather than raising (``batches(reuse=True)``, which then refills that batch). ``count``: that many
+    batches drawn in order, as that many calls would draw them, read as one batch of ``count *
+    batch_size`` rows (``batches(device=...)``' groups: one read's Python for several batches)."""
     if out is not None:
         check_out(out, Batch)
     # What a training loop passes at every call (Python ints and floats in range) is taken as it
@@ -70,11 +87,10 @@ def sample_transitions(
 
     def draw_and_read() -> Batch:
         with files.lock:
-            steps = draw_steps(files, role.transitions_added, batch_size, generator, role.committed.first_step)
+            steps, weight = draw_batches(files, role, batch_size, count, generator, beta)
             reader.prefetch(steps)
-            weight = files.sampler.weights(steps, beta=beta)
             if n_step == 1:
-                discount = np.empty(batch_size, np.float32)
+                discount = np.empty(len(steps), np.float32)
                 discount.fill(gamma)  # np.full costs twice as much for a batch
                 try:
                     return reader.transitions(steps, weight=weight, discount=discount, out=out)
@@ -98,9 +114,10 @@ def sample_sequences(
     *,
     beta: float,
     out: SequenceBatch | None,
+    count: int = 1,
 ) -> SequenceBatch:
     """``ReplayStore.sample_sequences`` of an open store, read by ``reader``: windows of ``length``
-    transitions from each drawn step, along its episode."""
+    transitions from each drawn step, along its episode. ``count``: as ``sample_transitions``'."""
     check_out(out, SequenceBatch)
     batch_size = parse_positive_int(batch_size, "batch_size")
     length = parse_positive_int(length, "length")
@@ -110,8 +127,7 @@ def sample_sequences(
 
     def draw_and_read() -> SequenceBatch:
         with files.lock:
-            steps = draw_steps(files, role.transitions_added, batch_size, generator, role.committed.first_step)
-            weight = files.sampler.weights(steps, beta=beta)
+            steps, weight = draw_batches(files, role, batch_size, count, generator, beta)
             window, mask = follow_episodes(
                 steps,
                 length,

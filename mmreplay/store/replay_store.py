@@ -379,13 +379,14 @@ class ReplayStore(StoreLayout):
         out: Batch | None,
         replace_shared_out: bool,
         reader: TransitionReader | None = None,
+        count: int = 1,
     ) -> Batch:
-        """``sample``, read by ``reader`` (the store's own by default); ``replace_shared_out``: see
-        ``reads.sample_transitions``."""
+        """``sample``, read by ``reader`` (the store's own by default); ``replace_shared_out`` and ``count``
+        (batches drawn in order, read as one): see ``reads.sample_transitions``."""
         self._files.check_open("sample")
         return reads.sample_transitions(
             self._role, self._reader if reader is None else reader, batch_size, rng, beta=beta, n_step=n_step,
-            gamma=gamma, out=out, replace_shared_out=replace_shared_out,
+            gamma=gamma, out=out, replace_shared_out=replace_shared_out, count=count,
         )
 
     def sample_encoded(
@@ -451,11 +452,13 @@ class ReplayStore(StoreLayout):
         beta: float = 0.4,
         out: SequenceBatch | None,
         reader: TransitionReader | None = None,
+        count: int = 1,
     ) -> SequenceBatch:
-        """``sample_sequences``, read by ``reader`` (the store's own by default)."""
+        """``sample_sequences``, read by ``reader`` (the store's own by default); ``count``: see
+        ``reads.sample_transitions``."""
         self._files.check_open("sample_sequences")
         return reads.sample_sequences(self._role, self._reader if reader is None else reader, batch_size, length, rng,
-                                      beta=beta, out=out)
+                                      beta=beta, out=out, count=count)
 
     def _background_reader(self) -> TransitionReader:
         """The reader of ``batches()``' thread: the store's, decoding on all but the consumer's core."""
@@ -470,11 +473,11 @@ class ReplayStore(StoreLayout):
     @overload
     def batches(self, batch_size: int, *, prefetch: int = ..., rng: np.random.Generator | int | None = ...,
                 reuse: bool = ..., device: str | torch.device, decode: str = ..., length: None = ...,
-                **sample_kwargs: Any) -> DeviceBatches[TensorBatch]: ...
+                batches_per_read: int | None = ..., **sample_kwargs: Any) -> DeviceBatches[TensorBatch]: ...
     @overload
     def batches(self, batch_size: int, *, prefetch: int = ..., rng: np.random.Generator | int | None = ...,
                 reuse: bool = ..., device: str | torch.device, decode: str = ..., length: int,
-                **sample_kwargs: Any) -> DeviceBatches[TensorSequenceBatch]: ...
+                batches_per_read: int | None = ..., **sample_kwargs: Any) -> DeviceBatches[TensorSequenceBatch]: ...
 
     def batches(
         self,
@@ -486,6 +489,7 @@ class ReplayStore(StoreLayout):
         device: str | torch.device | None = None,
         decode: str = "host",
         length: int | None = None,
+        batches_per_read: int | None = None,
         **sample_kwargs: Any,
     ) -> Prefetcher[Batch] | Prefetcher[SequenceBatch] | DeviceBatches[Any]:
         """An endless iterator of ``sample(batch_size, rng, **sample_kwargs)`` batches, prepared ahead in a
@@ -500,7 +504,12 @@ class ReplayStore(StoreLayout):
 
         With ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``, a ``torch.device``) they come as torch tensors
         there, ready on the stream current at ``next()``, refilled in place; ``decode="device"`` decodes the
-        stored lz4 blocks on the GPU (nvCOMP). See ``mmreplay.store.device_batches``.
+        stored lz4 blocks on the GPU (nvCOMP). The thread draws ``batches_per_read`` batches (each as
+        ``sample`` draws it, in order) and decodes them in one read, so that its Python, which holds the GIL
+        an eager learner waits for, runs once per that many batches; an error in a read is raised in place of
+        its first batch. By default (None), for a ``UniformSampler``, as many as fit 1,024 rows, 1 to 8 (8
+        for batches of 32); 1 for any other sampler (a prioritized batch drawn ahead does not see the
+        priorities updated since) and for ``decode="device"``. See ``mmreplay.store.device_batches``.
         """
         self._files.check_open("batches")
         batch_size = parse_positive_int(batch_size, "batch_size")
@@ -511,7 +520,7 @@ class ReplayStore(StoreLayout):
             raise TypeError("batches() takes no out: reuse=True refills its own batches in place")
         stream, prefetcher = batch_streams.open_batches(
             self, batch_size, prefetch=prefetch, generator=generator, reuse=reuse, device=device, decode=decode,
-            length=length, sample_kwargs=sample_kwargs,
+            length=length, sample_kwargs=sample_kwargs, batches_per_read=batches_per_read,
         )
         self._prefetchers.add(prefetcher)
         return stream
