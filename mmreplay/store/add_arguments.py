@@ -248,12 +248,9 @@ def _single_frames(fields: tuple) -> SingleFrames:  # type: ignore[type-arg]
     return tuple.__new__(SingleFrames, fields)
 
 
-def _new_frames(
-    obs: object, next_obs: object, shapes: AddShapes
-) -> tuple[bytes, bool, list[bytes], npt.NDArray[Any]] | None:
-    """``parse_single_frames``'s frames: (obs bytes, stacked, each env's new frame, the new frames as one
-    contiguous array), or None. Arrays that are not C-contiguous are copied into ones that are, as
-    ``parse_add`` copies them."""
+def frames_form(obs: object, next_obs: object, shapes: AddShapes) -> bool | None:
+    """Whether an add's obs and next_obs, numpy arrays of the store's frame dtype and of one shape, are
+    stacks (True) or single frames (False); None for anything else (the fast path's parses decline it)."""
     if (
         type(obs) is not np.ndarray
         or type(next_obs) is not np.ndarray
@@ -263,18 +260,31 @@ def _new_frames(
         or obs.shape != next_obs.shape
     ):
         return None
+    if obs.shape == shapes.stack:
+        return True
+    return False if obs.shape == shapes.frame else None
+
+
+def _new_frames(
+    obs: object, next_obs: object, shapes: AddShapes
+) -> tuple[bytes, bool, list[bytes], npt.NDArray[Any]] | None:
+    """``parse_single_frames``'s frames: (obs bytes, stacked, each env's new frame, the new frames as one
+    contiguous array), or None. Arrays that are not C-contiguous are copied into ones that are, as
+    ``parse_add`` copies them."""
+    stacked = frames_form(obs, next_obs, shapes)
+    if stacked is None:
+        return None
+    assert isinstance(obs, np.ndarray) and isinstance(next_obs, np.ndarray)
     if not next_obs.flags.c_contiguous:
         next_obs = np.ascontiguousarray(next_obs)
     envs = shapes.num_envs
-    if obs.shape == shapes.frame:
+    if not stacked:
         next_bytes = next_obs.tobytes()
         if envs == 1:
             return obs.tobytes(), False, [next_bytes], next_obs
         # One copy of next_obs, then a slice per env: a third of the cost of bytes() of each env's view.
         size = len(next_bytes) // envs
         return obs.tobytes(), False, [next_bytes[i : i + size] for i in range(0, len(next_bytes), size)], next_obs
-    if obs.shape != shapes.stack:
-        return None
     obs_bytes = obs.tobytes()  # C order, contiguous or not
     # next_obs is read in place: only its newest frames are copied.
     next_view = next_obs.data.cast("B")

@@ -31,6 +31,7 @@ from mmreplay.store.add_arguments import (
     AddArguments,
     AddShapes,
     SingleFrames,
+    frames_form,
     parse_add,
     parse_env_mask,
     parse_fields,
@@ -513,17 +514,10 @@ class Writer:
         parse of its own. Writes the same bytes (test_one_env_add); False, with nothing written, where the
         add is not one that continues the env's episode with one new frame (the longer form then decides)."""
         shapes = self._add_shapes
-        if (
-            type(obs) is not np.ndarray
-            or type(next_obs) is not np.ndarray
-            or obs.dtype is not shapes.frame_dtype
-            or next_obs.dtype is not shapes.frame_dtype
-            or obs.shape != next_obs.shape
-        ):
+        stacked = frames_form(obs, next_obs, shapes)
+        if stacked is None:
             return False
-        stacked = obs.shape == shapes.stack
-        if not stacked and obs.shape != shapes.frame:
-            return False
+        assert isinstance(next_obs, np.ndarray)
         episode = self._episodes[0]
         first_step, first_frame = self.transitions_added, self._frames.frames_written
         if not episode.open or episode.last_step < first_step - self._layout.capacity:
