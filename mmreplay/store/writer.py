@@ -277,9 +277,10 @@ class Writer:
         fields: dict[str, npt.ArrayLike] | None,
         fragment: bool,
     ) -> None:
-        """``ReplayStore.add`` (``fragment`` checked). The arguments are checked once: by the fast parse
-        (``parse_single_frames``) where the add may take the fast path, else (or where it returns None)
-        by ``parse_add``; an add the fast path declines goes on to the general path as parsed."""
+        """``ReplayStore.add`` (``fragment`` checked). The arguments are checked once: by the fast path's
+        one-env form (``_add_one_env``) or fast parse (``parse_single_frames``) where the add may take the
+        fast path, else (or where they decline it) by ``parse_add``; an add the fast path declines goes on
+        to the general path as parsed."""
         values = None
         if fields is not None or self._field_table is not None:
             self.check_writable("add")
