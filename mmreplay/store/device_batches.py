@@ -13,7 +13,8 @@ The pipeline behind ``ReplayStore.batches(..., device=...)``. One thread draws e
 
 The stream that is current in the consumer's ``next()`` waits on an event recorded after the copy (and
 the decode), so a batch is ready when it is handed over; the thread has already checked the batch
-(checksums included), so an error is raised by the ``next()`` that would have returned that batch.
+(checksums included), so an error is raised by the ``next()`` that would have returned the first batch of
+its read.
 
 Memory: ``ceil(prefetch / batches_per_read) + 2`` *slots*, each a read's staging block on the host and its
 mirror on the device, used in turn. The thread refills a slot only once the consumer has moved past the
