@@ -13,7 +13,7 @@ set -u
 NAME=adds_box
 BUDGET=${BUDGET:-420}
 ADDS_ARGS=${ADDS_ARGS:---encodings lz4-reference,lz4 --adds 16000 --block 2000}
-BENCH_ARGS=${BENCH_ARGS:---learners eager --feeds resident,ring-threads,mmreplay-host,mmreplay-host-r1,mmreplay-host-t2 --games mspacman,pong,seaquest --seconds 0.5 --rounds 4 --warmup 0.15 --decode-repeats 0}
+BENCH_ARGS=${BENCH_ARGS:---learners eager --feeds resident,ring-threads,mmreplay-host,mmreplay-host-g1,mmreplay-host-t2 --games mspacman,pong,seaquest --seconds 0.5 --rounds 4 --warmup 0.15 --decode-repeats 0}
 export ADDS_ARGS BENCH_ARGS
 source "$(dirname "$0")/box_stages.sh"
 

@@ -11,7 +11,7 @@ up the GIL, as a launch does), fed one batch an update by
 - ``prefetch``: ``store.batches(B, reuse=True)`` (numpy batches from a background thread);
 - ``device-cpu``: ``store.batches(B, device="cpu")`` (the device pipeline, tensors, no copy; a uniform
   sampler's batches of 32 read 8 at a time by default);
-- ``device-cpu-r<N>``: the same with ``batches_per_read=N`` (``device-cpu-r1``: one batch a read, as before
+- ``device-cpu-g<N>``: the same with ``group=N`` (``device-cpu-g1``: one batch a read, as before
   the default read several);
 - ``ring-threads``: the numpy ring through a Python-thread pipeline (gpu_feeds.RingThreads on the CPU).
 
@@ -47,7 +47,7 @@ from peers import FrameStream, NumpyFrameRing  # noqa: E402
 
 from mmreplay import ReplayStore  # noqa: E402
 
-FEEDS = ("prefetch", "device-cpu", "device-cpu-r1", "ring-threads")
+FEEDS = ("prefetch", "device-cpu", "device-cpu-g1", "ring-threads")
 
 
 class Learner:
@@ -74,12 +74,12 @@ def open_feed(name: str, store: ReplayStore, ring: NumpyFrameRing, batch_size: i
         return store.batches(batch_size, rng=seed, reuse=True, prefetch=prefetch)
     if name == "device-cpu":
         return store.batches(batch_size, rng=seed, device="cpu", prefetch=prefetch)
-    if name.startswith("device-cpu-r") and name.removeprefix("device-cpu-r").isdigit():
+    if name.startswith("device-cpu-g") and name.removeprefix("device-cpu-g").isdigit():
         return store.batches(batch_size, rng=seed, device="cpu", prefetch=prefetch,
-                             batches_per_read=int(name.removeprefix("device-cpu-r")))
+                             group=int(name.removeprefix("device-cpu-g")))
     if name == "ring-threads":
         return gpu_feeds.RingThreads(ring, batch_size, torch.device("cpu"), seed, threads=1)
-    raise ValueError(f"feed {name!r}; expected one of {', '.join(FEEDS)} or device-cpu-r<N>")
+    raise ValueError(f"feed {name!r}; expected one of {', '.join(FEEDS)} or device-cpu-g<N>")
 
 
 def quartiles(values: list[float]) -> dict[str, float]:

@@ -99,9 +99,9 @@ def make_feed(name: str, store: ReplayStore, ring: NumpyFrameRing, batch_size: i
     if name.startswith("mmreplay-host-p"):  # mmreplay-host-p8: batches(device=..., prefetch=8)
         return gpu_feeds.MmreplayDevice(store, batch_size, device, seed, decode="host",
                                         prefetch=int(name.removeprefix("mmreplay-host-p")))
-    if name.startswith("mmreplay-host-r"):  # mmreplay-host-r1: batches(device=..., batches_per_read=1)
+    if name.startswith("mmreplay-host-g"):  # mmreplay-host-g1: batches(device=..., group=1)
         return gpu_feeds.MmreplayDevice(store, batch_size, device, seed, decode="host",
-                                        batches_per_read=int(name.removeprefix("mmreplay-host-r")))
+                                        group=int(name.removeprefix("mmreplay-host-g")))
     if name.startswith("mmreplay-host-t"):  # mmreplay-host-t4: a reader of the store with decode_threads=4
         reader = ReplayStore.open(store_path, "r", decode_threads=int(name.removeprefix("mmreplay-host-t")))
         return gpu_feeds.MmreplayDevice(reader, batch_size, device, seed, decode="host", owned=True)
@@ -109,7 +109,7 @@ def make_feed(name: str, store: ReplayStore, ring: NumpyFrameRing, batch_size: i
         return gpu_feeds.MmreplayDevice(store, batch_size, device, seed,
                                         decode="device" if name == "mmreplay-nvcomp" else "host")
     raise ValueError(f"unknown feed {name!r}: expected one of {', '.join(FEEDS)} or mmreplay-host-p<prefetch>, "
-                     "mmreplay-host-t<decode threads>, mmreplay-host-r<batches a read>")
+                     "mmreplay-host-t<decode threads>, mmreplay-host-g<batches a read>")
 
 
 def measure_group(game: str, batch_size: int, learner_name: str, feeds: list[str], store: ReplayStore,
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--learners", default="graph,eager,none", help="of graph, eager, none (the feed alone)")
     parser.add_argument("--feeds", default=",".join(FEEDS), help="of these, mmreplay-host-p<N> (device batches "
                         "with prefetch=N), mmreplay-host-t<N> (from a reader of the store with decode_threads=N) and "
-                        "mmreplay-host-r<N> (batches_per_read=N)")
+                        "mmreplay-host-g<N> (group=N)")
     parser.add_argument("--capacity", type=int, default=100_000)
     parser.add_argument("--seconds", type=float, default=1.0, help="timed seconds per window with a learner")
     parser.add_argument("--rounds", type=int, default=3, help="windows of each feed with a learner, each paired "

@@ -10,7 +10,7 @@
 set -u
 NAME=box_all
 BUDGET=${BUDGET:-540}
-BENCH_ARGS=${BENCH_ARGS:---learners eager,graph --feeds resident,ring-threads,mmreplay-host,mmreplay-host-r1 --games mspacman,pong,seaquest --seconds 0.5 --rounds 3 --warmup 0.15 --decode-repeats 0}
+BENCH_ARGS=${BENCH_ARGS:---learners eager,graph --feeds resident,ring-threads,mmreplay-host,mmreplay-host-g1 --games mspacman,pong,seaquest --seconds 0.5 --rounds 3 --warmup 0.15 --decode-repeats 0}
 ADDS_ARGS=${ADDS_ARGS:---encodings lz4-reference,lz4}
 SAMPLING_ARGS=${SAMPLING_ARGS:---encodings lz4-reference,lz4 --caps 2,all}
 export BENCH_ARGS ADDS_ARGS SAMPLING_ARGS

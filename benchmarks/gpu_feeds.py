@@ -185,10 +185,10 @@ class MmreplayInline:
 
 class MmreplayDevice:
     def __init__(self, store, batch_size: int, device: torch.device, seed: int, *, decode: str,  # noqa: ANN001
-                 prefetch: int | None = None, owned: bool = False, batches_per_read: int | None = None) -> None:
+                 prefetch: int | None = None, owned: bool = False, group: int | None = None) -> None:
         more: dict[str, int] = {} if prefetch is None else {"prefetch": prefetch}
-        if batches_per_read is not None:
-            more["batches_per_read"] = batches_per_read
+        if group is not None:
+            more["group"] = group
         self.store = store if owned else None  # a reader opened for this feed, closed with it
         self.batches: Iterator = store.batches(batch_size, device=device, decode=decode, rng=seed, **more)
 

@@ -73,7 +73,7 @@ def test_device_batches_on_the_cpu_equal_successive_samples_with_an_equal_genera
         store.update_priorities(np.arange(20, 80), np.linspace(0.1, 5, 60))
     expected_rng = np.random.default_rng(11)
     expected = [store.sample(16, expected_rng, **kwargs) for _ in range(12)]
-    with store.batches(16, prefetch=3, rng=np.random.default_rng(11), device="cpu", batches_per_read=per_read,
+    with store.batches(16, prefetch=3, rng=np.random.default_rng(11), device="cpu", group=per_read,
                        **kwargs) as batches:
         for batch, want in zip(batches, expected):
             assert_same(batch, want)
@@ -86,7 +86,7 @@ def test_device_windows_on_the_cpu_equal_successive_sample_sequences(make_store,
     store = make_store(frame_shape=FRAME, capacity=60, stack_size=3, sampler=PrioritizedSampler() if prioritized else None)
     fill(store, 70, episode=9)
     rng = np.random.default_rng(5)
-    with store.batches(6, length=5, rng=5, device="cpu", beta=0.5, batches_per_read=per_read) as batches:
+    with store.batches(6, length=5, rng=5, device="cpu", beta=0.5, group=per_read) as batches:
         for _, batch in zip(range(10), batches):
             assert_same(batch, store.sample_sequences(6, 5, rng, beta=0.5), WINDOW_NAMES)
             assert tuple(batch.obs.shape) == (6, 5, 3, *FRAME)
@@ -119,7 +119,7 @@ def test_a_batch_holding_a_transition_stored_with_its_given_next_obs_comes_out_a
     rng = np.random.default_rng(3)
     expected = [store.sample(12, rng) for _ in range(20)]
     assert any(not np.shares_memory(b.obs, b.next_obs) for b in expected)  # some batch holds a detached row
-    with store.batches(12, rng=3, device="cpu", prefetch=1, batches_per_read=per_read) as batches:
+    with store.batches(12, rng=3, device="cpu", prefetch=1, group=per_read) as batches:
         for i, (batch, want) in enumerate(zip(batches, expected)):
             assert_same(batch, want)
             read = expected[i - i % per_read : i - i % per_read + per_read]
@@ -155,7 +155,7 @@ def test_an_error_in_the_thread_is_raised_by_next_after_the_batches_drawn_before
     fill(store, 10)
     before = set(threads_named("mmreplay-prefetch"))
     # draw 1 is the layout's, in the caller; one batch a read: draws 2 and 3 come out, draw 4 fails
-    batches = store.batches(4, prefetch=2, rng=0, device="cpu", batches_per_read=1)
+    batches = store.batches(4, prefetch=2, rng=0, device="cpu", group=1)
     threads = [t for t in threads_named("mmreplay-prefetch") if t not in before]
     assert len(threads) == 1
     assert len(next(batches)) == 4 and len(next(batches)) == 4
@@ -172,7 +172,7 @@ def test_an_error_in_a_read_of_several_batches_is_raised_by_next_in_place_of_its
     store = make_store(frame_shape=FRAME, capacity=20, sampler=FailingSampler(fail_at=7))
     fill(store, 10)
     before = set(threads_named("mmreplay-prefetch"))
-    batches = store.batches(4, prefetch=2, rng=0, device="cpu", batches_per_read=2)
+    batches = store.batches(4, prefetch=2, rng=0, device="cpu", group=2)
     threads = [t for t in threads_named("mmreplay-prefetch") if t not in before]
     assert [len(next(batches)) for _ in range(4)] == [4, 4, 4, 4]
     with pytest.raises(RuntimeError, match=r"^injected failure in draw 7$"):
@@ -209,7 +209,7 @@ def test_a_batch_is_valid_until_the_next_next_and_its_memory_comes_back_after_pr
     fill(store, 40)
     rng = np.random.default_rng(9)
     expected = [store.sample(8, rng) for _ in range(12)]
-    with store.batches(8, rng=9, device="cpu", prefetch=2, batches_per_read=1) as batches:
+    with store.batches(8, rng=9, device="cpu", prefetch=2, group=1) as batches:
         first = next(batches)
         kept = {name: getattr(first, name).clone() for name in NAMES}
         assert_same(first, expected[0])  # still intact while held, though the thread has filled others
@@ -228,7 +228,7 @@ def test_a_read_of_four_batches_fills_one_slot_whose_memory_comes_back_after_thr
     rng = np.random.default_rng(9)
     expected = [store.sample(8, rng) for _ in range(13)]
     got = []
-    with store.batches(8, rng=9, device="cpu", prefetch=2, batches_per_read=4) as batches:
+    with store.batches(8, rng=9, device="cpu", prefetch=2, group=4) as batches:
         for want in expected:
             got.append(next(batches))
             assert_same(got[-1], want)  # valid until the next next()
@@ -238,17 +238,17 @@ def test_a_read_of_four_batches_fills_one_slot_whose_memory_comes_back_after_thr
     assert got[12].obs.data_ptr() == got[0].obs.data_ptr()  # slot 0 again: 1 read waiting + 1 filling + 1 held
 
 
-def test_batches_per_read_is_checked_and_needs_a_device_and_host_decoding(make_store):
+def test_group_is_checked_and_needs_a_device_and_host_decoding(make_store):
     store = make_store(frame_shape=FRAME, capacity=20)
     fill(store, 10)
-    with pytest.raises(ValueError, match=r"^batches_per_read must be a positive int or None; got 0$"):
-        store.batches(4, device="cpu", batches_per_read=0)
-    with pytest.raises(TypeError, match=r"^batches_per_read must be a positive int or None; got float$"):
-        store.batches(4, device="cpu", batches_per_read=2.0)
-    with pytest.raises(TypeError, match=r"^batches_per_read needs device=: numpy batches are read one at a time$"):
-        store.batches(4, batches_per_read=2)
-    with pytest.raises(ValueError, match=r"^batches_per_read=2 needs decode='host'"):
-        store.batches(4, device="cpu", decode="device", batches_per_read=2)
+    with pytest.raises(ValueError, match=r"^group must be a positive int or None; got 0$"):
+        store.batches(4, device="cpu", group=0)
+    with pytest.raises(TypeError, match=r"^group must be a positive int or None; got float$"):
+        store.batches(4, device="cpu", group=2.0)
+    with pytest.raises(TypeError, match=r"^group needs device=: numpy batches are read one at a time$"):
+        store.batches(4, group=2)
+    with pytest.raises(ValueError, match=r"^group=2 needs decode='host'"):
+        store.batches(4, device="cpu", decode="device", group=2)
 
 
 @pytest.mark.parametrize("batch_size,per_read", [(1, 8), (32, 8), (128, 8), (256, 4), (512, 2), (1024, 1), (5000, 1)])
@@ -256,17 +256,17 @@ def test_a_uniform_samplers_default_reads_batches_up_to_1024_rows_at_most_8(make
     store = make_store(frame_shape=FRAME, capacity=20)
     fill(store, 10)
     with store.batches(batch_size, rng=0, device="cpu") as batches:
-        assert (f"batches_per_read={per_read}" in repr(batches)) == (per_read > 1)
-        assert ("batches_per_read" in repr(batches)) == (per_read > 1)
+        assert (f"group={per_read}" in repr(batches)) == (per_read > 1)
+        assert ("group" in repr(batches)) == (per_read > 1)
 
 
 def test_a_prioritized_sampler_reads_one_batch_at_a_time_by_default(make_store):
     store = make_store(frame_shape=FRAME, capacity=20, sampler=PrioritizedSampler())
     fill(store, 10)
     with store.batches(4, rng=0, device="cpu") as batches:
-        assert "batches_per_read" not in repr(batches)
-    with store.batches(4, rng=0, device="cpu", batches_per_read=3) as batches:
-        assert "batches_per_read=3" in repr(batches)
+        assert "group" not in repr(batches)
+    with store.batches(4, rng=0, device="cpu", group=3) as batches:
+        assert "group=3" in repr(batches)
 
 
 def test_batches_without_a_device_also_take_length_and_yield_successive_windows(make_store):
@@ -350,7 +350,7 @@ def test_the_repr_names_the_settings_and_the_records_show_dtypes_shapes_and_devi
     store = make_store(frame_shape=FRAME, capacity=20, stack_size=2)
     fill(store, 10)
     batches = store.batches(4, rng=0, device="cpu", n_step=2)
-    assert repr(batches) == "<DeviceBatches batch_size=4 device=cpu decode='host' prefetch=2 batches_per_read=8 open>"
+    assert repr(batches) == "<DeviceBatches batch_size=4 device=cpu decode='host' prefetch=2 group=8 open>"
     batch = next(batches)
     assert repr(batch).startswith("TensorBatch(obs=uint8[4, 2, 6, 5] cpu, action=int64[4] cpu, reward=float32[4] cpu,")
     batches.close()

@@ -32,17 +32,17 @@ def open_batches(
     decode: str,
     length: int | None,
     sample_kwargs: dict[str, Any],
-    batches_per_read: object = None,
+    group: object = None,
 ) -> tuple[Prefetcher[Batch] | Prefetcher[SequenceBatch] | DeviceBatches[Any], Prefetcher[Any]]:
     """The iterator ``store.batches`` returns for these checked arguments, and the thread's ``Prefetcher``
-    behind it, which the store stops when it closes or clears. ``batches_per_read``: device batches only."""
+    behind it, which the store stops when it closes or clears. ``group``: device batches only."""
     if device is not None:
         on_device = device_batches.open_device_batches(store, batch_size, prefetch=prefetch, generator=generator,
                                                        device=device, decode=decode, length=length,
-                                                       sample_kwargs=sample_kwargs, batches_per_read=batches_per_read)
+                                                       sample_kwargs=sample_kwargs, group=group)
         return on_device, on_device.prefetcher
-    if batches_per_read is not None:
-        raise TypeError("batches_per_read needs device=: numpy batches are read one at a time")
+    if group is not None:
+        raise TypeError("group needs device=: numpy batches are read one at a time")
     if length is not None:
         windows = Prefetcher(sequence_producer(
             store, batch_size, length, generator, buffers=prefetch + 2 if reuse else 0, sample_kwargs=sample_kwargs,

@@ -1,8 +1,8 @@
 """Batches handed to a learner as torch tensors on its device, prepared in a background thread.
 
 The pipeline behind ``ReplayStore.batches(..., device=...)``. One thread draws each batch exactly as
-``sample`` (``sample_sequences`` with ``length``) would with the same generator, in order, a *read* of
-``batches_per_read`` of them at a time (``parse_batches_per_read``), and either
+``sample`` (``sample_sequences`` with ``length``) would with the same generator, in order, in *groups*
+of ``group`` batches read as one (``parse_group``), and either
 
 - decodes it on the host (``decode="host"``, the default): the compiled decoder, with the GIL released,
   fills the arrays of a *staging block* (``gpu.staging``), page-locked, whose pixels hold
@@ -16,7 +16,7 @@ the decode), so a batch is ready when it is handed over; the thread has already 
 (checksums included), so an error is raised by the ``next()`` that would have returned the first batch of
 its read.
 
-Memory: ``ceil(prefetch / batches_per_read) + 2`` *slots*, each a read's staging block on the host and its
+Memory: ``ceil(prefetch / group) + 2`` *slots*, each a read's staging block on the host and its
 mirror on the device, used in turn. The thread refills a slot only once the consumer has moved past the
 read's batches in it (the counting of ``prefetch.recycling``: the consumer holds one read, the others
 wait in the queue, the thread fills one), and the copy into the slot's device memory waits on an event
@@ -55,31 +55,31 @@ DeviceRecord = TensorBatch | TensorSequenceBatch
 
 DECODE_CHOICES = ("host", "device")
 
-# A uniform sampler's batches are read up to this many at a time by default (``batches_per_read``), at most
-# READ_ROWS rows a read (a slot's memory): the thread's Python (draws, the read's setup, the handoff) then
+# A uniform sampler's batches are read up to this many at a time by default (``group``), at most
+# GROUP_ROWS rows a read (a slot's memory): the thread's Python (draws, the read's setup, the handoff) then
 # runs once per several batches, and an eager learner, which waits each time the thread takes the GIL,
 # keeps more of its rate. On 2 cores (benchmarks/bench_feed_gil.py, Pong, batch 32, medians of 5 rounds)
 # 1, 4, 8 and 16 batches a read kept 0.83, 0.89, 0.90 and 0.93 of a Python-bound learner's rate.
-MAX_BATCHES_PER_READ = 8
-READ_ROWS = 1024
+MAX_GROUP = 8
+GROUP_ROWS = 1024
 
 
-def parse_batches_per_read(value: object, *, batch_size: int, sampler: object, decode: str) -> int:
-    """``batches(device=..., batches_per_read=...)``: a positive int, or None for the default: for a
+def parse_group(value: object, *, batch_size: int, sampler: object, decode: str) -> int:
+    """``batches(device=..., group=...)``: a positive int, or None for the default: for a
     ``UniformSampler`` (its draws never depend on what the learner does) as many batches as fit
-    ``READ_ROWS`` rows, 1 to ``MAX_BATCHES_PER_READ``; 1 for any other sampler (a prioritized batch drawn
+    ``GROUP_ROWS`` rows, 1 to ``MAX_GROUP``; 1 for any other sampler (a prioritized batch drawn
     ahead misses the priorities updated since, so the default draws no further ahead than ``prefetch``)
     and for ``decode="device"`` (which reads one batch at a time)."""
     if value is None:
         if decode != "host" or not isinstance(sampler, UniformSampler):
             return 1
-        return min(MAX_BATCHES_PER_READ, max(1, READ_ROWS // batch_size))
+        return min(MAX_GROUP, max(1, GROUP_ROWS // batch_size))
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"batches_per_read must be a positive int or None; got {type(value).__name__}")
+        raise TypeError(f"group must be a positive int or None; got {type(value).__name__}")
     if value < 1:
-        raise ValueError(f"batches_per_read must be a positive int or None; got {value}")
+        raise ValueError(f"group must be a positive int or None; got {value}")
     if decode == "device" and value != 1:
-        raise ValueError(f"batches_per_read={value} needs decode='host': decode='device' reads one batch at a time")
+        raise ValueError(f"group={value} needs decode='host': decode='device' reads one batch at a time")
     return int(value)
 
 
@@ -371,20 +371,20 @@ def open_device_batches(
     decode: object,
     length: int | None,
     sample_kwargs: dict[str, Any],
-    batches_per_read: object = None,
+    group: object = None,
 ) -> DeviceBatches[Any]:
     """The iterator of ``store.batches(batch_size, device=device, ...)``; every argument is checked here,
     in the caller, before the thread starts (``batch_size``, ``prefetch`` and ``length`` already were).
-    The thread reads ``batches_per_read`` batches at a time (``parse_batches_per_read``) into a slot; the
+    The thread reads ``group`` batches at a time (``parse_group``) into a slot; the
     queue holds ``prefetch`` batches' worth of such groups (at least one)."""
     torch_device = parse_device(device)
     decode = parse_decode(decode)
-    group = parse_batches_per_read(batches_per_read, batch_size=batch_size, sampler=store.sampler, decode=decode)
+    group = parse_group(group, batch_size=batch_size, sampler=store.sampler, decode=decode)
     depth = -(-prefetch // group)
     ring = SlotRing(torch_device, depth + 2)
     description = f"batch_size={batch_size} device={torch_device} decode={decode!r} prefetch={prefetch}"
     if group > 1:
-        description += f" batches_per_read={group}"
+        description += f" group={group}"
     if length is not None:
         description += f" length={length}"
     feed: Callable[[], tuple[Slot, Any]]

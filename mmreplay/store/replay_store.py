@@ -473,11 +473,11 @@ class ReplayStore(StoreLayout):
     @overload
     def batches(self, batch_size: int, *, prefetch: int = ..., rng: np.random.Generator | int | None = ...,
                 reuse: bool = ..., device: str | torch.device, decode: str = ..., length: None = ...,
-                batches_per_read: int | None = ..., **sample_kwargs: Any) -> DeviceBatches[TensorBatch]: ...
+                group: int | None = ..., **sample_kwargs: Any) -> DeviceBatches[TensorBatch]: ...
     @overload
     def batches(self, batch_size: int, *, prefetch: int = ..., rng: np.random.Generator | int | None = ...,
                 reuse: bool = ..., device: str | torch.device, decode: str = ..., length: int,
-                batches_per_read: int | None = ..., **sample_kwargs: Any) -> DeviceBatches[TensorSequenceBatch]: ...
+                group: int | None = ..., **sample_kwargs: Any) -> DeviceBatches[TensorSequenceBatch]: ...
 
     def batches(
         self,
@@ -489,7 +489,7 @@ class ReplayStore(StoreLayout):
         device: str | torch.device | None = None,
         decode: str = "host",
         length: int | None = None,
-        batches_per_read: int | None = None,
+        group: int | None = None,
         **sample_kwargs: Any,
     ) -> Prefetcher[Batch] | Prefetcher[SequenceBatch] | DeviceBatches[Any]:
         """An endless iterator of ``sample(batch_size, rng, **sample_kwargs)`` batches, prepared ahead in a
@@ -504,10 +504,10 @@ class ReplayStore(StoreLayout):
 
         With ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``, a ``torch.device``) they come as torch tensors
         there, ready on the stream current at ``next()``, refilled in place; ``decode="device"`` decodes the
-        stored lz4 blocks on the GPU (nvCOMP). The thread draws ``batches_per_read`` batches (each as
-        ``sample`` draws it, in order) and decodes them in one read, so that its Python, which holds the GIL
-        an eager learner waits for, runs once per that many batches; an error in a read is raised in place of
-        its first batch. By default (None), for a ``UniformSampler``, as many as fit 1,024 rows, 1 to 8 (8
+        stored lz4 blocks on the GPU (nvCOMP). The thread draws a ``group`` of batches (each as
+        ``sample`` draws it, in order; ``ShardedReplay.batches``' ``group`` likewise) and decodes them in one
+        read, so that its Python, which holds the GIL an eager learner waits for, runs once per that many
+        batches; an error in a read is raised in place of its first batch. By default (None), for a ``UniformSampler``, as many as fit 1,024 rows, 1 to 8 (8
         for batches of 32); 1 for any other sampler (a prioritized batch drawn ahead does not see the
         priorities updated since) and for ``decode="device"``. See ``mmreplay.store.device_batches``.
         """
@@ -520,7 +520,7 @@ class ReplayStore(StoreLayout):
             raise TypeError("batches() takes no out: reuse=True refills its own batches in place")
         stream, prefetcher = batch_streams.open_batches(
             self, batch_size, prefetch=prefetch, generator=generator, reuse=reuse, device=device, decode=decode,
-            length=length, sample_kwargs=sample_kwargs, batches_per_read=batches_per_read,
+            length=length, sample_kwargs=sample_kwargs, group=group,
         )
         self._prefetchers.add(prefetcher)
         return stream
