@@ -40,6 +40,7 @@ typedef struct AheadFrame {
     size_t room;
     PoolJob *posted;
     int settled;
+    int taken_back; /* an add took it back (counted once in g->taken_back, however many settles find it running) */
     int orphaned; /* its capsule is gone: the groups free it once settled */
     long long helper_delay_ns; /* the groups' at its post: read by the helper */
 } AheadFrame;
@@ -136,10 +137,13 @@ ahead_settle(AheadFrame *a, int wait)
             clock_gettime(CLOCK_MONOTONIC, &after);
             g->ahead_wait_ns += (after.tv_sec - before.tv_sec) * 1000000000LL + (after.tv_nsec - before.tv_nsec);
         }
-        if (!joined) {
-            if (g->ahead_pause == 0) { /* taken back: this add encodes the frame */
-                g->ahead_pause = TAKE_BACK_PAUSE;
+        if (!joined) { /* taken back: this add encodes the frame */
+            if (!a->taken_back) {
+                a->taken_back = 1;
                 g->taken_back++;
+            }
+            if (g->ahead_pause == 0) {
+                g->ahead_pause = TAKE_BACK_PAUSE;
             }
             return 0;
         }
