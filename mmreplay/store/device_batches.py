@@ -58,8 +58,9 @@ DECODE_CHOICES = ("host", "device")
 # A uniform sampler's batches are read up to this many at a time by default (``group``), at most
 # GROUP_ROWS rows a read (a slot's memory): the thread's Python (draws, the read's setup, the handoff) then
 # runs once per several batches, and an eager learner, which waits each time the thread takes the GIL,
-# keeps more of its rate. On 2 cores (benchmarks/bench_feed_gil.py, Pong, batch 32, medians of 5 rounds)
-# 1, 4, 8 and 16 batches a read kept 0.83, 0.89, 0.90 and 0.93 of a Python-bound learner's rate.
+# keeps more of its rate. On 2 cores (benchmarks/bench_feed_gil.py, Pong and MsPacman, batch 32, medians of
+# 5 rounds; benchmarks/results/feed-gil-2core-reads.jsonl) groups of 1, 4 and 8 kept 0.76-0.81, 0.86-0.88
+# and 0.91-0.92 of a Python-bound learner's rate (16, in one earlier run on Pong: 0.93, at twice the memory).
 MAX_GROUP = 8
 GROUP_ROWS = 1024
 
