@@ -502,3 +502,40 @@ def test_next_waits_on_a_pending_copy_releases_the_held_slot_and_records_each_st
         assert [b.recorded for b in blocks] == [[7, 9], [7, 9], [7, 9]]
     finally:
         batches.close()
+
+
+def test_a_reads_batches_share_its_slot_which_is_released_once_the_consumer_moves_past_the_last(monkeypatch):
+    """Reads of three batches: each batch is ready on the consumer's stream when handed over, the slot is
+    released (its event recorded) only by the next() after the read's last batch, and a next() that fails
+    before it holds a read's slot hands out none of that read's other batches."""
+    from mmreplay.store.device_batches import DeviceBatches, SlotRing
+
+    ring = SlotRing(torch.device("cpu"), 3)
+    ring.cuda = True
+    blocks = [FakeBlock() for _ in ring.slots]
+    for k, slot in enumerate(ring.slots):
+        slot.ready, slot.released = FakeEvent(passed=False), FakeEvent(passed=True)
+        slot.hold((blocks[k],))
+    stream = FakeStream(7)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: stream)
+    order = iter(range(12))
+    batches = DeviceBatches(lambda: (ring.slots[next(order) % 3], [f"b{k}" for k in range(3)]), ring, depth=1,
+                            description="fake")
+    try:
+        assert [next(batches) for _ in range(3)] == ["b0", "b1", "b2"]
+        assert ring.slots[0].released.calls == []  # still held: its last batch was just handed over
+        assert stream.waited == [ring.slots[0].ready] * 3  # each batch ready on the consumer's stream
+        assert blocks[0].recorded == [7]
+        assert next(batches) == "b0"  # the next read's first batch: slot 0 released
+        assert ring.slots[0].released.calls == [("record", 7)]
+
+        def failing_wait(event):
+            raise RuntimeError("the wait failed")
+
+        stream.wait_event = failing_wait
+        with pytest.raises(RuntimeError, match="the wait failed"):
+            next(batches)  # slot 1's second batch: the slot is no longer held
+        stream.wait_event = FakeStream(7).wait_event
+        assert next(batches) == "b0"  # the read's third batch is dropped with it: the next read's first
+    finally:
+        batches.close()

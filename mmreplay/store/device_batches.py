@@ -201,7 +201,9 @@ class DeviceBatches(Generic[D]):
         import torch
 
         stream = torch.cuda.current_stream(self._ring.device) if self._ring.cuda else None
-        if self._pending and self.closed:  # stopped (the store closed it): the held read's memory is gone too
+        if self._pending and (self.closed or self._held is None):
+            # Stopped (the store closed it: the held read's memory is gone too), or the last next() failed
+            # before it held the read's slot: its other batches are not handed out.
             self._pending = []
         if not self._pending:
             if self._held is not None and self._held.released is not None:
@@ -210,8 +212,9 @@ class DeviceBatches(Generic[D]):
             self._held = None
             slot, group = next(self.prefetcher)
             self._pending = group[::-1]
-        else:
-            slot = self._held  # type: ignore[assignment]  # the held group's next batch
+        else:  # the held read's next batch
+            assert self._held is not None
+            slot = self._held
         self._held = None
         batch = self._pending.pop()
         if stream is not None:
