@@ -39,6 +39,21 @@ def test_a_forked_child_does_not_keep_the_lock_after_the_writer_closes(tmp_path:
         child.join()
 
 
+def test_closing_the_writer_unlocks_a_lock_a_child_still_shares_before_its_fork_handler_ran(tmp_path: Path) -> None:
+    """A forked child holds a copy of the lock's descriptor until its at-fork handler drops it; on a busy
+    machine the parent can close and reopen the store before the child has run at all. A duplicate of the
+    descriptor shares the open file description as that child's copy does: closing the writer unlocks it
+    (not only closes its own descriptor), so the store opens for writing at once."""
+    store = make(tmp_path / "s.mmr")
+    inherited = os.dup(store._role._writer_lock.fileno())  # the child's copy, its handler not yet run
+    try:
+        store.close()
+        with ReplayStore.open(tmp_path / "s.mmr", "r+") as again:
+            assert again.mode == "r+"
+    finally:
+        os.close(inherited)
+
+
 def _writer_with_a_forked_child(path: Path, ready: multiprocessing.synchronize.Event,
                                 done: multiprocessing.synchronize.Event) -> None:
     store = ReplayStore.open(path, "r+")

@@ -48,6 +48,27 @@ def acquire_writer_lock(path: FileLocation) -> IO[bytes]:
     return lock
 
 
+def release_writer_lock(lock: IO[bytes]) -> None:
+    """Let go of a writer lock: unlocked, then closed. The unlock releases the lock of the open file
+    description, which a forked child that has not yet run ``_drop_inherited_locks`` (on a busy machine it
+    may not have been scheduled since the fork) still shares: closing alone would leave the store locked
+    until that child runs or exits."""
+    try:
+        if not lock.closed:
+            _unlock(lock.fileno())
+    finally:
+        lock.close()
+
+
+def _unlock(descriptor: int) -> None:
+    """Release ``_lock_exclusive``'s lock for every descriptor of the open file description."""
+    if hasattr(fcntl, "F_OFD_SETLK"):
+        request = struct.pack("hhqqi4x", fcntl.F_UNLCK, os.SEEK_SET, 0, 0, 0)
+        fcntl.fcntl(descriptor, fcntl.F_OFD_SETLK, request)
+    else:
+        fcntl.flock(descriptor, fcntl.LOCK_UN)
+
+
 def _lock_exclusive(descriptor: int) -> None:
     """An exclusive, non-blocking lock of the whole file; ``BlockingIOError`` if it is held elsewhere."""
     if hasattr(fcntl, "F_OFD_SETLK"):

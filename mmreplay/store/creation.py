@@ -16,7 +16,7 @@ import numpy.typing as npt
 from mmreplay.disk import header
 from mmreplay.disk.files import fsync_directory, make_sibling_directory
 from mmreplay.disk.store_directory import StoreDirectory
-from mmreplay.disk.writer_lock import acquire_writer_lock
+from mmreplay.disk.writer_lock import acquire_writer_lock, release_writer_lock
 from mmreplay.errors import StoreExistsError
 from mmreplay.frames import encodings
 from mmreplay.frames.reference_scheme import ReferenceScheme
@@ -109,7 +109,7 @@ def build_store(directory: Path, layout: header.Layout, commit: header.Commit) -
             raise
         fsync_directory(directory.parent)
     except BaseException:
-        lock.close()
+        release_writer_lock(lock)
         if building.exists():
             shutil.rmtree(building, ignore_errors=True)
         raise

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.disk import directory_swap, header
-from mmreplay.disk.writer_lock import acquire_writer_lock
+from mmreplay.disk.writer_lock import acquire_writer_lock, release_writer_lock
 from mmreplay.errors import ClosedStoreError, FormatVersionError
 from mmreplay.frames import encodings
 from mmreplay.frames.encodings import FrameEncoder
@@ -127,7 +127,7 @@ class Writer:
             opened = header.open_store_directory(directory)
         except BaseException:
             if lock is not None:
-                lock.close()
+                release_writer_lock(lock)
             raise
         try:
             layout, commit, version = header.read_versioned_header(opened)
@@ -142,7 +142,7 @@ class Writer:
         except BaseException:
             opened.close()
             if lock is not None:
-                lock.close()
+                release_writer_lock(lock)
             raise
         try:
             # A writer that died may have left newer, uncommitted files: reread under the lock.
@@ -153,7 +153,7 @@ class Writer:
                 files.close()
                 raise
         except BaseException:
-            lock.close()
+            release_writer_lock(lock)
             raise
 
     # -- the collaborator's side of the façade -----------------------------------------------------
@@ -242,7 +242,7 @@ class Writer:
                 self._sampler_reopen()
                 raise
         except BaseException:
-            lock.close()
+            release_writer_lock(lock)
             building.close()
             shutil.rmtree(built, ignore_errors=True)
             raise
@@ -622,5 +622,5 @@ class Writer:
 
     def _release_writer_lock(self) -> None:
         if self._writer_lock is not None:
-            self._writer_lock.close()
+            release_writer_lock(self._writer_lock)
             self._writer_lock = None
