@@ -256,3 +256,22 @@ def test_read_transitions_gives_what_the_general_path_gives_on_damaged_files(dam
                 with open(path, "r+b") as file:
                     file.seek(offset)
                     file.write(bytes([byte]))
+
+
+@pytest.mark.skipif(_lz4batch is None, reason="needs mmreplay._lz4batch")
+def test_the_entry_layout_is_held_once_as_a_capsule_and_a_tuple_or_anything_else_is_checked(tmp_path):
+    """A ring's entry layout is ``entry_layout``'s capsule (parsed once, not at every compiled call); the
+    functions also take the 13-int tuple, and refuse anything else naming what they expected."""
+    from mmreplay.frames.frame_entries import EntryFormat
+
+    entry = EntryFormat(7056, frame_slots=1000, version=5, max_distance=None, extra=0)
+    assert type(entry.compiled_layout).__name__ == "PyCapsule"
+    layout = entry.layout
+    table = np.zeros(4, entry.dtype)
+    frames = np.zeros((1, 1), np.int64)
+    for given in (entry.compiled_layout, layout):
+        _lz4batch.follow_links(table, 4, given, np.zeros((1, 1), np.int64), frames)
+    with pytest.raises(TypeError, match=r"layout must be entry_layout\(\)'s capsule or a tuple of 13 ints; got list"):
+        _lz4batch.follow_links(table, 4, list(layout), np.zeros((1, 1), np.int64), frames)
+    with pytest.raises(TypeError, match="layout must hold 13 ints"):
+        _lz4batch.follow_links(table, 4, layout[:12], np.zeros((1, 1), np.int64), frames)

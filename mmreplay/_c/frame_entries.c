@@ -8,6 +8,59 @@
 #include "frame_sources.h"
 #include "little_endian.h"
 
+#define ENTRY_LAYOUT_CAPSULE "mmreplay._lz4batch.entry_layout"
+#define ENTRY_LAYOUT_TUPLE "nnnnnnnnnnnnn"
+#define ENTRY_LAYOUT_POINTERS(layout)                                                                              \
+    &(layout)->size, &(layout)->position, &(layout)->length, &(layout)->checksum, &(layout)->link,                \
+        &(layout)->length_bytes, &(layout)->position_bytes, &(layout)->link_bytes, &(layout)->prev_bits,           \
+        &(layout)->ref, &(layout)->ref_bytes, &(layout)->ref_shift, &(layout)->ref_bits
+
+static void
+entry_layout_free(PyObject *capsule)
+{
+    PyMem_Free(PyCapsule_GetPointer(capsule, ENTRY_LAYOUT_CAPSULE));
+}
+
+int
+entry_layout_converter(PyObject *object, void *address)
+{
+    EntryLayout *layout = address;
+    if (PyCapsule_CheckExact(object)) {
+        const EntryLayout *held = PyCapsule_GetPointer(object, ENTRY_LAYOUT_CAPSULE);
+        if (held == NULL) {
+            return 0;
+        }
+        *layout = *held;
+        return 1;
+    }
+    if (!PyTuple_Check(object)) {
+        PyErr_Format(PyExc_TypeError, "layout must be entry_layout()'s capsule or a tuple of 13 ints; got %s",
+                     Py_TYPE(object)->tp_name);
+        return 0;
+    }
+    return PyArg_ParseTuple(object, ENTRY_LAYOUT_TUPLE ";layout must hold 13 ints", ENTRY_LAYOUT_POINTERS(layout));
+}
+
+PyObject *
+py_entry_layout(PyObject *module, PyObject *args)
+{
+    (void)module;
+    EntryLayout parsed;
+    if (!PyArg_ParseTuple(args, ENTRY_LAYOUT_TUPLE ":entry_layout", ENTRY_LAYOUT_POINTERS(&parsed))) {
+        return NULL;
+    }
+    EntryLayout *held = PyMem_Malloc(sizeof(EntryLayout));
+    if (held == NULL) {
+        return PyErr_NoMemory();
+    }
+    *held = parsed;
+    PyObject *capsule = PyCapsule_New(held, ENTRY_LAYOUT_CAPSULE, entry_layout_free);
+    if (capsule == NULL) {
+        PyMem_Free(held);
+    }
+    return capsule;
+}
+
 /* Whether a field of `bytes` bytes (1 to 8) at offset lies inside an entry of size bytes. */
 static int
 field_fits(Py_ssize_t offset, Py_ssize_t bytes, Py_ssize_t size)

@@ -25,11 +25,18 @@ typedef struct {
     Py_ssize_t ref, ref_bytes, ref_shift, ref_bits;
 } EntryLayout;
 
-#define ENTRY_LAYOUT_FORMAT "(nnnnnnnnnnnnn)"
-#define ENTRY_LAYOUT_FIELDS(layout)                                                                                \
-    &(layout).size, &(layout).position, &(layout).length, &(layout).checksum, &(layout).link,                     \
-        &(layout).length_bytes, &(layout).position_bytes, &(layout).link_bytes, &(layout).prev_bits, &(layout).ref, \
-        &(layout).ref_bytes, &(layout).ref_shift, &(layout).ref_bits
+/* The layout argument of the functions that read or write entries: entry_layout()'s capsule (made once per
+ * table: a tuple of 13 ints parsed at every call cost ~2k instructions of an add), or that tuple. */
+#define ENTRY_LAYOUT_FORMAT "O&"
+#define ENTRY_LAYOUT_FIELDS(layout) entry_layout_converter, &(layout)
+
+/* PyArg "O&" converter into an EntryLayout (address): 1, or 0 with a TypeError. */
+int entry_layout_converter(PyObject *object, void *address);
+
+/* entry_layout(size, position, length, checksum, link, length_bytes, position_bytes, link_bytes, prev_bits,
+ *              ref, ref_bytes, ref_shift, ref_bits) -> capsule
+ *   frames/frame_entries.py's _entry_layout tuple, held for the entry functions' layout argument. */
+PyObject *py_entry_layout(PyObject *module, PyObject *args);
 
 /* xxHash's PRIME32_2: a frame's CRC seed is step * seed_multiplier + prev_delta + ref_delta * this, mod
  * 2**32 (frames/frame_entries.py's REF_SEED_MULTIPLIER). */
@@ -149,6 +156,10 @@ int views_acquire_near(const FrameTable *frames, BatchViews *batch, const int64_
 PyObject *py_gather_entries(PyObject *module, PyObject *args);
 
 #define FRAME_ENTRIES_METHODS                                                                                      \
+    {"entry_layout", py_entry_layout, METH_VARARGS,                                                                \
+     "entry_layout(size, position, length, checksum, link, length_bytes, position_bytes, link_bytes, prev_bits,\n" \
+     "             ref, ref_bytes, ref_shift, ref_bits) -> capsule\n\n"                                          \
+     "A frame table's entry layout, held for the functions that take one (parsed once, not at every call)."},    \
     {"gather_entries", py_gather_entries, METH_VARARGS,                                                            \
      "gather_entries(views, base, table, frame_slots, layout, steps, seed_multiplier, segment_bytes,\n"            \
      "               bytes_written, lengths, checksums, seeds, verify) -> bytes | int | None\n\n"                  \

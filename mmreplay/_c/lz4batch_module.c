@@ -79,8 +79,9 @@ static PyMethodDef methods[] = {
  * 5's rows and entries (row_layout's next_delta_bytes and env_shift, entry layouts of 13 fields, gather_rows'
  * unchecked, follow_links' layout), reference groups and append_reference_frames, reference_decode. 7:
  * read_transitions' reference argument (a reference ring's batch in one call), reference_decode_entries,
- * encode_ahead and append_reference_frames' ahead. 8: referenced_decode. 9: continuing_frame. */
-#define INTERFACE 9
+ * encode_ahead and append_reference_frames' ahead. 8: referenced_decode. 9: continuing_frame. 10:
+ * entry_layout (the entry functions' layout as its capsule, or the tuple). */
+#define INTERFACE 10
 
 static struct PyModuleDef module_definition = {
     PyModuleDef_HEAD_INIT, "mmreplay._lz4batch",

@@ -10,7 +10,10 @@ import struct
 import numpy as np
 import numpy.typing as npt
 
+from mmreplay import extensions
 from mmreplay.disk.packed_fields import byte_width, read_uint, uint_field, write_uint
+
+_lz4batch = extensions.load("_lz4batch")  # its entry_layout: the layout held once for the compiled calls
 
 SEED_MULTIPLIER = 2654435761  # Knuth's multiplicative hash constant: spreads steps over 32 bits
 REF_SEED_MULTIPLIER = 2246822519  # xxHash's PRIME32_2 (odd: each 16-bit ref_delta moves the seed apart)
@@ -87,6 +90,9 @@ class EntryFormat:
         self.packed = version >= 5
         self.prev_bits, self.ref_bits = link_bits(frame_slots, max_distance) if self.packed else (32, 16)
         self.layout = _entry_layout(self.dtype, self.prev_bits, self.ref_bits if self.references else 0)
+        # What the compiled calls take: the layout held in a capsule, parsed once rather than at every call
+        # (~2k instructions of an add); the tuple itself without the extension.
+        self.compiled_layout: object = self.layout if _lz4batch is None else _lz4batch.entry_layout(*self.layout)
         codes = {"<u8": "Q", "<u4": "I", "<u2": "H"}
         if self.packed:  # position, length and checksum; the links after them, of any width
             self._head = struct.Struct("<" + "".join(codes[self.dtype[name].str] for name in ("position", "length",

@@ -144,7 +144,7 @@ def decode_from_table(
     frame_steps: npt.NDArray[np.int64],
     out: npt.NDArray[np.generic],
     *,
-    layout: tuple[int, ...],
+    layout: object,
     seed_multiplier: int,
     segment_bytes: int,
     bytes_written: int,
@@ -154,10 +154,10 @@ def decode_from_table(
 ) -> bool:
     """Locate frames through a frame table and decode them in one call: a frame ring's fast path.
 
-    Frame i's entry is ``table[frame_steps[i] % len(table)]``, whose fields ``layout`` gives as
-    (entry size, then the byte offsets of ``position`` u64, ``length``, ``checksum`` u32 and ``link``
-    u32, then the width of ``length``, 2 or 4 bytes; little-endian); its bytes are at ``position`` in
-    segment ``position // segment_bytes``, whose view is ``views[segment - base]``, and its seed is
+    Frame i's entry is ``table[frame_steps[i] % len(table)]``, whose fields ``layout`` gives
+    (``EntryFormat.compiled_layout``, or its tuple ``layout``: the entry's size, its fields' offsets and widths);
+    its bytes are at ``position`` in segment ``position // segment_bytes``, whose view is
+    ``views[segment - base]``, and its seed is
     ``frame_step * seed_multiplier + link`` modulo 2**32. Returns True when every frame lies inside the
     ``bytes_written`` and inside a view, passes its checksum and decodes into ``out[i]`` (``out`` is
     C-contiguous, of any dtype: frame i is its i-th ``out.nbytes // n`` bytes); else False

@@ -108,7 +108,7 @@ class FrameRing:
         self._with_refs = max_distance is not None
         self._format = self._entry_format(frame_slots)
         self.entry = self._format.dtype
-        self._layout = self._format.layout
+        self._layout = self._format.compiled_layout
         self.segment_bytes = segment_bytes
         self.frame_slots = frame_slots
         self.generation = generation
@@ -131,7 +131,7 @@ class FrameRing:
                            max_distance=self._max_distance, extra=self._extra)
 
     def _use_format(self, entry_format: EntryFormat) -> None:
-        self._format, self.entry, self._layout = entry_format, entry_format.dtype, entry_format.layout
+        self._format, self.entry, self._layout = entry_format, entry_format.dtype, entry_format.compiled_layout
 
     @staticmethod
     def create(
