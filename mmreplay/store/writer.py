@@ -20,13 +20,13 @@ import numpy.typing as npt
 
 from mmreplay.disk import directory_swap, header
 from mmreplay.disk.writer_lock import acquire_writer_lock, release_writer_lock
-from mmreplay.errors import ClosedStoreError, FormatVersionError
+from mmreplay.errors import FormatVersionError
 from mmreplay.frames import encodings
 from mmreplay.frames.encodings import FrameEncoder
 from mmreplay.frames.wire import EncodedFrames
 from mmreplay.rows.transitions import TERMINATED, TRUNCATED
 from mmreplay.sampling.samplers import Sampler
-from mmreplay.store import autocommit, creation, encoded_adds
+from mmreplay.store import autocommit, creation, encoded_adds, priority_updates
 from mmreplay.store.add_arguments import (
     AddArguments,
     AddShapes,
@@ -52,12 +52,9 @@ from mmreplay.store.env_episodes import (
 )
 from mmreplay.store.mapped_files import MappedFiles, close_all, map_committed
 from mmreplay.store.stored_steps import stored_steps
-from mmreplay.validation import parse_priorities, parse_steps
 
 T = TypeVar("T")
 
-
-_INT64, _FLOAT64 = np.dtype(np.int64), np.dtype(np.float64)  # numpy's builtin dtypes are singletons
 
 class Writer:
     """The store's writer: adds, commits and the writer lock over one ``MappedFiles``.
@@ -104,7 +101,7 @@ class Writer:
         self._ahead_min_bytes = policy.ahead_min_bytes
         self._recent_frame_bytes = 0.0
         # A sampler that applies priorities and the store's checks of them in one call (PrioritizedSampler).
-        self._checked_update = getattr(self._sampler, "update_priorities_checked", None)
+        self._checked_update = priority_updates.checked_update_of(self._sampler)
         self.transitions_added = commit.transitions_added
         self._committer = Committer(files, commit, schedule)
         self._frames.remove_other_generations()
@@ -354,43 +351,12 @@ class Writer:
             self.flush()
 
     def update_priorities(self, index: npt.ArrayLike, priority: npt.ArrayLike) -> None:
-        """``ReplayStore.update_priorities``. What a training loop passes (``batch.index`` and a float
-        array of its length) goes to a prioritized sampler whole, which checks it in the same compiled call
-        that applies it; anything else, or anything it refuses, is checked here, which names what is wrong."""
+        """``ReplayStore.update_priorities`` (``priority_updates``)."""
         self.check_writable("update_priorities")
-        if (
-            self._checked_update is not None
-            and type(index) is np.ndarray
-            and type(priority) is np.ndarray
-            and index.dtype is _INT64
-            and priority.dtype is _FLOAT64
-            and index.ndim == 1
-            and priority.shape == index.shape
-            and index.flags.c_contiguous
-            and priority.flags.c_contiguous
-            # after a clear(), an index from before it is refused below (the compiled check knows [0, added))
-            and (self._committer.committed.first_step == 0
-                 or int(index.min(initial=self.transitions_added)) >= self._committer.committed.first_step)
-        ):
-            with self._lock:
-                if self._checked_update(index, priority, added=self.transitions_added):
-                    return
-        steps = parse_steps(index, "index")
-        priorities = parse_priorities(priority, like=steps)
-        never = (steps < 0) | (steps >= self.transitions_added)
-        if never.any():
-            raise ValueError(
-                f"index {int(steps[never][0])} was never added; transitions added so far: {self.transitions_added}"
-            )
-        first = self._committer.committed.first_step
-        cleared = steps < first
-        if cleared.any():  # steps keep counting across clear(): an older index is refused, never reused
-            raise ClosedStoreError(
-                f"update_priorities: index {int(steps[cleared][0])} was drawn before clear(): the store's steps "
-                f"start at {first} since; sample a new batch"
-            )
-        with self._lock:
-            self._sampler.update_priorities(steps, priorities)
+        priority_updates.update_priorities(
+            self._sampler, self._checked_update, self._lock, index, priority, added=self.transitions_added,
+            first_step=self._committer.committed.first_step,
+        )
 
     def _add_send(self, send: encoded_adds.EncodedSend, encoder: FrameEncoder) -> None:
         """A plain store's ``add_encoded``: each run of steps that continue the env's episode with one new
