@@ -66,15 +66,18 @@ class Committer:
             frames.release_segments_before(frames.position_of(frame_tail))
             self._schedule.committed(transitions_added)
 
+    def fits(self, transitions_added: int, *, new_rows: int, new_frames: int) -> bool:
+        """Whether an add of ``new_rows`` rows and ``new_frames`` frames reuses no slot the committed header
+        counts (``row_limit``, ``frame_limit``)."""
+        frames_end = self._frames.frames_written + new_frames
+        return transitions_added + new_rows <= self.row_limit and frames_end <= self.frame_limit
+
     def make_room(self, transitions_added: int, *, new_rows: int, new_frames: int) -> None:
         """Commit (and grow the frame table) before an add of ``new_rows`` rows and ``new_frames`` frames
         would reuse a slot the committed header counts."""
-        layout, frames = self._files.layout, self._frames
-        committed_rows = self._stored(self.committed.transitions_added).start
-        rows_fit = transitions_added + new_rows - committed_rows <= layout.row_slots
-        frames_fit = frames.frames_written + new_frames - self.committed.frame_tail <= frames.frame_slots
-        if rows_fit and frames_fit:
+        if self.fits(transitions_added, new_rows=new_rows, new_frames=new_frames):
             return
+        frames = self._frames
         self.commit(transitions_added)
         needed = frames.frames_written + new_frames - self.committed.frame_tail
         if needed > frames.frame_slots:

@@ -457,7 +457,7 @@ class Writer:
         (test_fast_add checks the files byte for byte), in a third to a half of the time; False, with
         nothing written, when any of that does not hold."""
         first_step, first_frame = self.transitions_added, self._frames.frames_written
-        if not self._has_room(first_step, first_frame, len(parsed.flags)):
+        if not self._has_room(first_step, len(parsed.flags)):
             return False
         links = continuations(
             self._episodes, parsed.obs, stacked=parsed.stacked, first_frame=first_frame,
@@ -495,7 +495,7 @@ class Writer:
         values = parse_one_env_values(
             shapes, action, reward, terminated, truncated, terminated_bit=TERMINATED, truncated_bit=TRUNCATED
         )
-        if values is None or not self._has_room(first_step, first_frame, 1):
+        if values is None or not self._has_room(first_step, 1):
             return False
         action_bytes, value, flags = values
         self._write_continuing(
@@ -504,12 +504,12 @@ class Writer:
         )
         return True
 
-    def _has_room(self, first_step: int, first_frame: int, count: int) -> bool:
+    def _has_room(self, first_step: int, count: int) -> bool:
         """Whether ``count`` envs' continuing transitions fit before the next commit must make room. The room
         the general path makes before such an add: a reference store's makes room for each env's largest add
         (2 * stack_size frames) before encoding, so that both paths commit at the same adds."""
         frames = count * 2 * self._layout.stack_size if self._encoder.records_references else count
-        return first_step + count <= self._committer.row_limit and first_frame + frames <= self._committer.frame_limit
+        return self._committer.fits(first_step, new_rows=count, new_frames=frames)
 
     def _write_continuing(
         self, first_step: int, first_frame: int, previous_steps: list[int], prev_deltas: list[int],
@@ -544,11 +544,7 @@ class Writer:
         """Write a planned add from the next transition step on (committing first where it needs room):
         user fields, frames, rows, the links from the rows it continues, and each env's episode."""
         first_step, count = self.transitions_added, len(plan.envs)
-        if (
-            first_step + count > self._committer.row_limit
-            or self._frames.frames_written + len(plan.payloads) > self._committer.frame_limit
-        ):
-            self._committer.make_room(first_step, new_rows=count, new_frames=len(plan.payloads))
+        self._committer.make_room(first_step, new_rows=count, new_frames=len(plan.payloads))
         if plan.fields:
             self._field_table.write(first_step, plan.fields)  # type: ignore[union-attr]
         ref_deltas = plan.ref_deltas if self._encoder.records_references else None
