@@ -3,15 +3,16 @@
 # build this tree and BASE's package, run the pool and add-path tests, then bench_adds.py (plain and reference
 # frames, one env with and without its helper, 8 envs; each reference form's frames-ahead counts) for this
 # tree and BASE in turns (this, base, this, base), each in its own process; then the prioritized benchmark
-# against cpprb (1x1 frames) and, as the budget allows, the eager learner's kept cells and PER on Pong frames. BASE's tree travels as
+# against cpprb (1x1 frames) and, as the budget allows, the eager learner's kept cells, the device batches' tests
+# on CUDA (test_device_batches: groups of batches read at once among them) and PER on Pong frames. BASE's tree travels as
 # $CARRY/base.tar (`git archive BASE mmreplay setup.py`, made by scripts/gpu_box_carry.py --base BASE).
 #     python scripts/gpu_box_carry.py --base BASE --no-wheels   # here
-#     bash benchmarks/adds_box.sh                                # the device tool: carry [".devcarry"], timeout_s 440
+#     bash benchmarks/adds_box.sh                                # the device tool: carry [".devcarry"], timeout_s 500
 # Results under $OUT: adds-<label>-<turn>.jsonl, bench.jsonl, tests.txt, adds_box.log.
-# Settings (environment): BUDGET (420), ADDS_ARGS, BENCH_ARGS, and box_stages.sh's.
+# Settings (environment): BUDGET (470), ADDS_ARGS, BENCH_ARGS, and box_stages.sh's.
 set -u
 NAME=adds_box
-BUDGET=${BUDGET:-420}
+BUDGET=${BUDGET:-470}
 ADDS_ARGS=${ADDS_ARGS:---encodings lz4-reference,lz4 --adds 16000 --block 2000}
 BENCH_ARGS=${BENCH_ARGS:---learners eager --feeds resident,ring-threads,mmreplay-host,mmreplay-host-g1,mmreplay-host-t2 --games mspacman,pong,seaquest --seconds 0.5 --rounds 4 --warmup 0.15 --decode-repeats 0}
 export ADDS_ARGS BENCH_ARGS
@@ -45,7 +46,11 @@ prioritized_pong() {
         --seconds 0.4 | grep -v "1x1 frames" | tee -a "$OUT/bench.jsonl"
     return "${PIPESTATUS[0]}"
 }
-export -f base_tree add_tests adds_turn prioritized_pong
+device_batch_tests() {
+    "$PYTHON" -m pytest -q -p no:cacheprovider -rs tests/test_device_batches.py 2>&1 | tail -6 | tee -a "$OUT/tests.txt"
+    return "${PIPESTATUS[0]}"
+}
+export -f base_tree add_tests adds_turn prioritized_pong device_batch_tests
 
 stage "machine" 10 machine
 stage "install wheels" 40 install_wheels
@@ -59,5 +64,6 @@ stage "adds: this tree (3)" 30 "adds_turn new 3"
 stage "adds: base (4)" 30 "adds_turn base 4"
 stage "prioritized vs cpprb" 35 prioritized
 stage "bench_gpu_feed (eager)" 130 gpu_feed
+stage "device batches on CUDA" 60 device_batch_tests
 stage "prioritized vs cpprb, Pong frames" 90 prioritized_pong
 finish
