@@ -80,8 +80,8 @@ static PyMethodDef methods[] = {
  * unchecked, follow_links' layout), reference groups and append_reference_frames, reference_decode. 7:
  * read_transitions' reference argument (a reference ring's batch in one call), reference_decode_entries,
  * encode_ahead and append_reference_frames' ahead. 8: referenced_decode. 9: continuing_frame. 10:
- * entry_layout (the entry functions' layout as its capsule, or the tuple). */
-#define INTERFACE 10
+ * entry_layout (the entry functions' layout as its capsule, or the tuple). 11: one_env_values. */
+#define INTERFACE 11
 
 static struct PyModuleDef module_definition = {
     PyModuleDef_HEAD_INIT, "mmreplay._lz4batch",

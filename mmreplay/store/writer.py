@@ -35,6 +35,7 @@ from mmreplay.store.add_arguments import (
     parse_add,
     parse_env_mask,
     parse_fields,
+    one_env_values_form,
     parse_one_env_values,
     parse_single_frames,
     records_every_env,
@@ -91,6 +92,7 @@ class Writer:
         self._fast_add = self._encoder.fast_path
         # One env's adds take the fast path's shortest form (``_add_one_env``), its obs compared in place.
         self._one_env_fast = layout.num_envs == 1 and continuing_frame is not None
+        self._values_form = one_env_values_form(self._add_shapes, terminated_bit=TERMINATED, truncated_bit=TRUNCATED)
         # The fast path's compression (frames_ahead.compression_policy). Where there is a helper: the bytes
         # the env's recent frames took compressed (a moving average), against ahead_min_bytes.
         policy = compression_policy(
@@ -493,7 +495,8 @@ class Writer:
         if frame is None:
             return False
         values = parse_one_env_values(
-            shapes, action, reward, terminated, truncated, terminated_bit=TERMINATED, truncated_bit=TRUNCATED
+            shapes, action, reward, terminated, truncated, terminated_bit=TERMINATED, truncated_bit=TRUNCATED,
+            form=self._values_form,
         )
         if values is None or not self._has_room(first_step, 1):
             return False
