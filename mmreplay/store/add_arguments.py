@@ -14,7 +14,7 @@ from typing import Any, NamedTuple, cast
 import numpy as np
 import numpy.typing as npt
 
-from .. import extensions
+from mmreplay import extensions
 
 _lz4batch = extensions.load("_lz4batch")
 
