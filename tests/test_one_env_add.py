@@ -138,3 +138,46 @@ def test_one_envs_adds_take_the_one_env_form_and_read_back(tmp_path: Path) -> No
     np.testing.assert_array_equal(batch.next_obs, stacks[steps + 1])
     np.testing.assert_array_equal(batch.action, steps % 6)
     store.close()
+
+
+def test_a_one_env_add_whose_row_cannot_be_reserved_raises_and_is_not_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one-env form reserves its rows' blocks as the general path does (a store into the map of a full
+    disk would be a SIGBUS): once the rows run past what is reserved, a refused reservation raises the
+    OSError before the row is written, the add is not counted (its frame, already written, is linked by
+    none), and the same add goes in once there is space, every transition read back exact."""
+    import errno
+    import os
+
+    import mmreplay.disk.files as files
+
+    frames = np.random.default_rng(0).integers(0, 255, (6000, 16, 16), dtype=np.uint8)
+    store = ReplayStore.create(tmp_path / "s", capacity=20_000, frame_shape=(16, 16), stack_size=1)
+    real = files.os.posix_fallocate
+    full = {"on": True}
+
+    def fallocate(descriptor: int, offset: int, length: int) -> None:
+        if full["on"] and os.readlink(f"/proc/self/fd/{descriptor}").endswith("transitions.tbl") and offset > 0:
+            raise OSError(errno.ENOSPC, "No space left on device (test)")
+        real(descriptor, offset, length)
+
+    store.add(frames[0], 0, 0.0, frames[1], False, False)  # the episode's first add: the general path
+    monkeypatch.setattr(files.os, "posix_fallocate", fallocate)
+    added = 1
+    with pytest.raises(OSError) as refused:
+        for t in range(1, len(frames) - 1):
+            store.add(frames[t], t % 4, float(t), frames[t + 1], False, False)
+            added += 1
+    assert refused.value.errno == errno.ENOSPC
+    assert 1 < added < len(frames) - 2  # refused where the rows ran past the first reservation
+    assert len(store) == added
+    full["on"] = False
+    for t in range(added, added + 10):
+        store.add(frames[t], t % 4, float(t), frames[t + 1], False, False)
+    store.flush()
+    batch = store.read(np.arange(len(store)))
+    np.testing.assert_array_equal(batch.obs[:, -1], frames[: len(store)])  # stacks of one frame
+    np.testing.assert_array_equal(batch.next_obs[:, -1], frames[1 : len(store) + 1])
+    np.testing.assert_array_equal(batch.action, np.arange(len(store)) % 4)
+    store.close()

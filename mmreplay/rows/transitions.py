@@ -225,6 +225,9 @@ class TransitionTable:
         self._rows: npt.NDArray[np.void] = self._mapping.view(np.ndarray)
         self._bytes = self._rows.view(np.uint8).reshape(-1).data if writable else None
         self._reservation = BlockReservation(path, descriptor=descriptor) if writable else None
+        # The rows' bytes reserved so far (write_continuations asks the reservation only past them: slots
+        # fill in order on the first lap, then all are reserved).
+        self._rows_reserved = 0
         if not writable:
             os.close(descriptor)
         # What _lz4batch.read_transitions takes to read rows as gather_fields does; None where it cannot.
@@ -279,9 +282,13 @@ class TransitionTable:
         at ``previous_steps[env]``, with next_obs frames ``frame_lead`` steps ahead (add's fast path).
         ``actions`` holds the envs' actions back to back, as the row stores them. One compiled call
         where the extension is built."""
-        self._check_lead(frame_lead)
-        assert self._reservation is not None
-        self._reservation.ensure(min(first_step + len(flags), self.row_slots) * self._row_size)
+        if frame_lead > _MAX_LEAD:
+            self._check_lead(frame_lead)
+        rows_end = min(first_step + len(flags), self.row_slots) * self._row_size
+        if rows_end > self._rows_reserved:
+            assert self._reservation is not None
+            self._reservation.ensure(rows_end)
+            self._rows_reserved = rows_end
         if _lz4batch is not None:
             _lz4batch.write_rows(
                 self._bytes, self.row_slots, first_step, frame_lead, self._layout, rewards, flags, actions,
