@@ -140,13 +140,13 @@ def test_one_envs_adds_take_the_one_env_form_and_read_back(tmp_path: Path) -> No
     store.close()
 
 
-def test_a_one_env_add_whose_row_cannot_be_reserved_raises_and_is_not_counted(
+def test_a_one_env_add_whose_row_cannot_be_reserved_raises_and_writes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The one-env form reserves its rows' blocks as the general path does (a store into the map of a full
     disk would be a SIGBUS): once the rows run past what is reserved, a refused reservation raises the
-    OSError before the row is written, the add is not counted (its frame, already written, is linked by
-    none), and the same add goes in once there is space, every transition read back exact."""
+    OSError before anything of the add is written (its frame neither), and the same add goes in once
+    there is space, every transition read back exact."""
     import errno
     import os
 
@@ -172,6 +172,7 @@ def test_a_one_env_add_whose_row_cannot_be_reserved_raises_and_is_not_counted(
     assert refused.value.errno == errno.ENOSPC
     assert 1 < added < len(frames) - 2  # refused where the rows ran past the first reservation
     assert len(store) == added
+    assert store._role._frames.frames_written == added + 1  # the refused add's frame was not written
     full["on"] = False
     for t in range(added, added + 10):
         store.add(frames[t], t % 4, float(t), frames[t + 1], False, False)

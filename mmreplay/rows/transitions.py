@@ -225,8 +225,7 @@ class TransitionTable:
         self._rows: npt.NDArray[np.void] = self._mapping.view(np.ndarray)
         self._bytes = self._rows.view(np.uint8).reshape(-1).data if writable else None
         self._reservation = BlockReservation(path, descriptor=descriptor) if writable else None
-        # The rows' bytes reserved so far (write_continuations asks the reservation only past them: slots
-        # fill in order on the first lap, then all are reserved).
+        # The rows' bytes reserved so far by reserve_rows (which asks the reservation only past them).
         self._rows_reserved = 0
         if not writable:
             os.close(descriptor)
@@ -268,6 +267,16 @@ class TransitionTable:
             offset = (step % self.row_slots) * size
             self._bytes[offset : offset + size] = struct.pack("<I", checksum) + unchecked + body
 
+    def reserve_rows(self, first_step: int, count: int) -> None:
+        """Reserve the blocks of the rows of steps ``first_step`` to ``first_step + count`` (exclusive) before
+        they are stored into the map (an ``OSError`` such as ENOSPC if they cannot be): asked of the
+        reservation only past what was reserved already, since slots fill in order on the first lap."""
+        rows_end = min(first_step + count, self.row_slots) * self._row_size
+        if rows_end > self._rows_reserved:
+            assert self._reservation is not None
+            self._reservation.ensure(rows_end)
+            self._rows_reserved = rows_end
+
     def write_continuations(
         self,
         first_step: int,
@@ -284,11 +293,7 @@ class TransitionTable:
         where the extension is built."""
         if frame_lead > _MAX_LEAD:
             self._check_lead(frame_lead)
-        rows_end = min(first_step + len(flags), self.row_slots) * self._row_size
-        if rows_end > self._rows_reserved:
-            assert self._reservation is not None
-            self._reservation.ensure(rows_end)
-            self._rows_reserved = rows_end
+        self.reserve_rows(first_step, len(flags))
         if _lz4batch is not None:
             _lz4batch.write_rows(
                 self._bytes, self.row_slots, first_step, frame_lead, self._layout, rewards, flags, actions,

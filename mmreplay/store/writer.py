@@ -523,6 +523,7 @@ class Writer:
         ``previous_steps[env]``) with one new frame (``new_frames``, one contiguous array; ``frames``, each
         env's as bytes) from ``first_step`` and ``first_frame`` on: user fields, frames, rows, episodes."""
         with self._lock:
+            self._table.reserve_rows(first_step, len(flags))  # a full disk refuses the add before any write
             if fields:
                 self._field_table.write(first_step, fields)  # type: ignore[union-attr]
             if self._encoder.groups is not None:
