@@ -225,8 +225,6 @@ class TransitionTable:
         self._rows: npt.NDArray[np.void] = self._mapping.view(np.ndarray)
         self._bytes = self._rows.view(np.uint8).reshape(-1).data if writable else None
         self._reservation = BlockReservation(path, descriptor=descriptor) if writable else None
-        # The rows' bytes reserved so far by reserve_rows (which asks the reservation only past them).
-        self._rows_reserved = 0
         if not writable:
             os.close(descriptor)
         # What _lz4batch.read_transitions takes to read rows as gather_fields does; None where it cannot.
@@ -251,8 +249,8 @@ class TransitionTable:
         # Packed with struct, one row per env: for one or a few rows this is several times cheaper than
         # building a structured array.
         size = self._row_size
-        assert self._reservation is not None and self._bytes is not None
-        self._reservation.ensure(min(first_step + len(next_frames), self.row_slots) * size)
+        assert self._bytes is not None
+        self.reserve_rows(first_step, len(next_frames))
         if next_frames:
             self._check_lead(next_frames[-1] - (first_step + len(next_frames) - 1))  # leads never shrink
         pack, unchecked = self._middle.pack, bytes(self._next_delta_bytes)
@@ -269,13 +267,9 @@ class TransitionTable:
 
     def reserve_rows(self, first_step: int, count: int) -> None:
         """Reserve the blocks of the rows of steps ``first_step`` to ``first_step + count`` (exclusive) before
-        they are stored into the map (an ``OSError`` such as ENOSPC if they cannot be): asked of the
-        reservation only past what was reserved already, since slots fill in order on the first lap."""
-        rows_end = min(first_step + count, self.row_slots) * self._row_size
-        if rows_end > self._rows_reserved:
-            assert self._reservation is not None
-            self._reservation.ensure(rows_end)
-            self._rows_reserved = rows_end
+        they are stored into the map (an ``OSError`` such as ENOSPC if they cannot be)."""
+        assert self._reservation is not None
+        self._reservation.ensure(min(first_step + count, self.row_slots) * self._row_size)
 
     def write_continuations(
         self,
@@ -291,8 +285,7 @@ class TransitionTable:
         at ``previous_steps[env]``, with next_obs frames ``frame_lead`` steps ahead (add's fast path).
         ``actions`` holds the envs' actions back to back, as the row stores them. One compiled call
         where the extension is built."""
-        if frame_lead > _MAX_LEAD:
-            self._check_lead(frame_lead)
+        self._check_lead(frame_lead)
         self.reserve_rows(first_step, len(flags))
         if _lz4batch is not None:
             _lz4batch.write_rows(

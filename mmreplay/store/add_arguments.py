@@ -228,7 +228,7 @@ def one_env_values_form(shapes: AddShapes, *, terminated_bit: int, truncated_bit
     dtype = shapes.action_dtype
     if _lz4batch is None or shapes.num_envs != 1 or shapes.action or not 1 <= dtype.itemsize <= 8:
         return None
-    return (dtype.type, dtype.itemsize, dtype.kind == "i" and dtype.type in _SIGNED_BOUNDS, terminated_bit, truncated_bit)
+    return (dtype.type, dtype.itemsize, dtype.type in _SIGNED_BOUNDS, terminated_bit, truncated_bit)
 
 
 def parse_one_env_values(
@@ -247,7 +247,7 @@ def parse_one_env_values(
     would refuse any of them or normalize it the long way (``parse_single_frames``' rules). With ``form``
     (``one_env_values_form``), the forms a training loop passes at nearly every step (bools, a float or
     int reward, an int or numpy scalar action) are parsed in one compiled call, to the same result
-    (test_one_env_add); any other form is parsed here."""
+    (test_one_env_values); any other form is parsed here."""
     if form is not None:
         compiled: tuple[bytes, float, int] | None = _lz4batch.one_env_values(  # type: ignore[union-attr]
             action, reward, terminated, truncated, form

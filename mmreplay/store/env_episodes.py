@@ -130,8 +130,5 @@ def continuations(
 def advance_all(episodes: list[EnvEpisode], frames: list[bytes], flags: list[int], *, first_frame: int, first_step: int) -> None:
     """``EnvEpisode.advance`` for every env, whose transitions are ``first_step + env`` with next_obs frames
     ``frames[env]`` at frame steps ``first_frame + env`` (``add``'s fast path)."""
-    if len(episodes) == 1:  # one env's add, at nearly every step: without the loop (~0.2 us)
-        episodes[0].advance(frames[0], first_frame, step=first_step, ended=bool(flags[0]))
-        return
     for env, episode in enumerate(episodes):
         episode.advance(frames[env], first_frame + env, step=first_step + env, ended=bool(flags[env]))
