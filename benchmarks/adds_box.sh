@@ -46,11 +46,7 @@ prioritized_pong() {
         --seconds 0.4 | grep -v "1x1 frames" | tee -a "$OUT/bench.jsonl"
     return "${PIPESTATUS[0]}"
 }
-device_batch_tests() {
-    "$PYTHON" -m pytest -q -p no:cacheprovider -rs tests/test_device_batches.py 2>&1 | tail -6 | tee -a "$OUT/tests.txt"
-    return "${PIPESTATUS[0]}"
-}
-export -f base_tree add_tests adds_turn prioritized_pong device_batch_tests
+export -f base_tree add_tests adds_turn prioritized_pong
 
 stage "machine" 10 machine
 stage "install wheels" 40 install_wheels

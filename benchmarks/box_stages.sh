@@ -110,11 +110,17 @@ assert c.ACCELERATED and t.ACCELERATED"
     return $(( rc || $? ))
 }
 
-cuda_tests() {
-    # The device batches on the GPU (and their CPU checks), nvCOMP against the host, the CRC and probe tests;
-    # the CPU feed tests of test_device_decode replay Pong, which needs ALE: not here.
+device_batch_tests() {
+    # The device batches on the GPU (and their CPU checks), groups of batches read at once among them.
     "$PYTHON" -m pytest -q -p no:cacheprovider -rs tests/test_device_batches.py 2>&1 | tee -a "$OUT/tests.txt"
-    local batches=${PIPESTATUS[0]}
+    return "${PIPESTATUS[0]}"
+}
+
+cuda_tests() {
+    # The device batches' tests, nvCOMP against the host, the CRC and probe tests; the CPU feed tests of
+    # test_device_decode replay Pong, which needs ALE: not here.
+    device_batch_tests
+    local batches=$?
     "$PYTHON" -m pytest -q -p no:cacheprovider -rs tests/test_device_decode.py \
         -k "cuda or nvcomp or parity or prefix or zlib or narrower or wider or table or seeds" 2>&1 | tee -a "$OUT/tests.txt"
     return $(( batches || PIPESTATUS[0] ))
@@ -169,5 +175,5 @@ encodings() {
 }
 
 export OUT CARRY PYTHON BUDGET BENCH_ARGS ADDS_ARGS SAMPLING_ARGS WORK SITE LIBS HEADERS STARTED
-export -f elapsed left machine install_wheels build_liblz4 build_extensions cuda_tests gpu_feed pool_tests \
+export -f elapsed left machine install_wheels build_liblz4 build_extensions device_batch_tests cuda_tests gpu_feed pool_tests \
     sampling adds prioritized encodings
