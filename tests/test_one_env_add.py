@@ -182,3 +182,178 @@ def test_a_one_env_add_whose_row_cannot_be_reserved_raises_and_writes_nothing(
     np.testing.assert_array_equal(batch.next_obs[:, -1], frames[1 : len(store) + 1])
     np.testing.assert_array_equal(batch.action, np.arange(len(store)) % 4)
     store.close()
+
+
+def _helped_store(path: Path, **config: object) -> ReplayStore:
+    """A one-env reference store whose every new frame goes to a helper, as from 2 usable cores (so the
+    add leaves it behind, ``Writer._settle``) on any machine."""
+    store = ReplayStore.create(path, frame_shape=(16, 16), stack_size=4, frame_encoding="lz4-reference", **config)
+    store._role._ahead_threads = 2  # type: ignore[attr-defined]
+    return store
+
+
+_OPERATIONS = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.sampled_from(["continue", "continue", "continue", "terminate", "cut"])),
+        st.tuples(st.sampled_from(["read", "sample", "flush", "episodes"]), st.just("")),
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(operations=_OPERATIONS, seed=st.integers(0, 2**16))
+def test_frames_left_behind_read_back_though_the_caller_reuses_its_buffers(
+    tmp_path_factory: pytest.TempPathFactory, operations: list[tuple[str, str]], seed: int
+) -> None:
+    """Model test of write-behind: a one-env store whose adds leave their new frame for the next call, fed
+    by a caller that overwrites its obs and next_obs buffers in place after each add (a vector env's
+    reused arrays), with reads, samples, flushes and episode lists in between, gives back what the model
+    holds at each read, and after reopening."""
+    from reference import ReferenceStore, assert_batch_matches
+
+    path = tmp_path_factory.mktemp("behind") / "s.mmr"
+    rng = np.random.default_rng(seed)
+    store = _helped_store(path, capacity=40)
+    ref = ReferenceStore(frame_shape=(16, 16), capacity=40, stack_size=4)
+    obs, next_obs = np.empty((4, 16, 16), np.uint8), np.empty((4, 16, 16), np.uint8)
+    obs[:] = rng.integers(0, 4, (16, 16), dtype=np.uint8)  # an episode's first stack: one frame repeated
+    adds = 0
+    for t, (operation, how) in enumerate(operations):
+        if operation == "add":
+            next_obs[:-1] = obs[1:]
+            next_obs[-1] = rng.integers(0, 4, (16, 16), dtype=np.uint8)
+            arguments = (obs, t % 5, float(t), next_obs, how == "terminate", how == "cut")
+            ref.add(*(a.copy() if isinstance(a, np.ndarray) else a for a in arguments))
+            store.add(*arguments)
+            adds += 1
+            # the caller's buffers, rewritten in place: the next obs, or a new episode's first stack
+            obs[:] = next_obs if how == "continue" else rng.integers(0, 4, (16, 16), dtype=np.uint8)
+            next_obs[:] = 255
+        elif adds and operation == "read":
+            stored = ref.stored_steps()
+            assert_batch_matches(store.read(stored), ref, stored)
+        elif adds and operation == "sample":
+            assert_batch_matches(store.sample(8, rng=t), ref)
+        elif operation == "flush":
+            store.flush()
+        elif operation == "episodes":
+            assert sum(e.length for e in store.episodes()) == len(ref)
+    store.close()
+    with ReplayStore.open(path, "r") as reopened:
+        assert reopened.transitions_added == adds
+        if adds:
+            stored = ref.stored_steps()
+            assert_batch_matches(reopened.read(stored), ref, stored)
+
+
+def test_a_helped_add_leaves_its_frame_behind_and_the_next_read_writes_it(tmp_path: Path) -> None:
+    """The second add of an episode (the first its one-env form takes) leaves its frame behind, counted;
+    a read writes it first and gives it back; so do a flush and the next add."""
+    frames = np.random.default_rng(1).integers(0, 8, (8, 16, 16), dtype=np.uint8)
+    store = _helped_store(tmp_path / "s.mmr", capacity=100)
+    store.add(frames[0], 0, 0.0, frames[1], False, False)  # the episode's first add: the general path
+    store.add(frames[1], 1, 1.0, frames[2], False, False)
+    assert store._role._behind is not None and len(store) == 2  # type: ignore[attr-defined]
+    written = store._role._frames.frames_written  # type: ignore[attr-defined]
+    np.testing.assert_array_equal(store.read([1]).next_obs[0, -1], frames[2])
+    assert store._role._behind is None  # type: ignore[attr-defined]
+    assert store._role._frames.frames_written == written + 1  # type: ignore[attr-defined]
+    store.add(frames[2], 2, 2.0, frames[3], False, False)
+    assert store._role._behind is not None  # type: ignore[attr-defined]
+    store.flush()
+    assert store._role._behind is None  # type: ignore[attr-defined]
+    store.add(frames[3], 3, 3.0, frames[4], False, False)
+    store.add(frames[4], 4, 4.0, frames[5], False, False)  # writes the frame its predecessor left
+    store.close()
+    with ReplayStore.open(tmp_path / "s.mmr", "r") as reopened:
+        batch = reopened.read(np.arange(5))
+        np.testing.assert_array_equal(batch.next_obs[:, -1], frames[1:6])
+        np.testing.assert_array_equal(batch.obs[:, -1], frames[0:5])
+
+
+def test_a_left_behind_frame_whose_write_fails_fails_the_next_call_and_is_written_by_a_later_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A frame left behind whose write fails (a full disk) fails the call that writes it (the next add,
+    read or flush), which writes nothing of its own; the add that left it stays counted, the frame stays
+    behind, and once the write can go on the next call writes it (encoded again) and every transition
+    reads back."""
+    import errno
+
+    frames = np.random.default_rng(2).integers(0, 8, (12, 16, 16), dtype=np.uint8)
+    store = _helped_store(tmp_path / "s.mmr", capacity=100)
+    ring = store._role._frames  # type: ignore[attr-defined]
+    real = ring.append_reference_frames
+    full = {"on": False}
+
+    def append(*args: object, **kwargs: object) -> None:
+        if full["on"]:
+            raise OSError(errno.ENOSPC, "No space left on device (test)")
+        real(*args, **kwargs)
+
+    monkeypatch.setattr(ring, "append_reference_frames", append)
+    for t in range(4):
+        store.add(frames[t], t, float(t), frames[t + 1], False, False)
+    assert store._role._behind is not None  # type: ignore[attr-defined]
+    full["on"] = True
+    for call in (lambda: store.add(frames[4], 4, 4.0, frames[5], False, False), lambda: store.read([0]), store.flush):
+        with pytest.raises(OSError) as failed:
+            call()
+        assert failed.value.errno == errno.ENOSPC
+        assert len(store) == 4 and store._role._behind is not None  # type: ignore[attr-defined]
+    full["on"] = False
+    for t in range(4, 11):
+        store.add(frames[t], t, float(t), frames[t + 1], False, False)
+    store.close()
+    with ReplayStore.open(tmp_path / "s.mmr", "r") as reopened:
+        batch = reopened.read(np.arange(11))
+        np.testing.assert_array_equal(batch.next_obs[:, -1], frames[1:12])
+        np.testing.assert_array_equal(batch.action, np.arange(11))
+
+
+def test_samples_in_another_thread_see_every_counted_adds_frames(tmp_path: Path) -> None:
+    """A thread sampling while another adds (each add leaving its frame behind) gets, in every batch, the
+    frames of the steps it drew: a read writes the frame left behind in the same hold of the store's lock as
+    it reads, so no add comes between."""
+    import threading
+    import time
+
+    frames = np.random.default_rng(3).integers(0, 8, (1500, 16, 16), dtype=np.uint8)
+    store = _helped_store(tmp_path / "s.mmr", capacity=2_000)
+    store.add(frames[0], 0, 0.0, frames[1], False, False)
+    failures: list[str] = []
+    done = threading.Event()
+    sampled = [0]
+
+    def sample() -> None:
+        rng, deadline, batches = np.random.default_rng(0), time.monotonic() + 60, 0
+        while not done.is_set() and time.monotonic() < deadline and batches < 5_000:
+            try:
+                batch = store.sample(8, rng=rng)
+            except Exception as error:  # a frame read before it was written: its CRC
+                failures.append(repr(error))
+                return
+            steps = np.asarray(batch.index)
+            if not (np.array_equal(batch.next_obs[:, -1], frames[steps + 1]) and np.array_equal(batch.obs[:, -1], frames[steps])):
+                failures.append(f"steps {steps.tolist()}")
+            batches += 1
+            sampled[0] = batches
+        if batches < 50:
+            failures.append(f"only {batches} batches sampled")
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        for t in range(1, len(frames) - 1):
+            store.add(frames[t], t % 3, float(t), frames[t + 1], False, False)
+            if t % 20 == 0:  # let the sampler in between adds (at most 1 s for each batch)
+                seen, wait_until = sampled[0], time.monotonic() + 1
+                while sampled[0] == seen and time.monotonic() < wait_until and not failures:
+                    time.sleep(0.0002)
+    finally:
+        done.set()
+        sampler.join(90)
+    assert not sampler.is_alive() and not failures, failures[:3]
+    store.close()

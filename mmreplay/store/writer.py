@@ -90,8 +90,9 @@ class Writer:
         # ``add`` may take its fast path (``_add_single_frames``): a writer whose frames a compiled call
         # writes (plain lz4, or reference frames of format version 5), still open.
         self._fast_add = self._encoder.fast_path
-        # One env's adds take the fast path's shortest form (``_add_one_env``), its obs compared in place.
-        self._one_env_fast = layout.num_envs == 1 and continuing_frame is not None
+        # One env's adds without user fields take the fast path's shortest form (``_add_one_env``), its obs
+        # compared in place; with fields, the fast path's general form (``_add_single_frames``).
+        self._one_env_fast = layout.num_envs == 1 and continuing_frame is not None and self._field_table is None
         self._values_form = one_env_values_form(self._add_shapes, terminated_bit=TERMINATED, truncated_bit=TRUNCATED)
         # The fast path's compression (frames_ahead.compression_policy). Where there is a helper: the bytes
         # the env's recent frames took compressed (a moving average), against ahead_min_bytes.
@@ -102,6 +103,10 @@ class Writer:
         self._append_threads, self._ahead_threads = policy.append_threads, policy.ahead_threads
         self._ahead_min_bytes = policy.ahead_min_bytes
         self._recent_frame_bytes = 0.0
+        # The new frame of the last one-env add, left for the writer's next call to write (``_settle``), so
+        # that its encode on a helper overlaps the caller's env step instead of the add waiting for it: (the
+        # frame, an array over the bytes the add kept, immutable; its prev_delta; its encode's handle, or None).
+        self._behind: tuple[npt.NDArray[Any], int, object | None] | None = None
         # A sampler that applies priorities and the store's checks of them in one call (PrioritizedSampler).
         self._checked_update = priority_updates.checked_update_of(self._sampler)
         self.transitions_added = commit.transitions_added
@@ -169,8 +174,11 @@ class Writer:
         return False
 
     def consistent(self, read: Callable[[], T]) -> T:
-        """Run a read: nothing replaces what a writer reads but its own adds, under the same lock."""
-        return read()
+        """Run a read: nothing replaces what a writer reads but its own adds, under the same lock, with the
+        frame the last add left behind written first (in the same hold of the lock: no add comes between)."""
+        with self._lock:
+            self._settle()
+            return read()
 
     def open_envs(self) -> set[int]:
         """The envs whose episode is in progress (its newest transition neither terminated nor truncated)."""
@@ -186,6 +194,7 @@ class Writer:
     def flush(self) -> None:
         """Commit everything added so far."""
         with self._lock:
+            self._settle()
             self._committer.commit(self.transitions_added)
 
     def close(self) -> None:
@@ -194,6 +203,7 @@ class Writer:
             self.flush()
         finally:
             self._fast_add = False
+            self._behind = None  # a frame its commit could not write: its add was not committed
             close_all([self.files.close, self._release_writer_lock])
 
     def cleared(self) -> Writer:
@@ -280,6 +290,20 @@ class Writer:
         one-env form (``_add_one_env``) or fast parse (``parse_single_frames``) where the add may take the
         fast path, else (or where they decline it) by ``parse_add``; an add the fast path declines goes on
         to the general path as parsed."""
+        if (
+            self._one_env_fast
+            and self._fast_add
+            and env_mask is None
+            and fields is None
+            and not fragment
+            and self._env_frames_pending is None
+            and self._add_one_env(obs, action, reward, next_obs, terminated, truncated)
+        ):
+            if self._schedule.due(self.transitions_added):
+                self.flush()
+            return
+        if self._behind is not None:
+            self._settle()
         values = None
         if fields is not None or self._field_table is not None:
             self.check_writable("add")
@@ -292,23 +316,17 @@ class Writer:
             and self._env_frames_pending is None
             and records_every_env(env_mask, self._add_shapes.num_envs)
         ):
-            ahead = None
-            if self._ahead_threads > 1:
-                bytes_before = self._frames.bytes_written
-                if self._recent_frame_bytes >= self._ahead_min_bytes:
-                    ahead = self._compress_ahead(next_obs)
-            added = self._one_env_fast and self._add_one_env(
-                obs, action, reward, next_obs, terminated, truncated, values, ahead
+            # One env's add that its shortest form declined (an episode's first add, mostly) has no frame
+            # ahead: the one it may have started is not this form's to take.
+            bytes_before, helped = self._frames.bytes_written, self._ahead_threads > 1 and not self._one_env_fast
+            ahead = self._compress_ahead(next_obs) if helped and self._recent_frame_bytes >= self._ahead_min_bytes else None
+            parsed = parse_single_frames(
+                self._add_shapes, obs, action, reward, next_obs, terminated, truncated,
+                terminated_bit=TERMINATED, truncated_bit=TRUNCATED,
             )
-            if not added:
-                parsed = parse_single_frames(
-                    self._add_shapes, obs, action, reward, next_obs, terminated, truncated,
-                    terminated_bit=TERMINATED, truncated_bit=TRUNCATED,
-                )
-                added = parsed is not None and self._add_single_frames(parsed, values, ahead)
-            if added:
-                if self._ahead_threads > 1:  # the add's new frames' compressed bytes (a plain frame's gate)
-                    self._recent_frame_bytes += (self._frames.bytes_written - bytes_before - self._recent_frame_bytes) / 8
+            if parsed is not None and self._add_single_frames(parsed, values, ahead):
+                if helped:
+                    self._note_frame_bytes(bytes_before)
                 if self._schedule.due(self.transitions_added):
                     self.flush()
                 return
@@ -333,6 +351,7 @@ class Writer:
     ) -> None:
         """``ReplayStore.add_encoded``: the send checked whole, then written run by run."""
         self.check_writable("add_encoded")
+        self._settle()
         if self._frames.frame_dtype != np.uint8:
             raise ValueError(
                 f"add_encoded takes uint8 frames; this store's frame_dtype is {self._frames.frame_dtype}: use add"
@@ -443,6 +462,11 @@ class Writer:
         if self._schedule.due(self.transitions_added):
             self.flush()
 
+    def _note_frame_bytes(self, bytes_before: int) -> None:
+        """Fold the bytes an add's new frames took compressed (the ring's bytes since ``bytes_before``) into
+        the env's recent frames' moving average, a plain frame's gate for going ahead."""
+        self._recent_frame_bytes += (self._frames.bytes_written - bytes_before - self._recent_frame_bytes) / 8
+
     def _compress_ahead(self, next_obs: object) -> object | None:
         """The add's new frames started on awake helpers while the add is checked (``frames_ahead.start_ahead``)."""
         return start_ahead(
@@ -475,22 +499,24 @@ class Writer:
         return True
 
     def _add_one_env(
-        self, obs: object, action: object, reward: object, next_obs: object, terminated: object, truncated: object,
-        fields: dict[str, npt.NDArray[Any]] | None, ahead: object | None,
+        self, obs: object, action: object, reward: object, next_obs: object, terminated: object, truncated: object
     ) -> bool:
-        """``_add_single_frames`` for a one-env store, shorter: the obs (a frame or a stack) is compared with
-        the env's episode and the next_obs in place (``continuing_frame``), with no copy of it made and no
-        parse of its own. Writes the same bytes (test_one_env_add); False, with nothing written, where the
-        add is not one that continues the env's episode with one new frame (the longer form then decides)."""
+        """``_add_single_frames`` for a one-env store without user fields, shorter: the obs (a frame or a
+        stack) is compared with the env's episode and the next_obs in place (``continuing_frame``), with no
+        copy of it made and no parse of its own. Where a helper encodes its new frame, the frame is left
+        behind (``_settle``: written by the writer's next call) and the row written; else both now.
+        Writes the same bytes (test_one_env_add); False, with nothing of it written, where the add is not
+        one that continues the env's episode with one new frame (the longer forms then decide)."""
         shapes = self._add_shapes
         stacked = frames_form(obs, next_obs, shapes)
         if stacked is None:
             return False
-        assert isinstance(next_obs, np.ndarray)
         episode = self._episodes[0]
-        first_step, first_frame = self.transitions_added, self._frames.frames_written
+        first_step = self.transitions_added
         if not episode.open or episode.last_step < first_step - self._layout.capacity:
             return False
+        # The new frame's bytes, which the episode keeps: the frame left behind is an array over them, never
+        # the caller's next_obs, which an env may overwrite as soon as the add returns.
         frame = continuing_frame(obs, next_obs, episode.frames, stacked)  # type: ignore[misc]
         if frame is None:
             return False
@@ -498,14 +524,53 @@ class Writer:
             shapes, action, reward, terminated, truncated, terminated_bit=TERMINATED, truncated_bit=TRUNCATED,
             form=self._values_form,
         )
-        if values is None or not self._has_room(first_step, 1):
+        if values is None:
             return False
         action_bytes, value, flags = values
-        self._write_continuing(
-            first_step, first_frame, [episode.last_step], [first_frame - episode.frame_steps[-1]],
-            next_obs[-1] if stacked else next_obs, [frame], [value], [flags], action_bytes, fields, ahead,
-        )
+        with self._lock:
+            bytes_before = self._frames.bytes_written
+            self._settle()  # the frame steps and the room this add needs count the frame left behind
+            first_frame = self._frames.frames_written
+            if not self._has_room(first_step, 1):
+                return False
+            self._table.reserve_rows(first_step, 1)  # a full disk refuses the add before any write
+            new_frame = np.ndarray(shapes.frame, shapes.frame_dtype, frame)
+            helped = self._ahead_threads > 1
+            ahead = None
+            if helped and self._recent_frame_bytes >= self._ahead_min_bytes:
+                ahead = self._compress_ahead(new_frame)
+            prev_delta = first_frame - episode.frame_steps[-1]
+            if ahead is None:  # no helper encodes it: written now, before its row, as the other forms write
+                self._append_continuing(new_frame, [prev_delta], None)
+            self._table.write_continuations(
+                first_step, frame_lead=first_frame - first_step, previous_steps=[episode.last_step],
+                rewards=[value], flags=[flags], actions=action_bytes,
+            )
+            if ahead is not None:
+                self._behind = (new_frame, prev_delta, ahead)
+            if helped and self._frames.bytes_written > bytes_before:  # the frame settled, or this add's
+                self._note_frame_bytes(bytes_before)
+            episode.advance(frame, first_frame, step=first_step, ended=bool(flags))
+            self._count_added(first_step, 1)
         return True
+
+    def _settle(self) -> None:
+        """Write the frame the last one-env add left behind (``_add_one_env``), if any, at the frame step it
+        was given (the ring's next): before anything else reads or writes frames or commits. An error leaves
+        it behind, to be written (encoded again) by the next call; the add that left it stays counted, as
+        every add not yet committed, and a crash loses it with them."""
+        if self._behind is None:
+            return
+        with self._lock:  # read again under it: a read in another thread may have written the frame meanwhile
+            if self._behind is None:
+                return
+            new_frame, prev_delta, ahead = self._behind
+            try:
+                self._append_continuing(new_frame, [prev_delta], ahead)
+            except BaseException:
+                self._behind = (new_frame, prev_delta, None)
+                raise
+            self._behind = None
 
     def _has_room(self, first_step: int, count: int) -> bool:
         """Whether ``count`` envs' continuing transitions fit before the next commit must make room. The room
@@ -526,23 +591,30 @@ class Writer:
             self._table.reserve_rows(first_step, len(flags))  # a full disk refuses the add before any write
             if fields:
                 self._field_table.write(first_step, fields)  # type: ignore[union-attr]
-            if self._encoder.groups is not None:
-                try:
-                    self._frames.append_reference_frames(  # type: ignore[attr-defined]
-                        self._encoder.groups, new_frames, prev_deltas,
-                        frame_tail=self._committer.committed.frame_tail, threads=self._append_threads, ahead=ahead,
-                    )
-                except BaseException:
-                    self._encoder.rollback()  # no frame may be encoded against one that was not written
-                    raise
-            else:
-                self._frames.append_frames(new_frames, prev_deltas, threads=self._append_threads, ahead=ahead)
+            self._append_continuing(new_frames, prev_deltas, ahead)
             self._table.write_continuations(
                 first_step, frame_lead=first_frame - first_step, previous_steps=previous_steps,
                 rewards=rewards, flags=flags, actions=actions,
             )
             advance_all(self._episodes, frames, flags, first_frame=first_frame, first_step=first_step)
             self._count_added(first_step, len(flags))
+
+    def _append_continuing(self, new_frames: npt.NDArray[Any], prev_deltas: list[int], ahead: object | None) -> None:
+        """Append the fast path's new frames (one per env from env 0, ``new_frames`` one contiguous array)
+        with their ``prev_deltas``: a reference store's in one compiled call with its groups, rolled back
+        if it fails (no frame may be encoded against one that was not written)."""
+        groups = self._encoder.groups
+        if groups is None:
+            self._frames.append_frames(new_frames, prev_deltas, threads=self._append_threads, ahead=ahead)
+            return
+        try:
+            self._frames.append_reference_frames(  # type: ignore[attr-defined]
+                groups, new_frames, prev_deltas, frame_tail=self._committer.committed.frame_tail,
+                threads=self._append_threads, ahead=ahead,
+            )
+        except BaseException:
+            self._encoder.rollback()
+            raise
 
     def _write(self, plan: AddPlan) -> None:
         """Write a planned add from the next transition step on (committing first where it needs room):
