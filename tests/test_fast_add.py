@@ -228,14 +228,14 @@ def test_a_reference_frame_encoded_ahead_that_is_not_the_added_frame_is_not_writ
         ring, groups = writer._frames, writer._encoder.groups
         calls = {"n": 0}
 
-        def misleading(next_obs: object) -> object:
+        def misleading(frame: object) -> object:
             calls["n"] += 1
             tail = writer._committer.committed.frame_tail
             if calls["n"] % 2:  # another frame, at the right step
                 return ring.encode_ahead(groups, wrong[calls["n"] % len(wrong)], frame_tail=tail, threads=2)
             return _lz4batch.encode_ahead(groups, 0, ring.frames_written + 1, frames[0], tail, 2)  # a later step
 
-        writer._compress_ahead = misleading  # type: ignore[method-assign]
+        writer._frame_ahead = misleading  # type: ignore[method-assign]  # one env's frame (its bytes) ahead
         for t in range(len(frames) - 1):
             _lz4batch.wake_helpers(1)
             store.add(frames[t], 0, 0.0, frames[t + 1], False, False)
@@ -356,13 +356,13 @@ def test_one_envs_frame_is_compressed_ahead_where_its_frames_compress_to_enough_
     with ReplayStore.create(tmp_path / "s.mmr", frame_shape=(84, 84), capacity=100, frame_encoding=encoding) as store:
         writer = store._role
         writer._ahead_threads = 2
-        compress_ahead, calls = writer._compress_ahead, []
+        frame_ahead, calls = writer._frame_ahead, []
 
-        def counted(next_obs: object) -> object:
+        def counted(frame: bytes) -> object:
             calls.append(len(calls))
-            return compress_ahead(next_obs)
+            return frame_ahead(frame)
 
-        writer._compress_ahead = counted  # type: ignore[method-assign]
+        writer._frame_ahead = counted  # type: ignore[method-assign]  # one env's frame ahead
         for t in range(len(frames) - 1):
             store.add(frames[t], 0, 0.0, frames[t + 1], False, False)
         assert (len(calls) > 60) if ahead else not calls

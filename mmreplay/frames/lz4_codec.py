@@ -66,14 +66,16 @@ def compress_batch(
     return b"".join(payloads), lengths, checksums
 
 
-def compress_ahead(frames: npt.NDArray[np.generic], *, threads: int) -> object | None:
-    """Start compressing the C-contiguous ``frames`` ((n, *frame_shape)) on ``threads - 1`` of the
-    compiled pool's helpers and return at once: an opaque handle that ``FrameRing.append_frames(...,
-    ahead=...)`` of the same frames takes instead of compressing them (the caller checks its add
-    meanwhile). None without the extension. A handle dropped untaken waits for its helper first."""
-    if _lz4batch is None or len(frames) == 0:
+def compress_ahead(frames: npt.NDArray[np.generic] | bytes, *, threads: int, count: int | None = None) -> object | None:
+    """Start compressing the C-contiguous ``frames`` ((n, *frame_shape), or ``count`` frames' bytes) on
+    ``threads - 1`` of the compiled pool's helpers and return at once: an opaque handle that
+    ``FrameRing.append_frames(..., ahead=...)`` of the same frames takes instead of compressing them (the
+    caller checks its add meanwhile). None without the extension. A handle dropped untaken waits for its
+    helper first."""
+    n = len(frames) if count is None else count
+    if _lz4batch is None or n == 0:
         return None
-    handle: object = _lz4batch.compress_ahead(frames, len(frames), threads)
+    handle: object = _lz4batch.compress_ahead(frames, n, threads)
     return handle
 
 

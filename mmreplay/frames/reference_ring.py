@@ -59,7 +59,7 @@ class ReferenceFrameRing(FrameRing):
                                     self.frame_slots)
 
     def encode_ahead(
-        self, groups: object, frames: npt.NDArray[np.generic], *, frame_tail: int, threads: int, count: int = 1,
+        self, groups: object, frames: npt.NDArray[np.generic] | bytes, *, frame_tail: int, threads: int, count: int = 1,
         offset: int = 0, stride: int = 0,
     ) -> object:
         """Start encoding the next frame of each of ``count`` envs (env k's bytes at ``offset + k * stride``
@@ -73,7 +73,7 @@ class ReferenceFrameRing(FrameRing):
         return _lz4batch.encode_ahead(groups, 0, self.frames_written, frames, frame_tail, threads, count, offset, stride)
 
     def append_reference_frames(
-        self, groups: object, frames: npt.NDArray[np.generic], prev_deltas: list[int], *, frame_tail: int,
+        self, groups: object, frames: npt.NDArray[np.generic] | bytes, prev_deltas: list[int], *, frame_tail: int,
         threads: int = 1, ahead: object = None,
     ) -> None:
         """``FrameRing.append_frames`` for this ring: one frame per env of a writer's compiled reference
@@ -95,7 +95,7 @@ class ReferenceFrameRing(FrameRing):
             self.frames_written = first_step + len(prev_deltas)
             self.bytes_written = position + written
             return
-        frame_bytes = frames.reshape(len(prev_deltas), -1).view(np.uint8)
+        frame_bytes = np.frombuffer(frames, np.uint8).reshape(len(prev_deltas), -1)
         encoded = [_lz4batch.encode_frame(groups, env, first_step + env, frame_bytes[env], False, frame_tail)
                    for env in range(len(prev_deltas))]
         self.append([payload for payload, _ in encoded], prev_deltas, [ref_delta for _, ref_delta in encoded])

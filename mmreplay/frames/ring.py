@@ -212,10 +212,11 @@ class FrameRing:
         return first_step
 
     def append_frames(
-        self, frames: npt.NDArray[np.generic], prev_deltas: list[int], *, threads: int = 1, ahead: object | None = None
+        self, frames: npt.NDArray[np.generic] | bytes, prev_deltas: list[int], *, threads: int = 1,
+        ahead: object | None = None,
     ) -> None:
         """``append`` for a plain ring, given the frames uncompressed (``len(prev_deltas)`` contiguous
-        frames): the compiled extension compresses and writes them in one call, which costs less than a
+        frames, an array or their bytes): the compiled extension compresses and writes them in one call, which costs less than a
         Python loop over them; the same bytes as compressing them with ``codec.compress`` for ``append``.
         The compression runs on up to ``threads`` threads (``threads.compress_threads``), or was started
         ahead: ``ahead``, ``lz4_codec.compress_ahead`` of these same frames."""
@@ -233,7 +234,7 @@ class FrameRing:
                 self.bytes_written = position + written
                 return
             # They would run past the segment's end: the general path moves on to the next segment.
-        frame_bytes = frames.reshape(len(prev_deltas), -1).view(np.uint8)
+        frame_bytes = np.frombuffer(frames, np.uint8).reshape(len(prev_deltas), -1)
         self.append([lz4_codec.compress(frame) for frame in frame_bytes], prev_deltas)
 
     def _reserve_entries(self, frame_stop: int) -> None:

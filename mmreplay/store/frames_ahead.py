@@ -50,6 +50,15 @@ def compression_policy(*, num_envs: int, frame_nbytes: int, limit: int, referenc
     return CompressionPolicy(append, ahead, 0 if reference else AHEAD_MIN_FRAME_BYTES)
 
 
+def start_frame_ahead(frame: bytes, *, frames: Any, groups: object, frame_tail: int, threads: int) -> object | None:
+    """One env's new frame (the bytes its add keeps, which no caller can change) started on an awake
+    helper: a handle its write takes, or None. ``frames``, ``groups``: as ``start_ahead``'s."""
+    if groups is not None:
+        handle: object = frames.encode_ahead(groups, frame, frame_tail=frame_tail, threads=threads)
+        return handle
+    return lz4_codec.compress_ahead(frame, threads=threads, count=1)
+
+
 def start_ahead(
     next_obs: object, shapes: AddShapes, *, frames: Any, groups: object, frame_tail: int, threads: int
 ) -> object | None:

@@ -43,7 +43,7 @@ from mmreplay.store.add_arguments import (
 from mmreplay.store.add_plans import AddPlan, plan_add, plan_run
 from mmreplay.store.autocommit import CommitSchedule, Committable
 from mmreplay.store.committer import Committer
-from mmreplay.store.frames_ahead import compression_policy, start_ahead
+from mmreplay.store.frames_ahead import compression_policy, start_ahead, start_frame_ahead
 from mmreplay.store.env_episodes import (
     advance_all,
     continuations,
@@ -105,8 +105,8 @@ class Writer:
         self._recent_frame_bytes = 0.0
         # The new frame of the last one-env add, left for the writer's next call to write (``_settle``), so
         # that its encode on a helper overlaps the caller's env step instead of the add waiting for it: (the
-        # frame, an array over the bytes the add kept, immutable; its prev_delta; its encode's handle, or None).
-        self._behind: tuple[npt.NDArray[Any], int, object | None] | None = None
+        # frame's bytes, which the add kept; its prev_delta; its encode's handle, or None).
+        self._behind: tuple[bytes, int, object | None] | None = None
         # A sampler that applies priorities and the store's checks of them in one call (PrioritizedSampler).
         self._checked_update = priority_updates.checked_update_of(self._sampler)
         self.transitions_added = commit.transitions_added
@@ -467,6 +467,13 @@ class Writer:
         the env's recent frames' moving average, a plain frame's gate for going ahead."""
         self._recent_frame_bytes += (self._frames.bytes_written - bytes_before - self._recent_frame_bytes) / 8
 
+    def _frame_ahead(self, frame: bytes) -> object | None:
+        """One env's new frame started on a helper (``frames_ahead.start_frame_ahead``)."""
+        return start_frame_ahead(
+            frame, frames=self._frames, groups=self._encoder.groups, frame_tail=self._committer.committed.frame_tail,
+            threads=self._ahead_threads,
+        )
+
     def _compress_ahead(self, next_obs: object) -> object | None:
         """The add's new frames started on awake helpers while the add is checked (``frames_ahead.start_ahead``)."""
         return start_ahead(
@@ -515,8 +522,8 @@ class Writer:
         first_step = self.transitions_added
         if not episode.open or episode.last_step < first_step - self._layout.capacity:
             return False
-        # The new frame's bytes, which the episode keeps: the frame left behind is an array over them, never
-        # the caller's next_obs, which an env may overwrite as soon as the add returns.
+        # The new frame's bytes, which the episode keeps: the frame left behind is them, never the caller's
+        # next_obs, which an env may overwrite as soon as the add returns.
         frame = continuing_frame(obs, next_obs, episode.frames, stacked)  # type: ignore[misc]
         if frame is None:
             return False
@@ -533,23 +540,21 @@ class Writer:
             first_frame = self._frames.frames_written
             if not self._has_room(first_step, 1):
                 return False
-            self._table.reserve_rows(first_step, 1)  # a full disk refuses the add before any write
-            new_frame = np.ndarray(shapes.frame, shapes.frame_dtype, frame)
-            helped = self._ahead_threads > 1
             ahead = None
-            if helped and self._recent_frame_bytes >= self._ahead_min_bytes:
-                ahead = self._compress_ahead(new_frame)
+            if self._ahead_threads > 1 and self._recent_frame_bytes >= self._ahead_min_bytes:
+                ahead = self._frame_ahead(frame)
             prev_delta = first_frame - episode.frame_steps[-1]
             if ahead is None:  # no helper encodes it: written now, before its row, as the other forms write
-                self._append_continuing(new_frame, [prev_delta], None)
+                self._table.reserve_rows(first_step, 1)  # a full disk refuses the add before any write
+                self._append_continuing(frame, [prev_delta], None)
             self._table.write_continuations(
                 first_step, frame_lead=first_frame - first_step, previous_steps=[episode.last_step],
                 rewards=[value], flags=[flags], actions=action_bytes,
             )
             if ahead is not None:
-                self._behind = (new_frame, prev_delta, ahead)
-            if helped and self._frames.bytes_written > bytes_before:  # the frame settled, or this add's
-                self._note_frame_bytes(bytes_before)
+                self._behind = (frame, prev_delta, ahead)
+            if self._ahead_min_bytes and self._frames.bytes_written > bytes_before:  # a plain frame's gate
+                self._note_frame_bytes(bytes_before)  # the frame settled, or this add's
             episode.advance(frame, first_frame, step=first_step, ended=bool(flags))
             self._count_added(first_step, 1)
         return True
@@ -599,10 +604,12 @@ class Writer:
             advance_all(self._episodes, frames, flags, first_frame=first_frame, first_step=first_step)
             self._count_added(first_step, len(flags))
 
-    def _append_continuing(self, new_frames: npt.NDArray[Any], prev_deltas: list[int], ahead: object | None) -> None:
-        """Append the fast path's new frames (one per env from env 0, ``new_frames`` one contiguous array)
-        with their ``prev_deltas``: a reference store's in one compiled call with its groups, rolled back
-        if it fails (no frame may be encoded against one that was not written)."""
+    def _append_continuing(
+        self, new_frames: npt.NDArray[Any] | bytes, prev_deltas: list[int], ahead: object | None
+    ) -> None:
+        """Append the fast path's new frames (one per env from env 0; ``new_frames`` one contiguous array,
+        or its bytes) with their ``prev_deltas``: a reference store's in one compiled call with its groups,
+        rolled back if it fails (no frame may be encoded against one that was not written)."""
         groups = self._encoder.groups
         if groups is None:
             self._frames.append_frames(new_frames, prev_deltas, threads=self._append_threads, ahead=ahead)
