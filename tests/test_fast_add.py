@@ -356,13 +356,19 @@ def test_one_envs_frame_is_compressed_ahead_where_its_frames_compress_to_enough_
     with ReplayStore.create(tmp_path / "s.mmr", frame_shape=(84, 84), capacity=100, frame_encoding=encoding) as store:
         writer = store._role
         writer._ahead_threads = 2
-        frame_ahead, calls = writer._frame_ahead, []
+        calls: list[str] = []
 
-        def counted(frame: bytes) -> object:
-            calls.append(len(calls))
-            return frame_ahead(frame)
+        def counted(name: str) -> Any:
+            start = getattr(writer, name)
 
-        writer._frame_ahead = counted  # type: ignore[method-assign]  # one env's frame ahead
+            def call(frames: object) -> object:
+                calls.append(name)
+                return start(frames)
+            return call
+
+        # one env's frame ahead (its bytes), or the fast path's general form's (pure Python: no one-env form)
+        writer._frame_ahead = counted("_frame_ahead")  # type: ignore[method-assign]
+        writer._compress_ahead = counted("_compress_ahead")  # type: ignore[method-assign]
         for t in range(len(frames) - 1):
             store.add(frames[t], 0, 0.0, frames[t + 1], False, False)
         assert (len(calls) > 60) if ahead else not calls
