@@ -216,8 +216,8 @@ class FrameRing:
         ahead: object | None = None,
     ) -> None:
         """``append`` for a plain ring, given the frames uncompressed (``len(prev_deltas)`` contiguous
-        frames, an array or their bytes): the compiled extension compresses and writes them in one call, which costs less than a
-        Python loop over them; the same bytes as compressing them with ``codec.compress`` for ``append``.
+        frames, an array or their bytes): the compiled extension compresses and writes them in one call,
+        which costs less than a Python loop over them; the same bytes as compressing them with ``codec.compress`` for ``append``.
         The compression runs on up to ``threads`` threads (``threads.compress_threads``), or was started
         ahead: ``ahead``, ``lz4_codec.compress_ahead`` of these same frames."""
         assert not self._with_refs, "append_frames writes a plain ring's frames"

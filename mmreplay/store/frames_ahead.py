@@ -1,7 +1,8 @@
 """How an add's new frames are compressed on the fast path: on how many of the pool's threads, and which
-go ahead on a helper while the add is checked (``lz4_codec.compress_ahead`` for plain frames,
-``ReferenceFrameRing.encode_ahead`` for reference frames, whose add takes a frame back from a helper
-that lost its core rather than wait for it)."""
+go ahead on a helper (``lz4_codec.compress_ahead`` for plain frames, ``ReferenceFrameRing.encode_ahead``
+for reference frames, whose write takes a frame back from a helper that lost its core rather than wait for
+it): a vector add's while the add is checked (``start_ahead``), one env's once it is, from the bytes the
+add keeps, written by the writer's next call (``start_frame_ahead``)."""
 
 from __future__ import annotations
 
