@@ -8,7 +8,7 @@ each env replays the stream from its own episode start). Each block's rate is ta
 the thread's CPU time (steadier on a machine shared with other jobs); the medians are printed, and with
 ``--json`` one JSON line per figure. Where the store compresses one env's new frame ahead on a helper
 (from 4 usable cores), a third form adds the same way with that switched off (the writer's private
-``_ahead_threads``), so that the run shows what the helper buys; for reference stores a line after each
+``_continuing.ahead_threads``), so that the run shows what the helper buys; for reference stores a line after each
 form says what the frames encoded ahead did (asked, posted to a helper, run on one, taken, taken back,
 and the nanoseconds the adds waited for helpers: near 0 where a helper hides the whole encode).
 Building the inputs (the stacks) is the env's job and is not timed; the store's automatic commits are
@@ -132,8 +132,8 @@ def main(argv: list[str] | None = None) -> None:
                         stack_size=STACK, num_envs=envs, frame_encoding=create_encoding(encoding))
                     forms[encoding, name] = (feed, envs)
                 helped, unhelped = (encoding, "1 env, stacks, Python scalars"), (encoding, "1 env, stacks, Python scalars, no helper")
-                if stores[helped]._role._ahead_threads > 1:  # type: ignore[attr-defined]
-                    stores[unhelped]._role._ahead_threads = 1  # type: ignore[attr-defined]
+                if stores[helped]._role._continuing.ahead_threads > 1:  # type: ignore[attr-defined]
+                    stores[unhelped]._role._continuing.ahead_threads = 1  # type: ignore[attr-defined]
                 else:  # no helper to switch off (under 4 usable cores): the form would repeat the first
                     stores.pop(unhelped).close()
                     forms.pop(unhelped)

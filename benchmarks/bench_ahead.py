@@ -1,7 +1,7 @@
 """Does compressing one env's frame ahead on a helper pay for a game's frames (issue 25)?
 
 One process fills two plain stores of the same real frame stream, one env, capacity ``--capacity``,
-each with a helper as from 4 usable cores (``Writer._ahead_threads = 2``, a private switch, so that a
+each with a helper as from 4 usable cores (``Writer._continuing.ahead_threads = 2``, a private switch, so that a
 2-core machine can run it): "always" compresses every frame ahead, "gated" only where the env's recent
 frames compressed to ``threads.AHEAD_MIN_FRAME_BYTES`` or more, the store's policy. The stores take
 turns, ``--chunk`` adds each, A B B A then B A A B, so a drift of the machine's speed hits both alike;
@@ -40,8 +40,8 @@ def run_game(game: str, args: argparse.Namespace) -> dict[str, Any]:
     adapters = {}
     for name, least in POLICIES.items():
         adapter = MmreplayAdapter(stream, args.capacity, 0, tmpdir=args.tmpdir, frame_encoding="lz4")
-        adapter.store._role._ahead_threads = 2  # a helper, as from 4 usable cores
-        adapter.store._role._ahead_min_bytes = least
+        adapter.store._role._continuing.ahead_threads = 2  # a helper, as from 4 usable cores
+        adapter.store._role._continuing.ahead_min_bytes = least
         adapters[name] = adapter
     done = dict.fromkeys(adapters, 0)
     rates: dict[str, list[float]] = {name: [] for name in adapters}
@@ -57,7 +57,7 @@ def run_game(game: str, args: argparse.Namespace) -> dict[str, Any]:
                     adapter.add(*item)
                 rates[name].append(args.chunk / (time.perf_counter() - start))
                 done[name] += args.chunk
-        frame_bytes = adapters["gated"].store._role._recent_frame_bytes
+        frame_bytes = adapters["gated"].store._role._continuing.recent_frame_bytes
     finally:
         for adapter in adapters.values():
             adapter.close()

@@ -46,8 +46,8 @@ class CountingStore:
         if self.helpers:
             one_env = config.get("num_envs", 1) == 1
             reference = self.fast.frame_encoding == "lz4-reference"  # a vector add's frames ahead too
-            self.fast._role._append_threads, self.fast._role._ahead_threads = (1, 2) if one_env else (4, 2 if reference else 1)
-            self.fast._role._ahead_min_bytes = 0  # every frame ahead, however small it compresses
+            self.fast._role._continuing.append_threads, self.fast._role._continuing.ahead_threads = (1, 2) if one_env else (4, 2 if reference else 1)
+            self.fast._role._continuing.ahead_min_bytes = 0  # every frame ahead, however small it compresses
         self.fast_adds = self.one_env_adds = 0  # adds the fast path took; those its one-env form took
         take_fast_path, take_one_env = self.fast._role._add_single_frames, self.fast._role._add_one_env
 
@@ -224,7 +224,7 @@ def test_a_reference_frame_encoded_ahead_that_is_not_the_added_frame_is_not_writ
     wrong = np.ascontiguousarray(frames[::-1])
     with ReplayStore.create(tmp_path / "s.mmr", frame_shape=(84, 84), capacity=50, frame_encoding=REFERENCE) as store:
         writer = store._role
-        writer._ahead_threads = 2
+        writer._continuing.ahead_threads = 2
         ring, groups = writer._frames, writer._encoder.groups
         calls = {"n": 0}
 
@@ -235,7 +235,7 @@ def test_a_reference_frame_encoded_ahead_that_is_not_the_added_frame_is_not_writ
                 return ring.encode_ahead(groups, wrong[calls["n"] % len(wrong)], frame_tail=tail, threads=2)
             return _lz4batch.encode_ahead(groups, 0, ring.frames_written + 1, frames[0], tail, 2)  # a later step
 
-        writer._frame_ahead = misleading  # type: ignore[method-assign]  # one env's frame (its bytes) ahead
+        writer._continuing.start_frame_ahead = misleading  # type: ignore[method-assign]  # one env's frame ahead
         for t in range(len(frames) - 1):
             _lz4batch.wake_helpers(1)
             store.add(frames[t], 0, 0.0, frames[t + 1], False, False)
@@ -355,11 +355,11 @@ def test_one_envs_frame_is_compressed_ahead_where_its_frames_compress_to_enough_
     frames = load_stream(game, ("frames",), 80)["frames"]
     with ReplayStore.create(tmp_path / "s.mmr", frame_shape=(84, 84), capacity=100, frame_encoding=encoding) as store:
         writer = store._role
-        writer._ahead_threads = 2
+        writer._continuing.ahead_threads = 2
         calls: list[str] = []
 
         def counted(name: str) -> Any:
-            start = getattr(writer, name)
+            start = getattr(writer._continuing, name)
 
             def call(frames: object) -> object:
                 calls.append(name)
@@ -367,8 +367,8 @@ def test_one_envs_frame_is_compressed_ahead_where_its_frames_compress_to_enough_
             return call
 
         # one env's frame ahead (its bytes), or the fast path's general form's (pure Python: no one-env form)
-        writer._frame_ahead = counted("_frame_ahead")  # type: ignore[method-assign]
-        writer._compress_ahead = counted("_compress_ahead")  # type: ignore[method-assign]
+        writer._continuing.start_frame_ahead = counted("start_frame_ahead")  # type: ignore[method-assign]
+        writer._continuing.start_ahead = counted("start_ahead")  # type: ignore[method-assign]
         for t in range(len(frames) - 1):
             store.add(frames[t], 0, 0.0, frames[t + 1], False, False)
         assert (len(calls) > 60) if ahead else not calls

@@ -314,8 +314,8 @@ def test_a_reference_stores_writer_takes_the_reference_policy(tmp_path: Path) ->
         with ReplayStore.create(tmp_path / f"{encoding}.mmr", frame_shape=(84, 84), capacity=64, num_envs=8,
                                 frame_encoding=encoding, decode_threads=2) as store:
             limit = store._files.reader.thread_limit  # 2, or 1 without the compiled pool
-            assert store._role._append_threads == compress_threads(8, 7056, limit, min_cores=min_cores)
-            assert limit == 1 or store._role._append_threads == (1 if encoding == "lz4" else 2)
+            assert store._role._continuing.append_threads == compress_threads(8, 7056, limit, min_cores=min_cores)
+            assert limit == 1 or store._role._continuing.append_threads == (1 if encoding == "lz4" else 2)
 
 
 def test_a_frame_compressed_ahead_takes_one_helper_from_four_cores_and_none_below() -> None:
@@ -335,7 +335,7 @@ def test_one_envs_reference_frame_goes_ahead_from_two_cores_and_a_plain_one_from
         with ReplayStore.create(tmp_path / f"{encoding}.mmr", frame_shape=(84, 84), capacity=64,
                                 frame_encoding=encoding, decode_threads=2) as store:
             limit = store._files.reader.thread_limit  # 2, or 1 without the compiled pool
-            assert store._role._ahead_threads == (2 if limit == 2 and encoding == "lz4-reference" else 1)
+            assert store._role._continuing.ahead_threads == (2 if limit == 2 and encoding == "lz4-reference" else 1)
 
 
 @given(count=st.integers(1, 10_000), frame_nbytes=st.integers(1, 1 << 20), limit=st.integers(1, 200))

@@ -186,9 +186,9 @@ def test_a_one_env_add_whose_row_cannot_be_reserved_raises_and_writes_nothing(
 
 def _helped_store(path: Path, **config: object) -> ReplayStore:
     """A one-env reference store whose every new frame goes to a helper, as from 2 usable cores (so the
-    add leaves it behind, ``Writer._settle``) on any machine."""
+    add leaves it behind, ``ContinuingFrames.settle``) on any machine."""
     store = ReplayStore.create(path, frame_shape=(16, 16), stack_size=4, frame_encoding="lz4-reference", **config)
-    store._role._ahead_threads = 2  # type: ignore[attr-defined]
+    store._role._continuing.ahead_threads = 2  # type: ignore[attr-defined]
     return store
 
 
@@ -255,15 +255,15 @@ def test_a_helped_add_leaves_its_frame_behind_and_the_next_read_writes_it(tmp_pa
     store = _helped_store(tmp_path / "s.mmr", capacity=100)
     store.add(frames[0], 0, 0.0, frames[1], False, False)  # the episode's first add: the general path
     store.add(frames[1], 1, 1.0, frames[2], False, False)
-    assert store._role._behind is not None and len(store) == 2  # type: ignore[attr-defined]
+    assert store._role._continuing.behind is not None and len(store) == 2  # type: ignore[attr-defined]
     written = store._role._frames.frames_written  # type: ignore[attr-defined]
     np.testing.assert_array_equal(store.read([1]).next_obs[0, -1], frames[2])
-    assert store._role._behind is None  # type: ignore[attr-defined]
+    assert store._role._continuing.behind is None  # type: ignore[attr-defined]
     assert store._role._frames.frames_written == written + 1  # type: ignore[attr-defined]
     store.add(frames[2], 2, 2.0, frames[3], False, False)
-    assert store._role._behind is not None  # type: ignore[attr-defined]
+    assert store._role._continuing.behind is not None  # type: ignore[attr-defined]
     store.flush()
-    assert store._role._behind is None  # type: ignore[attr-defined]
+    assert store._role._continuing.behind is None  # type: ignore[attr-defined]
     store.add(frames[3], 3, 3.0, frames[4], False, False)
     store.add(frames[4], 4, 4.0, frames[5], False, False)  # writes the frame its predecessor left
     store.close()
@@ -296,13 +296,13 @@ def test_a_left_behind_frame_whose_write_fails_fails_the_next_call_and_is_writte
     monkeypatch.setattr(ring, "append_reference_frames", append)
     for t in range(4):
         store.add(frames[t], t, float(t), frames[t + 1], False, False)
-    assert store._role._behind is not None  # type: ignore[attr-defined]
+    assert store._role._continuing.behind is not None  # type: ignore[attr-defined]
     full["on"] = True
     for call in (lambda: store.add(frames[4], 4, 4.0, frames[5], False, False), lambda: store.read([0]), store.flush):
         with pytest.raises(OSError) as failed:
             call()
         assert failed.value.errno == errno.ENOSPC
-        assert len(store) == 4 and store._role._behind is not None  # type: ignore[attr-defined]
+        assert len(store) == 4 and store._role._continuing.behind is not None  # type: ignore[attr-defined]
     full["on"] = False
     for t in range(4, 11):
         store.add(frames[t], t, float(t), frames[t + 1], False, False)

@@ -1,17 +1,22 @@
-"""How an add's new frames are compressed on the fast path: on how many of the pool's threads, and which
-go ahead on a helper (``lz4_codec.compress_ahead`` for plain frames, ``ReferenceFrameRing.encode_ahead``
+"""How an add's new frames are compressed and written on the fast path: on how many of the pool's threads,
+which go ahead on a helper (``lz4_codec.compress_ahead`` for plain frames, ``ReferenceFrameRing.encode_ahead``
 for reference frames, whose write takes a frame back from a helper that lost its core rather than wait for
 it): a vector add's while the add is checked (``start_ahead``), one env's once it is, from the bytes the
-add keeps, written by the writer's next call (``start_frame_ahead``)."""
+add keeps (``start_frame_ahead``), left behind for the writer's next call to write (``ContinuingFrames``).
+"""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from mmreplay.frames import lz4_codec
+from mmreplay.frames.encodings import FrameEncoder
+from mmreplay.frames.ring import FrameRing
 from mmreplay.frames.threads import (
     AHEAD_MIN_FRAME_BYTES,
     COMPRESS_MIN_CORES,
@@ -20,6 +25,7 @@ from mmreplay.frames.threads import (
     compress_threads,
 )
 from mmreplay.store.add_arguments import AddShapes
+from mmreplay.store.committer import Committer
 
 
 @dataclass(frozen=True)
@@ -80,3 +86,91 @@ def start_ahead(
         )
         return handle
     return lz4_codec.compress_ahead(next_obs[-1:] if next_obs.shape == shapes.stack else next_obs[None], threads=threads)
+
+
+class ContinuingFrames:
+    """The writer's fast path's new frames (each env's, continuing its episode): ``append`` writes them in
+    one compiled call; ``start_ahead`` and ``start_frame_ahead`` start them on a helper where
+    ``ahead_wanted``; and one env's frame may be left behind (``leave_behind``) for ``settle`` to write,
+    which the writer calls before anything else reads or writes frames or commits, so that its encode
+    overlaps the caller's env step instead of the add waiting for it. ``policy`` sets the threads;
+    ``recent_frame_bytes``, the bytes the recent appends took compressed (a moving average), is a plain
+    frame's gate against ``ahead_min_bytes``."""
+
+    def __init__(
+        self, frames: FrameRing, encoder: FrameEncoder, committer: Committer, shapes: AddShapes, *,
+        lock: threading.RLock, policy: CompressionPolicy,
+    ) -> None:
+        self._frames, self._encoder, self._committer, self._shapes, self._lock = frames, encoder, committer, shapes, lock
+        self.append_threads, self.ahead_threads = policy.append_threads, policy.ahead_threads
+        self.ahead_min_bytes = policy.ahead_min_bytes
+        self.recent_frame_bytes = 0.0
+        # The frame left behind: (its bytes, which the add kept; its prev_delta; its encode's handle, or None).
+        self.behind: tuple[bytes, int, object | None] | None = None
+
+    def ahead_wanted(self) -> bool:
+        """Whether an add's new frames go to a helper: there is one, and a plain frame's gate lets them."""
+        return self.ahead_threads > 1 and self.recent_frame_bytes >= self.ahead_min_bytes
+
+    def start_ahead(self, next_obs: object) -> object | None:
+        """The add's new frames started on awake helpers while the add is checked (``start_ahead``)."""
+        return start_ahead(
+            next_obs, self._shapes, frames=self._frames, groups=self._encoder.groups,
+            frame_tail=self._committer.committed.frame_tail, threads=self.ahead_threads,
+        )
+
+    def start_frame_ahead(self, frame: bytes) -> object | None:
+        """One env's new frame started on a helper (``start_frame_ahead``)."""
+        return start_frame_ahead(
+            frame, frames=self._frames, groups=self._encoder.groups, frame_tail=self._committer.committed.frame_tail,
+            threads=self.ahead_threads,
+        )
+
+    def fits(self, first_step: int, count: int) -> bool:
+        """Whether ``count`` envs' continuing transitions from ``first_step`` fit before the next commit
+        must make room. The room the general path makes before such an add: a reference store's makes room
+        for each env's largest add (2 * stack_size frames) before encoding, so that both paths commit at the
+        same adds."""
+        frames = count * 2 * self._shapes.stack_size if self._encoder.records_references else count
+        return self._committer.fits(first_step, new_rows=count, new_frames=frames)
+
+    def append(self, new_frames: npt.NDArray[Any] | bytes, prev_deltas: list[int], ahead: object | None) -> None:
+        """Append the new frames (one per env from env 0; one contiguous array, or its bytes) with their
+        ``prev_deltas`` at the ring's next frame steps: a reference store's in one compiled call with its
+        groups, rolled back if it fails (no frame may be encoded against one that was not written)."""
+        groups, bytes_before = self._encoder.groups, self._frames.bytes_written
+        if groups is None:
+            self._frames.append_frames(new_frames, prev_deltas, threads=self.append_threads, ahead=ahead)
+        else:
+            try:
+                self._frames.append_reference_frames(  # type: ignore[attr-defined]
+                    groups, new_frames, prev_deltas, frame_tail=self._committer.committed.frame_tail,
+                    threads=self.append_threads, ahead=ahead,
+                )
+            except BaseException:
+                self._encoder.rollback()
+                raise
+        if self.ahead_threads > 1 and self.ahead_min_bytes:  # a plain frame's gate: the bytes they took
+            self.recent_frame_bytes += (self._frames.bytes_written - bytes_before - self.recent_frame_bytes) / 8
+
+    def leave_behind(self, frame: bytes, prev_delta: int, ahead: object) -> None:
+        """Keep one env's frame, whose encode ``ahead`` started, for ``settle`` to write at the ring's next
+        frame step (the add that gives it that step has written its row and counted it)."""
+        self.behind = (frame, prev_delta, ahead)
+
+    def settle(self) -> None:
+        """Write the frame left behind, if any. An error leaves it behind, to be written (encoded again) by
+        the next call; the add that left it stays counted, as every add not yet committed, and a crash
+        loses it with them."""
+        if self.behind is None:
+            return
+        with self._lock:  # read again under it: a read in another thread may have written the frame meanwhile
+            if self.behind is None:
+                return
+            frame, prev_delta, ahead = self.behind
+            try:
+                self.append(frame, [prev_delta], ahead)
+            except BaseException:
+                self.behind = (frame, prev_delta, None)
+                raise
+            self.behind = None

@@ -43,7 +43,7 @@ from mmreplay.store.add_arguments import (
 from mmreplay.store.add_plans import AddPlan, plan_add, plan_run
 from mmreplay.store.autocommit import CommitSchedule, Committable
 from mmreplay.store.committer import Committer
-from mmreplay.store.frames_ahead import compression_policy, start_ahead, start_frame_ahead
+from mmreplay.store.frames_ahead import ContinuingFrames, compression_policy
 from mmreplay.store.env_episodes import (
     advance_all,
     continuations,
@@ -94,23 +94,19 @@ class Writer:
         # compared in place; with fields, the fast path's general form (``_add_single_frames``).
         self._one_env_fast = layout.num_envs == 1 and continuing_frame is not None and self._field_table is None
         self._values_form = one_env_values_form(self._add_shapes, terminated_bit=TERMINATED, truncated_bit=TRUNCATED)
-        # The fast path's compression (frames_ahead.compression_policy). Where there is a helper: the bytes
-        # the env's recent frames took compressed (a moving average), against ahead_min_bytes.
-        policy = compression_policy(
-            num_envs=layout.num_envs, frame_nbytes=self._frames.frame_nbytes, limit=files.reader.thread_limit,
-            reference=self._encoder.groups is not None, fast_add=self._fast_add,
-        )
-        self._append_threads, self._ahead_threads = policy.append_threads, policy.ahead_threads
-        self._ahead_min_bytes = policy.ahead_min_bytes
-        self._recent_frame_bytes = 0.0
-        # The new frame of the last one-env add, left for the writer's next call to write (``_settle``), so
-        # that its encode on a helper overlaps the caller's env step instead of the add waiting for it: (the
-        # frame's bytes, which the add kept; its prev_delta; its encode's handle, or None).
-        self._behind: tuple[bytes, int, object | None] | None = None
         # A sampler that applies priorities and the store's checks of them in one call (PrioritizedSampler).
         self._checked_update = priority_updates.checked_update_of(self._sampler)
         self.transitions_added = commit.transitions_added
         self._committer = Committer(files, commit, schedule)
+        # The fast path's new frames: their threads (frames_ahead.compression_policy), the helper they go
+        # ahead on, and one env's frame left behind for this writer's next call to write.
+        self._continuing = ContinuingFrames(
+            self._frames, self._encoder, self._committer, self._add_shapes, lock=self._lock,
+            policy=compression_policy(
+                num_envs=layout.num_envs, frame_nbytes=self._frames.frame_nbytes, limit=files.reader.thread_limit,
+                reference=self._encoder.groups is not None, fast_add=self._fast_add,
+            ),
+        )
         self._frames.remove_other_generations()
         self._episodes, self._env_frames_pending = load_env_episodes(
             self._table, files.reader, self._stored(), num_envs=layout.num_envs, stack_size=layout.stack_size
@@ -177,7 +173,7 @@ class Writer:
         """Run a read: nothing replaces what a writer reads but its own adds, under the same lock, with the
         frame the last add left behind written first (in the same hold of the lock: no add comes between)."""
         with self._lock:
-            self._settle()
+            self._continuing.settle()
             return read()
 
     def open_envs(self) -> set[int]:
@@ -194,7 +190,7 @@ class Writer:
     def flush(self) -> None:
         """Commit everything added so far."""
         with self._lock:
-            self._settle()
+            self._continuing.settle()
             self._committer.commit(self.transitions_added)
 
     def close(self) -> None:
@@ -203,7 +199,7 @@ class Writer:
             self.flush()
         finally:
             self._fast_add = False
-            self._behind = None  # a frame its commit could not write: its add was not committed
+            self._continuing.behind = None  # a frame its commit could not write: its add was not committed
             close_all([self.files.close, self._release_writer_lock])
 
     def cleared(self) -> Writer:
@@ -302,8 +298,7 @@ class Writer:
             if self._schedule.due(self.transitions_added):
                 self.flush()
             return
-        if self._behind is not None:
-            self._settle()
+        self._continuing.settle()
         values = None
         if fields is not None or self._field_table is not None:
             self.check_writable("add")
@@ -318,15 +313,13 @@ class Writer:
         ):
             # One env's add that its shortest form declined (an episode's first add, mostly) has no frame
             # ahead: the one it may have started is not this form's to take.
-            bytes_before, helped = self._frames.bytes_written, self._ahead_threads > 1 and not self._one_env_fast
-            ahead = self._compress_ahead(next_obs) if helped and self._recent_frame_bytes >= self._ahead_min_bytes else None
+            continuing = self._continuing
+            ahead = continuing.start_ahead(next_obs) if not self._one_env_fast and continuing.ahead_wanted() else None
             parsed = parse_single_frames(
                 self._add_shapes, obs, action, reward, next_obs, terminated, truncated,
                 terminated_bit=TERMINATED, truncated_bit=TRUNCATED,
             )
             if parsed is not None and self._add_single_frames(parsed, values, ahead):
-                if helped:
-                    self._note_frame_bytes(bytes_before)
                 if self._schedule.due(self.transitions_added):
                     self.flush()
                 return
@@ -351,7 +344,7 @@ class Writer:
     ) -> None:
         """``ReplayStore.add_encoded``: the send checked whole, then written run by run."""
         self.check_writable("add_encoded")
-        self._settle()
+        self._continuing.settle()
         if self._frames.frame_dtype != np.uint8:
             raise ValueError(
                 f"add_encoded takes uint8 frames; this store's frame_dtype is {self._frames.frame_dtype}: use add"
@@ -462,25 +455,6 @@ class Writer:
         if self._schedule.due(self.transitions_added):
             self.flush()
 
-    def _note_frame_bytes(self, bytes_before: int) -> None:
-        """Fold the bytes an add's new frames took compressed (the ring's bytes since ``bytes_before``) into
-        the env's recent frames' moving average, a plain frame's gate for going ahead."""
-        self._recent_frame_bytes += (self._frames.bytes_written - bytes_before - self._recent_frame_bytes) / 8
-
-    def _frame_ahead(self, frame: bytes) -> object | None:
-        """One env's new frame started on a helper (``frames_ahead.start_frame_ahead``)."""
-        return start_frame_ahead(
-            frame, frames=self._frames, groups=self._encoder.groups, frame_tail=self._committer.committed.frame_tail,
-            threads=self._ahead_threads,
-        )
-
-    def _compress_ahead(self, next_obs: object) -> object | None:
-        """The add's new frames started on awake helpers while the add is checked (``frames_ahead.start_ahead``)."""
-        return start_ahead(
-            next_obs, self._add_shapes, frames=self._frames, groups=self._encoder.groups,
-            frame_tail=self._committer.committed.frame_tail, threads=self._ahead_threads,
-        )
-
     def _add_single_frames(
         self, parsed: SingleFrames, fields: dict[str, npt.NDArray[Any]] | None, ahead: object | None = None
     ) -> bool:
@@ -490,7 +464,7 @@ class Writer:
         (test_fast_add checks the files byte for byte), in a third to a half of the time; False, with
         nothing written, when any of that does not hold."""
         first_step, first_frame = self.transitions_added, self._frames.frames_written
-        if not self._has_room(first_step, len(parsed.flags)):
+        if not self._continuing.fits(first_step, len(parsed.flags)):
             return False
         links = continuations(
             self._episodes, parsed.obs, stacked=parsed.stacked, first_frame=first_frame,
@@ -511,7 +485,7 @@ class Writer:
         """``_add_single_frames`` for a one-env store without user fields, shorter: the obs (a frame or a
         stack) is compared with the env's episode and the next_obs in place (``continuing_frame``), with no
         copy of it made and no parse of its own. Where a helper encodes its new frame, the frame is left
-        behind (``_settle``: written by the writer's next call) and the row written; else both now.
+        behind (``ContinuingFrames.settle``: written by the writer's next call) and the row written; else both now.
         Writes the same bytes (test_one_env_add); False, with nothing of it written, where the add is not
         one that continues the env's episode with one new frame (the longer forms then decide)."""
         shapes = self._add_shapes
@@ -535,54 +509,25 @@ class Writer:
             return False
         action_bytes, value, flags = values
         with self._lock:
-            bytes_before = self._frames.bytes_written
-            self._settle()  # the frame steps and the room this add needs count the frame left behind
+            continuing = self._continuing
+            continuing.settle()  # the frame steps and the room this add needs count the frame left behind
             first_frame = self._frames.frames_written
-            if not self._has_room(first_step, 1):
+            if not continuing.fits(first_step, 1):
                 return False
-            ahead = None
-            if self._ahead_threads > 1 and self._recent_frame_bytes >= self._ahead_min_bytes:
-                ahead = self._frame_ahead(frame)
+            ahead = continuing.start_frame_ahead(frame) if continuing.ahead_wanted() else None
             prev_delta = first_frame - episode.frame_steps[-1]
             if ahead is None:  # no helper encodes it: written now, before its row, as the other forms write
                 self._table.reserve_rows(first_step, 1)  # a full disk refuses the add before any write
-                self._append_continuing(frame, [prev_delta], None)
+                continuing.append(frame, [prev_delta], None)
             self._table.write_continuations(
                 first_step, frame_lead=first_frame - first_step, previous_steps=[episode.last_step],
                 rewards=[value], flags=[flags], actions=action_bytes,
             )
             if ahead is not None:
-                self._behind = (frame, prev_delta, ahead)
-            if self._ahead_min_bytes and self._frames.bytes_written > bytes_before:  # a plain frame's gate
-                self._note_frame_bytes(bytes_before)  # the frame settled, or this add's
+                continuing.leave_behind(frame, prev_delta, ahead)
             episode.advance(frame, first_frame, step=first_step, ended=bool(flags))
             self._count_added(first_step, 1)
         return True
-
-    def _settle(self) -> None:
-        """Write the frame the last one-env add left behind (``_add_one_env``), if any, at the frame step it
-        was given (the ring's next): before anything else reads or writes frames or commits. An error leaves
-        it behind, to be written (encoded again) by the next call; the add that left it stays counted, as
-        every add not yet committed, and a crash loses it with them."""
-        if self._behind is None:
-            return
-        with self._lock:  # read again under it: a read in another thread may have written the frame meanwhile
-            if self._behind is None:
-                return
-            new_frame, prev_delta, ahead = self._behind
-            try:
-                self._append_continuing(new_frame, [prev_delta], ahead)
-            except BaseException:
-                self._behind = (new_frame, prev_delta, None)
-                raise
-            self._behind = None
-
-    def _has_room(self, first_step: int, count: int) -> bool:
-        """Whether ``count`` envs' continuing transitions fit before the next commit must make room. The room
-        the general path makes before such an add: a reference store's makes room for each env's largest add
-        (2 * stack_size frames) before encoding, so that both paths commit at the same adds."""
-        frames = count * 2 * self._layout.stack_size if self._encoder.records_references else count
-        return self._committer.fits(first_step, new_rows=count, new_frames=frames)
 
     def _write_continuing(
         self, first_step: int, first_frame: int, previous_steps: list[int], prev_deltas: list[int],
@@ -596,32 +541,13 @@ class Writer:
             self._table.reserve_rows(first_step, len(flags))  # a full disk refuses the add before any write
             if fields:
                 self._field_table.write(first_step, fields)  # type: ignore[union-attr]
-            self._append_continuing(new_frames, prev_deltas, ahead)
+            self._continuing.append(new_frames, prev_deltas, ahead)
             self._table.write_continuations(
                 first_step, frame_lead=first_frame - first_step, previous_steps=previous_steps,
                 rewards=rewards, flags=flags, actions=actions,
             )
             advance_all(self._episodes, frames, flags, first_frame=first_frame, first_step=first_step)
             self._count_added(first_step, len(flags))
-
-    def _append_continuing(
-        self, new_frames: npt.NDArray[Any] | bytes, prev_deltas: list[int], ahead: object | None
-    ) -> None:
-        """Append the fast path's new frames (one per env from env 0; ``new_frames`` one contiguous array,
-        or its bytes) with their ``prev_deltas``: a reference store's in one compiled call with its groups,
-        rolled back if it fails (no frame may be encoded against one that was not written)."""
-        groups = self._encoder.groups
-        if groups is None:
-            self._frames.append_frames(new_frames, prev_deltas, threads=self._append_threads, ahead=ahead)
-            return
-        try:
-            self._frames.append_reference_frames(  # type: ignore[attr-defined]
-                groups, new_frames, prev_deltas, frame_tail=self._committer.committed.frame_tail,
-                threads=self._append_threads, ahead=ahead,
-            )
-        except BaseException:
-            self._encoder.rollback()
-            raise
 
     def _write(self, plan: AddPlan) -> None:
         """Write a planned add from the next transition step on (committing first where it needs room):
