@@ -116,7 +116,8 @@ setup(
         lz4_extension(
             "mmreplay._lz4batch",
             ("lz4batch_module", "lz4_decode", "work_pool", "frame_sources", "frame_entries", "crc32", "row_checksum",
-             "row_layout", "row_gather", "link_follow", "transition_read", "fast_add", "continuing_obs", "frame_compress",
+             "row_layout", "row_gather", "link_follow", "transition_read", "fast_add", "one_env_add", "continuing_obs",
+             "frame_compress",
              "reference_groups", "reference_ahead", "reference_encode", "reference_frame", "reference_decode",
              "reference_threads", "reference_plan", "reference_table", "key_frames", "referenced_decode",
              "argument_arrays"),

@@ -225,6 +225,7 @@ def test_a_reference_frame_encoded_ahead_that_is_not_the_added_frame_is_not_writ
     with ReplayStore.create(tmp_path / "s.mmr", frame_shape=(84, 84), capacity=50, frame_encoding=REFERENCE) as store:
         writer = store._role
         writer._continuing.ahead_threads = 2
+        writer._continuing._compiled = False  # its start_frame_ahead, not the add's one compiled call, posts
         ring, groups = writer._frames, writer._encoder.groups
         calls = {"n": 0}
 
@@ -366,9 +367,17 @@ def test_one_envs_frame_is_compressed_ahead_where_its_frames_compress_to_enough_
                 return start(frames)
             return call
 
-        # one env's frame ahead (its bytes), or the fast path's general form's (pure Python: no one-env form)
+        # one env's frame ahead (its bytes; a reference frame's in the one compiled call of its add), or the
+        # fast path's general form's (pure Python: no one-env form)
         writer._continuing.start_frame_ahead = counted("start_frame_ahead")  # type: ignore[method-assign]
         writer._continuing.start_ahead = counted("start_ahead")  # type: ignore[method-assign]
+        compiled = writer._continuing._continue_compiled
+
+        def continue_compiled(*args: object) -> object:
+            calls.append("continue_one_env")
+            return compiled(*args)
+
+        writer._continuing._continue_compiled = continue_compiled  # type: ignore[method-assign]
         for t in range(len(frames) - 1):
             store.add(frames[t], 0, 0.0, frames[t + 1], False, False)
         assert (len(calls) > 60) if ahead else not calls

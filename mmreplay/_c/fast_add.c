@@ -187,6 +187,54 @@ prev_deltas_of(PyObject *deltas, Py_ssize_t n)
     return prev;
 }
 
+long long
+append_reference_core(ReferenceGroups *groups, const char *frames, Py_ssize_t n, Py_ssize_t frame_nbytes,
+                      const uint32_t *prev, long long first_step, long long frame_tail, unsigned char *table,
+                      long long frame_slots, const EntryLayout *layout, uint32_t seed_multiplier, int descriptor,
+                      long long segment_start, long long offset, long long segment_bytes, int threads,
+                      AheadFrame *ahead)
+{
+    long long result = -2;
+    char *blocks = NULL;
+    int *lengths = PyMem_Malloc((size_t)n * sizeof(int));
+    int64_t *refs = PyMem_Malloc((size_t)n * sizeof(int64_t));
+    if (lengths == NULL || refs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    long long total = reference_groups_encode(groups, frames, n, frame_nbytes, first_step, frame_tail, threads, ahead,
+                                              &blocks, lengths, refs);
+    if (total < 0) {
+        goto done;
+    }
+    int max_length = layout->length_bytes == 2 ? 0xFFFF : INT_MAX, fits = offset + total <= segment_bytes;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        fits = fits && lengths[i] <= max_length;
+    }
+    if (!fits) { /* the caller's general path starts the next segment (it assigns the frames again) */
+        reference_groups_undo(groups);
+        result = -1;
+        goto done;
+    }
+    int failed;
+    Py_BEGIN_ALLOW_THREADS
+    failed = write_all(descriptor, blocks, (size_t)total, (off_t)offset) < 0;
+    Py_END_ALLOW_THREADS
+    if (failed) {
+        reference_groups_undo(groups);
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
+    write_entries(table, frame_slots, layout, first_step, n, segment_start + offset, blocks, lengths, prev, refs,
+                  seed_multiplier);
+    result = total;
+done:
+    PyMem_Free(blocks);
+    PyMem_Free(lengths);
+    PyMem_Free(refs);
+    return result;
+}
+
 PyObject *
 py_append_reference_frames(PyObject *module, PyObject *args)
 {
@@ -204,9 +252,6 @@ py_append_reference_frames(PyObject *module, PyObject *args)
         return NULL;
     }
     PyObject *result = NULL, *deltas = NULL;
-    char *blocks = NULL;
-    int *lengths = NULL;
-    int64_t *refs = NULL;
     uint32_t *prev = NULL;
     ReferenceGroups *groups = reference_groups_from(groups_arg);
     AheadFrame *ahead = groups == NULL ? NULL : ahead_frame_of(ahead_arg);
@@ -228,50 +273,46 @@ py_append_reference_frames(PyObject *module, PyObject *args)
                         "threads or entry layout out of range");
         goto done;
     }
-    lengths = PyMem_Malloc((size_t)n * sizeof(int));
-    refs = PyMem_Malloc((size_t)n * sizeof(int64_t));
     prev = prev_deltas_of(deltas, n);
-    if (lengths == NULL || refs == NULL || prev == NULL) {
-        if (!PyErr_Occurred()) {
-            PyErr_NoMemory();
-        }
+    if (prev == NULL) {
         goto done;
     }
-    long long total = reference_groups_encode(groups, frames.buf, n, frame_nbytes, first_step, frame_tail, threads,
-                                              ahead, &blocks, lengths, refs);
-    if (total < 0) {
-        goto done;
-    }
-    int max_length = layout.length_bytes == 2 ? 0xFFFF : INT_MAX, fits = offset + total <= segment_bytes;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        fits = fits && lengths[i] <= max_length;
-    }
-    if (!fits) { /* the caller's general path starts the next segment (it assigns the frames again) */
-        reference_groups_undo(groups);
-        result = PyLong_FromLong(-1);
-        goto done;
-    }
-    int failed;
-    Py_BEGIN_ALLOW_THREADS
-    failed = write_all(descriptor, blocks, (size_t)total, (off_t)offset) < 0;
-    Py_END_ALLOW_THREADS
-    if (failed) {
-        reference_groups_undo(groups);
-        PyErr_SetFromErrno(PyExc_OSError);
-        goto done;
-    }
-    write_entries((unsigned char *)table.buf, frame_slots, &layout, first_step, n, segment_start + offset, blocks,
-                  lengths, prev, refs, (uint32_t)seed_multiplier);
-    result = PyLong_FromLongLong(total);
+    long long total = append_reference_core(groups, frames.buf, n, frame_nbytes, prev, first_step, frame_tail,
+                                            (unsigned char *)table.buf, frame_slots, &layout,
+                                            (uint32_t)seed_multiplier, descriptor, segment_start, offset,
+                                            segment_bytes, threads, ahead);
+    result = total == -2 ? NULL : PyLong_FromLongLong(total);
 done:
-    PyMem_Free(blocks);
-    PyMem_Free(lengths);
-    PyMem_Free(refs);
     PyMem_Free(prev);
     Py_XDECREF(deltas);
     PyBuffer_Release(&frames);
     PyBuffer_Release(&table);
     return result;
+}
+
+void
+write_row(unsigned char *rows, long long row_slots, const RowLayout *layout, int64_t step, uint32_t frame_lead,
+          Py_ssize_t env, double reward, long flag, const char *action, long long before)
+{
+    Py_ssize_t row_size = layout->size;
+    unsigned char *row = rows + ring_slot(step, row_slots) * row_size;
+    float single = (float)reward;
+    uint32_t bits;
+    memcpy(&bits, &single, 4);
+    write_le(row + layout->next_delta, 0, layout->next_delta_bytes);
+    write_le(row + layout->frame_lead, frame_lead, 4);
+    if (layout->env_shift != 0) { /* env and flags share a word */
+        write_le(row + layout->env, (uint64_t)flag | (uint64_t)env << layout->env_shift, layout->env_bytes);
+    }
+    else {
+        write_le(row + layout->env, (uint64_t)env, layout->env_bytes);
+        row[layout->flags] = (unsigned char)flag;
+    }
+    write_le(row + layout->reward, bits, 4);
+    memcpy(row + layout->action, action, (size_t)layout->action_bytes);
+    write_le(row + layout->checksum, row_crc(row, row_size, step, layout->unchecked), 4);
+    write_le(rows + ring_slot(before, row_slots) * row_size + layout->next_delta, (uint64_t)(step - before),
+             layout->next_delta_bytes);
 }
 
 PyObject *
@@ -313,25 +354,8 @@ py_write_rows(PyObject *module, PyObject *args)
         if (PyErr_Occurred()) {
             goto done;
         }
-        int64_t step = first_step + i;
-        unsigned char *row = rows + ring_slot(step, row_slots) * row_size;
-        float single = (float)reward;
-        uint32_t bits;
-        memcpy(&bits, &single, 4);
-        write_le(row + layout->next_delta, 0, layout->next_delta_bytes);
-        write_le(row + layout->frame_lead, frame_lead, 4);
-        if (layout->env_shift != 0) { /* env and flags share a word */
-            write_le(row + layout->env, (uint64_t)flag | (uint64_t)i << layout->env_shift, layout->env_bytes);
-        }
-        else {
-            write_le(row + layout->env, (uint64_t)i, layout->env_bytes);
-            row[layout->flags] = (unsigned char)flag;
-        }
-        write_le(row + layout->reward, bits, 4);
-        memcpy(row + layout->action, (const char *)actions.buf + i * action_bytes, (size_t)action_bytes);
-        write_le(row + layout->checksum, row_crc(row, row_size, step, layout->unchecked), 4);
-        write_le(rows + ring_slot(before, row_slots) * row_size + layout->next_delta, (uint64_t)(step - before),
-                 layout->next_delta_bytes);
+        write_row(rows, row_slots, layout, first_step + i, (uint32_t)frame_lead, i, reward, flag,
+                  (const char *)actions.buf + i * action_bytes, before);
     }
     result = Py_NewRef(Py_None);
 done:

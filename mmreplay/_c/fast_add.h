@@ -7,6 +7,13 @@
 
 #include <Python.h>
 
+#include <stdint.h>
+
+#include "frame_entries.h"
+#include "reference_ahead.h"
+#include "reference_groups.h"
+#include "row_layout.h"
+
 /* append_frames(frames, prev_deltas, first_step, table, frame_slots, layout, seed_multiplier, descriptor,
  *               segment_start, offset, segment_bytes, threads[, ahead]) -> int
  *   FrameRing.append of frames compressed alone, given uncompressed (a Python loop over the frames costs
@@ -41,6 +48,19 @@ PyObject *py_append_reference_frames(PyObject *module, PyObject *args);
  *   transition before, gets its next_delta link to the new row. Table slots are steps mod row_slots;
  *   layout: row_layout(). */
 PyObject *py_write_rows(PyObject *module, PyObject *args);
+
+/* append_reference_frames after its arguments are parsed and checked (one_env_add's continue_one_env
+ * too): the bytes written, -1 (nothing written, the groups as they were) where they would run past the
+ * segment's end, -2 with a Python error. */
+long long append_reference_core(ReferenceGroups *groups, const char *frames, Py_ssize_t n, Py_ssize_t frame_nbytes,
+                                const uint32_t *prev, long long first_step, long long frame_tail,
+                                unsigned char *table, long long frame_slots, const EntryLayout *layout,
+                                uint32_t seed_multiplier, int descriptor, long long segment_start, long long offset,
+                                long long segment_bytes, int threads, AheadFrame *ahead);
+
+/* One row of write_rows: env's transition at step, and the link to it from the row of step before. */
+void write_row(unsigned char *rows, long long row_slots, const RowLayout *layout, int64_t step, uint32_t frame_lead,
+               Py_ssize_t env, double reward, long flag, const char *action, long long before);
 
 #define FAST_ADD_METHODS                                                                                           \
     {"append_frames", py_append_frames, METH_VARARGS,                                                              \

@@ -14,6 +14,8 @@
  *                    once or ahead while the caller works on (add's fast path, encode_frames)
  *   fast_add         append_frames, append_reference_frames, write_rows: add's fast path, its writes in
  *                    one call each
+ *   one_env_add      continue_one_env: one env's continuing add (the frame left behind, the new one
+ *                    posted, the row) in one call
  *   reference_groups reference_groups, encode_frame, groups_checkpoint, groups_rollback: a writer's
  *                    reference groups (which frame each is compressed against), for both of add's paths
  *   reference_ahead  encode_ahead, groups_taken_back: an add's frames encoded ahead on helpers, taken
@@ -38,6 +40,7 @@
 #include "frame_entries.h"
 #include "key_frames.h"
 #include "link_follow.h"
+#include "one_env_add.h"
 #include "lz4_api.h"
 #include "lz4_decode.h"
 #include "reference_ahead.h"
@@ -61,6 +64,7 @@ static PyMethodDef methods[] = {
     TRANSITION_READ_METHODS
     FAST_ADD_METHODS
     CONTINUING_OBS_METHODS
+    ONE_ENV_ADD_METHODS
     FRAME_COMPRESS_METHODS
     REFERENCE_GROUPS_METHODS
     REFERENCE_AHEAD_METHODS
@@ -80,8 +84,9 @@ static PyMethodDef methods[] = {
  * unchecked, follow_links' layout), reference groups and append_reference_frames, reference_decode. 7:
  * read_transitions' reference argument (a reference ring's batch in one call), reference_decode_entries,
  * encode_ahead and append_reference_frames' ahead. 8: referenced_decode. 9: continuing_frame. 10:
- * entry_layout (the entry functions' layout as its capsule, or the tuple). 11: one_env_values. */
-#define INTERFACE 11
+ * entry_layout (the entry functions' layout as its capsule, or the tuple). 11: one_env_values. 12:
+ * continue_one_env. */
+#define INTERFACE 12
 
 static struct PyModuleDef module_definition = {
     PyModuleDef_HEAD_INIT, "mmreplay._lz4batch",

@@ -259,6 +259,14 @@ py_encode_ahead(PyObject *module, PyObject *args)
                           &count, &offset, &stride)) {
         return NULL;
     }
+    return encode_ahead_start(capsule, env, step, &frame, frame_tail, threads, count, offset, stride);
+}
+
+PyObject *
+encode_ahead_start(PyObject *capsule, Py_ssize_t env, long long step, Py_buffer *frame_view, long long frame_tail,
+                   int threads, Py_ssize_t count, Py_ssize_t offset, Py_ssize_t stride)
+{
+    Py_buffer frame = *frame_view;
     ReferenceGroups *g = reference_groups_from(capsule);
     if (g == NULL || env < 0 || count < 1 || env > g->num_envs - count || offset < 0 || stride < 0
         || (count > 1 && stride < (Py_ssize_t)g->n) || threads < 1 || threads > POOL_MAX_THREADS

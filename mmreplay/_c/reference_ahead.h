@@ -54,6 +54,12 @@ uint8_t *ahead_take_copy(AheadFrame *a, Py_ssize_t env, int64_t step, const char
  *   for the next 64 calls after some were. */
 PyObject *py_encode_ahead(PyObject *module, PyObject *args);
 
+/* encode_ahead for a caller that parsed its arguments (one_env_add's continue_one_env): takes the frame's
+ * buffer, which the capsule then holds (released here where it returns None or fails). */
+PyObject *encode_ahead_start(PyObject *capsule, Py_ssize_t env, long long step, Py_buffer *frame_view,
+                             long long frame_tail, int threads, Py_ssize_t count, Py_ssize_t offset,
+                             Py_ssize_t stride);
+
 /* groups_taken_back(groups, helper_delay_ns=-1) -> int
  *   How many frames encoded ahead the adds took back from a helper that had not finished them; with
  *   helper_delay_ns >= 0, from now on each frame posted ahead is, where a helper runs it, held up that

@@ -237,6 +237,22 @@ class FrameRing:
         frame_bytes = np.frombuffer(frames, np.uint8).reshape(len(prev_deltas), -1)
         self.append([lz4_codec.compress(frame) for frame in frame_bytes], prev_deltas)
 
+    def compiled_append(self, count: int) -> tuple[int, object, int, object, int, int, int, int, int]:
+        """The ring's arguments of a compiled append of ``count`` frames at the next frame step, whose table
+        entries are then reserved (``_lz4batch.continue_one_env``'s): that step, the table, its slots and
+        layout, the seed multiplier, the descriptor of the segment the next byte goes to, that segment's
+        first ring position, the offset in it and the segment's size. ``appended`` counts what it wrote."""
+        first_step, position = self.frames_written, self.bytes_written
+        segment, offset = divmod(position, self.segment_bytes)
+        self._reserve_entries(first_step + count)
+        return (first_step, self._entries, self.frame_slots, self._layout, SEED_MULTIPLIER, self._descriptor_of(segment),
+                position - offset, offset, self.segment_bytes)
+
+    def appended(self, count: int, written: int) -> None:
+        """Count ``count`` frames of ``written`` bytes that a compiled append wrote at the next frame step."""
+        self.frames_written += count
+        self.bytes_written += written
+
     def _reserve_entries(self, frame_stop: int) -> None:
         """Reserve the frame table's blocks up to the entry of frame step ``frame_stop`` (exclusive)."""
         table_end = min(frame_stop, self.frame_slots) * self._format.size

@@ -305,6 +305,14 @@ class TransitionTable:
         for env in envs:
             self.link(previous_steps[env], first_step + env)
 
+    def continuation_arguments(self, first_step: int, frame_lead: int) -> tuple[object, int, object]:
+        """The table's arguments of a compiled write of the row at ``first_step`` with ``frame_lead``
+        (``_lz4batch.continue_one_env``'s): the rows' bytes, their slots and layout, once the lead is checked
+        and the row's blocks are reserved."""
+        self._check_lead(frame_lead)
+        self.reserve_rows(first_step, 1)
+        return self._bytes, self.row_slots, self._layout
+
     def _check_lead(self, frame_lead: int) -> None:
         """A row's frame_lead must fit its u32 field."""
         if frame_lead > _MAX_LEAD:

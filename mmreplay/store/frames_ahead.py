@@ -14,9 +14,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from mmreplay import extensions
 from mmreplay.frames import lz4_codec
 from mmreplay.frames.encodings import FrameEncoder
 from mmreplay.frames.ring import FrameRing
+from mmreplay.rows.transitions import TransitionTable
 from mmreplay.frames.threads import (
     AHEAD_MIN_FRAME_BYTES,
     COMPRESS_MIN_CORES,
@@ -26,6 +28,8 @@ from mmreplay.frames.threads import (
 )
 from mmreplay.store.add_arguments import AddShapes
 from mmreplay.store.committer import Committer
+
+_lz4batch = extensions.load("_lz4batch")
 
 
 @dataclass(frozen=True)
@@ -91,17 +95,21 @@ def start_ahead(
 class ContinuingFrames:
     """The writer's fast path's new frames (each env's, continuing its episode): ``append`` writes them in
     one compiled call; ``start_ahead`` and ``start_frame_ahead`` start them on a helper where
-    ``ahead_wanted``; and one env's frame may be left behind (``leave_behind``) for ``settle`` to write,
-    which the writer calls before anything else reads or writes frames or commits, so that its encode
-    overlaps the caller's env step instead of the add waiting for it. ``policy`` sets the threads;
-    ``recent_frame_bytes``, the bytes the recent appends took compressed (a moving average), is a plain
-    frame's gate against ``ahead_min_bytes``."""
+    ``ahead_wanted``; and one env's frame may be left behind (``continue_one``, which writes its row) for
+    ``settle`` to write, which the writer calls before anything else reads or writes frames or commits, so
+    that its encode overlaps the caller's env step instead of the add waiting for it. ``policy`` sets the
+    threads; ``recent_frame_bytes``, the bytes the recent appends took compressed (a moving average), is a
+    plain frame's gate against ``ahead_min_bytes``."""
 
     def __init__(
-        self, frames: FrameRing, encoder: FrameEncoder, committer: Committer, shapes: AddShapes, *,
-        lock: threading.RLock, policy: CompressionPolicy,
+        self, frames: FrameRing, encoder: FrameEncoder, committer: Committer, table: TransitionTable,
+        shapes: AddShapes, *, lock: threading.RLock, policy: CompressionPolicy,
     ) -> None:
         self._frames, self._encoder, self._committer, self._shapes, self._lock = frames, encoder, committer, shapes, lock
+        self._table = table
+        # One env's add in one compiled call (the frame left behind, the new one posted, the row) where a
+        # reference ring's frames go ahead: ``_continue_compiled``.
+        self._compiled = _lz4batch is not None and encoder.groups is not None
         self.append_threads, self.ahead_threads = policy.append_threads, policy.ahead_threads
         self.ahead_min_bytes = policy.ahead_min_bytes
         self.recent_frame_bytes = 0.0
@@ -126,13 +134,13 @@ class ContinuingFrames:
             threads=self.ahead_threads,
         )
 
-    def fits(self, first_step: int, count: int) -> bool:
+    def fits(self, first_step: int, count: int, *, pending: int = 0) -> bool:
         """Whether ``count`` envs' continuing transitions from ``first_step`` fit before the next commit
-        must make room. The room the general path makes before such an add: a reference store's makes room
-        for each env's largest add (2 * stack_size frames) before encoding, so that both paths commit at the
-        same adds."""
+        must make room, after ``pending`` frames not yet written (the frame left behind). The room the
+        general path makes before such an add: a reference store's makes room for each env's largest add
+        (2 * stack_size frames) before encoding, so that both paths commit at the same adds."""
         frames = count * 2 * self._shapes.stack_size if self._encoder.records_references else count
-        return self._committer.fits(first_step, new_rows=count, new_frames=frames)
+        return self._committer.fits(first_step, new_rows=count, new_frames=frames + pending)
 
     def append(self, new_frames: npt.NDArray[Any] | bytes, prev_deltas: list[int], ahead: object | None) -> None:
         """Append the new frames (one per env from env 0; one contiguous array, or its bytes) with their
@@ -153,10 +161,65 @@ class ContinuingFrames:
         if self.ahead_threads > 1 and self.ahead_min_bytes:  # a plain frame's gate: the bytes they took
             self.recent_frame_bytes += (self._frames.bytes_written - bytes_before - self.recent_frame_bytes) / 8
 
-    def leave_behind(self, frame: bytes, prev_delta: int, ahead: object) -> None:
-        """Keep one env's frame, whose encode ``ahead`` started, for ``settle`` to write at the ring's next
-        frame step (the add that gives it that step has written its row and counted it)."""
+    def continue_one(
+        self, frame: bytes, prev_delta: int, step: int, reward: float, flags: int, action: bytes, previous_step: int
+    ) -> None:
+        """One env's add that continues its episode (its transition at ``previous_step``) with ``frame``,
+        linked ``prev_delta`` back, as transition ``step`` (``Writer._add_one_env``, under the writer's lock,
+        ``fits`` checked with the frame left behind pending): the frame left behind written first; then,
+        where a helper encodes ``frame``, the row written and ``frame`` left behind (its add counted, for
+        ``settle`` to write at the next frame step), else both written now, the frame before its row."""
+        posted = False
+        if self._compiled and self.ahead_wanted():
+            left = self._continue_compiled(frame, prev_delta, step, reward, flags, action, previous_step)
+            if left:
+                return
+            posted = left is False  # asked a helper (and none took it): not again
+        self.settle()
+        first_frame = self._frames.frames_written
+        ahead = self.start_frame_ahead(frame) if not posted and self.ahead_wanted() else None
+        if ahead is None:  # no helper encodes it: written now, before its row, as the other forms write
+            self._table.reserve_rows(step, 1)  # a full disk refuses the add before any write
+            self.append(frame, [prev_delta], None)
+        self._table.write_continuations(
+            step, frame_lead=first_frame - step, previous_steps=[previous_step], rewards=[reward], flags=[flags],
+            actions=action,
+        )
+        if ahead is not None:
+            self.behind = (frame, prev_delta, ahead)
+
+    def _continue_compiled(
+        self, frame: bytes, prev_delta: int, step: int, reward: float, flags: int, action: bytes, previous_step: int
+    ) -> bool | None:
+        """``continue_one`` in one compiled call (``_lz4batch.continue_one_env``): True where it wrote the
+        frame left behind (if any) and the row, and left ``frame`` behind; False where it wrote the frame left
+        behind but no helper took ``frame`` (nothing of this add written); None where the frame left behind
+        runs past its segment's end (nothing written: the general way writes it)."""
+        assert _lz4batch is not None
+        behind, frames = self.behind, self._frames
+        old, old_delta, old_ahead = behind if behind is not None else (None, 0, None)
+        rows = self._table.continuation_arguments(step, frames.frames_written + (behind is not None) - step)
+        try:
+            result = _lz4batch.continue_one_env(
+                self._encoder.groups, old, old_delta, old_ahead, self._committer.committed.frame_tail,
+                self.append_threads, *frames.compiled_append(1), frame, self.ahead_threads, *rows, step, reward,
+                flags, action, previous_step,
+            )
+        except BaseException:  # nothing written: as ``settle``'s failure leaves it
+            if behind is not None:
+                self._encoder.rollback()
+                self.behind = (behind[0], old_delta, None)
+            raise
+        if result is None:
+            return None
+        written, ahead = result
+        if behind is not None:
+            frames.appended(1, written)
+            self.behind = None
+        if ahead is None:
+            return False
         self.behind = (frame, prev_delta, ahead)
+        return True
 
     def settle(self) -> None:
         """Write the frame left behind, if any. An error leaves it behind, to be written (encoded again) by

@@ -101,7 +101,7 @@ class Writer:
         # The fast path's new frames: their threads (frames_ahead.compression_policy), the helper they go
         # ahead on, and one env's frame left behind for this writer's next call to write.
         self._continuing = ContinuingFrames(
-            self._frames, self._encoder, self._committer, self._add_shapes, lock=self._lock,
+            self._frames, self._encoder, self._committer, self._table, self._add_shapes, lock=self._lock,
             policy=compression_policy(
                 num_envs=layout.num_envs, frame_nbytes=self._frames.frame_nbytes, limit=files.reader.thread_limit,
                 reference=self._encoder.groups is not None, fast_add=self._fast_add,
@@ -510,21 +510,14 @@ class Writer:
         action_bytes, value, flags = values
         with self._lock:
             continuing = self._continuing
-            continuing.settle()  # the frame steps and the room this add needs count the frame left behind
-            first_frame = self._frames.frames_written
-            if not continuing.fits(first_step, 1):
+            pending = continuing.behind is not None  # the frame the add before left behind: written first
+            first_frame = self._frames.frames_written + pending
+            if not continuing.fits(first_step, 1, pending=pending):
+                continuing.settle()
                 return False
-            ahead = continuing.start_frame_ahead(frame) if continuing.ahead_wanted() else None
-            prev_delta = first_frame - episode.frame_steps[-1]
-            if ahead is None:  # no helper encodes it: written now, before its row, as the other forms write
-                self._table.reserve_rows(first_step, 1)  # a full disk refuses the add before any write
-                continuing.append(frame, [prev_delta], None)
-            self._table.write_continuations(
-                first_step, frame_lead=first_frame - first_step, previous_steps=[episode.last_step],
-                rewards=[value], flags=[flags], actions=action_bytes,
+            continuing.continue_one(
+                frame, first_frame - episode.frame_steps[-1], first_step, value, flags, action_bytes, episode.last_step
             )
-            if ahead is not None:
-                continuing.leave_behind(frame, prev_delta, ahead)
             episode.advance(frame, first_frame, step=first_step, ended=bool(flags))
             self._count_added(first_step, 1)
         return True
