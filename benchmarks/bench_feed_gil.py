@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_feeds  # noqa: E402
 from bench_gpu_feed import fill  # noqa: E402
 from frame_streams import add_data_dir_argument, stream_path  # noqa: E402
-from machine import load_average  # noqa: E402
+from machine import ThreadWindow, load_average  # noqa: E402
 from peers import FrameStream, NumpyFrameRing  # noqa: E402
 
 from mmreplay import ReplayStore  # noqa: E402
@@ -57,8 +57,11 @@ class Learner:
         self.ops = ops
         self.a, self.b, self.c = torch.zeros(elements), torch.ones(elements), torch.empty(elements)
 
-    def updates_per_s(self, feed: Iterator[Any] | None, seconds: float) -> float:
+    def updates_per_s(self, feed: Iterator[Any] | None, seconds: float, window: ThreadWindow | None = None) -> float:
+        """Updates a second over ``seconds``; ``window``, if given, adds what this thread spent on them."""
         clock, updates = time.perf_counter, 0
+        if window is not None:
+            window.start()
         start = clock()
         while clock() - start < seconds:
             if feed is not None:
@@ -66,7 +69,10 @@ class Learner:
             for _ in range(self.ops):
                 torch.add(self.a, self.b, out=self.c)
             updates += 1
-        return updates / (clock() - start)
+        elapsed = clock() - start
+        if window is not None:
+            window.stop()
+        return updates / elapsed
 
 
 def open_feed(name: str, store: ReplayStore, ring: NumpyFrameRing, batch_size: int, seed: int, prefetch: int) -> Any:
@@ -97,25 +103,32 @@ def run_game(game: str, args: argparse.Namespace) -> list[dict[str, Any]]:
         feeds = args.feeds.split(",")
         kept: dict[str, list[float]] = {name: [] for name in feeds}
         alone: list[float] = []
+        # the learner thread's CPU time and context switches an update, alone and beside each feed
+        windows = {name: ThreadWindow() for name in ["alone", *feeds]}
+        updates = dict.fromkeys(windows, 0.0)
         for round_ in range(args.rounds):
             order = feeds if round_ % 2 == 0 else feeds[::-1]
             for name in order:
-                base = learner.updates_per_s(None, args.seconds)
+                base = learner.updates_per_s(None, args.seconds, windows["alone"])
                 feed = open_feed(name, store, ring, args.batch_size, args.seed + round_, args.prefetch)
                 try:
                     next(feed)
                     learner.updates_per_s(feed, args.warmup)
-                    fed = learner.updates_per_s(feed, args.seconds)
+                    fed = learner.updates_per_s(feed, args.seconds, windows[name])
                 finally:
                     feed.close()
                 alone.append(base)
                 kept[name].append(fed / base)
+                updates["alone"] += base * args.seconds
+                updates[name] += fed * args.seconds
         store.close()
     results = []
     for name in feeds:
         results.append({"game": game, "feed": name, "batch_size": args.batch_size, "ops": args.ops,
                         "prefetch": args.prefetch, "decode_threads": args.decode_threads,
                         "learner_alone_per_s": statistics.median(alone), "kept": quartiles(kept[name]),
+                        "learner_thread": windows[name].per_call(round(updates[name])),
+                        "learner_thread_alone": windows["alone"].per_call(round(updates["alone"])),
                         "rounds": args.rounds, "load": load_average()})
     return results
 
@@ -147,12 +160,15 @@ def main(argv: list[str] | None = None) -> None:
             for row in rows[-len(args.feeds.split(",")):]:
                 print(json.dumps(row), flush=True)
     if not args.json:
-        print(f"| game | feed | learner alone (updates/s) | kept median [q1, q3] |")
-        print("|---|---|---:|---:|")
+        print("| game | feed | learner alone (updates/s) | kept median [q1, q3] | learner thread an update: CPU us, "
+              "voluntary / involuntary switches (alone) |")
+        print("|---|---|---:|---:|---|")
         for row in rows:
-            k = row["kept"]
+            k, fed, alone = row["kept"], row["learner_thread"], row["learner_thread_alone"]
             print(f"| {row['game']} | {row['feed']} | {row['learner_alone_per_s']:,.0f} | "
-                  f"{k['median']:.3f} [{k['q1']:.3f}, {k['q3']:.3f}] |")
+                  f"{k['median']:.3f} [{k['q1']:.3f}, {k['q3']:.3f}] | {fed['cpu_us']:.0f}, {fed['voluntary']:.2f} / "
+                  f"{fed['involuntary']:.2f} ({alone['cpu_us']:.0f}, {alone['voluntary']:.2f} / "
+                  f"{alone['involuntary']:.2f}) |")
 
 
 if __name__ == "__main__":

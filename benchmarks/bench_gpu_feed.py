@@ -12,7 +12,11 @@ follow the store's default unless ``--frame-encoding`` names one (nvCOMP decode 
 target: kept >= 0.95 for mmreplay's device batches in every cell.
 
 A window is updates (batches, for ``none``) over ``--seconds`` after ``--warmup`` s, with the device
-synchronized every 20 updates and at the end. Each figure is one JSON line on stdout, flushed, so a run
+synchronized every 20 updates and at the end. With a learner, each feed's line also says what the learner's
+thread spent an update on beside it and beside the resident batch (``learner_thread``,
+``learner_thread_resident``: CPU microseconds, voluntary and involuntary context switches, CPU share of the
+wall time; ``machine.ThreadWindow``), which tells a wait for the GIL from a core taken by another thread
+from a slower core. Each figure is one JSON line on stdout, flushed, so a run
 cut short keeps what it measured; ``--budget`` stops starting figures after that many seconds. Then
 ``decode_parts`` lines: the device time (CUDA events) of each part of nvCOMP decoding a batch (the copy
 of the blocks, the decompression, the CRC check by the parity product and by nvCOMP's kernel, the gather)
@@ -41,6 +45,7 @@ import encoding_option  # noqa: E402
 import gpu_feeds  # noqa: E402
 from dqn_learner import DqnLearner  # noqa: E402
 from frame_streams import add_data_dir_argument, stream_path  # noqa: E402
+from machine import ThreadWindow  # noqa: E402
 from peers import FrameStream, NumpyFrameRing  # noqa: E402
 
 from mmreplay import ReplayStore  # noqa: E402
@@ -68,22 +73,29 @@ def fill(stream: FrameStream, capacity: int, directory: str, *, decode_threads: 
     return store, ring
 
 
-def rate(step, device: torch.device, *, seconds: float, warmup: float) -> tuple[float, int]:  # noqa: ANN001
+def rate(step, device: torch.device, *, seconds: float, warmup: float,  # noqa: ANN001
+         window: ThreadWindow | None = None) -> tuple[float, int]:
     """Calls of ``step`` per second over ``seconds`` after ``warmup``, the device synchronized every
-    ``SYNC_EVERY`` calls and before the clock stops."""
+    ``SYNC_EVERY`` calls and before the clock stops; ``window``, if given, adds what this thread spent on
+    the timed calls."""
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     clock = time.perf_counter
     start = clock()
     while clock() - start < warmup:
         step()
     sync()
+    if window is not None:
+        window.start()
     calls, start = 0, clock()
     while clock() - start < seconds:
         for _ in range(SYNC_EVERY):
             step()
         calls += SYNC_EVERY
         sync()
-    return calls / (clock() - start), calls
+    elapsed = clock() - start
+    if window is not None:
+        window.stop()
+    return calls / elapsed, calls
 
 
 def make_feed(name: str, store: ReplayStore, ring: NumpyFrameRing, batch_size: int, device: torch.device, seed: int,
@@ -149,13 +161,16 @@ def measure_group(game: str, batch_size: int, learner_name: str, feeds: list[str
                 continue
             fed = (lambda: learner.update(*next(feed)))  # noqa: E731
             alone = (lambda: learner.update(*next(resident)))  # noqa: E731
-            pairs, calls = [], 0
+            pairs, calls, alone_calls = [], 0, 0
+            windows = {fed: ThreadWindow(), alone: ThreadWindow()}  # the learner thread's, beside each
             for turn in range(args.rounds):
                 order = (alone, fed) if turn % 2 == 0 else (fed, alone)
                 measured = {}
                 for step in order:
-                    measured[step], count = rate(step, device, seconds=args.seconds, warmup=args.warmup)
+                    measured[step], count = rate(step, device, seconds=args.seconds, warmup=args.warmup,
+                                                 window=windows[step])
                     calls += count if step is fed else 0
+                    alone_calls += count if step is alone else 0
                 pairs.append((measured[fed], measured[alone]))
             resident_rates += [r for _, r in pairs]
         except Exception as error:
@@ -166,7 +181,9 @@ def measure_group(game: str, batch_size: int, learner_name: str, feeds: list[str
         ratios = sorted(f / r for f, r in pairs)
         emit(figure="updates_per_s", value=round(float(np.median([f for f, _ in pairs])), 1),
              kept=round(float(np.median(ratios)), 3), kept_low=round(ratios[0], 3), kept_high=round(ratios[-1], 3),
-             resident=round(float(np.median([r for _, r in pairs])), 1), rounds=len(pairs), calls=calls, **base)
+             resident=round(float(np.median([r for _, r in pairs])), 1), rounds=len(pairs), calls=calls,
+             learner_thread=windows[fed].per_call(calls), learner_thread_resident=windows[alone].per_call(alone_calls),
+             **base)
     if resident_rates:
         emit(figure="updates_per_s", value=round(float(np.median(resident_rates)), 1), kept=None,
              windows=len(resident_rates), game=game, batch_size=batch_size, learner=learner_name, feed="resident",
@@ -267,6 +284,15 @@ def table(path: Path) -> str:
             else:
                 cells.append(f"{found[0]['value']:,.0f} ({found[0]['kept']:.2f})")
         rows.append(f"| {game} | {batch} | {learner} | " + " | ".join(cells) + " |")
+    threads = [f for f in figures if f.get("learner_thread")]
+    if threads:  # why a learner kept less: its thread's CPU an update and its switches, beside the feed (resident)
+        rows += ["", "| game | batch | learner | feed | CPU us an update | voluntary switches | involuntary switches |",
+                 "|---|---:|---|---|---:|---:|---:|"]
+        for f in threads:
+            fed, resident = f["learner_thread"], f["learner_thread_resident"]
+            rows.append(f"| {f['game']} | {f['batch_size']} | {f['learner']} | {f['feed']} | {fed['cpu_us']:,.0f} "
+                        f"({resident['cpu_us']:,.0f}) | {fed['voluntary']:.2f} ({resident['voluntary']:.2f}) | "
+                        f"{fed['involuntary']:.2f} ({resident['involuntary']:.2f}) |")
     parts = [f for f in lines if f["figure"] == "decode_parts"]
     if parts:
         rows += ["", "| game | batch | " + " | ".join(dict.fromkeys(p["part"] for p in parts)) + " |"]

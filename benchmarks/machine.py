@@ -1,5 +1,6 @@
 """What the benchmarks read about the machine they run on: this process's anonymous memory, the memory
-available, the file system a directory is on, the load, and how to push a file out of the page cache.
+available, the file system a directory is on, the load, how to push a file out of the page cache, and what
+the calling thread spent a window on (its CPU time and context switches).
 
 Linux only (``/proc``).
 """
@@ -35,6 +36,55 @@ def mem_available() -> int:
 def load_average() -> float:
     """The one-minute load average: above ~1 on this 2-core machine, timings are shared with others."""
     return os.getloadavg()[0]
+
+
+class ThreadWindow:
+    """What the calling thread did between ``start()`` and ``stop()``: wall and CPU seconds, and its
+    voluntary and involuntary context switches (``/proc/thread-self/status``; 0 where it cannot be read).
+
+    Where a learner's thread keeps less of its rate beside a feed, these say why: a wait for the GIL (or any
+    lock) is a voluntary switch with no CPU time; another thread taking its core is an involuntary one; a
+    slower core (a lower clock while every core decodes, memory shared) is more CPU time an update with
+    neither."""
+
+    def __init__(self) -> None:
+        self.wall = self.cpu = 0.0
+        self.voluntary = self.involuntary = 0
+        self._started: tuple[float, float, int, int] | None = None
+
+    @staticmethod
+    def _switches() -> tuple[int, int]:
+        try:
+            with open("/proc/thread-self/status") as lines:
+                found = dict(line.split(":", 1) for line in lines if "ctxt_switches" in line)
+            return int(found["voluntary_ctxt_switches"]), int(found["nonvoluntary_ctxt_switches"])
+        except (OSError, KeyError, ValueError):
+            return 0, 0
+
+    def start(self) -> None:
+        import time
+
+        self._started = (time.perf_counter(), time.thread_time(), *self._switches())
+
+    def stop(self) -> None:
+        import time
+
+        assert self._started is not None, "stop() before start()"
+        wall, cpu, voluntary, involuntary = self._started
+        now_voluntary, now_involuntary = self._switches()
+        self.wall += time.perf_counter() - wall
+        self.cpu += time.thread_time() - cpu
+        self.voluntary += now_voluntary - voluntary
+        self.involuntary += now_involuntary - involuntary
+        self._started = None
+
+    def per_call(self, calls: int) -> dict[str, float]:
+        """Per call of the window: CPU microseconds, voluntary and involuntary switches; and the CPU's
+        share of the wall time."""
+        calls = max(calls, 1)
+        return {"cpu_us": round(1e6 * self.cpu / calls, 1), "voluntary": round(self.voluntary / calls, 3),
+                "involuntary": round(self.involuntary / calls, 3),
+                "cpu_share": round(self.cpu / self.wall, 3) if self.wall > 0 else 0.0}
 
 
 def on_tmpfs(path: str) -> bool:
