@@ -111,6 +111,8 @@ def make_feed(name: str, store: ReplayStore, ring: NumpyFrameRing, batch_size: i
     if name.startswith("mmreplay-host-p"):  # mmreplay-host-p8: batches(device=..., prefetch=8)
         return gpu_feeds.MmreplayDevice(store, batch_size, device, seed, decode="host",
                                         prefetch=int(name.removeprefix("mmreplay-host-p")))
+    if name == "mmreplay-host-idle":  # its thread and the decode pool's helpers at SCHED_IDLE while it runs
+        return gpu_feeds.MmreplayDevice(store, batch_size, device, seed, decode="host", idle=True)
     if name.startswith("mmreplay-host-g"):  # mmreplay-host-g1: batches(device=..., group=1)
         return gpu_feeds.MmreplayDevice(store, batch_size, device, seed, decode="host",
                                         group=int(name.removeprefix("mmreplay-host-g")))
@@ -121,7 +123,7 @@ def make_feed(name: str, store: ReplayStore, ring: NumpyFrameRing, batch_size: i
         return gpu_feeds.MmreplayDevice(store, batch_size, device, seed,
                                         decode="device" if name == "mmreplay-nvcomp" else "host")
     raise ValueError(f"unknown feed {name!r}: expected one of {', '.join(FEEDS)} or mmreplay-host-p<prefetch>, "
-                     "mmreplay-host-t<decode threads>, mmreplay-host-g<batches a read>")
+                     "mmreplay-host-t<decode threads>, mmreplay-host-g<batches a read>, mmreplay-host-idle")
 
 
 def measure_group(game: str, batch_size: int, learner_name: str, feeds: list[str], store: ReplayStore,

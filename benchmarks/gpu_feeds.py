@@ -11,11 +11,14 @@ as tensors on the device, one batch per ``next()``.
 - ``MmreplayInline``: ``store.sample(B, out=...)`` (obs and next_obs one array of 5 frames a row), pinned
   and copied on the learner's thread.
 - ``MmreplayDevice``: ``store.batches(B, device=..., decode="host" | "device")``, at its default depth or
-  ``prefetch=``, from the store or from a reader of it opened with its own ``decode_threads``.
+  ``prefetch=``, from the store or from a reader of it opened with its own ``decode_threads``; with
+  ``idle=True`` its thread and the decode pool's helpers run at ``SCHED_IDLE`` while it is open
+  (``IdleThreads``): they then never take a core from the learner's thread, only cores left idle.
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from collections.abc import Iterator
@@ -183,14 +186,56 @@ class MmreplayInline:
         pass
 
 
+class IdleThreads:
+    """Threads of this process at ``SCHED_IDLE`` until ``restore()``: the Linux scheduler runs them only on
+    cores nothing else wants, and never lets one preempt a normal thread (the learner's), which a decode
+    helper woken on the learner's core otherwise may. ``threads``: native thread ids; the decode pool's
+    helpers are the threads named ``mmreplay-pool``. A benchmark's experiment, not the library's policy."""
+
+    def __init__(self, threads: list[int]) -> None:
+        self.changed: list[int] = []
+        for tid in threads:
+            try:
+                os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+                self.changed.append(tid)
+            except OSError:  # a thread that ended meanwhile
+                pass
+
+    @staticmethod
+    def pool_helpers() -> list[int]:
+        found = []
+        for name in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{name}/comm") as comm:
+                    if comm.read().strip() == "mmreplay-pool":
+                        found.append(int(name))
+            except OSError:
+                pass
+        return found
+
+    def restore(self) -> None:
+        for tid in self.changed:
+            try:
+                os.sched_setscheduler(tid, os.SCHED_OTHER, os.sched_param(0))
+            except OSError:
+                pass
+        self.changed = []
+
+
 class MmreplayDevice:
     def __init__(self, store, batch_size: int, device: torch.device, seed: int, *, decode: str,  # noqa: ANN001
-                 prefetch: int | None = None, owned: bool = False, group: int | None = None) -> None:
+                 prefetch: int | None = None, owned: bool = False, group: int | None = None,
+                 idle: bool = False) -> None:
         more: dict[str, int] = {} if prefetch is None else {"prefetch": prefetch}
         if group is not None:
             more["group"] = group
         self.store = store if owned else None  # a reader opened for this feed, closed with it
         self.batches: Iterator = store.batches(batch_size, device=device, decode=decode, rng=seed, **more)
+        self.idle: IdleThreads | None = None
+        if idle:  # the batches' thread and the pool's helpers (started by its first read) at SCHED_IDLE
+            next(self.batches)
+            thread = self.batches.prefetcher._thread.native_id  # type: ignore[attr-defined]
+            self.idle = IdleThreads([thread, *IdleThreads.pool_helpers()])
 
     def __next__(self) -> Tensors:
         batch = next(self.batches)
@@ -198,5 +243,7 @@ class MmreplayDevice:
 
     def close(self) -> None:
         self.batches.close()
+        if self.idle is not None:
+            self.idle.restore()
         if self.store is not None:
             self.store.close()

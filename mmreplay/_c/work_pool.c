@@ -228,6 +228,9 @@ pool_helper(void *unused)
 {
     (void)unused;
     on_helper = 1;
+#ifdef __linux__
+    pthread_setname_np(pthread_self(), "mmreplay-pool"); /* in top -H, perf, /proc/<pid>/task/<tid>/comm */
+#endif
     uint32_t seen = atomic_load(&pool.start_generation);
     uint32_t taken = atomic_load(&pool.start_posts); /* posts when this helper last took pool.current */
     for (;;) {
