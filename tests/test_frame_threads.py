@@ -545,3 +545,21 @@ def test_create_refuses_a_decode_threads_that_is_not_none_or_1_to_the_maximum_be
     for mode in ("r", "r+"):
         with pytest.raises(error, match="^decode_threads must be None"):
             ReplayStore.open(tmp_path / "t.mmr", mode, decode_threads=value)  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(not codec.ACCELERATED or not os.path.isdir("/proc/self/task"), reason=NOT_BUILT + " (or no /proc)")
+def test_the_pools_helper_threads_are_named_mmreplay_pool() -> None:
+    """Once a batch decodes on several threads, the pool's helpers are this process's threads named
+    ``mmreplay-pool`` (what ``top -H`` shows, and how benchmarks/gpu_feeds.IdleThreads finds them)."""
+    segments = Segments(POOL_FRAMES)
+    picks = np.arange(200) % len(segments.frames)
+    bad, out = segments.decode(picks, accelerated=True, threads=4)
+    assert bad == -1 and np.array_equal(out, segments.frames[picks])
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as comm:
+                names.append(comm.read().strip())
+        except OSError:  # a thread that ended meanwhile
+            pass
+    assert "mmreplay-pool" in names, names
