@@ -2,9 +2,10 @@
 # A change to the add path (or the pool) measured against the code before it, on a lent GPU box, in one call:
 # build this tree and BASE's package, run the pool and add-path tests, then bench_adds.py (plain and reference
 # frames, one env with and without its helper, 8 envs; each reference form's frames-ahead counts) for this
-# tree and BASE in turns (this, base, this, base), each in its own process; then the prioritized benchmark
-# against cpprb (1x1 frames) and, as the budget allows, the eager learner's kept cells, the device batches' tests
-# on CUDA (test_device_batches: groups of batches read at once among them) and PER on Pong frames. BASE's tree travels as
+# tree and BASE in turns (this, base, three times each: the last box's speed drifted ~25% between turns of one
+# tree), each in its own process; then the prioritized benchmark against cpprb (1x1 frames) and, as the budget
+# allows, the device batches' tests on CUDA (test_device_batches: groups of batches read at once among them),
+# the eager learner's kept cells (eager_box.sh measures them with more rounds) and PER on Pong frames. BASE's tree travels as
 # $CARRY/base.tar (`git archive BASE mmreplay setup.py`, made by scripts/gpu_box_carry.py --base BASE).
 #     python scripts/gpu_box_carry.py --base BASE --no-wheels   # here
 #     bash benchmarks/adds_box.sh                                # the device tool: carry [".devcarry"], timeout_s 500
@@ -58,8 +59,10 @@ stage "adds: this tree (1)" 30 "adds_turn new 1"
 stage "adds: base (2)" 30 "adds_turn base 2"
 stage "adds: this tree (3)" 30 "adds_turn new 3"
 stage "adds: base (4)" 30 "adds_turn base 4"
+stage "adds: this tree (5)" 30 "adds_turn new 5"
+stage "adds: base (6)" 30 "adds_turn base 6"
 stage "prioritized vs cpprb" 35 prioritized
-stage "bench_gpu_feed (eager)" 130 gpu_feed
 stage "device batches on CUDA" 60 device_batch_tests
+stage "bench_gpu_feed (eager)" 130 gpu_feed
 stage "prioritized vs cpprb, Pong frames" 90 prioritized_pong
 finish
