@@ -361,3 +361,31 @@ def test_samples_in_another_thread_see_every_counted_adds_frames(tmp_path: Path)
         sampler.join(90)
     assert not sampler.is_alive() and not failures, failures[:3]
     store.close()
+
+
+def test_the_one_compiled_call_checks_every_argument_before_writing_the_frame_left_behind(tmp_path: Path) -> None:
+    """``continue_one_env`` refuses arguments out of range (a frame of another size than the one left behind
+    or the groups', a previous step that is not before the row's) with a ValueError before anything is
+    written: the frame left behind is still behind and unwritten, and the adds that follow read back."""
+    frames = np.random.default_rng(4).integers(0, 8, (10, 16, 16), dtype=np.uint8)
+    store = _helped_store(tmp_path / "s.mmr", capacity=100)
+    for t in range(3):
+        store.add(frames[t], t, float(t), frames[t + 1], False, False)
+    role = store._role  # type: ignore[attr-defined]
+    continuing, written = role._continuing, role._frames.frames_written
+    assert continuing.behind is not None
+    step, previous = len(store), len(store) - 1
+    action = np.zeros((), role._add_shapes.action_dtype).tobytes()  # the row's action bytes, as they should be
+    for frame, previous_step in ((frames[4].tobytes()[:-1], previous), (frames[4].tobytes(), step)):
+        with role._lock, pytest.raises(ValueError, match="continue_one_env"):
+            continuing._continue_compiled(frame, 1, step, 0.0, 0, action, previous_step)
+        assert continuing.behind is not None and role._frames.frames_written == written
+    store.flush()  # nothing left behind: the frame's size is checked against the groups' own
+    assert continuing.behind is None
+    with role._lock, pytest.raises(ValueError, match="continue_one_env"):
+        continuing._continue_compiled(frames[4].tobytes()[:-1], 1, step, 0.0, 0, action, previous)
+    assert continuing.behind is None and role._frames.frames_written == written + 1
+    for t in range(3, 9):
+        store.add(frames[t], t, float(t), frames[t + 1], False, False)
+    np.testing.assert_array_equal(store.read(np.arange(9)).next_obs[:, -1], frames[1:10])
+    store.close()

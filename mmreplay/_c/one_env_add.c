@@ -8,6 +8,7 @@
 #include "frame_entries.h"
 #include "one_env_add.h"
 #include "reference_ahead.h"
+#include "reference_anchors.h"
 #include "reference_groups.h"
 #include "row_layout.h"
 #include "work_pool.h"
@@ -75,7 +76,7 @@ py_continue_one_env(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     int has_behind = behind != Py_None;
     long long frame_step = frames_written + has_behind, lead = frame_step - step;
-    if ((has_behind && PyBytes_GET_SIZE(behind) != frame.len) || frame.len <= 0 || frames_written < 0
+    if ((has_behind && PyBytes_GET_SIZE(behind) != frame.len) || (size_t)frame.len != groups->n || frames_written < 0
         || prev_delta < 0 || prev_delta > UINT32_MAX || offset < 0 || offset > segment_bytes || segment_start < 0
         || threads < 1 || threads > POOL_MAX_THREADS || post_threads < 1 || post_threads > POOL_MAX_THREADS
         || layout.ref_bytes == 0 || seed_multiplier < 0 || seed_multiplier > UINT32_MAX || row_slots <= 0
@@ -100,7 +101,7 @@ py_continue_one_env(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     /* From here on nothing fails: the frame left behind is written, and the caller must count it. */
     PyObject *ahead = encode_ahead_start(args[0], 0, frame_step, &frame, frame_tail, (int)post_threads, 1, 0, 0);
     frame = (Py_buffer){0}; /* the capsule holds it, or encode_ahead_start released it */
-    if (ahead == NULL) {    /* a memory error: the caller writes the frame itself */
+    if (ahead == NULL) {    /* a memory error (the arguments were checked above): the caller writes the frame */
         PyErr_Clear();
         ahead = Py_NewRef(Py_None);
     }
