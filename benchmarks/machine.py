@@ -8,6 +8,7 @@ Linux only (``/proc``).
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 
@@ -62,13 +63,9 @@ class ThreadWindow:
             return 0, 0
 
     def start(self) -> None:
-        import time
-
         self._started = (time.perf_counter(), time.thread_time(), *self._switches())
 
     def stop(self) -> None:
-        import time
-
         assert self._started is not None, "stop() before start()"
         wall, cpu, voluntary, involuntary = self._started
         now_voluntary, now_involuntary = self._switches()

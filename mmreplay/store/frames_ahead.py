@@ -18,7 +18,6 @@ from mmreplay import extensions
 from mmreplay.frames import lz4_codec
 from mmreplay.frames.encodings import FrameEncoder
 from mmreplay.frames.ring import FrameRing
-from mmreplay.rows.transitions import TransitionTable
 from mmreplay.frames.threads import (
     AHEAD_MIN_FRAME_BYTES,
     COMPRESS_MIN_CORES,
@@ -26,6 +25,7 @@ from mmreplay.frames.threads import (
     ahead_threads,
     compress_threads,
 )
+from mmreplay.rows.transitions import TransitionTable
 from mmreplay.store.add_arguments import AddShapes
 from mmreplay.store.committer import Committer
 
@@ -59,15 +59,6 @@ def compression_policy(*, num_envs: int, frame_nbytes: int, limit: int, referenc
     else:
         ahead = ahead_threads(1, frame_nbytes, limit) if num_envs == 1 else 1
     return CompressionPolicy(append, ahead, 0 if reference else AHEAD_MIN_FRAME_BYTES)
-
-
-def start_frame_ahead(frame: bytes, *, frames: Any, groups: object, frame_tail: int, threads: int) -> object | None:
-    """One env's new frame (the bytes its add keeps, which no caller can change) started on an awake
-    helper: a handle its write takes, or None. ``frames``, ``groups``: as ``start_ahead``'s."""
-    if groups is not None:
-        handle: object = frames.encode_ahead(groups, frame, frame_tail=frame_tail, threads=threads)
-        return handle
-    return lz4_codec.compress_ahead(frame, threads=threads, count=1)
 
 
 def start_ahead(
@@ -128,11 +119,15 @@ class ContinuingFrames:
         )
 
     def start_frame_ahead(self, frame: bytes) -> object | None:
-        """One env's new frame started on a helper (``start_frame_ahead``)."""
-        return start_frame_ahead(
-            frame, frames=self._frames, groups=self._encoder.groups, frame_tail=self._committer.committed.frame_tail,
-            threads=self.ahead_threads,
-        )
+        """One env's new frame (the bytes its add keeps, which no caller can change) started on an awake
+        helper: a handle its write takes, or None."""
+        groups = self._encoder.groups
+        if groups is not None:
+            handle: object = self._frames.encode_ahead(  # type: ignore[attr-defined]
+                groups, frame, frame_tail=self._committer.committed.frame_tail, threads=self.ahead_threads
+            )
+            return handle
+        return lz4_codec.compress_ahead(frame, threads=self.ahead_threads, count=1)
 
     def fits(self, first_step: int, count: int, *, pending: int = 0) -> bool:
         """Whether ``count`` envs' continuing transitions from ``first_step`` fit before the next commit
