@@ -8,7 +8,7 @@ each env replays the stream from its own episode start). Each block's rate is ta
 the thread's CPU time (steadier on a machine shared with other jobs); the medians are printed, and with
 ``--json`` one JSON line per figure. Where the store compresses one env's new frame ahead on a helper
 (from 4 usable cores), a third form adds the same way with that switched off (the writer's private
-``_continuing.ahead_threads``), so that the run shows what the helper buys; for reference stores a line after each
+``_continuing.ahead_threads``; ``switch_helper_off``), so that the run shows what the helper buys; for reference stores a line after each
 form says what the frames encoded ahead did (asked, posted to a helper, run on one, taken, taken back,
 and the nanoseconds the adds waited for helpers: near 0 where a helper hides the whole encode).
 Building the inputs (the stacks) is the env's job and is not timed; the store's automatic commits are
@@ -98,6 +98,22 @@ def ahead_counts(store: ReplayStore) -> dict[str, int] | None:
     return None if groups is None or counts is None else dict(counts(groups))
 
 
+def switch_helper_off(helped: ReplayStore, unhelped: ReplayStore) -> bool:
+    """Switch off ``unhelped``'s helper for one env's new frames where ``helped`` (a store like it) has one;
+    False where it has none. The setting is the writer's private ``_continuing.ahead_threads`` since
+    0f306cb and ``_ahead_threads`` before: adds_box.sh runs this script with older trees' packages too."""
+    def owner(store: ReplayStore) -> tuple[object, str]:
+        writer = store._role  # type: ignore[attr-defined]
+        continuing = getattr(writer, "_continuing", None)
+        return (writer, "_ahead_threads") if continuing is None else (continuing, "ahead_threads")
+
+    source, name = owner(helped)
+    if getattr(source, name) <= 1:
+        return False
+    setattr(*owner(unhelped), 1)
+    return True
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--games", default="pong,mspacman,seaquest")
@@ -132,9 +148,8 @@ def main(argv: list[str] | None = None) -> None:
                         stack_size=STACK, num_envs=envs, frame_encoding=create_encoding(encoding))
                     forms[encoding, name] = (feed, envs)
                 helped, unhelped = (encoding, "1 env, stacks, Python scalars"), (encoding, "1 env, stacks, Python scalars, no helper")
-                if stores[helped]._role._continuing.ahead_threads > 1:  # type: ignore[attr-defined]
-                    stores[unhelped]._role._continuing.ahead_threads = 1  # type: ignore[attr-defined]
-                else:  # no helper to switch off (under 4 usable cores): the form would repeat the first
+                if not switch_helper_off(stores[helped], stores[unhelped]):
+                    # no helper to switch off (under 2 or 4 usable cores): the form would repeat the first
                     stores.pop(unhelped).close()
                     forms.pop(unhelped)
             rates: dict[tuple[str, str], list[tuple[float, float]]] = {key: [] for key in forms}

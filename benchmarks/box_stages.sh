@@ -11,6 +11,10 @@
 CARRY=${CARRY:-.devcarry}
 PYTHON=${PYTHON:-python3}
 BENCH_ARGS=${BENCH_ARGS:-}
+# The eager learner's cells that missed kept >= 0.95 on the last box (MsPacman and Seaquest, batch 256), 6
+# rounds each, for the device batches' default, its thread and decode helpers at SCHED_IDLE
+# (mmreplay-host-idle), group=1 and decode_threads=2 and 4: the stage that eager_box.sh and adds_box.sh run.
+EAGER_CELLS_ARGS="--learners eager --feeds resident,mmreplay-host,mmreplay-host-idle,mmreplay-host-g1,mmreplay-host-t2,mmreplay-host-t4 --games mspacman,seaquest --batch-sizes 256 --seconds 0.5 --rounds 6 --warmup 0.15 --decode-repeats 0"
 ADDS_ARGS=${ADDS_ARGS:-}
 SAMPLING_ARGS=${SAMPLING_ARGS:-}
 OUT=${OUT:-/tmp/${NAME}_out}
@@ -174,6 +178,26 @@ encodings() {
         --rounds 7 --window 0.25 --json "$OUT/bench.jsonl" --tmpdir "$WORK"
 }
 
-export OUT CARRY PYTHON BUDGET BENCH_ARGS ADDS_ARGS SAMPLING_ARGS WORK SITE LIBS HEADERS STARTED
+base_tree() {
+    # BASE's package (``$CARRY/base.tar``: `git archive BASE mmreplay setup.py`, made by
+    # scripts/gpu_box_carry.py --base BASE), built in its own folder for adds_turn's base turns.
+    local base=$WORK/base
+    rm -rf "$base" && mkdir -p "$base" && tar xf "$CARRY/base.tar" -C "$base" || return 1
+    (cd "$base" && "$PYTHON" setup.py build_ext --inplace -j 8 > "$OUT/build-base.txt" 2>&1) || { tail -5 "$OUT/build-base.txt"; return 1; }
+    (cd "$WORK" && PYTHONPATH="$base:$SITE" "$PYTHON" -c "import mmreplay, mmreplay.frames.lz4_codec as c; print(mmreplay.__file__, c.ACCELERATED)")
+}
+
+adds_turn() {
+    # adds_turn LABEL TURN: bench_adds.py with this tree's package (new) or BASE's (base), into
+    # $OUT/adds-LABEL-TURN.jsonl (benchmarks/pair_adds.py --summarize reads them).
+    local label=$1 turn=$2 path="$SITE:$PWD"
+    [[ $label == base ]] && path="$WORK/base:$SITE"
+    # shellcheck disable=SC2086
+    PYTHONPATH=$path "$PYTHON" benchmarks/bench_adds.py --data-dir "$CARRY/frames" --json $ADDS_ARGS \
+        | tee "$OUT/adds-$label-$turn.jsonl" | grep -v '^{'
+    return "${PIPESTATUS[0]}"
+}
+
+export OUT CARRY PYTHON BUDGET BENCH_ARGS ADDS_ARGS SAMPLING_ARGS WORK SITE LIBS HEADERS STARTED EAGER_CELLS_ARGS
 export -f elapsed left machine install_wheels build_liblz4 build_extensions device_batch_tests cuda_tests gpu_feed pool_tests \
-    sampling adds prioritized encodings
+    sampling adds prioritized encodings base_tree adds_turn

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The eager learner's cells that missed kept >= 0.95 on the last box (MsPacman and Seaquest, batch 256), with
-# more rounds than box_all.sh gives them, against the device batches' settings (the default, group=1,
-# decode_threads=2 and 4, and its thread and decode helpers at SCHED_IDLE: mmreplay-host-idle): which, if any,
-# keeps more, beyond the rounds' spread; and, from each line's learner_thread columns (bench_gpu_feed.py
-# --table), why: GIL waits (voluntary switches), a core taken (involuntary ones) or a slower core (more CPU
-# an update). One call of a lent box, fresh (build ~30 s):
+# more rounds than box_all.sh gives them, against the device batches' settings (EAGER_CELLS_ARGS in
+# box_stages.sh: the default, group=1, decode_threads=2 and 4, and its thread and decode helpers at
+# SCHED_IDLE: mmreplay-host-idle): which, if any, keeps more, beyond the rounds' spread; and, from each line's
+# learner_thread columns (bench_gpu_feed.py --table), why: GIL waits (voluntary switches), a core taken
+# (involuntary ones) or a slower core (more CPU an update). adds_box.sh runs the same stage after its adds;
+# this is the call for a warm machine, or one without the base tree. One call of a lent box, fresh (build ~30 s):
 #     python scripts/gpu_box_carry.py --no-wheels   # here, if .devcarry lacks the frames
 #     bash benchmarks/eager_box.sh                  # the device tool: carry [".devcarry"], timeout_s 280
 # Results under $OUT: bench.jsonl, eager_box.log. Settings (environment): BUDGET (250), BENCH_ARGS, and
@@ -12,9 +13,8 @@
 set -u
 NAME=eager_box
 BUDGET=${BUDGET:-250}
-BENCH_ARGS=${BENCH_ARGS:---learners eager --feeds resident,mmreplay-host,mmreplay-host-idle,mmreplay-host-g1,mmreplay-host-t2,mmreplay-host-t4 --games mspacman,seaquest --batch-sizes 256 --seconds 0.5 --rounds 6 --warmup 0.15 --decode-repeats 0}
-export BENCH_ARGS
 source "$(dirname "$0")/box_stages.sh"
+BENCH_ARGS=${BENCH_ARGS:-$EAGER_CELLS_ARGS}
 stage "machine" 10 machine
 stage "install wheels" 40 install_wheels
 stage "build liblz4" 40 build_liblz4
