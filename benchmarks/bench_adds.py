@@ -103,7 +103,7 @@ def switch_helper_off(helped: ReplayStore, unhelped: ReplayStore) -> bool:
     False where it has none. The setting is the writer's private ``_continuing.ahead_threads`` since
     0f306cb and ``_ahead_threads`` before: adds_box.sh runs this script with older trees' packages too."""
     def owner(store: ReplayStore) -> tuple[object, str]:
-        writer = store._role  # type: ignore[attr-defined]
+        writer = store._role
         continuing = getattr(writer, "_continuing", None)
         return (writer, "_ahead_threads") if continuing is None else (continuing, "ahead_threads")
 
