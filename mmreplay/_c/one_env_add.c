@@ -2,6 +2,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <limits.h>
 #include <stdint.h>
 
 #include "fast_add.h"
@@ -77,7 +78,8 @@ py_continue_one_env(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int has_behind = behind != Py_None;
     long long frame_step = frames_written + has_behind, lead = frame_step - step;
     if ((has_behind && PyBytes_GET_SIZE(behind) != frame.len) || (size_t)frame.len != groups->n || frames_written < 0
-        || prev_delta < 0 || prev_delta > UINT32_MAX || offset < 0 || offset > segment_bytes || segment_start < 0
+        || prev_delta < 0 || prev_delta > UINT32_MAX || descriptor < 0 || descriptor > INT_MAX || offset < 0
+        || offset > segment_bytes || segment_start < 0
         || threads < 1 || threads > POOL_MAX_THREADS || post_threads < 1 || post_threads > POOL_MAX_THREADS
         || layout.ref_bytes == 0 || seed_multiplier < 0 || seed_multiplier > UINT32_MAX || row_slots <= 0
         || step < 0 || rows.len != row_slots * row_layout->size || action.len != row_layout->action_bytes
