@@ -1,8 +1,7 @@
-"""Build of the optional extensions mmreplay._lz4batch, _lz4ref and _sumtree; all other metadata lives in pyproject.toml.
+"""Build of the optional extensions mmreplay._lz4batch and _sumtree; all other metadata lives in pyproject.toml.
 
-Their C sources lie in mmreplay/_c/, one source and header per job; each extension builds the sources of
-its jobs (the lists below), and the two lz4 extensions share a few (CRC-32, locating a batch's frames).
-The lz4 extensions link the system's liblz4 and zlib. Each is optional: without a compiler or without
+Their C sources lie in mmreplay/_c/, one source and header per job, in folders by family: _lz4batch builds
+codec/, ring/, rows/ and pool/ (and links the system's liblz4 and zlib), _sumtree builds sampling/. Each is optional: without a compiler or without
 liblz4 the build skips it, prints at the end what is slower and how to fix it, and mmreplay runs its
 pure-Python code instead (and warns at import). Development build: ``python setup.py build_ext --inplace``.
 """
@@ -86,16 +85,20 @@ def lz4_link_args() -> dict[str, list[str]]:
     return {"extra_link_args": [f"-l:{found}"]}
 
 
-def sources(*jobs: str) -> list[str]:
-    """The C files of these jobs (mmreplay/_c/<job>.c)."""
-    return [f"mmreplay/_c/{job}.c" for job in jobs]
+def sources(*folders: str) -> list[str]:
+    """The C files of these folders of mmreplay/_c (a folder's sources, or a file of the top folder)."""
+    found: list[str] = []
+    for folder in folders:
+        found += sorted(glob(f"mmreplay/_c/{folder}/*.c")) if not folder.endswith(".c") else [f"mmreplay/_c/{folder}"]
+    return found
 
 
-HEADERS = sorted(glob("mmreplay/_c/*.h"))  # a changed header rebuilds every extension
+HEADERS = sorted(glob("mmreplay/_c/*.h") + glob("mmreplay/_c/*/*.h"))  # a changed header rebuilds every extension
+INCLUDE = ["mmreplay/_c"]  # sources include their headers by folder: "codec/crc32.h"
 
 
-def lz4_extension(name: str, jobs: tuple[str, ...], lz4: dict[str, list[str]]) -> Extension:
-    """An optional extension of these jobs that links liblz4 (``lz4``: ``lz4_link_args()``) and zlib.
+def lz4_extension(name: str, folders: tuple[str, ...], lz4: dict[str, list[str]]) -> Extension:
+    """An optional extension of these folders that links liblz4 (``lz4``: ``lz4_link_args()``) and zlib.
 
     The libraries are merged: ``lz4`` may name liblz4 among ``libraries`` too (no liblz4 found, the
     development symlink, Homebrew), and passing that beside zlib's would be a TypeError of setup.py
@@ -104,7 +107,8 @@ def lz4_extension(name: str, jobs: tuple[str, ...], lz4: dict[str, list[str]]) -
     link = {key: list(values) for key, values in lz4.items()}
     libraries = [*link.pop("libraries", []), "z"]
     return Extension(
-        name, sources=sources(*jobs), depends=HEADERS, libraries=libraries, optional=True, **link  # type: ignore[arg-type]
+        name, sources=sources(*folders), depends=HEADERS, include_dirs=INCLUDE, libraries=libraries, optional=True,
+        **link,  # type: ignore[arg-type]
     )
 
 
@@ -113,25 +117,10 @@ LZ4 = lz4_link_args()
 setup(
     cmdclass={"build_ext": build_optional_ext},
     ext_modules=[
-        lz4_extension(
-            "mmreplay._lz4batch",
-            ("lz4batch_module", "lz4_decode", "work_pool", "frame_sources", "frame_entries", "crc32", "row_checksum",
-             "row_layout", "row_gather", "link_follow", "transition_read", "fast_add", "one_env_add", "continuing_obs",
-             "frame_compress",
-             "reference_groups", "reference_ahead", "reference_encode", "reference_frame", "reference_decode",
-             "reference_threads", "reference_plan", "reference_table", "key_frames", "referenced_decode",
-             "argument_arrays"),
-            LZ4,
-        ),
-        # Frames compressed against a reference frame (mmreplay.frames.reference_codec); optional like the above.
-        lz4_extension(
-            "mmreplay._lz4ref",
-            ("lz4ref_module", "reference_decode", "reference_frame", "reference_plan", "reference_encode",
-             "frame_sources", "crc32", "argument_arrays"),
-            LZ4,
-        ),
+        lz4_extension("mmreplay._lz4batch", ("lz4batch_module.c", "argument_arrays.c", "codec", "ring", "rows", "pool"),
+                      LZ4),
         # The samplers' hot loops (mmreplay.sampling.sum_tree, samplers); the C library's pow; optional like the above.
-        Extension("mmreplay._sumtree", sources=sources("sumtree_module", "sum_tree", "uniform_steps", "priority_batch"),
-                  depends=HEADERS, libraries=["m"], optional=True),
+        Extension("mmreplay._sumtree", sources=sources("sampling"), depends=HEADERS, include_dirs=INCLUDE,
+                  libraries=["m"], optional=True),
     ]
 )

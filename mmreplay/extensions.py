@@ -14,12 +14,12 @@ import warnings
 from types import ModuleType
 
 # Every compiled extension of the package (setup.py builds them; each is optional).
-NAMES = ("_lz4batch", "_lz4ref", "_sumtree")
+NAMES = ("_lz4batch", "_sumtree")
 # The interface each extension's functions must have, its module file's INTERFACE (mmreplay/_c/*_module.c;
 # bump both together when a function is added or its arguments change). A build from older sources, left
 # in place by an update that did not rebuild, is refused like a missing one: its fallback runs and the
 # warning says to rebuild.
-INTERFACES = {"_lz4batch": 12, "_lz4ref": 2, "_sumtree": 2}
+INTERFACES = {"_lz4batch": 13, "_sumtree": 3}
 HIDE_VARIABLE = "MMREPLAY_PURE_PYTHON"
 
 # Measured on this project's machine (2 vCPUs shared with other jobs), compiled against

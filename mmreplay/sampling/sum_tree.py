@@ -275,7 +275,7 @@ class SumTree:
         if self._compiled is not None:
             largest: float | None = self._compiled.update(
                 self._sums, self._minimums, np.ascontiguousarray(steps, np.int64),
-                np.ascontiguousarray(priorities, np.float64), stored.start, stored.stop, slots, alpha, epsilon,
+                np.ascontiguousarray(priorities, np.float64), (stored.start, stored.stop, slots), (alpha, epsilon),
             )
             return largest
         inside = (steps >= stored.start) & (steps < stored.stop)
@@ -306,7 +306,7 @@ class SumTree:
             return False, None
         self._settle()
         result: float | None | bool = self._compiled.update(
-            self._sums, self._minimums, steps, priorities, stored.start, stored.stop, slots, alpha, epsilon, added
+            self._sums, self._minimums, steps, priorities, (stored.start, stored.stop, slots), (alpha, epsilon), added
         )
         if result is False:
             return False, None
