@@ -15,7 +15,7 @@ import pytest
 
 from mmreplay.disk import header
 from mmreplay.frames.frame_entries import EntryFormat
-from mmreplay.frames.reference_codec import changed_rows_bound
+from mmreplay.frames import legacy_frames, reference_codec
 from mmreplay.rows.transitions import row_dtype
 
 
@@ -30,11 +30,12 @@ def entry_format(path: Path) -> EntryFormat:
     dtype = np.dtype(layout.get("frame_dtype", "|u1"))
     frame_nbytes = math.prod(layout["frame_shape"]) * dtype.itemsize
     scheme = layout.get("reference_scheme")
-    changed_rows = scheme is not None and version >= 5
+    shape = tuple(layout["frame_shape"])
+    extra = 0 if scheme is None or version < 5 else (
+        reference_codec.block_extra(shape) if version >= 6 else legacy_frames.changed_rows_bound(shape))
     return EntryFormat(
         frame_nbytes, frame_slots=commit["frame_slots"], version=version,
-        max_distance=None if scheme is None else scheme["max_distance"],
-        extra=changed_rows_bound(tuple(layout["frame_shape"])) if changed_rows else 0,
+        max_distance=None if scheme is None else scheme["max_distance"], extra=extra,
     )
 
 

@@ -24,9 +24,7 @@ from mmreplay.frames.threads import (
     BYTES_PER_THREAD,
     COMPRESS_MIN_CORES,
     MAX_THREADS,
-    REFERENCE_COMPRESS_MIN_CORES,
     SPLIT_MIN_BYTES,
-    ahead_threads,
     background_limit,
     batch_threads,
     cgroup_cpu_limit,
@@ -280,7 +278,7 @@ def test_decode_batch_without_threads_follows_the_policy_and_its_limit() -> None
 
 
 def test_the_policy_module_and_the_compiled_pool_agree_on_the_maximum() -> None:
-    source = (Path(__file__).resolve().parent.parent / "mmreplay" / "_c" / "work_pool.h").read_text()
+    source = (Path(__file__).resolve().parent.parent / "mmreplay" / "_c" / "pool" / "work_pool.h").read_text()
     assert f"#define POOL_MAX_THREADS {MAX_THREADS}\n" in source
 
 
@@ -297,45 +295,6 @@ def test_compression_takes_a_thread_for_each_12_kib_of_a_calls_frames_from_four_
     assert compress_threads(100, 16, 16) == 1  # CartPole-sized frames: 1.6 KB in all
     assert compress_threads(1, 1 << 20, 16) == 1  # one frame is one task, however large
     assert compress_threads(64, 7056, 1) == 1
-
-
-def test_reference_frames_take_helpers_for_a_vector_add_from_two_cores() -> None:
-    assert compress_threads(8, 7056, 2) == 1  # plain frames: below COMPRESS_MIN_CORES
-    assert compress_threads(8, 7056, 2, min_cores=REFERENCE_COMPRESS_MIN_CORES) == 2
-    assert compress_threads(8, 7056, 1, min_cores=REFERENCE_COMPRESS_MIN_CORES) == 1
-    assert compress_threads(1, 7056, 2, min_cores=REFERENCE_COMPRESS_MIN_CORES) == 1  # one env: one frame
-
-
-@pytest.mark.skipif(extensions.load("_lz4batch") is None,
-                    reason="the writer's compiled fast path (its reference groups) needs mmreplay._lz4batch")
-def test_a_reference_stores_writer_takes_the_reference_policy(tmp_path: Path) -> None:
-    """The writer of a vector-env reference store compresses on helpers from 2 cores, a plain one from 4."""
-    for encoding, min_cores in (("lz4", COMPRESS_MIN_CORES), ("lz4-reference", REFERENCE_COMPRESS_MIN_CORES)):
-        with ReplayStore.create(tmp_path / f"{encoding}.mmr", frame_shape=(84, 84), capacity=64, num_envs=8,
-                                frame_encoding=encoding, decode_threads=2) as store:
-            limit = store._files.reader.thread_limit  # 2, or 1 without the compiled pool
-            assert store._role._continuing.append_threads == compress_threads(8, 7056, limit, min_cores=min_cores)
-            assert limit == 1 or store._role._continuing.append_threads == (1 if encoding == "lz4" else 2)
-
-
-def test_a_frame_compressed_ahead_takes_one_helper_from_four_cores_and_none_below() -> None:
-    assert ahead_threads(1, 7056, 16) == 2
-    assert ahead_threads(8, 7056, 16) == 5
-    assert ahead_threads(1, 7056, 3) == 1
-
-
-@pytest.mark.skipif(extensions.load("_lz4batch") is None,
-                    reason="the writer's compiled fast path (its reference groups) needs mmreplay._lz4batch")
-def test_one_envs_reference_frame_goes_ahead_from_two_cores_and_a_plain_one_from_four(tmp_path: Path) -> None:
-    """An add takes a reference frame back from a helper that lost its core, so on 2 cores its frame goes
-    ahead; a plain frame, which an add would wait for, only from 4."""
-    assert ahead_threads(1, 7056, 2, min_cores=REFERENCE_COMPRESS_MIN_CORES) == 2
-    assert ahead_threads(1, 7056, 1, min_cores=REFERENCE_COMPRESS_MIN_CORES) == 1
-    for encoding in ("lz4", "lz4-reference"):
-        with ReplayStore.create(tmp_path / f"{encoding}.mmr", frame_shape=(84, 84), capacity=64,
-                                frame_encoding=encoding, decode_threads=2) as store:
-            limit = store._files.reader.thread_limit  # 2, or 1 without the compiled pool
-            assert store._role._continuing.ahead_threads == (2 if limit == 2 and encoding == "lz4-reference" else 1)
 
 
 @given(count=st.integers(1, 10_000), frame_nbytes=st.integers(1, 1 << 20), limit=st.integers(1, 200))
@@ -378,42 +337,6 @@ def test_a_frame_ring_written_with_compression_threads_holds_the_bytes_of_one_wr
     out = np.empty_like(frames)
     rings["shared"].decode_into(np.arange(len(frames), dtype=np.int64), out, limit=4)
     assert np.array_equal(out, frames)
-
-
-@pytest.mark.skipif(not codec.ACCELERATED, reason=NOT_BUILT)
-def test_waking_the_helpers_without_a_job_while_batches_run_leaves_every_batch_whole() -> None:
-    """``wake_helpers`` moves the pool's generation without posting a job (the hint ``prefetch`` gives):
-    a thread waking them in a tight loop while two callers decode must not make a helper take a job
-    twice, lose one, or run past the count its job's address leaves room for."""
-    from mmreplay import _lz4batch
-
-    segments = Segments(POOL_FRAMES)
-    stop = threading.Event()
-    failures: list[str] = []
-
-    def wake() -> None:
-        while not stop.is_set():
-            _lz4batch.wake_helpers(MAX_THREADS)
-
-    def decode_many(seed: int) -> None:
-        rng = np.random.default_rng(seed)
-        for _ in range(150):
-            picks = rng.choice(len(segments.frames), int(rng.integers(20, 300)))
-            bad, out = segments.decode(picks, accelerated=True, threads=int(rng.choice([2, 9, MAX_THREADS])))
-            if bad != -1 or not np.array_equal(out, segments.frames[picks]):
-                failures.append(f"caller {seed}: bad={bad}")
-
-    waker = threading.Thread(target=wake)
-    callers = [threading.Thread(target=decode_many, args=(seed,)) for seed in range(2)]
-    waker.start()
-    for caller in callers:
-        caller.start()
-    for caller in callers:
-        caller.join(timeout=300)
-    stop.set()
-    waker.join(timeout=60)
-    assert not any(caller.is_alive() for caller in callers), "a decode never finished"
-    assert failures == []
 
 
 # -- decode_threads= on the learner's side (encoded batches) ---------------------------------------
@@ -460,45 +383,6 @@ def test_a_decode_threads_that_is_not_none_or_1_to_the_maximum_is_refused(
             encoded.decode(decode_threads=value)  # type: ignore[arg-type]
         with pytest.raises(error, match=message):
             encoded.frames.decode(decode_threads=value)  # type: ignore[arg-type]
-
-
-@pytest.mark.skipif(not codec.ACCELERATED, reason=NOT_BUILT)
-@pytest.mark.parametrize("threads", [1, 2, 5])
-def test_frames_compressed_ahead_are_written_as_the_bytes_of_frames_compressed_in_the_call(
-    tmp_path: Path, threads: int
-) -> None:
-    """add's fast path hands a stack's newest frame to a helper before it checks the add: the ring then
-    holds the same bytes as one that compressed in the call, also across segment ends (where the
-    general path takes the frames that would straddle, and the handle is dropped)."""
-    from mmreplay import _lz4batch
-
-    frames = np.ascontiguousarray(real_frames("mspacman")[:240])
-    for name, ahead in (("in-call", False), ("ahead", True)):
-        (tmp_path / name).mkdir()
-        ring = FrameRing.create(tmp_path / name, frame_shape=frames.shape[1:], segment_bytes=150_000, frame_slots=512)
-        for start in range(0, len(frames), 3):
-            chunk = frames[start : start + 3] if start % 2 else frames[start : start + 1]
-            if ahead:
-                _lz4batch.wake_helpers(8)  # awake, they take the frames (asleep, the taker compresses them)
-            handle = codec.compress_ahead(chunk, threads=threads) if ahead else None
-            ring.append_frames(chunk, [start % 3] * len(chunk), ahead=handle)
-        ring.sync()
-    for path in sorted((tmp_path / "in-call").rglob("*")):
-        if path.is_file():
-            assert path.read_bytes() == (tmp_path / "ahead" / path.relative_to(tmp_path / "in-call")).read_bytes(), path
-
-
-@pytest.mark.skipif(not codec.ACCELERATED, reason=NOT_BUILT)
-def test_a_handle_of_frames_compressed_ahead_may_be_dropped_untaken_or_refused_for_other_frames(
-    tmp_path: Path,
-) -> None:
-    frames = np.ascontiguousarray(POOL_FRAMES[:8])
-    for _ in range(200):  # dropped while a helper may still compress into it
-        codec.compress_ahead(frames, threads=3)
-    ring = FrameRing.create(tmp_path, frame_shape=frames.shape[1:], segment_bytes=1 << 20, frame_slots=64)
-    with pytest.raises(ValueError, match=r"^the frames compressed ahead are 8 of 7056 bytes; expected 2 of 7056$"):
-        ring.append_frames(frames[:2], [0, 1], ahead=codec.compress_ahead(frames, threads=2))
-    assert ring.frames_written == 0 and ring.bytes_written == 0
 
 
 # -- decode_threads= on create and open ------------------------------------------------------------

@@ -24,7 +24,7 @@ TOP_LEVEL = {
 }
 FOLDER_LAYERS = {
     "disk": "disk", "rows": "rows", "frames": "frames", "sampling": "sampling", "gpu": "gpu", "store": "store",
-    "hdf5": "serialization", "dopamine": "serialization",
+    "hdf5": "serialization", "dopamine": "serialization", "copying": "serialization",
     "cli": "integrations", "sb3": "integrations",
     "ray": "public-api", "rllib": "public-api", "torchrl": "public-api",
 }
@@ -44,7 +44,8 @@ ALLOWED = {
     "store": {"disk/", "rows/", "frames/", "sampling/", "gpu/"},
     # The public store and the records it returns (Episode); files for building an export beside its
     # target (make_sibling_directory, atomic_builds.SiblingBuild), as the store builds itself.
-    "serialization": {"store", "store.episode_list", "disk.files", "disk.atomic_builds"},
+    # (A store written again takes the old one's sampler, made anew from its config.)
+    "serialization": {"store", "store.episode_list", "disk.files", "disk.atomic_builds", "sampling.samplers"},
     # The command line refuses output paths as imports and exports do (atomic_builds.check_new_path) and
     # names their leftovers.
     "integrations": {"store", "store.episode_list", "disk.atomic_builds", "layer:serialization"},

@@ -1,4 +1,4 @@
-"""The ``mmreplay`` command: inspect, check, draw, export and import stores (``python -m mmreplay`` too).
+"""The ``mmreplay`` command: inspect, check, draw, export, import and convert stores (``python -m mmreplay`` too).
 
 Each command calls the library; errors are printed as ``mmreplay: error: ...`` on stderr with exit
 status 1 (2 for a wrong command line, as argparse does); ``verify`` exits 1 when it finds problems;
@@ -46,6 +46,7 @@ EXAMPLES = {
               "pong-v0 --layout minari",
     "import": "example: mmreplay import pong.h5 copy.mmr --capacity 2000000",
     "import-dopamine": "example: mmreplay import-dopamine dqn_replay/Pong/1/replay_logs pong.mmr --checkpoints 49 50",
+    "convert": "example: mmreplay convert old-pong.mmr pong.mmr   (then append to pong.mmr; old-pong.mmr is unchanged)",
 }
 
 
@@ -63,7 +64,7 @@ class _PrintVersion(argparse.Action):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="mmreplay", description="Inspect, check, draw, export and import mmreplay stores.",
+        prog="mmreplay", description="Inspect, check, draw, export, import and convert mmreplay stores.",
         epilog="Run 'mmreplay COMMAND --help' for a command's options and an example.")
     parser.add_argument("--version", action=_PrintVersion,
                         help="print the version and whether compiled code is in use, then exit")
@@ -141,6 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
     dop.add_argument("--capacity", type=int, help="store capacity (default: the slots read)")
     dop.add_argument("--progress", action=argparse.BooleanOptionalAction, help=PROGRESS_HELP)
     dop.add_argument("--json", action="store_true", help="print one JSON object")
+
+    conv = command("convert", "Write a store again in this mmreplay's format version, as a new store: what a store "
+                              "of an older version (which opens read-only) needs to be appended to.")
+    conv.add_argument("store", help=STORE_HELP + " (read, never changed)")
+    conv.add_argument("output", help="the store to create")
+    conv.add_argument("--progress", action=argparse.BooleanOptionalAction, help=PROGRESS_HELP)
+    conv.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
@@ -148,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     arguments = parser.parse_args(argv)
     handler = {"info": _info, "episodes": _episodes, "show": _show, "verify": _verify, "export": _export,
-               "import": _import, "import-dopamine": _import_dopamine}[arguments.command]
+               "import": _import, "import-dopamine": _import_dopamine, "convert": _convert}[arguments.command]
     try:
         return handler(arguments)
     except KeyboardInterrupt:
@@ -346,3 +354,18 @@ def _import_dopamine(arguments: argparse.Namespace) -> int:
     note = ("\nstacks at episode starts are zero-padded, as Dopamine's sampler builds them (--stack-padding first "
             "repeats the first frame instead)" if arguments.stack_padding == "zeros" else "")
     return _imported(arguments, count, {"stack_padding": arguments.stack_padding}, note)
+
+
+def _convert(arguments: argparse.Namespace) -> int:
+    from mmreplay.copying import convert
+
+    with _open(arguments.store) as store:
+        version = store.format_version
+    count = convert(arguments.store, arguments.output, progress=_progress(arguments))
+    with ReplayStore.open(arguments.output, "r") as store:
+        written = store.format_version
+    _print(arguments, {"store": arguments.store, "output": arguments.output, "transitions": count,
+                       "format_version": written, "from_format_version": version},
+           f"converted {count} transitions of {arguments.store} (format version {version}) into {arguments.output} "
+           f"(format version {written})")
+    return 0

@@ -34,13 +34,18 @@ MAGIC = "mmreplay"
 # and rows checked by a CRC-32 mixed with the step (mmreplay.rows.checksums) instead of a weighted byte sum.
 # 5: denser rows and frame-table entries (next_delta in as few bytes as its links need, env packed with the
 # flags; an entry's position as its low 32 bits and its links packed in one field: rows.transitions.row_dtype,
-# frames.frame_entries.frame_entry), and a reference-encoded frame as its changed rows (frames.reference_codec).
-FORMAT_VERSION = 5
+# frames.frame_entries.frame_entry), and a reference-encoded frame as its changed rows (frames.legacy_frames).
+# 6: a reference-encoded frame as its changed units, compressed by stock lz4 calls (frames.reference_codec);
+# everything else as version 5.
+FORMAT_VERSION = 6
 # Version 3 stores are read as they are (rows checked by their byte sum); they open read-only, since
-# rows with a version 4 checksum would not match the version 3 header. Version 4 stores open for
-# appending too, and go on writing version 4's rows, entries and frames.
-READABLE_VERSIONS = (3, 4, 5)
-WRITABLE_VERSIONS = (4, 5)
+# rows with a version 4 checksum would not match the version 3 header. Version 4 and 5 stores of plain
+# frames open for appending too, and go on writing their version's rows, entries and frames; their
+# reference frames open read-only (frames.legacy_frames decodes them; `mmreplay convert` writes them anew).
+READABLE_VERSIONS = (3, 4, 5, 6)
+WRITABLE_VERSIONS = (4, 5, 6)
+# The first version whose reference frames a writer appends to.
+REFERENCE_WRITABLE_VERSION = 6
 
 HEADER_NAME = "header.json"
 # A header holds a few hundred bytes plus ~100 a user field: one MiB bounds what opening reads.

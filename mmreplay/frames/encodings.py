@@ -33,17 +33,13 @@ from mmreplay.disk import header
 from mmreplay.disk.store_directory import StoreDirectory
 from mmreplay.errors import CorruptStoreError
 from mmreplay.frames import lz4_codec
-from mmreplay.frames.reference_codec import (
-    changed_rows_bound,
-    compress_against,
-    mask_row_nbytes,
-)
-from mmreplay.frames.reference_ring import ReferenceFrameRing
+from mmreplay.frames import legacy_frames, reference_codec
+from mmreplay.frames.reference_ring import UNITS_VERSION, ReferenceFrameRing
 from mmreplay.frames.reference_scheme import EnvReferences, ReferenceScheme
 from mmreplay.frames.ring import FrameRing
 from mmreplay.limits import check_memory
 
-_lz4batch = extensions.load("_lz4batch")  # its reference groups: a version 5 writer's, both add paths'
+_lz4batch = extensions.load("_lz4batch")  # its reference groups: a writer's, both add paths'
 
 PLAIN = "lz4"
 REFERENCE = "lz4-reference"
@@ -122,15 +118,14 @@ def has_references(layout: header.Layout) -> bool:
 _FRAME_BOOKKEEPING_BYTES = 128
 
 
-def changed_rows(layout: header.Layout) -> bool:
-    """Whether the store's dependent frames are their changed rows (format version 5), not whole frames."""
-    return layout.frame_encoding == REFERENCE and layout.format_version >= 5
-
-
-def changed_rows_extra(layout: header.Layout) -> int:
-    """A stored frame's bytes beyond lz4's worst case (``FrameRing``'s ``extra``): a changed-rows frame's
-    list of rows."""
-    return changed_rows_bound(layout.frame_shape) if changed_rows(layout) else 0
+def block_extra(layout: header.Layout) -> int:
+    """A stored frame's bytes beyond lz4's worst case (``FrameRing``'s ``extra``): what a reference frame's
+    block holds besides its frame (its changed units' numbers; version 5's list of changed rows)."""
+    if layout.frame_encoding != REFERENCE or layout.format_version < 5:
+        return 0
+    if layout.format_version < UNITS_VERSION:
+        return legacy_frames.changed_rows_bound(layout.frame_shape)
+    return reference_codec.block_extra(layout.frame_shape)
 
 
 def create_ring(directory: StoreDirectory | Path, layout: header.Layout, commit: header.Commit) -> FrameRing:
@@ -143,7 +138,7 @@ def create_ring(directory: StoreDirectory | Path, layout: header.Layout, commit:
         frame_slots=commit.frame_slots,
         version=layout.format_version,
         max_distance=None if scheme is None else scheme.max_distance,
-        extra=changed_rows_extra(layout),
+        extra=block_extra(layout),
         frame_dtype=np.dtype(layout.frame_dtype),
     )
 
@@ -161,7 +156,7 @@ def open_ring(directory: StoreDirectory | Path, layout: header.Layout, commit: h
     scheme = scheme_of(layout, directory)
     make: Callable[..., FrameRing] = (
         functools.partial(FrameRing, max_distance=None) if scheme is None
-        else functools.partial(ReferenceFrameRing, scheme=scheme, changed_rows=changed_rows(layout))
+        else functools.partial(ReferenceFrameRing, scheme=scheme)
     )
     return make(
         directory,
@@ -173,7 +168,7 @@ def open_ring(directory: StoreDirectory | Path, layout: header.Layout, commit: h
         bytes_written=commit.bytes_written,
         writable=writable,
         version=layout.format_version,
-        extra=changed_rows_extra(layout),
+        extra=block_extra(layout),
         frame_dtype=np.dtype(layout.frame_dtype),
     )
 
@@ -183,8 +178,8 @@ class FrameEncoder(Protocol):
 
     records_references: bool  # whether payloads come with ref_deltas for the frame table
     frame_tail: int  # the oldest frame step the store keeps (its last commit's)
-    # add's fast path may write this encoder's frames (a compiled call: FrameRing.append_frames or
-    # ReferenceFrameRing.append_reference_frames with ``groups``)
+    # add's fast path may write this encoder's frames (a compiled call: FrameRing.append_frames, with
+    # ``groups`` for reference frames)
     fast_path: bool
 
     @property
@@ -197,7 +192,7 @@ class FrameEncoder(Protocol):
 
     def checkpoint(self) -> None: ...
 
-    def rollback(self) -> None: ...
+    def rollback(self, envs: range | list[int] | None = None) -> None: ...
 
 
 class PlainEncoder:
@@ -218,7 +213,7 @@ class PlainEncoder:
     def checkpoint(self) -> None:
         pass
 
-    def rollback(self) -> None:
+    def rollback(self, envs: range | list[int] | None = None) -> None:
         pass
 
 
@@ -226,62 +221,60 @@ class ReferenceEncoder:
     """Each frame against its reference in its env's current group (``EnvReferences``).
 
     A writer that opens a store starts every env with a key frame: the frames an earlier writer kept
-    in memory are gone, and a new group needs nothing from disk. With the compiled extension a format
-    version 5 store's groups are the extension's (``groups``: the same assignments as ``EnvReferences``,
-    each reference's index kept while it is one), which add's fast path writes through too; a version 4
-    store's (whole dependent frames, HC key frames) stay in Python, without the fast path.
+    in memory are gone, and a new group needs nothing from disk. With the compiled extension the groups
+    are the extension's (``groups``: the same assignments as ``EnvReferences``), which add's fast path
+    writes through too. An add that fails after its frames were assigned restarts their envs
+    (``rollback``): no frame is ever encoded against a frame that was not written, and a key frame needs
+    nothing.
     """
 
     records_references = True
 
-    def __init__(
-        self, scheme: ReferenceScheme, *, num_envs: int, frame_shape: tuple[int, ...], changed_rows: bool
-    ) -> None:
+    def __init__(self, scheme: ReferenceScheme, *, num_envs: int, frame_shape: tuple[int, ...]) -> None:
         self.frame_tail = 0
+        self._scheme = scheme
         self._frame_shape = frame_shape
-        self._changed_rows = changed_rows
         self._envs = [EnvReferences(scheme) for _ in range(num_envs)]
-        self._saved: dict[int, EnvReferences] = {}  # each env's state at the last checkpoint, once touched
+        self._touched: set[int] = set()  # the envs assigned a frame since the last checkpoint
         self.groups: object | None = None
-        if changed_rows and _lz4batch is not None:
+        if _lz4batch is not None:
             self.groups = _lz4batch.reference_groups(
-                num_envs, scheme.group_size, scheme.branching, scheme.max_distance, math.prod(frame_shape),
-                mask_row_nbytes(frame_shape),
+                num_envs=num_envs, group_size=scheme.group_size, branching=scheme.branching,
+                max_distance=scheme.max_distance, frame_nbytes=math.prod(frame_shape),
+                row_nbytes=reference_codec.row_nbytes(frame_shape), unit=reference_codec.unit_nbytes(frame_shape),
             )
         self.fast_path = self.groups is not None
 
     def encode(
         self, env: int, frame_step: int, frame: npt.NDArray[np.uint8], *, restart: bool
     ) -> tuple[bytes, int]:
+        self._touched.add(env)
+        contiguous = np.ascontiguousarray(frame, np.uint8).reshape(self._frame_shape)
         if self.groups is not None:
             assert _lz4batch is not None
-            contiguous = np.ascontiguousarray(frame, np.uint8)
-            payload, ref_delta = _lz4batch.encode_frame(self.groups, env, frame_step, contiguous, restart,
-                                                        self.frame_tail)
+            payload, ref_delta = _lz4batch.groups_encode(self.groups, env, frame_step, contiguous, restart,
+                                                         self.frame_tail)
             return payload, ref_delta
         references = self._envs[env]
-        if env not in self._saved:
-            self._saved[env] = references.copy()
         if restart:
             references.restart()
-        frame = np.ascontiguousarray(frame, np.uint8).reshape(self._frame_shape)
-        ref_delta, reference = references.assign(frame_step, frame, frame_tail=self.frame_tail)
-        return compress_against(frame, reference, changed_rows=self._changed_rows), ref_delta
+        ref_delta, reference = references.assign(frame_step, contiguous, frame_tail=self.frame_tail)
+        return reference_codec.compress_against(contiguous, reference), ref_delta
 
     def checkpoint(self) -> None:
-        """Remember the state: a ``rollback`` returns to it (an add that failed before writing)."""
-        if self.groups is not None:
-            assert _lz4batch is not None
-            _lz4batch.groups_checkpoint(self.groups)
-        self._saved = {}
+        """Start counting the envs that a ``rollback`` restarts (an add that failed before writing)."""
+        self._touched = set()
 
-    def rollback(self) -> None:
+    def rollback(self, envs: range | list[int] | None = None) -> None:
+        """Restart the envs assigned a frame since the last checkpoint, and ``envs``: their next frames are
+        key frames."""
+        restarted = sorted(self._touched | set(envs or ()))
         if self.groups is not None:
             assert _lz4batch is not None
-            _lz4batch.groups_rollback(self.groups)
-        for env, references in self._saved.items():
-            self._envs[env] = references
-        self._saved = {}
+            _lz4batch.groups_restart(self.groups, restarted)
+        for env in restarted:
+            self._envs[env].forget()
+        self._touched = set()
 
 
 def encoder_for(layout: header.Layout, directory: StoreDirectory | Path) -> FrameEncoder:
@@ -289,5 +282,4 @@ def encoder_for(layout: header.Layout, directory: StoreDirectory | Path) -> Fram
     scheme = scheme_of(layout, directory)
     if scheme is None:
         return PlainEncoder()
-    return ReferenceEncoder(scheme, num_envs=layout.num_envs, frame_shape=layout.frame_shape,
-                            changed_rows=changed_rows(layout))
+    return ReferenceEncoder(scheme, num_envs=layout.num_envs, frame_shape=layout.frame_shape)

@@ -10,10 +10,7 @@ import struct
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import extensions
 from mmreplay.disk.packed_fields import byte_width, read_uint, uint_field, write_uint
-
-_lz4batch = extensions.load("_lz4batch")  # its entry_layout: the layout held once for the compiled calls
 
 SEED_MULTIPLIER = 2654435761  # Knuth's multiplicative hash constant: spreads steps over 32 bits
 REF_SEED_MULTIPLIER = 2246822519  # xxHash's PRIME32_2 (odd: each 16-bit ref_delta moves the seed apart)
@@ -22,7 +19,7 @@ _U2_LIMIT = 1 << 16
 
 def worst_block(frame_nbytes: int, *, extra: int = 0) -> int:
     """The most bytes a stored frame of ``frame_nbytes`` takes: lz4's worst case for one block (n + n/255 +
-    16), plus ``extra`` (a format version 5 reference frame's list of changed rows)."""
+    16), plus ``extra`` (what a reference frame's block holds besides: ``reference_codec.block_extra``)."""
     return frame_nbytes + frame_nbytes // 255 + 16 + extra
 
 
@@ -60,7 +57,7 @@ def frame_entry(
 
 
 def _entry_layout(entry: np.dtype, prev_bits: int, ref_bits: int) -> tuple[int, ...]:
-    """The entry as the compiled code reads it (_c/frame_entries.h, EntryLayout): its size; the byte
+    """The entry as the compiled code reads it (_c/ring/frame_table.h, EntryLayout): its size; the byte
     offsets of position, length, checksum and the link (prev_delta); length's width; position's; the
     link field's width and its bits that hold prev_delta; ref_delta's field offset, width (0: none),
     shift and bits."""
@@ -77,8 +74,9 @@ def _entry_layout(entry: np.dtype, prev_bits: int, ref_bits: int) -> tuple[int, 
 
 
 class EntryFormat:
-    """The entries of one frame table: their dtype (``frame_entry``), their layout for the compiled code,
-    and their fields packed and read back in Python, in any format version."""
+    """The entries of one frame table: their dtype (``frame_entry``), their layout for the compiled code
+    (``layout``, part of the ring's geometry), and their fields packed and read back in Python, in any
+    format version."""
 
     def __init__(
         self, frame_nbytes: int, *, frame_slots: int, version: int, max_distance: int | None, extra: int
@@ -90,9 +88,6 @@ class EntryFormat:
         self.packed = version >= 5
         self.prev_bits, self.ref_bits = link_bits(frame_slots, max_distance) if self.packed else (32, 16)
         self.layout = _entry_layout(self.dtype, self.prev_bits, self.ref_bits if self.references else 0)
-        # What the compiled calls take: the layout held in a capsule, parsed once rather than at every call
-        # (~2k instructions of an add); the tuple itself without the extension.
-        self.compiled_layout: object = self.layout if _lz4batch is None else _lz4batch.entry_layout(*self.layout)
         codes = {"<u8": "Q", "<u4": "I", "<u2": "H"}
         if self.packed:  # position, length and checksum; the links after them, of any width
             self._head = struct.Struct("<" + "".join(codes[self.dtype[name].str] for name in ("position", "length",

@@ -7,10 +7,10 @@ A sampled batch decodes its frames with one call, ``decode_batch``. It runs in t
 ``mmreplay._lz4batch`` (the system's liblz4 and zlib, the GIL released once per batch, large batches
 shared with helper threads as ``threads.batch_threads`` decides) when that was built, else in a Python loop
 over python-lz4 with identical results; ``ACCELERATED`` says which. One python-lz4 call per frame costs ~3 us of overhead against a
-decode of ~1 us, and holds the GIL, which is why the extension exists. ``decode_from_table`` is the
-frame ring's fast path: the extension also reads the frame table's entries, so that a sampled batch
-costs one call instead of a dozen numpy calls (each several microseconds once the decoded pixels
-have pushed numpy out of the CPU caches); when it declines, the ring's general path finds the fault.
+decode of ~1 us, and holds the GIL, which is why the extension exists. The frame ring's fast path
+(``FrameRing.decode_compiled``) also reads the frame table's entries in the extension, so that a sampled
+batch costs one call instead of a dozen numpy calls; when it declines, the ring's general path (this
+module's ``decode_batch``) finds the fault.
 
 The extension compresses too, for add's fast path (``FrameRing.append_frames``): the same bytes as
 ``compress``, since it calls liblz4 as python-lz4 does (a fresh stream state per frame;
@@ -64,19 +64,6 @@ def compress_batch(
     lengths[:] = [len(payload) for payload in payloads]
     checksums[:] = [checksum(payload, int(seed)) for payload, seed in zip(payloads, seeds.tolist())]
     return b"".join(payloads), lengths, checksums
-
-
-def compress_ahead(frames: npt.NDArray[np.generic] | bytes, *, threads: int, count: int | None = None) -> object | None:
-    """Start compressing the C-contiguous ``frames`` ((n, *frame_shape), or ``count`` frames' bytes) on
-    ``threads - 1`` of the compiled pool's helpers and return at once: an opaque handle that
-    ``FrameRing.append_frames(..., ahead=...)`` of the same frames takes instead of compressing them (the
-    caller checks its add meanwhile). None without the extension. A handle dropped untaken waits for its
-    helper first."""
-    n = len(frames) if count is None else count
-    if _lz4batch is None or n == 0:
-        return None
-    handle: object = _lz4batch.compress_ahead(frames, n, threads)
-    return handle
 
 
 def checksum(payload: bytes | memoryview, frame_step: int) -> int:
@@ -134,50 +121,11 @@ def decode_batch(
         elif not 1 <= threads <= MAX_THREADS:
             raise ValueError(f"threads is {threads}; expected 1 to {MAX_THREADS}")
         # The extension checks each segment against len(views), with the message below.
-        return int(_lz4batch.decode(views, *arrays, out, frame_nbytes, threads))
+        return int(_lz4batch.decode(views, arrays, out, frame_nbytes, threads))
     if accelerated:
         raise ValueError("accelerated=True but mmreplay._lz4batch is not built (codec.ACCELERATED is False)")
     _check_segments(arrays[0], len(views))
     return _decode_in_python(views, *arrays, out, frame_nbytes)
-
-
-def decode_from_table(
-    table: npt.NDArray[np.void],
-    frame_steps: npt.NDArray[np.int64],
-    out: npt.NDArray[np.generic],
-    *,
-    layout: object,
-    seed_multiplier: int,
-    segment_bytes: int,
-    bytes_written: int,
-    views: Sequence[memoryview],
-    base: int,
-    limit: int,
-) -> bool:
-    """Locate frames through a frame table and decode them in one call: a frame ring's fast path.
-
-    Frame i's entry is ``table[frame_steps[i] % len(table)]``, whose fields ``layout`` gives
-    (``EntryFormat.compiled_layout``, or its tuple ``layout``: the entry's size, its fields' offsets and widths);
-    its bytes are at ``position`` in segment ``position // segment_bytes``, whose view is
-    ``views[segment - base]``, and its seed is
-    ``frame_step * seed_multiplier + link`` modulo 2**32. Returns True when every frame lies inside the
-    ``bytes_written`` and inside a view, passes its checksum and decodes into ``out[i]`` (``out`` is
-    C-contiguous, of any dtype: frame i is its i-th ``out.nbytes // n`` bytes); else False
-    (``out`` is then unspecified), and
-    always False without the extension: the caller then takes its general path, ``decode_batch``,
-    which finds the frame at fault. Threads as in ``decode_batch``, at most ``limit``.
-    """
-    if _lz4batch is None or len(frame_steps) == 0:
-        return _lz4batch is not None
-    frame_nbytes = out.nbytes // len(frame_steps)
-    threads = batch_threads(out.nbytes, limit)
-    steps = np.ascontiguousarray(frame_steps, np.int64)
-    return bool(
-        _lz4batch.decode_entries(
-            views, base, table, len(table), layout, steps, seed_multiplier, segment_bytes, bytes_written,
-            out, frame_nbytes, threads,
-        )
-    )
 
 
 def _validate(

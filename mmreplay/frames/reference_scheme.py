@@ -1,6 +1,7 @@
 """Which earlier frame of its env each frame is compressed against: the ``ReferenceScheme`` (groups,
 places, branching; see ``frames.reference_codec``'s module docstring for the vocabulary) and the writer's
-``EnvReferences``, one env's current group and the frames later ones of it may reference."""
+``EnvReferences``, one env's current group and the frames later ones of it may reference (compiled in
+``_c/codec/reference_groups.c``, with the same assignments)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+
+
+# The largest group: its frames lie within max_distance (at most 65,535) frame steps of its key frame.
+MAX_GROUP_SIZE = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -27,8 +32,9 @@ class ReferenceScheme:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{name} must be an int; got {type(value).__name__} {value!r}")
-        if self.group_size < 1:
-            raise ValueError(f"group_size is {self.group_size}; expected at least 1 (1: every frame is a key frame)")
+        if not 1 <= self.group_size <= MAX_GROUP_SIZE:
+            raise ValueError(f"group_size is {self.group_size}; expected 1 to {MAX_GROUP_SIZE} (1: every frame is a "
+                             "key frame)")
         if not 2 <= self.branching <= max(2, self.group_size):
             raise ValueError(f"branching is {self.branching}; expected 2 to group_size ({self.group_size})")
         if not 1 <= self.max_distance <= 0xFFFF:
@@ -76,12 +82,10 @@ class EnvReferences:
         self._place = 0
         self._anchors = []
 
-    def copy(self) -> EnvReferences:
-        """An independent copy of this state (a writer's checkpoint); the frames kept are shared, never changed."""
-        twin = EnvReferences(self.scheme)
-        twin._place, twin._key_step, twin._last_step = self._place, self._key_step, self._last_step
-        twin._anchors = list(self._anchors)
-        return twin
+    def forget(self) -> None:
+        """``restart``, and forget the last frame step: an add that failed may assign the same steps again."""
+        self.restart()
+        self._last_step = -1
 
     def assign(
         self, frame_step: int, frame: npt.NDArray[np.uint8], *, frame_tail: int = 0

@@ -1,13 +1,13 @@
 """Encoded frames whose blocks reference other frames (an encoded batch of a ``"lz4-reference"`` store),
-decoded: the plan that lists each requested frame and, once each, the frames its block is compressed
-against (and theirs), references first, then the decode; in one compiled call
-(``_lz4batch.referenced_decode``) where the extension is built, else planned here in numpy and decoded by
-``reference_codec.decode_batch``.
+decoded: each requested frame rebuilt in its row from the frames its block is compressed against (and
+theirs), as a store's own read rebuilds them (``reference_codec``); in one compiled call
+(``_lz4batch.decode_referenced``) where the extension is built and the blocks are format version 6's,
+else frame by frame here. Only the frames the requested ones need are decoded, however many the
+sources hold (a Ray group's frames serve many batches).
 
 Frames are numbered across the sources (several ``EncodedFrames``, the shards of a batch) by a *global
 id*: a frame's index in its source plus the frames of the sources before it. A frame's reference is an
-earlier frame of the same source (``EncodedFrames.references``), so its global id is smaller, and listing
-the entries by global id lists every reference before the frames that need it.
+earlier frame of the same source (``EncodedFrames.references``), so its global id is smaller.
 """
 
 from __future__ import annotations
@@ -15,43 +15,32 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
 
 from mmreplay import extensions
-from mmreplay.frames import reference_codec
+from mmreplay.frames import legacy_frames, lz4_codec, reference_codec
+from mmreplay.frames.reference_scheme import MAX_GROUP_SIZE
 from mmreplay.frames.threads import batch_threads
 
-_lz4batch: ModuleType | None = extensions.load("_lz4batch")  # its referenced_decode: plan and decode in one call
+_lz4batch: ModuleType | None = extensions.load("_lz4batch")  # its decode_referenced
 
 if TYPE_CHECKING:
     from mmreplay.frames.wire import BlockRefs, EncodedFrames
 
-
-@dataclass(frozen=True)
-class ReferencedPlan:
-    """What ``reference_codec.decode_batch`` takes for m entries (requested rows 0..n-1 of ``out``, then
-    the references no row asked for, in scratch rows n..), and each entry's source and frame number."""
-
-    segments: npt.NDArray[np.int64]
-    offsets: npt.NDArray[np.int64]
-    lengths: npt.NDArray[np.int64]
-    checksums: npt.NDArray[np.uint32]
-    seeds: npt.NDArray[np.int64]
-    refs: npt.NDArray[np.int64]
-    rows: npt.NDArray[np.int64]
-    frames: npt.NDArray[np.int64]
+# The longest chain of references an encoded batch's frames may have: a scheme's deepest (branching 2).
+MAX_DEPTH = (MAX_GROUP_SIZE - 1).bit_length()
 
 
-def changed_rows_of(sources: Sequence[EncodedFrames]) -> bool:
-    """Whether the referencing blocks of ``sources`` are changed rows (they must all agree)."""
-    kinds = {source.changed_rows for source in sources if source.references is not None}
-    if len(kinds) > 1:
-        raise ValueError("the sources' referencing blocks mix changed rows (format version 5) and whole frames "
-                         "(version 4); decode them in separate calls")
-    return kinds != {False}
+def format_of(sources: Sequence[EncodedFrames]) -> int:
+    """The format version of the referencing blocks of ``sources`` (they must all agree)."""
+    versions = {source.format_version for source in sources if source.references is not None}
+    if len(versions) > 1:
+        raise ValueError(f"the sources' referencing blocks mix format versions {sorted(versions)}; decode them "
+                         "in separate calls")
+    return versions.pop() if versions else 6
 
 
 def _requested_frames(
@@ -101,62 +90,11 @@ def _frames_of(sources: Sequence[EncodedFrames]) -> _Frames:
         lengths=np.concatenate([source.lengths for source in sources]).astype(np.int64),
         checksums=np.concatenate([source.checksums for source in sources]).astype(np.uint32),
         seeds=np.concatenate([source.seeds for source in sources]).astype(np.uint32),
-        reference=_global_references(sources, base),
-    )
-
-
-def _global_references(sources: Sequence[EncodedFrames], base: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """Each frame's reference by global id (-1: none), for frames numbered across the sources."""
-    return np.concatenate([
-        np.full(len(source), -1, np.int64) if source.references is None
-        else np.where(source.references >= 0, source.references + base[p], -1)
-        for p, source in enumerate(sources)
-    ])
-
-
-def plan_referenced(sources: Sequence[EncodedFrames], refs: BlockRefs) -> ReferencedPlan:
-    """The decode plan of ``refs``' frames (their size n) among ``sources``: see the module docstring.
-    A frame's block is found by its index in its source (``refs.frames``), as the compiled path does."""
-    source_of, local = _requested_frames(sources, refs)
-    n = len(local)
-    every = _frames_of(sources)
-    reference = every.reference
-    requested = every.base[source_of] + local
-    # Every frame the requested ones need: their references, and theirs, a level at a time (a chain is
-    # at most as long as its source has frames).
-    needed = np.zeros(len(reference), bool)
-    needed[requested] = True
-    wanted = np.unique(requested)
-    while wanted.size:
-        up = reference[wanted]
-        up = up[up >= 0]
-        wanted = up[~needed[up]]
-        needed[wanted] = True
-    asked = np.zeros(len(reference), bool)
-    asked[requested] = True
-    extra = np.flatnonzero(needed & ~asked)
-    ids = np.concatenate([requested, extra])
-    # A reference is the first row that asked for it, else its own scratch entry.
-    entry_of = np.full(len(reference), -1, np.int64)
-    distinct, first_row = np.unique(requested, return_index=True)
-    entry_of[distinct] = first_row
-    entry_of[extra] = n + np.arange(len(extra))
-    referenced = reference[ids]
-    ref_entry = np.where(referenced >= 0, entry_of[np.maximum(referenced, 0)], -1)
-    # References first: by global id (a reference's is smaller), repeats of a frame in row order.
-    order = np.argsort(ids, kind="stable")
-    position = np.empty(len(ids), np.int64)
-    position[order] = np.arange(len(ids))
-    ordered_ids, ordered_refs = ids[order], ref_entry[order]
-    return ReferencedPlan(
-        segments=every.source[ordered_ids],
-        offsets=every.starts[ordered_ids],
-        lengths=every.lengths[ordered_ids],
-        checksums=every.checksums[ordered_ids],
-        seeds=every.seeds[ordered_ids].astype(np.int64),
-        refs=np.where(ordered_refs >= 0, position[np.maximum(ordered_refs, 0)], -1).astype(np.int64),
-        rows=order.astype(np.int64),
-        frames=ordered_ids - every.base[every.source[ordered_ids]],
+        reference=np.concatenate([
+            np.full(len(source), -1, np.int64) if source.references is None
+            else np.where(source.references >= 0, source.references + base[p], -1)
+            for p, source in enumerate(sources)
+        ]),
     )
 
 
@@ -164,46 +102,53 @@ def decode_referenced(
     sources: Sequence[EncodedFrames], refs: BlockRefs, out: npt.NDArray[np.uint8], *, limit: int
 ) -> tuple[int, int, bool] | None:
     """Decode ``refs``' frames into ``out`` ((n, *frame_shape), checked by the caller) with the frames
-    their blocks reference, each once, on up to ``limit`` threads: in one compiled call where the
-    extension is built (``_lz4batch.referenced_decode``), else planned here and decoded by
-    ``reference_codec.decode_batch``. None when every block matches its checksum and decodes; else (row,
-    frame, requested) of the first that does not: its row of the plan (a requested row below n), its
-    index in its source, and whether a row asked for it."""
-    n = refs.starts.size
-    frame_nbytes = int(np.prod(out.shape[1:]))
-    if _lz4batch is not None:
-        failed = _decode_compiled(sources, refs, out, threads=batch_threads(n * frame_nbytes, limit))
-        if failed is not False:
-            return failed
-    plan = plan_referenced(sources, refs)
-    bad = reference_codec.decode_batch(
-        plan.segments, plan.offsets, plan.lengths, plan.checksums, plan.seeds, plan.refs, plan.rows, out,
-        views=[memoryview(source.data) for source in sources], changed_rows=changed_rows_of(sources),
-        threads=batch_threads(len(plan.rows) * frame_nbytes, limit),
-    )
-    if bad < 0:
-        return None
-    return int(plan.rows[bad]), int(plan.frames[bad]), int(plan.rows[bad]) < n
-
-
-def _decode_compiled(
-    sources: Sequence[EncodedFrames], refs: BlockRefs, out: npt.NDArray[np.uint8], *, threads: int
-) -> tuple[int, int, bool] | None | Literal[False]:
-    """``decode_referenced`` in one call of ``_lz4batch.referenced_decode``; False where it declines (a
-    chain deeper than it follows)."""
-    assert _lz4batch is not None
+    their blocks reference, on up to ``limit`` threads. None when every block they need matches its
+    checksum and decodes; else (row, frame, requested) of the first that does not: the row of ``out``
+    whose frame failed, the failing frame's index in its source, and whether it is that row's own."""
     source_of, local = _requested_frames(sources, refs)
     every = _frames_of(sources)
-    n = refs.starts.size
-    row_nbytes = reference_codec.mask_row_nbytes(out.shape[1:]) if changed_rows_of(sources) else 0
-    result = _lz4batch.referenced_decode(
-        [memoryview(source.data) for source in sources], every.source, every.starts, every.lengths, every.checksums,
-        every.seeds, every.reference, every.base[source_of] + local, out.reshape(n, -1), int(np.prod(out.shape[1:])),
-        row_nbytes, threads,
-    )
-    if result is None:
-        return False
-    if result == -1:
+    wanted = np.ascontiguousarray(every.base[source_of] + local, np.int64)
+    n, frame_shape = len(wanted), tuple(out.shape[1:])
+    version = format_of(sources)
+    views = [memoryview(source.data) for source in sources]
+    if _lz4batch is not None and version >= 6:
+        shape = (int(np.prod(frame_shape)), reference_codec.row_nbytes(frame_shape),
+                 reference_codec.unit_nbytes(frame_shape), MAX_DEPTH)
+        blocks = (every.source, every.starts, every.lengths, every.checksums, every.seeds)
+        bad = int(_lz4batch.decode_referenced(views, blocks, every.reference, wanted, out.reshape(n, -1), shape,
+                                              batch_threads(out.nbytes, limit)))
+        if bad < 0:
+            return None
+        failed = _rebuild(every, views, wanted[bad : bad + 1], out[bad : bad + 1], version, frame_shape)
+        frame = int(wanted[bad]) if failed is None else failed[1]
+        return bad, frame - int(every.base[every.source[frame]]), frame == int(wanted[bad])
+    failed = _rebuild(every, views, wanted, out, version, frame_shape)
+    if failed is None:
         return None
-    row, frame = result
-    return int(row), int(frame - every.base[every.source[frame]]), int(row) < n
+    row, frame = failed
+    return row, frame - int(every.base[every.source[frame]]), frame == int(wanted[row])
+
+
+def _rebuild(
+    every: _Frames, views: list[memoryview], wanted: npt.NDArray[np.int64], out: npt.NDArray[np.uint8], version: int,
+    frame_shape: tuple[int, ...],
+) -> tuple[int, int] | None:
+    """``reference_codec.rebuild`` over the sources' blocks: None, or (row, global id) of the first failure."""
+    def locate(frame: int) -> tuple[memoryview, int] | None:
+        if not 0 <= frame < len(every.source):
+            return None
+        start, length = int(every.starts[frame]), int(every.lengths[frame])
+        payload = views[int(every.source[frame])][start : start + length]
+        reference = int(every.reference[frame])
+        if (len(payload) != length or reference >= frame
+                or lz4_codec.checksum(payload, int(every.seeds[frame])) != int(every.checksums[frame])):
+            return None
+        return payload, reference
+
+    if version >= 6:
+        def apply_block(payload: bytes | memoryview, reference: bytes) -> bytes:
+            return reference_codec.apply(payload, reference, frame_shape)
+    else:
+        apply_block = legacy_frames.apply_for(version, frame_shape)
+    return reference_codec.rebuild(wanted.tolist(), out.reshape(len(wanted), -1), locate=locate,
+                                   apply_block=apply_block, depth=MAX_DEPTH)

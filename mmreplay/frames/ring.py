@@ -42,6 +42,7 @@ from mmreplay.disk.store_directory import (
 )
 from mmreplay.errors import CorruptStoreError
 from mmreplay.frames import lz4_codec
+from mmreplay.frames.threads import batch_threads
 from mmreplay.frames.frame_entries import (
     REF_SEED_MULTIPLIER,
     SEED_MULTIPLIER,
@@ -72,7 +73,7 @@ def _iov_max() -> int:
 
 
 _IOV_MAX = _iov_max()
-_lz4batch = extensions.load("_lz4batch")  # its follow_links is stacking.transition_frames over this table
+_lz4batch = extensions.load("_lz4batch")  # this ring's compiled reads and add's compiled write
 
 
 class FrameRing:
@@ -108,7 +109,7 @@ class FrameRing:
         self._with_refs = max_distance is not None
         self._format = self._entry_format(frame_slots)
         self.entry = self._format.dtype
-        self._layout = self._format.compiled_layout
+        self._geometry: object | None = None  # the compiled calls' view of the table (geometry()), made on first use
         self.segment_bytes = segment_bytes
         self.frame_slots = frame_slots
         self.generation = generation
@@ -131,7 +132,23 @@ class FrameRing:
                            max_distance=self._max_distance, extra=self._extra)
 
     def _use_format(self, entry_format: EntryFormat) -> None:
-        self._format, self.entry, self._layout = entry_format, entry_format.dtype, entry_format.compiled_layout
+        self._format, self.entry, self._geometry = entry_format, entry_format.dtype, None
+
+    def geometry(self) -> object:
+        """The table as the compiled calls take it (``_lz4batch.ring_geometry``: its entries, slots, seeds,
+        segments and frames), made once per table generation."""
+        if self._geometry is None:
+            assert _lz4batch is not None
+            self._geometry = _lz4batch.ring_geometry(
+                self._format.layout, self.frame_slots, SEED_MULTIPLIER, self.segment_bytes, self.frame_nbytes,
+                **self._geometry_references(),
+            )
+        return self._geometry
+
+    def _geometry_references(self) -> dict[str, int]:
+        """How the compiled reads follow this ring's references (a reference ring's depth, row and unit);
+        none here."""
+        return {}
 
     @staticmethod
     def create(
@@ -213,45 +230,34 @@ class FrameRing:
 
     def append_frames(
         self, frames: npt.NDArray[np.generic] | bytes, prev_deltas: list[int], *, threads: int = 1,
-        ahead: object | None = None,
+        groups: object | None = None, frame_tail: int = 0,
     ) -> None:
-        """``append`` for a plain ring, given the frames uncompressed (``len(prev_deltas)`` contiguous
-        frames, an array or their bytes): the compiled extension compresses and writes them in one call,
-        which costs less than a Python loop over them; the same bytes as compressing them with ``codec.compress`` for ``append``.
-        The compression runs on up to ``threads`` threads (``threads.compress_threads``), or was started
-        ahead: ``ahead``, ``lz4_codec.compress_ahead`` of these same frames."""
-        assert not self._with_refs, "append_frames writes a plain ring's frames"
+        """``append`` given the frames uncompressed (``len(prev_deltas)`` contiguous frames, frame i env
+        i's, an array or their bytes): compressed and written in one compiled call, which costs less than a
+        Python loop over them (on up to ``threads`` threads: ``threads.compress_threads``); the same bytes
+        as compressing each for ``append``, which is what happens when they would run past the segment's
+        end. A reference ring's frames take a writer's compiled ``groups`` (``encodings.ReferenceEncoder``),
+        each continuing its env's group (``frame_tail``: the oldest frame step the store keeps)."""
+        assert self._with_refs == (groups is not None), "groups are given exactly for a reference ring"
+        first_step, position = self.frames_written, self.bytes_written
         if _lz4batch is not None:
-            first_step, position = self.frames_written, self.bytes_written
             segment, offset = divmod(position, self.segment_bytes)
             self._reserve_entries(first_step + len(prev_deltas))
-            written = _lz4batch.append_frames(
-                frames, prev_deltas, first_step, self._entries, self.frame_slots, self._layout, SEED_MULTIPLIER,
-                self._descriptor_of(segment), position - offset, offset, self.segment_bytes, threads, ahead,
-            )
+            target = (self.geometry(), self._entries, self._descriptor_of(segment), position - offset, offset)
+            written = _lz4batch.append_frames(target, frames, prev_deltas, first_step, groups, frame_tail, threads)
             if written >= 0:
                 self.frames_written = first_step + len(prev_deltas)
                 self.bytes_written = position + written
                 return
             # They would run past the segment's end: the general path moves on to the next segment.
         frame_bytes = np.frombuffer(frames, np.uint8).reshape(len(prev_deltas), -1)
-        self.append([lz4_codec.compress(frame) for frame in frame_bytes], prev_deltas)
-
-    def compiled_append(self, count: int) -> tuple[int, object, int, object, int, int, int, int, int]:
-        """The ring's arguments of a compiled append of ``count`` frames at the next frame step, whose table
-        entries are then reserved (``_lz4batch.continue_one_env``'s): that step, the table, its slots and
-        layout, the seed multiplier, the descriptor of the segment the next byte goes to, that segment's
-        first ring position, the offset in it and the segment's size. ``appended`` counts what it wrote."""
-        first_step, position = self.frames_written, self.bytes_written
-        segment, offset = divmod(position, self.segment_bytes)
-        self._reserve_entries(first_step + count)
-        return (first_step, self._entries, self.frame_slots, self._layout, SEED_MULTIPLIER, self._descriptor_of(segment),
-                position - offset, offset, self.segment_bytes)
-
-    def appended(self, count: int, written: int) -> None:
-        """Count ``count`` frames of ``written`` bytes that a compiled append wrote at the next frame step."""
-        self.frames_written += count
-        self.bytes_written += written
+        if groups is None:
+            self.append([lz4_codec.compress(frame) for frame in frame_bytes], prev_deltas)
+            return
+        assert _lz4batch is not None
+        encoded = [_lz4batch.groups_encode(groups, env, first_step + env, frame_bytes[env], False, frame_tail)
+                   for env in range(len(prev_deltas))]
+        self.append([payload for payload, _ in encoded], prev_deltas, [ref_delta for _, ref_delta in encoded])
 
     def _reserve_entries(self, frame_stop: int) -> None:
         """Reserve the frame table's blocks up to the entry of frame step ``frame_stop`` (exclusive)."""
@@ -355,7 +361,7 @@ class FrameRing:
             return stacking.transition_frames(next_frames, self.prev_deltas, stack_size)
         frames = np.empty((len(next_frames), stack_size + 1), np.int64)
         next_frames = np.ascontiguousarray(next_frames, np.int64)
-        _lz4batch.follow_links(self._table, self.frame_slots, self._layout, next_frames, frames)
+        _lz4batch.follow_links((self.geometry(), self._table, self.bytes_written, (), 0), next_frames, frames)
         return frames
 
     def keep_from(self, oldest_frame: int) -> int:
@@ -399,19 +405,7 @@ class FrameRing:
         if len(frame_steps) == 0:
             return
         assert out.dtype == self.frame_dtype and out.nbytes == len(frame_steps) * self.frame_nbytes
-        cached = self._maps.cached
-        if cached is not None and lz4_codec.decode_from_table(  # writes bytes into any dtype
-            self._table,
-            frame_steps,
-            out,
-            layout=self._layout,
-            seed_multiplier=SEED_MULTIPLIER,
-            segment_bytes=self.segment_bytes,
-            bytes_written=self.bytes_written,
-            views=cached[1],
-            base=cached[0],
-            limit=limit,
-        ):
+        if self.decode_compiled(frame_steps, out, limit=limit):
             return
         # The general path: also what finds and names the frame at fault when the fast path fails.
         # take(mode="wrap") is table[frame_steps % frame_slots] (the table has frame_slots entries),
@@ -445,22 +439,26 @@ class FrameRing:
                 frame_step=int(frame_steps[bad]),
             )
 
-    def compiled_frames(self) -> tuple[object, ...] | None:
-        """What ``_lz4batch.read_transitions`` takes to decode this ring's frames as ``decode_into``'s fast
-        path does: (table, frame_slots, layout, seed multiplier, segment_bytes, bytes_written, views, first
-        segment of views, ``compiled_references``); None where that path cannot run (no extension, no
-        segment views kept yet). A frame outside the views makes that call decline, and the general path
-        of ``decode_into`` then maps its segment."""
+    def decode_compiled(self, frame_steps: npt.NDArray[np.int64], out: npt.NDArray[np.generic], *, limit: int) -> bool:
+        """``decode_into``'s fast path: the frames located through the table and decoded in one compiled call
+        (``_lz4batch.decode_entries``; out of any dtype: bytes are written), True where every frame was
+        good; False where that path cannot run or a frame is not (the general path then names it)."""
+        ring = self.compiled_ring()
+        if ring is None:
+            return False
+        assert _lz4batch is not None
+        steps = np.ascontiguousarray(frame_steps, np.int64)
+        return bool(_lz4batch.decode_entries(ring, steps, out, batch_threads(out.nbytes, limit)))
+
+    def compiled_ring(self) -> tuple[object, ...] | None:
+        """The ``ring`` argument of the compiled reads (``_c/ring/frame_table.h``: the geometry, the table,
+        bytes_written, the segment views kept and the first segment they hold); None where those reads
+        cannot run (no extension, no segment views kept yet). A frame outside the views makes a read
+        decline, and the general path of ``decode_into`` then maps its segment."""
         if self._maps.cached is None or _lz4batch is None:
             return None
         base, views = self._maps.cached
-        return (self._table, self.frame_slots, self._layout, SEED_MULTIPLIER, self.segment_bytes, self.bytes_written,
-                views, base, self.compiled_references())
-
-    def compiled_references(self) -> tuple[int, int, object]:
-        """How the compiled reads follow this ring's references: (-1, 0, None), none (a reference ring gives
-        its scheme's depth, its changed-rows row bytes and its key frames kept decoded)."""
-        return -1, 0, None
+        return (self.geometry(), self._table, self.bytes_written, views, base)
 
     def blocks(
         self, frame_steps: npt.NDArray[np.int64], *, verify: bool = False
@@ -470,14 +468,12 @@ class FrameRing:
         ``verify``, the index of the first block that fails its checksum (-1 when none does, or unchecked)."""
         steps = np.ascontiguousarray(frame_steps, np.int64)
         for attempt in range(2 if _lz4batch is not None and len(steps) else 0):
-            compiled = self.compiled_frames()
-            if compiled is not None:
-                table, frame_slots, layout, multiplier, segment_bytes, bytes_written, views, base, _ = compiled
+            ring = self.compiled_ring()
+            if ring is not None:
                 lengths = np.empty(len(steps), np.int64)
                 checksums, seeds = np.empty(len(steps), np.uint32), np.empty(len(steps), np.uint32)
                 assert _lz4batch is not None
-                gathered = _lz4batch.gather_entries(views, base, table, frame_slots, layout, steps, multiplier,
-                                                    segment_bytes, bytes_written, lengths, checksums, seeds, verify)
+                gathered = _lz4batch.gather_entries(ring, steps, lengths, checksums, seeds, verify)
                 if isinstance(gathered, bytes):
                     return gathered, lengths, checksums, seeds, -1
                 if gathered is not None:

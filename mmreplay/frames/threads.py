@@ -1,8 +1,8 @@
 """How many threads share a batch of frames, decoding or compressing it: from the batch's size, at most
 the cores this process may use, at most what the caller allows (``decode_threads=``).
 
-The compiled decoders and add's compiled compression share a batch between the calling thread and
-helper threads they keep (``_c/work_pool.c``). The cores a process may use are its CPU affinity (``os.sched_getaffinity``) and,
+The compiled decoders and a vector add's compiled compression share one call's work between the
+calling thread and helper threads that sleep between calls (``_c/pool/work_pool.c``). The cores a process may use are its CPU affinity (``os.sched_getaffinity``) and,
 in a container, its cgroup's CPU quota: a container allowed 4 CPUs of a 64-core host that decoded on 64
 threads would spend its quota in the first few milliseconds of each period and then stall until the
 next one. Both codecs (``lz4_codec``, ``reference_codec``) and the compiled read of a sampled batch ask
@@ -21,15 +21,8 @@ from mmreplay.validation import MAX_DECODE_THREADS
 # The most threads one batch may use: the compiled pool's POOL_MAX_THREADS (_c/work_pool.h).
 MAX_THREADS = MAX_DECODE_THREADS
 
-# A second thread pays from about half a sampled batch. The extension keeps its helper threads (starting
-# one cost 20-45 us, as much as decoding half a sampled batch) and a helper polls for the next batch for
-# 200 us before it sleeps (_c/work_pool.c, SPIN_NANOSECONDS). Measured on the 2-core development machine, a
-# loop of store.sample(32) calls on a 100k Pong store (medians of 12 interleaved rounds of 500 batches):
-# one thread 5,263 batches/s, two 6,581 (+25%); with a 56 us poll two threads gained 1% (the helper
-# slept between batches, and waking it cost what it saved). Likewise the caller polls (up to 100 us) for
-# the helper to finish its last frames rather than sleep until woken: 1.12x the batches/s in a paired
-# A/B on the AMD development VM. The price: while batches keep coming, the helper holds the other
-# core, up to 200 us after each.
+# A second thread pays from about half a sampled batch: see the benchmarks page for how a sampled batch's
+# rate changes with it (benchmarks/bench_sampling_threads.py).
 SPLIT_MIN_BYTES = 512 << 10
 # Each thread past the second from this many more decoded bytes: ~9 Atari frames, two of the pool's
 # tasks of 4 frames, a few microseconds of decoding against the ~1 us a helper takes to join a batch.
@@ -46,14 +39,6 @@ BYTES_PER_THREAD = 64 << 10
 # as they were there. Decoding keeps its measured split at two cores (SPLIT_MIN_BYTES).
 COMPRESS_BYTES_PER_THREAD = 12 << 10
 COMPRESS_MIN_CORES = 4
-# Reference frames cost up to twice plain lz4's compression (Pong: ~4.3 us against ~2.2 us a frame, the
-# search that keeps their changed rows small), so a vector add's frames pay for a helper from 2 cores:
-# 8 envs, paired against plain (benchmarks/bench_encodings.py, 2-core VM at load ~0.6), reference adds
-# went from 0.62x to 0.78x of plain's rate on Pong, 0.91x to 0.98x on Breakout, 1.13x to 1.42x on
-# MsPacman; with a busy process on the other core, Pong's median 0.63x -> 0.66x, its quartiles wider
-# (0.43x-0.75x against 0.61x-0.66x).
-REFERENCE_COMPRESS_MIN_CORES = 2
-
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 SELF_CGROUP = Path("/proc/self/cgroup")
 
@@ -74,41 +59,13 @@ def helper_rows(row_nbytes: int) -> int:
     return -(-SPLIT_MIN_BYTES // row_nbytes)
 
 
-def compress_threads(count: int, frame_nbytes: int, limit: int, *, min_cores: int = COMPRESS_MIN_CORES) -> int:
+def compress_threads(count: int, frame_nbytes: int, limit: int) -> int:
     """Threads for compressing ``count`` frames of ``frame_nbytes`` bytes in one call, at most ``limit``:
     one for each ``COMPRESS_BYTES_PER_THREAD`` of frames, at most one a frame (a single frame, or two
-    Atari frames, compress on the calling thread), and one where ``limit`` is below ``min_cores``
-    (``COMPRESS_MIN_CORES``; ``REFERENCE_COMPRESS_MIN_CORES`` for reference frames)."""
-    if limit < min_cores:
+    Atari frames, compress on the calling thread), and one where ``limit`` is below ``COMPRESS_MIN_CORES``."""
+    if limit < COMPRESS_MIN_CORES:
         return 1
     return max(1, min(limit, count, count * frame_nbytes // COMPRESS_BYTES_PER_THREAD, MAX_THREADS))
-
-
-# A plain frame is compressed ahead only where its env's recent frames took at least this many bytes
-# compressed: lz4 takes about as long as handing a small frame to a helper and settling it. On the 16-core
-# H200 box (issue 25, benchmarks/results/box-h200.md) one env's adds with and without the helper: MsPacman
-# (frames of ~1,840 bytes) 48,757/s against 41,276, Seaquest 51,219 against 51,106, Pong (~270 bytes)
-# 51,733 against 59,639. Reference frames cost their encoder's search whatever their size: always ahead.
-AHEAD_MIN_FRAME_BYTES = 1024
-
-
-def ahead_threads(count: int, frame_nbytes: int, limit: int, *, min_cores: int = COMPRESS_MIN_CORES) -> int:
-    """Threads for compressing ``count`` frames ahead (``lz4_codec.compress_ahead``, a reference frame's
-    ``encode_ahead``) while the caller works on: one helper more than ``compress_threads`` gives the rest
-    (a single frame takes one helper), and 1 (no helper: nothing ahead) below ``min_cores``.
-
-    A reference frame goes ahead from ``REFERENCE_COMPRESS_MIN_CORES`` (the writer passes it): an add
-    does not wait for a helper that has not finished its frame within 20 us (preempted), but
-    encodes the frame itself (``reference_ahead.c``, "taken back"). On the 2-core VM one env's Pong adds,
-    paired against plain (``benchmarks/bench_encodings.py``' fill, 60,000 transitions), went from 0.80x to
-    0.91x-0.93x of plain's rate while the machine was quiet. Beside a busy process on the other core they
-    were 0.80x in the first two runs and 0.52x-0.83x (medians; some chunks 0.4x) in later ones, against
-    0.80x without a helper: the helper's poll after each frame (200 us, work_pool.c) then takes time from
-    the add's thread. Before adds took frames back, that busy core made them 0.40x. A plain frame, which
-    an add waits for, still needs 4."""
-    if limit < min_cores:
-        return 1
-    return 1 + compress_threads(count, frame_nbytes, limit - 1, min_cores=min_cores)
 
 
 def thread_limit(cap: int | None = None) -> int:

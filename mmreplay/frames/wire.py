@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from mmreplay.disk.header import FORMAT_VERSION
 from mmreplay.errors import CorruptStoreError
 from mmreplay.frames import lz4_codec, referenced_blocks
 from mmreplay.frames.threads import thread_limit
@@ -54,9 +55,10 @@ class EncodedFrames:
     ``references`` (an encoded batch of a ``"lz4-reference"`` store): for each frame, the index among
     these frames of the frame its block is compressed against (lz4's dictionary), -1 for a block that
     decodes alone, always an earlier frame (so a reference decodes before the frames that need it);
-    None: every block decodes alone, as ``encode_frames`` makes them. ``changed_rows``: a block with a
-    reference holds only the rows that differ from it (format version 5's frames), else the whole frame
-    (version 4's)."""
+    None: every block decodes alone, as ``encode_frames`` makes them. ``format_version``: the store format
+    whose blocks these are, which says what a block with a reference holds (``reference_codec``: version 6,
+    the units that differ from it; ``legacy_frames``: version 5, its changed rows, and version 4, the
+    whole frame)."""
 
     data: bytes | memoryview
     lengths: npt.NDArray[np.int64]
@@ -64,7 +66,7 @@ class EncodedFrames:
     seeds: npt.NDArray[np.uint32]
     frame_shape: tuple[int, ...]
     references: npt.NDArray[np.int64] | None = None
-    changed_rows: bool = True
+    format_version: int = FORMAT_VERSION
 
     def __post_init__(self) -> None:
         data = _byte_view(self.data)
@@ -80,11 +82,11 @@ class EncodedFrames:
                              f"(the {count} blocks back to back)")
         frame_shape = parse_shape(self.frame_shape, "frame_shape", allow_empty=False)
         references = None if self.references is None else _references(self.references, count)
-        if not isinstance(self.changed_rows, (bool, np.bool_)):
-            raise TypeError(f"changed_rows must be a bool; got {type(self.changed_rows).__name__}")
+        if isinstance(self.format_version, bool) or self.format_version not in (4, 5, 6):
+            raise ValueError(f"format_version is {self.format_version!r}; expected 4, 5 or 6")
         for name, value in (("data", data), ("lengths", lengths), ("checksums", checksums), ("seeds", seeds),
                             ("frame_shape", frame_shape), ("references", references),
-                            ("changed_rows", bool(self.changed_rows))):
+                            ("format_version", int(self.format_version))):
             object.__setattr__(self, name, value)  # frozen: normalised once, here
 
     def __len__(self) -> int:
@@ -123,17 +125,21 @@ class EncodedFrames:
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         data: object = pickle.PickleBuffer(self.data) if protocol >= 5 else bytes(self.data)
         return _rebuild_frames, (data, self.lengths, self.checksums, self.seeds, self.frame_shape, self.references,
-                                 self.changed_rows)
+                                 self.format_version)
 
 
 def _rebuild_frames(
     data: object, lengths: npt.NDArray[np.int64], checksums: npt.NDArray[np.uint32], seeds: npt.NDArray[np.uint32],
-    frame_shape: tuple[int, ...], references: npt.NDArray[np.int64] | None = None, changed_rows: bool = True,
+    frame_shape: tuple[int, ...], references: npt.NDArray[np.int64] | None = None,
+    format_version: int | bool = FORMAT_VERSION,
 ) -> EncodedFrames:
     """An unpickled ``EncodedFrames``: ``data`` is bytes (in band) or the buffer its receiver handed over
     (out of band), viewed as bytes without a copy (``EncodedFrames`` checks both). Pickles from before
-    ``references`` name none."""
-    return EncodedFrames(data, lengths, checksums, seeds, frame_shape, references, changed_rows)  # type: ignore[arg-type]
+    ``references`` name none; those from before ``format_version`` say whether their blocks were changed
+    rows (a bool: version 5, or 4)."""
+    if isinstance(format_version, bool):
+        format_version = 5 if format_version else 4
+    return EncodedFrames(data, lengths, checksums, seeds, frame_shape, references, format_version)  # type: ignore[arg-type]
 
 
 def _byte_view(data: object) -> bytes | memoryview:

@@ -40,7 +40,8 @@ from mmreplay.hdf5.checks import READ_BLOCK_BYTES, check_input, close_file
 from mmreplay.hdf5.datasets import FIELD_PREFIX, FORMAT_NAMES, LAYOUTS, LayoutWriter, Source
 from mmreplay.hdf5.minari_layout import DATASET_ID, MINARI_FILE, MinariSource, MinariWriter
 from mmreplay.hdf5.mmreplay_layout import MmreplayLayoutSource, MmreplayLayoutWriter
-from mmreplay.hdf5.replay import Feeder, merged
+from mmreplay.copying.feeder import Feeder
+from mmreplay.hdf5.replay import merged
 from mmreplay.store import ReplayStore
 from mmreplay.store.episode_list import Episode
 from mmreplay.validation import parse_positive_int

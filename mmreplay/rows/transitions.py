@@ -119,22 +119,25 @@ def row_next_deltas(rows: npt.NDArray[np.void]) -> npt.NDArray[np.int64]:
     return read_uint(rows, "next_delta")
 
 
-def row_layout(dtype: np.dtype) -> tuple[int, ...]:
+def row_layout(dtype: np.dtype) -> dict[str, int]:
     """The row as the compiled code reads and writes it, which has no offsets of its own:
-    ``_lz4batch.row_layout(*row_layout(dtype))`` checks it once and returns what the row functions take.
-    In order: the row's size, the byte offsets of checksum, next_delta, frame_lead and env, env's width,
-    the offsets of reward, flags and action, action's size, then the flag bits TERMINATED, TRUNCATED and
-    DETACHED, next_delta's width and the shift of env in its word (5 where it shares the flags' word,
-    format version 5; else 0)."""
+    ``_lz4batch.row_layout(**row_layout(dtype))`` checks it once and returns what the row functions take:
+    the row's size, the byte offsets of checksum, next_delta, frame_lead and env, env's width, the offsets
+    of reward, flags and action, action's size, the flag bits TERMINATED, TRUNCATED and DETACHED,
+    next_delta's width and the shift of env in its word (5 where it shares the flags' word, format
+    version 5 on; else 0)."""
     assert dtype.fields is not None
     offsets = {name: dtype.fields[name][1] for name in dtype.names or ()}
     packed = "flags_env" in offsets
     env, flags = ("flags_env", "flags_env") if packed else ("env", "flags")
-    return (
-        dtype.itemsize, offsets["checksum"], offsets["next_delta"], offsets["frame_lead"], offsets[env],
-        dtype[env].itemsize, offsets["reward"], offsets[flags], offsets["action"], dtype["action"].itemsize,
-        TERMINATED, TRUNCATED, DETACHED, dtype["next_delta"].itemsize, FLAG_BITS if packed else 0,
-    )
+    return {
+        "size": dtype.itemsize, "checksum": offsets["checksum"], "next_delta": offsets["next_delta"],
+        "frame_lead": offsets["frame_lead"], "env": offsets[env], "env_bytes": dtype[env].itemsize,
+        "reward": offsets["reward"], "flags": offsets[flags], "action": offsets["action"],
+        "action_bytes": dtype["action"].itemsize, "terminated": TERMINATED, "truncated": TRUNCATED,
+        "detached": DETACHED, "next_delta_bytes": dtype["next_delta"].itemsize,
+        "env_shift": FLAG_BITS if packed else 0,
+    }
 
 
 class RowFields(NamedTuple):
@@ -207,7 +210,7 @@ class TransitionTable:
         self._packed = "flags_env" in (dtype.names or ())  # format version 5: env and flags in one word
         self._flags_env_bytes = dtype["flags_env"].itemsize if self._packed else 0
         # The layout the compiled row functions take, checked by the extension once, here.
-        self._layout = None if _lz4batch is None else _lz4batch.row_layout(*row_layout(dtype))
+        self._layout = None if _lz4batch is None else _lz4batch.row_layout(**row_layout(dtype))
         stored_action = dtype["action"]
         # A batch's action: the stored field in native byte order.
         self._action = np.dtype((stored_action.base.newbyteorder("="), stored_action.shape))
@@ -288,10 +291,8 @@ class TransitionTable:
         self._check_lead(frame_lead)
         self.reserve_rows(first_step, len(flags))
         if _lz4batch is not None:
-            _lz4batch.write_rows(
-                self._bytes, self.row_slots, first_step, frame_lead, self._layout, rewards, flags, actions,
-                previous_steps,
-            )
+            _lz4batch.write_rows((self._bytes, self.row_slots, self._layout, False), first_step, frame_lead, rewards,
+                                 flags, actions, previous_steps)
             return
         envs = range(len(flags))
         self.write(
@@ -304,14 +305,6 @@ class TransitionTable:
         )
         for env in envs:
             self.link(previous_steps[env], first_step + env)
-
-    def continuation_arguments(self, first_step: int, frame_lead: int) -> tuple[object, int, object]:
-        """The table's arguments of a compiled write of the row at ``first_step`` with ``frame_lead``
-        (``_lz4batch.continue_one_env``'s): the rows' bytes, their slots and layout, once the lead is checked
-        and the row's blocks are reserved."""
-        self._check_lead(frame_lead)
-        self.reserve_rows(first_step, 1)
-        return self._bytes, self.row_slots, self._layout
 
     def _check_lead(self, frame_lead: int) -> None:
         """A row's frame_lead must fit its u32 field."""
@@ -422,9 +415,8 @@ class TransitionTable:
                 np.empty(len(steps), np.bool_), np.empty(len(steps), np.bool_), np.empty(len(steps), np.int64),
                 np.empty(len(steps), np.bool_),
             )
-            first_bad = _lz4batch.gather_fields(
-                self._rows, self.row_slots, steps, self._layout, *fields, self._version_3
-            )
+            first_bad = _lz4batch.gather_fields((self._rows, self.row_slots, self._layout, self._version_3), steps,
+                                                fields)
             if first_bad >= 0:
                 self._raise_checksum_error(int(steps[first_bad]))
             return fields

@@ -14,9 +14,7 @@ from typing import Any, NamedTuple, cast
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import extensions
 
-_lz4batch = extensions.load("_lz4batch")
 
 
 class AddArguments(NamedTuple):
@@ -220,17 +218,6 @@ def parse_single_frames(
     return _single_frames((*frames, actions, rewards, flags))
 
 
-def one_env_values_form(shapes: AddShapes, *, terminated_bit: int, truncated_bit: int) -> tuple[Any, ...] | None:
-    """What ``parse_one_env_values`` passes the compiled parse of a one-env store's scalars
-    (``_lz4batch.one_env_values``), made once per store: (the action dtype's scalar type, its size, whether
-    it is a signed integer, the two flag bits). None where there is no such parse: no extension, several
-    envs, an action with a shape, or a scalar wider than 8 bytes."""
-    dtype = shapes.action_dtype
-    if _lz4batch is None or shapes.num_envs != 1 or shapes.action or not 1 <= dtype.itemsize <= 8:
-        return None
-    return (dtype.type, dtype.itemsize, dtype.type in _SIGNED_BOUNDS, terminated_bit, truncated_bit)
-
-
 def parse_one_env_values(
     shapes: AddShapes,
     action: object,
@@ -240,20 +227,10 @@ def parse_one_env_values(
     *,
     terminated_bit: int,
     truncated_bit: int,
-    form: tuple[Any, ...] | None = None,
 ) -> tuple[bytes, float, int] | None:
     """A one-env store's action, reward and flags as its row stores them: (the action's bytes, the reward
     as a float holding its float32 value, the TERMINATED/TRUNCATED bits), or None where ``parse_add``
-    would refuse any of them or normalize it the long way (``parse_single_frames``' rules). With ``form``
-    (``one_env_values_form``), the forms a training loop passes at nearly every step (bools, a float or
-    int reward, an int or numpy scalar action) are parsed in one compiled call, to the same result
-    (test_one_env_values); any other form is parsed here."""
-    if form is not None:
-        compiled: tuple[bytes, float, int] | None = _lz4batch.one_env_values(  # type: ignore[union-attr]
-            action, reward, terminated, truncated, form
-        )
-        if compiled is not None:
-            return compiled
+    would refuse any of them or normalize it the long way (``parse_single_frames``' rules)."""
     action_bytes = _action_bytes(action, shapes)
     if action_bytes is None:
         return None

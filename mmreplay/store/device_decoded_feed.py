@@ -38,7 +38,15 @@ _NOT_ARRAYS = ("frames", "frame_index", "stack_size")
 
 def check_store(store: ReplayStore) -> None:
     """``ValueError`` unless ``store``'s frames can be decoded on the device: plain lz4 blocks of uint8
-    frames, stacks padded by repeating the first frame, no user fields (what an encoded batch carries)."""
+    frames, stacks padded by repeating the first frame, no user fields (what an encoded batch carries). A
+    reference store's dependent frames are compressed with their reference as lz4's dictionary, which
+    nvCOMP's batched lz4 does not take: its batches decode on the host."""
+    if store.frame_encoding == "lz4-reference":
+        raise ValueError(
+            "decode='device' decodes blocks that decode alone (nvCOMP's batched lz4 takes no dictionary); this "
+            "store's frames are compressed against earlier frames (frame_encoding='lz4-reference', their reference "
+            "as lz4's dictionary): use decode='host', or a store created with frame_encoding='lz4'"
+        )
     if store.frame_encoding != "lz4" or store.stack_padding != "first" or store.fields or store.frame_dtype != np.uint8:
         raise ValueError(
             "decode='device' decodes the stored blocks of a store with frame_encoding='lz4', stack_padding='first', "

@@ -236,16 +236,8 @@ class EncodingReader(TransitionReader):
     ) -> tuple[EncodedFrames, npt.NDArray[np.int64]]:
         """The stored blocks of a reference ring's frames ``distinct`` and of every frame they are
         compressed against, in frame order (a reference before the frames that need it), each with
-        its reference's index among them; and their frame steps. The chains are followed in one
-        compiled call where the extension is built (``ReferenceFrameRing.closure``), else level by
-        level here, which also names the frame at fault in a damaged chain."""
-        closure = ring.closure(distinct)
-        if closure is not None:
-            every, references = closure
-            blocks = self._blocks(every, steps, frames, needing=lambda step: _needing(ring, distinct, step))
-            encoded = EncodedFrames(blocks.data, blocks.lengths, blocks.checksums, blocks.seeds, blocks.frame_shape,
-                                    references=references, changed_rows=ring.changed_rows)
-            return encoded, every
+        its reference's index among them; and their frame steps. The chains are followed level by level
+        (one table read each), which also names the frame at fault in a damaged chain."""
         chain, needing = distinct.copy(), distinct.copy()  # each listed frame, and a batch frame needing it
         listed = [chain]
         for _ in range(ring.scheme.depth + 1):
@@ -272,7 +264,7 @@ class EncodingReader(TransitionReader):
             raise FrameChecksumError("a frame's reference changed while the batch was read: the frame was "
                                      "overwritten since it was located", frame_step=int(every[0]))
         encoded = EncodedFrames(blocks.data, blocks.lengths, blocks.checksums, blocks.seeds, blocks.frame_shape,
-                                references=references, changed_rows=ring.changed_rows)
+                                references=references, format_version=ring.version)
         return encoded, every
 
     def encoded(self, batch: Batch) -> EncodedBatch:

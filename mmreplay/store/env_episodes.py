@@ -14,13 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import extensions
 from mmreplay.rows.transitions import TERMINATED, TRUNCATED, TransitionTable, row_envs, row_flags
 from mmreplay.store.reading import TransitionReader
-
-_lz4batch = extensions.load("_lz4batch")
-# One env's obs compared with its episode in place (``continuing_frame``); None without the extension.
-continuing_frame = None if _lz4batch is None else _lz4batch.continuing_frame
 
 
 @dataclass

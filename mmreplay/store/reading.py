@@ -105,14 +105,10 @@ class TransitionReader:
         read of them that follows. Sampled rows of a large store each cost a page walk and a memory read;
         issued before the caller's other work on the batch (its weights, the batch's arrays), those
         overlap it rather than stalling the read (0.5 to 0.7 us of ~18 in a CartPole batch of a 1,000,000
-        transition store). The decode's helper threads are woken too, where the batch will use them."""
+        transition store)."""
         if self._compiled and len(steps):
             assert _lz4batch is not None and self.table.compiled_rows is not None
             _lz4batch.prefetch_rows(self.table.compiled_rows[0], self.table.row_slots, steps)
-            # Helpers asleep since the last batch (a learner's update between two batches takes longer
-            # than they poll) wake now, while the rows are read, not when the decode needs them.
-            if len(steps) >= self._helper_rows and self.thread_limit > 1:
-                _lz4batch.wake_helpers(batch_threads(len(steps) * self._row_nbytes, self.thread_limit) - 1)
 
     def _threads(self, rows: int) -> int:
         """The threads a batch of ``rows`` transitions decodes on (``threads.batch_threads``)."""
@@ -189,16 +185,16 @@ class TransitionReader:
     ) -> Batch | None:
         """``transitions`` without ``out``, in one compiled call (``_lz4batch.read_transitions``): rows
         checked and unpacked, stacks followed and frames decoded straight into the new batch's arrays.
-        None where that call does not read the batch (a reference ring or no segment views yet, a DETACHED
-        row, a row or frame that fails its check, a frame outside the segments mapped so far): the general
+        None where that call does not read the batch (no segment views yet, a format version 4 or 5 reference
+        ring, a DETACHED row, a row or frame that fails its check, a frame outside the segments mapped so far): the general
         path then reads it, and raises what failed. Every check of the general path is made here too.
 
         For small frames this is most of a batch's cost saved: CartPole's 16-byte frames decode in a
         fraction of the ~10 numpy and Python steps that the general path takes around its three compiled
         calls (``benchmarks/bench_classic.py``)."""
         rows = self.table.compiled_rows
-        frames = self.frames.compiled_frames()
-        if rows is None or frames is None:
+        ring = self.frames.compiled_ring()
+        if rows is None or ring is None:
             return None
         assert _lz4batch is not None
         n = len(steps)
@@ -211,8 +207,8 @@ class TransitionReader:
         if steps.dtype != np.int64 or not steps.flags.c_contiguous:
             steps = np.ascontiguousarray(steps, np.int64)
         if not _lz4batch.read_transitions(
-            *rows, *frames, steps, self.stack_size, self.zero_padding and padded, pixels, action, reward,
-            terminated, truncated, env_index, discount, self._threads(n),
+            rows, ring, steps, (self.stack_size, self.zero_padding and padded),
+            (pixels, action, reward, terminated, truncated, env_index, discount), self._threads(n),
         ):
             return None
         size = self.stack_size
@@ -235,8 +231,8 @@ class TransitionReader:
         what is wrong with it, in its own order. ``out``'s contents are then unspecified, as when the
         general path raises."""
         rows = self.table.compiled_rows
-        frames = self.frames.compiled_frames()
-        if rows is None or frames is None:
+        ring = self.frames.compiled_ring()
+        if rows is None or ring is None:
             return None
         assert _lz4batch is not None
         n = len(steps)
@@ -258,7 +254,7 @@ class TransitionReader:
             steps = np.ascontiguousarray(steps, np.int64)
         assert pixels is not None
         if not _lz4batch.read_transitions(
-            *rows, *frames, steps, self.stack_size, self.zero_padding and padded, pixels, *targets[:5], discount,
+            rows, ring, steps, (self.stack_size, self.zero_padding and padded), (pixels, *targets[:5], discount),
             self._threads(n),
         ):
             return None

@@ -3,8 +3,10 @@
 ``add`` enters here once and goes down: its fast path (each env continues its episode with one new frame,
 written by one compiled call per file), or its general path (checked arguments, a plan of the frames each
 env writes, then the write); ``add_encoded`` writes runs of steps that continue an episode at once and
-every other step by the general path. The writer holds each env's episode in progress, its commits and
-room (``Committer``), autocommit's schedule and the writer lock; it never calls back into the façade.
+every other step by the general path. Every add compresses and writes its frames on the calling thread
+before it returns (a vector add's frames may be shared with the pool's helpers, joined before it returns).
+The writer holds each env's episode in progress, its commits and room (``Committer``), autocommit's
+schedule and the writer lock; it never calls back into the façade.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from mmreplay.disk.writer_lock import acquire_writer_lock, release_writer_lock
 from mmreplay.errors import FormatVersionError
 from mmreplay.frames import encodings
 from mmreplay.frames.encodings import FrameEncoder
+from mmreplay.frames.threads import compress_threads
 from mmreplay.frames.wire import EncodedFrames
 from mmreplay.rows.transitions import TERMINATED, TRUNCATED
 from mmreplay.sampling.samplers import Sampler
@@ -35,19 +38,15 @@ from mmreplay.store.add_arguments import (
     parse_add,
     parse_env_mask,
     parse_fields,
-    one_env_values_form,
-    parse_one_env_values,
     parse_single_frames,
     records_every_env,
 )
 from mmreplay.store.add_plans import AddPlan, plan_add, plan_run
 from mmreplay.store.autocommit import CommitSchedule, Committable
 from mmreplay.store.committer import Committer
-from mmreplay.store.frames_ahead import ContinuingFrames, compression_policy
 from mmreplay.store.env_episodes import (
     advance_all,
     continuations,
-    continuing_frame,
     load_env_episodes,
     load_env_frames,
 )
@@ -88,25 +87,14 @@ class Writer:
         )
         self._encoder = encodings.encoder_for(layout, files.directory)
         # ``add`` may take its fast path (``_add_single_frames``): a writer whose frames a compiled call
-        # writes (plain lz4, or reference frames of format version 5), still open.
+        # writes (plain lz4, or reference frames with the extension's groups), still open.
         self._fast_add = self._encoder.fast_path
-        # One env's adds without user fields take the fast path's shortest form (``_add_one_env``), its obs
-        # compared in place; with fields, the fast path's general form (``_add_single_frames``).
-        self._one_env_fast = layout.num_envs == 1 and continuing_frame is not None and self._field_table is None
-        self._values_form = one_env_values_form(self._add_shapes, terminated_bit=TERMINATED, truncated_bit=TRUNCATED)
+        # The threads a vector add's new frames compress on (threads.compress_threads: from 4 usable cores).
+        self._append_threads = compress_threads(layout.num_envs, self._frames.frame_nbytes, files.reader.thread_limit)
         # A sampler that applies priorities and the store's checks of them in one call (PrioritizedSampler).
         self._checked_update = priority_updates.checked_update_of(self._sampler)
         self.transitions_added = commit.transitions_added
         self._committer = Committer(files, commit, schedule)
-        # The fast path's new frames: their threads (frames_ahead.compression_policy), the helper they go
-        # ahead on, and one env's frame left behind for this writer's next call to write.
-        self._continuing = ContinuingFrames(
-            self._frames, self._encoder, self._committer, self._table, self._add_shapes, lock=self._lock,
-            policy=compression_policy(
-                num_envs=layout.num_envs, frame_nbytes=self._frames.frame_nbytes, limit=files.reader.thread_limit,
-                reference=self._encoder.groups is not None, fast_add=self._fast_add,
-            ),
-        )
         self._frames.remove_other_generations()
         self._episodes, self._env_frames_pending = load_env_episodes(
             self._table, files.reader, self._stored(), num_envs=layout.num_envs, stack_size=layout.stack_size
@@ -134,8 +122,14 @@ class Writer:
             if version not in header.WRITABLE_VERSIONS:
                 raise FormatVersionError(
                     f"{opened.path / header.HEADER_NAME}: format version {version} opens read-only (mode 'r'): "
-                    f"its rows carry version {version}'s checksum; to append, export it and import it into a "
-                    "new store"
+                    f"its rows carry version {version}'s checksum; to append, convert it into a new store "
+                    f"first (mmreplay convert {opened.path} NEW)"
+                )
+            if layout.frame_encoding == encodings.REFERENCE and version < header.REFERENCE_WRITABLE_VERSION:
+                raise FormatVersionError(
+                    f"{opened.path / header.HEADER_NAME}: format version {version}'s reference frames open "
+                    f"read-only (mode 'r'); to append, convert the store to format version "
+                    f"{header.FORMAT_VERSION} first (mmreplay convert {opened.path} NEW)"
                 )
             if lock is None:
                 lock = acquire_writer_lock(opened / header.LOCK_NAME)
@@ -170,10 +164,8 @@ class Writer:
         return False
 
     def consistent(self, read: Callable[[], T]) -> T:
-        """Run a read: nothing replaces what a writer reads but its own adds, under the same lock, with the
-        frame the last add left behind written first (in the same hold of the lock: no add comes between)."""
+        """Run a read: nothing replaces what a writer reads but its own adds, under the same lock."""
         with self._lock:
-            self._continuing.settle()
             return read()
 
     def open_envs(self) -> set[int]:
@@ -190,7 +182,6 @@ class Writer:
     def flush(self) -> None:
         """Commit everything added so far."""
         with self._lock:
-            self._continuing.settle()
             self._committer.commit(self.transitions_added)
 
     def close(self) -> None:
@@ -199,7 +190,6 @@ class Writer:
             self.flush()
         finally:
             self._fast_add = False
-            self._continuing.behind = None  # a frame its commit could not write: its add was not committed
             close_all([self.files.close, self._release_writer_lock])
 
     def cleared(self) -> Writer:
@@ -283,22 +273,8 @@ class Writer:
         fragment: bool,
     ) -> None:
         """``ReplayStore.add`` (``fragment`` checked). The arguments are checked once: by the fast path's
-        one-env form (``_add_one_env``) or fast parse (``parse_single_frames``) where the add may take the
-        fast path, else (or where they decline it) by ``parse_add``; an add the fast path declines goes on
-        to the general path as parsed."""
-        if (
-            self._one_env_fast
-            and self._fast_add
-            and env_mask is None
-            and fields is None
-            and not fragment
-            and self._env_frames_pending is None
-            and self._add_one_env(obs, action, reward, next_obs, terminated, truncated)
-        ):
-            if self._schedule.due(self.transitions_added):
-                self.flush()
-            return
-        self._continuing.settle()
+        parse (``parse_single_frames``) where the add may take the fast path, else (or where they decline
+        it) by ``parse_add``; an add the fast path declines goes on to the general path as parsed."""
         values = None
         if fields is not None or self._field_table is not None:
             self.check_writable("add")
@@ -311,15 +287,11 @@ class Writer:
             and self._env_frames_pending is None
             and records_every_env(env_mask, self._add_shapes.num_envs)
         ):
-            # One env's add that its shortest form declined (an episode's first add, mostly) has no frame
-            # ahead: the one it may have started is not this form's to take.
-            continuing = self._continuing
-            ahead = continuing.start_ahead(next_obs) if not self._one_env_fast and continuing.ahead_wanted() else None
             parsed = parse_single_frames(
                 self._add_shapes, obs, action, reward, next_obs, terminated, truncated,
                 terminated_bit=TERMINATED, truncated_bit=TRUNCATED,
             )
-            if parsed is not None and self._add_single_frames(parsed, values, ahead):
+            if parsed is not None and self._add_single_frames(parsed, values):
                 if self._schedule.due(self.transitions_added):
                     self.flush()
                 return
@@ -344,7 +316,6 @@ class Writer:
     ) -> None:
         """``ReplayStore.add_encoded``: the send checked whole, then written run by run."""
         self.check_writable("add_encoded")
-        self._continuing.settle()
         if self._frames.frame_dtype != np.uint8:
             raise ValueError(
                 f"add_encoded takes uint8 frames; this store's frame_dtype is {self._frames.frame_dtype}: use add"
@@ -455,16 +426,14 @@ class Writer:
         if self._schedule.due(self.transitions_added):
             self.flush()
 
-    def _add_single_frames(
-        self, parsed: SingleFrames, fields: dict[str, npt.NDArray[Any]] | None, ahead: object | None = None
-    ) -> bool:
+    def _add_single_frames(self, parsed: SingleFrames, fields: dict[str, npt.NDArray[Any]] | None) -> bool:
         """``add``'s fast path, for the add a training loop makes at nearly every step (``parsed``, with the
         checked user ``fields``): each env continues its episode with one new frame (given alone, or as
         the newest of a stack), and no commit is due. It writes exactly what the general path writes
         (test_fast_add checks the files byte for byte), in a third to a half of the time; False, with
         nothing written, when any of that does not hold."""
         first_step, first_frame = self.transitions_added, self._frames.frames_written
-        if not self._continuing.fits(first_step, len(parsed.flags)):
+        if not self._fits(first_step, len(parsed.flags)):
             return False
         links = continuations(
             self._episodes, parsed.obs, stacked=parsed.stacked, first_frame=first_frame,
@@ -475,66 +444,38 @@ class Writer:
         previous_steps, prev_deltas = links
         self._write_continuing(
             first_step, first_frame, previous_steps, prev_deltas, parsed.new_frames, parsed.next_obs, parsed.reward,
-            parsed.flags, parsed.action, fields, ahead,
+            parsed.flags, parsed.action, fields,
         )
         return True
 
-    def _add_one_env(
-        self, obs: object, action: object, reward: object, next_obs: object, terminated: object, truncated: object
-    ) -> bool:
-        """``_add_single_frames`` for a one-env store without user fields, shorter: the obs (a frame or a
-        stack) is compared with the env's episode and the next_obs in place (``continuing_frame``), with no
-        copy of it made and no parse of its own. Where a helper encodes its new frame, the frame is left
-        behind (``ContinuingFrames.settle``: written by the writer's next call) and the row written; else both now.
-        Writes the same bytes (test_one_env_add); False, with nothing of it written, where the add is not
-        one that continues the env's episode with one new frame (the longer forms then decide)."""
-        shapes = self._add_shapes
-        stacked = frames_form(obs, next_obs, shapes)
-        if stacked is None:
-            return False
-        episode = self._episodes[0]
-        first_step = self.transitions_added
-        if not episode.open or episode.last_step < first_step - self._layout.capacity:
-            return False
-        # The new frame's bytes, which the episode keeps: the frame left behind is them, never the caller's
-        # next_obs, which an env may overwrite as soon as the add returns.
-        frame = continuing_frame(obs, next_obs, episode.frames, stacked)  # type: ignore[misc]
-        if frame is None:
-            return False
-        values = parse_one_env_values(
-            shapes, action, reward, terminated, truncated, terminated_bit=TERMINATED, truncated_bit=TRUNCATED,
-            form=self._values_form,
-        )
-        if values is None:
-            return False
-        action_bytes, value, flags = values
-        with self._lock:
-            continuing = self._continuing
-            pending = continuing.behind is not None  # the frame the add before left behind: written first
-            first_frame = self._frames.frames_written + pending
-            if not continuing.fits(first_step, 1, pending=pending):
-                continuing.settle()
-                return False
-            continuing.continue_one(
-                frame, first_frame - episode.frame_steps[-1], first_step, value, flags, action_bytes, episode.last_step
-            )
-            episode.advance(frame, first_frame, step=first_step, ended=bool(flags))
-            self._count_added(first_step, 1)
-        return True
+    def _fits(self, first_step: int, count: int) -> bool:
+        """Whether ``count`` envs' continuing transitions from ``first_step`` fit before the next commit must
+        make room: a reference store's general path makes room for each env's largest add (2 * stack_size
+        frames) before encoding, and the fast path asks for the same, so that both commit at the same adds."""
+        frames = count * 2 * self._layout.stack_size if self._encoder.records_references else count
+        return self._committer.fits(first_step, new_rows=count, new_frames=frames)
 
     def _write_continuing(
         self, first_step: int, first_frame: int, previous_steps: list[int], prev_deltas: list[int],
         new_frames: npt.NDArray[Any], frames: list[bytes], rewards: list[float], flags: list[int], actions: bytes,
-        fields: dict[str, npt.NDArray[Any]] | None, ahead: object | None,
+        fields: dict[str, npt.NDArray[Any]] | None,
     ) -> None:
         """The fast path's write of envs 0, 1, ... each continuing its episode (the transition at
         ``previous_steps[env]``) with one new frame (``new_frames``, one contiguous array; ``frames``, each
-        env's as bytes) from ``first_step`` and ``first_frame`` on: user fields, frames, rows, episodes."""
+        env's as bytes) from ``first_step`` and ``first_frame`` on: user fields, frames, rows, episodes. A
+        reference store's frames continue their envs' groups; an add that fails restarts them (no frame is
+        ever compressed against one that was not written)."""
+        encoder = self._encoder
         with self._lock:
             self._table.reserve_rows(first_step, len(flags))  # a full disk refuses the add before any write
             if fields:
                 self._field_table.write(first_step, fields)  # type: ignore[union-attr]
-            self._continuing.append(new_frames, prev_deltas, ahead)
+            try:
+                self._frames.append_frames(new_frames, prev_deltas, threads=self._append_threads, groups=encoder.groups,
+                                           frame_tail=self._committer.committed.frame_tail)
+            except BaseException:
+                encoder.rollback(range(len(prev_deltas)))
+                raise
             self._table.write_continuations(
                 first_step, frame_lead=first_frame - first_step, previous_steps=previous_steps,
                 rewards=rewards, flags=flags, actions=actions,
