@@ -79,6 +79,8 @@ def iterate(batches: Any) -> Any:
 
 
 def ray_figures(stream: dict[str, np.ndarray], args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    # Loopback alone (tests/ray_loopback.py): set before ray is imported, or Ray 2.60 listens on every interface.
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     import ray
 
     from mmreplay import ReplayStore, decode_batch

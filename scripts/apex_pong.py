@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -57,6 +58,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sync-every", type=int, default=200, help="actor steps between weight pulls")
     args = parser.parse_args(argv)
 
+    # Loopback alone (tests/ray_loopback.py): set before ray is imported, or Ray 2.60 listens on every interface.
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     import ray
     import torch
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -25,9 +26,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ray.rllib.utils.replay_buffers.prioritized_episode_buffer import PrioritizedEpisodeReplayBuffer
+# Loopback alone (tests/ray_loopback.py): set before ray is imported, or Ray 2.60 listens on every interface.
+os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+from ray.rllib.utils.replay_buffers.prioritized_episode_buffer import PrioritizedEpisodeReplayBuffer  # noqa: E402
 
-from mmreplay.rllib import MmreplayEpisodeReplayBuffer
+from mmreplay.rllib import MmreplayEpisodeReplayBuffer  # noqa: E402
 
 
 class Checks:

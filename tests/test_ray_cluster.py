@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ray_loopback import listening_beyond_loopback  # before ray: its nodes listen on loopback alone
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'mmreplay[ray]' to run the Ray tests")
 from ray.cluster_utils import Cluster  # noqa: E402
@@ -25,10 +26,13 @@ def test_removing_a_node_leaves_the_shard_on_the_other_node_sampling(monkeypatch
     monkeypatch.setenv("RAY_TMPDIR", str(temp))
     (temp / "ray").mkdir()
     cluster = Cluster(initialize_head=True, connect=True,
-                      head_node_args={"num_cpus": 1, "include_dashboard": False, "temp_dir": str(temp / "ray")})
+                      head_node_args={"num_cpus": 1, "include_dashboard": False, "temp_dir": str(temp / "ray"),
+                                      "node_ip_address": "127.0.0.1"})
     try:
-        second = cluster.add_node(num_cpus=1)
+        second = cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
         cluster.wait_for_nodes()
+        beyond = listening_beyond_loopback()
+        assert not beyond, "the two nodes listen beyond 127.0.0.0/8:\n" + "\n".join(map(str, beyond))
         head = ray.get_runtime_context().get_node_id()
         replay = ShardedReplay.create("two-nodes", str(temp / "replay"), num_shards=2, frame_shape=(4, 4),
                                       capacity=200, envs_per_shard=2, placement=[head, second.node_id],

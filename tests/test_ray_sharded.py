@@ -5,12 +5,12 @@ Frames encode their own step (``numbered``), so every sampled pixel can be check
 
 from __future__ import annotations
 
+import ast
+import ipaddress
 import json
 import math
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from ray_loopback import is_loopback, listening, listening_beyond_loopback, ray_on_loopback  # before ray
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'mmreplay[ray]' to run the Ray tests")
 
@@ -29,14 +30,8 @@ FRAME = (4, 4)
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Path]:
-    temp = Path(tempfile.mkdtemp(prefix="mmr-ray-"))
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", _temp_dir=str(temp / "ray"),
-             namespace="mmreplay-tests", log_to_driver=False)
-    try:
+    with ray_on_loopback(namespace="mmreplay-tests") as temp:
         yield temp
-    finally:
-        ray.shutdown()
-        shutil.rmtree(temp, ignore_errors=True)
 
 
 def numbered(n: int, tag: int = 0) -> np.ndarray:
@@ -60,6 +55,57 @@ def write_episode(writer, steps: int, *, tag: int = 0, start: int = 0, stack_siz
 def make(cluster: Path, name: str, *, num_shards: int, capacity: int, **options) -> ShardedReplay:
     return ShardedReplay.create(name, str(cluster / name), num_shards=num_shards, frame_shape=FRAME,
                                 capacity=capacity, commit_interval_s=None, envs_per_shard=4, **options)
+
+
+def test_every_socket_the_ray_processes_listen_on_is_on_loopback(cluster: Path) -> None:
+    replay = make(cluster, "sockets", num_shards=2, capacity=100)  # shard actors: workers with servers of their own
+    assert len(replay.stats()) == 2
+    sockets = listening()
+    commands = " ".join(socket.command for socket in sockets)
+    assert "gcs_server" in commands and "raylet" in commands, f"the check does not see Ray's processes: {sockets}"
+    beyond = listening_beyond_loopback()
+    assert not beyond, "Ray listens beyond 127.0.0.0/8:\n" + "\n".join(map(str, beyond))
+    replay.close(destroy=True)
+
+
+def test_loopback_is_not_0_0_0_0_nor_the_ipv6_any_address() -> None:
+    loopback = ["127.0.0.1", "127.1.2.3", "::1", "::ffff:127.0.0.1"]
+    beyond = ["0.0.0.0", "::", "::ffff:0.0.0.0", "192.0.2.2", "10.0.0.1", "fe80::1"]
+    assert [is_loopback(ipaddress.ip_address(a)) for a in loopback + beyond] == [True] * 4 + [False] * 6
+
+
+REPO = Path(__file__).resolve().parents[1]
+GUARD = "os.environ['RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER'] = '0'"  # as ast.unparse writes it
+
+
+def ray_start(path: Path) -> tuple[bool, bool]:
+    """Whether ``path`` starts Ray (``ray.init`` of a new cluster, or ``Cluster``), and whether it sets
+    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (or imports ``ray_loopback``, which does) before it imports ray."""
+    starts, guards, imports = False, [], []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            name = ast.unparse(node.func)
+            connects = any(keyword.arg == "address" for keyword in node.keywords)  # to a cluster already up
+            starts = starts or name == "Cluster" or (name == "ray.init" and not connects)
+            if name == "pytest.importorskip" and ast.literal_eval(node.args[0]).split(".")[0] == "ray":
+                imports.append(node.lineno)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            modules = [alias.name for alias in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            imports += [node.lineno] if any(module.split(".")[0] == "ray" for module in modules) else []
+            guards += [node.lineno] if "ray_loopback" in modules else []
+        elif isinstance(node, ast.Assign) and ast.unparse(node) == GUARD:
+            guards.append(node.lineno)
+    return starts, bool(guards) and (not imports or min(guards) < min(imports))
+
+
+def test_every_script_benchmark_and_test_that_starts_ray_sets_loopback_before_importing_ray() -> None:
+    files = [path for folder in ("scripts", "benchmarks", "tests") for path in sorted((REPO / folder).glob("*.py"))]
+    checked = {path.relative_to(REPO).as_posix(): ray_start(path) for path in files if path.name != "ray_loopback.py"}
+    starting = {name for name, (starts, _) in checked.items() if starts}
+    assert starting >= {"scripts/apex_pong.py", "scripts/rllib_dqn_pong.py", "benchmarks/bench_ray.py",
+                        "tests/test_ray_cluster.py"}
+    unguarded = sorted(name for name in starting if not checked[name][1])
+    assert not unguarded, f"these start Ray with ray imported before loopback is set (tests/ray_loopback.py): {unguarded}"
 
 
 def test_uniform_sampling_draws_each_shard_in_proportion_to_its_size(cluster: Path) -> None:

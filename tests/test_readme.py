@@ -14,12 +14,17 @@ Shell blocks are run where they are the CLI; the setup, test and benchmark comma
 
 from __future__ import annotations
 
+import ast
 import gzip
+import ipaddress
+import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -28,6 +33,7 @@ from typing import Any
 import numpy as np
 import pytest
 from atari_data import load_stream
+from ray_loopback import is_loopback, ray_on_loopback  # before ray: the module's Ray cluster listens on loopback alone
 
 REPO = Path(__file__).resolve().parents[1]
 # The manual: README.md and the pages that mkdocs.yml builds into a site.
@@ -352,6 +358,9 @@ def check_encoded(namespace: dict[str, Any]) -> None:
 # that the test no longer matches fails here instead of running unbounded.
 SMALL_SIZES = {
     "ray-sharded": [
+        # the module's cluster is up (the page's start runs on its own in the loopback test below)
+        ('ray.init(_node_ip_address="127.0.0.1", _temp_dir=tempfile.mkdtemp(prefix="ray-"), include_dashboard=False)',
+         "pass"),
         ('"/data/replay"', "root"),
         ("num_shards=4", "num_shards=2"),
         ("capacity=4_000_000", "capacity=4_000"),
@@ -490,17 +499,12 @@ def test_every_python_block_of_the_manual_is_named_and_known() -> None:
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def ray_cluster() -> Iterator[None]:
     """A local Ray cluster for this module's Ray examples (bound to loopback, its own temporary directory),
     stopped when the module's tests are done."""
-    ray = pytest.importorskip("ray", reason="Ray is not installed here: the Ray examples run in test.sh's Ray venv pass")
-    temp = tmp_path_factory.mktemp("ray")
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", _temp_dir=str(temp),
-             namespace="mmreplay-readme", log_to_driver=False)
-    try:
+    pytest.importorskip("ray", reason="Ray is not installed here: the Ray examples run in test.sh's Ray venv pass")
+    with ray_on_loopback(namespace="mmreplay-readme"):
         yield
-    finally:
-        ray.shutdown()
 
 
 @pytest.mark.parametrize(("name", "code", "where"), PYTHON_BLOCKS, ids=[f"{name}@{where}" for name, _, where in PYTHON_BLOCKS])
@@ -528,6 +532,40 @@ def test_the_manual_python_example_runs(
         check(namespace)
     finally:
         close_stores(namespace)
+
+
+# The manual's Ray starts, each run in a Python of its own, where nothing set the environment before them:
+# its lines up to ray.init, then this check of what the processes of that Python's tree listen on.
+RAY_STARTS = [(name, code, where) for name, code, where in PYTHON_BLOCKS if "ray.init(" in code]
+_LISTENING = """
+import json, sys
+sys.path.insert(0, {tests!r})
+from ray_loopback import listening  # too late to change this Ray: it is up
+try:
+    print(json.dumps([[str(socket.address), socket.port, socket.command] for socket in listening()]))
+finally:
+    ray.shutdown()
+"""
+
+
+@pytest.mark.parametrize(("name", "code", "where"), RAY_STARTS, ids=[f"{name}@{where}" for name, _, where in RAY_STARTS])
+def test_the_manual_starts_ray_on_loopback_alone(name: str, code: str, where: str) -> None:
+    pytest.importorskip("ray", reason="Ray is not installed here: the Ray examples run in test.sh's Ray venv pass")
+    statements = ast.parse(code).body
+    end = next(statement.end_lineno for statement in statements if "ray.init(" in ast.unparse(statement))
+    start = "\n".join(code.splitlines()[:end])
+    temp = tempfile.mkdtemp(prefix="mmr-doc-")  # short: Ray's socket paths under it have a length limit
+    env = {key: value for key, value in os.environ.items() if key != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
+    try:  # past the timeout the child is killed, and Ray's processes with it (they die with their parent)
+        run = subprocess.run([sys.executable, "-c", start + _LISTENING.format(tests=str(REPO / "tests"))],
+                             capture_output=True, text=True, timeout=180, env={**env, "TMPDIR": temp})
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    sockets = json.loads(run.stdout.strip().splitlines()[-1])
+    assert any("gcs_server" in command for _, _, command in sockets), f"{where}: no Ray server seen: {sockets}"
+    beyond = [socket for socket in sockets if not is_loopback(ipaddress.ip_address(socket[0]))]
+    assert not beyond, f"{where} ({name}) starts Ray listening beyond 127.0.0.0/8: {beyond}"
 
 
 # -- shell blocks ------------------------------------------------------------------------------------
