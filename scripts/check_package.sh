@@ -51,7 +51,7 @@ missing=$(comm -23 "$work/expected.txt" "$work/sdist.txt")
 if [ -n "$missing" ]; then
   echo "check_package: the sdist lacks tracked files:" >&2; echo "$missing" | sed 's/^/  /' >&2; exit 1
 fi
-for file in LICENSE CHANGELOG.md mmreplay/py.typed mmreplay/_c/lz4batch_module.c mmreplay/_c/work_pool.h tests/conftest.py; do
+for file in LICENSE CHANGELOG.md mmreplay/py.typed mmreplay/_c/lz4batch_module.c mmreplay/_c/pool/work_pool.h tests/data/legacy-stores.tar.gz tests/conftest.py; do
   grep -qxF "$file" "$work/sdist.txt" || { echo "check_package: the sdist lacks $file" >&2; exit 1; }
 done
 echo "  sdist: $(wc -l < "$work/sdist.txt") files: $(cut -d/ -f1 "$work/sdist.txt" | sort | uniq -c | \

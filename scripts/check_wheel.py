@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 COMPILERS = ("cc", "gcc", "clang", "c99")
-LZ4_EXTENSIONS = ("_lz4batch", "_lz4ref")  # _sumtree links no library
+LZ4_EXTENSIONS = ("_lz4batch",)  # _sumtree links no library
 
 
 def main() -> int:

@@ -27,7 +27,7 @@ def test_info_reports_layout_and_size_as_json(store_dir: Path, capsys: pytest.Ca
     info = json.loads(out)
     assert status == 0
     assert (info["frame_shape"], info["capacity"], info["transitions"], info["episodes"]) == ([40, 40], 32, 5, 2)
-    assert info["format_version"] == 5 and info["bytes_on_disk"] > 0 and info["compression_ratio"] > 0
+    assert info["format_version"] == 6 and info["bytes_on_disk"] > 0 and info["compression_ratio"] > 0
 
 
 def test_info_prints_a_readable_table(store_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:

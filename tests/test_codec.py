@@ -20,8 +20,11 @@ from hypothesis import strategies as st
 from atari_data import load_stream
 from extension_status import absent_reason
 
+from mmreplay import extensions
 from mmreplay.frames import lz4_codec as codec
 from mmreplay.frames.frame_entries import EntryFormat
+
+_lz4batch = extensions.load("_lz4batch")
 
 FRAME_SHAPE = (84, 84)
 NOT_BUILT = absent_reason("_lz4batch")
@@ -249,7 +252,7 @@ def test_checksums_of_payloads_of_every_length_and_alignment_are_zlibs(path: dic
 
 
 # Frame table entries of format version 4 with a u4 and with a u2 length (frames.frame_entries.frame_entry), and the
-# layout of each as decode_from_table reads it (_c/frame_entries.h, EntryLayout): size, offsets of position,
+# layout of each as the compiled read takes it (_c/ring/frame_table.h, EntryLayout): size, offsets of position,
 # length, checksum and prev_delta, length's width, position's, the link's width and its prev_delta bits, and
 # no ref_delta; and format version 5's entries (position's low 32 bits, prev_delta packed in 1 to 3 bytes).
 ENTRIES = {
@@ -301,7 +304,20 @@ class Table:
             bytes_written=self.bytes_written, views=self.views, base=self.base, limit=4,
         )
         arguments.update(changes)
-        return codec.decode_from_table(self.table, self.steps[picks], out, **arguments), out  # type: ignore[arg-type]
+        return decode_from_table(self.table, self.steps[picks], out, **arguments), out  # type: ignore[arg-type]
+
+
+def decode_from_table(
+    table: npt.NDArray[np.void], frame_steps: npt.NDArray[np.int64], out: npt.NDArray[np.uint8], *, layout: tuple,
+    seed_multiplier: int, segment_bytes: int, bytes_written: int, views: list[memoryview], base: int, limit: int,
+) -> bool:
+    """A frame ring's compiled read (``FrameRing.decode_compiled``) of a table made here: its geometry made
+    from the layout, then ``decode_entries`` of the ``ring`` argument."""
+    assert _lz4batch is not None
+    geometry = _lz4batch.ring_geometry(layout, len(table), seed_multiplier, segment_bytes, out[0].nbytes)
+    ring = (geometry, table, bytes_written, views, base)
+    return bool(_lz4batch.decode_entries(ring, np.ascontiguousarray(frame_steps, np.int64), out,
+                                         codec.batch_threads(out.nbytes, limit)))
 
 
 @pytest.mark.skipif(not codec.ACCELERATED, reason=NOT_BUILT)
@@ -341,12 +357,6 @@ def test_the_table_fast_path_declines_every_frame_it_cannot_vouch_for(length_byt
     # a position past everything written (a low 32 bits beyond bytes_written lead 2**32 further back)
     table.table["position"][table.steps[30] % len(table.table)] |= np.array(1 << 31).astype(table.table["position"].dtype)
     assert not table.decode(picks[26:])[0]
-
-
-def test_without_the_extension_the_table_fast_path_always_declines(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(codec, "_lz4batch", None)  # as extensions.load leaves it without a build
-    table = Table(random_frames(4, seed=18), first_step=0, slots=8, segment_bytes=40_000)
-    assert not table.decode(np.arange(4, dtype=np.int64))[0]
 
 
 def test_checksum_is_zlibs_crc32_for_every_length_and_seed() -> None:

@@ -113,7 +113,9 @@ def test_follow_links_equals_transition_frames_over_the_same_table(
 
     expected = stacking.transition_frames(frames, prev_deltas, columns - 1)
     out = np.empty((len(frames), columns), np.int64)
-    _lz4batch.follow_links(table, slots, entries.layout, frames, out)
+    references_of = {"depth": 8, "row_nbytes": 84, "unit": 7} if references else {}
+    geometry = _lz4batch.ring_geometry(entries.layout, slots, 2654435761, 1 << 20, 7056, **references_of)
+    _lz4batch.follow_links((geometry, table, 0, [], 0), frames, out)
     np.testing.assert_array_equal(out, expected)
 
 
@@ -220,7 +222,7 @@ def test_read_transitions_gives_what_the_general_path_gives_on_damaged_files(dam
     with ReplayStore.open(damaged_store, "r") as store:
         store.read(steps)  # maps the segment: the compiled read can run
         reader = store._reader
-        assert reader._compiled and reader.frames.compiled_frames() is not None
+        assert reader._compiled and reader.frames.compiled_ring() is not None
         originals = []
         header = json.loads((damaged_store / "header.json").read_text())
         commit, layout = header["commit"], header["layout"]
@@ -259,19 +261,22 @@ def test_read_transitions_gives_what_the_general_path_gives_on_damaged_files(dam
 
 
 @pytest.mark.skipif(_lz4batch is None, reason="needs mmreplay._lz4batch")
-def test_the_entry_layout_is_held_once_as_a_capsule_and_a_tuple_or_anything_else_is_checked(tmp_path):
-    """A ring's entry layout is ``entry_layout``'s capsule (parsed once, not at every compiled call); the
-    functions also take the 13-int tuple, and refuse anything else naming what they expected."""
+def test_a_rings_geometry_is_made_once_and_the_calls_refuse_anything_else(tmp_path):
+    """A ring's geometry (its entry layout, slots, seeds, segments and frames) is ``ring_geometry``'s capsule,
+    made once per table; it refuses an entry layout that is not 13 ints, and the calls that take a ``ring``
+    refuse anything but the capsule in its place, naming what they expected."""
     from mmreplay.frames.frame_entries import EntryFormat
 
     entry = EntryFormat(7056, frame_slots=1000, version=5, max_distance=None, extra=0)
-    assert type(entry.compiled_layout).__name__ == "PyCapsule"
-    layout = entry.layout
+    geometry = _lz4batch.ring_geometry(entry.layout, 4, 2654435761, 1 << 20, 7056)
+    assert type(geometry).__name__ == "PyCapsule"
     table = np.zeros(4, entry.dtype)
     frames = np.zeros((1, 1), np.int64)
-    for given in (entry.compiled_layout, layout):
-        _lz4batch.follow_links(table, 4, given, np.zeros((1, 1), np.int64), frames)
-    with pytest.raises(TypeError, match=r"layout must be entry_layout\(\)'s capsule or a tuple of 13 ints; got list"):
-        _lz4batch.follow_links(table, 4, list(layout), np.zeros((1, 1), np.int64), frames)
-    with pytest.raises(TypeError, match="layout must hold 13 ints"):
-        _lz4batch.follow_links(table, 4, layout[:12], np.zeros((1, 1), np.int64), frames)
+    _lz4batch.follow_links((geometry, table, 0, [], 0), np.zeros(1, np.int64), frames)
+    with pytest.raises(TypeError, match="must be sequence of length 13, not 12"):
+        _lz4batch.ring_geometry(entry.layout[:12], 4, 2654435761, 1 << 20, 7056)
+    with pytest.raises(TypeError, match=r"expected ring_geometry\(\)'s capsule; got tuple"):
+        _lz4batch.follow_links((entry.layout, table, 0, [], 0), np.zeros(1, np.int64), frames)
+    with pytest.raises(ValueError, match="depth -1 out of range"):  # ref_delta in the entries: a depth is needed
+        _lz4batch.ring_geometry(EntryFormat(7056, frame_slots=1000, version=5, max_distance=8192, extra=0).layout, 4,
+                                2654435761, 1 << 20, 7056)

@@ -29,6 +29,8 @@ from reference import ReferenceStore, assert_batch_matches, assert_store_matches
 
 from mmreplay import CorruptStoreError, FormatVersionError, ReferenceScheme, ReplayStore
 from mmreplay.disk.store_directory import open_regular
+from mmreplay.frames.frame_entries import SEED_MULTIPLIER
+from mmreplay.frames.reference_ring import ReferenceFrameRing
 from mmreplay.frames.ring import FrameChecksumError, FrameRing, _lz4batch
 
 GAMES = ["pong", "breakout", "mspacman"]
@@ -235,7 +237,7 @@ def test_a_reference_chain_deeper_than_the_scheme_is_reported_as_corrupt(tmp_pat
     path, _ = dense_pong_store(tmp_path)
     store_files.set_links(path, 8, ref_delta=1)  # the key frame 8 now names frame 7
     with ReplayStore.open(path, "r") as store:
-        with pytest.raises(FrameChecksumError, match=r"the scheme allows 1.*frames-0\.idx is corrupt"):
+        with pytest.raises(FrameChecksumError, match=r"longer than the 1 the scheme allows.*frames-0\.idx is corrupt"):
             store.read([12])
 
 
@@ -414,13 +416,12 @@ def test_a_frame_table_that_grows_keeps_the_references(tmp_path: Path) -> None:
 
 
 @functools.cache
-def wrapped_vector_store(directory: str, game: str, version: int) -> Path:
-    """A closed store of format ``version`` (4: dependent frames as whole blocks; 5: as changed rows) of
-    two envs of ``game``, capacity 300 after 400 vector adds: evicted, segments released."""
-    path = Path(directory) / f"{game}-v{version}.mmr"
-    with store_files.writing_version(version):
-        store = ReplayStore.create(path, frame_shape=(84, 84), capacity=300, stack_size=4, num_envs=2,
-                                   frame_encoding=DENSE, reference_scheme=ReferenceScheme(group_size=64, branching=4))
+def wrapped_vector_store(directory: str, game: str) -> Path:
+    """A closed reference store of two envs of ``game``, capacity 300 after 400 vector adds: evicted,
+    segments released."""
+    path = Path(directory) / f"{game}.mmr"
+    store = ReplayStore.create(path, frame_shape=(84, 84), capacity=300, stack_size=4, num_envs=2,
+                               frame_encoding=DENSE, reference_scheme=ReferenceScheme(group_size=64, branching=4))
     with store:
         for args in vector_adds(game, 2, 200):
             store.add(*args)
@@ -432,6 +433,14 @@ def wrapped_stores(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(tmp_path_factory.mktemp("wrapped"))
 
 
+def compiled_ring_with(ring: ReferenceFrameRing, *, depth: int) -> tuple[object, ...]:
+    """The ring's ``ring`` argument (``compiled_ring``), its geometry made for chains of at most ``depth``."""
+    _, table, bytes_written, views, base = ring.compiled_ring()
+    geometry = _lz4batch.ring_geometry(ring._format.layout, ring.frame_slots, SEED_MULTIPLIER, ring.segment_bytes,
+                                       ring.frame_nbytes, depth=depth, row_nbytes=84, unit=7)
+    return geometry, table, bytes_written, views, base
+
+
 @pytest.mark.skipif(_lz4batch is None, reason=absent_reason("_lz4batch"))
 @settings(max_examples=30)
 @given(
@@ -439,41 +448,34 @@ def wrapped_stores(tmp_path_factory: pytest.TempPathFactory) -> str:
     count=st.integers(1, 300),
     threads=st.sampled_from([1, 2, 3, 8]),
     game=st.sampled_from(["pong", "mspacman"]),
-    version=st.sampled_from([4, 5]),
 )
-@example(seed=363, count=1, threads=1, game="pong", version=4)  # one frame: an unaligned checksum view
+@example(seed=363, count=1, threads=1, game="pong")  # one frame: an unaligned checksum view
 def test_the_compiled_decode_of_a_reference_ring_equals_its_general_path(
-    wrapped_stores: str, seed: int, count: int, threads: int, game: str, version: int
+    wrapped_stores: str, seed: int, count: int, threads: int, game: str
 ) -> None:
-    """``decode_into``'s compiled path (``_lz4batch.reference_decode_entries``: chains, plan and decode in
-    one call, one tree of references a thread) against its numpy path, on frames drawn with repeats from
-    the last 300 written (two envs interleaved, references shared across the batch)."""
-    path = wrapped_vector_store(wrapped_stores, game, version)
+    """``decode_into``'s compiled path (``_lz4batch.decode_entries``: each frame rebuilt in its row from the
+    nearest frame decoded before it, a run of rows a thread) against its Python path, on frames drawn with
+    repeats from the last 300 written (two envs interleaved, references shared across the batch)."""
+    path = wrapped_vector_store(wrapped_stores, game)
     with ReplayStore.open(path, "r") as store:
         store.sample(1, rng=0)  # maps the segments: the compiled path reads through the mapped views
         ring = store._files.frames
-        assert ring.compiled_frames() is not None
+        assert ring.compiled_ring() is not None
         steps = np.random.default_rng(seed).integers(ring.frames_written - 300, ring.frames_written, count)
         fast = np.zeros((count, 84, 84), np.uint8)
-        *located, (depth, row_nbytes, keys) = ring.compiled_frames()
-        table, frame_slots, layout, multiplier, segment_bytes, bytes_written, views, base = located
-        assert _lz4batch.reference_decode_entries(
-            views, base, table, frame_slots, layout, steps, multiplier, segment_bytes, bytes_written, depth,
-            row_nbytes, fast, 7056, threads, keys,
-        )
+        assert _lz4batch.decode_entries(ring.compiled_ring(), steps, fast, threads)
         general = np.zeros_like(fast)
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(type(ring), "compiled_frames", lambda self: None)
+            patch.setattr(type(ring), "decode_compiled", lambda self, *args, **kwargs: False)
             ring.decode_into(steps, general, limit=threads)
         np.testing.assert_array_equal(fast, general)
 
 
 @pytest.mark.skipif(_lz4batch is None, reason=absent_reason("_lz4batch"))
-@pytest.mark.parametrize("version", [4, 5])
-def test_a_reference_stores_sampled_batch_is_read_in_the_one_compiled_call(wrapped_stores: str, version: int) -> None:
+def test_a_reference_stores_sampled_batch_is_read_in_the_one_compiled_call(wrapped_stores: str) -> None:
     """``sample`` of a reference store reads rows, stacks and frames in ``read_transitions``, as a plain
-    store's does: ``decode_into`` (the numpy path) is never reached when nothing is damaged."""
-    path = wrapped_vector_store(wrapped_stores, "mspacman", version)
+    store's does: ``decode_into`` (the Python path) is never reached when nothing is damaged."""
+    path = wrapped_vector_store(wrapped_stores, "mspacman")
     with ReplayStore.open(path, "r") as store:
         expected = store.sample(64, rng=3)
 
@@ -497,13 +499,8 @@ def test_a_damaged_reference_is_found_by_the_compiled_read_and_named_by_the_gene
         store.read([20])  # maps the segment
         ring = store._files.frames
         if _lz4batch is not None:
-            *located, (depth, row_nbytes, keys) = ring.compiled_frames()
-            table, frame_slots, layout, multiplier, segment_bytes, bytes_written, views, base = located
             out = np.zeros((2, 84, 84), np.uint8)
-            assert not _lz4batch.reference_decode_entries(
-                views, base, table, frame_slots, layout, np.array([12, 13]), multiplier, segment_bytes,
-                bytes_written, depth, row_nbytes, out, 7056, 2, keys,
-            )
+            assert not _lz4batch.decode_entries(ring.compiled_ring(), np.array([12, 13]), out, 2)
         with pytest.raises(FrameChecksumError, match=r"^frame 8 \(a frame that a requested frame is compressed"):
             store.read([12])
 
@@ -519,13 +516,9 @@ def test_the_compiled_read_declines_a_chain_longer_than_its_depth_or_leading_bef
         store.read([20])  # maps the segment
 
         def compiled(steps: list[int], depth: int) -> bool:
-            *located, (_, row_nbytes, _) = store._files.frames.compiled_frames()
-            table, frame_slots, layout, multiplier, segment_bytes, bytes_written, views, base = located
             out = np.zeros((len(steps), 84, 84), np.uint8)
-            done = _lz4batch.reference_decode_entries(
-                views, base, table, frame_slots, layout, np.array(steps), multiplier, segment_bytes, bytes_written,
-                depth, row_nbytes, out, 7056, 1,
-            )
+            done = _lz4batch.decode_entries(compiled_ring_with(store._files.frames, depth=depth), np.array(steps),
+                                            out, 1)
             if done:
                 for row, step in enumerate(steps):
                     np.testing.assert_array_equal(out[row], frames[step])
@@ -541,8 +534,7 @@ def test_the_compiled_read_declines_a_chain_longer_than_its_depth_or_leading_bef
         assert compiled([12], depth=1)
 
 
-@pytest.mark.parametrize("encoding", ["lz4", DENSE])
-@pytest.mark.parametrize("version", [4, 5])
+@pytest.mark.parametrize(("encoding", "version"), [("lz4", 4), ("lz4", 5), ("lz4", 6), (DENSE, 6)])
 def test_one_frame_decodes_on_the_numpy_path_before_any_segment_is_mapped(
     tmp_path: Path, encoding: str, version: int
 ) -> None:
@@ -560,6 +552,6 @@ def test_one_frame_decodes_on_the_numpy_path_before_any_segment_is_mapped(
         for step in (ring.frames_written - 1, ring.frames_written - 20):
             out = np.zeros((1, 84, 84), np.uint8)
             with pytest.MonkeyPatch.context() as patch:
-                patch.setattr(type(ring), "compiled_frames", lambda self: None)
+                patch.setattr(type(ring), "decode_compiled", lambda self, *args, **kwargs: False)
                 ring.decode_into(np.array([step]), out, limit=1)
             np.testing.assert_array_equal(out[0], frames[step])

@@ -54,16 +54,15 @@ def adds(game: str, num_envs: int, count: int) -> list[tuple]:
 
 
 @functools.cache
-def reference_store(directory: str, game: str, version: int, num_envs: int, prioritized: bool) -> Path:
+def reference_store(directory: str, game: str, num_envs: int, prioritized: bool) -> Path:
     """A closed reference store of ``num_envs`` envs of ``game`` that has evicted (capacity 240 after 300
     adds an env), groups of 16 with branching 2 (chains up to 4 references deep)."""
-    path = Path(directory) / f"{game}-v{version}-{num_envs}-{prioritized}.mmr"
-    with store_files.writing_version(version):
-        store = ReplayStore.create(
-            path, frame_shape=FRAME, capacity=240, stack_size=4, num_envs=num_envs, frame_encoding="lz4-reference",
-            reference_scheme=ReferenceScheme(group_size=16, branching=2),
-            sampler=PrioritizedSampler(alpha=0.6) if prioritized else None,
-        )
+    path = Path(directory) / f"{game}-{num_envs}-{prioritized}.mmr"
+    store = ReplayStore.create(
+        path, frame_shape=FRAME, capacity=240, stack_size=4, num_envs=num_envs, frame_encoding="lz4-reference",
+        reference_scheme=ReferenceScheme(group_size=16, branching=2),
+        sampler=PrioritizedSampler(alpha=0.6) if prioritized else None,
+    )
     with store:
         for args in adds(game, num_envs, 300 // num_envs + 40):
             store.add(*args)
@@ -81,7 +80,6 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> str:
 @settings(max_examples=30, deadline=None)
 @given(
     game=st.sampled_from(["pong", "mspacman"]),
-    version=st.sampled_from([4, 5]),
     num_envs=st.sampled_from([1, 2]),
     prioritized=st.booleans(),
     mode=st.sampled_from(["r", "r+"]),
@@ -90,10 +88,10 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> str:
     seed=st.integers(0, 2**32 - 1),
 )
 def test_sample_encoded_of_a_reference_store_decodes_to_what_sample_returns(
-    stores: str, game: str, version: int, num_envs: int, prioritized: bool, mode: str, batch: int, n_step: int,
+    stores: str, game: str, num_envs: int, prioritized: bool, mode: str, batch: int, n_step: int,
     seed: int,
 ) -> None:
-    path = reference_store(stores, game, version, num_envs, prioritized)
+    path = reference_store(stores, game, num_envs, prioritized)
     with ReplayStore.open(path, mode) as store:
         expected = store.sample(batch, rng=seed, beta=0.5, n_step=n_step)
         encoded = store.sample_encoded(batch, rng=seed, beta=0.5, n_step=n_step)
@@ -102,7 +100,7 @@ def test_sample_encoded_of_a_reference_store_decodes_to_what_sample_returns(
         np.testing.assert_array_equal(getattr(decoded, name), getattr(expected, name), err_msg=name)
         assert getattr(decoded, name).dtype == getattr(expected, name).dtype
     frames = encoded.frames
-    assert frames.references is not None and frames.changed_rows == (version == 5)
+    assert frames.references is not None and frames.format_version == 6
     # Each frame once, references before the frames that need them, and every one of them needed.
     needed = set(np.unique(encoded.frame_index).tolist())
     frontier = set(needed)
@@ -115,15 +113,14 @@ def test_sample_encoded_of_a_reference_store_decodes_to_what_sample_returns(
 @settings(max_examples=20, deadline=None)
 @given(
     game=st.sampled_from(["pong", "mspacman"]),
-    version=st.sampled_from([4, 5]),
     num_envs=st.sampled_from([1, 2]),
     length=st.integers(1, 12),
     seed=st.integers(0, 2**32 - 1),
 )
 def test_sample_sequences_encoded_of_a_reference_store_decodes_byte_for_byte(
-    stores: str, game: str, version: int, num_envs: int, length: int, seed: int
+    stores: str, game: str, num_envs: int, length: int, seed: int
 ) -> None:
-    with ReplayStore.open(reference_store(stores, game, version, num_envs, False), "r") as store:
+    with ReplayStore.open(reference_store(stores, game, num_envs, False), "r") as store:
         expected = store.sample_sequences(6, length, rng=seed)
         decoded = store.sample_sequences_encoded(6, length, rng=seed).decode()
     for name in ("obs", "next_obs", "action", "reward", "terminated", "truncated", "mask", "index", "env_index",
@@ -137,11 +134,11 @@ def test_sample_sequences_encoded_of_a_reference_store_decodes_byte_for_byte(
 def test_a_reference_stores_encoded_batch_pickles_and_is_smaller_than_a_plain_stores(
     stores: str, tmp_path: Path, protocol: int
 ) -> None:
-    with ReplayStore.open(reference_store(stores, "pong", 5, 1, False), "r") as store:
+    with ReplayStore.open(reference_store(stores, "pong", 1, False), "r") as store:
         encoded = store.sample_encoded(32, rng=7)
         expected = store.sample(32, rng=7)
     copy = pickle.loads(pickle.dumps(encoded, protocol=protocol))
-    assert np.array_equal(copy.frames.references, encoded.frames.references) and copy.frames.changed_rows
+    assert np.array_equal(copy.frames.references, encoded.frames.references) and copy.frames.format_version == 6
     np.testing.assert_array_equal(copy.decode().obs, expected.obs)
     assert encoded.frames.nbytes == (len(encoded.frames.data) + encoded.frames.lengths.nbytes
                                      + encoded.frames.checksums.nbytes + encoded.frames.seeds.nbytes
@@ -159,11 +156,11 @@ def damaged_copy(frames: EncodedFrames, frame: int) -> EncodedFrames:
     data = bytearray(frames.data)
     data[int(frames.lengths[:frame].sum()) + int(frames.lengths[frame]) // 2] ^= 0x20
     return EncodedFrames(bytes(data), frames.lengths, frames.checksums, frames.seeds, frames.frame_shape,
-                         frames.references, frames.changed_rows)
+                         frames.references, frames.format_version)
 
 
 def test_a_damaged_reference_block_fails_decode_naming_the_reference(stores: str) -> None:
-    with ReplayStore.open(reference_store(stores, "pong", 5, 1, False), "r") as store:
+    with ReplayStore.open(reference_store(stores, "pong", 1, False), "r") as store:
         encoded = store.sample_encoded(8, rng=3)
     shown = set(np.unique(encoded.frame_index).tolist())
     only_referenced = next(k for k in range(len(encoded.frames)) if k not in shown)
@@ -214,8 +211,8 @@ def test_decode_blocks_joins_reference_and_plain_sources_in_any_order(stores: st
     """As the Ray shards' batches are joined: two reference stores' encoded batches and a plain one,
     their frames in one shuffled call, each frame as its own store decodes it."""
     parts, expected = [], []
-    for game, version in (("pong", 5), ("mspacman", 5)):
-        with ReplayStore.open(reference_store(stores, game, version, 2, False), "r") as store:
+    for game in ("pong", "mspacman"):
+        with ReplayStore.open(reference_store(stores, game, 2, False), "r") as store:
             parts.append(store.sample_encoded(5, rng=11))
             expected.append(parts[-1].decode())
     plain = encode_frames(stream("breakout")["frames"][:6])
@@ -232,8 +229,8 @@ def test_decode_blocks_joins_reference_and_plain_sources_in_any_order(stores: st
     with pytest.raises(ValueError, match=r"refs has no frames \(each reference's index in its source"):
         decode_blocks(sources, BlockRefs(refs.sources, refs.starts, refs.lengths, refs.checksums, refs.seeds), out)
     version_4 = EncodedFrames(sources[1].data, sources[1].lengths, sources[1].checksums, sources[1].seeds, FRAME,
-                              sources[1].references, changed_rows=False)
-    with pytest.raises(ValueError, match="mix changed rows .* and whole frames"):
+                              sources[1].references, format_version=4)
+    with pytest.raises(ValueError, match=r"mix format versions \[4, 6\]"):
         decode_blocks([sources[0], version_4, plain], refs, out)
 
 
@@ -252,12 +249,12 @@ def test_encoded_frames_check_their_references(references: list, error: type, me
     frames = encode_frames(stream("pong")["frames"][:3])
     with pytest.raises(error, match=message):
         EncodedFrames(frames.data, frames.lengths, frames.checksums, frames.seeds, FRAME, np.array(references))
-    with pytest.raises(TypeError, match="changed_rows must be a bool; got str"):
+    with pytest.raises(ValueError, match="format_version is 'yes'; expected 4, 5 or 6"):
         EncodedFrames(frames.data, frames.lengths, frames.checksums, frames.seeds, FRAME, None, "yes")  # type: ignore[arg-type]
 
 
 def test_add_encoded_refuses_blocks_that_reference_other_frames_and_writes_nothing(stores: str, tmp_path: Path) -> None:
-    with ReplayStore.open(reference_store(stores, "pong", 5, 1, False), "r") as store:
+    with ReplayStore.open(reference_store(stores, "pong", 1, False), "r") as store:
         encoded = store.sample_encoded(4, rng=0)
     target = ReplayStore.create(tmp_path / "t", frame_shape=FRAME, capacity=50, stack_size=4)
     with target, pytest.raises(ValueError, match=r"frames has \d+ blocks compressed against other frames .* decode the "
@@ -272,7 +269,7 @@ def joined_parts(stores: str) -> tuple[list[EncodedFrames], BlockRefs]:
     """Two reference stores' encoded batches and a plain source, their frames joined in a shuffled order."""
     parts = []
     for game in ("pong", "mspacman"):
-        with ReplayStore.open(reference_store(stores, game, 5, 2, False), "r") as store:
+        with ReplayStore.open(reference_store(stores, game, 2, False), "r") as store:
             parts.append(store.sample_encoded(6, rng=5))
     plain = encode_frames(stream("breakout")["frames"][:4])
     refs = BlockRefs.join([parts[0].frames.blocks(parts[0].frame_index.reshape(-1)).from_source(0),
@@ -284,9 +281,9 @@ def joined_parts(stores: str) -> tuple[list[EncodedFrames], BlockRefs]:
 
 @pytest.mark.skipif(referenced_blocks._lz4batch is None, reason="needs mmreplay._lz4batch")
 @pytest.mark.parametrize("damaged", [None, "requested", "reference"])
-def test_the_compiled_decode_of_referenced_blocks_equals_the_planned_one(stores: str, damaged: str | None) -> None:
-    """``_lz4batch.referenced_decode`` (chains, plan and decode in one call) against the plan made in
-    numpy and ``reference_codec.decode_batch``: the same pixels, or the same first failing frame."""
+def test_the_compiled_decode_of_referenced_blocks_equals_the_python_one(stores: str, damaged: str | None) -> None:
+    """``_lz4batch.decode_referenced`` (each frame rebuilt in one call) against ``reference_codec.rebuild``
+    in Python: the same pixels, or the same first failing frame."""
     sources, refs = joined_parts(stores)
     if damaged is not None:  # one of the first source's frames that a row asks for, or one only referenced
         shown = sorted(set(refs.frames[refs.sources == 0].tolist()))
@@ -316,35 +313,24 @@ def test_the_compiled_decode_checks_its_arrays() -> None:
     frames = encode_frames(stream("pong")["frames"][:3])
     views = [memoryview(frames.data)]
     offsets = np.concatenate([[0], np.cumsum(frames.lengths)[:-1]]).astype(np.int64)
-    arrays = (np.zeros(3, np.int64), offsets, frames.lengths, frames.checksums, frames.seeds)
+    blocks = (np.zeros(3, np.int64), offsets, frames.lengths, frames.checksums, frames.seeds)
     out = np.zeros((2, *FRAME), np.uint8)
-    assert _lz4batch.referenced_decode(views, *arrays, np.array([-1, -1, -1]), np.array([2, 0]), out, 7056, 0, 1) == -1
+    shape = (7056, 84, 7, 16)
+    assert _lz4batch.decode_referenced(views, blocks, np.array([-1, -1, -1]), np.array([2, 0]), out, shape, 1) == -1
     np.testing.assert_array_equal(out, stream("pong")["frames"][[2, 0]])
-    with pytest.raises(ValueError, match=r"references\[1\] is 1; expected -1 or 0 to 0"):
-        _lz4batch.referenced_decode(views, *arrays, np.array([-1, 1, -1]), np.array([2, 0]), out, 7056, 0, 1)
-    with pytest.raises(ValueError, match=r"requested\[0\] is 3; expected 0 to 2"):
-        _lz4batch.referenced_decode(views, *arrays, np.array([-1, -1, -1]), np.array([3, 0]), out, 7056, 0, 1)
-    with pytest.raises(ValueError, match=r"frame 2's block \(view 0, .*\) lies outside the views"):
-        _lz4batch.referenced_decode(views, arrays[0], offsets + 10_000, *arrays[2:], np.array([-1, -1, -1]),
-                                    np.array([2]), out[:1], 7056, 0, 1)
+    # a reference that is not an earlier block, a wanted block past the blocks, a block outside its view
+    assert _lz4batch.decode_referenced(views, blocks, np.array([-1, 1, -1]), np.array([2, 1]), out, shape, 1) == 1
+    assert _lz4batch.decode_referenced(views, blocks, np.array([-1, -1, -1]), np.array([3, 0]), out, shape, 1) == 0
+    outside = (blocks[0], offsets + 10_000, *blocks[2:])
+    assert _lz4batch.decode_referenced(views, outside, np.array([-1, -1, -1]), np.array([2]), out[:1], shape, 1) == 0
+    with pytest.raises(ValueError, match=r"references must be 3 aligned items of 8 bytes; got 16 bytes"):
+        _lz4batch.decode_referenced(views, blocks, np.array([-1, -1]), np.array([2, 0]), out, shape, 1)
+    with pytest.raises(ValueError, match=r"segments\[0\] is 1; expected 0 <= segment < 1 \(len\(views\)\)"):
+        _lz4batch.decode_referenced(views, (np.ones(3, np.int64), *blocks[1:]), np.array([-1, -1, -1]),
+                                    np.array([2, 0]), out, shape, 1)
 
 
-@pytest.mark.parametrize(("game", "version", "num_envs"), [("pong", 5, 1), ("mspacman", 4, 2)])
-def test_an_encoded_batch_is_the_same_whether_its_chains_are_followed_compiled_or_level_by_level(
-    stores: str, game: str, version: int, num_envs: int
-) -> None:
-    with ReplayStore.open(reference_store(stores, game, version, num_envs, False), "r") as store:
-        ring = store._files.frames
-        compiled = store.sample_encoded(24, rng=9)
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(type(ring), "closure", lambda self, frame_steps: None)
-            stepwise = store.sample_encoded(24, rng=9)
-    assert bytes(compiled.frames.data) == bytes(stepwise.frames.data)
-    np.testing.assert_array_equal(compiled.frames.references, stepwise.frames.references)
-    np.testing.assert_array_equal(compiled.frame_index, stepwise.frame_index)
-
-
-def test_a_chain_deeper_than_the_scheme_is_declined_compiled_and_named_level_by_level(tmp_path: Path) -> None:
+def test_a_chain_deeper_than_the_scheme_is_named_level_by_level(tmp_path: Path) -> None:
     path = tmp_path / "s"
     store = ReplayStore.create(path, frame_shape=FRAME, capacity=100, stack_size=1, frame_encoding="lz4-reference",
                                reference_scheme=ReferenceScheme(group_size=8, branching=8))  # depth 1
@@ -353,10 +339,6 @@ def test_a_chain_deeper_than_the_scheme_is_declined_compiled_and_named_level_by_
             store.add(*args)
     store_files.set_links(path, 8, ref_delta=1)  # the key frame 8 now names frame 7: frame 12 is 3 deep
     with ReplayStore.open(path, "r") as reopened:
-        ring = reopened._files.frames
-        if referenced_blocks._lz4batch is not None:
-            assert ring.closure(np.array([12])) is None
-            assert ring.closure(np.array([20])) is not None
         with pytest.raises(CorruptStoreError, match="more than 1 references deep"):
             reopened.sample_encoded(200, rng=0)  # 200 draws of 29 transitions reach frame 12
 

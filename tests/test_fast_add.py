@@ -32,42 +32,29 @@ SAME_COMPRESSOR = _lz4batch is None or _lz4batch.LZ4_VERSION == lz4.library_vers
 
 class CountingStore:
     """Two stores fed the same adds, the first with the fast path on and the second with it off. With
-    ``helpers``, the fast store compresses as it does from 4 usable cores (a vector add's frames on 4
-    threads, one env's new frame ahead on a helper, woken before each add) on any machine."""
+    ``threads``, the fast store compresses a vector add's frames on 4 threads, as from 4 usable cores, on
+    any machine."""
 
-    def __init__(self, directory: Path, *, prioritized: bool = False, helpers: bool = False, **config: Any) -> None:
+    def __init__(self, directory: Path, *, prioritized: bool = False, threads: bool = False, **config: Any) -> None:
         sampler = (lambda: PrioritizedSampler(alpha=0.6)) if prioritized else (lambda: None)
         if _lz4batch is None:  # without the extension only plain frames take a fast path: the default's is compiled
             config.setdefault("frame_encoding", "lz4")
         self.fast = ReplayStore.create(directory / "fast.mmr", sampler=sampler(), **config)
         self.general = ReplayStore.create(directory / "general.mmr", sampler=sampler(), **config)
         self.general._role._fast_add = False
-        self.helpers = helpers and _lz4batch is not None
-        if self.helpers:
-            one_env = config.get("num_envs", 1) == 1
-            reference = self.fast.frame_encoding == "lz4-reference"  # a vector add's frames ahead too
-            self.fast._role._continuing.append_threads, self.fast._role._continuing.ahead_threads = (1, 2) if one_env else (4, 2 if reference else 1)
-            self.fast._role._continuing.ahead_min_bytes = 0  # every frame ahead, however small it compresses
-        self.fast_adds = self.one_env_adds = 0  # adds the fast path took; those its one-env form took
-        take_fast_path, take_one_env = self.fast._role._add_single_frames, self.fast._role._add_one_env
+        if threads and _lz4batch is not None:
+            self.fast._role._append_threads = 4
+        self.fast_adds = 0  # adds the fast path took
+        take_fast_path = self.fast._role._add_single_frames
 
         def counted(*args: Any) -> bool:
             taken = take_fast_path(*args)
             self.fast_adds += taken
             return taken
 
-        def counted_one_env(*args: Any) -> bool:
-            taken = take_one_env(*args)
-            self.fast_adds += taken
-            self.one_env_adds += taken
-            return taken
-
         self.fast._role._add_single_frames = counted  # type: ignore[method-assign]
-        self.fast._role._add_one_env = counted_one_env  # type: ignore[method-assign]
 
     def add(self, *args: Any, **kwargs: Any) -> None:
-        if self.helpers:
-            _lz4batch.wake_helpers(3)  # awake, a helper takes the frame compressed ahead
         self.fast.add(*args, **kwargs)
         self.general.add(*args, **kwargs)
 
@@ -148,7 +135,7 @@ REFERENCE = "lz4-reference"
 
 
 @pytest.mark.parametrize(
-    "num_envs,stacked,prioritized,helpers,encoding",
+    "num_envs,stacked,prioritized,threads,encoding",
     [(1, False, False, False, "lz4"), (8, False, False, False, "lz4"), (300, False, False, False, "lz4"),
      (1, True, False, False, "lz4"), (8, True, False, False, "lz4"), (8, False, True, False, "lz4"),
      (1, True, False, True, "lz4"), (1, False, False, True, "lz4"), (8, True, False, True, "lz4"),
@@ -159,13 +146,12 @@ REFERENCE = "lz4-reference"
      (1, True, False, True, REFERENCE)],
 )
 def test_real_frames_take_the_fast_path_across_segments_eviction_and_episode_ends(
-    tmp_path: Path, num_envs: int, stacked: bool, prioritized: bool, helpers: bool, encoding: str
+    tmp_path: Path, num_envs: int, stacked: bool, prioritized: bool, threads: bool, encoding: str
 ) -> None:
     """Pong frames and noise (which does not compress: a 1 MiB segment fills every ~150 frames), evicted
     many times over, with episode ends; given as single frames or as stacks of 4 (an episode's first
-    stack repeats its first frame, as gymnasium's FrameStackObservation pads it). ``helpers``: compressed
-    on the pool's threads, or ahead on a helper, as from 4 usable cores (a reference frame ahead against
-    the reference its group gives it next, taken where the add continues the group). ``lz4-reference``:
+    stack repeats its first frame, as gymnasium's FrameStackObservation pads it). ``threads``: a vector
+    add's frames compressed on the pool's threads, as from 4 usable cores. ``lz4-reference``:
     frames compressed against their references (groups, key frames, episode restarts) by add's compiled
     call, byte for byte what the general path's encoder writes."""
     frames = load_stream("pong", ("frames",), 600)["frames"]
@@ -173,7 +159,7 @@ def test_real_frames_take_the_fast_path_across_segments_eviction_and_episode_end
     frames = np.concatenate([frames, noise])
     capacity = 40 * num_envs
     pair = CountingStore(tmp_path, frame_shape=frames.shape[1:], capacity=capacity, num_envs=num_envs,
-                         prioritized=prioritized, helpers=helpers, frame_encoding=encoding)
+                         prioritized=prioritized, threads=threads, frame_encoding=encoding)
     rng = np.random.default_rng(0)
     position = rng.integers(0, len(frames) - 1, num_envs)
     episode_start = position.copy()
@@ -208,180 +194,9 @@ def test_real_frames_take_the_fast_path_across_segments_eviction_and_episode_end
         assert pair.fast_adds == 0, pair.fast_adds
     else:
         assert pair.fast_adds > adds // 3, pair.fast_adds
-    if num_envs == 1 and _lz4batch is not None:  # one env's continuing adds take the fast path's one-env form
-        assert pair.one_env_adds > adds // 3, pair.one_env_adds
     pair.close_and_compare()
     header = json.loads((pair.fast.path / "header.json").read_text())
     assert header["commit"]["bytes_written"] > 3 * header["layout"]["segment_bytes"]  # crossed segment ends
-
-
-@pytest.mark.skipif(_lz4batch is None, reason="needs mmreplay._lz4batch")
-def test_a_reference_frame_encoded_ahead_that_is_not_the_added_frame_is_not_written(tmp_path: Path) -> None:
-    """A block encoded ahead (``encode_ahead``) is written only where it is the added frame's against the
-    reference it gets: a handle made from another frame, or for another frame step, is left, and the
-    frame is encoded in the add's call. The store reads back the added frames exactly."""
-    frames = load_stream("pong", ("frames",), 60)["frames"]
-    wrong = np.ascontiguousarray(frames[::-1])
-    with ReplayStore.create(tmp_path / "s.mmr", frame_shape=(84, 84), capacity=50, frame_encoding=REFERENCE) as store:
-        writer = store._role
-        writer._continuing.ahead_threads = 2
-        writer._continuing._compiled = False  # its start_frame_ahead, not the add's one compiled call, posts
-        ring, groups = writer._frames, writer._encoder.groups
-        calls = {"n": 0}
-
-        def misleading(frame: object) -> object:
-            calls["n"] += 1
-            tail = writer._committer.committed.frame_tail
-            if calls["n"] % 2:  # another frame, at the right step
-                return ring.encode_ahead(groups, wrong[calls["n"] % len(wrong)], frame_tail=tail, threads=2)
-            return _lz4batch.encode_ahead(groups, 0, ring.frames_written + 1, frames[0], tail, 2)  # a later step
-
-        writer._continuing.start_frame_ahead = misleading  # type: ignore[method-assign]  # one env's frame ahead
-        for t in range(len(frames) - 1):
-            _lz4batch.wake_helpers(1)
-            store.add(frames[t], 0, 0.0, frames[t + 1], False, False)
-        assert calls["n"] > 40
-        added = len(frames) - 1
-        steps = np.arange(added - len(store), added)  # transition t shows frames t and t + 1
-        np.testing.assert_array_equal(store.read(steps).next_obs[:, -1], frames[steps + 1])
-
-
-@pytest.mark.skipif(_lz4batch is None or usable_cores() < 2, reason="needs mmreplay._lz4batch and 2 cores")
-@pytest.mark.parametrize("stacked", [False, True])
-def test_reference_frames_taken_back_from_a_held_up_helper_store_what_the_general_path_stores(
-    tmp_path: Path, stacked: bool
-) -> None:
-    """A helper that has not finished a frame encoded ahead (preempted: here ``groups_taken_back``'s test
-    delay holds each up 1 ms, and no add runs one itself) is not waited for: the add encodes the frame
-    itself, apart from the reference the helper writes beside, and so do the adds that follow while it
-    runs; the frame's handle, dropped meanwhile, is freed by a later add, or by close. The store holds,
-    byte for byte, what the general path writes, across episode ends and evictions. The fast store's adds
-    run back to back, so that its helper stays awake between them and takes some frames ahead."""
-    frames = load_stream("pong", ("frames",), 400)["frames"]
-    pair = CountingStore(tmp_path, frame_shape=(84, 84), capacity=150, helpers=True, frame_encoding=REFERENCE)
-    groups = pair.fast._role._encoder.groups
-    _lz4batch.groups_taken_back(groups, 1_000_000)
-    rng = np.random.default_rng(3)
-    position = start = 0
-    adds = []
-    while len(adds) < 1000:
-        chunk = []
-        for _ in range(200):
-            ended = bool(rng.random() < 0.02)
-            if stacked:
-                obs, next_obs = (frames[np.maximum(np.arange(at - 3, at + 1), start)] for at in (position, position + 1))
-            else:
-                obs, next_obs = frames[position], frames[position + 1]
-            chunk.append((obs, np.int64(rng.integers(6)), float(rng.random()), next_obs, ended, False))
-            restart = ended or position + 2 >= len(frames)
-            position = int(rng.integers(0, len(frames) - 1)) if restart else position + 1
-            start = position if restart else start
-        _lz4batch.wake_helpers(1)
-        for args in chunk:
-            pair.fast.add(*args)
-        adds += chunk
-    for args in adds:
-        pair.general.add(*args)
-    taken_back = _lz4batch.groups_taken_back(groups)
-    assert taken_back >= 1
-    # groups_ahead_counts (bench_adds' diagnostic) counts the same: frames asked for (some declined while
-    # taken-back ones run), posted, run on a helper (all of them here: the test delay keeps adds off them),
-    # and taken by an add (none taken back)
-    counts = _lz4batch.groups_ahead_counts(groups)
-    assert counts["taken_back"] == taken_back
-    assert 0 < counts["posted"] <= counts["asked"] <= len(adds)
-    assert counts["used"] + counts["taken_back"] <= counts["posted"]
-    assert counts["on_helper"] <= counts["posted"]
-    assert counts["wait_ns"] > 0  # the adds waited for helpers the test delay held up
-    assert pair.fast_adds > 0.9 * len(adds), (pair.fast_adds, len(adds))
-    pair.close_and_compare()
-
-
-@pytest.mark.skipif(_lz4batch is None or usable_cores() < 2, reason="needs mmreplay._lz4batch and 2 cores")
-@pytest.mark.parametrize("stacked", [False, True])
-def test_a_vector_adds_reference_frames_ahead_and_taken_back_store_what_the_general_path_stores(
-    tmp_path: Path, stacked: bool
-) -> None:
-    """A vector add's reference frames go ahead too, one helper task each: taken where each turns out its
-    env's frame against the reference its group gives it, encoded in the add otherwise (an env's new
-    episode: the general path), and, with helpers held up 1 ms, taken back. 4 envs, 400 adds, episode ends
-    and evictions: the store holds, byte for byte, what the general path writes."""
-    frames = load_stream("pong", ("frames",), 600)["frames"]
-    num_envs = 4
-    pair = CountingStore(tmp_path, frame_shape=(84, 84), capacity=160, num_envs=num_envs, helpers=True,
-                         frame_encoding=REFERENCE)
-    groups = pair.fast._role._encoder.groups
-    rng = np.random.default_rng(5)
-    position = np.arange(num_envs) * 140
-    start = position.copy()
-    adds = []
-    for t in range(400):
-        if t == 200:
-            _lz4batch.groups_taken_back(groups, 1_000_000)  # the second half: helpers held up
-            for args in adds:
-                pair.fast.add(*args)
-            done, adds = list(adds), []
-        ended = rng.random(num_envs) < 0.01
-        if stacked:
-            window = np.arange(-3, 1)
-            obs = frames[np.maximum(position[:, None] + window, start[:, None])]
-            next_obs = frames[np.maximum(position[:, None] + 1 + window, start[:, None])]
-        else:
-            obs, next_obs = frames[position], frames[position + 1]
-        adds.append((obs, rng.integers(0, 6, num_envs), rng.random(num_envs), next_obs, ended, np.zeros(num_envs, bool)))
-        restart = ended | (position + 2 >= len(frames))
-        position = np.where(restart, rng.integers(0, len(frames) - 1, num_envs), position + 1)
-        start = np.where(restart, position, start)
-    for args in adds:
-        pair.fast.add(*args)
-    for args in done + adds:
-        pair.general.add(*args)
-    assert _lz4batch.groups_taken_back(groups) >= 1
-    assert pair.fast_adds > 300, pair.fast_adds
-    pair.close_and_compare()
-
-
-@pytest.mark.parametrize(("game", "encoding", "ahead"), [
-    ("pong", "lz4", False), ("mspacman", "lz4", True),
-    pytest.param("pong", REFERENCE, True, marks=pytest.mark.skipif(
-        _lz4batch is None, reason="the writer's compiled fast path (its reference groups) needs mmreplay._lz4batch")),
-])
-def test_one_envs_frame_is_compressed_ahead_where_its_frames_compress_to_enough_bytes(
-    tmp_path: Path, game: str, encoding: str, ahead: bool
-) -> None:
-    """With a helper (as from 4 usable cores), a plain frame goes ahead only once the env's recent frames
-    took threads.AHEAD_MIN_FRAME_BYTES or more compressed (MsPacman's ~1,840 bytes, not Pong's ~270,
-    where handing a frame over costs what compressing it does); reference frames always go ahead (their
-    encoder's search costs whatever their size). The frames read back either way."""
-    frames = load_stream(game, ("frames",), 80)["frames"]
-    with ReplayStore.create(tmp_path / "s.mmr", frame_shape=(84, 84), capacity=100, frame_encoding=encoding) as store:
-        writer = store._role
-        writer._continuing.ahead_threads = 2
-        calls: list[str] = []
-
-        def counted(name: str) -> Any:
-            start = getattr(writer._continuing, name)
-
-            def call(frames: object) -> object:
-                calls.append(name)
-                return start(frames)
-            return call
-
-        # one env's frame ahead (its bytes; a reference frame's in the one compiled call of its add), or the
-        # fast path's general form's (pure Python: no one-env form)
-        writer._continuing.start_frame_ahead = counted("start_frame_ahead")  # type: ignore[method-assign]
-        writer._continuing.start_ahead = counted("start_ahead")  # type: ignore[method-assign]
-        compiled = writer._continuing._continue_compiled
-
-        def continue_compiled(*args: object) -> object:
-            calls.append("continue_one_env")
-            return compiled(*args)
-
-        writer._continuing._continue_compiled = continue_compiled  # type: ignore[method-assign]
-        for t in range(len(frames) - 1):
-            store.add(frames[t], 0, 0.0, frames[t + 1], False, False)
-        assert (len(calls) > 60) if ahead else not calls
-        np.testing.assert_array_equal(store.read(np.arange(len(frames) - 1)).next_obs[:, -1], frames[1:])
 
 
 # -- every kind of number parse_add accepts takes the fast path ------------------------------------------------
@@ -480,7 +295,6 @@ class KindStores:
         self.taken = dict.fromkeys(self.stores, 0)
         for name, store in self.stores.items():
             store._role._add_single_frames = self._counting(name, store._role._add_single_frames)  # type: ignore[method-assign]
-            store._role._add_one_env = self._counting(name, store._role._add_one_env)  # type: ignore[method-assign]
 
     def _counting(self, name: str, take_fast_path: Any) -> Any:
         def counted(*args: Any) -> bool:

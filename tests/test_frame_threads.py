@@ -17,7 +17,7 @@ from test_codec import Segments, random_frames, real_frames
 
 from mmreplay import ReplayStore, decode_batch, extensions
 from mmreplay.frames import lz4_codec as codec
-from mmreplay.frames import reference_ring
+from mmreplay.frames import ring as frame_ring
 from mmreplay.frames import threads as frame_threads
 from mmreplay.frames.ring import FrameRing
 from mmreplay.frames.threads import (
@@ -191,7 +191,7 @@ def test_batches_threads_decode_on_all_but_one_core_and_sample_on_all(
 
     monkeypatch.setattr(reading, "batch_threads", recording)  # transitions' compiled read
     monkeypatch.setattr(codec, "batch_threads", recording)  # windows' frames, decoded through the ring
-    monkeypatch.setattr(reference_ring, "batch_threads", recording)  # the same, of a reference ring
+    monkeypatch.setattr(frame_ring, "batch_threads", recording)  # the same, through either ring's compiled read
     store = ReplayStore.create(tmp_path / "s", frame_shape=(84, 84), capacity=400, stack_size=4,
                                frame_encoding=encoding)
     frames = POOL_FRAMES

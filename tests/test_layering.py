@@ -55,7 +55,7 @@ ALLOWED = {
 }
 # Only these modules import a third-party codec or file format directly.
 THIRD_PARTY_OWNERS = {
-    "lz4": {"frames.lz4_codec", "frames.reference_codec"},
+    "lz4": {"frames.lz4_codec", "frames.reference_codec", "frames.legacy_frames"},
     "h5py": {"hdf5.conversion", "hdf5.checks", "hdf5.datasets", "hdf5.minari_layout", "hdf5.mmreplay_layout"},
     # torch is optional: the batch records' to_torch, SB3's buffers, the device batches (whole folders as
     # "folder/"; the façade and batch_streams name torch.device in their annotations only)

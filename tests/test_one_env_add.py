@@ -1,137 +1,59 @@
-"""One env's add at nearly every step takes the fast path's shortest form (``Writer._add_one_env``): its
-obs is compared with the env's episode and its next_obs in place by ``continuing_frame``, which must say
-exactly what the longer form's parse and continuation check say (``_new_frames`` and ``continuations``):
-the new frame where the obs continues the episode and a stacked next_obs is the obs shifted by one frame,
-else None, so that the general path decides (and names what is wrong). test_fast_add checks that stores
-written through it hold the general path's bytes.
+"""One env's adds, as a training loop makes them at nearly every step: the fast path, on the calling
+thread. Each add compresses and writes its frame before it returns (no helper, nothing left for a later
+call), reads back exactly, even when the caller overwrites its buffers at once; a full disk refuses an
+add with nothing of it counted, and the adds after it go on; and no thread but the caller's is started
+or woken by them. test_fast_add checks that stores written through the fast path hold the general
+path's bytes.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import errno
+import os
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from atari_data import load_stream
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from atari_data import load_stream
+from reference import ReferenceStore, assert_batch_matches
 
 from mmreplay import ReplayStore, extensions
 
 _lz4batch = extensions.load("_lz4batch")
-pytestmark = pytest.mark.skipif(_lz4batch is None, reason="needs mmreplay._lz4batch")
+ENCODINGS = pytest.mark.parametrize("encoding", ["lz4", "lz4-reference"])
 
 
-def model(obs: np.ndarray, next_obs: np.ndarray, frames: list[bytes], stacked: bool) -> bytes | None:
-    """What the longer form decides: the obs's bytes equal the episode's frames joined (stacked) or its
-    newest frame, and a stacked next_obs without its newest frame equals the obs without its oldest."""
-    if obs.shape != next_obs.shape or not frames:
-        return None
-    obs_bytes, next_bytes = obs.tobytes(), next_obs.tobytes()
-    if not stacked:
-        return next_bytes if obs_bytes == frames[-1] else None
-    frame = len(obs_bytes) // len(frames)
-    if obs_bytes != b"".join(frames) or next_bytes[: len(next_bytes) - frame] != obs_bytes[frame:]:
-        return None
-    return next_bytes[len(next_bytes) - frame :]
+def threads_of_this_process() -> set[int]:
+    """The ids of this process's threads (``/proc/self/task``)."""
+    return {int(name) for name in os.listdir("/proc/self/task")}
 
 
-def test_a_continuing_stack_gives_its_new_frame() -> None:
-    frames = load_stream("pong", ("frames",), 8)["frames"]
-    episode = deque((frames[i].tobytes() for i in range(4)), maxlen=4)
-    obs, next_obs = frames[0:4], frames[1:5]
-    assert _lz4batch.continuing_frame(obs, next_obs, episode, True) == frames[4].tobytes()
-    assert _lz4batch.continuing_frame(frames[3], frames[4], episode, False) == frames[4].tobytes()
-
-
-@pytest.mark.parametrize("position", [0, 1, 2, 3])
-def test_an_obs_that_differs_from_the_episode_in_any_frame_is_not_continuing(position: int) -> None:
-    frames = load_stream("pong", ("frames",), 8)["frames"]
-    episode = deque((frames[i].tobytes() for i in range(4)), maxlen=4)
-    obs, next_obs = frames[0:4].copy(), frames[1:5].copy()
-    obs[position, -1, -1] ^= 1  # one pixel, the frame's last byte
-    if position > 0:
-        next_obs[position - 1, -1, -1] ^= 1  # next_obs still obs shifted: only the episode differs
-    assert _lz4batch.continuing_frame(obs, next_obs, episode, True) is None
-
-
-@pytest.mark.parametrize("position", [0, 1, 2])
-def test_a_next_obs_that_is_not_the_obs_shifted_is_not_continuing(position: int) -> None:
-    frames = load_stream("pong", ("frames",), 8)["frames"]
-    episode = deque((frames[i].tobytes() for i in range(4)), maxlen=4)
-    next_obs = frames[1:5].copy()
-    next_obs[position, 0, 0] ^= 1  # the first byte of a frame the obs already holds
-    assert _lz4batch.continuing_frame(frames[0:4], next_obs, episode, True) is None
-
-
-def test_buffers_that_are_not_c_contiguous_or_of_other_lengths_are_left_to_the_longer_form() -> None:
-    frames = load_stream("pong", ("frames",), 8)["frames"]
-    episode = deque((frames[i].tobytes() for i in range(4)), maxlen=4)
-    strided = np.stack([frames[0:4], frames[0:4]], axis=-1)[..., 0]
-    assert not strided.flags.c_contiguous
-    assert _lz4batch.continuing_frame(strided, frames[1:5], episode, True) is None
-    assert _lz4batch.continuing_frame(frames[0:4], frames[1:5][:, ::-1], episode, True) is None
-    assert _lz4batch.continuing_frame(frames[0:4], frames[1:4], episode, True) is None  # next_obs shorter
-    assert _lz4batch.continuing_frame(frames[0:3], frames[1:4], episode, True) is None  # shorter than the episode
-    assert _lz4batch.continuing_frame(frames[0:4], frames[1:5], deque(), True) is None  # no frames yet
-    assert _lz4batch.continuing_frame(frames[0], frames[1], deque(), False) is None
-
-
-def test_an_episode_that_holds_no_bytes_or_the_wrong_arguments_are_refused() -> None:
-    frames = load_stream("pong", ("frames",), 8)["frames"]
-    assert _lz4batch.continuing_frame(frames[0:4], frames[1:5], [1, 2, 3, 4], True) is None
-    with pytest.raises(TypeError, match="4 arguments"):
-        _lz4batch.continuing_frame(frames[0:4], frames[1:5], [])
-    with pytest.raises(TypeError):
-        _lz4batch.continuing_frame(frames[0:4], frames[1:5], 7, True)  # not iterable
-
-
-@settings(max_examples=300, deadline=None)
-@given(
-    stack_size=st.integers(1, 4), frame_bytes=st.integers(1, 12), stacked=st.booleans(),
-    seed=st.integers(0, 2**32 - 1), obs_flip=st.integers(-1, 40), next_flip=st.integers(-1, 40),
-    episode_len=st.integers(0, 5),
-)
-def test_continuing_frame_equals_the_model(
-    stack_size: int, frame_bytes: int, stacked: bool, seed: int, obs_flip: int, next_flip: int, episode_len: int
-) -> None:
-    """Any small frames, stacked or not, with one byte of obs or next_obs changed (or none), and an
-    episode of any length: the in-place check gives what the model gives."""
-    rng = np.random.default_rng(seed)
-    shape = (stack_size, frame_bytes) if stacked else (frame_bytes,)
-    pixels = rng.integers(0, 3, (stack_size + 1, frame_bytes), dtype=np.uint8)  # few values: equal bytes often
-    obs = np.ascontiguousarray(pixels[:stack_size] if stacked else pixels[stack_size - 1]).reshape(shape)
-    next_obs = np.ascontiguousarray(pixels[1:] if stacked else pixels[stack_size]).reshape(shape)
-    if 0 <= obs_flip < obs.size:
-        obs.reshape(-1)[obs_flip] ^= 1
-    if 0 <= next_flip < next_obs.size:
-        next_obs.reshape(-1)[next_flip] ^= 1
-    episode = deque((pixels[i].tobytes() for i in range(stack_size)), maxlen=stack_size)
-    while len(episode) > episode_len:
-        episode.popleft()
-    assert _lz4batch.continuing_frame(obs, next_obs, episode, stacked) == model(obs, next_obs, list(episode), stacked)
-
-
-def test_one_envs_adds_take_the_one_env_form_and_read_back(tmp_path: Path) -> None:
+@ENCODINGS
+def test_one_envs_adds_take_the_fast_path_and_read_back(tmp_path: Path, encoding: str) -> None:
     """A one-env store fed real Pong stacks with Python scalars: every add but an episode's first takes the
-    one-env form, and sampling rebuilds what was added."""
+    fast path (with the extension), and sampling rebuilds what was added."""
     frames = load_stream("pong", ("frames",), 120)["frames"]
-    store = ReplayStore.create(tmp_path / "s.mmr", frame_shape=frames.shape[1:], capacity=1_000)
+    store = ReplayStore.create(tmp_path / "s.mmr", frame_shape=frames.shape[1:], capacity=1_000,
+                               frame_encoding=encoding)
     taken = 0
-    add_one_env = store._role._add_one_env
+    fast_path = store._role._add_single_frames
 
     def counted(*args: object) -> bool:
         nonlocal taken
-        result = add_one_env(*args)
+        result = fast_path(*args)
         taken += result
         return result
 
-    store._role._add_one_env = counted  # type: ignore[method-assign]
+    store._role._add_single_frames = counted  # type: ignore[method-assign]
     stacks = np.stack([frames[np.maximum(np.arange(t - 3, t + 1), 0)] for t in range(len(frames))])
     for t in range(len(frames) - 1):
         store.add(stacks[t], t % 6, float(t), stacks[t + 1], False, t == len(frames) - 2)
-    assert taken == len(frames) - 2  # the first add starts the episode: the general path
+    if _lz4batch is not None or encoding == "lz4":
+        assert taken == len(frames) - 2  # the first add starts the episode: the general path
     batch = store.sample(64, rng=np.random.default_rng(0))
     steps = batch.reward.astype(np.int64)
     np.testing.assert_array_equal(batch.obs, stacks[steps])
@@ -140,16 +62,51 @@ def test_one_envs_adds_take_the_one_env_form_and_read_back(tmp_path: Path) -> No
     store.close()
 
 
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="counts threads through /proc/self/task")
+@ENCODINGS
+def test_one_envs_adds_start_and_wake_no_thread_but_the_callers(tmp_path: Path, encoding: str) -> None:
+    """10,000 adds of one env (Pong stacks, Python scalars) run on the calling thread alone: this process
+    has the same threads during them as before them, and the pool's helpers (started by a read before)
+    are never woken meanwhile (their context switches do not move), whatever the machine's cores."""
+    frames = load_stream("pong", ("frames",), 4_000)["frames"]
+    store = ReplayStore.create(tmp_path / "s.mmr", frame_shape=frames.shape[1:], capacity=12_000,
+                               frame_encoding=encoding, decode_threads=2)
+    stacks = np.stack([frames[np.maximum(np.arange(t - 3, t + 1), 0)] for t in range(200)])
+    for t in range(199):
+        store.add(stacks[t], 0, 0.0, stacks[t + 1], False, t == 198)
+    store.sample(256, rng=0)  # a read of two threads' size starts the pool's helpers, which then sleep
+
+    def helpers_switches() -> dict[int, str]:
+        found = {}
+        for tid in threads_of_this_process():
+            task = Path(f"/proc/self/task/{tid}")
+            try:
+                if task.joinpath("comm").read_text().strip() == "mmreplay-pool":
+                    found[tid] = [line for line in task.joinpath("status").read_text().splitlines()
+                                  if "ctxt_switches" in line]
+            except FileNotFoundError:
+                continue
+        return found
+
+    before, switches = threads_of_this_process(), helpers_switches()
+    seen: set[int] = set()
+    for t in range(1, 10_001):
+        k = t % 198 + 1
+        store.add(stacks[k], t % 6, 0.5, stacks[k + 1], False, k == 198)
+        if t % 500 == 0:
+            seen |= threads_of_this_process()
+    assert seen | threads_of_this_process() == before
+    assert helpers_switches() == switches
+    store.close()
+
+
 def test_a_one_env_add_whose_row_cannot_be_reserved_raises_and_writes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The one-env form reserves its rows' blocks as the general path does (a store into the map of a full
+    """The fast path reserves its rows' blocks as the general path does (a store into the map of a full
     disk would be a SIGBUS): once the rows run past what is reserved, a refused reservation raises the
     OSError before anything of the add is written (its frame neither), and the same add goes in once
     there is space, every transition read back exact."""
-    import errno
-    import os
-
     import mmreplay.disk.files as files
 
     frames = np.random.default_rng(0).integers(0, 255, (6000, 16, 16), dtype=np.uint8)
@@ -172,9 +129,7 @@ def test_a_one_env_add_whose_row_cannot_be_reserved_raises_and_writes_nothing(
     assert refused.value.errno == errno.ENOSPC
     assert 1 < added < len(frames) - 2  # refused where the rows ran past the first reservation
     assert len(store) == added
-    # the refused add's frame was not written (the add before's may still be left behind, to be written)
-    role = store._role  # type: ignore[attr-defined]
-    assert role._frames.frames_written + (role._continuing.behind is not None) == added + 1
+    assert store._role._frames.frames_written == added + 1  # type: ignore[attr-defined]  # its frame neither
     full["on"] = False
     for t in range(added, added + 10):
         store.add(frames[t], t % 4, float(t), frames[t + 1], False, False)
@@ -186,12 +141,44 @@ def test_a_one_env_add_whose_row_cannot_be_reserved_raises_and_writes_nothing(
     store.close()
 
 
-def _helped_store(path: Path, **config: object) -> ReplayStore:
-    """A one-env reference store whose every new frame goes to a helper, as from 2 usable cores (so the
-    add leaves it behind, ``ContinuingFrames.settle``) on any machine."""
-    store = ReplayStore.create(path, frame_shape=(16, 16), stack_size=4, frame_encoding="lz4-reference", **config)
-    store._role._continuing.ahead_threads = 2  # type: ignore[attr-defined]
-    return store
+@ENCODINGS
+def test_an_add_whose_frame_write_fails_counts_nothing_and_the_adds_after_it_read_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, encoding: str
+) -> None:
+    """A frame write that fails (a full disk) fails its add, which counts nothing; a reference store's env
+    starts a new group then (no frame is compressed against one that was not written), and once the
+    write can go on every add reads back. The disk is made full by handing the frame writes /dev/full's
+    descriptor (ENOSPC on every write), so the compiled call fails where it really writes."""
+    frames = np.random.default_rng(2).integers(0, 8, (14, 16, 16), dtype=np.uint8)
+    store = ReplayStore.create(tmp_path / "s.mmr", frame_shape=(16, 16), stack_size=4, capacity=100,
+                               frame_encoding=encoding)
+    ring = store._role._frames  # type: ignore[attr-defined]
+    real = ring._descriptor_of
+    full = {"on": False}
+    device = os.open("/dev/full", os.O_WRONLY)
+
+    def descriptor_of(segment: int) -> int:
+        return device if full["on"] else real(segment)
+
+    monkeypatch.setattr(ring, "_descriptor_of", descriptor_of)
+    for t in range(4):
+        store.add(frames[t], t, float(t), frames[t + 1], False, False)
+    full["on"] = True
+    for _ in range(2):
+        with pytest.raises(OSError) as failed:
+            store.add(frames[4], 4, 4.0, frames[5], False, False)
+        assert failed.value.errno == errno.ENOSPC
+        assert len(store) == 4
+    store.read([0])
+    full["on"] = False
+    os.close(device)
+    for t in range(4, 13):
+        store.add(frames[t], t, float(t), frames[t + 1], False, False)
+    store.close()
+    with ReplayStore.open(tmp_path / "s.mmr", "r") as reopened:
+        batch = reopened.read(np.arange(13))
+        np.testing.assert_array_equal(batch.next_obs[:, -1], frames[1:14])
+        np.testing.assert_array_equal(batch.action, np.arange(13))
 
 
 _OPERATIONS = st.lists(
@@ -205,19 +192,16 @@ _OPERATIONS = st.lists(
 
 
 @settings(max_examples=60, deadline=None)
-@given(operations=_OPERATIONS, seed=st.integers(0, 2**16))
-def test_frames_left_behind_read_back_though_the_caller_reuses_its_buffers(
-    tmp_path_factory: pytest.TempPathFactory, operations: list[tuple[str, str]], seed: int
+@given(operations=_OPERATIONS, seed=st.integers(0, 2**16), encoding=st.sampled_from(["lz4", "lz4-reference"]))
+def test_adds_read_back_though_the_caller_reuses_its_buffers(
+    tmp_path_factory: pytest.TempPathFactory, operations: list[tuple[str, str]], seed: int, encoding: str
 ) -> None:
-    """Model test of write-behind: a one-env store whose adds leave their new frame for the next call, fed
-    by a caller that overwrites its obs and next_obs buffers in place after each add (a vector env's
-    reused arrays), with reads, samples, flushes and episode lists in between, gives back what the model
-    holds at each read, and after reopening."""
-    from reference import ReferenceStore, assert_batch_matches
-
-    path = tmp_path_factory.mktemp("behind") / "s.mmr"
+    """Model test: a one-env store fed by a caller that overwrites its obs and next_obs buffers in place
+    after each add (a vector env's reused arrays), with reads, samples, flushes and episode lists in
+    between, gives back what the model holds at each read, and after reopening."""
+    path = tmp_path_factory.mktemp("reused") / "s.mmr"
     rng = np.random.default_rng(seed)
-    store = _helped_store(path, capacity=40)
+    store = ReplayStore.create(path, frame_shape=(16, 16), stack_size=4, capacity=40, frame_encoding=encoding)
     ref = ReferenceStore(frame_shape=(16, 16), capacity=40, stack_size=4)
     obs, next_obs = np.empty((4, 16, 16), np.uint8), np.empty((4, 16, 16), np.uint8)
     obs[:] = rng.integers(0, 4, (16, 16), dtype=np.uint8)  # an episode's first stack: one frame repeated
@@ -250,82 +234,13 @@ def test_frames_left_behind_read_back_though_the_caller_reuses_its_buffers(
             assert_batch_matches(reopened.read(stored), ref, stored)
 
 
-def test_a_helped_add_leaves_its_frame_behind_and_the_next_read_writes_it(tmp_path: Path) -> None:
-    """The second add of an episode (the first its one-env form takes) leaves its frame behind, counted;
-    a read writes it first and gives it back; so do a flush and the next add."""
-    frames = np.random.default_rng(1).integers(0, 8, (8, 16, 16), dtype=np.uint8)
-    store = _helped_store(tmp_path / "s.mmr", capacity=100)
-    store.add(frames[0], 0, 0.0, frames[1], False, False)  # the episode's first add: the general path
-    store.add(frames[1], 1, 1.0, frames[2], False, False)
-    assert store._role._continuing.behind is not None and len(store) == 2  # type: ignore[attr-defined]
-    written = store._role._frames.frames_written  # type: ignore[attr-defined]
-    np.testing.assert_array_equal(store.read([1]).next_obs[0, -1], frames[2])
-    assert store._role._continuing.behind is None  # type: ignore[attr-defined]
-    assert store._role._frames.frames_written == written + 1  # type: ignore[attr-defined]
-    store.add(frames[2], 2, 2.0, frames[3], False, False)
-    assert store._role._continuing.behind is not None  # type: ignore[attr-defined]
-    store.flush()
-    assert store._role._continuing.behind is None  # type: ignore[attr-defined]
-    store.add(frames[3], 3, 3.0, frames[4], False, False)
-    store.add(frames[4], 4, 4.0, frames[5], False, False)  # writes the frame its predecessor left
-    store.close()
-    with ReplayStore.open(tmp_path / "s.mmr", "r") as reopened:
-        batch = reopened.read(np.arange(5))
-        np.testing.assert_array_equal(batch.next_obs[:, -1], frames[1:6])
-        np.testing.assert_array_equal(batch.obs[:, -1], frames[0:5])
-
-
-def test_a_left_behind_frame_whose_write_fails_fails_the_next_call_and_is_written_by_a_later_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A frame left behind whose write fails (a full disk) fails the call that writes it (the next add,
-    read or flush), which writes nothing of its own; the add that left it stays counted, the frame stays
-    behind, and once the write can go on the next call writes it (encoded again) and every transition
-    reads back. The disk is made full by handing the frame writes /dev/full's descriptor (ENOSPC on every
-    write), so the compiled calls fail where they really write."""
-    import errno
-    import os
-
-    frames = np.random.default_rng(2).integers(0, 8, (12, 16, 16), dtype=np.uint8)
-    store = _helped_store(tmp_path / "s.mmr", capacity=100)
-    ring = store._role._frames  # type: ignore[attr-defined]
-    real = ring._descriptor_of
-    full = {"on": False}
-    device = os.open("/dev/full", os.O_WRONLY)
-
-    def descriptor_of(segment: int) -> int:
-        return device if full["on"] else real(segment)
-
-    monkeypatch.setattr(ring, "_descriptor_of", descriptor_of)
-    for t in range(4):
-        store.add(frames[t], t, float(t), frames[t + 1], False, False)
-    assert store._role._continuing.behind is not None  # type: ignore[attr-defined]
-    full["on"] = True
-    for call in (lambda: store.add(frames[4], 4, 4.0, frames[5], False, False), lambda: store.read([0]), store.flush):
-        with pytest.raises(OSError) as failed:
-            call()
-        assert failed.value.errno == errno.ENOSPC
-        assert len(store) == 4 and store._role._continuing.behind is not None  # type: ignore[attr-defined]
-    full["on"] = False
-    os.close(device)
-    for t in range(4, 11):
-        store.add(frames[t], t, float(t), frames[t + 1], False, False)
-    store.close()
-    with ReplayStore.open(tmp_path / "s.mmr", "r") as reopened:
-        batch = reopened.read(np.arange(11))
-        np.testing.assert_array_equal(batch.next_obs[:, -1], frames[1:12])
-        np.testing.assert_array_equal(batch.action, np.arange(11))
-
-
-def test_samples_in_another_thread_see_every_counted_adds_frames(tmp_path: Path) -> None:
-    """A thread sampling while another adds (each add leaving its frame behind) gets, in every batch, the
-    frames of the steps it drew: a read writes the frame left behind in the same hold of the store's lock as
-    it reads, so no add comes between."""
-    import threading
-    import time
-
+@ENCODINGS
+def test_samples_in_another_thread_see_every_counted_adds_frames(tmp_path: Path, encoding: str) -> None:
+    """A thread sampling while another adds gets, in every batch, the frames of the steps it drew: an add
+    is counted only once its frame and row are written, under the store's lock that reads take."""
     frames = np.random.default_rng(3).integers(0, 8, (1500, 16, 16), dtype=np.uint8)
-    store = _helped_store(tmp_path / "s.mmr", capacity=2_000)
+    store = ReplayStore.create(tmp_path / "s.mmr", frame_shape=(16, 16), stack_size=4, capacity=2_000,
+                               frame_encoding=encoding)
     store.add(frames[0], 0, 0.0, frames[1], False, False)
     failures: list[str] = []
     done = threading.Event()
@@ -360,32 +275,4 @@ def test_samples_in_another_thread_see_every_counted_adds_frames(tmp_path: Path)
         done.set()
         sampler.join(90)
     assert not sampler.is_alive() and not failures, failures[:3]
-    store.close()
-
-
-def test_the_one_compiled_call_checks_every_argument_before_writing_the_frame_left_behind(tmp_path: Path) -> None:
-    """``continue_one_env`` refuses arguments out of range (a frame of another size than the one left behind
-    or the groups', a previous step that is not before the row's) with a ValueError before anything is
-    written: the frame left behind is still behind and unwritten, and the adds that follow read back."""
-    frames = np.random.default_rng(4).integers(0, 8, (10, 16, 16), dtype=np.uint8)
-    store = _helped_store(tmp_path / "s.mmr", capacity=100)
-    for t in range(3):
-        store.add(frames[t], t, float(t), frames[t + 1], False, False)
-    role = store._role  # type: ignore[attr-defined]
-    continuing, written = role._continuing, role._frames.frames_written
-    assert continuing.behind is not None
-    step, previous = len(store), len(store) - 1
-    action = np.zeros((), role._add_shapes.action_dtype).tobytes()  # the row's action bytes, as they should be
-    for frame, previous_step in ((frames[4].tobytes()[:-1], previous), (frames[4].tobytes(), step)):
-        with role._lock, pytest.raises(ValueError, match="continue_one_env"):
-            continuing._continue_compiled(frame, 1, step, 0.0, 0, action, previous_step)
-        assert continuing.behind is not None and role._frames.frames_written == written
-    store.flush()  # nothing left behind: the frame's size is checked against the groups' own
-    assert continuing.behind is None
-    with role._lock, pytest.raises(ValueError, match="continue_one_env"):
-        continuing._continue_compiled(frames[4].tobytes()[:-1], 1, step, 0.0, 0, action, previous)
-    assert continuing.behind is None and role._frames.frames_written == written + 1
-    for t in range(3, 9):
-        store.add(frames[t], t, float(t), frames[t + 1], False, False)
-    np.testing.assert_array_equal(store.read(np.arange(9)).next_obs[:, -1], frames[1:10])
     store.close()

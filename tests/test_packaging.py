@@ -22,7 +22,7 @@ from mmreplay.extensions import INTERFACES
 
 REPO = Path(mmreplay.__file__).resolve().parent.parent  # where the package under test is imported from
 SOURCES = Path(__file__).resolve().parent.parent  # the checkout or unpacked sdist holding these tests
-EXTENSIONS = ("mmreplay._lz4batch", "mmreplay._lz4ref", "mmreplay._sumtree")
+EXTENSIONS = ("mmreplay._lz4batch", "mmreplay._sumtree")
 
 # Run before anything else in the child: the named extensions fail to import, with the given error.
 BLOCK = """
@@ -81,7 +81,7 @@ def test_extensions_that_are_not_built_give_one_warning_at_import_naming_what_is
     assert result["accelerated"] == [False, False, False]
     [message] = performance_warnings(result)
     assert message.startswith("mmreplay is using its pure-Python code: the compiled extension(s) _lz4batch, "
-                              "_lz4ref, _sumtree could not be imported (not built). Results are identical, but "
+                              "_sumtree could not be imported (not built). Results are identical, but "
                               "adding transitions is about 2-4x slower and sampling about 2-3x slower.\n")
     for fix in ("Debian/Ubuntu:  sudo apt-get install build-essential liblz4-dev zlib1g-dev",
                 "Fedora:         sudo dnf install gcc lz4-devel zlib-devel",
@@ -101,7 +101,7 @@ def test_an_extension_whose_library_cannot_be_loaded_is_named_with_the_loaders_e
     error = "liblz4.so.1: cannot open shared object file: No such file or directory"
     result = import_with({"mmreplay._lz4batch": error})
 
-    assert result["accelerated"] == [False, True, True]
+    assert result["accelerated"] == [False, True, False]  # both codecs are _lz4batch's
     [message] = performance_warnings(result)
     assert message.startswith(f"mmreplay is using its pure-Python code: the compiled extension(s) _lz4batch "
                               f"could not be imported ({error}).")
@@ -132,7 +132,7 @@ def test_version_says_the_extensions_are_not_built() -> None:
     done = run_python(BLOCK.format(fail={name: None for name in EXTENSIONS}) + RUN_CLI.format(argv=["--version"]))
 
     assert done.returncode == 0, done.stderr
-    assert done.stdout == (f"mmreplay {mmreplay.__version__}: pure Python for _lz4batch, _lz4ref, _sumtree "
+    assert done.stdout == (f"mmreplay {mmreplay.__version__}: pure Python for _lz4batch, _sumtree "
                            f"(not built): adding transitions is about 2-4x slower and sampling about 2-3x slower\n")
 
 
@@ -158,7 +158,7 @@ def test_python_dash_m_mmreplay_version_says_compiled_code_is_in_use_when_it_is(
 
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout == (f"mmreplay {mmreplay.__version__}: compiled extensions in use "
-                           f"(_lz4batch, _lz4ref, _sumtree)\n")
+                           f"(_lz4batch, _sumtree)\n")
 
 
 def test_info_says_whether_compiled_code_is_in_use(tmp_path: Path) -> None:
@@ -216,7 +216,7 @@ print(json.dumps({{ext.name: [ext.libraries, ext.extra_link_args, ext.extra_obje
         ("liblz4.1.dylib", "darwin-brew", [["lz4", "z"], [], [], ["{brew}/lib"]]),  # Homebrew's lz4
     ],
 )
-def test_setup_py_declares_both_lz4_extensions_whatever_the_liblz4_lookup_finds(
+def test_setup_py_declares_the_lz4_extension_whatever_the_liblz4_lookup_finds(
     tmp_path: Path, found: str | None, platform: str, link: list[list[str]]
 ) -> None:
     """liblz4 linked by name (not found, a development symlink, Homebrew) and zlib are one list of
@@ -230,5 +230,5 @@ def test_setup_py_declares_both_lz4_extensions_whatever_the_liblz4_lookup_finds(
     assert done.returncode == 0, done.stderr
     declared = json.loads(done.stdout.splitlines()[-1])
     expected = [[entry.format(brew=brew) for entry in entries] for entries in link]
-    assert declared["mmreplay._lz4batch"] == declared["mmreplay._lz4ref"] == [*expected, True]
+    assert declared["mmreplay._lz4batch"] == [*expected, True]
     assert declared["mmreplay._sumtree"] == [["m"], [], [], [], True]  # the C library's pow, and nothing of lz4

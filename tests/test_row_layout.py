@@ -45,11 +45,13 @@ ALL_FLAGS = TERMINATED | TRUNCATED | EPISODE_START | DETACHED | FRAGMENT_START
 
 def test_row_layout_names_the_offsets_widths_and_flag_bits_of_row_dtype() -> None:
     dtype = row_dtype((3,), np.dtype("<i2"), 300, row_slots=1000, version=4)
-    assert row_layout(dtype) == (
-        dtype.itemsize, dtype.fields["checksum"][1], dtype.fields["next_delta"][1], dtype.fields["frame_lead"][1],
-        dtype.fields["env"][1], 2, dtype.fields["reward"][1], dtype.fields["flags"][1], dtype.fields["action"][1],
-        6, TERMINATED, TRUNCATED, DETACHED, 4, 0,
-    )
+    assert row_layout(dtype) == {
+        "size": dtype.itemsize, "checksum": dtype.fields["checksum"][1], "next_delta": dtype.fields["next_delta"][1],
+        "frame_lead": dtype.fields["frame_lead"][1], "env": dtype.fields["env"][1], "env_bytes": 2,
+        "reward": dtype.fields["reward"][1], "flags": dtype.fields["flags"][1], "action": dtype.fields["action"][1],
+        "action_bytes": 6, "terminated": TERMINATED, "truncated": TRUNCATED, "detached": DETACHED,
+        "next_delta_bytes": 4, "env_shift": 0,
+    }
     # the bytes the row checksum leaves out are the compiled code's default, and checksum and next_delta fill them
     assert _lz4batch.UNCHECKED_BYTES == unchecked_bytes(dtype) == dtype.fields["frame_lead"][1]
 
@@ -65,8 +67,8 @@ def test_a_version_5_row_packs_next_delta_by_the_ring_and_the_env_with_the_flags
     assert dtype.itemsize == 4 + next_delta_bytes + 4 + flags_env_bytes + 4 + 8
     assert unchecked_bytes(dtype) == 4 + next_delta_bytes
     layout = row_layout(dtype)
-    assert layout[4] == layout[7] == dtype.fields["flags_env"][1] and layout[5] == flags_env_bytes
-    assert layout[-2:] == (next_delta_bytes, 5)
+    assert layout["env"] == layout["flags"] == dtype.fields["flags_env"][1] and layout["env_bytes"] == flags_env_bytes
+    assert (layout["next_delta_bytes"], layout["env_shift"]) == (next_delta_bytes, 5)
 
 
 @pytest.mark.parametrize("version", [4, 5])
@@ -171,14 +173,10 @@ def test_a_compiled_batch_read_gives_each_field_as_added(
         assert getattr(batch, name).tobytes() == getattr(general, name).tobytes(), name
 
 
-def layout_with(version: int = 4, **changes: int) -> tuple[int, ...]:
-    """row_layout of a (3,) int16 action row of 300 envs (a ring of 1,000 rows), with some of its entries
+def layout_with(version: int = 4, **changes: int) -> dict[str, int]:
+    """row_layout of a (3,) int16 action row of 300 envs (a ring of 1,000 rows), with some of its fields
     replaced."""
-    names = ("size", "checksum", "next_delta", "frame_lead", "env", "env_bytes", "reward", "flags", "action",
-             "action_bytes", "terminated", "truncated", "detached", "next_delta_bytes", "env_shift")
-    values = dict(zip(names, row_layout(row_dtype((3,), np.dtype("<i2"), 300, row_slots=1000, version=version))))
-    values.update(changes)
-    return tuple(values.values())
+    return row_layout(row_dtype((3,), np.dtype("<i2"), 300, row_slots=1000, version=version)) | changes
 
 
 @pytest.mark.parametrize(
@@ -201,7 +199,7 @@ def test_a_row_layout_the_compiled_code_cannot_honour_is_refused_naming_the_fiel
     changes: dict[str, int], message: str
 ) -> None:
     with pytest.raises(ValueError, match=message):
-        _lz4batch.row_layout(*layout_with(**changes))
+        _lz4batch.row_layout(**layout_with(**changes))
 
 
 @pytest.mark.parametrize(
@@ -215,13 +213,16 @@ def test_a_row_layout_the_compiled_code_cannot_honour_is_refused_naming_the_fiel
 def test_a_version_5_row_layout_keeps_the_flags_below_the_env_and_the_fields_after_next_delta(
     changes: dict[str, int], message: str
 ) -> None:
-    _lz4batch.row_layout(*layout_with(5))  # the layout itself is honoured
+    _lz4batch.row_layout(**layout_with(5))  # the layout itself is honoured
     with pytest.raises(ValueError, match=message):
-        _lz4batch.row_layout(*layout_with(5, **changes))
+        _lz4batch.row_layout(**layout_with(5, **changes))
 
 
 def test_the_row_functions_refuse_anything_but_a_row_layout() -> None:
     rows = np.zeros(4, row_dtype((), np.dtype("<i8"), 1, row_slots=4, version=5))
     steps = np.zeros(0, np.int64)
-    with pytest.raises(TypeError, match=r"^layout must be a row layout that row_layout\(\) made; got tuple$"):
-        _lz4batch.gather_fields(rows, 4, steps, layout_with(), *[np.zeros(0, t) for t in "qqf??q?"])
+    arrays = tuple(np.zeros(0, t) for t in "qqf??q?")
+    with pytest.raises(TypeError, match=r"^layout must be a row layout that row_layout\(\) made; got dict$"):
+        _lz4batch.gather_fields((rows, 4, layout_with(), False), steps, arrays)
+    with pytest.raises(TypeError, match=r"^row_layout\(\) takes no positional arguments$"):
+        _lz4batch.row_layout(*layout_with().values())

@@ -885,7 +885,7 @@ def test_header_names_magic_and_format_version(make_pair):
     path = closed_store_path(make_pair)
     content = json.loads((Path(path) / "header.json").read_text())
     assert content["magic"] == "mmreplay"
-    assert content["format_version"] == 5
+    assert content["format_version"] == 6
 
 
 def test_reference_model_agrees_with_itself_on_a_vector_run():

@@ -193,11 +193,11 @@ Apply = Callable[[bytes | memoryview, bytes], bytes]
 
 def rebuild(
     keys: Sequence[int], out: npt.NDArray[np.uint8], *, locate: Locate, apply_block: Apply, depth: int
-) -> tuple[int, int] | None:
+) -> tuple[int, int, bool] | None:
     """Rebuild each frame ``keys[i]`` into ``out[i]`` (see the module docstring), as the compiled read does:
     None when all are good, else (the first row that is not, the frame at fault: the requested one, or
-    one it needs). ``apply_block(payload, reference)``: a dependent frame's bytes, ValueError when its
-    payload is damaged; ``depth``: the longest chain a frame may have (a longer one is damage)."""
+    one it needs, and whether its chain is longer than ``depth``, a damaged link). ``apply_block(payload,
+    reference)``: a dependent frame's bytes, ValueError when its payload is damaged."""
     rows = out.reshape(len(out), -1)
     frame_nbytes = rows.shape[1]
     done: dict[int, bytes] = {}
@@ -217,19 +217,19 @@ def rebuild(
                 break
             found = locate(k)
             if found is None:
-                return i, k
+                return i, k, False
             payload, reference = found
             if reference < 0:
                 try:
                     base = lz4_codec.decompress(payload, frame_nbytes)
                 except lz4.block.LZ4BlockError:
-                    return i, k
+                    return i, k, False
                 if len(base) != frame_nbytes:
-                    return i, k
+                    return i, k, False
                 key_frame = (k, base)
                 break
             if len(chain) >= depth:
-                return i, k
+                return i, key, True
             chain.append((k, payload))
             k = reference
         frame = base
@@ -237,7 +237,7 @@ def rebuild(
             try:
                 frame = apply_block(payload, frame)
             except ValueError:
-                return i, applied
+                return i, applied, False
         rows[i] = np.frombuffer(frame, np.uint8)
         done[key] = frame
     return None

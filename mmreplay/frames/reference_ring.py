@@ -34,6 +34,7 @@ class ReferenceFrameRing(FrameRing):
         ``max_distance``."""
         super().__init__(directory, max_distance=scheme.max_distance, **ring)
         self.scheme = scheme
+        self._segments_read: set[int] = set()  # by the frame-by-frame read of one batch
         self._units = self.version >= UNITS_VERSION
         self._apply = (
             (lambda payload, reference: reference_codec.apply(payload, reference, self.frame_shape))
@@ -77,26 +78,52 @@ class ReferenceFrameRing(FrameRing):
         if n == 0 or self.decode_compiled(frame_steps, out, limit=limit):
             return
         steps = np.asarray(frame_steps, np.int64).tolist()
+        self._segments_read = set()
         failed = reference_codec.rebuild(steps, out.reshape(n, -1).view(np.uint8), locate=self._locate,
                                          apply_block=self._apply, depth=self.scheme.depth)
         if failed is None:
+            # The segments read, kept for the compiled read of the next batch (FrameRing.compiled_ring).
+            read = np.array(sorted(self._segments_read), np.int64)
+            self._maps.covering(int(read[0]), int(read[-1]), read, read)
             return
-        row, fault = failed
+        row, fault, deep = failed
         requested = steps[row]
+        if deep or self._too_deep(requested):  # a damaged link, whatever checksum fails on the way
+            raise FrameChecksumError(
+                f"frame {requested}: its chain of references is longer than the {self.scheme.depth} the scheme allows "
+                f"(its depth): {self._table_path()} is corrupt, or the frame was overwritten since it was located",
+                frame_step=requested,
+            )
         if fault < 0 or fault >= self.frames_written:  # a damaged link led outside the frames written
             raise FrameChecksumError(
                 f"frame {requested}: a reference link leads to frame step {fault}, outside the "
                 f"{self.frames_written} frames written: {self._table_path()} is corrupt",
                 frame_step=requested,
             )
-        role = "" if fault == requested else f" (frame {requested} is compressed against it)"
-        position = self.position_of(fault)
+        entries = self._table[fault % self.frame_slots : fault % self.frame_slots + 1]
+        positions, lengths = self._format.positions(entries, self.bytes_written), entries["length"]
+        if int(positions[0]) + int(lengths[0]) > self.bytes_written:
+            self._raise_outside(np.array([fault]), positions, lengths)
+        role = "" if fault == requested else " (a frame that a requested frame is compressed against)"
+        position = int(positions[0])
         raise FrameChecksumError(
             f"frame {fault}{role} fails its checksum or does not decode: "
             f"{self._segment_path(position // self.segment_bytes)} or {self._table_path()} is corrupt, or the "
             "frame was overwritten since it was located",
             frame_step=requested,
         )
+
+    def _too_deep(self, step: int) -> bool:
+        """Whether the frame at ``step``'s chain of references, as the table links it, is longer than the
+        scheme allows (followed no further than that, and never outside the frames written)."""
+        for _ in range(self.scheme.depth + 1):
+            if not 0 <= step < self.frames_written:
+                return False
+            ref_delta = int(self.ref_deltas(np.array([step]))[0])
+            if ref_delta == 0:
+                return False
+            step -= ref_delta
+        return 0 <= step < self.frames_written
 
     def _locate(self, step: int) -> tuple[memoryview, int] | None:
         """The block of the frame at ``step``, checked against its CRC, and its reference's step (-1: a key
@@ -110,6 +137,7 @@ class ReferenceFrameRing(FrameRing):
             return None
         segment, offset = divmod(position, self.segment_bytes)
         payload = self._maps.view(segment, step)[offset : offset + length]
+        self._segments_read.add(segment)
         prev_delta, ref_delta = int(self._format.prev_deltas(entries)[0]), int(self._format.ref_deltas(entries)[0])
         seed = int(frame_seed(step, prev_delta, ref_delta))
         if len(payload) != length or lz4_codec.checksum(payload, seed) != int(entries["checksum"][0]):

@@ -120,20 +120,21 @@ def decode_referenced(
         if bad < 0:
             return None
         failed = _rebuild(every, views, wanted[bad : bad + 1], out[bad : bad + 1], version, frame_shape)
-        frame = int(wanted[bad]) if failed is None else failed[1]
+        frame = int(wanted[bad]) if failed is None else failed[1]  # the frame at fault, as the Python read finds it
         return bad, frame - int(every.base[every.source[frame]]), frame == int(wanted[bad])
     failed = _rebuild(every, views, wanted, out, version, frame_shape)
     if failed is None:
         return None
-    row, frame = failed
+    row, frame, _ = failed
     return row, frame - int(every.base[every.source[frame]]), frame == int(wanted[row])
 
 
 def _rebuild(
     every: _Frames, views: list[memoryview], wanted: npt.NDArray[np.int64], out: npt.NDArray[np.uint8], version: int,
     frame_shape: tuple[int, ...],
-) -> tuple[int, int] | None:
-    """``reference_codec.rebuild`` over the sources' blocks: None, or (row, global id) of the first failure."""
+) -> tuple[int, int, bool] | None:
+    """``reference_codec.rebuild`` over the sources' blocks: None, or (row, global id, too deep) of the first
+    failure."""
     def locate(frame: int) -> tuple[memoryview, int] | None:
         if not 0 <= frame < len(every.source):
             return None

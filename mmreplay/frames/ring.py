@@ -245,19 +245,17 @@ class FrameRing:
             self._reserve_entries(first_step + len(prev_deltas))
             target = (self.geometry(), self._entries, self._descriptor_of(segment), position - offset, offset)
             written = _lz4batch.append_frames(target, frames, prev_deltas, first_step, groups, frame_tail, threads)
-            if written >= 0:
+            if isinstance(written, int):
                 self.frames_written = first_step + len(prev_deltas)
                 self.bytes_written = position + written
                 return
-            # They would run past the segment's end: the general path moves on to the next segment.
-        frame_bytes = np.frombuffer(frames, np.uint8).reshape(len(prev_deltas), -1)
-        if groups is None:
-            self.append([lz4_codec.compress(frame) for frame in frame_bytes], prev_deltas)
+            # They would run past the segment's end: the general path writes them, from the next segment.
+            payloads, ref_deltas = written
+            self.append(payloads, prev_deltas, ref_deltas if groups is not None else None)
             return
-        assert _lz4batch is not None
-        encoded = [_lz4batch.groups_encode(groups, env, first_step + env, frame_bytes[env], False, frame_tail)
-                   for env in range(len(prev_deltas))]
-        self.append([payload for payload, _ in encoded], prev_deltas, [ref_delta for _, ref_delta in encoded])
+        assert groups is None, "a reference ring's groups are compiled"
+        frame_bytes = np.frombuffer(frames, np.uint8).reshape(len(prev_deltas), -1)
+        self.append([lz4_codec.compress(frame) for frame in frame_bytes], prev_deltas)
 
     def _reserve_entries(self, frame_stop: int) -> None:
         """Reserve the frame table's blocks up to the entry of frame step ``frame_stop`` (exclusive)."""

@@ -85,7 +85,7 @@ reference_frame_encode(const ReferenceShape *shape, const char *frame, const cha
 {
     const size_t unit = (size_t)shape->unit, n = (size_t)shape->frame_nbytes, row = (size_t)shape->row_nbytes;
     const size_t reserve = (size_t)header_bound((long long)(n / unit));
-    /* work: [reserve for the numbers][the changed units][the pairs, written as found] */
+    /* work: [reserve for the numbers][the changed units][the pairs, written as found, then runs and taken] */
     unsigned char *data = (unsigned char *)work + reserve, *pairs = data + n, *p = pairs;
     size_t runs = 0, taken = 0, run_start = 0, run_length = 0, after_last = 0;
     for (size_t row_at = 0; row_at < n; row_at += row) {
@@ -114,11 +114,12 @@ reference_frame_encode(const ReferenceShape *shape, const char *frame, const cha
         p = put_number(put_number(p, run_start - after_last), run_length);
         runs++;
     }
-    unsigned char head[16], *h = put_number(put_number(head, runs), taken);
+    /* runs and taken after the pairs (their room is counted in the reserve), then both moved before the units */
+    unsigned char *head = p, *h = put_number(put_number(head, runs), taken);
     size_t head_bytes = (size_t)(h - head), pair_bytes = (size_t)(p - pairs);
     unsigned char *start = data - head_bytes - pair_bytes;
     memcpy(start, head, head_bytes);
-    memmove(start + head_bytes, pairs, pair_bytes);
+    memcpy(start + head_bytes, pairs, pair_bytes);
     /* LZ4_loadDict resets the stream (liblz4 1.9): the block is what python-lz4's compress(dict=ref) makes */
     LZ4_loadDict(stream, ref, shape->frame_nbytes);
     int length = LZ4_compress_fast_continue(stream, (const char *)start, out,

@@ -57,8 +57,8 @@ py_ring_geometry(PyObject *module, PyObject *args, PyObject *kwargs)
         return NULL;
     }
     if (!layout_fits(e)) {
-        PyErr_SetString(PyExc_ValueError, "ring_geometry: a field of entry lies outside it, or has a width an "
-                                          "entry cannot hold");
+        PyErr_SetString(PyExc_ValueError, "ring_geometry: the entry layout has a field outside the entry, or a "
+                                          "width an entry cannot hold");
         return NULL;
     }
     if (g.frame_slots <= 0 || g.segment_bytes <= 0 || frame_nbytes <= 0 || frame_nbytes > INT_MAX / 4

@@ -60,6 +60,28 @@ prev_deltas_of(PyObject *deltas, Py_ssize_t n)
     return prev;
 }
 
+/* The n blocks packed back to back as a list of bytes, and their ref_deltas as a list of ints. */
+static PyObject *
+blocks_of(const char *blocks, const int *lengths, const int64_t *refs, Py_ssize_t n)
+{
+    PyObject *payloads = PyList_New(n), *deltas = PyList_New(n);
+    for (Py_ssize_t i = 0; payloads != NULL && deltas != NULL && i < n; blocks += lengths[i], i++) {
+        PyObject *payload = PyBytes_FromStringAndSize(blocks, lengths[i]), *delta = PyLong_FromLongLong(refs[i]);
+        if (payload == NULL || delta == NULL) {
+            Py_XDECREF(payload), Py_XDECREF(delta);
+            Py_CLEAR(payloads);
+            break;
+        }
+        PyList_SET_ITEM(payloads, i, payload);
+        PyList_SET_ITEM(deltas, i, delta);
+    }
+    if (payloads == NULL || deltas == NULL) {
+        Py_XDECREF(payloads), Py_XDECREF(deltas);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", payloads, deltas);
+}
+
 PyObject *
 py_append_frames(PyObject *module, PyObject *args, PyObject *kwargs)
 {
@@ -132,17 +154,19 @@ py_append_frames(PyObject *module, PyObject *args, PyObject *kwargs)
     for (Py_ssize_t i = 0; i < n; i++) {
         fits = fits && lengths[i] <= max_length;
     }
-    int failed = 0;
-    if (fits) {
-        Py_BEGIN_ALLOW_THREADS
-        failed = write_all(descriptor, blocks, (size_t)total, (off_t)offset) < 0;
-        Py_END_ALLOW_THREADS
+    if (!fits) { /* the caller writes them (the next segment): the blocks and their ref_deltas, as compressed */
+        result = blocks_of(blocks, lengths, refs, n);
+        goto done;
     }
-    if (!fits || failed) { /* nothing counted: no frame may be compressed against these */
+    int failed;
+    Py_BEGIN_ALLOW_THREADS
+    failed = write_all(descriptor, blocks, (size_t)total, (off_t)offset) < 0;
+    Py_END_ALLOW_THREADS
+    if (failed) { /* nothing counted: no frame may be compressed against these */
         for (Py_ssize_t e = 0; groups != NULL && e < n; e++) {
             groups_restart(groups, e);
         }
-        result = failed ? PyErr_SetFromErrno(PyExc_OSError) : PyLong_FromLong(-1);
+        PyErr_SetFromErrno(PyExc_OSError);
         goto done;
     }
     /* the bytes went out before the entries that point at them */
