@@ -50,6 +50,36 @@ row_map_put(RowMap *map, int64_t key, char *row)
     map->keys[s] = key, map->rows[s] = row;
 }
 
+/* The blocks a task has located and checked (key -> its block), so that a chain two rows share is read
+ * from the table and checked against its CRC once; open addressing, and full once `left` reaches 0
+ * (blocks are then located again). */
+typedef struct {
+    int64_t *keys;
+    ReferenceBlock *blocks;
+    size_t mask, left;
+} BlockMap;
+
+/* The block of key: from the map, else located (and kept while there is room); 0, or nonzero when it
+ * is not good. */
+static int
+located_block(const ReferenceRead *read, BlockMap *map, int64_t key, ReferenceBlock *block)
+{
+    size_t s = (size_t)(((uint64_t)key * 0x9E3779B97F4A7C15u) >> 20) & map->mask;
+    for (; map->keys[s] != NO_KEY; s = (s + 1) & map->mask) {
+        if (map->keys[s] == key) {
+            *block = map->blocks[s];
+            return 0;
+        }
+    }
+    if (read->locate(read->frames, key, block) != 0) {
+        return 1;
+    }
+    if (map->left > 0) {
+        map->keys[s] = key, map->blocks[s] = *block, map->left--;
+    }
+    return 0;
+}
+
 typedef struct {
     const ReferenceRead *read;
     Py_ssize_t rows_per_task;
@@ -66,7 +96,8 @@ mark_bad(ReadJob *job, Py_ssize_t row)
 
 /* Rebuilds row i's frame (see the header): 1, or 0 when a frame it needs is not good. */
 static int
-rebuild(const ReferenceRead *read, RowMap *map, char *key_frame, int64_t *key_frame_step, char *work, Py_ssize_t i)
+rebuild(const ReferenceRead *read, RowMap *map, BlockMap *located, char *key_frame, int64_t *key_frame_step,
+        char *work, Py_ssize_t i)
 {
     const ReferenceShape *shape = read->shape;
     size_t n = (size_t)shape->frame_nbytes;
@@ -86,7 +117,7 @@ rebuild(const ReferenceRead *read, RowMap *map, char *key_frame, int64_t *key_fr
             break;
         }
         ReferenceBlock block;
-        if (read->locate(read->frames, k, &block) != 0) {
+        if (located_block(read, located, k, &block) != 0) {
             return 0;
         }
         if (block.reference < 0) { /* the group's key frame: into the row itself when it is the one asked for */
@@ -133,18 +164,24 @@ read_task(void *context, Py_ssize_t number)
         slots *= 2;
     }
     RowMap map = {PyMem_RawMalloc(slots * sizeof(int64_t)), PyMem_RawMalloc(slots * sizeof(char *)), slots - 1};
+    BlockMap located = {PyMem_RawMalloc(4 * slots * sizeof(int64_t)), PyMem_RawMalloc(4 * slots * sizeof(ReferenceBlock)),
+                        4 * slots - 1, 2 * slots};
     char *key_frame = PyMem_RawMalloc((size_t)read->shape->frame_nbytes);
     char *work = PyMem_RawMalloc((size_t)read->shape->work_bytes);
-    if (map.keys == NULL || map.rows == NULL || key_frame == NULL || work == NULL) {
+    if (map.keys == NULL || map.rows == NULL || located.keys == NULL || located.blocks == NULL || key_frame == NULL
+        || work == NULL) {
         atomic_store(&job->first_bad, -2);
     }
     else {
         for (size_t s = 0; s < slots; s++) {
             map.keys[s] = NO_KEY;
         }
+        for (size_t s = 0; s < 4 * slots; s++) {
+            located.keys[s] = NO_KEY;
+        }
         int64_t key_frame_step = NO_KEY;
         for (Py_ssize_t i = start; i < stop; i++) {
-            if (!rebuild(read, &map, key_frame, &key_frame_step, work, i)) {
+            if (!rebuild(read, &map, &located, key_frame, &key_frame_step, work, i)) {
                 mark_bad(job, i);
                 break;
             }
@@ -152,6 +189,8 @@ read_task(void *context, Py_ssize_t number)
     }
     PyMem_RawFree(map.keys);
     PyMem_RawFree(map.rows);
+    PyMem_RawFree(located.keys);
+    PyMem_RawFree(located.blocks);
     PyMem_RawFree(key_frame);
     PyMem_RawFree(work);
 }
