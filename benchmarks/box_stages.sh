@@ -146,7 +146,7 @@ pool_tests() {
     # and the prioritized calls bit for bit the numpy code's (those recording ALE frames: not here, no ALE).
     if ! "$PYTHON" -c "import pytest, hypothesis" 2>/dev/null; then echo "no pytest here (no testwhl carried)"; return 0; fi
     "$PYTHON" -m pytest -q -p no:cacheprovider -x tests/test_frame_threads.py tests/test_sum_tree.py \
-        -k "not pong and not mspacman and not ring_written and not compressed_ahead_are_written" 2>&1 | tail -15 | tee -a "$OUT/tests.txt"
+        -k "not pong and not mspacman and not ring_written" 2>&1 | tail -15 | tee -a "$OUT/tests.txt"
     return "${PIPESTATUS[0]}"
 }
 
@@ -178,26 +178,6 @@ encodings() {
         --rounds 7 --window 0.25 --json "$OUT/bench.jsonl" --tmpdir "$WORK"
 }
 
-base_tree() {
-    # BASE's package (``$CARRY/base.tar``: `git archive BASE mmreplay setup.py`, made by
-    # scripts/gpu_box_carry.py --base BASE), built in its own folder for adds_turn's base turns.
-    local base=$WORK/base
-    rm -rf "$base" && mkdir -p "$base" && tar xf "$CARRY/base.tar" -C "$base" || return 1
-    (cd "$base" && "$PYTHON" setup.py build_ext --inplace -j 8 > "$OUT/build-base.txt" 2>&1) || { tail -5 "$OUT/build-base.txt"; return 1; }
-    (cd "$WORK" && PYTHONPATH="$base:$SITE" "$PYTHON" -c "import mmreplay, mmreplay.frames.lz4_codec as c; print(mmreplay.__file__, c.ACCELERATED)")
-}
-
-adds_turn() {
-    # adds_turn LABEL TURN: bench_adds.py with this tree's package (new) or BASE's (base), into
-    # $OUT/adds-LABEL-TURN.jsonl (benchmarks/pair_adds.py --summarize reads them).
-    local label=$1 turn=$2 path="$SITE:$PWD"
-    [[ $label == base ]] && path="$WORK/base:$SITE"
-    # shellcheck disable=SC2086
-    PYTHONPATH=$path "$PYTHON" benchmarks/bench_adds.py --data-dir "$CARRY/frames" --json $ADDS_ARGS \
-        | tee "$OUT/adds-$label-$turn.jsonl" | grep -v '^{'
-    return "${PIPESTATUS[0]}"
-}
-
 export OUT CARRY PYTHON BUDGET BENCH_ARGS ADDS_ARGS SAMPLING_ARGS WORK SITE LIBS HEADERS STARTED EAGER_CELLS_ARGS
 export -f elapsed left machine install_wheels build_liblz4 build_extensions device_batch_tests cuda_tests gpu_feed pool_tests \
-    sampling adds prioritized encodings base_tree adds_turn
+    sampling adds prioritized encodings

@@ -1,9 +1,11 @@
-"""This tree against a base tree, paired: ``bench_frames.py`` (this tree's script) run with each tree's
+"""This tree against a base tree, paired: ``bench_encodings.py`` (this tree's script) run with each tree's
 package in turn, in a process of its own (this, base | base, this | ...), and each figure's per-turn ratio
 of this tree's rate over the base's summarized as the median with its range.
 
 On a shared machine the speed drifts between runs; a turn of each tree close in time cancels most of it.
-A figure's rate is the reference store's (``lz4-reference_per_s``) and, beside it, the plain store's.
+Each figure (``add_1_env``, ``add_8_envs``, ``sample_32``, ``sample_256``, ``encoded``) has a rate for the
+reference store (``lz4-reference``) and the plain one (``lz4``); beside the trees' ratios, each tree's own
+reference-over-plain ratio (taken in one process, the stores alive at once) and the bytes per transition.
 
     git worktree add /tmp/base 907af33 && (cd /tmp/base && /work/main/.venv/bin/python setup.py build_ext --inplace)
     .venv/bin/python benchmarks/pair_trees.py --base /tmp/base --turns 3 --out benchmarks/results/x.jsonl -- --games pong
@@ -17,66 +19,83 @@ import os
 import statistics
 import subprocess
 import sys
-from collections import defaultdict
+import tempfile
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 TREE = HERE.parent
+FIGURES = ("add_1_env", "add_8_envs", "sample_32", "sample_256", "encoded")
+ENCODINGS = ("lz4-reference", "lz4")
 
 
-def run_turn(tree: Path, label: str, turn: int, bench_args: list[str]) -> list[dict[str, object]]:
-    """bench_frames.py with ``tree``'s package first on the path, its JSON lines tagged."""
+def run_turn(tree: Path, label: str, turn: int, bench_args: list[str]) -> list[dict[str, Any]]:
+    """bench_encodings.py with ``tree``'s package first on the path: its JSON lines (one a game), tagged."""
     env = dict(os.environ, PYTHONPATH=str(tree))
-    done = subprocess.run([sys.executable, str(HERE / "bench_frames.py"), "--json", *bench_args], cwd=tree,
-                          env=env, capture_output=True, text=True, check=True)
-    print(done.stdout.splitlines()[0], file=sys.stderr, flush=True)  # which package, and the load
-    rows = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    with tempfile.TemporaryDirectory(prefix="pair-trees-") as scratch:
+        out = Path(scratch) / "turn.jsonl"
+        done = subprocess.run([sys.executable, str(HERE / "bench_encodings.py"), "--json", str(out), *bench_args],
+                              cwd=tree, env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"bench_encodings.py failed in {tree} (exit {done.returncode}):\n{done.stderr[-2000:]}")
+        rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    print(f"turn {turn} {label} ({tree}): load {rows[0].get('load_before')} -> {rows[-1].get('load_after')}",
+          file=sys.stderr, flush=True)
     return [{"tree": label, "turn": turn, **row} for row in rows]
 
 
-def summarize(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+def spread(values: list[float]) -> dict[str, float]:
+    return {"median": round(statistics.median(values), 3), "low": round(min(values), 3), "high": round(max(values), 3)}
+
+
+def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per (game, figure): this tree over the base turn by turn, for each store's rate, and each tree's
-    reference-over-plain ratio."""
-    by_key: dict[tuple[str, str], dict[str, dict[int, dict[str, object]]]] = defaultdict(lambda: defaultdict(dict))
+    reference-over-plain ratio; per game, each tree's bytes per transition."""
+    by_game: dict[str, dict[str, dict[int, dict[str, Any]]]] = {}
     for row in rows:
-        if "ratio" in row:
-            by_key[str(row["game"]), str(row["figure"])][str(row["tree"])][int(row["turn"])] = row  # type: ignore[call-overload]
+        by_game.setdefault(row["game"], {}).setdefault(row["tree"], {})[row["turn"]] = row
     out = []
-    for (game, figure), trees in sorted(by_key.items()):
+    for game, trees in sorted(by_game.items()):
         turns = sorted(set(trees.get("new", {})) & set(trees.get("base", {})))
-        result: dict[str, object] = {"game": game, "figure": figure, "turns": len(turns)}
-        for rate in ("lz4-reference_per_s", "lz4_per_s"):
-            ratios = [float(trees["new"][t][rate]) / float(trees["base"][t][rate]) for t in turns]  # type: ignore[arg-type]
-            if ratios:
-                result[f"new/base {rate}"] = {"median": round(statistics.median(ratios), 3),
-                                             "low": round(min(ratios), 3), "high": round(max(ratios), 3)}
-        for tree in ("new", "base"):
-            own = [trees[tree][t]["ratio"]["median"] for t in turns]  # type: ignore[index]
-            if own:
-                result[f"{tree} reference/plain"] = {"median": round(statistics.median(own), 3),
-                                                     "low": round(min(own), 3), "high": round(max(own), 3)}
-        out.append(result)
+        if not turns:
+            continue
+        new, base = trees["new"], trees["base"]
+        out.append({"game": game, "figure": "bytes_per_transition", **{
+            tree: {e: round(statistics.median(runs[t]["bytes_per_transition"][e] for t in turns), 1) for e in ENCODINGS}
+            for tree, runs in (("new", new), ("base", base))}})
+        for figure in FIGURES:
+            if figure not in new[turns[0]] or figure not in base[turns[0]]:
+                continue
+            result: dict[str, Any] = {"game": game, "figure": figure, "turns": len(turns)}
+            for encoding in ENCODINGS:
+                result[f"new/base {encoding}"] = spread(
+                    [new[t][figure]["per_s"][encoding] / base[t][figure]["per_s"][encoding] for t in turns])
+                result[f"new {encoding} per_s"] = round(statistics.median(new[t][figure]["per_s"][encoding] for t in turns))
+            for tree, runs in (("new", new), ("base", base)):
+                result[f"{tree} reference/plain"] = spread([runs[t][figure]["ratio"]["median"] for t in turns])
+            out.append(result)
     return out
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--base", type=Path, required=True, help="a built worktree of the base commit")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base", type=Path, required=True, help="the base tree (its extensions built in place)")
     parser.add_argument("--turns", type=int, default=3)
-    parser.add_argument("--out", type=Path, help="append every JSON line (both trees', and the summary) here")
-    parser.add_argument("bench_args", nargs="*", help="bench_frames.py's arguments (after --)")
+    parser.add_argument("--out", type=Path, help="append every turn's lines, then the summary's, to this file")
+    parser.add_argument("bench_args", nargs=argparse.REMAINDER, help="after --: bench_encodings.py's arguments")
     args = parser.parse_args(argv)
-    rows: list[dict[str, object]] = []
+    bench_args = args.bench_args[1:] if args.bench_args[:1] == ["--"] else args.bench_args
+    rows: list[dict[str, Any]] = []
     for turn in range(args.turns):
-        order = [("new", TREE), ("base", args.base)] if turn % 2 == 0 else [("base", args.base), ("new", TREE)]
-        for label, tree in order:
-            rows += run_turn(tree, label, turn, args.bench_args)
-    summaries = summarize(rows)
-    for result in summaries:
-        print(json.dumps(result), flush=True)
-    if args.out is not None:
+        order = [(TREE, "new"), (args.base.resolve(), "base")]
+        for tree, label in order if turn % 2 == 0 else reversed(order):
+            rows += run_turn(tree, label, turn, bench_args)
+    summary = summarize(rows)
+    for line in summary:
+        print(json.dumps(line))
+    if args.out:
         with args.out.open("a") as file:
-            for row in rows + [{"summary": True, **result} for result in summaries]:
+            for row in [*rows, *({"summary": True, **line} for line in summary)]:
                 file.write(json.dumps(row) + "\n")
 
 

@@ -19,7 +19,7 @@ NAMES = ("_lz4batch", "_sumtree")
 # bump both together when a function is added or its arguments change). A build from older sources, left
 # in place by an update that did not rebuild, is refused like a missing one: its fallback runs and the
 # warning says to rebuild.
-INTERFACES = {"_lz4batch": 13, "_sumtree": 3}
+INTERFACES = {"_lz4batch": 14, "_sumtree": 3}
 HIDE_VARIABLE = "MMREPLAY_PURE_PYTHON"
 
 # Measured on this project's machine (2 vCPUs shared with other jobs), compiled against

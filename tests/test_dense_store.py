@@ -378,7 +378,7 @@ def test_the_command_line_and_hdf5_export_read_a_dense_store(tmp_path: Path, cap
     report = verify_store(str(path))
     assert report["problems"] == [] and report["transitions"] == 240
     with ReplayStore.open(path, "r") as reader:
-        assert reader.reference_scheme == ReferenceScheme(group_size=256, branching=2)  # the default
+        assert reader.reference_scheme == ReferenceScheme(group_size=32, branching=2)  # the default
         assert export_hdf5(reader, tmp_path / "x.h5") == 240
     assert import_hdf5(tmp_path / "x.h5", tmp_path / "copy.mmr") == 240
     with ReplayStore.open(tmp_path / "copy.mmr", "r") as copy:

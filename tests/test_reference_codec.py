@@ -187,11 +187,40 @@ def test_a_frame_against_any_reference_round_trips_on_both_paths(shape: tuple[in
 @pytest.mark.parametrize("game", ["pong", "mspacman"])
 def test_the_extension_and_python_lz4_write_the_same_blocks(game: str) -> None:
     """Both make the same stock lz4 calls (LZ4_loadDict of the reference, then LZ4_compress_fast_continue of
-    the changed units' numbers and bytes): with one liblz4, the same bytes."""
+    the changed units' numbers and bytes, with no dictionary loaded below DICT_MIN_BYTES): with one
+    liblz4, the same bytes."""
     frames, _ = real_frames(game)
     for i in range(1, 200):
         compiled = reference_codec.compress_against(frames[i], frames[i - 1], accelerated=True)
         assert compiled == reference_codec.compress_against(frames[i], frames[i - 1], accelerated=False), i
+
+
+@pytest.mark.parametrize("accelerated", PATHS)
+@pytest.mark.parametrize("changed", [3, 30, 120], ids=["few-units", "some-units", "many-units"])
+def test_a_dependent_frame_takes_its_reference_as_dictionary_from_dict_min_bytes_on(accelerated: bool,
+                                                                                    changed: int) -> None:
+    """Below DICT_MIN_BYTES of numbers and changed units the block is those bytes compressed alone (no
+    dictionary loaded), from it compressed against the reference; both decode with it as dictionary."""
+    if accelerated and not SAME_LZ4:
+        pytest.skip("python-lz4's bundled liblz4 differs from the system's")
+    reference = sparse_frames(1, seed=11)[0]
+    frame = reference.copy().reshape(-1, 7)
+    rows = np.random.default_rng(changed).choice(len(frame), changed, replace=False)
+    frame[rows] = reference.reshape(-1, 7)[(rows + 5) % len(frame)] ^ 1  # a sprite's bytes, moved
+    frame = frame.reshape(reference.shape)
+    block = reference_codec.compress_against(frame, reference, accelerated=accelerated)
+    payload = lz4.block.decompress(block, uncompressed_size=1 << 16, dict=reference.tobytes())
+    if len(payload) < reference_codec.DICT_MIN_BYTES:
+        assert block == lz4.block.compress(payload, store_size=False)
+        assert lz4.block.decompress(block, uncompressed_size=1 << 16) == payload
+    else:
+        assert block == lz4.block.compress(payload, store_size=False, dict=reference.tobytes())
+    assert reference_codec.apply(block, reference, frame.shape, accelerated=accelerated) == frame.tobytes()
+
+
+@needs_extension
+def test_the_compiled_encoder_and_python_share_dict_min_bytes() -> None:
+    assert _lz4batch.REFERENCE_DICT_MIN_BYTES == reference_codec.DICT_MIN_BYTES
 
 
 @needs_extension

@@ -53,7 +53,7 @@ static PyMethodDef methods[] = {
  * both when a function is added or its arguments change, so that a build from older sources is
  * refused (and its pure-Python fallback used) rather than failing mid-call. 13: one module for both
  * encodings (format version 6's reference frames), the `ring` and `rows` arguments, no work ahead. */
-#define INTERFACE 13
+#define INTERFACE 14
 
 static struct PyModuleDef module_definition = {
     PyModuleDef_HEAD_INIT, "mmreplay._lz4batch",
@@ -68,7 +68,8 @@ PyInit__lz4batch(void)
     PyObject *module = PyModule_Create(&module_definition);
     if (module != NULL && (PyModule_AddIntConstant(module, "LZ4_VERSION", LZ4_versionNumber()) < 0
                            || PyModule_AddIntConstant(module, "INTERFACE", INTERFACE) < 0
-                           || PyModule_AddIntConstant(module, "UNCHECKED_BYTES", RECORD_UNCHECKED_BYTES) < 0)) {
+                           || PyModule_AddIntConstant(module, "UNCHECKED_BYTES", RECORD_UNCHECKED_BYTES) < 0
+                           || PyModule_AddIntConstant(module, "REFERENCE_DICT_MIN_BYTES", REFERENCE_DICT_MIN_BYTES) < 0)) {
         Py_DECREF(module);
         return NULL;
     }

@@ -54,15 +54,13 @@ assert header.FRAME_ENCODINGS == (PLAIN, REFERENCE)
 # On the 16-core box a prioritized sample + update at 1,000,000 1x1 frames ran at 0.73x cpprb's rate on
 # reference frames and 1.55x on plain ones (results/box-h200-reference-default.md).
 REFERENCE_MIN_FRAME_BYTES = 64
-# A store's scheme when create is given none: groups of 256 frames, each frame against the one at its
-# place with the lowest set bit cleared (depth 8: half the frames reference the frame before, a quarter
-# the one two back, ...). Measured at capacity 100,000, stack 4, one env (benchmarks/bench_encodings.py
-# --scheme, paired on the 2-core machine): against groups of 256 with branching 4 (depth 4, the default
-# until then), 3% fewer bytes per transition on Pong (102 -> 99) and Breakout (105 -> 101) and 7% on
-# MsPacman (308 -> 287), for the same add rate and a sample rate 0.9x (Pong) to 1x (MsPacman) of it: a
-# frame one step back is the closest reference (MsPacman's ~211 bytes against ~280 two or three back),
-# and the compiled read decodes the deeper chains without scratch copies (_c/reference_threads.h).
-DEFAULT_SCHEME = ReferenceScheme(group_size=256, branching=2)
+# A store's scheme when create is given none: groups of 32 frames, each frame against the one at its
+# place with the lowest set bit cleared (depth 5: half the frames reference the frame before, a quarter
+# the one two back, ...). Measured at capacity 100,000, stack 4, one env, on the 2-core development VM
+# (docs/benchmarks.md, "Frame encodings"): against groups of 256 (depth 8), 1-16% more bytes a transition
+# (Pong 115 -> 119, Breakout 105 -> 113, MsPacman 264 -> 306, Seaquest 214 -> 228) for uniform sample(32)
+# and sample(256) rates 1.1x-1.3x of theirs: a sampled frame's chain is shorter, and its key frame nearer.
+DEFAULT_SCHEME = ReferenceScheme(group_size=32, branching=2)
 
 
 def default_encoding(frame_shape: tuple[int, ...], frame_dtype: np.dtype) -> str:

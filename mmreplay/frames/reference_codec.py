@@ -16,8 +16,8 @@ Vocabulary (on top of ``frame_ring``'s frame step, slot and position):
 
 Format version 6 stores a dependent frame as one lz4 block, compressed with stock liblz4 calls
 (``LZ4_loadDict`` of the reference, then ``LZ4_compress_fast_continue``: python-lz4's
-``lz4.block.compress(..., dict=reference)``), whose bytes decode, with the reference as lz4's
-dictionary, to
+``lz4.block.compress(..., dict=reference)``; below ``DICT_MIN_BYTES`` no dictionary is loaded),
+whose bytes decode, with the reference as lz4's dictionary, to
 
     runs, taken, then ``runs`` pairs (skip, take), then the ``taken`` changed units' bytes
 
@@ -61,6 +61,13 @@ ACCELERATED: bool = _lz4batch is not None
 # 12, 14, 21, 42 and 84 bytes (a whole row): 7 bytes gave the fewest bytes on all four games and the
 # fastest decode (the fewest bytes decoded per frame).
 UNIT_MIN_BYTES = 7
+# The fewest bytes (the numbers and the changed units) a dependent frame is compressed with its reference as
+# lz4's dictionary from; a smaller one is compressed alone, which decodes with the dictionary all the same.
+# Loading a dictionary hashes the whole reference (~3 us for 84x84), more than compressing a Pong frame
+# alone costs. Measured on 6,400 recorded frames of each game (scheme 32/2), against the dictionary for
+# every frame: Pong +4.8 bytes a frame, the dictionary loaded for 21% of its frames; Breakout -1.9 (1%);
+# MsPacman +2.1 (64%); Seaquest +1.0 (77%). _c/codec/reference_frames.h has the same number.
+DICT_MIN_BYTES = 256
 
 RefDeltas = Callable[[npt.NDArray[np.int64]], npt.NDArray[np.int64]]
 
@@ -129,9 +136,10 @@ def compress_against(
     for start, stop in zip(starts, stops):
         numbers += [_put(start - after), _put(stop - start)]
         after = stop
-    block: bytes = lz4.block.compress(b"".join(numbers) + units[changed].tobytes(), store_size=False,
-                                      dict=reference.tobytes())
-    return block
+    payload = b"".join(numbers) + units[changed].tobytes()
+    if len(payload) < DICT_MIN_BYTES:
+        return bytes(lz4.block.compress(payload, store_size=False))
+    return bytes(lz4.block.compress(payload, store_size=False, dict=reference.tobytes()))
 
 
 def _get(data: bytes, at: int) -> tuple[int, int]:

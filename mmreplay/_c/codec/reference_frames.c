@@ -120,10 +120,11 @@ reference_frame_encode(const ReferenceShape *shape, const char *frame, const cha
     unsigned char *start = data - head_bytes - pair_bytes;
     memcpy(start, head, head_bytes);
     memcpy(start + head_bytes, pairs, pair_bytes);
-    /* LZ4_loadDict resets the stream (liblz4 1.9): the block is what python-lz4's compress(dict=ref) makes */
-    LZ4_loadDict(stream, ref, shape->frame_nbytes);
-    int length = LZ4_compress_fast_continue(stream, (const char *)start, out,
-                                            (int)(head_bytes + pair_bytes + taken * unit), capacity, 1);
+    int size = (int)(head_bytes + pair_bytes + taken * unit);
+    /* LZ4_loadDict resets the stream (liblz4 1.9), and of no bytes loads none: the block is what python-lz4's
+     * compress(dict=ref) makes, or its compress() below REFERENCE_DICT_MIN_BYTES */
+    LZ4_loadDict(stream, ref, size < REFERENCE_DICT_MIN_BYTES ? 0 : shape->frame_nbytes);
+    int length = LZ4_compress_fast_continue(stream, (const char *)start, out, size, capacity, 1);
     return length > 0 ? length : 0;
 }
 

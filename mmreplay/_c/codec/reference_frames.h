@@ -3,7 +3,9 @@
  *
  * The frame is cut into units of `unit` bytes (reference_codec.unit_nbytes: a divisor of the frame's
  * row). A dependent frame is one lz4 block, compressed with its reference as lz4's dictionary
- * (LZ4_loadDict, then LZ4_compress_fast_continue), whose bytes decode to
+ * (LZ4_loadDict, then LZ4_compress_fast_continue) where its bytes before compression are
+ * REFERENCE_DICT_MIN_BYTES or more, else alone (no dictionary loaded; it decodes with the reference as
+ * dictionary all the same), whose bytes decode to
  *
  *     runs, taken, then `runs` pairs (skip, take), then the `taken` changed units' bytes
  *
@@ -19,6 +21,10 @@
 #include <stdint.h>
 
 #include "codec/lz4_api.h"
+
+/* The fewest bytes (the numbers and the changed units) a dependent frame is compressed with its reference
+ * as dictionary from: frames/reference_codec.py's DICT_MIN_BYTES says what it was measured on. */
+#define REFERENCE_DICT_MIN_BYTES 256
 
 /* The deepest chain of references a scheme may have (ReferenceScheme: group_size at most 65,536). */
 #define REFERENCE_MAX_DEPTH 16
