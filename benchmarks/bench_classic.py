@@ -318,7 +318,7 @@ def profile_adds(data: dict[str, np.ndarray], args: argparse.Namespace) -> dict[
     from mmreplay import ReplayStore
     from mmreplay.frames import lz4_codec as codec
     from mmreplay.rows.transitions import TERMINATED, TRUNCATED
-    from mmreplay.store.add_arguments import parse_single_frames
+    from mmreplay.store.writing.add_arguments import parse_single_frames
 
     count = min(args.profile_transitions, len(data["action"]))
     feed = list(replay(Feed({name: values[:count] for name, values in data.items()})))

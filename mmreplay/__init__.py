@@ -32,8 +32,8 @@ from mmreplay.gpu.tensor_batches import TensorBatch, TensorSequenceBatch
 from mmreplay.hdf5 import export_hdf5, import_hdf5  # noqa: E402 (they use the store API above)
 from mmreplay.sampling.samplers import PrioritizedSampler, Sampler, UniformSampler
 from mmreplay.store import ReplayStore
-from mmreplay.store.device_batches import DeviceBatches
-from mmreplay.store.encoded_batches import (
+from mmreplay.store.feeds.device_batches import DeviceBatches
+from mmreplay.store.reading.encoded_batches import (
     EncodedBatch,
     EncodedSequenceBatch,
     decode_batch,

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from mmreplay import extensions
 from mmreplay.rows import stacking
+from mmreplay.store import internals
 
 _lz4batch = extensions.load("_lz4batch")
 pytestmark = pytest.mark.skipif(_lz4batch is None, reason=absent_reason("_lz4batch"))
@@ -221,8 +222,8 @@ def test_read_transitions_gives_what_the_general_path_gives_on_damaged_files(dam
     steps = np.array(picks, np.int64)
     with ReplayStore.open(damaged_store, "r") as store:
         store.read(steps)  # maps the segment: the compiled read can run
-        reader = store._reader
-        assert reader._compiled and reader.frames.compiled_ring() is not None
+        reader = internals.reader_of(store)
+        assert reader.compiled and reader.frames.compiled_ring() is not None
         originals = []
         header = json.loads((damaged_store / "header.json").read_text())
         commit, layout = header["commit"], header["layout"]
@@ -245,12 +246,12 @@ def test_read_transitions_gives_what_the_general_path_gives_on_damaged_files(dam
                 file.write(bytes([data[offset] ^ (1 << bit)]))
         try:
             def read(compiled: bool):
-                reader._compiled = compiled
+                reader.compiled = compiled
                 try:
                     ones = np.ones(len(steps), np.float32)
                     return _outcome(lambda: reader.transitions(steps, weight=ones, discount=ones.copy()))
                 finally:
-                    reader._compiled = True
+                    reader.compiled = True
 
             assert read(True) == read(False)
         finally:

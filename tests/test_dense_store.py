@@ -32,6 +32,7 @@ from mmreplay.disk.store_directory import open_regular
 from mmreplay.frames.frame_entries import SEED_MULTIPLIER
 from mmreplay.frames.reference_ring import ReferenceFrameRing
 from mmreplay.frames.ring import FrameChecksumError, FrameRing, _lz4batch
+from mmreplay.store import internals
 
 GAMES = ["pong", "breakout", "mspacman"]
 KEYS = ("frames", "action", "reward", "terminated")
@@ -459,7 +460,7 @@ def test_the_compiled_decode_of_a_reference_ring_equals_its_general_path(
     path = wrapped_vector_store(wrapped_stores, game)
     with ReplayStore.open(path, "r") as store:
         store.sample(1, rng=0)  # maps the segments: the compiled path reads through the mapped views
-        ring = store._files.frames
+        ring = internals.files_of(store).frames
         assert ring.compiled_ring() is not None
         steps = np.random.default_rng(seed).integers(ring.frames_written - 300, ring.frames_written, count)
         fast = np.zeros((count, 84, 84), np.uint8)
@@ -483,7 +484,7 @@ def test_a_reference_stores_sampled_batch_is_read_in_the_one_compiled_call(wrapp
             raise AssertionError("the batch left the compiled read")
 
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(type(store._files.frames), "decode_into", general_path)
+            patch.setattr(type(internals.files_of(store).frames), "decode_into", general_path)
             store.sample(1, rng=4)  # the first batch after open may map its segments on the general path
             batch = store.sample(64, rng=3)
         for name in ("obs", "next_obs", "action", "reward", "terminated", "truncated", "env_index"):
@@ -497,7 +498,7 @@ def test_a_damaged_reference_is_found_by_the_compiled_read_and_named_by_the_gene
     flip_frame_byte(path, 8)
     with ReplayStore.open(path, "r") as store:
         store.read([20])  # maps the segment
-        ring = store._files.frames
+        ring = internals.files_of(store).frames
         if _lz4batch is not None:
             out = np.zeros((2, 84, 84), np.uint8)
             assert not _lz4batch.decode_entries(ring.compiled_ring(), np.array([12, 13]), out, 2)
@@ -517,7 +518,7 @@ def test_the_compiled_read_declines_a_chain_longer_than_its_depth_or_leading_bef
 
         def compiled(steps: list[int], depth: int) -> bool:
             out = np.zeros((len(steps), 84, 84), np.uint8)
-            done = _lz4batch.decode_entries(compiled_ring_with(store._files.frames, depth=depth), np.array(steps),
+            done = _lz4batch.decode_entries(compiled_ring_with(internals.files_of(store).frames, depth=depth), np.array(steps),
                                             out, 1)
             if done:
                 for row, step in enumerate(steps):
@@ -548,7 +549,7 @@ def test_one_frame_decodes_on_the_numpy_path_before_any_segment_is_mapped(
         for t in range(len(frames) - 1):
             store.add(frames[t], 0, 0.0, frames[t + 1], False, False)
     with ReplayStore.open(tmp_path / "s.mmr", "r") as reader:
-        ring = reader._files.frames
+        ring = internals.files_of(reader).frames
         for step in (ring.frames_written - 1, ring.frames_written - 20):
             out = np.zeros((1, 84, 84), np.uint8)
             with pytest.MonkeyPatch.context() as patch:

@@ -466,7 +466,7 @@ class FakeBlock:
 def test_a_slot_is_waited_on_only_while_its_copy_runs(passed):
     # take(): the thread refills a slot's host memory once the copy out of it is done; it blocks (and gives
     # up the GIL) only while that copy still runs.
-    from mmreplay.store.device_batches import SlotRing
+    from mmreplay.store.feeds.slots import SlotRing
 
     ring = SlotRing(torch.device("cpu"), 2)
     events = [FakeEvent(passed) for _ in ring.slots]
@@ -477,8 +477,9 @@ def test_a_slot_is_waited_on_only_while_its_copy_runs(passed):
 
 
 def test_next_waits_on_a_pending_copy_releases_the_held_slot_and_records_each_stream_once(monkeypatch):
-    from mmreplay.store import device_batches
-    from mmreplay.store.device_batches import DeviceBatches, SlotRing
+    from mmreplay.store.feeds import device_batches
+    from mmreplay.store.feeds.device_batches import DeviceBatches
+    from mmreplay.store.feeds.slots import SlotRing
 
     ring = SlotRing(torch.device("cpu"), 3)
     ring.cuda = True  # the consumer's side of the protocol, with the fake events and streams below
@@ -508,7 +509,8 @@ def test_a_reads_batches_share_its_slot_which_is_released_once_the_consumer_move
     """Reads of three batches: each batch is ready on the consumer's stream when handed over, the slot is
     released (its event recorded) only by the next() after the read's last batch, and a next() that fails
     before it holds a read's slot hands out none of that read's other batches."""
-    from mmreplay.store.device_batches import DeviceBatches, SlotRing
+    from mmreplay.store.feeds.device_batches import DeviceBatches
+    from mmreplay.store.feeds.slots import SlotRing
 
     ring = SlotRing(torch.device("cpu"), 3)
     ring.cuda = True

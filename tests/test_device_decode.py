@@ -23,8 +23,9 @@ from mmreplay.gpu.block_plan import lz4_bound, plan_blocks
 
 torch = pytest.importorskip("torch")
 
-from mmreplay.store import device_decoded_feed  # noqa: E402
-from mmreplay.store.device_batches import DeviceBatches, SlotRing  # noqa: E402
+from mmreplay.store.feeds import device_decoded_feed  # noqa: E402
+from mmreplay.store.feeds.device_batches import DeviceBatches  # noqa: E402
+from mmreplay.store.feeds.slots import SlotRing  # noqa: E402
 
 INVERT = 0xFFFFFFFF
 CPU = torch.device("cpu")
@@ -178,7 +179,7 @@ def test_blocks_compressed_against_other_frames_are_refused():
 def test_no_encoded_batch_names_more_distinct_frames_than_the_staging_holds(make_store, stack_size):
     from strategies import stack
 
-    from mmreplay.store.device_decoded_feed import most_distinct_frames
+    from mmreplay.store.feeds.device_decoded_feed import most_distinct_frames
 
     store = make_store(frame_shape=(3, 4), capacity=120, stack_size=stack_size, frame_encoding="lz4")
     n, rng = 1, np.random.default_rng(stack_size)

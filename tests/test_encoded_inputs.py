@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mmreplay import EncodedFrames, ReplayStore, decode_blocks, encode_frames
-from mmreplay.store import encoded_adds
+from mmreplay.store.writing import encoded_adds
 
 FRAME = (6, 7)
 

@@ -28,7 +28,7 @@ from mmreplay import (
     encode_frames,
 )
 from mmreplay.frames import referenced_blocks
-from mmreplay.store import encoded_batches
+from mmreplay.store.reading import encoded_batches
 
 FRAME = (84, 84)
 FIELDS = ("obs", "next_obs", "action", "reward", "terminated", "truncated", "index", "env_index", "weight", "discount")
@@ -251,6 +251,15 @@ def test_encoded_frames_check_their_references(references: list, error: type, me
         EncodedFrames(frames.data, frames.lengths, frames.checksums, frames.seeds, FRAME, np.array(references))
     with pytest.raises(ValueError, match="format_version is 'yes'; expected 4, 5 or 6"):
         EncodedFrames(frames.data, frames.lengths, frames.checksums, frames.seeds, FRAME, None, "yes")  # type: ignore[arg-type]
+
+
+def test_encoded_frames_say_changed_rows_only_for_format_version_5s_blocks() -> None:
+    """``changed_rows``, the name before ``format_version``, still answers: format 5's blocks are changed rows."""
+    frames = encode_frames(stream("pong")["frames"][:3])
+    made = {version: EncodedFrames(frames.data, frames.lengths, frames.checksums, frames.seeds, FRAME, None, version)
+            for version in (4, 5, 6)}
+    assert {version: f.changed_rows for version, f in made.items()} == {4: False, 5: True, 6: False}
+    assert frames.format_version == 6 and not frames.changed_rows
 
 
 def test_add_encoded_refuses_blocks_that_reference_other_frames_and_writes_nothing(stores: str, tmp_path: Path) -> None:

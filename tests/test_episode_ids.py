@@ -20,7 +20,7 @@ from strategies import frame
 
 from mmreplay import EpisodeNotFoundError, ReplayStore
 from mmreplay.cli import main
-from mmreplay.store.episode_list import EpisodeList
+from mmreplay.store.reading.episode_list import EpisodeList
 
 SHAPE = (4, 4)
 ENDS = ("goes on", "terminated", "truncated", "cut")  # how an env's transition leaves its episode

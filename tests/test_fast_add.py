@@ -20,9 +20,9 @@ from reference import ReferenceStore, assert_store_matches
 from strategies import FrameSource, draw_add, store_configs
 
 from mmreplay import PrioritizedSampler, ReplayStore, extensions
-from mmreplay.frames.threads import usable_cores
 from mmreplay.rows.transitions import TERMINATED, TRUNCATED
-from mmreplay.store.add_arguments import parse_add, parse_single_frames
+from mmreplay.store import internals
+from mmreplay.store.writing.add_arguments import parse_add, parse_single_frames
 
 _lz4batch = extensions.load("_lz4batch")
 # Byte-identical segments need the system's liblz4 (the extension's compressor) and python-lz4's
@@ -41,18 +41,15 @@ class CountingStore:
             config.setdefault("frame_encoding", "lz4")
         self.fast = ReplayStore.create(directory / "fast.mmr", sampler=sampler(), **config)
         self.general = ReplayStore.create(directory / "general.mmr", sampler=sampler(), **config)
-        self.general._role._fast_add = False
+        internals.writer_of(self.general).fast_add = False
+        self._fast_writer = internals.writer_of(self.fast)
         if threads and _lz4batch is not None:
-            self.fast._role._append_threads = 4
-        self.fast_adds = 0  # adds the fast path took
-        take_fast_path = self.fast._role._add_single_frames
+            self._fast_writer.append_threads = 4
 
-        def counted(*args: Any) -> bool:
-            taken = take_fast_path(*args)
-            self.fast_adds += taken
-            return taken
-
-        self.fast._role._add_single_frames = counted  # type: ignore[method-assign]
+    @property
+    def fast_adds(self) -> int:
+        """The adds the fast store's fast path took."""
+        return self._fast_writer.fast_adds
 
     def add(self, *args: Any, **kwargs: Any) -> None:
         self.fast.add(*args, **kwargs)
@@ -108,7 +105,7 @@ def test_an_add_the_fast_parse_accepted_reaches_the_general_path_as_parse_add_gi
     to the general path as ``SingleFrames.arguments``, not through ``parse_add`` again: the same arrays
     (dtype, shape and bytes), envs and flags as ``parse_add`` gives."""
     with ReplayStore.create(tmp_path_factory.mktemp("parse") / "s.mmr", **config) as store:
-        shapes = store._role._add_shapes
+        shapes = internals.writer_of(store).add_shapes
     ref = ReferenceStore(**config)
     frames = FrameSource.of(config)
     accepted = 0
@@ -291,18 +288,12 @@ class KindStores:
     def __init__(self, directory: Path, **config: Any) -> None:
         self.stores = {name: ReplayStore.create(directory / f"{name}.mmr", **config)
                        for name in ("canonical", "fast", "general")}
-        self.stores["general"]._role._fast_add = False
-        self.taken = dict.fromkeys(self.stores, 0)
-        for name, store in self.stores.items():
-            store._role._add_single_frames = self._counting(name, store._role._add_single_frames)  # type: ignore[method-assign]
+        internals.writer_of(self.stores["general"]).fast_add = False
 
-    def _counting(self, name: str, take_fast_path: Any) -> Any:
-        def counted(*args: Any) -> bool:
-            taken = take_fast_path(*args)
-            self.taken[name] += taken
-            return taken
-
-        return counted
+    @property
+    def taken(self) -> dict[str, int]:
+        """The adds each store's fast path took."""
+        return {name: internals.writer_of(store).fast_adds for name, store in self.stores.items()}
 
     def close_and_compare(self) -> None:
         for store in self.stores.values():

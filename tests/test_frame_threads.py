@@ -15,14 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_codec import Segments, random_frames, real_frames
 
-from mmreplay import ReplayStore, decode_batch, extensions
+from mmreplay import ReplayStore, decode_batch
 from mmreplay.frames import lz4_codec as codec
 from mmreplay.frames import ring as frame_ring
 from mmreplay.frames import threads as frame_threads
 from mmreplay.frames.ring import FrameRing
 from mmreplay.frames.threads import (
     BYTES_PER_THREAD,
-    COMPRESS_MIN_CORES,
     MAX_THREADS,
     SPLIT_MIN_BYTES,
     background_limit,
@@ -33,6 +32,7 @@ from mmreplay.frames.threads import (
     thread_limit,
     usable_cores,
 )
+from mmreplay.store import internals
 
 NOT_BUILT = absent_reason("_lz4batch")
 # Frames that compress like a game's (mostly constant, noisy rows) for the pool's tests, which then run
@@ -179,7 +179,7 @@ def test_batches_threads_decode_on_all_but_one_core_and_sample_on_all(
     # busy training meanwhile, keeps its core). The limit each batch is planned with is recorded.
     if device is not None:
         pytest.importorskip("torch")
-    from mmreplay.store import reading
+    from mmreplay.store.reading import transition_reader as reading
 
     monkeypatch.setattr(frame_threads, "usable_cores", lambda: 4)
     limits: dict[str, list[int]] = {}
@@ -197,7 +197,7 @@ def test_batches_threads_decode_on_all_but_one_core_and_sample_on_all(
     frames = POOL_FRAMES
     for i in range(300):
         store.add(frames[i % 600], i % 4, 0.0, frames[(i + 1) % 600], (i + 1) % 90 == 0, False)
-    assert store._reader.thread_limit == 4
+    assert internals.reader_of(store).thread_limit == 4
     kwargs = {} if device is None else {"device": device}
     with store.batches(64, rng=0, length=length, **kwargs) as batches:
         for _ in range(3):
@@ -396,7 +396,7 @@ def test_every_read_returns_the_same_batch_whatever_the_decode_threads_cap(tmp_p
         pass
     with ReplayStore.open(tmp_path / "s.mmr", "r", decode_threads=1) as one, \
             ReplayStore.open(tmp_path / "s.mmr", "r", decode_threads=cap) as many:
-        assert many._reader.thread_limit == min(cap, usable_cores())
+        assert internals.reader_of(many).thread_limit == min(cap, usable_cores())
         for read in (lambda s: s.sample(256, 5), lambda s: s.sample(64, 6, n_step=3),
                      lambda s: s.sample_sequences(8, 30, 7), lambda s: s.read(np.arange(250)),
                      lambda s: next(iter(s.iterate(128)))):
@@ -407,12 +407,12 @@ def test_every_read_returns_the_same_batch_whatever_the_decode_threads_cap(tmp_p
 def test_a_writer_created_or_opened_with_a_cap_adds_and_samples_as_one_without(tmp_path: Path) -> None:
     store = ReplayStore.create(tmp_path / "capped.mmr", frame_shape=(84, 84), capacity=500, stack_size=4,
                                decode_threads=2)
-    assert store._reader.thread_limit == min(2, usable_cores())
+    assert internals.reader_of(store).thread_limit == min(2, usable_cores())
     for t in range(120):
         store.add(POOL_FRAMES[t], 1, 0.0, POOL_FRAMES[t + 1], False, False)
     store.close()
     with ReplayStore.open(tmp_path / "capped.mmr", "r+", decode_threads=1) as store:
-        assert store._reader.thread_limit == 1
+        assert internals.reader_of(store).thread_limit == 1
         batch = store.read(np.arange(100))
         assert np.array_equal(batch.next_obs[:, -1], POOL_FRAMES[1:101])
 

@@ -29,7 +29,7 @@ FOLDER_LAYERS = {
     "ray": "public-api", "rllib": "public-api", "torchrl": "public-api",
 }
 # What each layer may import from the package besides its own layer and the base modules: whole folders
-# (``"disk/"``), single modules (``"store.episode_list"``; ``"store"`` is the folder's __init__, its public
+# (``"disk/"``), single modules (``"store.reading.episode_list"``; ``"store"`` is the folder's __init__, its public
 # face), or whole layers (``"layer:serialization"``).
 ALLOWED = {
     "base": set(),
@@ -45,10 +45,10 @@ ALLOWED = {
     # The public store and the records it returns (Episode); files for building an export beside its
     # target (make_sibling_directory, atomic_builds.SiblingBuild), as the store builds itself.
     # (A store written again takes the old one's sampler, made anew from its config.)
-    "serialization": {"store", "store.episode_list", "disk.files", "disk.atomic_builds", "sampling.samplers"},
+    "serialization": {"store", "store.reading.episode_list", "disk.files", "disk.atomic_builds", "sampling.samplers"},
     # The command line refuses output paths as imports and exports do (atomic_builds.check_new_path) and
     # names their leftovers.
-    "integrations": {"store", "store.episode_list", "disk.atomic_builds", "layer:serialization"},
+    "integrations": {"store", "store.reading.episode_list", "disk.atomic_builds", "layer:serialization"},
     # The integration packages build on the package's own names (``from mmreplay import ...``), its
     # samplers and the validators; never storage.
     "public-api": {"sampling.samplers", "validation"},
@@ -59,9 +59,7 @@ THIRD_PARTY_OWNERS = {
     "h5py": {"hdf5.conversion", "hdf5.checks", "hdf5.datasets", "hdf5.minari_layout", "hdf5.mmreplay_layout"},
     # torch is optional: the batch records' to_torch, SB3's buffers, the device batches (whole folders as
     # "folder/"; the façade and batch_streams name torch.device in their annotations only)
-    "torch": {"batch", "sb3/", "gpu/", "store.device_batches", "store.device_decoded_feed", "store.replay_store",
-              "store.batch_streams",
-              "torchrl/"},
+    "torch": {"batch", "sb3/", "gpu/", "store/feeds/", "store.replay_store", "torchrl/"},
     # TorchRL's storage and samplers (the torchrl extra)
     "torchrl": {"torchrl/"},
     "tensordict": {"torchrl/"},
@@ -69,23 +67,38 @@ THIRD_PARTY_OWNERS = {
 
 
 def modules() -> list[str]:
+    """Every module of the package by its dotted name below ``mmreplay`` (a folder's ``__init__.py`` by the
+    folder's name: ``store``, ``store.reading``)."""
     names = [path.stem for path in PACKAGE.glob("*.py")]
     for folder in FOLDER_LAYERS:
-        names += [folder if path.stem == "__init__" else f"{folder}.{path.stem}" for path in (PACKAGE / folder).glob("*.py")]
+        for path in (PACKAGE / folder).rglob("*.py"):
+            dotted = path.relative_to(PACKAGE).with_suffix("").parts
+            names.append(".".join(dotted[:-1] if dotted[-1] == "__init__" else dotted))
     return sorted(names)
 
 
+def is_package(parts: list[str]) -> bool:
+    return bool(parts) and (PACKAGE.joinpath(*parts) / "__init__.py").exists()
+
+
 def source_of(module: str) -> Path:
-    if module in FOLDER_LAYERS:
-        return PACKAGE / module / "__init__.py"
-    return PACKAGE / (module.replace(".", "/") + ".py")
+    parts = module.split(".")
+    if is_package(parts):
+        return PACKAGE.joinpath(*parts) / "__init__.py"
+    return PACKAGE.joinpath(*parts[:-1]) / f"{parts[-1]}.py"
 
 
 def module_name(parts: list[str]) -> str:
-    """The module named by ``mmreplay.<parts>``: ``folder.module`` inside a folder, else the first part."""
-    if parts[0] in FOLDER_LAYERS and len(parts) > 1 and (PACKAGE / parts[0] / f"{parts[1]}.py").exists():
-        return f"{parts[0]}.{parts[1]}"
-    return parts[0]
+    """The module named by ``mmreplay.<parts>``: its longest prefix that is a module or a folder (a name
+    imported from a module is the module: ``store.passes.ordered_pass`` is ``store.passes``)."""
+    name = parts[0]
+    for depth in range(2, len(parts) + 1):
+        prefix = parts[:depth]
+        if is_package(prefix) or PACKAGE.joinpath(*prefix[:-1], f"{prefix[-1]}.py").exists():
+            name = ".".join(prefix)
+        else:
+            break
+    return name
 
 
 def imports_of(module: str) -> tuple[set[str], set[str]]:
@@ -110,11 +123,12 @@ def imports_of(module: str) -> tuple[set[str], set[str]]:
                 raise AssertionError(f"{module}: relative imports are not used in this package")
             if name.split(".")[0] == "mmreplay":
                 parts = name.split(".")[1:]
-                if len(parts) == 1 and parts[0] in FOLDER_LAYERS:
-                    # ``from mmreplay.disk import header``: modules of the folder, or names of its __init__
+                if is_package(parts):
+                    # ``from mmreplay.disk import header``: modules or folders of the folder, or names of its __init__
+                    folder = ".".join(parts)
                     for alias in node.names:
-                        is_module = (PACKAGE / parts[0] / f"{alias.name}.py").exists()
-                        package_modules.add(f"{parts[0]}.{alias.name}" if is_module else parts[0])
+                        is_module = (PACKAGE.joinpath(*parts) / f"{alias.name}.py").exists() or is_package([*parts, alias.name])
+                        package_modules.add(f"{folder}.{alias.name}" if is_module else folder)
                 elif parts:
                     package_modules.add(module_name(parts))
                 else:  # ``from mmreplay import validation``: the names are modules (or __init__'s public names)
@@ -138,9 +152,11 @@ def allowed_for(layer: str, module: str) -> bool:
     target = layer_of(module)
     if target in (layer, "base"):
         return True
-    folder = module.split(".")[0]
     names = ALLOWED[layer]
-    return module in names or f"{folder}/" in names or f"layer:{target}" in names
+    parts = module.split(".")
+    folders = {"/".join(parts[:depth]) + "/" for depth in range(1, len(parts))} | ({module.replace(".", "/") + "/"}
+                                                                                if is_package(parts) else set())
+    return module in names or bool(folders & names) or f"layer:{target}" in names
 
 
 def test_every_module_has_a_layer() -> None:
@@ -148,7 +164,7 @@ def test_every_module_has_a_layer() -> None:
     placed = set().union(*TOP_LEVEL.values())
     assert sorted(top - placed) == []
     assert sorted(placed - top) == []  # no stale names either
-    folders = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
+    folders = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}  # the layers' folders (sub-folders are families)
     assert sorted(folders ^ set(FOLDER_LAYERS)) == []
 
 
@@ -163,7 +179,9 @@ def test_a_module_imports_only_from_its_own_layer_and_the_layers_below(module: s
 @pytest.mark.parametrize("package, owners", sorted(THIRD_PARTY_OWNERS.items()))
 def test_lz4_h5py_and_torch_are_imported_by_their_owning_modules_only(package: str, owners: set[str]) -> None:
     importers = {module for module in modules() if package in imports_of(module)[1]}
-    outside = {module for module in importers if module not in owners and f"{module.split('.')[0]}/" not in owners}
+    outside = {module for module in importers
+               if module not in owners and not any(owner.endswith("/") and (module + ".").replace(".", "/").startswith(owner)
+                                                   for owner in owners)}
     assert not outside, f"{sorted(outside)} import {package}"
 
 
@@ -172,7 +190,7 @@ def test_the_import_reader_sees_each_form_of_import() -> None:
     # numpy, follower.py ``from mmreplay.disk import header``: a reader that missed a form would pass every
     # test above for the wrong reason.
     imported, others = imports_of("store.replay_store")
-    assert {"batch", "frames.wire", "sampling.samplers", "store.passes"} <= imported
+    assert {"batch", "frames.wire", "sampling.samplers", "store.passes", "store.feeds.batch_streams"} <= imported
     assert "numpy" in others
     assert {"disk.header", "frames.ring"} <= imports_of("store.follower")[0]
     assert {"lz4"} <= imports_of("frames.lz4_codec")[1]
@@ -184,7 +202,8 @@ def test_the_import_reader_sees_each_form_of_import() -> None:
     # and the layer rule itself refuses what it should
     assert not allowed_for("disk", "frames.ring")
     assert not allowed_for("sampling", "rows.transitions")
-    assert not allowed_for("serialization", "store.reading")
+    assert not allowed_for("serialization", "store.reading.transition_reader")
+    assert allowed_for("serialization", "store.reading.episode_list")
     assert allowed_for("frames", "rows.stacking") and not allowed_for("frames", "rows.transitions")
 
 
@@ -207,3 +226,30 @@ def test_the_integration_packages_use_only_the_public_api(package: str) -> None:
                 used.update(module_name(a.name.split(".")[1:]) for a in node.names if a.name.startswith("mmreplay."))
         used = {name for name in used if name.split(".")[0] != package}
         assert sorted(used - INTEGRATION_PACKAGES[package]) == [], f"{path.name} reaches past the public API"
+
+
+# Inside the store, its families point one way: the façade (``store.replay_store``) over all of them; the
+# feeds (``store/feeds/``) over reading, through the seam the façade hands them (``store.batch_source``)
+# and the layout's properties; writing over reading; reading over no other part of the store.
+STORE_FAMILIES = {
+    "store.reading": set(),
+    "store.writing": {"store.reading"},
+    "store.feeds": {"store.reading", "store.batch_source", "store.store_layout"},
+}
+
+
+@pytest.mark.parametrize("family", sorted(STORE_FAMILIES))
+def test_the_stores_families_import_only_the_families_below_them(family: str) -> None:
+    members = [m for m in modules() if m == family or m.startswith(family + ".")]
+    assert members, family
+    may = {family, *STORE_FAMILIES[family]}
+    for module in members:
+        reached = {name for name in imports_of(module)[0] if name.split(".")[0] == "store"}
+        outside = sorted(name for name in reached
+                         if not any(name == allowed or name.startswith(allowed + ".") for allowed in may))
+        assert outside == [], f"{module} reaches {outside} of the store"
+
+
+def test_only_the_stores_face_and_its_test_seam_import_the_facade() -> None:
+    importers = sorted(m for m in modules() if "store.replay_store" in imports_of(m)[0])
+    assert importers == ["store", "store.internals"]

@@ -188,7 +188,7 @@ def test_prefetching_from_a_reader_follows_the_writer(make_store):
 
 
 def test_the_handoff_makes_room_below_its_depth_and_then_only_once_every_result_is_taken():
-    from mmreplay.store.prefetch import Handoff
+    from mmreplay.store.feeds.prefetch import Handoff
 
     handoff = Handoff(3)
     for item in range(3):
@@ -207,7 +207,7 @@ def test_the_handoff_makes_room_below_its_depth_and_then_only_once_every_result_
 def test_the_thread_refills_in_one_go_once_the_consumer_has_taken_every_prepared_batch():
     # One wake-up of the thread per `depth` batches, not one per batch (each costs a Python-bound consumer
     # a wait for the GIL). Polls with generous bounds: no timing is asserted.
-    from mmreplay.store.prefetch import Prefetcher
+    from mmreplay.store.feeds.prefetch import Prefetcher
 
     produced = []
     prefetcher = Prefetcher(lambda: produced.append(len(produced)) or len(produced) - 1, depth=3)

@@ -29,6 +29,7 @@ from mmreplay.rows.transitions import (
     row_next_deltas,
     unchecked_bytes,
 )
+from mmreplay.store import internals
 
 _lz4batch = extensions.load("_lz4batch")
 pytestmark = pytest.mark.skipif(_lz4batch is None, reason=absent_reason("_lz4batch"))
@@ -156,11 +157,11 @@ def test_a_compiled_batch_read_gives_each_field_as_added(
                       envs(truncated[i]))
         steps = np.arange(adds * num_envs, dtype=np.int64)  # add i, env e: step i * num_envs + e
         store.read(steps[:1])  # maps the segment: the compiled read can run
-        reader = store._reader
+        reader = internals.reader_of(store)
         ones = np.ones(len(steps), np.float32)
-        batch = reader._compiled_transitions(steps, ones, ones.copy(), True)
+        batch = reader.compiled_transitions(steps, ones, ones.copy(), True)
         assert batch is not None  # the compiled read ran
-        reader._compiled = False
+        reader.compiled = False
         general = reader.transitions(steps, weight=ones, discount=ones.copy())
     np.testing.assert_array_equal(batch.action, actions.reshape(-1, *action_shape))
     np.testing.assert_array_equal(batch.reward.view(np.uint32), rewards.reshape(-1).view(np.uint32))

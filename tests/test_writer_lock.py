@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from mmreplay import ReplayStore, StoreLockedError
+from mmreplay.store import internals
 
 fork = multiprocessing.get_context("fork")
 
@@ -45,7 +46,7 @@ def test_closing_the_writer_unlocks_a_lock_a_child_still_shares_before_its_fork_
     descriptor shares the open file description as that child's copy does: closing the writer unlocks it
     (not only closes its own descriptor), so the store opens for writing at once."""
     store = make(tmp_path / "s.mmr")
-    inherited = os.dup(store._role._writer_lock.fileno())  # the child's copy, its handler not yet run
+    inherited = os.dup(internals.writer_of(store).lock_file.fileno())  # type: ignore[union-attr]  # the child's copy, before its handler
     try:
         store.close()
         with ReplayStore.open(tmp_path / "s.mmr", "r+") as again:

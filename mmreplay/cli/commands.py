@@ -30,7 +30,7 @@ from mmreplay.cli.verification import open_to_describe, verify_store
 from mmreplay.disk.atomic_builds import check_new_path
 from mmreplay.errors import CorruptStoreError, MmreplayError
 from mmreplay.store import ReplayStore
-from mmreplay.store.episode_list import Episode
+from mmreplay.store.reading.episode_list import Episode
 
 CHUNK_STEPS = 1024
 STORE_HELP = "the store's directory"

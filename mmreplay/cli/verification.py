@@ -16,7 +16,7 @@ from tqdm import tqdm
 from mmreplay.disk.atomic_builds import leftovers
 from mmreplay.errors import CorruptStoreError, StepsEvictedError, StoreNotFoundError
 from mmreplay.store import ReplayStore
-from mmreplay.store.episode_list import Episode
+from mmreplay.store.reading.episode_list import Episode
 
 CHUNK_STEPS = 1024
 

@@ -7,6 +7,7 @@ back exactly as they were.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np

@@ -93,6 +93,12 @@ class EncodedFrames:
         return len(self.lengths)
 
     @property
+    def changed_rows(self) -> bool:
+        """Whether a block with a reference holds format version 5's changed rows (the name before
+        ``format_version``; version 6's changed units and version 4's whole frames are False)."""
+        return self.format_version == 5
+
+    @property
     def nbytes(self) -> int:
         """Bytes of blocks, lengths, checksums and seeds: what sending these frames costs."""
         references = 0 if self.references is None else self.references.nbytes

@@ -43,7 +43,7 @@ from mmreplay.hdf5.mmreplay_layout import MmreplayLayoutSource, MmreplayLayoutWr
 from mmreplay.copying.feeder import Feeder
 from mmreplay.hdf5.replay import merged
 from mmreplay.store import ReplayStore
-from mmreplay.store.episode_list import Episode
+from mmreplay.store.reading.episode_list import Episode
 from mmreplay.validation import parse_positive_int
 
 __all__ = ["LAYOUTS", "export_hdf5", "import_hdf5"]

@@ -40,7 +40,7 @@ from mmreplay.hdf5.datasets import (
     write_frames,
 )
 from mmreplay.store import ReplayStore
-from mmreplay.store.episode_list import Episode
+from mmreplay.store.reading.episode_list import Episode
 
 MINARI_VERSION = "0.5.4"
 MINARI_FILE = "main_data.hdf5"

@@ -38,7 +38,7 @@ from mmreplay.hdf5.datasets import (
     write_frames,
 )
 from mmreplay.store import ReplayStore
-from mmreplay.store.episode_list import Episode
+from mmreplay.store.reading.episode_list import Episode
 
 
 class MmreplayLayoutWriter:

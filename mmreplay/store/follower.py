@@ -23,10 +23,10 @@ from mmreplay.frames.segment_maps import MissingSegmentError
 from mmreplay.rows.fields import FieldChecksumError
 from mmreplay.rows.transitions import RowChecksumError
 from mmreplay.sampling.samplers import Sampler
-from mmreplay.store.autocommit import Committable
-from mmreplay.store.env_episodes import EnvEpisode, load_env_episodes
-from mmreplay.store.mapped_files import MappedFiles, map_committed
-from mmreplay.store.stored_steps import stored_steps
+from mmreplay.store.writing.autocommit import Committable
+from mmreplay.store.writing.env_episodes import EnvEpisode, load_env_episodes
+from mmreplay.store.reading.mapped_files import MappedFiles, map_committed
+from mmreplay.store.reading.stored_steps import stored_steps
 
 T = TypeVar("T")
 

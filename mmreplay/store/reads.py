@@ -13,11 +13,11 @@ import numpy.typing as npt
 
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.rows.episode_windows import follow_episodes
-from mmreplay.store.episode_list import EpisodeList, split_episodes
-from mmreplay.store.mapped_files import MappedFiles
-from mmreplay.store.reading import SharedOutError, TransitionReader
+from mmreplay.store.reading.episode_list import EpisodeList, split_episodes
+from mmreplay.store.reading.mapped_files import MappedFiles
+from mmreplay.store.reading.transition_reader import SharedOutError, TransitionReader
 from mmreplay.store.role import Role
-from mmreplay.store.stored_steps import check_stored, stored_steps
+from mmreplay.store.reading.stored_steps import check_stored, stored_steps
 from mmreplay.validation import (
     check_out,
     parse_number,

@@ -8,7 +8,8 @@ are written once; obs and next_obs stacks are rebuilt from the frame ring's epis
 ``ReplayStore`` is a façade over one collaborator chosen when the store opens (``role.Role``): a
 ``Writer`` in mode ``"r+"`` (the add paths, commits, room, autocommit and the writer lock) or a
 ``Follower`` in mode ``"r"`` (following the writer's commits). The façade opens, reads and samples through
-the collaborator's ``MappedFiles``, and hands it every write; calls go down, never back up.
+the collaborator's ``MappedFiles`` (its samples through a ``BatchSource``, which it hands the feeds of
+``batches()``), and hands the collaborator every write; calls go down, never back up.
 """
 
 from __future__ import annotations
@@ -29,22 +30,20 @@ from mmreplay.frames.reference_scheme import ReferenceScheme
 from mmreplay.frames.wire import EncodedFrames
 from mmreplay.gpu.tensor_batches import TensorBatch, TensorSequenceBatch
 from mmreplay.sampling.samplers import Sampler
-from mmreplay.store import autocommit, batch_streams, creation, passes, reads
-from mmreplay.store.autocommit import CommitSchedule
-from mmreplay.store.device_batches import DeviceBatches
-from mmreplay.store.encoded_batches import (
-    EncodedBatch,
-    EncodedSequenceBatch,
-    encoding_reader,
-)
-from mmreplay.store.episode_list import EpisodeList
+from mmreplay.store import passes, reads
+from mmreplay.store.batch_source import BatchSource
+from mmreplay.store.feeds import batch_streams
+from mmreplay.store.feeds.device_batches import DeviceBatches
+from mmreplay.store.feeds.prefetch import Prefetcher
 from mmreplay.store.follower import Follower
-from mmreplay.store.prefetch import Prefetcher
-from mmreplay.store.reading import TransitionReader
+from mmreplay.store.reading.encoded_batches import EncodedBatch, EncodedSequenceBatch
+from mmreplay.store.reading.episode_list import EpisodeList
+from mmreplay.store.reading.stored_steps import stored_steps
 from mmreplay.store.role import Role
 from mmreplay.store.store_layout import StoreLayout
-from mmreplay.store.stored_steps import stored_steps
-from mmreplay.store.writer import Writer
+from mmreplay.store.writing import autocommit, creation
+from mmreplay.store.writing.autocommit import CommitSchedule
+from mmreplay.store.writing.writer import Writer
 from mmreplay.validation import (
     parse_decode_threads,
     parse_mode,
@@ -75,6 +74,10 @@ class ReplayStore(StoreLayout):
     def _adopt(self, role: Role) -> None:
         """Read through ``role``'s files from now on (at opening, and after ``clear``)."""
         self._role = role
+        if hasattr(self, "_source"):
+            self._source.adopt(role)  # the feeds hold it: they read the new files too
+        else:
+            self._source = BatchSource(role)
         self._files = role.files
         self._layout = role.files.layout
         self._reader = role.files.reader
@@ -366,28 +369,7 @@ class ReplayStore(StoreLayout):
         batch whose obs and next_obs share frames (one without a transition whose next_obs was stored
         as given) cannot hold one that has such a transition: ``ValueError`` then.
         """
-        return self._sample(batch_size, rng, beta=beta, n_step=n_step, gamma=gamma, out=out, replace_shared_out=False)
-
-    def _sample(
-        self,
-        batch_size: int,
-        rng: np.random.Generator | int | None,
-        *,
-        beta: float = 0.4,
-        n_step: int = 1,
-        gamma: float = 0.99,
-        out: Batch | None,
-        replace_shared_out: bool,
-        reader: TransitionReader | None = None,
-        count: int = 1,
-    ) -> Batch:
-        """``sample``, read by ``reader`` (the store's own by default); ``replace_shared_out`` and ``count``
-        (batches drawn in order, read as one): see ``reads.sample_transitions``."""
-        self._files.check_open("sample")
-        return reads.sample_transitions(
-            self._role, self._reader if reader is None else reader, batch_size, rng, beta=beta, n_step=n_step,
-            gamma=gamma, out=out, replace_shared_out=replace_shared_out, count=count,
-        )
+        return self._source.sample(batch_size, rng, beta=beta, n_step=n_step, gamma=gamma, out=out)
 
     def sample_encoded(
         self,
@@ -403,11 +385,7 @@ class ReplayStore(StoreLayout):
         batch on Atari, to send to another process. ``encoded.decode()`` is the ``Batch`` that ``sample``
         returns with the same arguments and rng. A ``"lz4-reference"`` store's batch also carries, once
         each, the frames its blocks are compressed against (``EncodedFrames.references``)."""
-        reader = encoding_reader(self._files, "sample_encoded", verify=self._role.sees_frames_move)
-        batch = self._sample(
-            batch_size, rng, beta=beta, n_step=n_step, gamma=gamma, out=None, replace_shared_out=False, reader=reader
-        )
-        return reader.encoded(batch)
+        return self._source.sample_encoded(batch_size, rng, beta=beta, n_step=n_step, gamma=gamma)
 
     def sample_sequences_encoded(
         self,
@@ -420,10 +398,7 @@ class ReplayStore(StoreLayout):
         """``sample_sequences``'s draw with its frames left compressed: an ``EncodedSequenceBatch`` whose
         ``decode()`` is the ``SequenceBatch`` that ``sample_sequences`` returns with the same arguments
         and rng, byte for byte. uint8 stores without user fields, as ``sample_encoded``."""
-        self._files.check_open("sample_sequences_encoded")
-        reader = encoding_reader(self._files, "sample_sequences_encoded", verify=self._role.sees_frames_move)
-        batch = reads.sample_sequences(self._role, reader, batch_size, length, rng, beta=beta, out=None)
-        return reader.encoded_sequences(batch)
+        return self._source.sample_sequences_encoded(batch_size, length, rng, beta=beta)
 
     def sample_sequences(
         self,
@@ -441,28 +416,7 @@ class ReplayStore(StoreLayout):
         with a prioritized sampler it is drawn by the priority of its first transition. ``out``: as in
         ``sample``, a batch an earlier call with the same sizes returned, refilled in place.
         """
-        return self._sample_sequences(batch_size, length, rng, beta=beta, out=out)
-
-    def _sample_sequences(
-        self,
-        batch_size: int,
-        length: int,
-        rng: np.random.Generator | int | None,
-        *,
-        beta: float = 0.4,
-        out: SequenceBatch | None,
-        reader: TransitionReader | None = None,
-        count: int = 1,
-    ) -> SequenceBatch:
-        """``sample_sequences``, read by ``reader`` (the store's own by default); ``count``: see
-        ``reads.sample_transitions``."""
-        self._files.check_open("sample_sequences")
-        return reads.sample_sequences(self._role, self._reader if reader is None else reader, batch_size, length, rng,
-                                      beta=beta, out=out, count=count)
-
-    def _background_reader(self) -> TransitionReader:
-        """The reader of ``batches()``' thread: the store's, decoding on all but the consumer's core."""
-        return self._reader.for_background()
+        return self._source.sample_sequences(batch_size, length, rng, beta=beta, out=out)
 
     @overload
     def batches(self, batch_size: int, *, prefetch: int = ..., rng: np.random.Generator | int | None = ...,
@@ -509,7 +463,7 @@ class ReplayStore(StoreLayout):
         read, so that its Python, which holds the GIL an eager learner waits for, runs once per that many
         batches; an error in a read is raised in place of its first batch. By default (None), for a ``UniformSampler``, as many as fit 1,024 rows, 1 to 8 (8
         for batches of 32); 1 for any other sampler (a prioritized batch drawn ahead does not see the
-        priorities updated since) and for ``decode="device"``. See ``mmreplay.store.device_batches``.
+        priorities updated since) and for ``decode="device"``. See ``mmreplay.store.feeds.device_batches``.
         """
         self._files.check_open("batches")
         batch_size = parse_positive_int(batch_size, "batch_size")
@@ -519,7 +473,7 @@ class ReplayStore(StoreLayout):
         if "out" in sample_kwargs:
             raise TypeError("batches() takes no out: reuse=True refills its own batches in place")
         stream, prefetcher = batch_streams.open_batches(
-            self, batch_size, prefetch=prefetch, generator=generator, reuse=reuse, device=device, decode=decode,
+            self, self._source, batch_size, prefetch=prefetch, generator=generator, reuse=reuse, device=device, decode=decode,
             length=length, sample_kwargs=sample_kwargs, group=group,
         )
         self._prefetchers.add(prefetcher)

@@ -16,8 +16,8 @@ import numpy.typing as npt
 
 from mmreplay.disk import header
 from mmreplay.frames.wire import EncodedFrames
-from mmreplay.store.autocommit import Committable
-from mmreplay.store.mapped_files import MappedFiles
+from mmreplay.store.writing.autocommit import Committable
+from mmreplay.store.reading.mapped_files import MappedFiles
 
 T = TypeVar("T")
 

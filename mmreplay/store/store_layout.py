@@ -13,7 +13,7 @@ from mmreplay.disk.header import Layout
 from mmreplay.frames import encodings
 from mmreplay.frames.reference_scheme import ReferenceScheme
 from mmreplay.sampling.samplers import Sampler
-from mmreplay.store.mapped_files import MappedFiles
+from mmreplay.store.reading.mapped_files import MappedFiles
 
 
 class StoreLayout:

@@ -83,7 +83,7 @@ views_release(PyObject *views, Py_buffer *buffers, Py_ssize_t acquired)
 /* Acquires the buffers of the views that the frames use and points sources[i] at frame i's bytes, or
  * at NULL when its range lies outside its view. */
 static int
-locate_frames(FrameSources *s)
+locate_blocks(FrameSources *s)
 {
     BatchViews batch;
     if (batch_views_open(&batch, s->views, s->buffers, &s->acquired) < 0) {
@@ -143,7 +143,7 @@ frame_sources_locate(FrameSources *s, PyObject *views_arg)
         PyErr_NoMemory();
         return -1;
     }
-    return locate_frames(s);
+    return locate_blocks(s);
 }
 
 void

@@ -9,7 +9,7 @@ of ``group`` batches read as one (``parse_group``), and either
   ``stack_size + 1`` frames a row where the batch allows; the block is copied to the device on a side
   CUDA stream, in one copy; or
 - keeps its frames compressed (``decode="device"``, ``sample_encoded``), copies the stored lz4 blocks
-  instead of the pixels, and decodes them on the device with nvCOMP (``store.device_decoded_feed``).
+  instead of the pixels, and decodes them on the device with nvCOMP (``feeds.device_decoded_feed``).
 
 The stream that is current in the consumer's ``next()`` waits on an event recorded after the copy (and
 the decode), so a batch is ready when it is handed over; the thread has already checked the batch
@@ -27,8 +27,6 @@ tensors view the staging block.
 
 from __future__ import annotations
 
-import contextlib
-import threading
 from collections.abc import Callable
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -40,13 +38,13 @@ from mmreplay.gpu.devices import parse_device
 from mmreplay.gpu.staging import Slab, Staging, plan_slabs
 from mmreplay.gpu.tensor_batches import TensorBatch, TensorSequenceBatch
 from mmreplay.sampling.samplers import UniformSampler
-from mmreplay.store.prefetch import Prefetcher
-from mmreplay.store.reading import SharedOutError
+from mmreplay.store.batch_source import BatchSource
+from mmreplay.store.feeds.prefetch import Prefetcher
+from mmreplay.store.feeds.slots import Slot, SlotRing
+from mmreplay.store.reading.transition_reader import SharedOutError
 
 if TYPE_CHECKING:
-    import torch
-
-    from mmreplay.store.replay_store import ReplayStore
+    from mmreplay.store.store_layout import StoreLayout
 
 R = TypeVar("R")
 D = TypeVar("D", TensorBatch, TensorSequenceBatch)
@@ -107,74 +105,6 @@ def sample_into(read: Callable[[R | None], R], out: R | None, generator: np.rand
     except SharedOutError:
         generator.bit_generator.state = state
         return read(fallback())
-
-
-class Slot:
-    """One batch's memory in the ring: staging blocks by pixel columns (made when first needed) and the
-    events that order the copy into it after the consumer's use of it."""
-
-    def __init__(self, device: torch.device) -> None:
-        import torch
-
-        self.stagings: dict[int, Staging] = {}
-        self.records: dict[int, tuple[NumpyRecord, list[DeviceRecord]]] = {}
-        cuda = device.type == "cuda"
-        self.ready: torch.cuda.Event | None = torch.cuda.Event() if cuda else None  # type: ignore[no-untyped-call]
-        self.released: torch.cuda.Event | None = torch.cuda.Event() if cuda else None  # type: ignore[no-untyped-call]
-        self.device_blocks: tuple[torch.Tensor, ...] = ()  # what the batch now in the slot lives in
-        self.recorded_on: set[int] = set()  # the consumer streams (handles) device_blocks were recorded on
-
-    def hold(self, blocks: tuple[torch.Tensor, ...]) -> None:
-        """Say that the batch now in the slot lives in ``blocks`` (the producer, before handing it over)."""
-        if len(blocks) != len(self.device_blocks) or any(a is not b for a, b in zip(blocks, self.device_blocks)):
-            self.device_blocks = blocks
-            self.recorded_on = set()
-
-
-class SlotRing:
-    """``count`` slots used in turn by the producing thread, and the side stream its copies run on."""
-
-    def __init__(self, device: torch.device, count: int) -> None:
-        import torch
-
-        self.device = device
-        self.cuda = device.type == "cuda"
-        self.side: torch.cuda.Stream | None = torch.cuda.Stream(device) if self.cuda else None  # type: ignore[no-untyped-call]
-        self.slots = [Slot(device) for _ in range(count)]
-        self._turn = 0
-        self._side_thread: int | None = None  # the thread whose current stream is ``side`` (use_side)
-
-    def on_side(self) -> contextlib.AbstractContextManager[object]:
-        """The side stream made current (nothing on the CPU): the thread's copies run there, and memory it
-        allocates belongs to it (the consumer's stream is recorded on what it is handed)."""
-        import torch
-
-        return torch.cuda.stream(self.side) if self.side is not None else contextlib.nullcontext()
-
-    def use_side(self) -> None:
-        """Make the side stream current in the calling thread for good (nothing on the CPU): the producing
-        thread's own, so it is set once rather than entered and left around every batch (a CUDA stream is
-        current per thread). The context's Python holds the GIL, which an eager learner, launching kernels
-        from Python on the main thread, waits for."""
-        if self.side is None or self._side_thread == threading.get_ident():
-            return
-        import torch
-
-        torch.cuda.set_stream(self.side)
-        self._side_thread = threading.get_ident()
-
-    def take(self) -> Slot:
-        """The next slot, once the copy out of its host memory (``count`` batches ago) has finished."""
-        slot = self.slots[self._turn % len(self.slots)]
-        self._turn += 1
-        # query() keeps the GIL; synchronize() gives it up, and is needed only while the copy still runs.
-        if slot.ready is not None and not slot.ready.query():  # type: ignore[no-untyped-call]
-            slot.ready.synchronize()
-        return slot
-
-    def close(self) -> None:
-        if self.side is not None:
-            self.side.synchronize()
 
 
 class DeviceBatches(Generic[D]):
@@ -255,7 +185,7 @@ class HostDecodedFeed:
     staging block in one read, copy the block to the device on the side stream. Calling it produces the
     next (slot, the group's device batches)."""
 
-    def __init__(self, store: ReplayStore, ring: SlotRing, read: Callable[[Any], NumpyRecord],
+    def __init__(self, store: StoreLayout, ring: SlotRing, read: Callable[[Any], NumpyRecord],
                  generator: np.random.Generator, template: NumpyRecord, *, batch_size: int, n_step: int,
                  group: int = 1) -> None:
         self._ring = ring
@@ -366,7 +296,8 @@ class BatchLayout:
 
 
 def open_device_batches(
-    store: ReplayStore,
+    store: StoreLayout,
+    source: BatchSource,
     batch_size: int,
     *,
     prefetch: int,
@@ -393,22 +324,22 @@ def open_device_batches(
         description += f" length={length}"
     feed: Callable[[], tuple[Slot, Any]]
     if decode == "device":
-        from mmreplay.store import device_decoded_feed
+        from mmreplay.store.feeds import device_decoded_feed
 
         with ring.on_side():  # the decoder's memory belongs to the side stream, where it is used
-            decoded = device_decoded_feed.open_feed(store, ring, generator, batch_size=batch_size, length=length,
+            decoded = device_decoded_feed.open_feed(store, source, ring, generator, batch_size=batch_size, length=length,
                                                     sample_kwargs=sample_kwargs)
         return DeviceBatches(decoded, ring, depth=depth, description=f"{description} crc={decoded.crc_method}")
     template: NumpyRecord
     read: Callable[[Any], NumpyRecord]
-    reader = store._background_reader()  # the thread's decode leaves the consumer's core alone
+    reader = source.background_reader()  # the thread's decode leaves the consumer's core alone
     if length is None:
-        template = store.sample(1, np.random.default_rng(0), **sample_kwargs)  # bad arguments fail here
-        read = lambda out: store._sample(batch_size, generator, out=out, replace_shared_out=False, reader=reader,
+        template = source.sample(1, np.random.default_rng(0), **sample_kwargs)  # bad arguments fail here
+        read = lambda out: source.sample(batch_size, generator, out=out, replace_shared_out=False, reader=reader,
                                          count=group, **sample_kwargs)
     else:
-        template = store.sample_sequences(1, length, np.random.default_rng(0), **sample_kwargs)
-        read = lambda out: store._sample_sequences(batch_size, length, generator, out=out, reader=reader,
+        template = source.sample_sequences(1, length, np.random.default_rng(0), **sample_kwargs)
+        read = lambda out: source.sample_sequences(batch_size, length, generator, out=out, reader=reader,
                                                    count=group, **sample_kwargs)
     n_step = int(sample_kwargs.get("n_step", 1))
     feed = HostDecodedFeed(store, ring, read, generator, template, batch_size=batch_size, n_step=n_step, group=group)

@@ -29,29 +29,28 @@ from mmreplay.frames.threads import compress_threads
 from mmreplay.frames.wire import EncodedFrames
 from mmreplay.rows.transitions import TERMINATED, TRUNCATED
 from mmreplay.sampling.samplers import Sampler
-from mmreplay.store import autocommit, creation, encoded_adds, priority_updates
-from mmreplay.store.add_arguments import (
+from mmreplay.store.writing import autocommit, creation, encoded_adds, priority_updates
+from mmreplay.store.writing.add_arguments import (
     AddArguments,
     AddShapes,
     SingleFrames,
-    frames_form,
     parse_add,
     parse_env_mask,
     parse_fields,
     parse_single_frames,
     records_every_env,
 )
-from mmreplay.store.add_plans import AddPlan, plan_add, plan_run
-from mmreplay.store.autocommit import CommitSchedule, Committable
-from mmreplay.store.committer import Committer
-from mmreplay.store.env_episodes import (
+from mmreplay.store.writing.add_plans import AddPlan, plan_add, plan_run
+from mmreplay.store.writing.autocommit import CommitSchedule, Committable
+from mmreplay.store.writing.committer import Committer
+from mmreplay.store.writing.env_episodes import (
     advance_all,
     continuations,
     load_env_episodes,
     load_env_frames,
 )
-from mmreplay.store.mapped_files import MappedFiles, close_all, map_committed
-from mmreplay.store.stored_steps import stored_steps
+from mmreplay.store.reading.mapped_files import MappedFiles, close_all, map_committed
+from mmreplay.store.reading.stored_steps import stored_steps
 
 T = TypeVar("T")
 
@@ -77,7 +76,7 @@ class Writer:
         self._sampler = files.sampler
         self._writer_lock: IO[bytes] | None = lock
         self._schedule = schedule
-        self._add_shapes = AddShapes.of(
+        self.add_shapes = AddShapes.of(
             frame_shape=layout.frame_shape,
             stack_size=layout.stack_size,
             num_envs=layout.num_envs,
@@ -87,10 +86,12 @@ class Writer:
         )
         self._encoder = encodings.encoder_for(layout, files.directory)
         # ``add`` may take its fast path (``_add_single_frames``): a writer whose frames a compiled call
-        # writes (plain lz4, or reference frames with the extension's groups), still open.
-        self._fast_add = self._encoder.fast_path
+        # writes (plain lz4, or reference frames with the extension's groups), still open. The tests turn it
+        # off to compare the general path's files with the fast path's; ``fast_adds`` counts the adds it took.
+        self.fast_add = self._encoder.fast_path
+        self.fast_adds = 0
         # The threads a vector add's new frames compress on (threads.compress_threads: from 4 usable cores).
-        self._append_threads = compress_threads(layout.num_envs, self._frames.frame_nbytes, files.reader.thread_limit)
+        self.append_threads = compress_threads(layout.num_envs, self._frames.frame_nbytes, files.reader.thread_limit)
         # A sampler that applies priorities and the store's checks of them in one call (PrioritizedSampler).
         self._checked_update = priority_updates.checked_update_of(self._sampler)
         self.transitions_added = commit.transitions_added
@@ -189,7 +190,7 @@ class Writer:
         try:
             self.flush()
         finally:
-            self._fast_add = False
+            self.fast_add = False
             close_all([self.files.close, self._release_writer_lock])
 
     def cleared(self) -> Writer:
@@ -244,7 +245,7 @@ class Writer:
         # The path holds the empty store now, and ``built`` the old one: release the old files (deleted
         # next; an error closing them cannot harm the new store), then delete them.
         building.path = directory
-        self._fast_add = False
+        self.fast_add = False
         try:
             close_all([lambda: self.files.close(sampler=False), self._release_writer_lock])
         except OSError:
@@ -252,6 +253,11 @@ class Writer:
         finally:
             shutil.rmtree(built, ignore_errors=True)
         return writer
+
+    @property
+    def lock_file(self) -> IO[bytes] | None:
+        """The open file that holds the writer lock (None once it is released)."""
+        return self._writer_lock
 
     def _sampler_reopen(self) -> None:
         """Point the sampler back at this writer's files after a failed ``cleared`` opened it on others."""
@@ -278,28 +284,29 @@ class Writer:
         values = None
         if fields is not None or self._field_table is not None:
             self.check_writable("add")
-            recorded = None if env_mask is None else parse_env_mask(env_mask, self._add_shapes.num_envs)
-            values = parse_fields(fields, self._layout.fields, self._add_shapes, recorded)
+            recorded = None if env_mask is None else parse_env_mask(env_mask, self.add_shapes.num_envs)
+            values = parse_fields(fields, self._layout.fields, self.add_shapes, recorded)
         parsed = None
         if (
             not fragment
-            and self._fast_add
+            and self.fast_add
             and self._env_frames_pending is None
-            and records_every_env(env_mask, self._add_shapes.num_envs)
+            and records_every_env(env_mask, self.add_shapes.num_envs)
         ):
             parsed = parse_single_frames(
-                self._add_shapes, obs, action, reward, next_obs, terminated, truncated,
+                self.add_shapes, obs, action, reward, next_obs, terminated, truncated,
                 terminated_bit=TERMINATED, truncated_bit=TRUNCATED,
             )
             if parsed is not None and self._add_single_frames(parsed, values):
+                self.fast_adds += 1
                 if self._schedule.due(self.transitions_added):
                     self.flush()
                 return
         self.check_writable("add")
         if parsed is None:
-            arguments = parse_add(obs, action, reward, next_obs, terminated, truncated, env_mask, self._add_shapes)
+            arguments = parse_add(obs, action, reward, next_obs, terminated, truncated, env_mask, self.add_shapes)
         else:
-            arguments = parsed.arguments(self._add_shapes, terminated_bit=TERMINATED, truncated_bit=TRUNCATED)
+            arguments = parsed.arguments(self.add_shapes, terminated_bit=TERMINATED, truncated_bit=TRUNCATED)
         self._add_parsed(arguments, self._encoder, values=values, fragment=bool(fragment))
 
     def add_encoded(
@@ -324,7 +331,7 @@ class Writer:
             names = [name for name, _, _ in self._layout.fields]
             raise ValueError(f"add_encoded takes no user fields; this store has fields {names}: use add(..., fields=)")
         send = encoded_adds.parse_encoded_send(
-            frames, obs, action, reward, next_obs, terminated, truncated, env_index=env_index, shapes=self._add_shapes
+            frames, obs, action, reward, next_obs, terminated, truncated, env_index=env_index, shapes=self.add_shapes
         )
         own = self._encoder
         if own.records_references:  # frames compressed against earlier ones: encoded again, step by step
@@ -471,7 +478,7 @@ class Writer:
             if fields:
                 self._field_table.write(first_step, fields)  # type: ignore[union-attr]
             try:
-                self._frames.append_frames(new_frames, prev_deltas, threads=self._append_threads, groups=encoder.groups,
+                self._frames.append_frames(new_frames, prev_deltas, threads=self.append_threads, groups=encoder.groups,
                                            frame_tail=self._committer.committed.frame_tail)
             except BaseException:
                 encoder.rollback(range(len(prev_deltas)))

@@ -16,9 +16,9 @@ import numpy.typing as npt
 
 from mmreplay.disk import header
 from mmreplay.rows import stacking
-from mmreplay.store.autocommit import CommitSchedule
-from mmreplay.store.mapped_files import MappedFiles
-from mmreplay.store.stored_steps import stored_steps
+from mmreplay.store.writing.autocommit import CommitSchedule
+from mmreplay.store.reading.mapped_files import MappedFiles
+from mmreplay.store.reading.stored_steps import stored_steps
 
 
 class Committer:

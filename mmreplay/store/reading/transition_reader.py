@@ -73,10 +73,10 @@ class TransitionReader:
         self.frame_shape = frames.frame_shape
         self.frame_dtype = frames.frame_dtype
         self.action_dtype = action_dtype
-        # What the compiled read of a batch (``_compiled_transitions``) needs, fixed for the reader's life.
+        # What the compiled read of a batch (``compiled_transitions``) needs, fixed for the reader's life.
         # A subclass that decodes its own way (encoded.EncodingReader keeps the frames compressed) reads
         # through its _decode: the compiled read, which decodes into the batch, is the base class's.
-        self._compiled = (
+        self.compiled = (
             _lz4batch is not None and table.compiled_rows is not None and type(self)._decode is TransitionReader._decode
             and stack_size <= COMPILED_MAX_STACK
         )
@@ -106,7 +106,7 @@ class TransitionReader:
         issued before the caller's other work on the batch (its weights, the batch's arrays), those
         overlap it rather than stalling the read (0.5 to 0.7 us of ~18 in a CartPole batch of a 1,000,000
         transition store)."""
-        if self._compiled and len(steps):
+        if self.compiled and len(steps):
             assert _lz4batch is not None and self.table.compiled_rows is not None
             _lz4batch.prefetch_rows(self.table.compiled_rows[0], self.table.row_slots, steps)
 
@@ -141,9 +141,9 @@ class TransitionReader:
         ``padded=False`` a zero-padding store's stacks come back as stored (the first frame repeated):
         what the writer compares the next add's obs with."""
         self.check_batch(steps.size, "a batch")
-        if self._compiled:
+        if self.compiled:
             if out is None:
-                batch = self._compiled_transitions(steps, weight, discount, padded)
+                batch = self.compiled_transitions(steps, weight, discount, padded)
             else:
                 batch = self._compiled_refill(out, steps, weight, discount, padded)
             if batch is not None:
@@ -176,7 +176,7 @@ class TransitionReader:
             user_fields=self._fields(steps),
         ))
 
-    def _compiled_transitions(
+    def compiled_transitions(
         self,
         steps: npt.NDArray[np.int64],
         weight: npt.NDArray[np.float32],
@@ -225,7 +225,7 @@ class TransitionReader:
         discount: npt.NDArray[np.float32],
         padded: bool,
     ) -> Batch | None:
-        """``_compiled_transitions`` into ``out``'s arrays: ``out`` refilled and returned, or None where
+        """``compiled_transitions`` into ``out``'s arrays: ``out`` refilled and returned, or None where
         that call declines or ``out`` is not a batch it can fill as it stands (obs and next_obs separate,
         or any array not the one this store's batch has): the general path then refills it, or raises
         what is wrong with it, in its own order. ``out``'s contents are then unspecified, as when the

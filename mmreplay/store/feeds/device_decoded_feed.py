@@ -24,19 +24,20 @@ from mmreplay.gpu.device_decode import BlockCrc, Decompressor, DeviceDecoder, Nv
 from mmreplay.gpu.nvcomp_crc32 import NvcompCrc
 from mmreplay.gpu.staging import Staging, plan_slabs
 from mmreplay.gpu.tensor_batches import TensorBatch, TensorSequenceBatch
-from mmreplay.store.device_batches import Slot, SlotRing
-from mmreplay.store.encoded_batches import EncodedBatch, EncodedSequenceBatch
+from mmreplay.store.batch_source import BatchSource
+from mmreplay.store.feeds.slots import Slot, SlotRing
+from mmreplay.store.reading.encoded_batches import EncodedBatch, EncodedSequenceBatch
 
 if TYPE_CHECKING:
     import torch
 
-    from mmreplay.store.replay_store import ReplayStore
+    from mmreplay.store.store_layout import StoreLayout
 
 Encoded = EncodedBatch | EncodedSequenceBatch
 _NOT_ARRAYS = ("frames", "frame_index", "stack_size")
 
 
-def check_store(store: ReplayStore) -> None:
+def check_store(store: StoreLayout) -> None:
     """``ValueError`` unless ``store``'s frames can be decoded on the device: plain lz4 blocks of uint8
     frames, stacks padded by repeating the first frame, no user fields (what an encoded batch carries). A
     reference store's dependent frames are compressed with their reference as lz4's dictionary, which
@@ -179,7 +180,7 @@ def _needing(encoded: Encoded, frame: int) -> int:
     return int(steps[steps >= 0][0])
 
 
-def open_feed(store: ReplayStore, ring: SlotRing, generator: np.random.Generator, *, batch_size: int,
+def open_feed(store: StoreLayout, source: BatchSource, ring: SlotRing, generator: np.random.Generator, *, batch_size: int,
               length: int | None, sample_kwargs: dict[str, Any], decompressor: Decompressor | None = None) -> DeviceDecodedFeed:
     """The feed of ``store.batches(batch_size, device=..., decode="device", ...)``; ``decompressor``
     defaults to nvCOMP's on the ring's CUDA device (a CPU ring needs one: the tests pass a host lz4)."""
@@ -189,11 +190,11 @@ def open_feed(store: ReplayStore, ring: SlotRing, generator: np.random.Generator
     read: Callable[[], Encoded]
     template: Encoded
     if length is None:
-        template = store.sample_encoded(1, np.random.default_rng(0), **sample_kwargs)  # bad arguments fail here
-        read = lambda: store.sample_encoded(batch_size, generator, **sample_kwargs)
+        template = source.sample_encoded(1, np.random.default_rng(0), **sample_kwargs)  # bad arguments fail here
+        read = lambda: source.sample_encoded(batch_size, generator, **sample_kwargs)
     else:
-        template = store.sample_sequences_encoded(1, length, np.random.default_rng(0), **sample_kwargs)
-        read = lambda: store.sample_sequences_encoded(batch_size, length, generator, **sample_kwargs)
+        template = source.sample_sequences_encoded(1, length, np.random.default_rng(0), **sample_kwargs)
+        read = lambda: source.sample_sequences_encoded(batch_size, length, generator, **sample_kwargs)
     frame_nbytes = int(np.prod(store.frame_shape))
     max_frames = most_distinct_frames(batch_size, length, store.stack_size)
     if decompressor is None:

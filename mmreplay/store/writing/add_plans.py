@@ -24,9 +24,9 @@ from mmreplay.rows.transitions import (
     TERMINATED,
     TRUNCATED,
 )
-from mmreplay.store.add_arguments import AddArguments
-from mmreplay.store.encoded_adds import EncodedSend
-from mmreplay.store.env_episodes import EnvEpisode
+from mmreplay.store.writing.add_arguments import AddArguments
+from mmreplay.store.writing.encoded_adds import EncodedSend
+from mmreplay.store.writing.env_episodes import EnvEpisode
 
 
 @dataclass(slots=True)

@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from mmreplay.frames.encodings import FrameEncoder
 from mmreplay.frames.wire import EncodedFrames, frame_indices
-from mmreplay.store.add_arguments import AddArguments, AddShapes, parse_add
+from mmreplay.store.writing.add_arguments import AddArguments, AddShapes, parse_add
 
 T = TypeVar("T", bound=np.generic)
 

@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.rows.transitions import TERMINATED, TRUNCATED, TransitionTable, row_envs, row_flags
-from mmreplay.store.reading import TransitionReader
+from mmreplay.store.reading.transition_reader import TransitionReader
 
 
 @dataclass

@@ -21,8 +21,8 @@ from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.frames.reference_ring import ReferenceFrameRing
 from mmreplay.frames.ring import FrameChecksumError
 from mmreplay.frames.wire import EncodedFrames, frame_indices
-from mmreplay.store.mapped_files import MappedFiles
-from mmreplay.store.reading import TransitionReader
+from mmreplay.store.reading.mapped_files import MappedFiles
+from mmreplay.store.reading.transition_reader import TransitionReader
 
 
 @dataclass(frozen=True, repr=False)

@@ -23,8 +23,8 @@ from mmreplay.frames import encodings
 from mmreplay.rows.fields import FieldTable
 from mmreplay.rows.transitions import TransitionTable, row_dtype
 from mmreplay.sampling.samplers import Sampler, sampler_from_config
-from mmreplay.store.reading import TransitionReader
-from mmreplay.store.stored_steps import stored_steps
+from mmreplay.store.reading.transition_reader import TransitionReader
+from mmreplay.store.reading.stored_steps import stored_steps
 
 
 class MappedFiles:
