@@ -28,6 +28,7 @@ from mmreplay import (
     encode_frames,
 )
 from mmreplay.frames import referenced_blocks
+from mmreplay.store import internals
 from mmreplay.store.reading import encoded_batches
 
 FRAME = (84, 84)
@@ -337,6 +338,32 @@ def test_the_compiled_decode_checks_its_arrays() -> None:
     with pytest.raises(ValueError, match=r"segments\[0\] is 1; expected 0 <= segment < 1 \(len\(views\)\)"):
         _lz4batch.decode_referenced(views, (np.ones(3, np.int64), *blocks[1:]), np.array([-1, -1, -1]),
                                     np.array([2, 0]), out, shape, 1)
+
+
+@pytest.mark.skipif(referenced_blocks._lz4batch is None, reason="the compiled closure needs mmreplay._lz4batch")
+@pytest.mark.parametrize("num_envs", [1, 2])
+def test_the_compiled_closure_of_a_batchs_frames_is_every_frame_their_chains_reach(stores: str, num_envs: int) -> None:
+    """``ReferenceFrameRing.closure``: the frames and all their references, in step order, each with its
+    reference's index; what following the table's links one by one gives."""
+    path = reference_store(stores, "pong", num_envs, False)
+    with ReplayStore.open(path, "r") as store:
+        ring = internals.files_of(store).frames
+        first = store.transitions_added - len(store)
+        distinct = np.unique(internals.reader_of(store).transition_frames(np.arange(first, store.transitions_added)))
+        every, references = ring.closure(distinct)
+        expected: set[int] = set()
+        for frame in distinct.tolist():
+            while True:
+                expected.add(frame)
+                delta = int(ring.ref_deltas(np.array([frame]))[0])
+                if delta == 0:
+                    break
+                frame -= delta
+        assert every.tolist() == sorted(expected)
+        deltas = ring.ref_deltas(every)
+        assert np.array_equal(np.where(deltas > 0, every[np.maximum(references, 0)], -1),
+                              np.where(deltas > 0, every - deltas, -1))
+        assert bool((references[deltas == 0] == -1).all()) and bool((references < np.arange(len(every))).all())
 
 
 def test_a_chain_deeper_than_the_scheme_is_named_level_by_level(tmp_path: Path) -> None:

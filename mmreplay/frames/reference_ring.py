@@ -20,7 +20,7 @@ from mmreplay.disk.store_directory import StoreDirectory
 from mmreplay.frames import legacy_frames, lz4_codec, reference_codec
 from mmreplay.frames.frame_entries import frame_seed
 from mmreplay.frames.reference_scheme import ReferenceScheme
-from mmreplay.frames.ring import FrameChecksumError, FrameRing
+from mmreplay.frames.ring import FrameChecksumError, FrameRing, _lz4batch
 
 # The first format version whose dependent frames are reference_codec's changed units.
 UNITS_VERSION = 6
@@ -49,6 +49,27 @@ class ReferenceFrameRing(FrameRing):
         """The ``ref_delta`` link of each frame (0 for a key frame)."""
         # Indexing, not take(mode="wrap"): numpy's take of a strided field view is ~25x slower.
         return self._format.ref_deltas(self._table[frame_steps % self.frame_slots])
+
+    def closure(self, frame_steps: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+        """The frames ``frame_steps`` and every frame their chains of references reach, in step order (a
+        reference before the frames that need it), and each one's reference's index among them (-1: a key
+        frame), read through the table in one compiled call.
+
+        Args:
+            frame_steps: distinct frame steps.
+
+        Returns:
+            (every, references), or None without the extension, or where a chain leads before step 0 or
+            deeper than the scheme allows (the caller's general path then names the frame).
+        """
+        if _lz4batch is None:
+            return None
+        steps = np.ascontiguousarray(frame_steps, np.int64)
+        capacity = len(steps) * (self.scheme.depth + 1)
+        every, references = np.empty(capacity, np.int64), np.empty(capacity, np.int64)
+        m = _lz4batch.reference_closure((self.geometry(), self._table, self.bytes_written, (), 0), steps, every,
+                                        references)
+        return None if m < 0 else (every[:m], references[:m])
 
     def keep_from(self, oldest_frame: int) -> int:
         """The oldest frame step to keep so that every frame from ``oldest_frame`` on still decodes."""

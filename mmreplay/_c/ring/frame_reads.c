@@ -3,6 +3,7 @@
 #include <Python.h>
 
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "argument_arrays.h"
@@ -184,5 +185,93 @@ done:
     }
     PyBuffer_Release(&next_frames);
     PyBuffer_Release(&out);
+    return result;
+}
+
+static int
+compare_steps(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The index of step in the m sorted steps of every, or -1. */
+static Py_ssize_t
+index_of(const int64_t *every, Py_ssize_t m, int64_t step)
+{
+    const int64_t *found = bsearch(&step, every, (size_t)m, sizeof(int64_t), compare_steps);
+    return found == NULL ? -1 : found - every;
+}
+
+/* The closure into every (sorted, distinct) and each one's reference's index: m, or -1 for damage. */
+static Py_ssize_t
+closure_of(const FrameTable *frames, int depth, const int64_t *steps, Py_ssize_t n, int64_t *every,
+           int64_t *references)
+{
+    Py_ssize_t m = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t frame = steps[i];
+        for (int level = 0;; level++) {
+            if (frame < 0 || level > depth) {
+                return -1;
+            }
+            every[m++] = frame;
+            int64_t delta = (int64_t)entry_ref(frames->layout, table_entry(frames, frame));
+            if (delta == 0) {
+                break;
+            }
+            frame -= delta;
+        }
+    }
+    qsort(every, (size_t)m, sizeof(int64_t), compare_steps);
+    Py_ssize_t distinct = 0;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        if (distinct == 0 || every[i] != every[distinct - 1]) {
+            every[distinct++] = every[i];
+        }
+    }
+    for (Py_ssize_t i = 0; i < distinct; i++) {
+        int64_t delta = (int64_t)entry_ref(frames->layout, table_entry(frames, every[i]));
+        references[i] = delta == 0 ? -1 : index_of(every, distinct, every[i] - delta);
+        if (delta != 0 && references[i] < 0) {
+            return -1; /* a link that changed between the two reads: the table is being written */
+        }
+    }
+    return distinct;
+}
+
+PyObject *
+py_reference_closure(PyObject *module, PyObject *args)
+{
+    (void)module;
+    PyObject *ring_arg;
+    Py_buffer steps, every, references;
+    if (!PyArg_ParseTuple(args, "Oy*w*w*:reference_closure", &ring_arg, &steps, &every, &references)) {
+        return NULL;
+    }
+    PyObject *result = NULL;
+    RingArgument ring;
+    Py_ssize_t n = steps.len / 8;
+    int parsed = ring_parse(ring_arg, &ring, 0, "reference_closure") == 0;
+    if (!parsed || check_array(&steps, "steps", n, 8) < 0) {
+        goto done;
+    }
+    int depth = ring.frames.geometry->depth;
+    if (depth < 0) {
+        PyErr_SetString(PyExc_ValueError, "reference_closure needs a reference ring's geometry (depth >= 0)");
+        goto done;
+    }
+    if (check_array(&every, "every", n * (depth + 1), 8) < 0
+        || check_array(&references, "references", n * (depth + 1), 8) < 0) {
+        goto done;
+    }
+    result = PyLong_FromSsize_t(closure_of(&ring.frames, depth, steps.buf, n, every.buf, references.buf));
+done:
+    if (parsed) {
+        ring_release(&ring);
+    }
+    PyBuffer_Release(&steps);
+    PyBuffer_Release(&every);
+    PyBuffer_Release(&references);
     return result;
 }

@@ -33,6 +33,14 @@ PyObject *py_gather_entries(PyObject *module, PyObject *args);
  *   one after it minus that frame's prev_delta (its views unused: give an empty list). */
 PyObject *py_follow_links(PyObject *module, PyObject *args);
 
+/* reference_closure(ring, steps, every, references) -> int
+ *   The frames steps (int64[n]) and every frame their chains of references reach through the table's
+ *   ref_delta links, in ascending step order (a reference before the frames that need it), into every's
+ *   first m items, and references[i] the index there of every[i]'s reference, or -1 for a key frame;
+ *   every and references: int64[n * (depth + 1)], depth the ring's. m, or -1 where a chain leads before
+ *   step 0 or deeper than the depth (the caller's general path names the frame). */
+PyObject *py_reference_closure(PyObject *module, PyObject *args);
+
 #define FRAME_READS_METHODS                                                                                        \
     {"decode_entries", py_decode_entries, METH_VARARGS,                                                            \
      "decode_entries(ring, steps, out, threads) -> bool\n\n"                                                       \
@@ -44,6 +52,10 @@ PyObject *py_follow_links(PyObject *module, PyObject *args);
      "with verify, the first block that fails its checksum (an int); None when a frame lies outside."},            \
     {"follow_links", py_follow_links, METH_VARARGS,                                                                \
      "follow_links(ring, next_frames, out) -> None\n\n"                                                            \
-     "Frame stacks: each row of out (int64, n x columns) ends with next_frames[i] and steps back by links."},
+     "Frame stacks: each row of out (int64, n x columns) ends with next_frames[i] and steps back by links."},      \
+    {"reference_closure", py_reference_closure, METH_VARARGS,                                                      \
+     "reference_closure(ring, steps, every, references) -> int\n\n"                                                \
+     "The frames steps and all their references, in step order, and each one's reference's index; -1 when a\n"     \
+     "chain is damaged."},
 
 #endif

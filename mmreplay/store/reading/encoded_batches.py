@@ -236,8 +236,16 @@ class EncodingReader(TransitionReader):
     ) -> tuple[EncodedFrames, npt.NDArray[np.int64]]:
         """The stored blocks of a reference ring's frames ``distinct`` and of every frame they are
         compressed against, in frame order (a reference before the frames that need it), each with
-        its reference's index among them; and their frame steps. The chains are followed level by level
-        (one table read each), which also names the frame at fault in a damaged chain."""
+        its reference's index among them; and their frame steps. The chains are followed in one compiled
+        call where the extension is built (``ReferenceFrameRing.closure``), else level by level here (one
+        table read each), which also names the frame at fault in a damaged chain."""
+        closure = ring.closure(distinct)
+        if closure is not None:
+            every, references = closure
+            blocks = self._blocks(every, steps, frames, needing=lambda step: _needing(ring, distinct, step))
+            encoded = EncodedFrames(blocks.data, blocks.lengths, blocks.checksums, blocks.seeds, blocks.frame_shape,
+                                    references=references, format_version=ring.version)
+            return encoded, every
         chain, needing = distinct.copy(), distinct.copy()  # each listed frame, and a batch frame needing it
         listed = [chain]
         for _ in range(ring.scheme.depth + 1):
