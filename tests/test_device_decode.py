@@ -26,6 +26,7 @@ torch = pytest.importorskip("torch")
 from mmreplay.store.feeds import device_decoded_feed  # noqa: E402
 from mmreplay.store.feeds.device_batches import DeviceBatches  # noqa: E402
 from mmreplay.store.feeds.slots import SlotRing  # noqa: E402
+from mmreplay.store.internals import batch_source_of  # noqa: E402
 
 INVERT = 0xFFFFFFFF
 CPU = torch.device("cpu")
@@ -231,7 +232,7 @@ class HostLz4:
 def cpu_decoded(store, batch_size, *, rng, length=None, prefetch=2, decompressor=None, **sample_kwargs):
     ring = SlotRing(CPU, prefetch + 2)
     feed = device_decoded_feed.open_feed(
-        store, ring, np.random.default_rng(rng), batch_size=batch_size, length=length, sample_kwargs=sample_kwargs,
+        store, batch_source_of(store), ring, np.random.default_rng(rng), batch_size=batch_size, length=length, sample_kwargs=sample_kwargs,
         decompressor=decompressor or HostLz4(int(np.prod(store.frame_shape))),
     )
     return DeviceBatches(feed, ring, depth=prefetch, description="cpu test")
