@@ -417,6 +417,36 @@ def test_any_bytes_as_a_dependent_block_decode_or_are_refused_never_past_the_fra
     assert len(set(results)) == 1
 
 
+@settings(max_examples=400, deadline=None)
+@given(
+    runs=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9)), max_size=8),
+    count_off=st.sampled_from([0, 0, 0, -1, 1]), taken_off=st.sampled_from([0, 0, 0, -1, 1]),
+    tail_off=st.sampled_from([0, 0, 0, -7, -1, 1, 7]), seed=st.integers(0, 2**32 - 1),
+)
+def test_any_runs_in_a_block_that_decodes_give_the_same_frame_or_refusal_on_both_paths(
+    runs: list[tuple[int, int]], count_off: int, taken_off: int, tail_off: int, seed: int,
+) -> None:
+    """A block that lz4 decodes, its runs well formed or hostile (past the frame's 24 units, empty, counts
+    that disagree with the runs or the bytes): the Python path parses the numbers at once, the compiled
+    one by one; they give the same frame or both refuse it."""
+    rng = np.random.default_rng(seed)
+    reference = rng.integers(0, 256, (12, 14), dtype=np.uint8)  # 24 units of 7 bytes
+    taken = sum(take for _, take in runs)
+    numbers = [max(len(runs) + count_off, 0), max(taken + taken_off, 0)] + [n for run in runs for n in run]
+    units = rng.integers(0, 256, max(7 * taken + tail_off, 0), dtype=np.uint8).tobytes()
+    block = lz4.block.compress(b"".join(reference_codec._put(n) for n in numbers) + units, store_size=False)
+    results = []
+    for accelerated in [False] + ([True] if reference_codec.ACCELERATED else []):
+        try:
+            results.append(reference_codec.apply(block, reference, (12, 14), accelerated=accelerated))
+        except ValueError:
+            results.append(None)
+    assert len(set(results)) == 1, results
+    well_formed = numbers[:2] == [len(runs), taken] and len(units) == 7 * taken and all(take for _, take in runs)
+    fits = sum(skip + take for skip, take in runs) <= 24
+    assert (results[0] is not None) == (well_formed and fits)
+
+
 def test_compress_against_checks_its_arguments() -> None:
     frame = np.zeros((8, 8), np.uint8)
     with pytest.raises(TypeError, match="frame must be a C-contiguous numpy uint8 array; got list"):
