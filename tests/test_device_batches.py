@@ -477,7 +477,6 @@ def test_a_slot_is_waited_on_only_while_its_copy_runs(passed):
 
 
 def test_next_waits_on_a_pending_copy_releases_the_held_slot_and_records_each_stream_once(monkeypatch):
-    from mmreplay.store.feeds import device_batches
     from mmreplay.store.feeds.device_batches import DeviceBatches
     from mmreplay.store.feeds.slots import SlotRing
 

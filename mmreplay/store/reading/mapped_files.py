@@ -48,7 +48,7 @@ class MappedFiles:
         self.layout = layout
         self.sampler = sampler
         self.writable = writable
-        self.format_version = format_version = layout.format_version
+        self.format_version = layout.format_version
         self.closed = False
         self.lock = threading.RLock()
         self.action_dtype = np.dtype(layout.action_dtype)
