@@ -235,6 +235,27 @@ def test_decode_blocks_joins_reference_and_plain_sources_in_any_order(stores: st
         decode_blocks([sources[0], version_4, plain], refs, out)
 
 
+def test_batches_decoded_in_turns_from_two_groups_each_equal_their_own_groups_frames(stores: str) -> None:
+    """A Ray group's batches decode from the same sources one after another (their tables built once a
+    group); batches of two groups taken in turns, and a group's sources reordered, each still decode to
+    their own frames."""
+    groups = []
+    for game in ("pong", "mspacman"):
+        with ReplayStore.open(reference_store(stores, game, 1, False), "r") as store:
+            encoded = store.sample_encoded(12, rng=3)
+            groups.append((encoded, encoded.decode()))
+    for _ in range(2):
+        for (encoded, expected), other in zip(groups, reversed(groups)):
+            sources = [encoded.frames, other[0].frames]
+            refs = encoded.frames.blocks(encoded.frame_index[:, :4].reshape(-1)).from_source(0)
+            out = np.empty((refs.starts.size, *FRAME), np.uint8)
+            decode_blocks(sources, refs, out)
+            np.testing.assert_array_equal(out.reshape(12, 4, *FRAME), expected.obs)
+            refs = encoded.frames.blocks(encoded.frame_index[:, -4:].reshape(-1)).from_source(1)
+            decode_blocks(sources[::-1], refs, out)
+            np.testing.assert_array_equal(out.reshape(12, 4, *FRAME), expected.next_obs)
+
+
 @pytest.mark.parametrize(
     ("references", "error", "message"),
     [

@@ -79,8 +79,24 @@ class _Frames:
     reference: npt.NDArray[np.int64]
 
 
+# The tables of the last sources decoded from, by identity: a Ray group's batches decode from the same
+# sources one after another, and build the group's tables once (not once a batch).
+_last_tables: tuple[tuple[EncodedFrames, ...], _Frames] | None = None
+
+
 def _frames_of(sources: Sequence[EncodedFrames]) -> _Frames:
-    """The sources' frames numbered across them (``_Frames``)."""
+    """The sources' frames numbered across them (``_Frames``), built once for the same sources in a row."""
+    global _last_tables
+    last = _last_tables
+    if last is not None and len(last[0]) == len(sources) and all(a is b for a, b in zip(last[0], sources)):
+        return last[1]
+    tables = _build_tables(sources)
+    _last_tables = (tuple(sources), tables)
+    return tables
+
+
+def _build_tables(sources: Sequence[EncodedFrames]) -> _Frames:
+    """The sources' frames numbered across them."""
     sizes = np.array([len(source) for source in sources], np.int64)
     base = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     return _Frames(
