@@ -21,7 +21,7 @@ def null_rows(batch: Batch, rows: int) -> npt.NDArray[np.bool_]:
     found = np.zeros(rows, np.bool_)
     for value in batch.values():
         if isinstance(value, Batch):
-            if not value.is_empty():
+            if value.get_keys():
                 found |= null_rows(value, rows)
             continue
         array = np.asarray(value)

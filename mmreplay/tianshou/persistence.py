@@ -20,8 +20,9 @@ from tianshou.data.utils.converter import from_hdf5, to_hdf5
 from mmreplay.tianshou.buffer_frames import BufferFrames
 
 FRAMES_KEY = "_frames"
-# The HDF5 dataset that holds the frames' state (pickled: small, and of nested plain types).
-FRAMES_DATASET = "_mmreplay_frames"
+# The HDF5 file's attribute that holds the frames' state (pickled: small, and of nested plain types; an
+# attribute, since Tianshou's from_hdf5 reads every dataset of the file as one of its own).
+FRAMES_ATTRIBUTE = "mmreplay_frames"
 
 Buffer = TypeVar("Buffer", bound=ReplayBufferManager)
 
@@ -49,7 +50,7 @@ def save_hdf5(buffer: ReplayBufferManager, path: str, compression: str | None) -
     frames = state.pop(FRAMES_KEY)
     with h5py.File(path, "w") as file:
         to_hdf5(state, file, compression=compression)
-        file.create_dataset(FRAMES_DATASET, data=np.frombuffer(pickle.dumps(frames), dtype=np.uint8))
+        file.attrs[FRAMES_ATTRIBUTE] = np.void(pickle.dumps(frames))
 
 
 def load_hdf5(cls: type[Buffer], path: str, device: str | None) -> Buffer:
@@ -59,14 +60,13 @@ def load_hdf5(cls: type[Buffer], path: str, device: str | None) -> Buffer:
         ValueError: the file holds no mmreplay frames (another buffer's save), or a store changed since.
     """
     with h5py.File(path, "r") as file:
-        if FRAMES_DATASET not in file:
+        if FRAMES_ATTRIBUTE not in file.attrs:
             raise ValueError(
                 f"{path!r} holds no mmreplay frames: it was saved by another buffer class; load it with that class"
             )
-        frames = pickle.loads(file[FRAMES_DATASET][()].tobytes())
+        frames = pickle.loads(file.attrs[FRAMES_ATTRIBUTE].tobytes())
         state = from_hdf5(file, device=device)
     state = dict(state)
-    state.pop(FRAMES_DATASET, None)
     state[FRAMES_KEY] = frames
     buffer = cls.__new__(cls)
     set_state(buffer, state)

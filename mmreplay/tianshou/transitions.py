@@ -57,7 +57,7 @@ def parse_rows(
     if buffer_ids.size and (buffer_ids.min() < 0 or buffer_ids.max() >= buffer_num):
         raise ValueError(f"buffer_ids must lie in [0, {buffer_num}) for buffer_num={buffer_num}; got {buffer_ids.tolist()}")
     obs = _frames(batch.obs, "obs", rows)
-    has_obs_next = "obs_next" in batch.get_keys() and not (isinstance(batch.obs_next, Batch) and batch.obs_next.is_empty())
+    has_obs_next = "obs_next" in batch.get_keys() and not (isinstance(batch.obs_next, Batch) and not batch.obs_next.get_keys())
     if has_obs_next:
         obs_next = _frames(batch.obs_next, "obs_next", rows)
         if obs_next.shape != obs.shape or obs_next.dtype != obs.dtype:
@@ -176,6 +176,8 @@ def _check_shifted(obs: npt.NDArray[Any], obs_next: npt.NDArray[Any], ended: npt
     """A stacked ``obs_next`` is ``obs`` shifted by one frame while the episode goes on (the store writes
     its newest frame only); where the episode ended it may be anything and is kept whole."""
     going_on = ~ended
+    if not going_on.any():
+        return
     same = (obs_next[going_on, :-1] == obs[going_on, 1:]) | (
         np.isnan(obs_next[going_on, :-1]) & np.isnan(obs[going_on, 1:]) if obs.dtype.kind == "f" else False
     )
