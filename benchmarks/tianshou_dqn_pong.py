@@ -53,6 +53,7 @@ def run(kind: str, steps: int, size: int, seed: int, workdir: Path) -> dict[str,
     from tianshou.data import Collector, VectorReplayBuffer
     from tianshou.env import DummyVectorEnv
     from tianshou.env.atari.atari_network import DQNet
+    from tianshou.utils.torch_utils import policy_within_training_step, torch_train_mode
 
     torch.manual_seed(seed)
     np.random.seed(seed)
@@ -93,11 +94,12 @@ def run(kind: str, steps: int, size: int, seed: int, workdir: Path) -> dict[str,
     stats = collector.collect(n_step=warmup, random=True)
     returns.extend(float(r) for r in stats.returns)
     done = warmup
-    while done < steps:
-        stats = collector.collect(n_step=10)
-        done += 10
-        returns.extend(float(r) for r in stats.returns)
-        losses.append(float(algorithm.update(buffer, 32).loss))
+    while done < steps:  # one training step of OffPolicyTrainer: collect, then one update
+        with policy_within_training_step(policy), torch_train_mode(policy):
+            stats = collector.collect(n_step=10)
+            done += 10
+            returns.extend(float(r) for r in stats.returns)
+            losses.append(float(algorithm.update(buffer, 32).loss))
     seconds = time.perf_counter() - started
     slots = buffer.sample_indices(0)
     read = buffer[slots]
@@ -119,6 +121,7 @@ def run(kind: str, steps: int, size: int, seed: int, workdir: Path) -> dict[str,
     }
     if kind == "mmreplay":
         result["store_bytes_on_disk"] = sum(store.bytes_on_disk() for store in buffer.stores if store is not None)
+        buffer.close()
     return result
 
 
