@@ -49,7 +49,7 @@ echo "setup: upgrading pip and setuptools"
 # pyproject.toml asks for, which the venv module's bundled one may predate.
 .venv/bin/python -m pip install --quiet --upgrade pip "setuptools>=77"
 case ",$extras," in
-  *,peers,*|*,sb3,*|*,torchrl,*)
+  *,peers,*|*,sb3,*|*,torchrl,*|*,tianshou,*)
     # The CPU build of PyTorch; a bare 'torch' requirement would pull a multi-GB CUDA build.
     echo "setup: installing PyTorch (CPU build)"
     .venv/bin/python -m pip install --quiet "torch==2.13.0" ;;

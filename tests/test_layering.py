@@ -27,6 +27,7 @@ FOLDER_LAYERS = {
     "hdf5": "serialization", "dopamine": "serialization", "copying": "serialization",
     "cli": "integrations", "sb3": "integrations",
     "ray": "public-api", "rllib": "public-api", "torchrl": "public-api",
+    "tianshou": "public-api",
 }
 # What each layer may import from the package besides its own layer and the base modules: whole folders
 # (``"disk/"``), single modules (``"store.reading.episode_list"``; ``"store"`` is the folder's __init__, its public
@@ -56,13 +57,16 @@ ALLOWED = {
 # Only these modules import a third-party codec or file format directly.
 THIRD_PARTY_OWNERS = {
     "lz4": {"frames.lz4_codec", "frames.reference_codec", "frames.legacy_frames"},
-    "h5py": {"hdf5.conversion", "hdf5.checks", "hdf5.datasets", "hdf5.minari_layout", "hdf5.mmreplay_layout"},
+    "h5py": {"hdf5.conversion", "hdf5.checks", "hdf5.datasets", "hdf5.minari_layout", "hdf5.mmreplay_layout",
+             "tianshou.persistence"},
     # torch is optional: the batch records' to_torch, SB3's buffers, the device batches (whole folders as
     # "folder/"; the façade and batch_streams name torch.device in their annotations only)
     "torch": {"batch", "sb3/", "gpu/", "store/feeds/", "store.replay_store", "torchrl/"},
     # TorchRL's storage and samplers (the torchrl extra)
     "torchrl": {"torchrl/"},
     "tensordict": {"torchrl/"},
+    # Tianshou's buffers (the tianshou extra); its HDF5 files through Tianshou's own converters
+    "tianshou": {"tianshou/"},
 }
 
 
@@ -211,7 +215,7 @@ def test_the_import_reader_sees_each_form_of_import() -> None:
 # names (``from mmreplay import ...``), its samplers and the validators; never storage.
 # They may name their extra when its dependencies are missing (``extras.require``).
 INTEGRATION_PACKAGES = {"ray": {"sampling.samplers", "validation", "extras"}, "rllib": {"extras"},
-                        "torchrl": {"validation", "extras"}}
+                        "torchrl": {"validation", "extras"}, "tianshou": {"validation", "extras"}}
 
 
 @pytest.mark.parametrize("package", sorted(INTEGRATION_PACKAGES))
