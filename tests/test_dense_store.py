@@ -277,7 +277,8 @@ def test_an_unknown_frame_encoding_is_refused_naming_the_file_and_the_encoding(t
 def test_an_invalid_reference_scheme_in_the_header_is_refused(tmp_path: Path) -> None:
     ReplayStore.create(tmp_path / "s.mmr", frame_shape=(4, 4), capacity=10, frame_encoding=DENSE).close()
     rewrite_header(tmp_path / "s.mmr", lambda h: h["layout"]["reference_scheme"].__setitem__("branching", 1))
-    with pytest.raises(CorruptStoreError, match=r"header\.json: reference_scheme .* is not a valid scheme"):
+    with pytest.raises(CorruptStoreError, match=r"header\.json: header field reference_scheme\.branching is 1; expected "
+                                                r"an integer in \[2, 32\]"):
         ReplayStore.open(tmp_path / "s.mmr", "r")
 
 
