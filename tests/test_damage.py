@@ -170,3 +170,79 @@ def test_a_sampled_row_naming_an_env_beyond_num_envs_is_refused_by_the_compiled_
             store.read(np.array([29, 30, 31]))
         with pytest.raises(CorruptStoreError, match="the row of transition 30 names env 2"):
             store.read(np.array([30]))
+
+
+# -- item 8: a short write on a full disk ----------------------------------------------------------
+
+
+@pytest.fixture
+def tiny_filesystem(tmp_path: Path):
+    """A 1.2 MB tmpfs (skipped where nothing can be mounted)."""
+    import gc
+    import subprocess
+
+    mount_point = tmp_path / "tiny"
+    mount_point.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1200k", "tmpfs", str(mount_point)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a 1.2 MB tmpfs here: {done.stderr.strip() or done.returncode}")
+    try:
+        yield mount_point
+    finally:
+        gc.collect()
+        if subprocess.run(["umount", str(mount_point)], check=False, capture_output=True).returncode:
+            subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def _fill_up(filesystem: Path) -> None:
+    """Write one file until ``filesystem`` has no block left."""
+    descriptor = os.open(filesystem / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(descriptor, b"\xff" * 4096):
+            pass
+    except OSError as error:
+        assert error.errno == errno.ENOSPC
+    finally:
+        os.close(descriptor)
+
+
+@pytest.mark.parametrize("how", ["add", "add_encoded"])
+def test_a_frame_write_that_only_partly_fits_a_full_disk_raises_enospc_naming_the_segment(
+    tiny_filesystem: Path, how: str
+) -> None:
+    # Once the disk is full, a segment's last page still takes frames; the add whose frames cross into the
+    # next page writes part of them (a short write), and must then say why the rest did not fit: ENOSPC,
+    # as every other full-disk error of the store does. add_encoded writes a plain store's blocks as they
+    # came (the general path's pwrite); add compresses them in one compiled call.
+    from mmreplay import encode_frames
+
+    rng = np.random.default_rng(0)
+    noise = rng.integers(0, 256, (64, 32, 32), np.uint8)  # incompressible: ~1 KiB a frame
+    store = ReplayStore.create(tiny_filesystem / "s.mmr", frame_shape=(32, 32), capacity=200, stack_size=2,
+                               frame_encoding="lz4", commit_interval_s=None)
+    failures = []
+    try:
+        store.add(np.stack([noise[0]] * 2), 0, 0.0, noise[0:2], False, False)
+        store.flush()
+        _fill_up(tiny_filesystem)
+        for t in range(1, 60):
+            try:
+                if how == "add":
+                    store.add(noise[t - 1 : t + 1], 0, 0.0, noise[t : t + 2], False, False)
+                else:
+                    store.add_encoded(encode_frames(noise[t - 1 : t + 2]), np.array([[0, 1]]), np.array([0]),
+                                      np.array([0.0], np.float32), np.array([[1, 2]]), np.array([False]),
+                                      np.array([False]))
+            except OSError as error:
+                failures.append((error.errno, str(error)))
+                break
+    finally:
+        try:
+            store.close()
+        except OSError:
+            pass
+    assert failures, "the disk never filled"
+    code, message = failures[0]
+    assert code == errno.ENOSPC and "short write" not in message, failures
+    assert "s.mmr/frames/0000000000.seg: No space left on device" in message, message

@@ -18,6 +18,7 @@ field, ``ref_delta``, also bound into the seed; a plain ring's entries and seeds
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 from pathlib import Path
@@ -74,6 +75,17 @@ def _iov_max() -> int:
 
 _IOV_MAX = _iov_max()
 _lz4batch = extensions.load("_lz4batch")  # this ring's compiled reads and add's compiled write
+
+
+def _write_rest(descriptor: int, data: memoryview, offset: int) -> None:
+    """Write all of ``data`` at ``offset`` after a short write: each further ``pwrite`` writes more or raises
+    (ENOSPC on a full disk, EFBIG past the file-size limit); one that writes nothing is ENOSPC, as the
+    compiled writes' ``write_all`` takes it."""
+    while len(data):
+        written = os.pwrite(descriptor, data, offset)
+        if written == 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        data, offset = data[written:], offset + written
 
 
 class FrameRing:
@@ -244,7 +256,11 @@ class FrameRing:
             segment, offset = divmod(position, self.segment_bytes)
             self._reserve_entries(first_step + len(prev_deltas))
             target = (self.geometry(), self._entries, self._descriptor_of(segment), position - offset, offset)
-            written = _lz4batch.append_frames(target, frames, prev_deltas, first_step, groups, frame_tail, threads)
+            try:
+                written = _lz4batch.append_frames(target, frames, prev_deltas, first_step, groups, frame_tail, threads)
+            except OSError as error:  # ENOSPC or EFBIG from its pwrite: named by the segment, as the general path's
+                raise OSError(error.errno, f"{self._segment_path(segment)}: {error.strerror} (writing "
+                                           f"{len(prev_deltas)} frames at byte {offset})") from None
             if isinstance(written, int):
                 self.frames_written = first_step + len(prev_deltas)
                 self.bytes_written = position + written
@@ -281,12 +297,14 @@ class FrameRing:
         # most IOV_MAX buffers (1,024 on Linux): an add of more frames (thousands of envs) goes in parts.
         for start in range(0, len(run), _IOV_MAX):
             part = run[start : start + _IOV_MAX]
-            if len(part) == 1:
-                written, length = os.pwrite(descriptor, part[0], offset), len(part[0])
-            else:
-                written, length = os.pwritev(descriptor, part, offset), sum(map(len, part))
-            if written != length:
-                raise OSError(f"{self._segment_path(segment)}: short write ({written} of {length} bytes)")
+            length = sum(map(len, part))
+            try:
+                written = os.pwrite(descriptor, part[0], offset) if len(part) == 1 else os.pwritev(descriptor, part, offset)
+                if written < length:  # a write that only partly fits: the rest then fails with the real cause
+                    _write_rest(descriptor, memoryview(b"".join(part))[written:], offset + written)
+            except OSError as error:
+                raise OSError(error.errno, f"{self._segment_path(segment)}: {error.strerror} (writing {length} bytes "
+                                           f"of frames at byte {offset})") from None
             offset += length
 
     def sync(self) -> None:
