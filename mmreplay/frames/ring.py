@@ -33,6 +33,7 @@ from mmreplay.disk.header import (
     FORMAT_VERSION,
     SEGMENTS_DIR,
     frame_table_name,
+    segment_name,
 )
 from mmreplay.disk.store_directory import (
     FileLocation,
@@ -366,6 +367,26 @@ class FrameRing:
                 path.unlink()
 
     # -- reading ---------------------------------------------------------------------------------
+
+    def location(self, frame_step: int) -> tuple[str, int, int]:
+        """Where a written frame's block lies, as its table entry says (which damage may have changed): the
+        segment file (relative to the store's directory, ``frames/K.seg``), its offset there and its length."""
+        entry = self._table[frame_step % self.frame_slots : frame_step % self.frame_slots + 1]
+        position = int(self._format.positions(entry, self.bytes_written)[0])
+        segment, offset = divmod(position, self.segment_bytes)
+        return f"{SEGMENTS_DIR}/{segment_name(segment)}", offset, int(entry["length"][0])
+
+    def entry_location(self, frame_step: int) -> tuple[str, int]:
+        """The frame table file (relative to the store's directory) and the byte offset of a frame's entry."""
+        return frame_table_name(self.generation), (frame_step % self.frame_slots) * self._format.size
+
+    def own_block_intact(self, frame_step: int) -> bool:
+        """Whether a frame's own block lies inside the bytes written and matches its checksum (its
+        references, if any, aside): what tells a damaged frame from one whose reference is damaged."""
+        try:
+            return self.blocks(np.array([frame_step], np.int64), verify=True)[4] < 0
+        except CorruptStoreError:  # outside the bytes written, or its segment missing
+            return False
 
     def prev_deltas(self, frame_steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """The ``prev_delta`` link of each frame (0 at an episode's first frame)."""

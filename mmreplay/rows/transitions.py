@@ -416,13 +416,14 @@ class TransitionTable:
             self._raise_checksum_error(int(steps[first_bad]))
         return rows
 
-    def damaged(self, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
-        """Which of the rows of these steps are damaged (``read`` would refuse them), without raising."""
+    def check(self, steps: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.void], npt.NDArray[np.bool_]]:
+        """A copy of the rows of these steps, unchecked, and which of them are damaged (``read`` would
+        refuse them): what a scan of a damaged table reads, without raising."""
         steps = np.ascontiguousarray(steps, np.int64)
         rows = self._rows[steps % self.row_slots]
         bad: npt.NDArray[np.bool_] = rows["checksum"] != self._checksums(rows, steps)
         bad |= row_envs(rows) >= self.num_envs
-        return bad
+        return rows, bad
 
     def offset_of(self, step: int) -> int:
         """The byte offset of the row of ``step`` in the table's file."""
