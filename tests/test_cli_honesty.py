@@ -84,8 +84,8 @@ def test_verify_lists_at_most_its_cap_and_does_not_count_the_note(tmp_path: Path
     status, out, _ = run(capsys, "verify", str(path), "--no-progress")
     lines = out.splitlines()
     assert lines[0].startswith(f"{path}: damaged: 0 rows and {len(report['damaged_frames']):,} frames; ")
-    assert len(lines) == 103 and len(report["damaged_frames"]) > 100  # the JSON report lists every one
-    assert lines[-2] == "  (the first 100 listed; --json lists every damaged row and frame)"
+    assert len(lines) == 104 and len(report["damaged_frames"]) > 100  # the JSON report lists every one
+    assert lines[-3] == "  (the first 100 listed; --json lists every damaged row and frame)"
     assert lines[-1] == f"  to copy the intact transitions into a new store: mmreplay salvage {path} NEW"
 
 

@@ -393,9 +393,11 @@ def test_verify_names_the_transitions_that_a_damaged_reference_frame_breaks(tmp_
 
     path, _ = dense_pong_store(tmp_path)
     flip_frame_byte(path, 8)
-    problems = verify_store(str(path))["problems"]
-    assert [problem.split(":")[0] for problem in problems] == [f"step {step}" for step in range(7, 16)]  # frames 8 to 15 need frame 8
-    assert all("frame 8" in problem for problem in problems)
+    report = verify_store(str(path))
+    assert report["damaged_steps"] == list(range(7, 16))  # frames 8 to 15 need frame 8
+    assert [frame["step"] for frame in report["damaged_frames"]] == list(range(8, 16))
+    assert "fails its checksum" in report["damaged_frames"][0]["problem"]
+    assert all("compressed against" in frame["problem"] for frame in report["damaged_frames"][1:])
 
 
 def test_a_frame_table_that_grows_keeps_the_references(tmp_path: Path) -> None:

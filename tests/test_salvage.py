@@ -197,6 +197,7 @@ def test_verify_names_every_damaged_row_and_frame_counts_every_transition_and_ex
     assert report["transitions"] == len(clean.steps)  # every stored transition was checked, past the damage
     survivors = set(clean.survivors_of_frame(frame).tolist()) - set(rows)
     assert report["intact_transitions"] == len(survivors)
+    assert report["damaged_steps"] == sorted(set(clean.steps.tolist()) - survivors)
     assert report["frames_decoded"] == len(clean.frames)  # each live frame once
     status, out, _ = cli(capsys, "verify", str(copy), "--json")
     assert status == 1 and json.loads(out)["damaged_rows"] == report["damaged_rows"]
@@ -211,11 +212,12 @@ def test_one_flipped_byte_prints_a_short_message_naming_the_store_as_given_once(
     status, out, err = cli(capsys, "verify", "copy.mmr")
     assert status == 1 and err == ""
     lines = out.splitlines()
-    assert len(lines) == 3, out
+    assert len(lines) == 4, out
     assert lines[0] == (f"copy.mmr: damaged: 1 row and 0 frames; 1 of {len(clean.steps)} transitions cannot be read, "
                         f"{len(clean.steps) - 1} are intact")
     assert lines[1].startswith(f"  - row of transition {clean.steps[7]}: transitions.tbl, byte ")
-    assert lines[2] == "  to copy the intact transitions into a new store: mmreplay salvage copy.mmr NEW"
+    assert lines[2] == f"  transitions that cannot be read: {clean.steps[7]}"
+    assert lines[3] == "  to copy the intact transitions into a new store: mmreplay salvage copy.mmr NEW"
     assert str(tmp_path) not in out and "overwritten" not in out
 
 

@@ -322,6 +322,7 @@ def _verify(arguments: argparse.Namespace) -> int:
     if report["stopped_early"]:
         lines.append(f"  (the first {len(problems)} listed; --json lists every damaged row and frame)")
     if rows or frames:
+        lines.append(f"  transitions that cannot be read: {_ranges(report['damaged_steps'])}")
         lines.append(f"  to copy the intact transitions into a new store: mmreplay salvage {arguments.store} NEW")
     text = "\n".join(lines) if problems else (
         f"ok: {arguments.store}: {report['transitions']} transitions, {report['episodes']} episodes, "
@@ -329,6 +330,18 @@ def _verify(arguments: argparse.Namespace) -> int:
         + (f", fields {', '.join(report['fields'])} checked" if report["fields"] else ""))
     _print(arguments, report, text)
     return 1 if problems else 0
+
+
+def _ranges(steps: list[int], most: int = 8) -> str:
+    """Steps as runs (``7-15, 40``), the first ``most`` of them."""
+    runs: list[list[int]] = []
+    for step in steps:
+        if runs and step == runs[-1][1] + 1:
+            runs[-1][1] = step
+        else:
+            runs.append([step, step])
+    shown = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs[:most])
+    return shown + (f" and {len(runs) - most} more runs" if len(runs) > most else "") if runs else "none"
 
 
 def _count(count: int, noun: str) -> str:

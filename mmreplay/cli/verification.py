@@ -51,8 +51,8 @@ def verify_store(path: str, *, progress: bool = False, max_problems: int = 100) 
     checksum and the layout, every frame the stored transitions need decoded (``frames_decoded`` counts
     them, each once), and each stored transition found intact or not; it goes on past any damage, names
     each damaged row and frame (``damaged_rows``, ``damaged_frames``: step, file, offset, problem) and
-    counts the transitions it checked (``transitions``), the ``damaged_transitions`` and the
-    ``intact_transitions``. Then, on a store without damage: each transition's step and env are what was
+    counts the transitions it checked (``transitions``), the ``damaged_transitions`` (their steps in
+    ``damaged_steps``: those a read refuses) and the ``intact_transitions``. Then, on a store without damage: each transition's step and env are what was
     asked, rewards are finite, each obs continues the previous next_obs of its episode, each next_obs is
     its obs shifted by one frame unless the transition ended its episode (then it was stored as given), and
     terminated/truncated only end an episode, matching how the episode table says it ended. User fields
@@ -61,7 +61,8 @@ def verify_store(path: str, *, progress: bool = False, max_problems: int = 100) 
     """
     report: dict[str, Any] = {"path": path, "transitions": 0, "episodes": 0, "frames_decoded": 0, "fields": [],
                               "problems": [], "stopped_early": False, "damaged_rows": [], "damaged_frames": [],
-                              "damaged_transitions": 0, "intact_transitions": 0, "evicted_while_verifying": 0}
+                              "damaged_transitions": 0, "intact_transitions": 0, "damaged_steps": [],
+                              "evicted_while_verifying": 0}
     problems: list[str] = report["problems"]
     try:
         with tqdm(disable=not progress, file=sys.stderr, unit="frame+row", desc="scan") as bar:
@@ -75,7 +76,8 @@ def verify_store(path: str, *, progress: bool = False, max_problems: int = 100) 
         report.update(fields=list(scanned.fields), transitions=len(scan.stored), frames_decoded=scan.frames_checked,
                       damaged_rows=[damage.as_dict() for damage in scan.rows],
                       damaged_frames=[damage.as_dict() for damage in scan.frames],
-                      damaged_transitions=len(scan.damaged_steps), intact_transitions=len(scan.intact_steps))
+                      damaged_transitions=len(scan.damaged_steps), intact_transitions=len(scan.intact_steps),
+                      damaged_steps=scan.damaged_steps.tolist())
     if missing or not scan.clean:
         problems.extend(f"missing file: {name}" for name in missing)
         problems.extend(damage.describe() for damage in (*scan.rows, *scan.frames))
