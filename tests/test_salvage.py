@@ -250,3 +250,24 @@ def test_the_salvage_command_reports_kept_and_dropped_and_refuses_an_existing_ta
     assert status == 1 and "already exists" in err
     assert cli(capsys, "verify", str(tmp_path / "new.mmr"))[0] == 0
     assert not list(tmp_path.glob(".new.mmr.salvaging-*"))
+
+
+def test_an_export_of_a_damaged_store_names_its_first_damaged_step(clean: Clean, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("h5py")
+    shutil.copytree(clean.path, tmp_path / "copy.mmr")
+    frame = int(clean.frames[10])  # open reads each env's newest transitions: an old frame it never meets
+    damage_frame(clean, tmp_path / "copy.mmr", frame, 3, 0x01, entry=False)
+    damaged = sorted(set(clean.steps.tolist()) - set(clean.survivors_of_frame(frame).tolist()))
+    first = damaged[0]
+    monkeypatch.chdir(tmp_path)
+    with ReplayStore.open("copy.mmr") as store:
+        with pytest.raises(DamagedStoreError, match=rf"copy\.mmr: cannot export: transition {first} is damaged \(frame "
+                                                    rf"{frame}: frames/0000000000\.seg, byte [\d,]+: fails its "
+                                                    rf"checksum.*; {len(damaged)} damaged transitions in all\)"):
+            mmreplay.export_hdf5(store, "x.h5")
+    status, _, err = cli(capsys, "export", "copy.mmr", "x.h5")
+    assert status == 1 and err.startswith(f"mmreplay: error: copy.mmr: cannot export: transition {first} is damaged")
+    assert "'mmreplay salvage copy.mmr NEW'" in err and str(tmp_path) not in err
+    assert not (tmp_path / "x.h5").exists()

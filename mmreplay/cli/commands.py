@@ -29,7 +29,7 @@ from mmreplay import __version__, extensions
 from mmreplay.cli import drawing
 from mmreplay.cli.verification import open_to_describe, verify_store
 from mmreplay.disk.atomic_builds import check_new_path
-from mmreplay.errors import CorruptStoreError, MmreplayError
+from mmreplay.errors import CorruptStoreError, DamagedStoreError, MmreplayError
 from mmreplay.store import ReplayStore
 from mmreplay.store.reading.episode_list import Episode
 
@@ -370,8 +370,12 @@ def _export(arguments: argparse.Namespace) -> int:
         raise ValueError(f"--dataset-id must look like '[namespace/]name-v0' (Minari's rule); got "
                          f"{arguments.dataset_id!r}")
     with _open(arguments.store) as store:
-        count = export_hdf5(store, arguments.output, layout=arguments.layout, dataset_id=arguments.dataset_id,
-                            progress=_progress(arguments))
+        try:
+            count = export_hdf5(store, arguments.output, layout=arguments.layout, dataset_id=arguments.dataset_id,
+                                progress=_progress(arguments))
+        except DamagedStoreError as error:  # the store named as given, and the salvage to run
+            raise DamagedStoreError(str(error).replace(str(store.path), arguments.store).replace(
+                "'mmreplay salvage'", f"'mmreplay salvage {arguments.store} NEW'")) from None
     _print(arguments, {"output": arguments.output, "layout": arguments.layout, "transitions": count},
            f"exported {count} transitions to {arguments.output} ({arguments.layout} layout)")
     return 0
