@@ -271,3 +271,54 @@ def test_an_export_of_a_damaged_store_names_its_first_damaged_step(clean: Clean,
     assert status == 1 and err.startswith(f"mmreplay: error: copy.mmr: cannot export: transition {first} is damaged")
     assert "'mmreplay salvage copy.mmr NEW'" in err and str(tmp_path) not in err
     assert not (tmp_path / "x.h5").exists()
+
+
+def test_a_salvage_interrupted_or_killed_at_any_moment_leaves_nothing_or_the_whole_store(
+    clean: Clean, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import signal
+    import time
+
+    from mmreplay.copying import feeder
+
+    copy = tmp_path / "damaged.mmr"
+    shutil.copytree(clean.path, copy)
+    damage_row(clean, copy, int(clean.steps[9]), 0, 0x01)
+    survivors = clean.steps[clean.steps != int(clean.steps[9])]
+    # Ctrl-C after k adds, for every k: nothing at the target, nothing left beside it.
+    original = feeder.Feeder.feed
+    for k in range(0, len(survivors), 7):
+        def interrupted(self: feeder.Feeder, transitions, bar, k: int = k) -> None:  # type: ignore[no-untyped-def]
+            def counted():  # type: ignore[no-untyped-def]
+                for i, transition in enumerate(transitions):
+                    if i == k:
+                        raise KeyboardInterrupt
+                    yield transition
+            original(self, counted(), bar)
+
+        monkeypatch.setattr(feeder.Feeder, "feed", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            mmreplay.salvage(copy, tmp_path / "new.mmr")
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged.mmr"]
+    monkeypatch.setattr(feeder.Feeder, "feed", original)
+    # SIGKILL at random moments: the target is absent or whole; the next salvage removes what was left.
+    rng = np.random.default_rng(7)
+    for trial in range(6):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                mmreplay.salvage(copy, tmp_path / "new.mmr")
+            finally:
+                os._exit(0)
+        time.sleep(float(rng.uniform(0.0, 0.4)))
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        if (tmp_path / "new.mmr").exists():
+            assert verify_store(str(tmp_path / "new.mmr"))["problems"] == []
+            with ReplayStore.open(tmp_path / "new.mmr") as new:
+                assert len(new) == len(survivors)
+            shutil.rmtree(tmp_path / "new.mmr")
+        assert_salvaged(clean, copy, tmp_path / "new.mmr", survivors)  # removes a killed run's leftovers first
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged.mmr", "new.mmr"]
+        shutil.rmtree(tmp_path / "new.mmr")
