@@ -322,3 +322,25 @@ def test_a_salvage_interrupted_or_killed_at_any_moment_leaves_nothing_or_the_who
         assert_salvaged(clean, copy, tmp_path / "new.mmr", survivors)  # removes a killed run's leftovers first
         assert sorted(p.name for p in tmp_path.iterdir()) == ["damaged.mmr", "new.mmr"]
         shutil.rmtree(tmp_path / "new.mmr")
+
+
+@pytest.mark.parametrize("name", ["v5-two-envs", "v4-one-env"])
+def test_a_damaged_legacy_reference_store_is_salvaged_into_the_current_format(tmp_path: Path, name: str) -> None:
+    import legacy_stores
+
+    path = legacy_stores.extract(tmp_path)[name]
+    with ReplayStore.open(path) as store:
+        steps = np.arange(store.stored_steps.start, store.stored_steps.stop)
+        before = store.read(steps)
+        slots = store_files.header_of(path)["layout"]["row_slots"]
+    dtype = store_files.rows_dtype(path)
+    damaged = int(steps[5])
+    flip(path / "transitions.tbl", (damaged % slots) * dtype.itemsize + dtype.itemsize - 1, 0x01)
+    summary = mmreplay.salvage(path, tmp_path / "new.mmr")
+    assert (summary.kept, summary.dropped, summary.damaged_rows) == (len(steps) - 1, 1, 1)
+    kept = np.flatnonzero(steps != damaged)
+    with ReplayStore.open(tmp_path / "new.mmr") as new:
+        assert new.format_version == 6
+        after = new.read(np.arange(len(kept)))
+    for field in ("obs", "next_obs", "action", "reward", "terminated", "truncated", "env_index"):
+        assert np.array_equal(getattr(after, field), getattr(before, field)[kept]), field
