@@ -9,6 +9,7 @@ from mmreplay.dopamine import import_dopamine  # noqa: E402
 from mmreplay.errors import (
     ClosedStoreError,
     CorruptStoreError,
+    DamagedStoreError,
     EpisodeNotFoundError,
     FormatVersionError,
     MmreplayError,
@@ -30,6 +31,7 @@ from mmreplay.frames.wire import (
 )
 from mmreplay.gpu.tensor_batches import TensorBatch, TensorSequenceBatch
 from mmreplay.hdf5 import export_hdf5, import_hdf5  # noqa: E402 (they use the store API above)
+from mmreplay.copying import salvage  # noqa: E402
 from mmreplay.sampling.samplers import PrioritizedSampler, Sampler, UniformSampler
 from mmreplay.store import ReplayStore
 from mmreplay.store.feeds.device_batches import DeviceBatches
@@ -50,6 +52,7 @@ __all__ = [
     "EncodedFrames",
     "EncodedSequenceBatch",
     "CorruptStoreError",
+    "DamagedStoreError",
     "DeviceBatches",
     "EpisodeNotFoundError",
     "FormatVersionError",
@@ -75,6 +78,7 @@ __all__ = [
     "export_hdf5",
     "import_dopamine",
     "import_hdf5",
+    "salvage",
 ]
 
 # The one place the version is written: pyproject.toml reads it (``[tool.setuptools.dynamic]``).

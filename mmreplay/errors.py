@@ -25,6 +25,12 @@ class CorruptStoreError(MmreplayError, ValueError):
     """A file of the store fails its checksum, is truncated, or is not a store file at all."""
 
 
+class DamagedStoreError(CorruptStoreError):
+    """A store's rows or frames are damaged (a flipped byte, a bad sector): the message names the damage
+    found and the way out (``mmreplay verify`` lists it all; ``mmreplay salvage`` or ``mmreplay.salvage``
+    copies every intact transition into a new store)."""
+
+
 class FormatVersionError(CorruptStoreError):
     """The store was written in a format version this code does not read."""
 

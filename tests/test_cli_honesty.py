@@ -83,8 +83,10 @@ def test_verify_lists_at_most_its_cap_and_does_not_count_the_note(tmp_path: Path
     assert status == 1 and len(report["problems"]) == 100 and report["stopped_early"] is True
     status, out, _ = run(capsys, "verify", str(path), "--no-progress")
     lines = out.splitlines()
-    assert lines[0] == f"100 problem(s) in {path}:" and len(lines) == 102
-    assert lines[-1] == "  (stopped after the first 100 problems; more were not looked for)"
+    assert lines[0].startswith(f"{path}: damaged: 0 rows and {len(report['damaged_frames']):,} frames; ")
+    assert len(lines) == 104 and len(report["damaged_frames"]) > 100  # the JSON report lists every one
+    assert lines[-3] == "  (the first 100 listed; --json lists every damaged row and frame)"
+    assert lines[-1] == f"  to copy the intact transitions into a new store: mmreplay salvage {path} NEW"
 
 
 def test_import_with_a_smaller_capacity_says_what_it_kept(store_dir: Path, tmp_path: Path,

@@ -277,7 +277,8 @@ def test_an_unknown_frame_encoding_is_refused_naming_the_file_and_the_encoding(t
 def test_an_invalid_reference_scheme_in_the_header_is_refused(tmp_path: Path) -> None:
     ReplayStore.create(tmp_path / "s.mmr", frame_shape=(4, 4), capacity=10, frame_encoding=DENSE).close()
     rewrite_header(tmp_path / "s.mmr", lambda h: h["layout"]["reference_scheme"].__setitem__("branching", 1))
-    with pytest.raises(CorruptStoreError, match=r"header\.json: reference_scheme .* is not a valid scheme"):
+    with pytest.raises(CorruptStoreError, match=r"header\.json: header field reference_scheme\.branching is 1; expected "
+                                                r"an integer in \[2, 32\]"):
         ReplayStore.open(tmp_path / "s.mmr", "r")
 
 
@@ -392,9 +393,11 @@ def test_verify_names_the_transitions_that_a_damaged_reference_frame_breaks(tmp_
 
     path, _ = dense_pong_store(tmp_path)
     flip_frame_byte(path, 8)
-    problems = verify_store(str(path))["problems"]
-    assert [problem.split(":")[0] for problem in problems] == [f"step {step}" for step in range(7, 16)]  # frames 8 to 15 need frame 8
-    assert all("frame 8" in problem for problem in problems)
+    report = verify_store(str(path))
+    assert report["damaged_steps"] == list(range(7, 16))  # frames 8 to 15 need frame 8
+    assert [frame["step"] for frame in report["damaged_frames"]] == list(range(8, 16))
+    assert "fails its checksum" in report["damaged_frames"][0]["problem"]
+    assert all("compressed against" in frame["problem"] for frame in report["damaged_frames"][1:])
 
 
 def test_a_frame_table_that_grows_keeps_the_references(tmp_path: Path) -> None:

@@ -221,7 +221,9 @@ def test_a_damaged_field_row_is_reported_by_read_sample_and_verify(tmp_path: Pat
         assert_fields_of_steps(store.read([10, 12]), [10, 12])
     report = verify_store(str(path))
     assert report["fields"] == ["state", "legal"]
-    assert len(report["problems"]) == 1 and report["problems"][0].startswith("step 11: ")
+    assert report["damaged_steps"] == [11]
+    assert report["damaged_rows"] == [{"step": 11, "file": "fields.tbl", "offset": 11 * row_size,
+                                       "problem": "fails its checksum"}]
 
 
 def test_to_torch_gives_fields_as_dotted_keys(store: ReplayStore) -> None:

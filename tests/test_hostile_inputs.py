@@ -40,6 +40,8 @@ def test_crafted_headers_open_or_fail_with_a_library_error_and_write_nothing_out
     assert any("frame_table_generation='../../outside/victim' => library:CorruptStoreError" in case
                for case in report["cases"])  # type: ignore[union-attr]
     assert "layout.action_dtype='|O' => library:CorruptStoreError" in report["cases"]  # type: ignore[operator]
+    schemes = [case for case in report["cases"] if case.startswith("layout.reference_scheme={'group_size'")]  # type: ignore[union-attr]
+    assert len(schemes) == 2 and all(case.endswith("=> library:CorruptStoreError") for case in schemes), schemes
 
 
 def test_crafted_hdf5_files_are_refused_with_a_library_error_in_both_layouts() -> None:

@@ -46,12 +46,12 @@ ALL_FLAGS = TERMINATED | TRUNCATED | EPISODE_START | DETACHED | FRAGMENT_START
 
 def test_row_layout_names_the_offsets_widths_and_flag_bits_of_row_dtype() -> None:
     dtype = row_dtype((3,), np.dtype("<i2"), 300, row_slots=1000, version=4)
-    assert row_layout(dtype) == {
+    assert row_layout(dtype, 300) == {
         "size": dtype.itemsize, "checksum": dtype.fields["checksum"][1], "next_delta": dtype.fields["next_delta"][1],
         "frame_lead": dtype.fields["frame_lead"][1], "env": dtype.fields["env"][1], "env_bytes": 2,
         "reward": dtype.fields["reward"][1], "flags": dtype.fields["flags"][1], "action": dtype.fields["action"][1],
         "action_bytes": 6, "terminated": TERMINATED, "truncated": TRUNCATED, "detached": DETACHED,
-        "next_delta_bytes": 4, "env_shift": 0,
+        "next_delta_bytes": 4, "env_shift": 0, "num_envs": 300,
     }
     # the bytes the row checksum leaves out are the compiled code's default, and checksum and next_delta fill them
     assert _lz4batch.UNCHECKED_BYTES == unchecked_bytes(dtype) == dtype.fields["frame_lead"][1]
@@ -194,6 +194,7 @@ def layout_with(version: int = 4, **changes: int) -> dict[str, int]:
         ({"reward": 22}, r"^row layout: reward at byte 22 \(4 bytes\) does not lie in bytes 8 to 25"),
         ({"truncated": 3}, r"^row layout: flag truncated is 3; expected a single bit \(1 to 128\) of its own$"),
         ({"detached": 1}, r"^row layout: flag detached is 1; expected a single bit \(1 to 128\) of its own$"),
+        ({"num_envs": 0}, r"^row layout: num_envs is 0; expected at least 1$"),
     ],
 )
 def test_a_row_layout_the_compiled_code_cannot_honour_is_refused_naming_the_field(

@@ -1,4 +1,5 @@
-"""The ``mmreplay`` command: inspect, check, draw, export, import and convert stores (``python -m mmreplay`` too).
+"""The ``mmreplay`` command: inspect, check, draw, export, import, convert and salvage stores (``python -m mmreplay``
+too).
 
 Each command calls the library; errors are printed as ``mmreplay: error: ...`` on stderr with exit
 status 1 (2 for a wrong command line, as argparse does); ``verify`` exits 1 when it finds problems;
@@ -28,7 +29,7 @@ from mmreplay import __version__, extensions
 from mmreplay.cli import drawing
 from mmreplay.cli.verification import open_to_describe, verify_store
 from mmreplay.disk.atomic_builds import check_new_path
-from mmreplay.errors import CorruptStoreError, MmreplayError
+from mmreplay.errors import CorruptStoreError, DamagedStoreError, MmreplayError
 from mmreplay.store import ReplayStore
 from mmreplay.store.reading.episode_list import Episode
 
@@ -47,6 +48,7 @@ EXAMPLES = {
     "import": "example: mmreplay import pong.h5 copy.mmr --capacity 2000000",
     "import-dopamine": "example: mmreplay import-dopamine dqn_replay/Pong/1/replay_logs pong.mmr --checkpoints 49 50",
     "convert": "example: mmreplay convert old-pong.mmr pong.mmr   (then append to pong.mmr; old-pong.mmr is unchanged)",
+    "salvage": "example: mmreplay verify pong.mmr || mmreplay salvage pong.mmr pong-salvaged.mmr --json",
 }
 
 
@@ -101,8 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--fps", type=float, help="animation frames per second (default: real time, see --frame-skip)")
     show.add_argument("--json", action="store_true", help="print one JSON object")
 
-    verify = command("verify", "Decode every frame and check every transition and episode; exit status 1 and "
-                               "a list of problems when something is wrong.")
+    verify = command("verify", "Check every stored row and decode every frame, then every transition and episode; "
+                               "exit status 1 and a list of problems (every damaged row and frame: step, file, "
+                               "offset) when something is wrong.")
     verify.add_argument("store", help=STORE_HELP)
     verify.add_argument("--json", action="store_true", help="print one JSON object")
     verify.add_argument("--progress", action=argparse.BooleanOptionalAction, help=PROGRESS_HELP)
@@ -149,6 +152,14 @@ def build_parser() -> argparse.ArgumentParser:
     conv.add_argument("output", help="the store to create")
     conv.add_argument("--progress", action=argparse.BooleanOptionalAction, help=PROGRESS_HELP)
     conv.add_argument("--json", action="store_true", help="print one JSON object")
+
+    salv = command("salvage", "Copy every intact transition of a damaged store (its row and the frames of its whole obs "
+                              "and next_obs stacks intact) into a new store, bit-exact; report how many were kept "
+                              "and dropped.")
+    salv.add_argument("store", help=STORE_HELP + " (read, never changed)")
+    salv.add_argument("output", help="the store to create (built beside it and renamed into place)")
+    salv.add_argument("--progress", action=argparse.BooleanOptionalAction, help=PROGRESS_HELP)
+    salv.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
@@ -156,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     arguments = parser.parse_args(argv)
     handler = {"info": _info, "episodes": _episodes, "show": _show, "verify": _verify, "export": _export,
-               "import": _import, "import-dopamine": _import_dopamine, "convert": _convert}[arguments.command]
+               "import": _import, "import-dopamine": _import_dopamine, "convert": _convert,
+               "salvage": _salvage}[arguments.command]
     try:
         return handler(arguments)
     except KeyboardInterrupt:
@@ -299,15 +311,55 @@ def _show(arguments: argparse.Namespace) -> int:
 def _verify(arguments: argparse.Namespace) -> int:
     report = verify_store(arguments.store, progress=_progress(arguments))
     problems = report["problems"]
-    lines = [f"{len(problems)} problem(s) in {arguments.store}:"] + [f"  - {problem}" for problem in problems]
+    rows, frames = report["damaged_rows"], report["damaged_frames"]
+    if rows or frames:
+        lines = [f"{arguments.store}: damaged: {_count(len(rows), 'row')} and {_count(len(frames), 'frame')}; "
+                 f"{report['damaged_transitions']:,} of {report['transitions']:,} transitions cannot be read, "
+                 f"{report['intact_transitions']:,} are intact"]
+    else:
+        lines = [f"{len(problems)} problem(s) in {arguments.store}:"]
+    lines += [f"  - {problem}" for problem in problems]
     if report["stopped_early"]:
-        lines.append(f"  (stopped after the first {len(problems)} problems; more were not looked for)")
+        lines.append(f"  (the first {len(problems)} listed; --json lists every damaged row and frame)")
+    if rows or frames:
+        lines.append(f"  transitions that cannot be read: {_ranges(report['damaged_steps'])}")
+        lines.append(f"  to copy the intact transitions into a new store: mmreplay salvage {arguments.store} NEW")
     text = "\n".join(lines) if problems else (
         f"ok: {arguments.store}: {report['transitions']} transitions, {report['episodes']} episodes, "
         f"{report['frames_decoded']} frames decoded"
         + (f", fields {', '.join(report['fields'])} checked" if report["fields"] else ""))
     _print(arguments, report, text)
     return 1 if problems else 0
+
+
+def _ranges(steps: list[int], most: int = 8) -> str:
+    """Steps as runs (``7-15, 40``), the first ``most`` of them."""
+    runs: list[list[int]] = []
+    for step in steps:
+        if runs and step == runs[-1][1] + 1:
+            runs[-1][1] = step
+        else:
+            runs.append([step, step])
+    shown = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs[:most])
+    return shown + (f" and {len(runs) - most} more runs" if len(runs) > most else "") if runs else "none"
+
+
+def _count(count: int, noun: str) -> str:
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
+def _salvage(arguments: argparse.Namespace) -> int:
+    from mmreplay.copying import salvage
+
+    summary = salvage(arguments.store, arguments.output, progress=_progress(arguments))
+    report = {"store": arguments.store, "output": arguments.output, **summary.as_dict()}
+    text = (f"salvaged {arguments.store} into {arguments.output}: kept {summary.kept:,} of {summary.transitions:,} "
+            f"transitions, dropped {summary.dropped:,} ({_count(summary.damaged_rows, 'damaged row')}, "
+            f"{_count(summary.damaged_frames, 'damaged frame')})")
+    if summary.first_dropped_step is not None:
+        text += f"; the first dropped is step {summary.first_dropped_step}"
+    _print(arguments, report, text)
+    return 0
 
 
 def _export(arguments: argparse.Namespace) -> int:
@@ -318,8 +370,12 @@ def _export(arguments: argparse.Namespace) -> int:
         raise ValueError(f"--dataset-id must look like '[namespace/]name-v0' (Minari's rule); got "
                          f"{arguments.dataset_id!r}")
     with _open(arguments.store) as store:
-        count = export_hdf5(store, arguments.output, layout=arguments.layout, dataset_id=arguments.dataset_id,
-                            progress=_progress(arguments))
+        try:
+            count = export_hdf5(store, arguments.output, layout=arguments.layout, dataset_id=arguments.dataset_id,
+                                progress=_progress(arguments))
+        except DamagedStoreError as error:  # the store named as given, and the salvage to run
+            raise DamagedStoreError(str(error).replace(str(store.path), arguments.store).replace(
+                "'mmreplay salvage'", f"'mmreplay salvage {arguments.store} NEW'")) from None
     _print(arguments, {"output": arguments.output, "layout": arguments.layout, "transitions": count},
            f"exported {count} transitions to {arguments.output} ({arguments.layout} layout)")
     return 0

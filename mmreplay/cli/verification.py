@@ -1,7 +1,8 @@
-"""``mmreplay verify``: decode every stored transition of a store and check it against its tables.
+"""``mmreplay verify``: scan a store for damage, then decode every stored transition and check it against
+its tables.
 
-The report is a plain dict (what ``--json`` prints): counts, the problems found (at most
-``max_problems``), and whether it stopped early.
+The report is a plain dict (what ``--json`` prints): counts, every damaged row and frame, the problems
+found (at most ``max_problems``), and whether it stopped early.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from tqdm import tqdm
 
 from mmreplay.disk.atomic_builds import leftovers
 from mmreplay.errors import CorruptStoreError, StepsEvictedError, StoreNotFoundError
-from mmreplay.store import ReplayStore
+from mmreplay.store import DamagedStore, ReplayStore
 from mmreplay.store.reading.episode_list import Episode
 
 CHUNK_STEPS = 1024
@@ -33,30 +34,63 @@ def open_to_describe(path: str) -> ReplayStore:
         raise
 
 
-def verify_store(path: str, *, progress: bool = False, max_problems: int = 100) -> dict[str, Any]:
-    """Decode every stored transition and check it against the episode table; returns what is wrong.
+def _scan(path: str, progress: Any) -> DamagedStore:
+    """The store at ``path`` opened and scanned for damage; a missing one's error names the leftovers of a
+    killed build beside it (``open_to_describe``)."""
+    try:
+        return DamagedStore(path, progress=progress)
+    except StoreNotFoundError:
+        open_to_describe(path)  # raises, naming them
+        raise
 
-    Checks: the files the contents need are there, every frame decodes (checksums), each transition's
-    step and env are what was asked, rewards are finite, each obs continues the previous next_obs of its
-    episode, each next_obs is its obs shifted by one frame unless the transition ended its episode (then
-    it was stored as given), and terminated/truncated only end an episode, matching how the episode table
-    says it ended. User fields (``report["fields"]`` names them) are read with every transition: each
-    field row must match its checksum, or the step is reported. At most ``max_problems`` are listed
-    (``stopped_early`` says whether it stopped there).
+
+def verify_store(path: str, *, progress: bool = False, max_problems: int = 100) -> dict[str, Any]:
+    """Check every stored row and frame, then every transition and episode; returns what is wrong.
+
+    First the damage scan (``mmreplay.store.DamagedStore``): every stored row and field row against its
+    checksum and the layout, every frame the stored transitions need decoded (``frames_decoded`` counts
+    them, each once), and each stored transition found intact or not; it goes on past any damage, names
+    each damaged row and frame (``damaged_rows``, ``damaged_frames``: step, file, offset, problem) and
+    counts the transitions it checked (``transitions``), the ``damaged_transitions`` (their steps in
+    ``damaged_steps``: those a read refuses) and the ``intact_transitions``. Then, on a store without damage: each transition's step and env are what was
+    asked, rewards are finite, each obs continues the previous next_obs of its episode, each next_obs is
+    its obs shifted by one frame unless the transition ended its episode (then it was stored as given), and
+    terminated/truncated only end an episode, matching how the episode table says it ended. User fields
+    (``report["fields"]`` names them) are checked with every row. At most ``max_problems`` are listed in
+    ``problems`` (``stopped_early`` says whether it stopped there); the damage lists are whole.
     """
     report: dict[str, Any] = {"path": path, "transitions": 0, "episodes": 0, "frames_decoded": 0, "fields": [],
-                              "problems": [], "stopped_early": False}
+                              "problems": [], "stopped_early": False, "damaged_rows": [], "damaged_frames": [],
+                              "damaged_transitions": 0, "intact_transitions": 0, "damaged_steps": [],
+                              "evicted_while_verifying": 0}
     problems: list[str] = report["problems"]
+    try:
+        with tqdm(disable=not progress, file=sys.stderr, unit="frame+row", desc="scan") as bar:
+            scanned = _scan(path, bar.update)
+    except CorruptStoreError as error:
+        problems.append(f"cannot open the store: {error}")
+        return report
+    with scanned:
+        scan = scanned.scan
+        missing = scanned.missing_files()
+        report.update(fields=list(scanned.fields), transitions=len(scan.stored), frames_decoded=scan.frames_checked,
+                      damaged_rows=[damage.as_dict() for damage in scan.rows],
+                      damaged_frames=[damage.as_dict() for damage in scan.frames],
+                      damaged_transitions=len(scan.damaged_steps), intact_transitions=len(scan.intact_steps),
+                      damaged_steps=scan.damaged_steps.tolist())
+    if missing or not scan.clean:
+        problems.extend(f"missing file: {name}" for name in missing)
+        problems.extend(damage.describe() for damage in (*scan.rows, *scan.frames))
+        if not scan.rows and not scan.frames:  # intact rows and frames, yet some stack cannot be followed
+            problems.extend(f"step {step}: a frame of its stacks lies outside the frames kept"
+                            for step in scan.damaged_steps.tolist())
+        report["stopped_early"] = len(problems) > max_problems
+        del problems[max_problems:]
+        return report
     try:
         store = open_to_describe(path)
     except CorruptStoreError as error:
         problems.append(f"cannot open the store: {error}")
-        return report
-    missing = store.missing_files()
-    if missing:
-        store.close()
-        problems.extend(f"missing file: {name}" for name in missing[:max_problems])
-        report["stopped_early"] = len(missing) > max_problems
         return report
     with store:
         report["fields"] = list(store.fields)
@@ -115,7 +149,6 @@ def _verify_chunk(store: ReplayStore, steps: np.ndarray, episode_of: np.ndarray,
             except StepsEvictedError as error:
                 report["evicted_while_verifying"] += len(error.steps)
         return
-    report["frames_decoded"] += len(steps) * (store.stack_size + 1)
     for what, bad in (("index differs from the step read", batch.index != steps),
                       (f"env_index outside [0, {store.num_envs})", (batch.env_index < 0) | (batch.env_index >= store.num_envs)),
                       ("reward is not finite", ~np.isfinite(batch.reward))):

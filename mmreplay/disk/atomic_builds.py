@@ -28,7 +28,7 @@ from types import TracebackType
 
 from mmreplay.disk.files import fsync_directory, make_sibling_directory, sibling_names
 
-PURPOSES = ("exporting", "importing", "converting")
+PURPOSES = ("exporting", "importing", "converting", "salvaging")
 _OPEN_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _ATTEMPTS = 100
 

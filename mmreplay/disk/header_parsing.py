@@ -26,6 +26,11 @@ MAX_FIELD_BYTES = 1 << 24  # one transition's value of one user field
 MAX_COUNT = 1 << 62  # never-wrapping steps and byte positions
 MAX_SLOTS = 1 << 40  # ring sizes: far beyond any disk, far below int64 arithmetic's limits
 MAX_ENVS = 1 << 16  # as transition_table.MAX_ENVS: env indices fit a u2 field
+# A reference scheme's bounds, as frames.reference_scheme.ReferenceScheme checks them: groups of at most
+# MAX_GROUP_SIZE frames, branching 2 to the group's size, references at most 65,535 frame steps back.
+MAX_GROUP_SIZE = 1 << 16
+MAX_REFERENCE_DISTANCE = 0xFFFF
+_SCHEME_FIELDS = ("group_size", "branching", "max_distance")
 ACTION_KINDS = "biuf"  # bool, signed, unsigned, float: what bytes can never turn into pointers or objects
 
 _LAYOUT_FIELDS = {
@@ -163,13 +168,23 @@ def parse_layout_fields(path: Path, value: object) -> dict[str, object]:
         raise _fail(path, "frame_encoding", "a string", encoding)
     if not isinstance(fields.get("stack_padding", "first"), str):
         raise _fail(path, "stack_padding", "a string", fields["stack_padding"])
-    scheme = fields.get("reference_scheme")
-    if scheme is not None and not (
-        isinstance(scheme, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in scheme.values())
-    ):
-        raise _fail(path, "reference_scheme", "an object of integers", scheme)
+    if fields.get("reference_scheme") is not None:
+        parse_reference_scheme(path, fields["reference_scheme"])
     specs = parse_field_specs(path, fields.get("fields", []))
     return {**fields, "frame_shape": frame_shape, "action_shape": action_shape, "fields": specs}
+
+
+def parse_reference_scheme(path: Path, value: object) -> dict[str, int]:
+    """A reference scheme: exactly ``group_size`` (1 to ``MAX_GROUP_SIZE``), ``branching`` (2 to the larger
+    of 2 and ``group_size``) and ``max_distance`` (1 to ``MAX_REFERENCE_DISTANCE``), each bounded here
+    before anything is computed from it (a scheme's depth is a loop over its branching's powers)."""
+    expected = "an object of exactly " + ", ".join(_SCHEME_FIELDS)
+    if not isinstance(value, dict) or set(value) != set(_SCHEME_FIELDS):
+        raise _fail(path, "reference_scheme", expected, value)
+    group_size = parse_int(path, "reference_scheme.group_size", value["group_size"], low=1, high=MAX_GROUP_SIZE)
+    parse_int(path, "reference_scheme.branching", value["branching"], low=2, high=max(2, group_size))
+    parse_int(path, "reference_scheme.max_distance", value["max_distance"], low=1, high=MAX_REFERENCE_DISTANCE)
+    return value
 
 
 def parse_field_specs(path: Path, value: object) -> tuple[tuple[str, tuple[int, ...], str], ...]:

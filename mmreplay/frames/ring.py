@@ -18,6 +18,7 @@ field, ``ref_delta``, also bound into the seed; a plain ring's entries and seeds
 
 from __future__ import annotations
 
+import errno
 import itertools
 import os
 from pathlib import Path
@@ -32,6 +33,7 @@ from mmreplay.disk.header import (
     FORMAT_VERSION,
     SEGMENTS_DIR,
     frame_table_name,
+    segment_name,
 )
 from mmreplay.disk.store_directory import (
     FileLocation,
@@ -74,6 +76,17 @@ def _iov_max() -> int:
 
 _IOV_MAX = _iov_max()
 _lz4batch = extensions.load("_lz4batch")  # this ring's compiled reads and add's compiled write
+
+
+def _write_rest(descriptor: int, data: memoryview, offset: int) -> None:
+    """Write all of ``data`` at ``offset`` after a short write: each further ``pwrite`` writes more or raises
+    (ENOSPC on a full disk, EFBIG past the file-size limit); one that writes nothing is ENOSPC, as the
+    compiled writes' ``write_all`` takes it."""
+    while len(data):
+        written = os.pwrite(descriptor, data, offset)
+        if written == 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        data, offset = data[written:], offset + written
 
 
 class FrameRing:
@@ -244,7 +257,11 @@ class FrameRing:
             segment, offset = divmod(position, self.segment_bytes)
             self._reserve_entries(first_step + len(prev_deltas))
             target = (self.geometry(), self._entries, self._descriptor_of(segment), position - offset, offset)
-            written = _lz4batch.append_frames(target, frames, prev_deltas, first_step, groups, frame_tail, threads)
+            try:
+                written = _lz4batch.append_frames(target, frames, prev_deltas, first_step, groups, frame_tail, threads)
+            except OSError as error:  # ENOSPC or EFBIG from its pwrite: named by the segment, as the general path's
+                raise OSError(error.errno, f"{self._segment_path(segment)}: {error.strerror} (writing "
+                                           f"{len(prev_deltas)} frames at byte {offset})") from None
             if isinstance(written, int):
                 self.frames_written = first_step + len(prev_deltas)
                 self.bytes_written = position + written
@@ -281,12 +298,14 @@ class FrameRing:
         # most IOV_MAX buffers (1,024 on Linux): an add of more frames (thousands of envs) goes in parts.
         for start in range(0, len(run), _IOV_MAX):
             part = run[start : start + _IOV_MAX]
-            if len(part) == 1:
-                written, length = os.pwrite(descriptor, part[0], offset), len(part[0])
-            else:
-                written, length = os.pwritev(descriptor, part, offset), sum(map(len, part))
-            if written != length:
-                raise OSError(f"{self._segment_path(segment)}: short write ({written} of {length} bytes)")
+            length = sum(map(len, part))
+            try:
+                written = os.pwrite(descriptor, part[0], offset) if len(part) == 1 else os.pwritev(descriptor, part, offset)
+                if written < length:  # a write that only partly fits: the rest then fails with the real cause
+                    _write_rest(descriptor, memoryview(b"".join(part))[written:], offset + written)
+            except OSError as error:
+                raise OSError(error.errno, f"{self._segment_path(segment)}: {error.strerror} (writing {length} bytes "
+                                           f"of frames at byte {offset})") from None
             offset += length
 
     def sync(self) -> None:
@@ -348,6 +367,26 @@ class FrameRing:
                 path.unlink()
 
     # -- reading ---------------------------------------------------------------------------------
+
+    def location(self, frame_step: int) -> tuple[str, int, int]:
+        """Where a written frame's block lies, as its table entry says (which damage may have changed): the
+        segment file (relative to the store's directory, ``frames/K.seg``), its offset there and its length."""
+        entry = self._table[frame_step % self.frame_slots : frame_step % self.frame_slots + 1]
+        position = int(self._format.positions(entry, self.bytes_written)[0])
+        segment, offset = divmod(position, self.segment_bytes)
+        return f"{SEGMENTS_DIR}/{segment_name(segment)}", offset, int(entry["length"][0])
+
+    def entry_location(self, frame_step: int) -> tuple[str, int]:
+        """The frame table file (relative to the store's directory) and the byte offset of a frame's entry."""
+        return frame_table_name(self.generation), (frame_step % self.frame_slots) * self._format.size
+
+    def own_block_intact(self, frame_step: int) -> bool:
+        """Whether a frame's own block lies inside the bytes written and matches its checksum (its
+        references, if any, aside): what tells a damaged frame from one whose reference is damaged."""
+        try:
+            return self.blocks(np.array([frame_step], np.int64), verify=True)[4] < 0
+        except CorruptStoreError:  # outside the bytes written, or its segment missing
+            return False
 
     def prev_deltas(self, frame_steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
         """The ``prev_delta`` link of each frame (0 at an episode's first frame)."""

@@ -35,14 +35,14 @@ import numpy.typing as npt
 from tqdm import tqdm
 
 from mmreplay.disk.atomic_builds import SiblingBuild, check_new_path
-from mmreplay.errors import CorruptStoreError
+from mmreplay.errors import CorruptStoreError, DamagedStoreError
 from mmreplay.hdf5.checks import READ_BLOCK_BYTES, check_input, close_file
 from mmreplay.hdf5.datasets import FIELD_PREFIX, FORMAT_NAMES, LAYOUTS, LayoutWriter, Source
 from mmreplay.hdf5.minari_layout import DATASET_ID, MINARI_FILE, MinariSource, MinariWriter
 from mmreplay.hdf5.mmreplay_layout import MmreplayLayoutSource, MmreplayLayoutWriter
 from mmreplay.copying.feeder import Feeder
 from mmreplay.hdf5.replay import merged
-from mmreplay.store import ReplayStore
+from mmreplay.store import DamagedStore, ReplayStore
 from mmreplay.store.reading.episode_list import Episode
 from mmreplay.validation import parse_positive_int
 
@@ -84,6 +84,30 @@ def export_hdf5(
             raise ValueError(f"dataset_id must look like '[namespace/]name-v0' (Minari's rule); got {dataset_id!r}")
     if len(store) == 0:
         raise ValueError(f"{store.path}: the store holds no transitions: there is nothing to export")
+    try:
+        return _export(store, target, layout, dataset_id, chunk_steps, progress)
+    except CorruptStoreError as error:
+        raise _damage_error(store, error) from None
+
+
+def _damage_error(store: ReplayStore, error: CorruptStoreError) -> CorruptStoreError:
+    """``error``, met reading ``store`` for an export, as the store's first damaged step and the way out; the
+    error itself where a scan of the store finds nothing damaged (a writer overtook the read)."""
+    with DamagedStore(store.path) as scanned:
+        damaged = scanned.scan.damaged_steps
+        found = [damage.describe() for damage in (*scanned.scan.rows, *scanned.scan.frames)][:1]
+    if not len(damaged):
+        return error
+    return DamagedStoreError(
+        f"{store.path}: cannot export: transition {int(damaged[0])} is damaged ({found[0] if found else 'its stacks'}; "
+        f"{len(damaged):,} damaged transitions in all); 'mmreplay salvage' copies every intact transition into a "
+        "new store, which exports"
+    )
+
+
+def _export(store: ReplayStore, target: Path, layout: str, dataset_id: str | None, chunk_steps: int,
+            progress: bool) -> int:
+    """``export_hdf5`` of a store with transitions, its arguments checked."""
     episodes = store.episodes()
     final_stacks = _final_stacks(store, episodes, chunk_steps)
     final_steps = np.array([int(episode.steps[-1]) for episode in episodes], np.int64)

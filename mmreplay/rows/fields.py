@@ -139,6 +139,17 @@ class FieldTable:
             )
         return self.unpack(rows.view(self.dtype).reshape(-1), np.shape(steps))
 
+    def damaged(self, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
+        """Which of the field rows of these steps fail their checksum (``read`` would refuse them)."""
+        flat = np.ascontiguousarray(steps, np.int64).reshape(-1)
+        rows = self._bytes[flat % self.row_slots]
+        bad: npt.NDArray[np.bool_] = rows[:, :4].copy().view("<u4").reshape(-1) != record_checksums(rows[:, 4:], flat)
+        return bad
+
+    def offset_of(self, step: int) -> int:
+        """The byte offset of the field row of ``step`` in the table's file."""
+        return (step % self.row_slots) * self.dtype.itemsize
+
     def unpack(self, rows: npt.NDArray[np.void], batch_shape: tuple[int, ...]) -> FieldArrays:
         """The fields of packed rows, shaped ``(*batch_shape, *field_shape)``."""
         arrays: FieldArrays = {}

@@ -119,13 +119,14 @@ def row_next_deltas(rows: npt.NDArray[np.void]) -> npt.NDArray[np.int64]:
     return read_uint(rows, "next_delta")
 
 
-def row_layout(dtype: np.dtype) -> dict[str, int]:
+def row_layout(dtype: np.dtype, num_envs: int = MAX_ENVS) -> dict[str, int]:
     """The row as the compiled code reads and writes it, which has no offsets of its own:
-    ``_lz4batch.row_layout(**row_layout(dtype))`` checks it once and returns what the row functions take:
-    the row's size, the byte offsets of checksum, next_delta, frame_lead and env, env's width, the offsets
-    of reward, flags and action, action's size, the flag bits TERMINATED, TRUNCATED and DETACHED,
-    next_delta's width and the shift of env in its word (5 where it shares the flags' word, format
-    version 5 on; else 0)."""
+    ``_lz4batch.row_layout(**row_layout(dtype, num_envs))`` checks it once and returns what the row
+    functions take: the row's size, the byte offsets of checksum, next_delta, frame_lead and env, env's
+    width, the offsets of reward, flags and action, action's size, the flag bits TERMINATED, TRUNCATED and
+    DETACHED, next_delta's width, the shift of env in its word (5 where it shares the flags' word, format
+    version 5 on; else 0) and the store's ``num_envs``: a row naming an env of ``num_envs`` or more fails
+    the compiled checks as a row that fails its checksum does."""
     assert dtype.fields is not None
     offsets = {name: dtype.fields[name][1] for name in dtype.names or ()}
     packed = "flags_env" in offsets
@@ -136,7 +137,7 @@ def row_layout(dtype: np.dtype) -> dict[str, int]:
         "reward": offsets["reward"], "flags": offsets[flags], "action": offsets["action"],
         "action_bytes": dtype["action"].itemsize, "terminated": TERMINATED, "truncated": TRUNCATED,
         "detached": DETACHED, "next_delta_bytes": dtype["next_delta"].itemsize,
-        "env_shift": FLAG_BITS if packed else 0,
+        "env_shift": FLAG_BITS if packed else 0, "num_envs": num_envs,
     }
 
 
@@ -169,12 +170,23 @@ _ROW_COPY_BYTES = 256  # the longest row the compiled code unpacks (_c/row_gathe
 _STEP_MIX = 2654435761  # of format version 3's row sum
 
 
-class RowChecksumError(CorruptStoreError):
-    """A row does not match its checksum."""
+class DamagedRowError(CorruptStoreError):
+    """A stored row is damaged: it fails its checksum, or holds a value no row of the store can hold.
+    ``step`` is its transition step, ``offset`` its byte offset in the table's file."""
 
-    def __init__(self, message: str, *, step: int) -> None:
+    def __init__(self, message: str, *, step: int, offset: int = -1) -> None:
         super().__init__(message)
         self.step = step
+        self.offset = offset
+
+
+class RowChecksumError(DamagedRowError):
+    """A row does not match its checksum."""
+
+
+class RowEnvError(DamagedRowError):
+    """A row matches its checksum but names an env the store does not have (``env >= num_envs``): a
+    hand-made or edited file whose checksum was recomputed."""
 
 
 class TransitionTable:
@@ -185,8 +197,10 @@ class TransitionTable:
     """
 
     def __init__(
-        self, path: FileLocation, *, dtype: np.dtype, row_slots: int, writable: bool, version_3: bool = False
+        self, path: FileLocation, *, dtype: np.dtype, row_slots: int, writable: bool, version_3: bool = False,
+        num_envs: int = MAX_ENVS,
     ) -> None:
+        """``num_envs``: the store's (its header's); a row naming a larger env is damaged (``RowEnvError``)."""
         if writable and version_3:
             raise ValueError("a table of format version 3 is read only (its rows carry the old checksum)")
         self._version_3 = version_3
@@ -202,6 +216,7 @@ class TransitionTable:
             raise
         self.path = path
         self.row_slots = row_slots
+        self.num_envs = num_envs
         self._chunk_minimums: dict[int, int] = {}
         self._weights = np.arange(1, 2 * (dtype.itemsize - _V3_UNCHECKED_BYTES), 2, dtype=np.uint64)
         self._row_size = dtype.itemsize
@@ -210,7 +225,7 @@ class TransitionTable:
         self._packed = "flags_env" in (dtype.names or ())  # format version 5: env and flags in one word
         self._flags_env_bytes = dtype["flags_env"].itemsize if self._packed else 0
         # The layout the compiled row functions take, checked by the extension once, here.
-        self._layout = None if _lz4batch is None else _lz4batch.row_layout(**row_layout(dtype))
+        self._layout = None if _lz4batch is None else _lz4batch.row_layout(**row_layout(dtype, num_envs))
         stored_action = dtype["action"]
         # A batch's action: the stored field in native byte order.
         self._action = np.dtype((stored_action.base.newbyteorder("="), stored_action.shape))
@@ -234,9 +249,9 @@ class TransitionTable:
         self.compiled_rows = (self._rows, row_slots, self._layout, version_3) if self._gather_fields else None
 
     @classmethod
-    def create(cls, path: FileLocation, *, dtype: np.dtype, row_slots: int) -> TransitionTable:
+    def create(cls, path: FileLocation, *, dtype: np.dtype, row_slots: int, num_envs: int = MAX_ENVS) -> TransitionTable:
         create_sparse(path, row_slots * dtype.itemsize)
-        return cls(path, dtype=dtype, row_slots=row_slots, writable=True)
+        return cls(path, dtype=dtype, row_slots=row_slots, writable=True, num_envs=num_envs)
 
     def write(
         self,
@@ -384,7 +399,8 @@ class TransitionTable:
         return newest
 
     def read(self, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.void]:
-        """A copy of the rows of these transition steps, each checked against its checksum."""
+        """A copy of the rows of these transition steps, each checked against its checksum and the store's
+        ``num_envs`` (``DamagedRowError`` for the first that fails)."""
         if _lz4batch is not None:
             steps = np.ascontiguousarray(steps, np.int64)
             rows = np.empty(len(steps), self._rows.dtype)
@@ -393,16 +409,40 @@ class TransitionTable:
             rows = self._rows[steps % self.row_slots]
             bad = rows["checksum"] != self._checksums(rows, steps)
             first_bad = int(np.argmax(bad)) if bad.any() else -1
+        if first_bad < 0 and len(rows):
+            beyond = row_envs(rows) >= self.num_envs
+            first_bad = int(np.argmax(beyond)) if beyond.any() else -1
         if first_bad >= 0:
             self._raise_checksum_error(int(steps[first_bad]))
         return rows
 
+    def check(self, steps: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.void], npt.NDArray[np.bool_]]:
+        """A copy of the rows of these steps, unchecked, and which of them are damaged (``read`` would
+        refuse them): what a scan of a damaged table reads, without raising."""
+        steps = np.ascontiguousarray(steps, np.int64)
+        rows = self._rows[steps % self.row_slots]
+        bad: npt.NDArray[np.bool_] = rows["checksum"] != self._checksums(rows, steps)
+        bad |= row_envs(rows) >= self.num_envs
+        return rows, bad
+
+    def offset_of(self, step: int) -> int:
+        """The byte offset of the row of ``step`` in the table's file."""
+        return (step % self.row_slots) * self._row_size
+
+    def problem(self, step: int) -> str:
+        """What is wrong with the row of ``step``: its checksum, or its env (``damaged``'s reasons)."""
+        row = self._rows[step % self.row_slots : step % self.row_slots + 1]
+        env = int(row_envs(row)[0])
+        if int(row["checksum"][0]) == int(self._checksums(row, np.array([step], np.int64))[0]) and env >= self.num_envs:
+            return f"names env {env}, but the store has {self.num_envs} env(s)"
+        return "fails its checksum"
+
     def _raise_checksum_error(self, step: int) -> NoReturn:
-        raise RowChecksumError(
-            f"{self.path}: the row of transition {step} fails its checksum (corrupt, or overwritten since it "
-            "was located)",
-            step=step,
-        )
+        problem = self.problem(step)
+        kind = RowChecksumError if problem == "fails its checksum" else RowEnvError
+        suffix = " (corrupt, or overwritten since it was located)" if kind is RowChecksumError else ""
+        raise kind(f"{self.path}: the row of transition {step} {problem}{suffix}", step=step,
+                   offset=self.offset_of(step))
 
     def read_fields(self, steps: npt.NDArray[np.int64]) -> RowFields:
         """``read``, unpacked into a batch's fields; one compiled call where the extension is built."""

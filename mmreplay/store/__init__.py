@@ -6,12 +6,15 @@ the writer's commits). Its families, in folders: ``reading/`` (the mapped files,
 transition reader, encoded batches, the episode list), ``writing/`` and ``feeds/`` (what ``batches()``
 returns). Beside the façade: ``reads`` (sample, read and episodes as one consistent read),
 ``batch_source`` (the seam the feeds read through), ``passes`` (ordered passes, whole episodes),
-``store_layout`` and ``internals`` (the tests' seam). Feeds import reading and the batch source, writing
+``store_layout`` and ``internals`` (the tests' seam), ``damaged_store`` (a damaged store opened for what is
+intact in it: what ``verify`` and ``salvage`` read through). Feeds import reading and the batch source, writing
 imports reading, and reading no other part of the store (tests/test_layering.py). The store may import
 ``disk``, ``rows``, ``frames``, ``sampling``, ``gpu`` and the base modules; serialization, the command line
 and the integrations import it, never the other way round.
 """
 
+from mmreplay.store.damaged_store import DamagedStore
+from mmreplay.store.reading.damage_scan import Damage, DamageScan
 from mmreplay.store.replay_store import ReplayStore
 
-__all__ = ["ReplayStore"]
+__all__ = ["Damage", "DamageScan", "DamagedStore", "ReplayStore"]

@@ -31,7 +31,12 @@ from mmreplay.frames.wire import EncodedFrames
 from mmreplay.gpu.tensor_batches import TensorBatch, TensorSequenceBatch
 from mmreplay.sampling.samplers import Sampler
 from mmreplay.store import passes, reads
+from mmreplay.frames.ring import FrameChecksumError
+from mmreplay.frames.segment_maps import MissingSegmentError
+from mmreplay.rows.fields import FieldChecksumError
+from mmreplay.rows.transitions import DamagedRowError
 from mmreplay.store.batch_source import BatchSource
+from mmreplay.store.damaged_store import damaged_store_error
 from mmreplay.store.feeds import batch_streams
 from mmreplay.store.feeds.device_batches import DeviceBatches
 from mmreplay.store.feeds.prefetch import Prefetcher
@@ -162,12 +167,20 @@ class ReplayStore(StoreLayout):
         KiB), at most the cores this process may use (its CPU affinity and cgroup CPU quota, read now) and
         at most ``decode_threads`` (None: no cap; 1 to 64); a writer's adds compress the frames of one call
         on them too, from 4 usable cores.
+
+        A store whose rows or frames the open meets damaged raises ``DamagedStoreError``, naming the damage
+        and the way out: ``mmreplay verify`` lists every damaged row and frame, ``mmreplay.salvage`` copies
+        every intact transition into a new store.
         """
         decode_threads = parse_decode_threads(decode_threads)
         schedule = CommitSchedule(commit_every=commit_every, commit_interval_s=commit_interval_s)
-        if parse_mode(mode) == "r+":
-            return cls(Writer.open(Path(path), sampler=sampler, schedule=schedule, decode_threads=decode_threads))
-        return cls(Follower.open(Path(path), sampler=sampler, decode_threads=decode_threads))
+        writable = parse_mode(mode) == "r+"
+        try:
+            if writable:
+                return cls(Writer.open(Path(path), sampler=sampler, schedule=schedule, decode_threads=decode_threads))
+            return cls(Follower.open(Path(path), sampler=sampler, decode_threads=decode_threads))
+        except (DamagedRowError, FieldChecksumError, FrameChecksumError, MissingSegmentError) as error:
+            raise damaged_store_error(path, error) from None
 
     # -- properties ------------------------------------------------------------------------------
 

@@ -95,7 +95,8 @@ py_gather_fields(PyObject *module, PyObject *args)
     for (Py_ssize_t i = 0; i < n; i++) {
         /* Unpack a checked copy: a writer may overwrite the row meanwhile. */
         copy_row(copy, rows + ring_slot(step[i], row_slots) * row_size, row_size);
-        if (bad < 0 && !row_matches(copy, row_size, step[i], table.version_3, layout->unchecked)) {
+        if (bad < 0 && (!row_matches(copy, row_size, step[i], table.version_3, layout->unchecked)
+                        || !row_env_ok(layout, copy))) {
             bad = i;
         }
         ((int64_t *)next_frames.buf)[i] = row_next_frame(layout, copy, step[i]);

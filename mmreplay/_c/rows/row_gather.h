@@ -71,7 +71,8 @@ PyObject *py_gather_rows(PyObject *module, PyObject *args);
 /* gather_fields(rows, steps, out) -> int
  *   gather_rows, unpacked straight into a batch's arrays, out = (next_frames int64, action the rows'
  *   action bytes, which the caller reads in native order, reward float32, terminated and truncated bool,
- *   env_index int64, detached bool), each copy checked: -1, or the first index that fails. rows: as
+ *   env_index int64, detached bool), each copy checked (its checksum, its env below the layout's num_envs):
+ *   -1, or the first index that fails. rows: as
  *   row_layout.h's rows_parse takes it. */
 PyObject *py_gather_fields(PyObject *module, PyObject *args);
 

@@ -89,15 +89,19 @@ py_row_layout(PyObject *module, PyObject *args, PyObject *kwargs)
     (void)module;
     static char *keywords[] = {"size", "checksum", "next_delta", "frame_lead", "env", "env_bytes", "reward", "flags",
                                "action", "action_bytes", "terminated", "truncated", "detached", "next_delta_bytes",
-                               "env_shift", NULL};
-    Py_ssize_t f[15];
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$nnnnnnnnnnnnnnn:row_layout", keywords, &f[0], &f[1], &f[2],
+                               "env_shift", "num_envs", NULL};
+    Py_ssize_t f[16];
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$nnnnnnnnnnnnnnnn:row_layout", keywords, &f[0], &f[1], &f[2],
                                      &f[3], &f[4], &f[5], &f[6], &f[7], &f[8], &f[9], &f[10], &f[11], &f[12], &f[13],
-                                     &f[14])) {
+                                     &f[14], &f[15])) {
         return NULL;
     }
-    if (PyTuple_GET_SIZE(args) != 0 || kwargs == NULL || PyDict_GET_SIZE(kwargs) != 15) {
-        PyErr_SetString(PyExc_TypeError, "row_layout takes its 15 fields by keyword");
+    if (PyTuple_GET_SIZE(args) != 0 || kwargs == NULL || PyDict_GET_SIZE(kwargs) != 16) {
+        PyErr_SetString(PyExc_TypeError, "row_layout takes its 16 fields by keyword");
+        return NULL;
+    }
+    if (f[15] < 1) {
+        PyErr_Format(PyExc_ValueError, "row layout: num_envs is %zd; expected at least 1", f[15]);
         return NULL;
     }
     Py_ssize_t size = f[0], env_bytes = f[5], next_delta_bytes = f[13], env_shift = f[14];
@@ -139,7 +143,7 @@ py_row_layout(PyObject *module, PyObject *args, PyObject *kwargs)
                           .action_bytes = f[9], .terminated = (unsigned char)f[10],
                           .truncated = (unsigned char)f[11], .detached = (unsigned char)f[12],
                           .next_delta_bytes = (int)next_delta_bytes, .env_shift = (int)env_shift,
-                          .unchecked = unchecked};
+                          .unchecked = unchecked, .num_envs = (int64_t)f[15]};
     PyObject *capsule = PyCapsule_New(layout, CAPSULE_NAME, free_layout);
     if (capsule == NULL) {
         PyMem_Free(layout);

@@ -24,7 +24,16 @@ typedef struct {
     unsigned char terminated, truncated, detached;
     int next_delta_bytes, env_shift;
     Py_ssize_t unchecked;
+    int64_t num_envs; /* a row whose env is num_envs or more is damaged, as one that fails its checksum */
 } RowLayout;
+
+/* Whether a row's env lies below num_envs (a row that passes its checksum may still name an env the store
+ * does not have: a header edited, a checksum recomputed). */
+static inline int
+row_env_ok(const RowLayout *layout, const unsigned char *row)
+{
+    return (int64_t)(read_le(row + layout->env, layout->env_bytes) >> layout->env_shift) < layout->num_envs;
+}
 
 /* The env of a row. */
 static inline int64_t
@@ -51,16 +60,17 @@ int rows_parse(PyObject *rows, RowsArgument *parsed, int writable, const char *f
 void rows_release(RowsArgument *parsed);
 
 /* row_layout(*, size, checksum, next_delta, frame_lead, env, env_bytes, reward, flags, action, action_bytes,
- *            terminated, truncated, detached, next_delta_bytes, env_shift) -> capsule
+ *            terminated, truncated, detached, next_delta_bytes, env_shift, num_envs) -> capsule
  *   (mmreplay.rows.transitions.row_layout's fields, by keyword) ValueError, naming the field, when a
  *   field lies outside the row or where the checksum cannot cover it, a width is not one the row may
- *   hold, or a flag is not a single bit of its own (below env_shift where env shares the flags' word). */
+ *   hold, a flag is not a single bit of its own (below env_shift where env shares the flags' word), or
+ *   num_envs is below 1. A row whose env is num_envs or more fails the row functions' checks. */
 PyObject *py_row_layout(PyObject *module, PyObject *args, PyObject *kwargs);
 
 #define ROW_LAYOUT_METHODS                                                                                         \
     {"row_layout", (PyCFunction)(void (*)(void))py_row_layout, METH_VARARGS | METH_KEYWORDS,                       \
      "row_layout(*, size, checksum, next_delta, frame_lead, env, env_bytes, reward, flags, action, action_bytes,\n" \
-     "           terminated, truncated, detached, next_delta_bytes, env_shift) -> capsule\n\n"                    \
+     "           terminated, truncated, detached, next_delta_bytes, env_shift, num_envs) -> capsule\n\n"                    \
      "The transition row's layout (mmreplay.rows.transitions.row_layout), checked, for the row functions."},
 
 #endif

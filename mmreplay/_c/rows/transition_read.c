@@ -15,7 +15,7 @@
 
 /* The rows of steps: checked copies, unpacked into the batch's arrays (as gather_fields), discount 0
  * where one terminated, and each next_obs frame step as its stack's newest. 1, or 0 when a row fails its
- * checksum or is DETACHED (the caller's general path reads the batch). n > 0. */
+ * checksum, names an env beyond num_envs or is DETACHED (the caller's general path reads the batch). n > 0. */
 static int
 read_rows(const RowsArgument *table, const int64_t *step, Py_ssize_t n, const RowArrays *arrays, float *discount,
           int64_t *frames, Py_ssize_t columns, const FrameTable *ring)
@@ -31,7 +31,7 @@ read_rows(const RowsArgument *table, const int64_t *step, Py_ssize_t n, const Ro
     unsigned char copy[ROW_COPY_BYTES];
     for (Py_ssize_t i = 0; i < n; i++) {
         copy_row(copy, rows + ring_slot_near(step[i], row_anchor, row_slots) * row_size, row_size);
-        if (!row_matches(copy, row_size, step[i], table->version_3, layout->unchecked)
+        if (!row_matches(copy, row_size, step[i], table->version_3, layout->unchecked) || !row_env_ok(layout, copy)
             || (copy[layout->flags] & layout->detached) != 0) {
             return 0;
         }

@@ -70,6 +70,7 @@ class MappedFiles:
             row_slots=layout.row_slots,
             writable=writable,
             version_3=format_version == 3,
+            num_envs=layout.num_envs,
         )
         self.field_table = (
             FieldTable(directory / header.FIELDS_NAME, specs=layout.fields, row_slots=layout.row_slots,
