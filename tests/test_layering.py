@@ -19,7 +19,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "mmreplay"
 
 # The top-level modules, each placed in a layer; every folder is a layer of its own (or part of one).
 TOP_LEVEL = {
-    "base": {"errors", "extensions", "extras", "validation", "limits", "batch", "__init__", "__main__"},
+    "base": {"errors", "extensions", "extras", "validation", "limits", "process_memory", "batch", "__init__",
+             "__main__"},
     "integrations": {"recorder"},
 }
 FOLDER_LAYERS = {
