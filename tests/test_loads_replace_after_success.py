@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -150,3 +151,138 @@ def test_torchrl_loads_into_a_storage_with_no_store_yet_leaves_nothing_on_failur
         fresh.loads(tmp_path / "checkpoint")
     assert siblings(tmp_path / "own" / "a.mmr") == []  # neither c.mmr nor a partial copy of it
     assert len(fresh) == 0
+
+
+# -- SB3: load_replay_buffer ------------------------------------------------------------------------
+
+
+def sb3_model(path: Path) -> object:
+    """A DQN on SB3's FakeImageEnv whose MmreplayBuffer at ``path`` holds 40 transitions (no training)."""
+    pytest.importorskip("stable_baselines3")
+    from stable_baselines3 import DQN
+
+    from mmreplay.sb3 import MmreplayBuffer
+    from tests.test_sb3 import image_env
+
+    model = DQN("CnnPolicy", image_env(), buffer_size=100, learning_starts=1000, device="cpu", seed=0,
+                replay_buffer_class=MmreplayBuffer, replay_buffer_kwargs={"path": path})
+    model.learn(40)
+    model.replay_buffer.flush()
+    return model
+
+
+def test_sb3_load_replay_buffer_of_a_truncated_pickle_keeps_the_models_buffer_and_store(tmp_path: Path) -> None:
+    model = sb3_model(tmp_path / "own" / "dqn.mmr")
+    own = tmp_path / "own" / "dqn.mmr"
+    model.save_replay_buffer(tmp_path / "replay.pkl")
+    pickled = (tmp_path / "replay.pkl").read_bytes()
+    (tmp_path / "replay.pkl").write_bytes(pickled[: len(pickled) // 2])
+    buffer, files = model.replay_buffer, tree_signature(own)
+    with pytest.raises(pickle.UnpicklingError, match="truncated"):
+        model.load_replay_buffer(tmp_path / "replay.pkl")
+    assert model.replay_buffer is buffer and buffer.size() == 40
+    assert tree_signature(own) == files and siblings(own) == []
+    model.learn(8, reset_num_timesteps=False)  # the buffer goes on with its store
+    assert buffer.size() == 48
+
+
+def test_sb3_load_replay_buffer_whose_store_is_damaged_keeps_the_models_buffer_and_store(tmp_path: Path) -> None:
+    model = sb3_model(tmp_path / "own" / "dqn.mmr")
+    other = sb3_model(tmp_path / "other" / "dqn.mmr")
+    own = tmp_path / "own" / "dqn.mmr"
+    other.save_replay_buffer(tmp_path / "replay.pkl")
+    other.replay_buffer.close()
+    header = tmp_path / "other" / "dqn.mmr" / "header.json"
+    header.write_bytes(header.read_bytes().replace(b'"transitions_added"', b'"transitions_addeD"'))
+    buffer, files = model.replay_buffer, tree_signature(own)
+    with pytest.raises(CorruptStoreError):
+        model.load_replay_buffer(tmp_path / "replay.pkl")
+    assert model.replay_buffer is buffer and buffer.size() == 40
+    assert tree_signature(own) == files and siblings(own) == []
+    assert siblings(tmp_path / "other" / "dqn.mmr") == []
+
+
+# -- import_hdf5 and import_dopamine ------------------------------------------------------------------
+
+
+def fail_adds_after(monkeypatch: pytest.MonkeyPatch, successful: int) -> None:
+    """Make every ``ReplayStore.add`` after the first ``successful`` raise ENOSPC, as a full disk does."""
+    import errno
+
+    real_add, calls = ReplayStore.add, []
+
+    def add(self: ReplayStore, *args: object, **kwargs: object) -> None:
+        calls.append(1)
+        if len(calls) > successful:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_add(self, *args, **kwargs)
+
+    monkeypatch.setattr(ReplayStore, "add", add)
+
+
+def small_hdf5(tmp_path: Path) -> Path:
+    pytest.importorskip("h5py")
+    from mmreplay import export_hdf5
+    from tests.test_hdf5 import record_vector_store
+
+    with record_vector_store(tmp_path / "source.mmr") as store:
+        export_hdf5(store, tmp_path / "data.h5")
+    return tmp_path / "data.h5"
+
+
+def test_import_hdf5_that_fails_part_way_leaves_no_store_and_no_partial_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mmreplay import import_hdf5
+
+    dataset = small_hdf5(tmp_path)
+    fail_adds_after(monkeypatch, 5)
+    with pytest.raises(OSError, match="No space left"):
+        import_hdf5(dataset, tmp_path / "imported.mmr")
+    assert sorted(os.listdir(tmp_path)) == ["data.h5", "source.mmr"]
+
+
+def test_import_hdf5_onto_an_existing_store_refuses_it_and_leaves_it_as_it_was(tmp_path: Path) -> None:
+    from mmreplay import import_hdf5
+
+    dataset = small_hdf5(tmp_path)
+    files = tree_signature(tmp_path / "source.mmr")
+    with pytest.raises(FileExistsError, match="the path already exists"):
+        import_hdf5(dataset, tmp_path / "source.mmr")
+    assert tree_signature(tmp_path / "source.mmr") == files
+    assert sorted(os.listdir(tmp_path)) == ["data.h5", "source.mmr"]
+
+
+def dopamine_checkpoints(tmp_path: Path) -> Path:
+    from tests.test_dopamine import DopamineRing
+
+    ring = DopamineRing(capacity=64)
+    ring.play([list(range(1, 12)), list(range(20, 31)), list(range(40, 47))])
+    directory = tmp_path / "ckpt"
+    directory.mkdir()
+    ring.save(directory, 0, episode_ends=True)
+    return directory
+
+
+def test_import_dopamine_that_fails_part_way_leaves_no_store_and_no_partial_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mmreplay import import_dopamine
+
+    directory = dopamine_checkpoints(tmp_path)
+    fail_adds_after(monkeypatch, 5)
+    with pytest.raises(OSError, match="No space left"):
+        import_dopamine(directory, tmp_path / "imported.mmr")
+    assert sorted(os.listdir(tmp_path)) == ["ckpt"]
+
+
+def test_import_dopamine_onto_an_existing_store_refuses_it_and_leaves_it_as_it_was(tmp_path: Path) -> None:
+    from mmreplay import import_dopamine
+
+    directory = dopamine_checkpoints(tmp_path)
+    assert import_dopamine(directory, tmp_path / "imported.mmr") > 0
+    files = tree_signature(tmp_path / "imported.mmr")
+    with pytest.raises(FileExistsError, match="the path already exists"):
+        import_dopamine(directory, tmp_path / "imported.mmr")
+    assert tree_signature(tmp_path / "imported.mmr") == files
+    assert sorted(os.listdir(tmp_path)) == ["ckpt", "imported.mmr"]
