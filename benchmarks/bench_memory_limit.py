@@ -225,7 +225,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def markdown(summary: list[dict[str, Any]], stores: dict[str, dict[str, Any]], args: argparse.Namespace,
              host: dict[str, Any], cgroup_version: int) -> str:
     lines = [f"Sampling `sample({args.batch_size})` uniform, from a fresh process in a {args.limit_mb} MB memory "
-             f"cgroup (v{cgroup_version}; the last row: a cgroup without a limit, on a machine of "
+             f"cgroup (v{cgroup_version}; 'no limit': a cgroup without a limit, on a machine of "
              f"{host['mem_total'] / 2**30:.0f} GiB; disk read-ahead {host['read_ahead_kb']} KiB), store pages "
              f"evicted before each run, {args.seconds:g} s a run, "
              f"{summary[0]['rounds']} rounds of this tree and the base alternating ({host['date']}, {host['cpu']}, "
@@ -257,6 +257,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--cases", nargs="+", choices=["larger than the limit", "fits", "large, no limit"],
+                        help="run only these cases (default: all three)")
     parser.add_argument("--drop-caches", action="store_true", help="also drop the whole page cache before a run")
     parser.add_argument("--json", type=Path, help="append each run and the summary as JSON lines")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
@@ -286,6 +288,7 @@ def main(argv: list[str] | None = None) -> None:
     cases = {"larger than the limit": (args.dir / "large.mmr", limit), "fits": (args.dir / "fits.mmr", limit),
              "large, no limit": (args.dir / "large.mmr", None)}
     stores = {"larger than the limit": large, "fits": fits, "large, no limit": large}
+    cases = {name: case for name, case in cases.items() if args.cases is None or name in args.cases}
     host = machine(args.dir)
     rows = []
     for turn in range(args.rounds):

@@ -13,6 +13,7 @@ or unreadable means no figure from it, never an error.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,10 +56,20 @@ def _mib(nbytes: int) -> str:
 
 
 def _read(path: Path) -> str | None:
+    """A small file's text (at most 1 MiB: a mountinfo of many mounts); ``None`` where it cannot be read."""
     try:
-        return path.read_text(encoding="ascii", errors="replace")
+        descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except (OSError, ValueError):
         return None
+    try:
+        chunks = []
+        while sum(map(len, chunks)) < 1 << 20 and (chunk := os.read(descriptor, 1 << 16)):
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)
+    return b"".join(chunks).decode("ascii", "replace")
 
 
 def _read_int(path: Path) -> int | None:
@@ -165,27 +176,81 @@ def _level_room(directory: Path, version: int) -> CgroupRoom | None:
     """One cgroup directory's limit and usage, or ``None`` where it sets no limit (or its files are gone)."""
     if version == 2:
         limit = _read_int(directory / "memory.max")
-        usage = _read_int(directory / "memory.current")
-        reclaimable = ("active_file", "inactive_file")
+        usage_file, reclaimable = "memory.current", ("active_file", "inactive_file")
     else:
         limit = _read_int(directory / "memory.limit_in_bytes")
-        usage = _read_int(directory / "memory.usage_in_bytes")
-        reclaimable = ("total_active_file", "total_inactive_file")
+        usage_file, reclaimable = "memory.usage_in_bytes", ("total_active_file", "total_inactive_file")
         if limit is not None and limit >= _V1_UNLIMITED:
             limit = None
+    usage = None if limit is None else _read_int(directory / usage_file)
     if limit is None or usage is None:
         return None
     usage = max(0, usage - _file_pages(_read(directory / "memory.stat"), reclaimable))
     return CgroupRoom(version, directory, limit, usage)
 
 
+def cgroup_levels(root: Path = Path("/")) -> tuple[int, list[Path]]:
+    """The process's memory cgroup and each cgroup above it, up to the cgroup file system's mount point.
+
+    The v1 memory controller is read where ``/proc/self/cgroup`` names one (a hybrid system mounts v2
+    without the memory controller), v2 otherwise.
+
+    Args:
+        root: The directory the system's ``/proc`` and cgroup file systems are under.
+
+    Returns:
+        The cgroup version and the directories, the process's own first; no directory where nothing
+        names one.
+    """
+    v1, v2 = _own_cgroups(root)
+    mounts = _cgroup_mounts(root)
+    version, cgroup = (1, v1) if v1 is not None and 1 in mounts else (2, v2)
+    if cgroup is None or version not in mounts:
+        return version, []
+    mount_root, mount_point = mounts[version]
+    top = root / mount_point.relative_to("/")
+    directory = _cgroup_directory(root, cgroup, mount_root, mount_point)
+    levels = [directory]
+    while directory != top and top in directory.parents:
+        directory = directory.parent
+        levels.append(directory)
+    return version, levels
+
+
+class MemoryProbe:
+    """Reads the memory this process may use, again at each call, from the cgroups found once (when the
+    probe is made: a store's reader makes one when it opens)."""
+
+    def __init__(self, root: Path = Path("/")) -> None:
+        """``root``: the directory the system's ``/proc`` and cgroup file systems are under."""
+        self.root = root
+        self.version, self.levels = cgroup_levels(root)
+
+    def cgroup_room(self) -> CgroupRoom | None:
+        """The tightest room of the cgroup levels (``None`` where none sets a limit)."""
+        tightest = None
+        for directory in self.levels:
+            level = _level_room(directory, self.version)
+            if level is not None and (tightest is None or level.room < tightest.room):
+                tightest = level
+        return tightest
+
+    def usable(self) -> UsableMemory:
+        """The lower of ``MemAvailable`` and the cgroups' room, read now, with its source."""
+        available, cgroup = mem_available(self.root), self.cgroup_room()
+        if cgroup is not None and (available is None or cgroup.room < available):
+            return UsableMemory(cgroup.room, cgroup.describe(), available, cgroup)
+        if available is not None:
+            return UsableMemory(available, "MemAvailable", available, cgroup)
+        return UsableMemory(None, "unknown", None, None)
+
+
 def cgroup_room(root: Path = Path("/")) -> CgroupRoom | None:
     """The tightest room the process's memory cgroup and the cgroups above it leave.
 
-    The v1 memory controller is read where ``/proc/self/cgroup`` names one (a hybrid system mounts v2
-    without the memory controller), v2 otherwise. Each level from the process's cgroup up to the cgroup
-    file system's mount point is read; a level without a limit (v2 ``max``, v1's largest counter, or no
-    file) does not count.
+    Each level from the process's cgroup up to the cgroup file system's mount point is read
+    (``cgroup_levels``); a level without a limit (v2 ``max``, v1's largest counter, or no file) does
+    not count.
 
     Args:
         root: The directory the system's ``/proc`` and cgroup file systems are under.
@@ -193,22 +258,7 @@ def cgroup_room(root: Path = Path("/")) -> CgroupRoom | None:
     Returns:
         The level with the least room, or ``None`` where no level sets a limit or nothing can be read.
     """
-    v1, v2 = _own_cgroups(root)
-    mounts = _cgroup_mounts(root)
-    version, cgroup = (1, v1) if v1 is not None and 1 in mounts else (2, v2)
-    if cgroup is None or version not in mounts:
-        return None
-    mount_root, mount_point = mounts[version]
-    top = root / mount_point.relative_to("/")
-    directory = _cgroup_directory(root, cgroup, mount_root, mount_point)
-    tightest = None
-    while True:
-        level = _level_room(directory, version)
-        if level is not None and (tightest is None or level.room < tightest.room):
-            tightest = level
-        if directory == top or top not in directory.parents:
-            return tightest
-        directory = directory.parent
+    return MemoryProbe(root).cgroup_room()
 
 
 def usable_memory(root: Path = Path("/")) -> UsableMemory:
@@ -220,9 +270,4 @@ def usable_memory(root: Path = Path("/")) -> UsableMemory:
     Returns:
         The figure with its source; ``bytes`` is ``None`` where neither can be read.
     """
-    available, cgroup = mem_available(root), cgroup_room(root)
-    if cgroup is not None and (available is None or cgroup.room < available):
-        return UsableMemory(cgroup.room, cgroup.describe(), available, cgroup)
-    if available is not None:
-        return UsableMemory(available, "MemAvailable", available, cgroup)
-    return UsableMemory(None, "unknown", None, None)
+    return MemoryProbe(root).usable()

@@ -40,7 +40,7 @@ def segment_flags(store_path: Path) -> list[set[str]]:
 def test_segments_map_for_random_reads_only_when_they_outgrow_the_page_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, available: int, random_access: bool
 ) -> None:
-    monkeypatch.setattr(segment_maps, "usable_memory", lambda: UsableMemory(available, "test", available, None))
+    monkeypatch.setattr(segment_maps.SegmentMaps, "usable_memory", lambda _: UsableMemory(available, "test", available, None))
     path = tmp_path / "store.mmr"
     with ReplayStore.create(path, frame_shape=(8, 8), capacity=50, stack_size=2) as store:
         for i in range(60):
@@ -79,8 +79,8 @@ def test_mapped_segments_take_the_new_policy_when_the_usable_memory_shrinks(
 ) -> None:
     path = noise_store(tmp_path / "store.mmr")
     memory = {"bytes": 1 << 50}
-    monkeypatch.setattr(segment_maps, "usable_memory",
-                        lambda: UsableMemory(memory["bytes"], "test", memory["bytes"], None))
+    monkeypatch.setattr(segment_maps.SegmentMaps, "usable_memory",
+                        lambda _: UsableMemory(memory["bytes"], "test", memory["bytes"], None))
     with ReplayStore.open(path, "r") as reader:
         reader.read([10])  # maps the first segment, read-around
         assert [("rr" in f) for f in segment_flags(reader.path)] == [False]
@@ -96,8 +96,8 @@ def test_mapped_segments_take_the_new_policy_when_the_usable_memory_shrinks(
 
 def test_page_cache_advice_names_the_policy_and_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = noise_store(tmp_path / "store.mmr")
-    monkeypatch.setattr(segment_maps, "usable_memory",
-                        lambda: UsableMemory(8 << 20, "cgroup v2 /job: limit 9 MiB - usage 1 MiB", 1 << 40, None))
+    monkeypatch.setattr(segment_maps.SegmentMaps, "usable_memory",
+                        lambda _: UsableMemory(8 << 20, "cgroup v2 /job: limit 9 MiB - usage 1 MiB", 1 << 40, None))
     with ReplayStore.open(path, "r") as reader:
         advice = reader.page_cache_advice()
         assert (advice.policy, advice.segment_files_bytes, advice.memory.bytes) == ("random", 5 << 20, 8 << 20)
@@ -110,7 +110,7 @@ def test_page_cache_advice_names_the_policy_and_why(tmp_path: Path, monkeypatch:
 def test_info_says_which_page_cache_policy_and_why(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     path = noise_store(tmp_path / "store.mmr")
-    monkeypatch.setattr(segment_maps, "usable_memory", lambda: UsableMemory(10 << 20, "MemAvailable", 10 << 20, None))
+    monkeypatch.setattr(segment_maps.SegmentMaps, "usable_memory", lambda _: UsableMemory(10 << 20, "MemAvailable", 10 << 20, None))
     assert main(["info", str(path), "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["page_cache"] == {"policy": "read-around", "reason": "segment files 5 MiB <= half of 10 MiB "

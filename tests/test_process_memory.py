@@ -239,3 +239,19 @@ def test_the_real_system_gives_a_figure_on_linux() -> None:
     memory = usable_memory()
     assert memory.bytes is not None and memory.bytes > 0 and memory.mem_available is not None
     assert memory.bytes <= memory.mem_available
+
+
+def test_a_probe_finds_the_cgroups_once_and_reads_their_figures_at_each_call(tmp_path: Path) -> None:
+    from mmreplay.process_memory import MemoryProbe
+
+    meminfo(tmp_path, 8 * 1024 * 1024)
+    write(tmp_path, "proc/self/mountinfo", V2_MOUNTS)
+    write(tmp_path, "proc/self/cgroup", "0::/job\n")
+    v2_level(tmp_path, "/job", str(300 * MIB), 100 * MIB)
+    probe = MemoryProbe(tmp_path)
+    assert probe.levels == [tmp_path / "sys/fs/cgroup/job", tmp_path / "sys/fs/cgroup"]
+    assert probe.usable().bytes == 200 * MIB
+    v2_level(tmp_path, "/job", str(300 * MIB), 250 * MIB)  # the job's usage grew
+    assert probe.usable().bytes == 50 * MIB
+    v2_level(tmp_path, "/job", "max", 250 * MIB)  # and its limit was lifted
+    assert probe.usable().source == "MemAvailable"

@@ -16,7 +16,7 @@ from mmreplay.disk.header import SEGMENTS_DIR, segment_name
 from mmreplay.disk.store_directory import FileLocation, StoreDirectory, open_regular
 from mmreplay.errors import CorruptStoreError
 from mmreplay.frames.page_cache import RANDOM, READ_AROUND, ReadAdvice, read_advice
-from mmreplay.process_memory import usable_memory
+from mmreplay.process_memory import MemoryProbe, UsableMemory
 
 
 class MissingSegmentError(CorruptStoreError):
@@ -41,6 +41,7 @@ class SegmentMaps:
         self._maps: dict[int, tuple[mmap.mmap, memoryview]] = {}
         self.cached: tuple[int, list[memoryview]] | None = None  # (first segment, views) of the last batch
         self.policy = READ_AROUND  # the advice the mapped segments have (the kernel's default until one says)
+        self._memory: MemoryProbe | None = None  # made at the first advice: the process's cgroups, found once
 
     def path(self, segment: int) -> FileLocation:
         return self.directory / SEGMENTS_DIR / segment_name(segment)
@@ -118,8 +119,21 @@ class SegmentMaps:
     def advice(self) -> ReadAdvice:
         """The page-cache policy for the segment files as they are now (``page_cache.read_advice``),
         with the memory the process may use read again."""
-        segment_files = sum(1 for _ in (self.directory / SEGMENTS_DIR).glob("*.seg"))
-        return read_advice(segment_files * self.segment_bytes, usable_memory())
+        return read_advice(self._segment_files() * self.segment_bytes, self.usable_memory())
+
+    def _segment_files(self) -> int:
+        """How many segment files the store has now (the names listed, no file opened)."""
+        if isinstance(self.directory, StoreDirectory):
+            names = self.directory.names(SEGMENTS_DIR)
+        else:
+            names = os.listdir(self.directory / SEGMENTS_DIR)
+        return sum(1 for name in names if name.endswith(".seg"))
+
+    def usable_memory(self) -> UsableMemory:
+        """The memory the process may use, read now (``process_memory.MemoryProbe``)."""
+        if self._memory is None:
+            self._memory = MemoryProbe()
+        return self._memory.usable()
 
     def _advise(self, advice: ReadAdvice, segment: int) -> None:
         """Give a newly mapped segment the policy ``advice`` says; where the policy changed (the store
