@@ -62,7 +62,7 @@ def _read(path: Path) -> str | None:
     except (OSError, ValueError):
         return None
     try:
-        chunks = []
+        chunks: list[bytes] = []
         while sum(map(len, chunks)) < 1 << 20 and (chunk := os.read(descriptor, 1 << 16)):
             chunks.append(chunk)
     except OSError:
