@@ -19,7 +19,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "mmreplay"
 
 # The top-level modules, each placed in a layer; every folder is a layer of its own (or part of one).
 TOP_LEVEL = {
-    "base": {"errors", "extensions", "extras", "validation", "limits", "batch", "__init__", "__main__"},
+    "base": {"errors", "extensions", "extras", "validation", "limits", "process_memory", "batch", "__init__",
+             "__main__"},
     "integrations": {"recorder"},
 }
 FOLDER_LAYERS = {
@@ -51,8 +52,9 @@ ALLOWED = {
     # names their leftovers.
     "integrations": {"store", "store.reading.episode_list", "disk.atomic_builds", "layer:serialization"},
     # The integration packages build on the package's own names (``from mmreplay import ...``), its
-    # samplers and the validators; never storage.
-    "public-api": {"sampling.samplers", "validation"},
+    # samplers and the validators; never storage. A load builds its copy beside the store it replaces
+    # (atomic_builds.SiblingBuild), as imports do.
+    "public-api": {"sampling.samplers", "validation", "disk.atomic_builds"},
 }
 # Only these modules import a third-party codec or file format directly.
 THIRD_PARTY_OWNERS = {
@@ -213,9 +215,10 @@ def test_the_import_reader_sees_each_form_of_import() -> None:
 
 # The integration packages (mmreplay/ray/, mmreplay/rllib/, mmreplay/torchrl/) build on the public API: the package's own
 # names (``from mmreplay import ...``), its samplers and the validators; never storage.
-# They may name their extra when its dependencies are missing (``extras.require``).
+# They may name their extra when its dependencies are missing (``extras.require``). TorchRL's loads build
+# their copy beside the store they replace (``atomic_builds.SiblingBuild``), as imports do.
 INTEGRATION_PACKAGES = {"ray": {"sampling.samplers", "validation", "extras"}, "rllib": {"extras"},
-                        "torchrl": {"validation", "extras"}, "tianshou": {"validation", "extras"}}
+                        "torchrl": {"validation", "extras", "disk.atomic_builds"}, "tianshou": {"validation", "extras"}}
 
 
 @pytest.mark.parametrize("package", sorted(INTEGRATION_PACKAGES))

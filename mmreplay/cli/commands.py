@@ -224,9 +224,15 @@ def _info(arguments: argparse.Namespace) -> int:
             "compression_ratio": round(raw / on_disk, 2) if raw and on_disk else None,  # none without frames
             "compiled_code": extensions.summary(),
         }
-    width = max(len(key) for key in info)
+        advice = store.page_cache_advice()
+    # How this process would map the segments to sample them, and why (the machine's or the cgroup's memory).
+    info["page_cache"] = {"policy": advice.policy, "reason": advice.reason,
+                          "segment_files_bytes": advice.segment_files_bytes, "usable_memory": advice.memory.bytes,
+                          "memory_source": advice.memory.source}
+    text = {**info, "page_cache": f"{advice.policy}: {advice.reason}"}
+    width = max(len(key) for key in text)
     _print(arguments, info, "\n".join(f"{key.replace('_', ' '):<{width}}  {'n/a' if value is None else value}"
-                                      for key, value in info.items()))
+                                      for key, value in text.items()))
     return 0
 
 

@@ -15,7 +15,10 @@ at its name, so a directory made just before a cleaner looked is never lost from
 is either locked in time or taken for a leftover, and then its builder makes another.
 
 Paths are refused where ``cp`` would refuse them: the target must not exist and its parent directory
-must; nothing is created on the way.
+must; nothing is created on the way. A build that replaces what is at its target (``replace=True``: a
+load into a buffer's own store) exchanges the finished result with it in one step
+(``directory_swap.exchange``), so a process killed at any moment leaves the old target or the complete
+result there, never neither; the old one, then inside the build directory, goes with it.
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ import shutil
 from pathlib import Path
 from types import TracebackType
 
+from mmreplay.disk import directory_swap
 from mmreplay.disk.files import fsync_directory, make_sibling_directory, sibling_names
 
-PURPOSES = ("exporting", "importing", "converting", "salvaging")
+PURPOSES = ("exporting", "importing", "converting", "salvaging", "loading")
 _OPEN_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _ATTEMPTS = 100
 
@@ -37,6 +41,11 @@ def check_new_path(target: Path, what: str) -> None:
     """Refuse ``target`` as ``cp`` would: it must not exist, and its parent directory must. Only checks."""
     if target.exists() or target.is_symlink():
         raise FileExistsError(f"cannot create {what} at {str(target)!r}: the path already exists")
+    check_parent(target, what)
+
+
+def check_parent(target: Path, what: str) -> None:
+    """Refuse ``target`` unless its parent is an existing directory. Only checks."""
     parent = target.parent
     if parent.exists() and not parent.is_dir():
         raise NotADirectoryError(f"cannot create {what} at {str(target)!r}: {str(parent)!r} is a file, not a "
@@ -125,32 +134,47 @@ def _locked_directory(target: Path, purpose: str) -> tuple[Path, int]:
 
 class SiblingBuild:
     """A hidden, locked directory beside ``target`` to build in; ``commit(built)`` renames ``built`` to
-    ``target``.
+    ``target`` (or, with ``replace=True``, exchanges it with the directory there).
 
     Use it with ``with``: leaving the block removes the directory (and whatever was not committed).
-    Creating it checks ``target`` (``check_new_path``), then removes the leftovers of killed builds for
-    the same target.
+    Creating it checks ``target`` (``check_new_path``; with ``replace``, only its parent), then removes
+    the leftovers of killed builds for the same target.
     """
 
-    def __init__(self, target: Path, purpose: str, what: str) -> None:
+    def __init__(self, target: Path, purpose: str, what: str, *, replace: bool = False) -> None:
         if purpose not in PURPOSES:
             raise ValueError(f"purpose must be one of {PURPOSES}; got {purpose!r}")
-        check_new_path(target, what)
+        check_parent(target, what) if replace else check_new_path(target, what)
         remove_leftovers(target)
-        self.target, self.what = target, what
+        self.target, self.what, self.replace = target, what, replace
         self.directory, self._descriptor = _locked_directory(target, purpose)
 
     def commit(self, built: Path) -> None:
-        """Rename ``built`` (inside the build directory, complete and closed) to the target, durably, and
-        remove the then empty build directory."""
-        if self.target.exists() or self.target.is_symlink():
+        """Put ``built`` (inside the build directory, complete and closed) at the target, durably, and
+        remove the build directory: a rename, or where ``replace`` and the target is a directory, an
+        atomic exchange, after which the old directory is removed with the build directory.
+
+        Raises:
+            FileExistsError: The target appeared while it was built (without ``replace``), or it is
+                not a directory (with ``replace``).
+            NotImplementedError: The system cannot exchange two directories atomically (the target is
+                left as it was).
+        """
+        present = self.target.exists() or self.target.is_symlink()
+        if present and not self.replace:
             raise FileExistsError(f"cannot create {self.what} at {str(self.target)!r}: the path appeared "
                                   "while it was being built")
+        if present and (self.target.is_symlink() or not self.target.is_dir()):
+            raise FileExistsError(f"cannot replace {str(self.target)!r} with {self.what}: it is not a directory")
         for entry in os.scandir(self.directory):  # all else first: after the rename, nothing is left to remove
             if entry.path != str(built):
                 shutil.rmtree(entry.path) if entry.is_dir(follow_symlinks=False) else os.unlink(entry.path)
-        os.rename(built, self.target)
-        os.rmdir(self.directory)  # a kill just before leaves an empty leftover: the next build removes it
+        if present:
+            directory_swap.exchange(built, self.target)  # ``built`` names the old directory from now on
+            shutil.rmtree(self.directory, ignore_errors=True)  # what stays goes with the next build's leftovers
+        else:
+            os.rename(built, self.target)
+            os.rmdir(self.directory)  # a kill just before leaves an empty leftover: the next build removes it
         fsync_directory(self.target.parent)
 
     def close(self) -> None:

@@ -52,6 +52,7 @@ from mmreplay.frames.frame_entries import (
     frame_entry,
     frame_seed,
 )
+from mmreplay.frames.page_cache import ReadAdvice
 from mmreplay.frames.segment_maps import SegmentMaps
 from mmreplay.limits import check_mapping
 from mmreplay.rows import stacking
@@ -560,6 +561,10 @@ class FrameRing:
             "table is corrupt, or the frame was overwritten since it was located",
             frame_step=int(frame_steps[i]),
         )
+
+    def read_advice(self) -> ReadAdvice:
+        """The page-cache policy the segment maps are given now (``SegmentMaps.advice``)."""
+        return self._maps.advice()
 
     def close(self) -> None:
         self._maps.close()

@@ -15,6 +15,8 @@ import numpy.typing as npt
 from mmreplay.disk.header import SEGMENTS_DIR, segment_name
 from mmreplay.disk.store_directory import FileLocation, StoreDirectory, open_regular
 from mmreplay.errors import CorruptStoreError
+from mmreplay.frames.page_cache import RANDOM, READ_AROUND, ReadAdvice, read_advice
+from mmreplay.process_memory import MemoryProbe, UsableMemory
 
 
 class MissingSegmentError(CorruptStoreError):
@@ -23,19 +25,6 @@ class MissingSegmentError(CorruptStoreError):
     def __init__(self, message: str, *, frame_step: int | None = None) -> None:
         super().__init__(message)
         self.frame_step = frame_step
-
-
-def _available_memory() -> int | None:
-    """The kernel's estimate of memory available without swapping (MemAvailable), in bytes; None where
-    /proc/meminfo cannot tell (not Linux)."""
-    try:
-        with open("/proc/meminfo", "rb") as meminfo:
-            for line in meminfo:
-                if line.startswith(b"MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 class SegmentMaps:
@@ -51,6 +40,8 @@ class SegmentMaps:
         self._table_path = table_path
         self._maps: dict[int, tuple[mmap.mmap, memoryview]] = {}
         self.cached: tuple[int, list[memoryview]] | None = None  # (first segment, views) of the last batch
+        self.policy = READ_AROUND  # the advice the mapped segments have (the kernel's default until one says)
+        self._memory: MemoryProbe | None = None  # made at the first advice: the process's cgroups, found once
 
     def path(self, segment: int) -> FileLocation:
         return self.directory / SEGMENTS_DIR / segment_name(segment)
@@ -68,12 +59,11 @@ class SegmentMaps:
                 if os.fstat(file.fileno()).st_size < self.segment_bytes:
                     raise CorruptStoreError(f"{path}: segment file is truncated{needed_by}")
                 mapping = mmap.mmap(file.fileno(), self.segment_bytes, access=mmap.ACCESS_READ)
-            if self._outgrows_page_cache():
-                mapping.madvise(mmap.MADV_RANDOM)
         except FileNotFoundError:
             raise MissingSegmentError(f"{path}: segment file is missing{needed_by}", frame_step=frame_step) from None
         view = memoryview(mapping)
         self._maps[segment] = (mapping, view)
+        self._advise(self.advice(), segment)
         return view
 
     def covering(
@@ -126,20 +116,35 @@ class SegmentMaps:
         for segment in list(self._maps):
             self.unmap(segment)
 
-    def _outgrows_page_cache(self) -> bool:
-        """Whether the segment files take more than half of the memory the system has available.
+    def advice(self) -> ReadAdvice:
+        """The page-cache policy for the segment files as they are now (``page_cache.read_advice``),
+        with the memory the process may use read again."""
+        return read_advice(self._segment_files() * self.segment_bytes, self.usable_memory())
 
-        Sampling reads frames at random. A page fault on a mapped file normally reads the disk's whole
-        read-ahead window around the page (8 MiB on the development VM): a store that fits in memory is
-        then cached after a few seconds of sampling, but in one that does not, each fault reads megabytes
-        to use one frame and evicts what the next faults need, about a batch a second. Such a store's
-        segments are mapped with MADV_RANDOM, which reads just the pages a frame lies on. On a cold
-        3M-transition Pong store (0.9 GB): 143-166 batches in the first second against 5-96 with
-        read-around, which had cached the whole store after about two seconds and then ran 15x faster;
-        with MADV_RANDOM it stayed near 200 batches/s, the rate a store larger than memory keeps.
-        """
-        available = _available_memory()
-        if available is None or not hasattr(mmap, "MADV_RANDOM"):
-            return False
-        segment_files = sum(1 for _ in (self.directory / SEGMENTS_DIR).glob("*.seg"))
-        return segment_files * self.segment_bytes > available // 2
+    def _segment_files(self) -> int:
+        """How many segment files the store has now (the names listed, no file opened)."""
+        if isinstance(self.directory, StoreDirectory):
+            names = self.directory.names(SEGMENTS_DIR)
+        else:
+            names = os.listdir(self.directory / SEGMENTS_DIR)
+        return sum(1 for name in names if name.endswith(".seg"))
+
+    def usable_memory(self) -> UsableMemory:
+        """The memory the process may use, read now (``process_memory.MemoryProbe``)."""
+        if self._memory is None:
+            self._memory = MemoryProbe()
+        return self._memory.usable()
+
+    def _advise(self, advice: ReadAdvice, segment: int) -> None:
+        """Give a newly mapped segment the policy ``advice`` says; where the policy changed (the store
+        grew, or the memory the process may use shrank or grew), every mapped segment gets it."""
+        if advice.policy != self.policy:
+            self.policy = advice.policy
+            targets = list(self._maps.values())
+        elif advice.random:
+            targets = [self._maps[segment]]
+        else:
+            return
+        flag = mmap.MADV_RANDOM if advice.policy == RANDOM else mmap.MADV_NORMAL
+        for mapping, _ in targets:
+            mapping.madvise(flag)

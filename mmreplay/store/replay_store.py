@@ -26,6 +26,7 @@ import numpy.typing as npt
 
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.errors import ClosedStoreError
+from mmreplay.frames.page_cache import ReadAdvice
 from mmreplay.frames.reference_scheme import ReferenceScheme
 from mmreplay.frames.wire import EncodedFrames
 from mmreplay.gpu.tensor_batches import TensorBatch, TensorSequenceBatch
@@ -227,6 +228,24 @@ class ReplayStore(StoreLayout):
     def bytes_on_disk(self) -> int:
         """Bytes the store's files occupy on disk (allocated blocks, so sparse files count what is written)."""
         return self._files.bytes_on_disk()
+
+    def page_cache_advice(self) -> ReadAdvice:
+        """How this process reads the store's segment files through the page cache, and why.
+
+        Segment files that take more than half of the memory the process may use (the lower of the
+        machine's ``MemAvailable`` and its memory cgroup's limit minus usage) are mapped with
+        ``MADV_RANDOM``, so that a sampled frame reads its own pages, not the disk's read-ahead window
+        around them. The figures are read again each time a segment is mapped; this reads them now.
+
+        Returns:
+            The record: ``policy`` (``"random"`` or ``"read-around"``), ``segment_files_bytes``,
+            ``memory`` (the bytes and their source) and ``reason`` in words.
+
+        Raises:
+            ClosedStoreError: The store is closed.
+        """
+        self._files.check_open("tell its page-cache policy")
+        return self._files.frames.read_advice()
 
     def missing_files(self, limit: int = 1000) -> list[str]:
         """The files the committed contents need that are not there (the transition table, the frame

@@ -6,7 +6,9 @@
 this storage creates has offset 0; a copy numbers its steps from 0 again, and its offset keeps every
 transition at the slot it had (so a RoundRobinWriter's cursor and a sampler's indices stay valid).
 
-A copy goes through the public store API only: each stored transition is read (``iterate``) and added to
+A copy is built beside what it replaces and exchanged with it only once complete (``build_copy``,
+``dump_copy``): a load that fails leaves the buffer's own store as it was. It goes through the public
+store API only: each stored transition is read (``iterate``) and added to
 a new store with the same layout, its env and episode kept (an episode whose start was evicted is added
 as a fragment), frames compressed once again. Priorities (a store created with a ``PrioritizedSampler``)
 are carried over to within float32 rounding: they are read back from the sum tree's leaves.
@@ -16,8 +18,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay import CorruptStoreError, PrioritizedSampler, ReplayStore, Sampler, UniformSampler
+from mmreplay.disk.atomic_builds import SiblingBuild
 from mmreplay.torchrl.layout import TensorDictLayout
 
 LAYOUT_NAME = "torchrl.json"
@@ -193,23 +196,57 @@ def _copy_priorities(source: ReplayStore, target: ReplayStore) -> None:
 
 
 def dump_copy(store: ReplayStore, layout: TensorDictLayout, slot_offset: int, target: Path, lanes: dict[str, object]) -> None:
-    """Write a copy of ``store`` to ``target/store`` (built beside it, then swapped in: a crash leaves the
-    previous dump or the new one) and the lanes to ``target/storage.json``."""
-    building, final, old = target / ".store.partial", target / DUMPED_STORE, target / ".store.old"
-    for leftover in (building, old):
-        if leftover.exists():
-            shutil.rmtree(leftover)
-    with create_like(store, building, commit_interval_s=None) as copy:
-        copy_transitions(store, copy)
-        save_layout(building, layout, (store.stored_steps.start + slot_offset) % store.capacity)
-    if final.exists():
-        os.replace(final, old)
-    os.replace(building, final)
-    if old.exists():
-        shutil.rmtree(old)
+    """Write a copy of ``store`` to ``target/store`` (built beside it, then exchanged with the previous
+    dump in one step: a crash leaves the previous dump or the new one) and the lanes to
+    ``target/storage.json``."""
+    final = Path(os.path.realpath(target / DUMPED_STORE))
+    with SiblingBuild(final, "exporting", "a dump", replace=True) as build:
+        building = build.directory / DUMPED_STORE
+        with create_like(store, building, commit_interval_s=None) as copy:
+            copy_transitions(store, copy)
+            save_layout(building, layout, (store.stored_steps.start + slot_offset) % store.capacity)
+        build.commit(building)
     temporary = target / (DUMP_NAME + ".tmp")
     write_side_file(temporary, json.dumps({"lanes": lanes}), sync=False)
     os.replace(temporary, target / DUMP_NAME)
+
+
+def build_copy(source: ReplayStore, path: Path, layout: TensorDictLayout, slot_offset: int, *,
+               before_swap: Callable[[], Callable[[], None]]) -> Path:
+    """Replace the store at ``path`` (if any) by a copy of ``source`` with ``layout`` and ``slot_offset``
+    saved beside it, only once the copy is complete.
+
+    The copy is built in a hidden directory beside ``path`` (``disk.atomic_builds``) and exchanged with
+    the store there in one step: a failure or a kill before leaves the old store as it was (and the
+    build directory goes, now or with the next build), one after leaves the complete copy.
+
+    Args:
+        source: The store to copy (read only).
+        path: Where the copy goes (a link is followed: the copy replaces the store it points to).
+        layout: The TensorDict layout saved beside the copy.
+        slot_offset: The copy's slot offset.
+        before_swap: Called once the copy is complete, just before the exchange (the caller closes its
+            store there); it returns what to call where the exchange then fails (reopen it).
+
+    Returns:
+        The path the copy is at now (``path`` with links resolved).
+
+    Raises:
+        CorruptStoreError: A row or frame of ``source`` fails its checksum (nothing is replaced).
+    """
+    target = Path(os.path.realpath(path))
+    with SiblingBuild(target, "loading", "a store", replace=True) as build:
+        built = build.directory / "store"
+        with create_like(source, built, commit_interval_s=None) as copy:
+            copy_transitions(source, copy)
+        save_layout(built, layout, slot_offset)
+        undo = before_swap()
+        try:
+            build.commit(built)
+        except BaseException:
+            undo()
+            raise
+    return target
 
 
 def read_dump(target: Path) -> dict[str, object]:

@@ -14,8 +14,7 @@ capacity`` (see ``persistence``); ``max_size`` is the store's capacity.
 from __future__ import annotations
 
 import os
-import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from multiprocessing.context import get_spawning_popen
 from pathlib import Path
 from typing import Any
@@ -372,16 +371,26 @@ class MmreplayStorage(TensorStorage):
             )
         if source.capacity != self.max_size:
             raise ValueError(f"the store at {str(source.path)!r} holds max_size={source.capacity}; this storage {self.max_size}")
-        if self._store is not None:
-            self._store.close()
-            shutil.rmtree(self.path)
-            self._store = None
-        store = persistence.create_like(source, self.path, commit_interval_s=self._arguments.commit_interval_s)
-        persistence.copy_transitions(source, store)
+        built = persistence.build_copy(source, self.path, layout, (source.stored_steps.start + offset) % self._capacity,
+                                       before_swap=self._release_store)
         self._slot_offset = (source.stored_steps.start + offset) % self._capacity
-        persistence.save_layout(self.path, layout, self._slot_offset)
-        self._store, self._layout = store, layout
+        self._store = ReplayStore.open(built, "r+", commit_interval_s=self._arguments.commit_interval_s)
+        self._layout = layout
         self.initialized = True
+
+    def _release_store(self) -> Callable[[], None]:
+        """Commit and close this storage's store before it is swapped out; returns what reopens it (in
+        the mode it had) where the swap then fails."""
+        store = self._store
+        if store is None:
+            return lambda: None
+        mode = store.mode
+        store.close()
+
+        def reopen() -> None:
+            self._store = ReplayStore.open(self.path, mode, commit_interval_s=self._arguments.commit_interval_s)
+
+        return reopen
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickling commits the store and keeps its path: an unpickled storage reads it, and takes the
