@@ -27,6 +27,7 @@ FOLDER_LAYERS = {
     "hdf5": "serialization", "dopamine": "serialization", "copying": "serialization",
     "cli": "integrations", "sb3": "integrations",
     "ray": "public-api", "rllib": "public-api", "torchrl": "public-api",
+    "d3rlpy": "public-api",
 }
 # What each layer may import from the package besides its own layer and the base modules: whole folders
 # (``"disk/"``), single modules (``"store.reading.episode_list"``; ``"store"`` is the folder's __init__, its public
