@@ -103,7 +103,8 @@ class MmreplayReplayBuffer(ReplayBufferBase):  # type: ignore[misc]
                 and ``terminated``; one array of observations per step.
             frame_stack: The ``n_frames`` of the ``FrameStackTransitionPicker`` the episodes are meant for
                 (1: none); ``(1, 84, 84)`` steps are stored as ``(84, 84)`` frames.
-            capacity: The store's capacity; None: the episodes' steps.
+            capacity: The store's capacity; None: the episodes' steps (no room left: give a capacity to
+                append afterwards without evicting them).
             action_size, action_space, rng, final_observation: As the class takes them; the action size
                 defaults to the episodes' largest action plus one (discrete) or the action's size.
 
@@ -114,6 +115,8 @@ class MmreplayReplayBuffer(ReplayBufferBase):  # type: ignore[misc]
             TypeError, ValueError: episodes the store cannot hold, before the store is created.
         """
         stack = parse_positive_int(frame_stack, "frame_stack")
+        opening.parse_final_observation(final_observation)
+        opening.parse_buffer_rng(rng)
         layout = opening.episodes_layout(episodes, stack)
         for number, episode in enumerate(episodes):
             check_episode(episode, layout, number)
@@ -279,8 +282,10 @@ class MmreplayReplayBuffer(ReplayBufferBase):  # type: ignore[misc]
 
     @property
     def episodes(self) -> EpisodeViews:
-        """The stored episodes, oldest first, as lazy d3rlpy episodes (each read when first used)."""
-        return EpisodeViews(self._index.episode_count, self._view)
+        """The stored episodes, oldest first, as lazy d3rlpy episodes (each indexing makes a view, read when
+        first used and kept while it lives); those d3rlpy counts no transition of are not listed."""
+        listed = self._index.listed()
+        return EpisodeViews(len(listed), lambda e: self._view(int(listed[e])))
 
     def _view(self, e: int) -> StoreEpisode:
         steps, count, terminated, size = self._index.episode(e)
@@ -289,6 +294,11 @@ class MmreplayReplayBuffer(ReplayBufferBase):  # type: ignore[misc]
 
     def size(self) -> int:
         return self._index.episode_count
+
+    def locate(self, number: int) -> tuple[StoreEpisode, int]:
+        """d3rlpy's transition ``number`` as (the view of its episode, its index there)."""
+        located = self._index.locate(np.array([number], dtype=np.int64))
+        return self._view(int(located.episode[0])), int(located.position[0])
 
     @property
     def buffer(self) -> StoreTransitions:
@@ -366,8 +376,7 @@ class StoreTransitions:
         count = self.transition_count
         if not -count <= number < count:
             raise IndexError(f"transition {number} is not among the buffer's {count}")
-        located = self._replay_buffer._index.locate(np.array([number % count], dtype=np.int64))  # noqa: SLF001
-        return self._replay_buffer.episodes[int(located.episode[0])], int(located.position[0])
+        return self._replay_buffer.locate(number % count)
 
 
 def _split(rows: Batch, count: int) -> tuple[Batch, Batch]:

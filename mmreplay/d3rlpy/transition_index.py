@@ -100,7 +100,13 @@ class TransitionIndex:
 
     @property
     def episode_count(self) -> int:
-        return len(self._length)
+        """The episodes d3rlpy lists: those with a transition it counts (its buffer never sees the others,
+        such as a truncated episode of one step)."""
+        return len(self.listed())
+
+    def listed(self) -> npt.NDArray[np.int64]:
+        """The positions of the episodes d3rlpy lists, oldest first."""
+        return np.flatnonzero(self.kept() > 0).astype(np.int64)
 
     def kept(self) -> npt.NDArray[np.int64]:
         """Each episode's transitions as d3rlpy counts them."""
