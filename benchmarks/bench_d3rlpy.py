@@ -134,6 +134,7 @@ def main() -> None:
         buffers = {"d3rlpy": theirs, "mmreplay": ours}
         result["transition_batches_per_s"] = rates(buffers, lambda b: b.sample_transition_batch(32), args.rounds, 20)
         result["trajectory_batches_per_s"] = rates(buffers, lambda b: b.sample_trajectory_batch(16, 20), args.rounds, 5)
+        print(json.dumps(result), flush=True)  # the figures so far, before the (long) training runs
         makers = {
             "DQN": lambda: d3rlpy.algos.DQNConfig(batch_size=32),
             "DiscreteCQL": lambda: d3rlpy.algos.DiscreteCQLConfig(batch_size=32),
