@@ -29,3 +29,9 @@ echo "--- Ray and RLlib (mmreplay.ray, mmreplay.rllib, the manual's Ray and RLli
 .venv-ray/bin/python -m pytest -q tests/test_ray_sharded.py tests/test_ray_cluster.py tests/test_rllib_buffer.py \
   tests/test_encoded.py tests/test_readme.py -k "not test_readme or ray-sharded or rllib-buffer" "$@"
 
+echo "--- d3rlpy (mmreplay.d3rlpy and its guide's example): their own venv, .venv-d3rlpy, since d3rlpy 2.8.1 pins gymnasium 1.0.0"
+[ -x .venv-d3rlpy/bin/python ] || python3 -m venv .venv-d3rlpy
+.venv-d3rlpy/bin/python -m pip install --quiet --upgrade pip "setuptools>=77"
+.venv-d3rlpy/bin/python -m pip install --quiet "torch==2.13.0"
+.venv-d3rlpy/bin/python -m pip install --quiet -e ".[d3rlpy,test]" ale-py opencv-python-headless
+.venv-d3rlpy/bin/python -m pytest -q tests/test_d3rlpy.py tests/test_readme.py -k "not test_readme or d3rlpy" "$@"

@@ -29,6 +29,7 @@ FOLDER_LAYERS = {
     "cli": "integrations", "sb3": "integrations",
     "ray": "public-api", "rllib": "public-api", "torchrl": "public-api",
     "tianshou": "public-api",
+    "d3rlpy": "public-api",
 }
 # What each layer may import from the package besides its own layer and the base modules: whole folders
 # (``"disk/"``), single modules (``"store.reading.episode_list"``; ``"store"`` is the folder's __init__, its public

@@ -353,6 +353,18 @@ def check_encoded(namespace: dict[str, Any]) -> None:
     np.testing.assert_array_equal(batch.obs, again.obs)
 
 
+def setup_d3rlpy_offline(namespace: dict[str, Any]) -> None:
+    """A run of the DQN Replay Dataset's layout (Dopamine checkpoints, written here: the dataset is a download)."""
+    pytest.importorskip("d3rlpy", reason="d3rlpy is not installed here: scripts/test.sh's d3rlpy stage runs this example")
+    write_dopamine_checkpoints(Path("dqn_replay/Pong/1/replay_logs"), [49, 50])
+
+
+def check_d3rlpy_offline(namespace: dict[str, Any]) -> None:
+    dataset, cql = namespace["dataset"], namespace["cql"]
+    assert dataset.transition_count == 11 and dataset.size() == 2  # two terminated episodes of 6 and 5 steps
+    assert cql.impl is not None and dataset.sample_transition_batch(4).observations.shape == (4, 4, 84, 84)
+
+
 # The Ray examples run on a local Ray cluster started once for this module (``ray_cluster``), at small
 # sizes: each ``(page text, replacement)`` must be found in the example, so that an edit of the page
 # that the test no longer matches fails here instead of running unbounded.
@@ -369,6 +381,7 @@ SMALL_SIZES = {
     ],
     "rllib-buffer": [('"capacity": 1_000_000', '"capacity": 1_000')],
     "torchrl": [("1_000_000", "1_000"), ("total_frames=10_000_000", "total_frames=64")],
+    "d3rlpy-offline": [("n_steps=1_000_000, n_steps_per_epoch=10_000", "n_steps=4, n_steps_per_epoch=4, show_progress=False")],
     # the same pipeline without a GPU: device="cpu" (no pinning, no copy)
     "gpu-batches": [('device="cuda"', 'device="cpu"')],
 }
@@ -457,6 +470,7 @@ EXAMPLES: dict[str, tuple[Callable[[dict[str, Any]], None], Callable[[dict[str, 
     "gpu-batches": (setup_gpu_batches, check_gpu_batches),
     "ray-sharded": (setup_ray_sharded, check_ray_sharded),
     "rllib-buffer": (setup_rllib_buffer, check_rllib_buffer),
+    "d3rlpy-offline": (setup_d3rlpy_offline, check_d3rlpy_offline),
 }
 # The examples that run on the module's Ray cluster.
 RAY_EXAMPLES = {"ray-sharded", "rllib-buffer"}
@@ -581,6 +595,8 @@ NOT_RUN = {
     "cd mmreplay": "the clone's directory, before pip install",
     ".venv/bin/python benchmarks/report.py": "the benchmark report: about an hour",
     ".venv/bin/mmreplay": "the CLI on the demo's store: the same commands run below on a store made here",
+    "python -m venv .venv-d3rlpy": "d3rlpy's own environment: scripts/test.sh's d3rlpy stage makes it",
+    ".venv-d3rlpy/bin/pip install": "installs d3rlpy's own environment: scripts/test.sh's d3rlpy stage does",
 }
 
 
