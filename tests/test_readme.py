@@ -365,6 +365,27 @@ def check_d3rlpy_offline(namespace: dict[str, Any]) -> None:
     assert cql.impl is not None and dataset.sample_transition_batch(4).observations.shape == (4, 4, 84, 84)
 
 
+def setup_tianshou(namespace: dict[str, Any]) -> None:
+    """The page's Collector takes a Tianshou algorithm built elsewhere: a random policy over Pong's actions
+    stands in for it, and ``run_name`` names the run."""
+    pytest.importorskip("tianshou", reason="Tianshou is not installed here: pip install '.[tianshou]'")
+    import gymnasium as gym
+    from tianshou.algorithm.algorithm_base import RandomActionPolicy
+
+    namespace["algorithm"] = RandomActionPolicy(gym.spaces.Discrete(6))
+    namespace["run_name"] = "pong"
+
+
+def check_tianshou(namespace: dict[str, Any]) -> None:
+    collector, buffer = namespace["collector"], namespace["buffer"]
+    collector.reset()
+    collector.collect(n_step=16, random=True)  # the actions of the env's own action space
+    assert len(buffer) == 16 and buffer[np.arange(16)].obs_next.shape == (16, 4, 84, 84)
+    namespace["envs"].close()
+    for store in buffer.stores:
+        store.close()
+
+
 # The Ray examples run on a local Ray cluster started once for this module (``ray_cluster``), at small
 # sizes: each ``(page text, replacement)`` must be found in the example, so that an edit of the page
 # that the test no longer matches fails here instead of running unbounded.
@@ -381,6 +402,7 @@ SMALL_SIZES = {
     ],
     "rllib-buffer": [('"capacity": 1_000_000', '"capacity": 1_000')],
     "torchrl": [("1_000_000", "1_000"), ("total_frames=10_000_000", "total_frames=64")],
+    "tianshou": [("1_000_000, 8", "64, 2"), ("range(8)", "range(2)")],
     "d3rlpy-offline": [("n_steps=1_000_000, n_steps_per_epoch=10_000", "n_steps=4, n_steps_per_epoch=4, show_progress=False")],
     # the same pipeline without a GPU: device="cpu" (no pinning, no copy)
     "gpu-batches": [('device="cuda"', 'device="cpu"')],
@@ -471,6 +493,7 @@ EXAMPLES: dict[str, tuple[Callable[[dict[str, Any]], None], Callable[[dict[str, 
     "ray-sharded": (setup_ray_sharded, check_ray_sharded),
     "rllib-buffer": (setup_rllib_buffer, check_rllib_buffer),
     "d3rlpy-offline": (setup_d3rlpy_offline, check_d3rlpy_offline),
+    "tianshou": (setup_tianshou, check_tianshou),
 }
 # The examples that run on the module's Ray cluster.
 RAY_EXAMPLES = {"ray-sharded", "rllib-buffer"}
