@@ -178,25 +178,18 @@ def apply(
     if taken > units or runs > taken or start < at:
         raise ValueError("the block's numbers do not fit the frame")
     frame_units = np.frombuffer(reference, np.uint8).reshape(units, unit).copy()
-    if runs == 0:
-        if at != start or taken != 0:
+    position, copied = 0, 0
+    for _ in range(runs):
+        skip, at = _get(data, at)
+        take, at = _get(data, at)
+        position += skip
+        if take == 0 or position + take > units or copied + take > taken or at > start:
             raise ValueError("the block's runs do not fit the frame")
-        return frame_units.tobytes()
-    # the runs' numbers at once: each ends at its first byte that is not 255 (see _put)
-    header = np.frombuffer(data, np.uint8, start - at, at)
-    ends = np.flatnonzero(header != 255)
-    if len(ends) != 2 * runs or ends[-1] != len(header) - 1:
+        frame_units[position : position + take] = np.frombuffer(data, np.uint8, take * unit,
+                                                                start + copied * unit).reshape(take, unit)
+        position, copied = position + take, copied + take
+    if at != start or copied != taken:
         raise ValueError("the block's runs do not fit the frame")
-    sums = np.cumsum(header, dtype=np.int64)[ends]
-    values = sums.copy()
-    values[1:] -= sums[:-1]
-    skips, takes = values[0::2], values[1::2]
-    copied_before = np.cumsum(takes) - takes
-    positions = np.cumsum(skips) + copied_before  # where each run starts
-    if takes.min() == 0 or int(takes.sum()) != taken or int(positions[-1] + takes[-1]) > units:
-        raise ValueError("the block's runs do not fit the frame")
-    where = np.repeat(positions - copied_before, takes) + np.arange(taken)
-    frame_units[where] = np.frombuffer(data, np.uint8, taken * unit, start).reshape(taken, unit)
     return frame_units.tobytes()
 
 
