@@ -5,11 +5,14 @@ manual's mkdocstrings renders as tables; each docstring opens with one sentence 
 
 Public: the names in ``__all__`` of the package and of each integration that imports here (an integration
 whose library is not installed is skipped, with the reason), a class's methods and properties defined in
-mmreplay (not those it inherits from another library), and its constructor's parameters, documented in the
+mmreplay, its own or inherited from a base class of mmreplay's (not those it inherits from another
+library), and its constructor's parameters, documented in the
 class docstring (``merge_init_into_class``).
 
 The figure check was widened after its first version: it also catches ratios (``0.9x``, not a shape's
 ``84x84``) and ``on N cores``, which it missed in ``create``'s and ``sample_encoded``'s docstrings.
+Members a class inherits from a base of mmreplay's (``ReplayStore``'s from ``StoreLayout``, a batch's
+``to_torch``) are checked too: the API page shows them, and the first version looked at ``vars(cls)`` only.
 """
 
 from __future__ import annotations
@@ -59,7 +62,11 @@ def _callables(module_name: str) -> Iterator[tuple[str, Callable[..., Any], str]
             continue
         if inspect.isclass(obj):
             yield f"{module_name}.{name}", obj, "class"
-            for attribute, value in vars(obj).items():
+            members: dict[str, Any] = {}  # inherited from a base of mmreplay's too: the API page shows them
+            for base in reversed(obj.__mro__):
+                if _is_ours(base):
+                    members.update(vars(base))
+            for attribute, value in members.items():
                 if attribute.startswith("_"):
                     continue
                 if isinstance(value, property) and value.fget is not None:
