@@ -13,6 +13,8 @@ The figure check was widened after its first version: it also catches ratios (``
 ``84x84``) and ``on N cores``, which it missed in ``create``'s and ``sample_encoded``'s docstrings.
 Members a class inherits from a base of mmreplay's (``ReplayStore``'s from ``StoreLayout``, a batch's
 ``to_torch``) are checked too: the API page shows them, and the first version looked at ``vars(cls)`` only.
+A class raises when constructing one does (its own ``__init__``, a dataclass's ``__post_init__``); the first
+version parsed a class without an ``__init__`` of its own whole, so that a method's ``raise`` was the class's.
 """
 
 from __future__ import annotations
@@ -157,8 +159,12 @@ def _problems(name: str, function: Callable[..., Any], kind: str) -> list[str]:
                 problems.append(f"{name}: no Yields section")
         elif "Returns" not in sections:
             problems.append(f"{name}: no Returns section")
-    raiser = function.__init__ if kind == "class" and _is_ours(function.__init__) else function  # type: ignore[misc]
-    if kind != "property" and _raises(raiser) and "Raises" not in sections:
+    if kind == "class":  # what constructing one runs: its own __init__ or a dataclass's __post_init__
+        raisers = [vars(function)[name] for name in ("__init__", "__post_init__")
+                   if inspect.isfunction(vars(function).get(name)) and _is_ours(vars(function)[name])]
+    else:
+        raisers = [function]
+    if kind != "property" and any(_raises(raiser) for raiser in raisers) and "Raises" not in sections:
         problems.append(f"{name}: raises, and has no Raises section")
     return problems
 
