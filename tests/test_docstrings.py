@@ -41,7 +41,7 @@ FIGURE = re.compile(
     r"\b\d[\d,.]*\s?(us|µs|ms|ns|batches/s|adds/s|transitions/s|GB/s|MB/s)\b|\b\d+-core\b|\bH200\b|development VM"
     r"|(?<![\dx])\d+(\.\d+)?x\b|\bon \d+ cores\b",
 )
-ABBREVIATIONS = re.compile(r"\b(e\.g|i\.e|etc|vs|cf|approx|No)\.|\d\.\d|\.\.\.|\.[a-z_]")
+ABBREVIATIONS = re.compile(r"\b(e\.g|i\.e|etc|vs|cf|approx|No|et al)\.|\d\.\d|\.\.\.|\.[a-z_]")
 
 
 def _module(name: str) -> Any:
