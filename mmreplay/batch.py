@@ -18,10 +18,18 @@ class _Record:
     def to_torch(
         self, device: torch.device | str | int | None = None, *, pin_memory: bool = False
     ) -> dict[str, torch.Tensor]:
-        """The fields as torch tensors (torch is imported only here). On the CPU no pixels are copied:
-        ``obs`` and ``next_obs`` share the batch's memory; ``pin_memory`` copies into page-locked memory
-        for faster transfers to a GPU ``device``. User fields come as ``"fields.<name>"`` keys (one flat
-        dict of tensors, as ``torch.save`` and a ``TensorDict`` take it)."""
+        """The record's arrays as torch tensors, torch imported only here.
+
+        On the CPU no pixels are copied: ``obs`` and ``next_obs`` share the batch's memory.
+
+        Args:
+            device: where the tensors go (None: stay on the CPU).
+            pin_memory: copy into page-locked memory first, for faster transfers to a GPU ``device``.
+
+        Returns:
+            One flat dict of tensors by field name, user fields as ``"fields.<name>"`` keys (as
+            ``torch.save`` and a ``TensorDict`` take it).
+        """
         import torch
 
         tensors: dict[str, torch.Tensor] = {}
@@ -41,9 +49,14 @@ class _Record:
 
     @property
     def fields(self) -> dict[str, npt.NDArray[np.generic]]:
-        """The user fields (``ReplayStore.create(fields=...)``) by name, each with the record's leading
-        axes; empty for a store without any. Not a dataclass field, so ``dataclasses.fields`` of a record
-        lists its arrays only (the constructor takes them as ``user_fields``)."""
+        """The user fields (``ReplayStore.create(fields=...)``) by name, each with the record's leading axes.
+
+        Empty for a store without any. Not a dataclass field, so ``dataclasses.fields`` of a record lists
+        its arrays only (the constructor takes them as ``user_fields``).
+
+        Returns:
+            The user fields' arrays by name.
+        """
         user: dict[str, npt.NDArray[np.generic]] = getattr(self, "user_fields")
         return user
 
@@ -59,14 +72,26 @@ class _Record:
 class Batch(_Record):
     """A batch of transitions, each field with a leading batch axis.
 
-    ``index`` is each transition's step (its position among all transitions ever added, never reused);
-    pass it back to ``update_priorities``. ``env_index`` says which env produced it. ``weight`` is the
-    importance weight (1 under uniform sampling) and ``discount`` the factor for bootstrapping from
-    ``next_obs``: gamma^m after m reward steps (1 from ``read``), times 0 when the last of them
-    terminated, so that ``reward + discount * Q(next_obs)`` is the target (as dm_env, Acme and TF-Agents
-    read it). ``obs`` and ``next_obs`` are views of one array and share ``stack_size - 1`` frames, but
-    in a batch that holds a transition whose final next_obs was stored as given (not obs shifted), and
-    in n-step batches, they share none.
+    ``obs`` and ``next_obs`` are views of one array and share ``stack_size - 1`` frames, but in a batch
+    that holds a transition whose final next_obs was stored as given (not obs shifted), and in n-step
+    batches, they share none.
+
+    Attributes:
+        obs: (B, stack_size, *frame_shape) of the store's ``frame_dtype`` (uint8 by default).
+        action: (B, *action_shape) of the store's ``action_dtype``.
+        reward: (B,) float32; an n-step batch's discounted sum of its window's rewards.
+        next_obs: (B, stack_size, *frame_shape), the obs to bootstrap from.
+        terminated: (B,) bool: the task ended, do not bootstrap.
+        truncated: (B,) bool: cut by a time limit or the caller.
+        index: (B,) int64, each transition's step (its position among all transitions ever added, never
+            reused); pass it back to ``update_priorities``.
+        env_index: (B,) int64, which env produced each transition.
+        weight: (B,) float32 importance weights (1 under uniform sampling).
+        discount: (B,) float32, the factor for bootstrapping from ``next_obs``: gamma^m after m reward
+            steps (1 from ``read``), times 0 when the last of them terminated, so that
+            ``reward + discount * Q(next_obs)`` is the target (as dm_env, Acme and TF-Agents read it).
+        user_fields: the user fields (``create(fields=...)``) by name, each with the batch axis in front,
+            read as ``batch.fields``; n-step windows give their first transition's.
     """
 
     obs: npt.NDArray[np.generic]  # of the store's frame_dtype (uint8 by default)
@@ -117,10 +142,22 @@ class Batch(_Record):
 
 @dataclass(frozen=True, repr=False)
 class SequenceBatch(_Record):
-    """Windows of consecutive transitions of one env and episode: fields shaped (B, length, ...).
+    """Windows of consecutive transitions of one env and episode, fields shaped (B, length, ...).
 
-    ``mask`` is False past the episode's end or the env's newest transition; there the fields are zero
-    and ``index`` is -1. ``env_index`` and ``weight`` are per window.
+    Attributes:
+        obs: (B, length, stack_size, *frame_shape) of the store's ``frame_dtype``.
+        action: (B, length, *action_shape).
+        reward: (B, length) float32.
+        next_obs: (B, length, stack_size, *frame_shape).
+        terminated: (B, length) bool.
+        truncated: (B, length) bool.
+        mask: (B, length) bool, False past the episode's end or the env's newest transition; there the
+            fields are zero and ``index`` is -1.
+        index: (B, length) int64 steps, -1 where ``mask`` is False.
+        env_index: (B,) int64, each window's env.
+        weight: (B,) float32, each window's importance weight.
+        user_fields: the user fields by name, (B, length, *shape), zero where ``mask`` is False; read as
+            ``batch.fields``.
     """
 
     obs: npt.NDArray[np.generic]

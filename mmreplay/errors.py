@@ -48,16 +48,29 @@ class StoreLockedError(MmreplayError, BlockingIOError):
 
 
 class StoreLimitError(MmreplayError, OSError):
-    """A store asks for more than this machine can give: a size its header declares (a capacity, a ring's
-    slots, a stack) would need more memory, address space or disk than the process can get now. Files can
-    be sparse, so their sizes bound nothing; each such size is checked against the machine
-    (``mmreplay.limits``) before anything is allocated, mapped or reserved. ``errno`` is ENOMEM (memory,
-    address space) or ENOSPC (disk)."""
+    """A store asks for more than this machine can give now.
+
+    A size its header declares (a capacity, a ring's slots, a stack) would need more memory, address space
+    or disk than the process can get. Files can be sparse, so their sizes bound nothing; each such size is
+    checked against the machine (``mmreplay.limits``) before anything is allocated, mapped or reserved.
+
+    Attributes:
+        errno: ``ENOMEM`` (memory, address space) or ``ENOSPC`` (disk).
+    """
 
 
 class StepsEvictedError(MmreplayError, IndexError):
-    """Steps that were stored were evicted before they could be read (a writer wrapped past them while a
-    reader, or the writer itself, asked for them); ``steps`` names them."""
+    """Steps that were stored were evicted before they could be read.
+
+    A writer wrapped past them while a reader, or the writer itself, asked for them.
+
+    Args:
+        message: the error's text.
+        steps: the evicted steps that were asked for.
+
+    Attributes:
+        steps: the evicted steps that were asked for.
+    """
 
     def __init__(self, message: str, *, steps: list[int]) -> None:
         super().__init__(message)
@@ -65,5 +78,7 @@ class StepsEvictedError(MmreplayError, IndexError):
 
 
 class EpisodeNotFoundError(MmreplayError, LookupError):
-    """No stored episode has the id asked for (``store.episodes().by_id``, ``mmreplay show``): the id is
-    not an episode's first step, or that step was evicted. The message says which ids are stored."""
+    """No stored episode has the id asked for (``store.episodes().by_id``, ``mmreplay show``).
+
+    The id is not an episode's first step, or that step was evicted. The message says which ids are stored.
+    """

@@ -148,16 +148,35 @@ def import_dopamine(
     block_slots: int = 4096,
     progress: bool = False,
 ) -> int:
-    """Create a store at ``store_path`` from Dopamine checkpoints; returns the transitions imported.
+    """Create a store at ``store_path`` from Dopamine checkpoints.
 
-    ``checkpoints`` lists checkpoint numbers in the order they were written (default: all in
-    ``directory``, ascending, the final log of a batch_rl run included). ``stack_size`` is the store's;
-    the writer's (which sets the padding slots to skip) is found in the files, or given as
-    ``writer_stack_size``. ``stack_padding="zeros"`` (default) zero-pads stacks at an episode start as
-    Dopamine does; ``"first"`` repeats the first frame. ``capacity`` defaults to the slots read (at
-    least every transition); ``block_slots`` slots are decompressed and handed on at a time. Every
-    file is checked before anything is written; the store appears at ``store_path`` only once complete
-    (built beside it, then renamed).
+    Every file is checked before anything is written; the store appears at ``store_path`` only once
+    complete (built beside it, then renamed).
+
+    Args:
+        directory: the folder of Dopamine's ``<name>_ckpt.<N>.gz`` files.
+        store_path: where the store goes; it must not exist.
+        checkpoints: checkpoint numbers in the order they were written (None: all in ``directory``,
+            ascending, the final log of a batch_rl run included).
+        stack_size: the store's frames per obs.
+        writer_stack_size: the stack size Dopamine wrote with, which sets the padding slots to skip
+            (None: found in the files).
+        stack_padding: ``"zeros"`` zero-pads stacks at an episode start as Dopamine does; ``"first"``
+            repeats the first frame.
+        capacity: the store's capacity (None: the slots read, at least every transition).
+        block_slots: slots decompressed and handed on at a time.
+        progress: show a progress bar on stderr.
+
+    Returns:
+        The transitions imported.
+
+    Raises:
+        FileNotFoundError: ``directory`` is not a folder, holds no checkpoint, or a checkpoint is
+            incomplete.
+        ValueError: ``stack_padding`` is not ``"zeros"`` or ``"first"``, a number is not a positive
+            int, or ``writer_stack_size`` does not match the files' padding.
+        CorruptStoreError: a checkpoint file is damaged, truncated or not what Dopamine writes.
+        FileExistsError: ``store_path`` exists.
     """
     folder = Path(directory)
     if not folder.is_dir():

@@ -17,7 +17,24 @@ MAX_GROUP_SIZE = 1 << 16
 
 @dataclass(frozen=True)
 class ReferenceScheme:
-    """Which earlier frame of its env each frame is compressed against (see the module docstring)."""
+    """Which earlier frame of its env each frame is compressed against, in a ``"lz4-reference"`` store.
+
+    A *group* is a run of at most ``group_size`` consecutive frames of one env inside one episode; a
+    frame's *place* is its index in its group. The frame at place 0, the *key frame*, is compressed
+    alone; every other frame against its *reference*, the frame at its place with the lowest nonzero
+    base-``branching`` digit set to 0. Decoding a frame needs at most ``depth`` other frames, all earlier
+    frames of its group. ``ReplayStore.create`` uses groups of 32 with branching 2 when given none.
+
+    Attributes:
+        group_size: the most frames in a group, 1 to 65,536 (1: every frame is a key frame).
+        branching: the base of the places' digits, 2 to ``group_size``.
+        max_distance: the most frame steps from a frame back to its key frame, 1 to 65,535: a group
+            that would span more starts over. It bounds the frame table's 16-bit ``ref_delta``.
+
+    Raises:
+        TypeError: a field is not an int.
+        ValueError: a field is outside its range.
+    """
 
     group_size: int = 64
     branching: int = 8
@@ -42,14 +59,28 @@ class ReferenceScheme:
 
     @property
     def depth(self) -> int:
-        """The most frames that decoding one frame needs besides itself."""
+        """The most frames that decoding one frame needs besides itself.
+
+        Returns:
+            The smallest d with ``branching ** d >= group_size``.
+        """
         depth = 0
         while self.branching**depth < self.group_size:
             depth += 1
         return depth
 
     def reference_places(self, places: npt.ArrayLike) -> npt.NDArray[np.int64]:
-        """The place of each place's reference in its group; -1 for a key frame (place 0)."""
+        """The place of each place's reference in its group.
+
+        Args:
+            places: places in a group, any shape, each in ``[0, group_size)``.
+
+        Returns:
+            int64, shaped as ``places``: each one's reference's place, -1 for a key frame (place 0).
+
+        Raises:
+            ValueError: a place is outside ``[0, group_size)``.
+        """
         places = np.asarray(places, np.int64)
         if places.size and (places.min() < 0 or places.max() >= self.group_size):
             raise ValueError(f"places must lie in [0, {self.group_size}); got {places.min()} to {places.max()}")

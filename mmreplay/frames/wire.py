@@ -38,27 +38,37 @@ T = TypeVar("T", bound=np.generic)
 
 @dataclass(frozen=True, repr=False)
 class EncodedFrames:
-    """Frames compressed by the store's codec: ``data`` holds the lz4 blocks back to back, frame i's
-    ``lengths[i]`` bytes from ``sum(lengths[:i])``, with ``checksums[i]`` its CRC-32 seeded with
-    ``seeds[i]`` (0 for frames from ``encode_frames``; a stored frame's own seed in an ``EncodedBatch``).
+    """Frames compressed by the store's codec, as lz4 blocks back to back with their CRC-32s.
 
-    Pickled with protocol 5 (Ray's, and ``multiprocessing``'s), ``data`` travels out of band: Ray copies
-    it once into its object store and the receiver maps it there, so ``data`` is then a read-only
-    ``memoryview`` of those bytes instead of ``bytes`` (a copy of a megabyte less on each side).
+    Everything is checked and normalised once, at construction. Pickled with protocol 5 (Ray's, and
+    ``multiprocessing``'s), ``data`` travels out of band: the receiver gets a read-only ``memoryview`` of
+    the bytes Ray put in its object store instead of a copy.
 
-    Everything is checked and normalised once, here: ``data`` (any buffer: ``bytes``, a ``memoryview``, a
-    numpy array of any shape and dtype) is kept as ``bytes`` or as a flat, read-only byte view of the
-    buffer's bytes in C order (a buffer that is not C-contiguous is copied), so that a block is cut by
-    byte offsets whatever the buffer's item size or shape; ``lengths``, ``checksums`` and ``seeds`` are
-    one entry per frame, and the lengths add up to ``data``'s bytes.
+    Attributes:
+        data: the blocks back to back, frame i's ``lengths[i]`` bytes from ``sum(lengths[:i])``. Any
+            buffer (``bytes``, a ``memoryview``, a numpy array of any shape and dtype), kept as ``bytes``
+            or as a flat, read-only byte view of its bytes in C order (a buffer that is not C-contiguous
+            is copied).
+        lengths: (n,) int64, each block's bytes; they add up to ``data``'s bytes.
+        checksums: (n,) uint32, each frame's CRC-32 seeded with its seed.
+        seeds: (n,) uint32, each CRC's seed (0 for frames from ``encode_frames``; a stored frame's own
+            seed in an ``EncodedBatch``).
+        frame_shape: the shape of one decoded frame.
+        references: (n,) int64 or None. In an encoded batch of a ``"lz4-reference"`` store, for each frame
+            the index among these frames of the earlier frame its block is compressed against (lz4's
+            dictionary), -1 for a block that decodes alone; None: every block decodes alone, as
+            ``encode_frames`` makes them.
+        format_version: the store format whose blocks these are, which says what a block with a reference
+            holds: version 6, the units that differ from it (``reference_codec``); version 5, its changed
+            rows, and version 4, the whole frame (``legacy_frames``).
 
-    ``references`` (an encoded batch of a ``"lz4-reference"`` store): for each frame, the index among
-    these frames of the frame its block is compressed against (lz4's dictionary), -1 for a block that
-    decodes alone, always an earlier frame (so a reference decodes before the frames that need it);
-    None: every block decodes alone, as ``encode_frames`` makes them. ``format_version``: the store format
-    whose blocks these are, which says what a block with a reference holds (``reference_codec``: version 6,
-    the units that differ from it; ``legacy_frames``: version 5, its changed rows, and version 4, the
-    whole frame)."""
+    Raises:
+        TypeError: ``data`` is not a buffer, or ``lengths``, ``checksums``, ``seeds`` or ``references`` is
+            not an integer array.
+        ValueError: an array has not one entry per frame or holds a value out of its dtype's range, a
+            length is negative, the lengths do not add up to ``data``'s bytes, ``frame_shape`` is not a
+            shape, a reference is not -1 or an earlier frame, or ``format_version`` is not 4, 5 or 6.
+    """
 
     data: bytes | memoryview
     lengths: npt.NDArray[np.int64]
@@ -94,19 +104,39 @@ class EncodedFrames:
 
     @property
     def changed_rows(self) -> bool:
-        """Whether a block with a reference holds format version 5's changed rows (the name before
-        ``format_version``; version 6's changed units and version 4's whole frames are False)."""
+        """Whether a block with a reference holds format version 5's changed rows.
+
+        The name before ``format_version``; version 6's changed units and version 4's whole frames are
+        False.
+
+        Returns:
+            True for format version 5.
+        """
         return self.format_version == 5
 
     @property
     def nbytes(self) -> int:
-        """Bytes of blocks, lengths, checksums and seeds: what sending these frames costs."""
+        """Bytes of blocks, lengths, checksums, seeds and references: what sending these frames costs.
+
+        Returns:
+            The total in bytes.
+        """
         references = 0 if self.references is None else self.references.nbytes
         return len(self.data) + self.lengths.nbytes + self.checksums.nbytes + self.seeds.nbytes + references
 
     def blocks(self, order: npt.NDArray[np.int64]) -> BlockRefs:
-        """Where frames ``order`` (indices into these frames, any shape, repeats allowed) lie in ``data``:
-        each one's start, length, checksum and seed, shaped as ``order``."""
+        """Where frames ``order`` lie in ``data``: each one's start, length, checksum and seed.
+
+        Args:
+            order: indices into these frames, any shape, repeats allowed.
+
+        Returns:
+            The frames' references into these frames (source 0), shaped as ``order``.
+
+        Raises:
+            TypeError: ``order`` is not integer.
+            ValueError: an index is outside ``0 <= i < len(frames)``.
+        """
         order = frame_indices(order, "order", len(self))
         starts = np.zeros(len(self) + 1, np.int64)
         np.cumsum(self.lengths, out=starts[1:])
@@ -116,9 +146,20 @@ class EncodedFrames:
     def decode(
         self, order: npt.NDArray[np.int64] | None = None, *, decode_threads: int | None = None
     ) -> npt.NDArray[np.uint8]:
-        """The frames' pixels, (n, *frame_shape) uint8, in ``order`` (indices into these frames, repeats
-        allowed; by default each once), each checked against its checksum: ``CorruptStoreError`` if one
-        fails or does not decode to exactly one frame. ``decode_threads`` as in ``decode_blocks``."""
+        """The frames' pixels in ``order``, each checked against its checksum.
+
+        Args:
+            order: indices into these frames, repeats allowed (None: each once, in order).
+            decode_threads: the most threads the decode may use, as in ``decode_blocks`` (None: no cap).
+
+        Returns:
+            (len(order), *frame_shape) uint8.
+
+        Raises:
+            CorruptStoreError: a frame fails its checksum or does not decode to exactly one frame.
+            TypeError: ``order`` is not integer, or ``decode_threads`` is not None or an int.
+            ValueError: an index is out of range, or ``decode_threads`` is not 1 to 64.
+        """
         order = np.arange(len(self), dtype=np.int64) if order is None else frame_indices(order, "order", len(self))
         pixels = np.empty((len(order), *self.frame_shape), np.uint8)
         decode_blocks([self], self.blocks(order), pixels, numbers=order, decode_threads=decode_threads)
@@ -206,13 +247,22 @@ def frame_indices(value: object, name: str, frame_count: int) -> npt.NDArray[np.
 
 @dataclass(frozen=True)
 class BlockRefs:
-    """Frames among the blocks of several ``EncodedFrames`` (the *sources*): frame i is the block of
-    ``lengths[i]`` bytes at ``starts[i]`` of source ``sources[i]``, with its checksum and CRC seed. Arrays
-    of any one shape (rows of a batch by their frames); ``take`` and ``join`` rearrange them, so that
-    the frames of a batch drawn from several shards decode in one compiled call (``decode_blocks``).
-    ``frames``: each one's index among its source's frames (``EncodedFrames.blocks`` gives it), which is
-    how a block compressed against another frame finds it (``EncodedFrames.references``); None where
-    every source's blocks decode alone."""
+    """Frames among the blocks of several ``EncodedFrames`` (the *sources*), by source and byte range.
+
+    The arrays have any one shape (rows of a batch by their frames); ``take`` and ``join`` rearrange them,
+    so that the frames of a batch drawn from several shards decode in one compiled call
+    (``decode_blocks``).
+
+    Attributes:
+        sources: each frame's source, an index into the sources passed to ``decode_blocks``.
+        starts: the byte offset of each frame's block in its source's ``data``.
+        lengths: each block's bytes.
+        checksums: each frame's CRC-32.
+        seeds: each CRC's seed.
+        frames: each one's index among its source's frames (``EncodedFrames.blocks`` gives it), which is
+            how a block compressed against another frame finds it (``EncodedFrames.references``); None
+            where every source's blocks decode alone.
+    """
 
     sources: npt.NDArray[np.int64]
     starts: npt.NDArray[np.int64]
@@ -222,19 +272,40 @@ class BlockRefs:
     frames: npt.NDArray[np.int64] | None = None
 
     def take(self, rows: npt.NDArray[np.int64] | slice) -> BlockRefs:
-        """These references' rows ``rows`` (along the first axis)."""
+        """These references' rows ``rows``, along the first axis.
+
+        Args:
+            rows: row indices or a slice, as numpy indexing takes them.
+
+        Returns:
+            The chosen rows' references.
+        """
         return BlockRefs(self.sources[rows], self.starts[rows], self.lengths[rows], self.checksums[rows],
                          self.seeds[rows], None if self.frames is None else self.frames[rows])
 
     def from_source(self, source: int) -> BlockRefs:
-        """The same references, all into source ``source``."""
+        """The same references, all into source ``source``.
+
+        Args:
+            source: the index of the source they now point into.
+
+        Returns:
+            The references with every ``sources`` entry ``source``.
+        """
         return BlockRefs(np.full(self.sources.shape, source, np.int64), self.starts, self.lengths, self.checksums,
                          self.seeds, self.frames)
 
     @staticmethod
     def join(parts: Sequence[BlockRefs], order: npt.NDArray[np.int64] | None = None) -> BlockRefs:
-        """The parts' rows one after the other, then in ``order`` (row i is the joined rows' ``order[i]``);
-        ``frames`` where every part has them."""
+        """The parts' rows one after the other, then in ``order``.
+
+        Args:
+            parts: the references to join, along their first axis.
+            order: row i of the result is the joined rows' ``order[i]`` (None: as joined).
+
+        Returns:
+            The joined references, with ``frames`` where every part has them (else None).
+        """
         sources, starts, lengths, checksums, seeds = (np.concatenate([getattr(part, name) for part in parts])
                                                       for name in ("sources", "starts", "lengths", "checksums", "seeds"))
         numbered = [part.frames for part in parts if part.frames is not None]
@@ -247,11 +318,25 @@ def decode_blocks(
     sources: Sequence[EncodedFrames], refs: BlockRefs, out: npt.NDArray[np.uint8], *,
     numbers: npt.NDArray[np.int64] | None = None, decode_threads: int | None = None,
 ) -> None:
-    """Decode the referenced frames into ``out`` ((refs' size, *frame_shape) uint8, C-contiguous) in one
-    call of the compiled decoder, each checked against its checksum: ``CorruptStoreError`` if one fails
-    or does not decode to exactly one frame, naming it by ``numbers`` (by default its position). The
-    batch decodes on as many threads as its size asks (``threads.batch_threads``), at most the cores this
-    process may use and ``decode_threads`` (None: no cap)."""
+    """Decode the referenced frames into ``out`` in one call of the compiled decoder.
+
+    Each frame is checked against its checksum. The batch decodes on as many threads as its size asks
+    (``threads.batch_threads``), at most the cores this process may use and ``decode_threads``.
+
+    Args:
+        sources: the ``EncodedFrames`` that ``refs.sources`` indexes, all of one frame shape.
+        refs: the frames to decode, one per frame of ``out``.
+        out: a writeable, C-contiguous (refs' size, *frame_shape) uint8 array, filled in place.
+        numbers: how an error names each frame (None: by its position in ``refs``).
+        decode_threads: the most threads the decode may use (None: no cap; 1 to 64).
+
+    Raises:
+        TypeError: ``decode_threads`` is not None or an int.
+        ValueError: ``out`` is not such an array, its frame shape is not the sources', the sources'
+            frame shapes differ, or ``decode_threads`` is not 1 to 64.
+        CorruptStoreError: a frame fails its checksum or does not decode to exactly one frame (the
+            message names it by ``numbers``).
+    """
     limit = thread_limit(parse_decode_threads(decode_threads))
     count = refs.starts.size
     if not isinstance(out, np.ndarray) or out.dtype != np.uint8 or out.ndim < 2 or out.shape[0] != count:
@@ -296,9 +381,21 @@ def decode_blocks(
 
 
 def encode_frames(frames: npt.ArrayLike) -> EncodedFrames:
-    """Compress frames (uint8, (n, *frame_shape)) with the store's codec, one lz4 block each: the same
-    bytes that ``ReplayStore.add`` writes for them, so a store given them by ``add_encoded`` holds
-    exactly what ``add`` would have written."""
+    """Compress frames with the store's codec, one lz4 block each.
+
+    The blocks are the same bytes that ``ReplayStore.add`` writes for the frames, so a store given them
+    by ``add_encoded`` holds exactly what ``add`` would have written.
+
+    Args:
+        frames: uint8, (n, *frame_shape).
+
+    Returns:
+        The n frames encoded, every block decoding alone (CRC seeds 0).
+
+    Raises:
+        TypeError: ``frames`` is not uint8.
+        ValueError: ``frames`` has fewer than two axes.
+    """
     array = np.asarray(frames)
     if array.dtype != np.uint8:
         raise TypeError(f"frames must be uint8; got {array.dtype}")
@@ -315,10 +412,21 @@ def encode_frames(frames: npt.ArrayLike) -> EncodedFrames:
 
 
 def encode_stacks(stacks: npt.ArrayLike) -> tuple[EncodedFrames, npt.NDArray[np.int64]]:
-    """Consecutive observation stacks (n, stack_size, *frame_shape) of one env as their distinct frames,
-    encoded, and each stack as indices into them, (n, stack_size): a stack that is the one before
-    shifted by one frame adds only its newest frame. ``add_encoded(frames, index[:-1], ...,
-    index[1:], ...)`` then records the n - 1 transitions between them."""
+    """Consecutive observation stacks of one env as their distinct frames, encoded, and indices into them.
+
+    A stack that is the one before shifted by one frame adds only its newest frame.
+    ``add_encoded(frames, index[:-1], ..., index[1:], ...)`` then records the n - 1 transitions between
+    them.
+
+    Args:
+        stacks: uint8, (n, stack_size, *frame_shape).
+
+    Returns:
+        The distinct frames, encoded, and each stack as indices into them, (n, stack_size) int64.
+
+    Raises:
+        ValueError: ``stacks`` is not uint8 or has fewer than three axes.
+    """
     array = np.asarray(stacks)
     if array.dtype != np.uint8 or array.ndim < 3:
         raise ValueError(f"stacks must be uint8 (n, stack_size, *frame_shape); got {array.dtype} {array.shape}")

@@ -27,8 +27,28 @@ def _describe(tensor: torch.Tensor) -> str:
 
 @dataclass(frozen=True, repr=False)
 class TensorBatch:
-    """A ``Batch`` as torch tensors (see the module docstring): each field with a leading batch axis, user
-    fields by name in ``fields``."""
+    """A ``Batch`` as torch tensors on the requested device, as ``ReplayStore.batches(..., device=...)`` yields it.
+
+    It holds the values that ``sample`` returns for the same draw, ready to use on the stream that was
+    current when the iterator handed it over. ``obs`` and ``next_obs`` are views of one tensor of
+    ``stack_size + 1`` frames a row where the batch allows (as in ``Batch``), so only the distinct frames
+    travel. It lives in memory the iterator reuses: it is valid until the iterator's next ``next()``
+    (``clone()`` what must outlive it).
+
+    Attributes:
+        obs: as in ``Batch``, on the device.
+        action: as in ``Batch``, on the device.
+        reward: as in ``Batch``, on the device.
+        next_obs: as in ``Batch``, on the device.
+        terminated: as in ``Batch``, on the device.
+        truncated: as in ``Batch``, on the device.
+        index: the steps, a CPU tensor: the key ``update_priorities`` takes, which a learner rarely needs
+            on the device.
+        env_index: as in ``Batch``, on the device.
+        weight: as in ``Batch``, on the device.
+        discount: as in ``Batch``, on the device.
+        fields: the user fields by name, on the device.
+    """
 
     obs: torch.Tensor
     action: torch.Tensor
@@ -52,8 +72,23 @@ class TensorBatch:
 
 @dataclass(frozen=True, repr=False)
 class TensorSequenceBatch:
-    """A ``SequenceBatch`` as torch tensors: fields (B, length, ...), ``env_index`` and ``weight`` per window,
-    zero where ``mask`` is False."""
+    """A ``SequenceBatch`` as torch tensors, as ``batches(..., device=..., length=...)`` yields it.
+
+    Valid until the iterator's next ``next()``, as a ``TensorBatch``.
+
+    Attributes:
+        obs: (B, length, stack_size, *frame_shape) on the device, zero where ``mask`` is False.
+        action: (B, length, ...) on the device.
+        reward: (B, length) on the device.
+        next_obs: (B, length, stack_size, *frame_shape) on the device.
+        terminated: (B, length) on the device.
+        truncated: (B, length) on the device.
+        mask: (B, length) on the device: False past a window's end.
+        index: (B, length) steps on the CPU, -1 past a window's end.
+        env_index: (B,) per window, on the device.
+        weight: (B,) per window, on the device.
+        fields: the user fields by name, (B, length, *shape), on the device.
+    """
 
     obs: torch.Tensor
     action: torch.Tensor

@@ -60,16 +60,34 @@ def export_hdf5(
     chunk_steps: int = 1024,
     progress: bool = False,
 ) -> int:
-    """Write every stored transition of ``store`` to ``path`` in ``layout``; returns the transitions written.
+    """Write every stored transition of ``store`` to ``path`` in ``layout``.
 
-    ``layout="mmreplay"`` writes one HDF5 file; ``layout="minari"`` makes the directory ``path`` holding
-    ``data/main_data.hdf5`` and ``data/metadata.json``, loadable with ``minari.MinariDataset(path / "data")``
-    or ``minari.load_dataset(dataset_id)`` when ``path`` is ``<datasets root>/<dataset_id>``.
-    ``dataset_id`` (``[namespace/]name-vN``) defaults to a valid id made from the name of ``path``
-    (``default_dataset_id``). The file appears at ``path`` only once complete: it is built beside it and
-    renamed, so a process killed at any moment leaves nothing there or the whole export (and the next
-    export to ``path`` removes what a killed one left beside it). ``path`` must not exist; its directory
-    must. A store without transitions is refused: there is nothing to export.
+    The file appears at ``path`` only once complete: it is built beside it and renamed, so a process
+    killed at any moment leaves nothing there or the whole export (and the next export to ``path``
+    removes what a killed one left beside it).
+
+    Args:
+        store: the store to export, open in any mode.
+        path: where the export goes; it must not exist, its directory must.
+        layout: ``"mmreplay"`` writes one HDF5 file; ``"minari"`` makes the directory ``path`` holding
+            ``data/main_data.hdf5`` and ``data/metadata.json``, loadable with
+            ``minari.MinariDataset(path / "data")`` or ``minari.load_dataset(dataset_id)`` when ``path``
+            is ``<datasets root>/<dataset_id>``.
+        dataset_id: the Minari id, ``[namespace/]name-vN`` (None: a valid id made from the name of
+            ``path``); for ``layout="minari"`` only.
+        chunk_steps: transitions read and written at a time.
+        progress: show a progress bar on stderr.
+
+    Returns:
+        The transitions written.
+
+    Raises:
+        TypeError: ``store`` is not a ``ReplayStore``, or ``chunk_steps`` is not an int.
+        ValueError: ``layout`` is not one of ``LAYOUTS``, ``dataset_id`` is not a Minari id,
+            ``chunk_steps`` is below 1, or the store holds no transitions (there is nothing to export).
+        FileExistsError: ``path`` exists.
+        FileNotFoundError: ``path``'s directory does not exist.
+        StepsEvictedError: a live writer evicted steps the export was reading.
     """
     if not isinstance(store, ReplayStore):
         raise TypeError(f"store must be a ReplayStore; got {type(store).__name__}")
@@ -201,19 +219,38 @@ def import_hdf5(
     progress: bool = False,
     allow_external: bool = False,
 ) -> int:
-    """Create a store at ``store_path`` from an HDF5 dataset; returns the transitions imported.
+    """Create a store at ``store_path`` from an HDF5 dataset.
 
-    ``path`` is a file in the ``"mmreplay"`` layout, or a Minari dataset: its directory, its ``data``
-    directory or its ``main_data.hdf5``. Minari datasets not written by mmreplay need numeric or bool
-    observations (any dtype: the store gets it) of length T + 1 (one frame each) and are read as one env, episode after episode;
-    ``stack_size`` (default 4) applies to them only. ``capacity`` defaults to the exporting store's
-    capacity (or the dataset's transitions), at least the transitions in the file. The store appears
-    only when complete: it is built beside ``store_path`` and renamed (see ``export_hdf5``).
+    The store appears only when complete: it is built beside ``store_path`` and renamed (see
+    ``export_hdf5``). Only ``path`` is read: every attribute and declared size is checked before anything
+    is allocated from it, and frames are read at most 64 MiB at a time.
 
-    Only ``path`` is read: datasets stored in external files, external links and virtual datasets are
-    refused unless ``allow_external=True``, plugin filters always (see ``mmreplay.hdf5.checks``); every
-    attribute and declared size is checked before anything is allocated from it, and frames are read
-    at most 64 MiB at a time.
+    Args:
+        path: a file in the ``"mmreplay"`` layout, or a Minari dataset: its directory, its ``data``
+            directory or its ``main_data.hdf5``. Minari datasets not written by mmreplay need numeric or
+            bool observations (any dtype: the store gets it) of length T + 1 (one frame each) and are
+            read as one env, episode after episode.
+        store_path: where the store goes; it must not exist, its directory must.
+        capacity: the store's capacity (None: the exporting store's, or the dataset's transitions), at
+            least the transitions in the file.
+        stack_size: frames per obs, for Minari datasets not written by mmreplay (None: 4); an
+            ``"mmreplay"`` file's own must match it.
+        chunk_steps: transitions read at a time.
+        progress: show a progress bar on stderr.
+        allow_external: read datasets stored in external files, external links and virtual datasets
+            (refused by default); plugin filters are refused always.
+
+    Returns:
+        The transitions imported.
+
+    Raises:
+        TypeError: ``capacity``, ``stack_size`` or ``chunk_steps`` is not an int, or ``allow_external``
+            not a bool.
+        ValueError: a number is below 1, or ``stack_size`` differs from an ``"mmreplay"`` file's.
+        FileExistsError: ``store_path`` exists.
+        FileNotFoundError: ``path`` or ``store_path``'s directory does not exist.
+        CorruptStoreError: ``path`` is not an HDF5 file of either layout, misses a dataset or attribute,
+            holds what is refused (external data, plugin filters), or its layout cannot make a store.
     """
     capacity = None if capacity is None else parse_positive_int(capacity, "capacity")
     stack_size = None if stack_size is None else parse_positive_int(stack_size, "stack_size")

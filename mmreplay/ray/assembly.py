@@ -28,7 +28,16 @@ _FIELDS = ("action", "reward", "terminated", "truncated", "env_index", "discount
 
 
 def global_ids(shard: int, epoch: int, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-    """The global ids of a shard's steps sampled in ``epoch``."""
+    """The global ids of a shard's steps sampled in ``epoch``: ``shard << 48 | epoch << 40 | step``.
+
+    Args:
+        shard: the shard's index.
+        epoch: the shard's epoch at the draw (it grows at each restart).
+        steps: the shard store's steps.
+
+    Returns:
+        int64 global ids, shaped as ``steps``.
+    """
     return (np.int64(shard) << (EPOCH_BITS + STEP_BITS)) | (np.int64(epoch) << STEP_BITS) | steps
 
 

@@ -44,7 +44,14 @@ _WAIT_S = 0.002
 
 
 def split_ids(ids: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """(shard, epoch, step) of each global id."""
+    """The (shard, epoch, step) of each global id, ``shard << 48 | epoch << 40 | step``.
+
+    Args:
+        ids: int64 global ids, as a sharded batch's ``index`` holds them.
+
+    Returns:
+        Three int64 arrays shaped as ``ids``: shards, epochs and steps.
+    """
     return ids >> (EPOCH_BITS + STEP_BITS), (ids >> STEP_BITS) & ((1 << EPOCH_BITS) - 1), ids & ((1 << STEP_BITS) - 1)
 
 
@@ -59,7 +66,18 @@ class _Directory:
 
 
 class ShardedReplay:
-    """A replay over ``num_shards`` shard actors; ``create`` it once, ``connect`` to it from anywhere."""
+    """A replay over ``num_shards`` shard actors; ``create`` it once, ``connect`` to it from anywhere.
+
+    A *shard* is one store and the Ray actor that is its only writer; a *global id* names a sampled
+    transition across shards and restarts (``split_ids``). Batches are drawn over the union of the
+    shards as one store would draw them.
+
+    Args:
+        name: the replay's name, under which ``connect`` finds it.
+        description: the replay's layout as ``create`` recorded it.
+        shards: the shard actors' handles.
+        decode_threads: this process's cap on the threads a batch decodes on (None: the cores it may use).
+    """
 
     def __init__(
         self, name: str, description: dict[str, Any], shards: list[Any], *, decode_threads: int | None = None
@@ -100,18 +118,42 @@ class ShardedReplay:
         decode_threads: int | None = None,
         frame_encoding: str | None = None,
     ) -> ShardedReplay:
-        """Start ``num_shards`` shard actors, each owning ``<root>/shard-<k>`` on its node's disk
-        (reopened at its last commit if it exists); ``capacity`` is the total over all shards.
+        """Start ``num_shards`` shard actors, each owning ``<root>/shard-<k>`` on its node's disk.
 
-        ``placement``: ``"spread"`` (over the cluster's nodes), ``"local"`` (this node: the learner's,
-        for ``direct_read``), or a list of Ray node ids, one per shard. ``detached`` actors outlive the
-        process that created them (``connect`` finds them by ``name`` in ``namespace``, by default the
-        creating job's; ``close(destroy=True)`` ends them).
-        Ray restarts a dead shard ``max_restarts`` times (-1: always). ``decode_threads``: this process's
-        cap on the threads a sampled batch decodes on (None: the cores it may use), as ``ReplayStore.open``'s.
-        ``frame_encoding``: each shard's store's (``ReplayStore.create``'s; None: ``"lz4-reference"`` for
-        uint8 frames of 64 bytes or more, ``"lz4"`` for others): ``"lz4-reference"`` stores are 3-6.5x smaller on Atari frames,
-        and their batches travel with the frames their blocks are compressed against.
+        A shard's store that exists is reopened at its last commit.
+
+        Args:
+            name: the replay's name, under which ``connect`` finds it.
+            root: the directory of the shards' stores, on each shard's node.
+            num_shards: how many shard actors.
+            frame_shape: one frame's shape, as in ``ReplayStore.create``.
+            capacity: the total over all shards, at least ``envs_per_shard`` per shard.
+            stack_size: frames per obs.
+            sampler: each shard's store's sampler (None: uniform).
+            placement: ``"spread"`` (over the cluster's nodes), ``"local"`` (this node: the learner's, for
+                ``direct_read``), or a list of Ray node ids, one per shard.
+            envs_per_shard: each shard's store's envs, shared out to the writers.
+            action_shape: one action's shape.
+            action_dtype: the actions' dtype.
+            rate_limit: Reverb's rate limit over inserts and samples, shared out to the shards (None:
+                none).
+            max_restarts: how often Ray restarts a dead shard (-1: always).
+            namespace: the Ray namespace of the actors (None: the creating job's).
+            detached: the actors outlive the process that created them (``close(destroy=True)`` ends
+                them).
+            commit_interval_s: each shard's store's, as in ``ReplayStore.open``.
+            decode_threads: this process's cap on the threads a sampled batch decodes on (None: the cores
+                it may use), as ``ReplayStore.open``'s.
+            frame_encoding: each shard's store's, as in ``ReplayStore.create`` (None: its default);
+                ``"lz4-reference"`` batches travel with the frames their blocks are compressed against.
+
+        Returns:
+            The replay's client in this process.
+
+        Raises:
+            TypeError: a number is not an int.
+            ValueError: a number is out of range, ``capacity`` is below ``envs_per_shard`` per shard,
+                ``placement`` is not one of its forms, or ``frame_encoding`` is not one of its choices.
         """
         if frame_encoding is not None and frame_encoding not in FRAME_ENCODINGS:
             raise ValueError(f"frame_encoding is {frame_encoding!r}; expected None or one of {FRAME_ENCODINGS}")
@@ -166,8 +208,16 @@ class ShardedReplay:
 
     @classmethod
     def connect(cls, name: str, *, namespace: str | None = None, decode_threads: int | None = None) -> ShardedReplay:
-        """The replay that ``create`` started under ``name``, from any process of the Ray cluster
-        (``namespace``: the one it was created in; by default this job's; ``decode_threads`` as ``create``'s)."""
+        """The replay that ``create`` started under ``name``, from any process of the Ray cluster.
+
+        Args:
+            name: the replay's name.
+            namespace: the one it was created in (None: this job's).
+            decode_threads: as ``create``'s.
+
+        Returns:
+            A client of the replay.
+        """
         namespace = namespace or ray.get_runtime_context().namespace
         directory = ray.get_actor(name, namespace=namespace)
         description: dict[str, Any] = ray.get(directory.get.remote())  # type: ignore[assignment]
@@ -178,10 +228,22 @@ class ShardedReplay:
 
     @property
     def num_shards(self) -> int:
+        """The number of shards.
+
+        Returns:
+            The shard count.
+        """
         return len(self._shards)
 
     def shard(self, k: int) -> Any:
-        """Shard k's actor handle (to kill it in a test, or call it directly)."""
+        """Shard k's actor handle, to kill it in a test or call it directly.
+
+        Args:
+            k: the shard's index.
+
+        Returns:
+            The Ray actor handle.
+        """
         return self._shards[k]
 
     # -- writing -------------------------------------------------------------------------------
@@ -190,8 +252,22 @@ class ShardedReplay:
         self, key: str | int, *, num_envs: int = 1, steps_per_send: int = 32, max_in_flight: int = 4,
         shard: int | None = None,
     ) -> ShardWriter:
-        """A writer for the acting process ``key``: always the same shard (``shard``, by default the key's
-        CRC-32 modulo the number of shards) and the same envs of its store."""
+        """A writer for the acting process ``key``: always the same shard and the same envs of its store.
+
+        Args:
+            key: the acting process's name.
+            num_envs: the envs it writes.
+            steps_per_send: steps buffered per env before they are sent.
+            max_in_flight: sends not yet acknowledged before ``add`` waits.
+            shard: the shard to write to (None: the key's CRC-32 modulo the number of shards).
+
+        Returns:
+            The writer.
+
+        Raises:
+            TypeError: a number is not an int.
+            ValueError: a number is below 1, or ``shard`` is out of range.
+        """
         num_envs = parse_positive_int(num_envs, "num_envs")
         shard_index = zlib.crc32(str(key).encode()) % self.num_shards if shard is None else shard
         if not 0 <= shard_index < self.num_shards:
@@ -208,7 +284,11 @@ class ShardedReplay:
     # -- sampling ------------------------------------------------------------------------------
 
     def refresh(self) -> list[dict[str, Any] | None]:
-        """Ask every shard for its state (None for one that does not answer); ``sample`` does it first."""
+        """Ask every shard for its state; ``sample`` does it first.
+
+        Returns:
+            One dict per shard, None for one that does not answer.
+        """
         calls = [shard.info.remote() for shard in self._shards]
         for k, call in enumerate(calls):
             try:
@@ -228,9 +308,27 @@ class ShardedReplay:
         direct_read: bool = False,
         timeout_s: float | None = None,
     ) -> Batch:
-        """``batch_size`` transitions drawn over the union of the shards (see the module docstring): a
-        ``Batch`` whose ``index`` holds global ids. ``beta``: None for the stores' default (0.4).
-        Waits (up to ``timeout_s``, then ``TimeoutError``) while a rate limiter holds sampling back."""
+        """Draw ``batch_size`` transitions over the union of the shards, as one store would.
+
+        Waits while a rate limiter holds sampling back.
+
+        Args:
+            batch_size: how many transitions.
+            rng: a ``np.random.Generator``, an int seed or None, as in ``ReplayStore.sample``; one draw
+                from it seeds the whole request.
+            beta: the importance exponent (None: the stores' default, 0.4).
+            n_step: as in ``ReplayStore.sample``.
+            gamma: as in ``ReplayStore.sample``.
+            direct_read: read the shards on this node from their stores directly, not through their
+                actors.
+            timeout_s: the longest wait (None: no limit).
+
+        Returns:
+            A ``Batch`` whose ``index`` holds global ids.
+
+        Raises:
+            TimeoutError: no batch within ``timeout_s``.
+        """
         answers = self.sample_encoded(batch_size, rng, beta, n_step, gamma, direct_read=direct_read, timeout_s=timeout_s)
         parts = [Part(k, part, info, np.array([len(part)])) for k, part, info in answers]
         return self._group(parts, batch_size, beta).batch(0)
@@ -246,8 +344,23 @@ class ShardedReplay:
         direct_read: bool = False,
         timeout_s: float | None = None,
     ) -> list[tuple[int, EncodedBatch, dict[str, Any]]]:
-        """The parts of a batch as the shards return them: (shard, encoded batch, the shard's info at the
-        draw); ``sample`` decodes and joins them. Directly read shards give theirs encoded too."""
+        """The parts of a batch as the shards return them; ``sample`` decodes and joins them.
+
+        Args:
+            batch_size: as in ``sample``.
+            rng: as in ``sample``.
+            beta: as in ``sample``.
+            n_step: as in ``sample``.
+            gamma: as in ``sample``.
+            direct_read: as in ``sample``; directly read shards give theirs encoded too.
+            timeout_s: as in ``sample``.
+
+        Returns:
+            (shard, encoded batch, the shard's info at the draw) for each shard drawn from.
+
+        Raises:
+            TimeoutError: no batch within ``timeout_s``.
+        """
         batch_size = parse_positive_int(batch_size, "batch_size")
         seed = int(parse_rng(rng).integers(2**63))  # one draw from the caller's rng, however long we wait
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -359,10 +472,24 @@ class ShardedReplay:
         rng: np.random.Generator | int | None = None,
         beta: float | None = None,
     ) -> SequenceBatch:
-        """Windows of ``length`` consecutive transitions of one env and episode (``ReplayStore.
-        sample_sequences``), drawn over the union of the shards as ``sample`` draws transitions; ``index``
-        holds global ids (-1 past a window's end). The shards send them encoded
-        (``ReplayStore.sample_sequences_encoded``) and the client decodes them in one call."""
+        """Draw windows of ``length`` transitions of one env and episode over the union of the shards.
+
+        As ``ReplayStore.sample_sequences``, the windows drawn over the shards as ``sample`` draws
+        transitions; the shards send them encoded and the client decodes them in one call.
+
+        Args:
+            batch_size: how many windows.
+            length: transitions per window.
+            rng: as in ``sample``.
+            beta: as in ``sample``.
+
+        Returns:
+            A ``SequenceBatch`` whose ``index`` holds global ids (-1 past a window's end).
+
+        Raises:
+            ValueError: no shard that answers holds a transition, or a shard's rate limit holds sampling
+                back (``sample_sequences`` does not wait).
+        """
         batch_size = parse_positive_int(batch_size, "batch_size")
         length = parse_positive_int(length, "length")
         generator = np.random.default_rng(int(parse_rng(rng).integers(2**63)))
@@ -391,16 +518,33 @@ class ShardedReplay:
         beta: float | None = None, n_step: int = 1, gamma: float = 0.99, direct_read: bool = False,
         group: int = 16,
     ) -> Iterator[Batch]:
-        """An endless iterator of batches requested ahead from the shards: ``prefetch`` requests in flight,
-        each for ``group`` batches (one call per shard for them all, which draws the shard's rows of the
-        whole group at once: Ray's per-call overhead, ~1.5 ms here, and the shard's per-call work are
-        paid once a group), so that answers travel while the learner trains. Each batch's frames are
-        decoded, from every shard's blocks in one call, when it is yielded. Each batch is drawn from
-        the shards' state as their previous answers reported it (``sample`` asks first: exact at that
-        moment; here the proportions lag by the adds of up to ``prefetch * group`` batches). Larger
-        groups pay Ray's per-call and per-megabyte costs over more batches (``benchmarks/bench_ray.py``
-        on two cores: 0.46x a local store's ``sample`` with groups of 64, 0.73x with 512), at the price
-        of that lag. The batches of a group that a shard refused or lost are drawn again by ``sample``."""
+        """An endless iterator of batches requested ahead from the shards, which travel while the learner trains.
+
+        Each request is for ``group`` batches: one call per shard for them all, which draws the shard's
+        rows of the whole group at once, so Ray's per-call overhead and the shard's per-call work are paid
+        once a group. Each batch's frames are decoded, from every shard's blocks in one call, when it is
+        yielded. Each batch is drawn from the shards' state as their previous answers reported it: the
+        proportions lag by the adds of up to ``prefetch * group`` batches (``sample`` asks first, exact at
+        that moment). The batches of a group that a shard refused or lost are drawn again by ``sample``.
+        The benchmarks page has the rates by group size.
+
+        Args:
+            batch_size: as in ``sample``.
+            prefetch: requests in flight.
+            rng: as in ``sample``; one generator, advanced request after request.
+            beta: as in ``sample``.
+            n_step: as in ``sample``.
+            gamma: as in ``sample``.
+            direct_read: as in ``sample``.
+            group: batches per request.
+
+        Yields:
+            ``Batch`` records whose ``index`` holds global ids.
+
+        Raises:
+            TypeError: a number is not an int.
+            ValueError: a number is below 1.
+        """
         batch_size = parse_positive_int(batch_size, "batch_size")
         prefetch = parse_positive_int(prefetch, "prefetch")
         group = parse_positive_int(group, "group")
@@ -423,8 +567,19 @@ class ShardedReplay:
                 yield batches.batch(g)
 
     def update_priorities(self, index: npt.ArrayLike, priorities: npt.ArrayLike) -> None:
-        """Set the priorities of sampled transitions by global id, each sent to the shard that owns it;
-        ids of an earlier epoch of their shard (it restarted since) are dropped there."""
+        """Set the priorities of sampled transitions by global id, each sent to the shard that owns it.
+
+        Ids of an earlier epoch of their shard (it restarted since) are dropped there; a lost shard's
+        priorities are lost with it.
+
+        Args:
+            index: global ids, as a sharded batch's ``index`` holds them.
+            priorities: one per id.
+
+        Raises:
+            ValueError: ``priorities`` is not shaped as ``index``, or an id names a shard that does not
+                exist.
+        """
         ids = np.asarray(index, np.int64)
         values = np.asarray(priorities, np.float64)
         if ids.shape != values.shape:
@@ -463,13 +618,21 @@ class ShardedReplay:
         return sum(info["len"] for info in self.refresh() if info is not None)
 
     def stats(self) -> list[dict[str, Any] | None]:
-        """One dict per shard (None for a shard that does not answer), with ``len``, ``epoch``, ``mass``,
-        the rate limiter's ``inserts`` and ``samples``, ``path`` and ``node_id``."""
+        """Each shard's state, asked now.
+
+        Returns:
+            One dict per shard (None for a shard that does not answer), with ``len``, ``epoch``,
+            ``mass``, the rate limiter's ``inserts`` and ``samples``, ``path`` and ``node_id``.
+        """
         return self.refresh()
 
     def close(self, *, destroy: bool = False) -> None:
-        """Release this client (its direct readers). ``destroy=True`` also commits and ends the shard actors
-        and the named directory: the stores stay on disk, and ``create`` with the same root reopens them."""
+        """Release this client and its direct readers.
+
+        Args:
+            destroy: also commit and end the shard actors and the named directory: the stores stay on
+                disk, and ``create`` with the same root reopens them.
+        """
         for reader in self._readers.values():
             reader.close()
         self._readers.clear()

@@ -46,7 +46,18 @@ class _Pending:
 
 
 class ShardWriter:
-    """Adds one acting process's transitions to its shard (``ShardedReplay.writer(key)``)."""
+    """Adds one acting process's transitions to its shard; ``ShardedReplay.writer(key)`` makes one.
+
+    Args:
+        shard: the shard's actor handle.
+        shard_index: the shard's index.
+        first_env: the first of the shard store's envs this writer owns.
+        num_envs: the envs it writes.
+        stack_size: the replay's frames per obs.
+        frame_shape: the replay's frame shape.
+        steps_per_send: steps buffered per env before they are sent.
+        max_in_flight: sends not yet acknowledged before ``add`` waits.
+    """
 
     def __init__(
         self,
@@ -83,8 +94,20 @@ class ShardWriter:
         truncated: npt.ArrayLike,
         env_mask: npt.ArrayLike | None = None,
     ) -> None:
-        """One step of each env, as ``ReplayStore.add`` takes it (a leading env axis when ``num_envs > 1``;
-        frames or stacks); the shard checks it by ``add``'s rules when it arrives."""
+        """Record one step of each env, as ``ReplayStore.add`` takes it; the shard checks it by ``add``'s rules.
+
+        Args:
+            obs: frames or stacks, with a leading env axis when ``num_envs > 1``.
+            action: as in ``ReplayStore.add``.
+            reward: as in ``ReplayStore.add``.
+            next_obs: as in ``ReplayStore.add``.
+            terminated: as in ``ReplayStore.add``.
+            truncated: as in ``ReplayStore.add``.
+            env_mask: as in ``ReplayStore.add``: only the envs marked True are recorded.
+
+        Raises:
+            ValueError: ``obs`` is not frames or stacks of the replay's frame shape for ``num_envs``.
+        """
         obs_a, next_a = np.asarray(obs, np.uint8), np.asarray(next_obs, np.uint8)
         frame_dims = len(self._frame_shape)
         if self.num_envs == 1:  # the common case, without the env axis: no per-step arrays to build
@@ -161,8 +184,14 @@ class ShardWriter:
                 pause = min(2 * pause, 0.1)
 
     def flush(self, timeout_s: float | None = None) -> None:
-        """Send every step kept back and return once the shard has committed them (``TimeoutError``
-        after ``timeout_s`` while its rate limiter still holds them back)."""
+        """Send every step kept back and return once the shard has committed them.
+
+        Args:
+            timeout_s: the longest wait while the shard's rate limiter holds them back (None: no limit).
+
+        Raises:
+            TimeoutError: the shard still holds sends back after ``timeout_s``.
+        """
         for env in range(self.num_envs):
             self._send(env)
         while self._in_flight:

@@ -53,12 +53,22 @@ class MmreplayEpisodeReplayBuffer(PrioritizedEpisodeReplayBuffer):
     (``utils/replay_buffers/utils.py:41``), but skips its constructor (its trees are O(capacity) Python
     objects). ``prioritized=False`` samples uniformly (and ignores priorities).
 
-    A sample's float32 observations are views into one new array by default (``observation_buffers=0``),
-    which no later sample writes into. ``observation_buffers=k > 0`` recycles k arrays in turn, one a
-    sample: a sample's episodes then stay valid for the next k - 1 samples only. DQN's synchronous loop
-    needs 1 (its learner copies the observations into a train batch, or sends them to remote learners,
-    before it samples again); it is no faster on the development machine than new arrays, which the
-    allocator hands back from the previous sample's freed memory, so it is not the default.
+    Args:
+        capacity: the store's capacity in transitions.
+        path: the store's directory, created at the first add (reopened by ``set_state``).
+        alpha: the priority exponent.
+        beta: the importance-weight exponent ``sample`` uses by default.
+        epsilon: added to each priority.
+        prioritized: False samples uniformly (and ignores priorities).
+        num_envs: the store's envs: episodes recorded side by side, one env each.
+        observation_buffers: 0 (the default): a sample's float32 observations are views into one new
+            array, which no later sample writes into. k > 0 recycles k arrays in turn, one a sample: a
+            sample's episodes then stay valid for the next k - 1 samples only (DQN's synchronous loop
+            needs 1). New arrays were measured no slower: the allocator hands back the previous sample's
+            freed memory.
+        seed: the seed of the buffer's own generator, which draws the samples.
+        metrics_num_episodes_for_smoothing: RLlib's ``EpisodeReplayBuffer`` argument.
+        **kwargs: RLlib's other buffer arguments, ignored.
     """
 
     def __init__(
@@ -100,7 +110,12 @@ class MmreplayEpisodeReplayBuffer(PrioritizedEpisodeReplayBuffer):
     def add(  # type: ignore[override]  # RLlib's own episode buffers narrow ``add`` the same way
         self, episodes: list[SingleAgentEpisode] | SingleAgentEpisode, weight: float | None = None
     ) -> None:
-        """Record each episode chunk's transitions (o_t, a_t, r_t, o_{t+1}) in its episode's env."""
+        """Record each episode chunk's transitions (o_t, a_t, r_t, o_{t+1}) in its episode's env.
+
+        Args:
+            episodes: one ``SingleAgentEpisode`` chunk or a list of them.
+            weight: RLlib's argument (unused: new transitions get the largest priority seen).
+        """
         for episode in episodes if isinstance(episodes, list) else [episodes]:
             observations = np.asarray(episode.get_observations())
             if len(observations) < 2:
@@ -186,8 +201,24 @@ class MmreplayEpisodeReplayBuffer(PrioritizedEpisodeReplayBuffer):
         gamma: float = 0.99,
         **kwargs: Any,
     ) -> list[SingleAgentEpisode]:
-        """``num_items`` length-1 episodes ``[o_t, o_{t+m}]`` with the m-step return, ``weights`` and
-        ``n_step`` (= m) in ``extra_model_outputs``, as DQN's loss reads them."""
+        """Draw ``num_items`` length-1 episodes ``[o_t, o_{t+m}]`` with the m-step return, as DQN's loss reads them.
+
+        Args:
+            num_items: how many transitions (None: ``batch_size_B``, or the buffer's).
+            batch_size_B: RLlib's other name for ``num_items``.
+            batch_length_T: must be None or 0: the buffer serves stateless modules.
+            n_step: m, or a (low, high) range m is drawn from per sample (None: 1).
+            beta: the importance exponent (None: the buffer's).
+            gamma: the discount of the m-step return.
+            **kwargs: RLlib's other sample arguments, ignored.
+
+        Returns:
+            The episodes, with ``weights`` and ``n_step`` (= m) in ``extra_model_outputs``.
+
+        Raises:
+            ValueError: ``batch_length_T`` is set (a stateful module needs RLlib's own buffer), or
+                nothing was added yet.
+        """
         if batch_length_T:
             raise ValueError(
                 f"batch_length_T is {batch_length_T}: MmreplayEpisodeReplayBuffer serves transitions for "
@@ -236,7 +267,12 @@ class MmreplayEpisodeReplayBuffer(PrioritizedEpisodeReplayBuffer):
         return self._buffers[self._turn]
 
     def update_priorities(self, priorities: npt.ArrayLike, module_id: str | None = None) -> None:
-        """The priorities of the last ``sample``'s items, in its order (DQN's absolute TD errors)."""
+        """Set the priorities of the last ``sample``'s items, in its order (DQN's absolute TD errors).
+
+        Args:
+            priorities: one per item.
+            module_id: RLlib's argument (unused: one module).
+        """
         if not self._prioritized or self._last_index is None or self._store is None:
             return
         self._store.update_priorities(self._last_index, np.asarray(priorities, np.float64).reshape(-1))
@@ -244,18 +280,43 @@ class MmreplayEpisodeReplayBuffer(PrioritizedEpisodeReplayBuffer):
     # -- counts and state ------------------------------------------------------------------------
 
     def get_num_timesteps(self, module_id: str | None = None) -> int:
+        """The transitions stored.
+
+        Args:
+            module_id: RLlib's argument (unused).
+
+        Returns:
+            The store's length (0 before the first add).
+        """
         return 0 if self._store is None else len(self._store)
 
     def get_num_episodes(self, module_id: str | None = None) -> int:
+        """The episode chunks added.
+
+        Args:
+            module_id: RLlib's argument (unused).
+
+        Returns:
+            The count.
+        """
         return self._episodes_added
 
     def get_state(self) -> dict[str, Any]:
-        """The state is the store on disk: commit it, and name it."""
+        """The state is the store on disk: commit it, and name it.
+
+        Returns:
+            The store's path and the sampled timesteps.
+        """
         if self._store is not None:
             self._store.flush()
         return {"path": str(self.path), "sampled_timesteps": self.sampled_timesteps}
 
     def set_state(self, state: dict[str, Any]) -> None:
+        """Reopen the store ``state`` names, for appending.
+
+        Args:
+            state: what ``get_state`` returned.
+        """
         if self._store is not None:
             self._store.close()
             self._store = None
@@ -266,7 +327,11 @@ class MmreplayEpisodeReplayBuffer(PrioritizedEpisodeReplayBuffer):
 
     @property
     def store(self) -> ReplayStore | None:
-        """The mmreplay store (None before the first add)."""
+        """The mmreplay store, None before the first add.
+
+        Returns:
+            The store or None.
+        """
         return self._store
 
 

@@ -26,37 +26,107 @@ PRIORITIES_NAME = "priorities.tree"
 
 
 class Sampler(Protocol):
-    """What the store needs from a sampler."""
+    """What the store needs from a sampler: the calls it makes, in integers and priorities only.
+
+    The store tells its sampler which steps are stored (always one contiguous range: eviction is first in,
+    first out), when transitions are added or evicted, and asks it for steps and importance weights. A
+    sampler that keeps state on disk does so in files of its own inside the store's directory, committed
+    with the store (``sync``, then ``settle``).
+    """
 
     def config(self) -> dict[str, object]:
-        """The sampler's kind and parameters, saved in the store's header."""
+        """The sampler's kind and parameters, saved in the store's header.
+
+        Returns:
+            A JSON-serializable dict with the key ``"kind"``.
+        """
         ...
 
     def open(self, directory: StoreDirectory | Path, *, slots: int, stored: range, writable: bool, state: dict[str, object]) -> None:
-        """Attach to a store whose transition step ``s`` lives in slot ``s % slots``."""
+        """Attach to a store whose transition step ``s`` lives in slot ``s % slots``.
+
+        Args:
+            directory: the store's directory, where the sampler keeps files of its own.
+            slots: the store's transition slots (its capacity).
+            stored: the steps stored now.
+            writable: whether the store is open for appending (mode ``"r+"``).
+            state: what ``state()`` returned at the store's last commit (empty for a new store).
+        """
         ...
 
-    def added(self, steps: range) -> None: ...
+    def added(self, steps: range) -> None:
+        """Take note of new transitions.
 
-    def evicted(self, steps: range) -> None: ...
+        Args:
+            steps: the added steps, right after the newest stored one.
+        """
+        ...
 
-    def sample(self, batch_size: int, *, stored: range, rng: np.random.Generator) -> npt.NDArray[np.int64]: ...
+    def evicted(self, steps: range) -> None:
+        """Take note of evicted transitions.
 
-    def weights(self, steps: npt.NDArray[np.int64], *, beta: float) -> npt.NDArray[np.float32]: ...
+        Args:
+            steps: the evicted steps, the oldest stored ones.
+        """
+        ...
 
-    def update_priorities(self, steps: npt.NDArray[np.int64], priorities: npt.NDArray[np.float64]) -> None: ...
+    def sample(self, batch_size: int, *, stored: range, rng: np.random.Generator) -> npt.NDArray[np.int64]:
+        """Draw steps, with replacement.
+
+        Args:
+            batch_size: how many steps to draw.
+            stored: the steps that may be drawn.
+            rng: the generator every draw comes from.
+
+        Returns:
+            (batch_size,) int64 steps, each in ``stored``.
+        """
+        ...
+
+    def weights(self, steps: npt.NDArray[np.int64], *, beta: float) -> npt.NDArray[np.float32]:
+        """The importance weights of drawn steps.
+
+        Args:
+            steps: steps that ``sample`` drew.
+            beta: the exponent of the importance correction.
+
+        Returns:
+            (len(steps),) float32 weights.
+        """
+        ...
+
+    def update_priorities(self, steps: npt.NDArray[np.int64], priorities: npt.NDArray[np.float64]) -> None:
+        """Set the priorities of stored steps, already checked by the store.
+
+        Args:
+            steps: 1-D int64 stored steps.
+            priorities: 1-D float64, finite and >= 0, one per step.
+        """
+        ...
 
     def state(self) -> dict[str, object]:
-        """What must be committed with the store's data (JSON-serializable)."""
+        """What must be committed with the store's data.
+
+        Returns:
+            A JSON-serializable dict, handed back to ``open`` as ``state``.
+        """
         ...
 
-    def sync(self) -> None: ...
+    def sync(self) -> None:
+        """Write what the next commit counts, before the store writes its header."""
+        ...
 
     def settle(self, committed: bool) -> None:
-        """After ``sync``: whether the header took the commit (False: return to the header's state)."""
+        """Learn, after ``sync``, whether the header took the commit.
+
+        Args:
+            committed: True if it did; False: return to the header's state.
+        """
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release the sampler's files; the store calls it when it closes."""
+        ...
 
 
 def uniform_steps(batch_size: int, stored: range, rng: np.random.Generator) -> npt.NDArray[np.int64]:
@@ -80,58 +150,129 @@ def uniform_steps(batch_size: int, stored: range, rng: np.random.Generator) -> n
 
 
 class UniformSampler:
-    """Every stored transition equally likely, drawn with replacement; O(batch_size), no files."""
+    """Every stored transition equally likely, drawn with replacement; O(batch_size), no files.
+
+    The store's default sampler. Its methods are the ``Sampler`` calls the store makes.
+    """
 
     def config(self) -> dict[str, object]:
+        """The sampler's kind, saved in the store's header.
+
+        Returns:
+            ``{"kind": "uniform"}``.
+        """
         return {"kind": "uniform"}
 
     def open(self, directory: StoreDirectory | Path, *, slots: int, stored: range, writable: bool, state: dict[str, object]) -> None:
-        pass
+        """Attach to a store: nothing to do, the sampler keeps no files.
+
+        Args:
+            directory: the store's directory (unused).
+            slots: the store's transition slots (unused).
+            stored: the steps stored now (unused).
+            writable: whether the store is open for appending (unused).
+            state: the committed state (unused).
+        """
 
     def added(self, steps: range) -> None:
-        pass
+        """Take note of new transitions: nothing to do.
+
+        Args:
+            steps: the added steps (unused).
+        """
 
     def evicted(self, steps: range) -> None:
-        pass
+        """Take note of evicted transitions: nothing to do.
+
+        Args:
+            steps: the evicted steps (unused).
+        """
 
     def sample(self, batch_size: int, *, stored: range, rng: np.random.Generator) -> npt.NDArray[np.int64]:
+        """Draw steps uniformly from ``stored``, with replacement.
+
+        Each step's probability is 1/n within a relative n / 2**53.
+
+        Args:
+            batch_size: how many steps to draw.
+            stored: the steps that may be drawn.
+            rng: the generator every draw comes from.
+
+        Returns:
+            (batch_size,) int64 steps.
+        """
         return uniform_steps(batch_size, stored, rng)
 
     def weights(self, steps: npt.NDArray[np.int64], *, beta: float) -> npt.NDArray[np.float32]:
+        """The importance weights of drawn steps: all 1.
+
+        Args:
+            steps: the drawn steps.
+            beta: the importance exponent (unused).
+
+        Returns:
+            (len(steps),) float32 ones.
+        """
         weights = np.empty(len(steps), np.float32)
         weights.fill(1.0)  # np.ones costs 2-3x as much for a batch
         return weights
 
     def update_priorities(self, steps: npt.NDArray[np.int64], priorities: npt.NDArray[np.float64]) -> None:
+        """Refuse: a uniform store has no priorities.
+
+        Args:
+            steps: the steps (unused).
+            priorities: their priorities (unused).
+
+        Raises:
+            TypeError: always; priorities need a store created with ``sampler=PrioritizedSampler(...)``.
+        """
         raise TypeError(
             "update_priorities needs a store created with sampler=PrioritizedSampler(...); "
             "this store samples uniformly"
         )
 
     def state(self) -> dict[str, object]:
+        """What must be committed with the store's data: nothing.
+
+        Returns:
+            An empty dict.
+        """
         return {}
 
     def sync(self) -> None:
-        pass
+        """Write what the next commit counts: nothing."""
 
     def settle(self, committed: bool) -> None:
-        pass
+        """Learn whether the header took the commit: nothing to undo.
+
+        Args:
+            committed: whether it did (unused).
+        """
 
     def close(self) -> None:
-        pass
+        """Release the sampler's files: it has none."""
 
     def __repr__(self) -> str:
         return "UniformSampler()"
 
 
 class PrioritizedSampler:
-    """Proportional prioritized replay (Schaul et al. 2016): P(i) = p_i^alpha / sum_j p_j^alpha.
+    """Proportional prioritized replay (Schaul et al. 2016), P(i) = p_i^alpha / sum_j p_j^alpha.
 
     New transitions get the largest priority seen so far. Leaves hold ``(priority + epsilon)^alpha`` in a
-    sum tree whose committed leaves live in the file ``priorities.tree`` (see ``mmreplay.sampling.priority_file``):
-    a commit writes them with an undo journal and the header holds their checksum, so what a commit
-    counts survives a crash and damage is detected. When every stored leaf is 0 (``epsilon=0`` and zero
-    priorities) there is no mass to draw by: steps are drawn uniformly, with weights of 1.
+    sum tree whose committed leaves live in the file ``priorities.tree``: a commit writes them with an
+    undo journal and the header holds their checksum, so what a commit counts survives a crash and
+    damage is detected. When every stored leaf is 0 (``epsilon=0`` and zero priorities) there is no mass
+    to draw by: steps are drawn uniformly, with weights of 1. Its methods are the ``Sampler`` calls the
+    store makes.
+
+    Args:
+        alpha: how much priorities count (0: uniform).
+        epsilon: added to each priority, so that a priority of 0 can still be drawn.
+
+    Raises:
+        ValueError: ``alpha`` or ``epsilon`` is not a finite number >= 0.
     """
 
     def __init__(self, alpha: float = 0.6, epsilon: float = 1e-6) -> None:
@@ -148,9 +289,26 @@ class PrioritizedSampler:
         self._stored = range(0)
 
     def config(self) -> dict[str, object]:
+        """The sampler's kind and parameters, saved in the store's header.
+
+        Returns:
+            ``{"kind": "prioritized", "alpha": ..., "epsilon": ...}``.
+        """
         return {"kind": "prioritized", "alpha": self.alpha, "epsilon": self.epsilon}
 
     def open(self, directory: StoreDirectory | Path, *, slots: int, stored: range, writable: bool, state: dict[str, object]) -> None:
+        """Map the store's ``priorities.tree`` as its last commit left it (again, on a reader's refresh).
+
+        Args:
+            directory: the store's directory.
+            slots: the store's transition slots (its capacity).
+            stored: the steps stored now.
+            writable: whether the store is open for appending.
+            state: the header's ``max_priority`` and the committed leaves' checksum and sequence.
+
+        Raises:
+            CorruptStoreError: the file is damaged or does not match the header's checksum.
+        """
         self.close()  # a reader's refresh opens again
         checksum = state.get("checksum")
         committed = Committed(
@@ -166,6 +324,14 @@ class PrioritizedSampler:
         self.max_priority = float(state.get("max_priority", 1.0))  # type: ignore[arg-type]
 
     def added(self, steps: range) -> None:
+        """Give new transitions the largest priority seen so far.
+
+        Args:
+            steps: the added steps.
+
+        Raises:
+            RuntimeError: the sampler is not attached to an open store.
+        """
         tree = self._require_tree()
         value = (self.max_priority + self.epsilon) ** self.alpha
         for start, stop in slot_ranges(steps, self._slots):
@@ -173,12 +339,33 @@ class PrioritizedSampler:
         self._stored = range(self._stored.start, steps.stop)
 
     def evicted(self, steps: range) -> None:
+        """Zero evicted transitions' leaves.
+
+        Args:
+            steps: the evicted steps.
+
+        Raises:
+            RuntimeError: the sampler is not attached to an open store.
+        """
         tree = self._require_tree()
         for start, stop in slot_ranges(steps, self._slots):
             tree.fill(start, stop, 0.0)
         self._stored = range(steps.stop, self._stored.stop)
 
     def sample(self, batch_size: int, *, stored: range, rng: np.random.Generator) -> npt.NDArray[np.int64]:
+        """Draw steps in proportion to their leaves, with replacement (uniformly when every leaf is 0).
+
+        Args:
+            batch_size: how many steps to draw.
+            stored: the steps that may be drawn.
+            rng: the generator every draw comes from.
+
+        Returns:
+            (batch_size,) int64 steps.
+
+        Raises:
+            RuntimeError: the sampler is not attached to an open store.
+        """
         tree = self._require_tree()
         if not tree.total > 0:
             return uniform_steps(batch_size, stored, rng)
@@ -186,7 +373,21 @@ class PrioritizedSampler:
         return tree.draw(rng, batch_size, first_step=stored.start, slots=self._slots)
 
     def weights(self, steps: npt.NDArray[np.int64], *, beta: float) -> npt.NDArray[np.float32]:
-        """(N P(i))^-beta normalised by its maximum over the stored transitions, i.e. (p_i / p_min)^-beta."""
+        """The importance weights (N P(i))^-beta, normalised by their maximum over the stored transitions.
+
+        That is (p_i / p_min)^-beta; a leaf of 0 (never drawn) weighs inf, and all weigh 1 when every
+        leaf is 0.
+
+        Args:
+            steps: drawn steps.
+            beta: the exponent of the importance correction.
+
+        Returns:
+            (len(steps),) float32 weights.
+
+        Raises:
+            RuntimeError: the sampler is not attached to an open store.
+        """
         tree = self._require_tree()
         if not tree.total > 0:  # every priority is 0: all are equal, and drawn uniformly
             return np.ones(len(steps), np.float32)
@@ -194,12 +395,30 @@ class PrioritizedSampler:
 
     @property
     def mass(self) -> tuple[float, float]:
-        """(sum, minimum) of the stored transitions' leaves ``(p + epsilon)^alpha``: what a client drawing
-        over several stores needs to draw them in proportion and to normalise weights globally."""
+        """The sum and minimum of the stored transitions' leaves ``(p + epsilon)^alpha``.
+
+        What a client drawing over several stores needs to draw them in proportion and to normalise
+        weights globally.
+
+        Returns:
+            (sum, minimum).
+
+        Raises:
+            RuntimeError: the sampler is not attached to an open store.
+        """
         tree = self._require_tree()
         return float(tree.total), float(tree.minimum)
 
     def update_priorities(self, steps: npt.NDArray[np.int64], priorities: npt.NDArray[np.float64]) -> None:
+        """Set stored steps' priorities, already checked by the store; the largest seen so far grows.
+
+        Args:
+            steps: 1-D int64 steps; those no longer stored are skipped.
+            priorities: 1-D float64, finite and >= 0, one per step.
+
+        Raises:
+            RuntimeError: the sampler is not attached to an open store.
+        """
         largest = self._require_tree().update(
             steps, priorities, stored=self._stored, slots=self._slots, alpha=self.alpha, epsilon=self.epsilon
         )
@@ -209,11 +428,23 @@ class PrioritizedSampler:
     def update_priorities_checked(
         self, steps: npt.NDArray[np.int64], priorities: npt.NDArray[np.float64], *, added: int
     ) -> bool:
-        """``update_priorities`` with the store's checks made in the same compiled call (every step in
-        ``[0, added)``, every priority finite and >= 0): whether it applied them. False, with nothing
-        changed, when a check fails or the compiled call is not there: the store then checks in Python,
-        names what is wrong, and calls ``update_priorities``. ``steps`` int64 and ``priorities`` float64,
-        1-D, C-contiguous, of one length."""
+        """``update_priorities`` with the store's checks made in the same compiled call.
+
+        The checks: every step in ``[0, added)``, every priority finite and >= 0. When a check fails or
+        the compiled call is not there, nothing changes: the store then checks in Python, names what is
+        wrong, and calls ``update_priorities``.
+
+        Args:
+            steps: 1-D, C-contiguous int64 steps.
+            priorities: 1-D, C-contiguous float64, one per step.
+            added: the store's transitions ever added (the first step never added).
+
+        Returns:
+            Whether the priorities were checked and applied.
+
+        Raises:
+            RuntimeError: the sampler is not attached to an open store.
+        """
         applied, largest = self._require_tree().update_checked(
             steps, priorities, added=added, stored=self._stored, slots=self._slots, alpha=self.alpha,
             epsilon=self.epsilon,
@@ -223,6 +454,11 @@ class PrioritizedSampler:
         return applied
 
     def state(self) -> dict[str, object]:
+        """What the store's header commits: the largest priority, the committed leaves' checksum and sequence.
+
+        Returns:
+            A JSON-serializable dict, handed back to ``open`` as ``state``.
+        """
         state: dict[str, object] = {"max_priority": self.max_priority}
         if self._file is not None and self._file.committed.checksum is not None:
             state["checksum"] = self._file.committed.checksum
@@ -235,12 +471,19 @@ class PrioritizedSampler:
             self._file.commit(self._stored)
 
     def settle(self, committed: bool) -> None:
-        """After ``sync``: whether the store's header took the commit; if not, the committed priorities
-        go back to the header's, so that a crash reopens with exactly the header's priorities."""
+        """Learn, after ``sync``, whether the store's header took the commit.
+
+        If not, the committed priorities go back to the header's, so that a crash reopens with exactly
+        the header's priorities.
+
+        Args:
+            committed: whether the header took the commit.
+        """
         if self._file is not None and self._file.writable:
             self._file.settle(committed)
 
     def close(self) -> None:
+        """Unmap ``priorities.tree``; the sampler can be opened again."""
         self._tree = None
         if self._file is not None:
             self._file.close()

@@ -58,65 +58,63 @@ from mmreplay.validation import parse_number, parse_positive_int
 
 
 class MmreplayBuffer(ReplayBuffer):
-    """SB3's ``ReplayBuffer`` interface over a ``ReplayStore`` at ``path``.
+    """SB3's ``ReplayBuffer`` over a ``ReplayStore`` at ``path``: the same constructor, ``add`` and ``sample``.
 
-    A *position* is SB3's row index (``0 <= pos < buffer_size``): one row holds one transition of
-    each of ``n_envs`` envs. Row r's transition of env e is the store's step ``r * n_envs + e``, so
-    ``sample`` draws positions and envs with numpy's global generator exactly as SB3 does (seeded by
-    ``set_random_seed``) and reads those steps from the store.
+    A *position* is SB3's row index (``0 <= pos < buffer_size``): one row holds one transition of each of
+    ``n_envs`` envs, and row r's transition of env e is the store's step ``r * n_envs + e``. ``sample``
+    draws positions and envs with numpy's global generator exactly as SB3 does. SB3's arrays
+    (``observations``, ``dones``, ...) are lazy, read-only views of the store, zeros where no add wrote;
+    ``dones[pos] = True`` (SB3's ``learn``) records a truncation by the caller. Observations, actions and
+    rewards are cast as SB3's buffer casts what it stores.
 
-    **The store at** ``path`` (made absolute against the working directory at construction). Absent:
-    it is created, as SB3 would allocate an empty buffer (a relative ``path`` then warns: a
-    ``DQN.load`` from another directory would create a new store, so give an absolute one). Present:
-    by ``if_exists``, a new buffer refuses it (``"error"``, the default: a re-run would otherwise train
-    on the earlier run's data, even another game's; ``StoreExistsError`` says what was found and the
-    choices), deletes it and starts empty (``"replace"``), or reopens it with its transitions
-    (``"reopen"``). A buffer that SB3's ``load`` builds (``DQN.load``, from the kwargs saved in the
-    zip) always reopens: the store is the model's own. A reopened store's layout (frame shape, stack
-    size, envs, action shape and dtype, capacity) must be the one these arguments make; else a
-    ``ValueError`` names the field that differs. One writer appends to a store at a time: a buffer
-    that cannot take the store's writer lock at construction (a deepcopy beside its original, a model
-    loaded beside the one that trained it, another process writing) reads the store's last commit, and
-    takes the lock at its first ``add``. Buffers of one process hand it over (the holder commits and
-    reads from then on); a writer in another process, or a ``ReplayStore`` opened with ``"r+"`` by
-    hand, keeps it, and that ``add`` raises ``StoreLockedError`` saying which.
+    One writer appends to a store at a time: a buffer that cannot take the store's writer lock at
+    construction (a deepcopy, a model loaded beside the one that trained it) reads the store's last commit
+    and takes the lock at its first ``add``; buffers of one process hand it over. A pickle
+    (``save_replay_buffer``, ``deepcopy``, ``CheckpointCallback``) commits the store and keeps its absolute
+    path and counters; unpickling reopens it, adopting with a ``UserWarning`` the newest transitions of a
+    store that has gone on since. The guide's Stable-Baselines3 page has the details.
 
-    **Pickling** (``save_replay_buffer``, ``copy.deepcopy``, ``CheckpointCallback``) commits the store
-    and keeps its absolute path and the counters, with the transitions added so far. Unpickling
-    reopens the store as above; when the store has since gone on (an older checkpoint), the buffer
-    adopts the store's newest transitions with a ``UserWarning`` (the older ones may be evicted); a
-    store with fewer transitions than the pickle counts is not the one it was taken from: ``ValueError``.
+    Args:
+        buffer_size: the capacity in transitions, kept as ``buffer_size // n_envs`` rows of ``n_envs``.
+        observation_space: the env's observation space, split into frames (see ``stack_size``).
+        action_space: the env's action space.
+        device: where sampled tensors go, as in SB3.
+        n_envs: envs per row.
+        optimize_memory_usage: True draws positions as SB3's memory-saving buffer does once full
+            (``(randint(1, buffer_size) + pos) % buffer_size``: never the oldest row), so that a run stays
+            bit-identical to SB3's and CleanRL's after the ring wraps. Frames are stored once, and next
+            observations stay correct at truncations, either way.
+        handle_timeout_termination: the sampled ``dones``: True, terminated only; False, terminated or
+            truncated. A done env whose ``info["TimeLimit.truncated"]`` is true was truncated, any other
+            terminated; with True, an env so marked but not done was truncated too, as SB3 records it.
+        path: the store's directory, made absolute now; created if absent (a relative path then warns:
+            ``DQN.load`` from another directory would create a new store).
+        if_exists: what a new buffer does with a store already at ``path``: ``"error"`` refuses it (a
+            re-run would otherwise train on the earlier run's data), ``"replace"`` deletes it and starts
+            empty, ``"reopen"`` goes on with its transitions. A buffer that SB3's ``load`` builds always
+            reopens.
+        stack_size: frames per observation along its first axis. None infers it: ``(c, h, w)`` is
+            ``c // 3`` RGB frames when 3 divides ``c``, else ``c`` grayscale frames; ``(n, h, w, c)`` is
+            ``n`` frames; any other shape one frame. An inferred split is checked against the first adds
+            (next_obs must be obs shifted by one frame) and, while the store is empty, replaced by the
+            largest stack the data fit.
+        n_steps: n-step returns as SB3's ``NStepReplayBuffer`` gives them: ``rewards`` sums ``gamma**k``
+            times the env's k-th reward over up to ``n_steps`` steps, stopping at (and including) the
+            first that ended its episode, at the env's newest, or before one that starts another
+            episode; next observation and ``dones`` are the last step's and ``discounts`` is ``gamma**m``
+            for its m steps. With 1, samples are ``ReplayBuffer``'s (``discounts`` None).
+        gamma: the discount of n-step returns, 0 to 1.
 
-    **Observations**: ``stack_size`` frames per observation along its first axis. By default it is
-    inferred: ``(c, h, w)`` images (channel-first, as SB3's ``VecTransposeImage`` gives them) are
-    ``c // 3`` RGB frames of ``(3, h, w)`` when 3 divides ``c`` (so an RGB image alone is one frame and
-    ``VecFrameStack(n_stack=n)`` of RGB is ``n``), else ``c`` grayscale frames of ``(h, w)``
-    (``VecFrameStack`` of Atari's grayscale frames); ``(n, h, w, c)`` is ``n`` frames; any other shape
-    is one frame. An inferred stack is checked against the first adds of envs that go on (next_obs must
-    be obs shifted by one frame): while the store is empty, a refuted split is replaced by the largest
-    stack the data fit; later a ``ValueError`` says which ``stack_size`` values the data fit.
-
-    **n-step returns**: ``n_steps``, ``gamma`` (what SB3 says to pass for a custom buffer) give SB3's
-    ``NStepReplayBuffer`` samples: ``rewards`` sums ``gamma**k`` times the k-th reward of the sampled
-    transition's env up to ``n_steps`` steps, stopping at (and including) the first that ended its
-    episode, before the env's next transition that starts a new one, or at the newest; the next
-    observation and ``dones`` are those of that last step and ``discounts`` is ``gamma**m`` for its m
-    steps. With ``n_steps=1`` samples are ``ReplayBuffer``'s (``discounts`` None).
-
-    ``optimize_memory_usage``: frames are always stored once, and next observations stay correct at
-    truncations; with True, ``sample`` draws positions as SB3's memory-saving buffer does
-    (``(randint(1, buffer_size) + pos) % buffer_size`` once full: never the oldest row), so that a run
-    stays bit-identical to SB3's (and CleanRL's) after the ring wraps.
-
-    **Observations are cast** to the observation space's dtype as SB3's buffer casts them when it
-    stores them (a float64 observation of a float32 ``Box`` under ``SubprocVecEnv``), actions to the
-    action dtype (float64 to float32), rewards to float32.
-
-    **SB3's arrays** ``observations``, ``next_observations``, ``actions``, ``rewards``, ``dones`` and
-    ``timeouts`` are lazy views of the store (see ``mmreplay.sb3.views``): indexing reads the selected
-    transitions, zeros where no add wrote, as SB3's arrays read. They are read-only, except that SB3's
-    ``learn`` writes ``dones[pos] = True`` to end the newest transitions' episodes, which this buffer
-    records as a truncation by the caller.
+    Raises:
+        TypeError: the observation space is not a numeric ``Box``, ``Discrete``, ``MultiDiscrete`` or
+            ``MultiBinary``, or ``n_steps`` or ``gamma`` is not a number.
+        ValueError: a number is out of range, ``stack_size`` does not divide the observation's first
+            axis, ``if_exists`` is not one of the three, or a reopened store's layout is not the one these
+            arguments make (the message names the field).
+        StoreExistsError: a store is at ``path`` and ``if_exists="error"``; the message says what was
+            found and the choices.
+        FileExistsError: ``path`` holds something that is not a store this buffer can use.
+        StoreLockedError: ``if_exists="replace"`` while another buffer writes the store.
     """
 
     def __init__(
@@ -175,7 +173,11 @@ class MmreplayBuffer(ReplayBuffer):
 
     @property
     def store(self) -> ReplayStore:
-        """The store this buffer reads (and, once it adds, writes)."""
+        """The store this buffer reads (and, once it adds, writes).
+
+        Returns:
+            The open store.
+        """
         return self._rows.store
 
     def _sync(self) -> None:
@@ -215,10 +217,27 @@ class MmreplayBuffer(ReplayBuffer):
         done: npt.NDArray[Any],
         infos: Sequence[Mapping[str, Any]] | Mapping[str, Any],
     ) -> None:
-        """Record one row: a transition of each env. ``next_obs`` is the true next observation (SB3
-        puts ``infos[i]["terminal_observation"]`` there for done envs). An env that is not done but whose
-        ``TimeLimit.truncated`` is true was truncated too when ``handle_timeout_termination`` is True:
-        SB3's buffer records its timeout, and its n-step windows stop there."""
+        """Record one row: a transition of each env.
+
+        Args:
+            obs: (n_envs, *obs_shape), or obs_shape alone with one env.
+            next_obs: the true next observation, shaped as ``obs`` (SB3 puts
+                ``infos[i]["terminal_observation"]`` there for done envs).
+            action: (n_envs, ...) actions.
+            reward: (n_envs,) rewards.
+            done: (n_envs,) SB3's done flags: terminated, or truncated where
+                ``infos[i]["TimeLimit.truncated"]`` is true.
+            infos: one dict per env. An env that is not done but whose ``TimeLimit.truncated`` is true
+                was truncated too when ``handle_timeout_termination`` is True: SB3's buffer records its
+                timeout, and its n-step windows stop there.
+
+        Raises:
+            ValueError: an argument's shape or values do not fit ``n_envs`` and the spaces, or an
+                inferred stack is refuted by the data once the store holds transitions (the message says
+                which ``stack_size`` values the data fit).
+            StoreLockedError: another process, or a ``ReplayStore`` opened with ``"r+"`` by hand, holds
+                the store's writer lock.
+        """
         store = self._rows.writer()
         row = parse_row(
             action, reward, done, infos, n_envs=self.n_envs, action_dim=self.action_dim,
@@ -275,40 +294,76 @@ class MmreplayBuffer(ReplayBuffer):
 
     @property
     def observations(self) -> StoredArray:  # type: ignore[override]  # SB3's is an array this buffer does not keep
-        """SB3's ``observations``, (buffer_size, n_envs, *obs_shape), read from the store."""
+        """SB3's ``observations``, read from the store.
+
+        Returns:
+            A lazy (buffer_size, n_envs, *obs_shape) view.
+        """
         return StoredArray(self._rows, name="observations", item_shape=self.obs_shape, dtype=self._layout.frame_dtype,
                            take=lambda batch, steps: batch.obs)
 
     @property
     def next_observations(self) -> StoredArray:  # type: ignore[override]
-        """SB3's ``next_observations`` (the true next observation, also at truncations)."""
+        """SB3's ``next_observations``: the true next observation, also at truncations.
+
+        Returns:
+            A lazy (buffer_size, n_envs, *obs_shape) view.
+        """
         return StoredArray(self._rows, name="next_observations", item_shape=self.obs_shape,
                            dtype=self._layout.frame_dtype, take=lambda batch, steps: batch.next_obs)
 
     @property
     def actions(self) -> StoredArray:  # type: ignore[override]
-        """SB3's ``actions``, (buffer_size, n_envs, action_dim) in the stored action dtype."""
+        """SB3's ``actions``, read from the store.
+
+        Returns:
+            A lazy (buffer_size, n_envs, action_dim) view in the stored action dtype.
+        """
         return action_view(self._rows, action_dim=self.action_dim, dtype=self._layout.action_dtype)
 
     @property
     def rewards(self) -> StoredArray:  # type: ignore[override]
-        """SB3's ``rewards``, (buffer_size, n_envs) float32."""
+        """SB3's ``rewards``, read from the store.
+
+        Returns:
+            A lazy (buffer_size, n_envs) float32 view.
+        """
         return reward_view(self._rows)
 
     @property
     def dones(self) -> DoneFlags:  # type: ignore[override]
-        """SB3's ``dones`` array, (buffer_size, n_envs) float32, read from the store (see ``DoneFlags``)."""
+        """SB3's ``dones`` array, read from the store.
+
+        Returns:
+            A lazy (buffer_size, n_envs) float32 view; writing True records a truncation by the caller.
+        """
         return DoneFlags(self._rows)
 
     @property
     def timeouts(self) -> TimeoutFlags:  # type: ignore[override]
-        """SB3's ``timeouts``, (buffer_size, n_envs) float32 (see ``TimeoutFlags``)."""
+        """SB3's ``timeouts``, read from the store.
+
+        Returns:
+            A lazy (buffer_size, n_envs) float32 view.
+        """
         return TimeoutFlags(self._rows, handle_timeout_termination=self.handle_timeout_termination)
 
     # -- sampling ----------------------------------------------------------------------------------
 
     def sample(self, batch_size: int, env: VecNormalize | None = None) -> ReplayBufferSamples:
-        """``batch_size`` transitions drawn uniformly with replacement, as SB3 draws them."""
+        """Draw ``batch_size`` transitions uniformly with replacement, as SB3 draws them.
+
+        Args:
+            batch_size: how many transitions.
+            env: SB3's ``VecNormalize`` to normalise observations and rewards with (None: as stored).
+
+        Returns:
+            SB3's ``ReplayBufferSamples`` on this buffer's device: observations in SB3's shape, actions
+            (B, action_dim), dones and rewards (B, 1) float32.
+
+        Raises:
+            ValueError: the buffer is empty.
+        """
         if self.size() == 0:
             raise ValueError("cannot sample from an empty buffer: add transitions first")
         return super().sample(batch_size, env=env)
@@ -326,8 +381,17 @@ class MmreplayBuffer(ReplayBuffer):
         *,
         env: VecNormalize | None = None,
     ) -> ReplayBufferSamples:
-        """The transitions at these positions and envs, as SB3's ``ReplayBuffer`` would return them
-        from ``observations[positions, env_indices]`` and its other arrays."""
+        """The transitions at these positions and envs, as SB3's ``ReplayBuffer`` reads its arrays there.
+
+        Args:
+            positions: SB3 row indices.
+            env_indices: one env per position.
+            env: SB3's ``VecNormalize`` to normalise observations and rewards with (None: as stored).
+
+        Returns:
+            SB3's ``ReplayBufferSamples`` on this buffer's device: observations in SB3's shape, actions
+            (B, action_dim), dones and rewards (B, 1) float32.
+        """
         steps = self.steps_at(positions, env_indices)
         batch = self._rows.read(steps)
         return self._samples(batch, batch.next_obs, self._terminal(batch, steps), batch.reward.reshape(-1, 1), env=env)
@@ -339,8 +403,19 @@ class MmreplayBuffer(ReplayBuffer):
         *,
         env: VecNormalize | None = None,
     ) -> ReplayBufferSamples:
-        """The n-step samples (``n_steps``, ``gamma``) of the transitions at these positions and envs, as
-        SB3's ``NStepReplayBuffer`` computes them (see the class docstring)."""
+        """The n-step samples of the transitions at these positions and envs, as SB3's ``NStepReplayBuffer``.
+
+        ``n_steps`` and ``gamma`` are the buffer's (see the class docstring), the arithmetic SB3's.
+
+        Args:
+            positions: SB3 row indices.
+            env_indices: one env per position.
+            env: SB3's ``VecNormalize`` to normalise observations and rewards with (None: as stored).
+
+        Returns:
+            SB3's ``ReplayBufferSamples`` on this buffer's device: observations in SB3's shape, actions
+            (B, action_dim), dones and rewards (B, 1) float32. Its ``discounts`` is (B, 1) ``gamma**m``.
+        """
         first = self.steps_at(positions, env_indices)
         batch = self._rows.read(first)
         size, n = len(first), self.n_steps
@@ -375,7 +450,17 @@ class MmreplayBuffer(ReplayBuffer):
         return self._samples(batch, next_obs, terminal, returns, env=env, discounts=discounts)
 
     def steps_at(self, positions: npt.ArrayLike, env_indices: npt.ArrayLike) -> npt.NDArray[np.int64]:
-        """The store's steps of the transitions at these positions (SB3 row indices) and envs."""
+        """The store's steps of the transitions at these positions and envs.
+
+        Args:
+            positions: SB3 row indices.
+            env_indices: one env per position.
+
+        Returns:
+            int64 steps, row r's transition of env e being step ``r * n_envs + e`` (once the ring is
+            full, position p is the newest row at p); a position that holds no transition yet maps to a
+            step the buffer does not hold.
+        """
         return self._rows.steps_at(positions, env_indices)
 
     def _terminal(self, batch: Batch, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.bool_]:
@@ -386,8 +471,16 @@ class MmreplayBuffer(ReplayBuffer):
         return self._rows.ended(batch, steps)
 
     def to_samples(self, batch: Batch, env: VecNormalize | None = None) -> ReplayBufferSamples:
-        """A store batch as SB3's ``ReplayBufferSamples`` on this buffer's device: observations in
-        SB3's shape, actions (B, action_dim), dones and rewards (B, 1) float32."""
+        """A store batch as SB3's ``ReplayBufferSamples`` on this buffer's device.
+
+        Args:
+            batch: a batch read from this buffer's store.
+            env: SB3's ``VecNormalize`` to normalise observations and rewards with (None: as stored).
+
+        Returns:
+            SB3's ``ReplayBufferSamples`` on this buffer's device: observations in SB3's shape, actions
+            (B, action_dim), dones and rewards (B, 1) float32.
+        """
         return self._samples(batch, batch.next_obs, self._terminal(batch, batch.index), batch.reward.reshape(-1, 1), env=env)
 
     def _samples(
@@ -419,6 +512,11 @@ class MmreplayBuffer(ReplayBuffer):
         return ReplayBufferSamples(*tensors)
 
     def reset(self) -> None:
+        """Refuse: the buffer's store cannot be emptied through SB3's ``reset``.
+
+        Raises:
+            NotImplementedError: always; create a new buffer at another path.
+        """
         raise NotImplementedError("an MmreplayBuffer cannot be emptied; create a new one at another path")
 
 

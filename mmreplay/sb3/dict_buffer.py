@@ -47,21 +47,40 @@ class StoreArguments:
 
 
 class MmreplayDictBuffer(DictReplayBuffer):
-    """SB3's ``DictReplayBuffer`` interface over a ``ReplayStore`` at ``path``.
+    """SB3's ``DictReplayBuffer`` over a ``ReplayStore`` at ``path``, for ``MultiInputPolicy`` and HER.
 
-    Positions, envs and draws are SB3's (``sample`` draws with numpy's global generator as SB3's
-    ``DictReplayBuffer`` does: same seed, same batch), and so are the samples: a dict of tensors per
-    observation key, in the space's dtypes. ``path`` and ``if_exists`` are ``MmreplayBuffer``'s: a new
-    buffer refuses a store left at its path unless told to ``"reopen"`` or ``"replace"`` it; SB3's
-    ``load`` reopens its own. ``frame_keys`` names the keys kept as frames (by default the images:
-    ``uint8`` ``Box`` keys of two or more axes), which must share one dtype; ``stack_size`` splits each
-    along its first axis (``VecFrameStack`` of channel-first images), inferred per key by default as
-    ``MmreplayBuffer`` infers it and checked against the first adds: whole observations are frames
-    when the keys disagree, or when the data refute the split while the store is empty.
+    Image keys are one frame stream, each frame stored once; the other keys are fields of the store.
+    Positions, envs, draws and samples are SB3's (``sample`` draws with numpy's global generator as
+    SB3's ``DictReplayBuffer`` does: same seed, same batch); the store's life (``if_exists``,
+    ``DQN.load``, pickles, one writer at a time) is ``MmreplayBuffer``'s. ``observations`` and
+    ``next_observations`` are dicts of lazy read-only views, one per key.
 
-    ``optimize_memory_usage`` (which SB3's ``DictReplayBuffer`` refuses) draws as ``MmreplayBuffer``
-    draws with it. ``observations`` and ``next_observations`` are dicts of lazy read-only views, one per
-    key; ``actions``, ``rewards``, ``dones`` and ``timeouts`` are views as in ``MmreplayBuffer``.
+    Args:
+        buffer_size: the capacity in transitions, as in ``MmreplayBuffer``.
+        observation_space: a gymnasium ``Dict`` space with string keys.
+        action_space: the env's action space.
+        device: where sampled tensors go, as in SB3.
+        n_envs: envs per row.
+        optimize_memory_usage: draws as ``MmreplayBuffer`` draws with it (SB3's ``DictReplayBuffer``
+            refuses it).
+        handle_timeout_termination: as in ``MmreplayBuffer``.
+        path: the store's directory, as in ``MmreplayBuffer`` (required).
+        if_exists: ``"error"``, ``"replace"`` or ``"reopen"``, as in ``MmreplayBuffer``.
+        frame_keys: the keys kept as frames, which must share one dtype (None: the images, ``uint8``
+            ``Box`` keys of two or more axes).
+        stack_size: splits each frame key along its first axis (``VecFrameStack`` of channel-first
+            images); None infers it per key as ``MmreplayBuffer`` does, checked against the first adds:
+            whole observations are frames when the keys disagree, or when the data refute the split
+            while the store is empty.
+
+    Raises:
+        TypeError: ``path`` is not given, ``observation_space`` is not a ``Dict`` of string keys, or
+            ``frame_keys`` is not a sequence of key names.
+        ValueError: ``n_envs`` is not a positive int, ``frame_keys`` names a key that is missing, not a
+            ``Box``, or of another dtype than the others, ``if_exists`` is not one of the three, or a
+            reopened store's layout is not the one these arguments make.
+        StoreExistsError: a store is at ``path`` and ``if_exists="error"``.
+        FileExistsError: ``path`` holds something that is not a store this buffer can use.
     """
 
     def __init__(
@@ -149,7 +168,11 @@ class MmreplayDictBuffer(DictReplayBuffer):
 
     @property
     def store(self) -> ReplayStore:
-        """The store this buffer reads (and, once it adds, writes)."""
+        """The store this buffer reads (and, once it adds, writes).
+
+        Returns:
+            The open store.
+        """
         return self._rows.store
 
     def _sync(self) -> None:
@@ -174,6 +197,11 @@ class MmreplayDictBuffer(DictReplayBuffer):
         self._sync()
 
     def reset(self) -> None:
+        """Refuse: the buffer's store cannot be emptied through SB3's ``reset``.
+
+        Raises:
+            NotImplementedError: always; create a new buffer at another path.
+        """
         raise NotImplementedError(f"an {type(self).__name__} cannot be emptied; create a new one at another path")
 
     # -- adding ------------------------------------------------------------------------------------
@@ -187,7 +215,20 @@ class MmreplayDictBuffer(DictReplayBuffer):
         done: npt.NDArray[Any],
         infos: Sequence[Mapping[str, Any]] | Mapping[str, Any],
     ) -> None:
-        """Record one row: a transition of each env (see ``MmreplayBuffer.add``)."""
+        """Record one row: a transition of each env, as ``MmreplayBuffer.add`` does.
+
+        Args:
+            obs: each key's observations, (n_envs, *obs_shape) or obs_shape alone with one env.
+            next_obs: the true next observations, by key, shaped as ``obs``.
+            action: (n_envs, ...) actions.
+            reward: (n_envs,) rewards.
+            done: (n_envs,) SB3's done flags.
+            infos: one dict per env, as in ``MmreplayBuffer.add``.
+
+        Raises:
+            ValueError: a key is missing or an array's shape does not fit ``n_envs`` and the spaces.
+            StoreLockedError: another writer holds the store's writer lock.
+        """
         store = self._rows.writer()
         row = parse_row(
             action, reward, done, infos, n_envs=self.n_envs, action_dim=self.action_dim,
@@ -254,12 +295,20 @@ class MmreplayDictBuffer(DictReplayBuffer):
 
     @property
     def observations(self) -> dict[str, StoredArray]:  # type: ignore[override]
-        """SB3's ``observations``: one read-only view per key, (buffer_size, n_envs, *obs_shape)."""
+        """SB3's ``observations``, read from the store.
+
+        Returns:
+            One lazy read-only (buffer_size, n_envs, *obs_shape) view per key.
+        """
         return self._views(next_obs=False)
 
     @property
     def next_observations(self) -> dict[str, StoredArray]:  # type: ignore[override]
-        """SB3's ``next_observations`` (the true next observation, also at truncations), by key."""
+        """SB3's ``next_observations``: the true next observation, also at truncations.
+
+        Returns:
+            One lazy read-only view per key.
+        """
         return self._views(next_obs=True)
 
     def _views(self, *, next_obs: bool) -> dict[str, StoredArray]:
@@ -276,24 +325,56 @@ class MmreplayDictBuffer(DictReplayBuffer):
 
     @property
     def actions(self) -> StoredArray:  # type: ignore[override]
+        """SB3's ``actions``, read from the store.
+
+        Returns:
+            A lazy (buffer_size, n_envs, action_dim) view in the stored action dtype.
+        """
         return action_view(self._rows, action_dim=self.action_dim, dtype=self._layout.action_dtype)
 
     @property
     def rewards(self) -> StoredArray:  # type: ignore[override]
+        """SB3's ``rewards``, read from the store.
+
+        Returns:
+            A lazy (buffer_size, n_envs) float32 view.
+        """
         return reward_view(self._rows)
 
     @property
     def dones(self) -> DoneFlags:  # type: ignore[override]
+        """SB3's ``dones`` array, read from the store.
+
+        Returns:
+            A lazy (buffer_size, n_envs) float32 view; writing True records a truncation by the caller.
+        """
         return DoneFlags(self._rows)
 
     @property
     def timeouts(self) -> TimeoutFlags:  # type: ignore[override]
+        """SB3's ``timeouts``, read from the store.
+
+        Returns:
+            A lazy (buffer_size, n_envs) float32 view.
+        """
         return TimeoutFlags(self._rows, handle_timeout_termination=self.handle_timeout_termination)
 
     # -- sampling ----------------------------------------------------------------------------------
 
     def sample(self, batch_size: int, env: VecNormalize | None = None) -> DictReplayBufferSamples:  # type: ignore[override]
-        """``batch_size`` transitions drawn uniformly with replacement, as SB3 draws them."""
+        """Draw ``batch_size`` transitions uniformly with replacement, as SB3 draws them.
+
+        Args:
+            batch_size: how many transitions.
+            env: SB3's ``VecNormalize`` to normalise observations and rewards with (None: as stored).
+
+        Returns:
+            SB3's ``DictReplayBufferSamples`` on this buffer's device: a dict of tensors per observation
+            key in the space's dtypes, actions (B, action_dim), dones and rewards (B, 1) float32.
+
+        Raises:
+            ValueError: the buffer is empty.
+        """
         if self.size() == 0:
             raise ValueError("cannot sample from an empty buffer: add transitions first")
         return ReplayBuffer.sample(self, batch_size, env=env)  # type: ignore[return-value]
@@ -307,13 +388,33 @@ class MmreplayDictBuffer(DictReplayBuffer):
     def samples_at(
         self, positions: npt.ArrayLike, env_indices: npt.ArrayLike, *, env: VecNormalize | None = None
     ) -> DictReplayBufferSamples:
-        """The transitions at these positions and envs, as SB3's ``DictReplayBuffer`` would return them."""
+        """The transitions at these positions and envs, as SB3's ``DictReplayBuffer`` reads its arrays there.
+
+        Args:
+            positions: SB3 row indices.
+            env_indices: one env per position.
+            env: SB3's ``VecNormalize`` to normalise observations and rewards with (None: as stored).
+
+        Returns:
+            SB3's ``DictReplayBufferSamples`` on this buffer's device: a dict of tensors per observation
+            key in the space's dtypes, actions (B, action_dim), dones and rewards (B, 1) float32.
+        """
         steps = self._rows.steps_at(positions, env_indices)
         batch = self._rows.read(steps)
         return self.to_samples(batch, steps, env=env)
 
     def to_samples(self, batch: Batch, steps: npt.NDArray[np.int64], env: VecNormalize | None = None) -> DictReplayBufferSamples:
-        """A store batch as SB3's ``DictReplayBufferSamples`` on this buffer's device."""
+        """A store batch as SB3's ``DictReplayBufferSamples`` on this buffer's device.
+
+        Args:
+            batch: a batch read from this buffer's store.
+            steps: the batch's steps (its ``index``).
+            env: SB3's ``VecNormalize`` to normalise observations and rewards with (None: as stored).
+
+        Returns:
+            SB3's ``DictReplayBufferSamples`` on this buffer's device: a dict of tensors per observation
+            key in the space's dtypes, actions (B, action_dim), dones and rewards (B, 1) float32.
+        """
         layout = self._dict_layout
         obs = self._normalize_obs({key: layout.key_of(batch, key, next_obs=False) for key in layout.obs_shapes}, env)
         next_obs = self._normalize_obs({key: layout.key_of(batch, key, next_obs=True) for key in layout.obs_shapes}, env)

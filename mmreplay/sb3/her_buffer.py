@@ -26,14 +26,35 @@ from mmreplay.sb3.dict_buffer import MmreplayDictBuffer, StoreArguments
 class MmreplayHerBuffer(HerReplayBuffer, MmreplayDictBuffer):  # type: ignore[misc]
     """SB3's ``HerReplayBuffer`` whose transitions live in a store (``MmreplayDictBuffer``).
 
-    The one place mmreplay combines two bases: every HER method runs as SB3 wrote it (no HER code is
-    copied here), and reads and writes the transitions through the storage class after it in the MRO
-    (``HerReplayBuffer`` -> ``MmreplayDictBuffer`` -> SB3's ``DictReplayBuffer``): its ``add``, and
-    SB3's arrays as views of the store (``observations[key][batch, env]``, ``dones[pos] = True`` when it
-    truncates the last trajectory). HER's own bookkeeping (episode starts and lengths, the infos kept
-    with ``copy_info_dict``) stays in memory as SB3 keeps it and is pickled with the buffer; a buffer
-    that SB3's ``load`` rebuilds over the model's store (``DQN.load``) starts it afresh, as SB3's does
-    with its empty buffer, so HER samples the episodes added from then on.
+    Every HER method runs as SB3 wrote it and reads and writes the transitions through the storage class
+    after it in the MRO (``HerReplayBuffer`` -> ``MmreplayDictBuffer`` -> SB3's ``DictReplayBuffer``):
+    its ``add``, and SB3's arrays as views of the store. HER's own bookkeeping (episode starts and
+    lengths, the infos kept with ``copy_info_dict``) stays in memory as SB3 keeps it and is pickled with
+    the buffer. Over a reopened store (``DQN.load``, ``if_exists="reopen"``) the episode starts and
+    lengths are rebuilt from the store's ended flags, leaving out an oldest episode whose start the
+    store evicted.
+
+    Args:
+        buffer_size: the capacity in transitions, as in ``MmreplayBuffer``.
+        observation_space: a gymnasium ``Dict`` space with the goal keys HER needs.
+        action_space: the env's action space.
+        env: the VecEnv whose ``compute_reward`` relabels goals, as in SB3's ``HerReplayBuffer``.
+        device: where sampled tensors go, as in SB3.
+        n_envs: envs per row.
+        optimize_memory_usage: as in ``MmreplayDictBuffer``.
+        handle_timeout_termination: as in ``MmreplayBuffer``.
+        n_sampled_goal: virtual transitions per real one, as in SB3's ``HerReplayBuffer``.
+        goal_selection_strategy: ``"future"``, ``"final"`` or ``"episode"``, as in SB3.
+        copy_info_dict: keep each transition's info dict for ``compute_reward``, as in SB3.
+        path: the store's directory, as in ``MmreplayBuffer``.
+        if_exists: ``"error"``, ``"replace"`` or ``"reopen"``, as in ``MmreplayBuffer``.
+        frame_keys: the keys kept as frames, as in ``MmreplayDictBuffer``.
+        stack_size: frames per observation of each frame key, as in ``MmreplayDictBuffer``.
+
+    Raises:
+        TypeError: as ``MmreplayDictBuffer`` raises it.
+        ValueError: as ``MmreplayDictBuffer`` and SB3's ``HerReplayBuffer`` raise it.
+        StoreExistsError: a store is at ``path`` and ``if_exists="error"``.
     """
 
     def __init__(

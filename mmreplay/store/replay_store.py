@@ -68,7 +68,14 @@ class ReplayStore(StoreLayout):
 
     Open it like a file: ``ReplayStore.create(path, ...)`` makes a new store (mode ``"r+"``),
     ``ReplayStore.open(path, mode)`` opens one read-only (``"r"``) or for appending (``"r+"``), and
-    ``with`` closes it (which commits).
+    ``with`` closes it (which commits). A *transition* is (obs, action, reward, next_obs, terminated,
+    truncated) from one env; its *step* numbers it among all transitions ever added (a vector add numbers
+    env 0 first). The stored transitions are always the contiguous steps ``stored_steps``: eviction is
+    first in, first out.
+
+    Args:
+        role: the writer (mode ``"r+"``) or the follower (mode ``"r"``) the store reads and writes
+            through; ``create`` and ``open`` make it.
     """
 
     def __init__(self, role: Role) -> None:
@@ -113,26 +120,52 @@ class ReplayStore(StoreLayout):
     ) -> ReplayStore:
         """Create an empty store at ``path`` (a directory the store owns) and open it for appending.
 
-        ``capacity`` counts transitions; when full, the oldest transition is evicted. ``frame_shape`` is
-        one frame (e.g. ``(84, 84)``); obs stacks hold ``stack_size`` frames. ``frame_encoding`` is
-        ``"lz4"`` (each frame alone) or ``"lz4-reference"`` (each frame against an earlier frame of its
-        env, arranged by ``reference_scheme``), and by default (None) ``"lz4-reference"`` for uint8 frames
-        of 64 bytes or more (8x8 and up: images), ``"lz4"`` for others (on smaller frames a reference saves
-        a few bytes a transition and doubles a batch's decode). ``"lz4-reference"``, by default groups of
-        256 frames with branching 2: on Atari 3x (Pong) to 6.5x (MsPacman) fewer bytes per transition; on
-        2 cores, adds at 0.9x of plain's rate on Pong (0.7x-0.9x from 8 envs) and 0.9x-1.5x on Breakout and
-        MsPacman, samples at 1x-2.2x (see ``mmreplay.frames.encodings`` and the manual's benchmarks).
-        ``commit_every`` and ``commit_interval_s``: see ``open``. ``fields`` declares user fields stored
-        beside each transition, ``{"name": (shape, dtype)}`` (a fixed shape; a numeric or bool dtype), such
-        as a recurrent state or a legal-action mask: every ``add`` then takes them (``add(..., fields=)``)
-        and every batch gives them (``batch.fields``). ``stack_padding`` says what an obs stack at an
-        episode start holds before the episode's first frame: ``"first"`` that frame repeated (gymnasium's
-        ``FrameStackObservation``), ``"zeros"`` all-zero frames (Dopamine and batch_rl); ``sample``,
-        ``read``, n-step windows, sequences and exports all return it so.
-        ``frame_dtype`` is any numpy bool, integer or float dtype (CartPole's float32 state, a robot's
-        joint angles); frames are stored bit-exact (NaN payloads included), little-endian: a big-endian
-        ``frame_dtype`` is taken as its little-endian equal, and big-endian frames are converted (the same
-        values). ``"lz4-reference"`` takes uint8 only. ``decode_threads``: see ``open``.
+        The first three arguments are what a user decides: one frame's shape, how many transitions to
+        keep, and how many frames an obs stacks. The others have defaults that fit Atari-like image RL.
+
+        Args:
+            path: the store's directory; it must not exist, its parent must.
+            frame_shape: one frame, such as ``(84, 84)``.
+            capacity: the most transitions kept; when full, the oldest is evicted. At least ``num_envs``.
+            stack_size: frames per obs.
+            num_envs: envs whose transitions each ``add`` takes, side by side.
+            action_shape: one action's shape (``()``: a scalar).
+            action_dtype: the actions' numpy dtype.
+            sampler: ``UniformSampler()`` (None) or a ``PrioritizedSampler``.
+            frame_encoding: ``"lz4"`` (each frame alone) or ``"lz4-reference"`` (each frame against an
+                earlier frame of its env, arranged by ``reference_scheme``; uint8 only). None:
+                ``"lz4-reference"`` for uint8 frames of 64 bytes or more (8x8 and up: images), ``"lz4"``
+                for others (on smaller frames a reference saves a few bytes a transition and doubles a
+                batch's decode). The benchmarks page has what each costs and saves.
+            reference_scheme: the groups of a ``"lz4-reference"`` store (None: groups of 32 frames,
+                branching 2).
+            commit_every: see ``open``.
+            commit_interval_s: see ``open``.
+            fields: user fields stored beside each transition, ``{"name": (shape, dtype)}`` (a fixed
+                shape; a numeric or bool dtype), such as a recurrent state or a legal-action mask: every
+                ``add`` then takes them (``add(..., fields=)``) and every batch gives them
+                (``batch.fields``).
+            stack_padding: what an obs stack at an episode start holds before the episode's first frame:
+                ``"first"`` that frame repeated (gymnasium's ``FrameStackObservation``), ``"zeros"``
+                all-zero frames (Dopamine and batch_rl); ``sample``, ``read``, n-step windows, sequences
+                and exports all return it so.
+            frame_dtype: any numpy bool, integer or float dtype (CartPole's float32 state, a robot's joint
+                angles). Frames are stored bit-exact (NaN payloads included), little-endian: a big-endian
+                dtype is taken as its little-endian equal, and big-endian frames are converted.
+            decode_threads: see ``open``.
+
+        Returns:
+            The new store, open in mode ``"r+"``.
+
+        Raises:
+            TypeError: an argument is of the wrong kind (such as a sampler that is neither built-in one,
+                or a ``reference_scheme`` that is no ``ReferenceScheme``).
+            ValueError: an argument's value is out of range or inconsistent with another (such as a
+                ``capacity`` below ``num_envs``, or ``"lz4-reference"`` with frames that are not uint8);
+                the message names it, what was expected and what was received.
+            StoreExistsError: ``path`` exists.
+            StoreLimitError: the store would need more memory, address space or disk than the process
+                can get.
         """
         decode_threads = parse_decode_threads(decode_threads)
         schedule = CommitSchedule(commit_every=commit_every, commit_interval_s=commit_interval_s)
@@ -158,20 +191,41 @@ class ReplayStore(StoreLayout):
     ) -> ReplayStore:
         """Open an existing store read-only (``"r"``) or to read and append (``"r+"``).
 
-        A writer commits by itself (as ``flush`` does) after an add once ``commit_every`` transitions
-        (None: no count) or ``commit_interval_s`` seconds (None: no clock) have passed since its last
-        commit, and when it is closed, garbage-collected or the interpreter exits normally: a crash loses
-        at most the adds of the last interval.
+        A writer commits by itself (as ``flush`` does) after an add once ``commit_every`` transitions or
+        ``commit_interval_s`` seconds have passed since its last commit, and when it is closed,
+        garbage-collected or the interpreter exits normally: a crash loses at most the adds of the last
+        interval.
 
-        A batch (``sample``, ``sample_sequences``, ``read``, ``iterate``) decodes on as many threads as its
-        size asks (``mmreplay.frames.threads``: one below 512 KiB of pixels, two from it, one more per 64
-        KiB), at most the cores this process may use (its CPU affinity and cgroup CPU quota, read now) and
-        at most ``decode_threads`` (None: no cap; 1 to 64); a writer's adds compress the frames of one call
-        on them too, from 4 usable cores.
+        Args:
+            path: the store's directory.
+            mode: ``"r"`` (read-only, following the writer's commits) or ``"r+"`` (read and append; one
+                writer at a time).
+            sampler: a sampler configured as the store's (None: the store's own).
+            commit_every: commit after this many transitions (None: no count).
+            commit_interval_s: commit after this many seconds (None: no clock).
+            decode_threads: the most threads a batch (``sample``, ``sample_sequences``, ``read``,
+                ``iterate``) decodes on, 1 to 64 (None: no cap). A batch uses as many as its size asks
+                (one below 512 KiB of pixels, two from it, one more per 64 KiB), at most the cores this
+                process may use (its CPU affinity and cgroup CPU quota, read now); a writer's adds
+                compress the frames of one call on them too, from 4 usable cores.
 
-        A store whose rows or frames the open meets damaged raises ``DamagedStoreError``, naming the damage
-        and the way out: ``mmreplay verify`` lists every damaged row and frame, ``mmreplay.salvage`` copies
-        every intact transition into a new store.
+        Returns:
+            The open store.
+
+        Raises:
+            ValueError: ``mode`` is not ``"r"`` or ``"r+"``, a number is out of range, or ``sampler`` is
+                not configured as the store's.
+            TypeError: a number is not an int (or, for ``commit_interval_s``, a float).
+            StoreNotFoundError: ``path`` holds no store.
+            StoreLockedError: ``"r+"`` while another process holds the store open for writing.
+            FormatVersionError: the store's format version is not one this code reads (or, for ``"r+"``,
+                writes: ``mmreplay convert`` rewrites it); the message has both versions.
+            DamagedStoreError: rows or frames the open reads are damaged; the message names them and the way
+                out (``mmreplay verify`` lists every damaged row and frame, ``mmreplay.salvage`` copies every
+                intact transition into a new store).
+            CorruptStoreError: a file of the store fails its checksum, is truncated or is not a store
+                file.
+            StoreLimitError: the store would need more memory or address space than the process can get.
         """
         decode_threads = parse_decode_threads(decode_threads)
         schedule = CommitSchedule(commit_every=commit_every, commit_interval_s=commit_interval_s)
@@ -187,24 +241,42 @@ class ReplayStore(StoreLayout):
 
     @property
     def mode(self) -> str:
+        """The mode the store was opened in.
+
+        Returns:
+            ``"r"`` or ``"r+"``.
+        """
         return self._role.mode
 
     @property
     def closed(self) -> bool:
+        """Whether ``close`` was called.
+
+        Returns:
+            True once closed.
+        """
         return self._files.closed
 
     @property
     def transitions_added(self) -> int:
-        """Transitions ever added (never decreases); ``len(store) == min(transitions_added, capacity)``.
+        """Transitions ever added, which never decreases, not even at ``clear``.
 
         A reader (mode ``"r"``) reports the writer's newest commit: it checks the header first, as
-        ``sample`` does."""
+        ``sample`` does.
+
+        Returns:
+            The count; ``len(store)`` is at most ``capacity`` of them.
+        """
         self._role.follow()
         return self._role.transitions_added
 
     @property
     def stored_steps(self) -> range:
-        """The steps of the stored transitions, oldest first (a reader's: of the newest commit)."""
+        """The steps of the stored transitions, oldest first (a reader's: of the newest commit).
+
+        Returns:
+            A contiguous range of steps.
+        """
         self._role.follow()
         return stored_steps(self._role.transitions_added, self._layout.capacity, self._role.committed.first_step)
 
@@ -226,7 +298,11 @@ class ReplayStore(StoreLayout):
         )
 
     def bytes_on_disk(self) -> int:
-        """Bytes the store's files occupy on disk (allocated blocks, so sparse files count what is written)."""
+        """Bytes the store's files occupy on disk: allocated blocks, so sparse files count what is written.
+
+        Returns:
+            The total in bytes.
+        """
         return self._files.bytes_on_disk()
 
     def page_cache_advice(self) -> ReadAdvice:
@@ -248,9 +324,20 @@ class ReplayStore(StoreLayout):
         return self._files.frames.read_advice()
 
     def missing_files(self, limit: int = 1000) -> list[str]:
-        """The files the committed contents need that are not there (the transition table, the frame
-        table, each segment file holding a stored frame), at most ``limit`` of them; empty for a sound
-        store. Reads no frame, and walks only the segment files that exist (a header may claim any size)."""
+        """The files the committed contents need that are not there, without reading a frame.
+
+        The transition table, the frame table and each segment file holding a stored frame; only the
+        segment files that exist are walked (a header may claim any size).
+
+        Args:
+            limit: the most paths to list.
+
+        Returns:
+            Their paths, empty for a sound store.
+
+        Raises:
+            ClosedStoreError: the store is closed.
+        """
         self._files.check_open("check its files")
         return self._files.missing(self._role.committed, limit=limit)
 
@@ -269,22 +356,37 @@ class ReplayStore(StoreLayout):
         fields: dict[str, npt.ArrayLike] | None = None,
         fragment: bool = False,
     ) -> None:
-        """Record one transition per env (with ``num_envs > 1`` every argument has a leading env axis).
+        """Record one transition per env; with ``num_envs > 1`` every argument has a leading env axis.
 
-        ``next_obs`` is the true next observation (the final one when the episode ended). While an env's
-        episode continues, ``obs`` equals its previous ``next_obs`` and only the new frame is written. A
-        stacked ``next_obs`` must be ``obs`` shifted by one frame, except in a transition that terminated
-        or truncated: there any stack (such as the reset observation) is stored whole, as given.
-        ``env_mask`` (bool, one per env) records only the envs marked True: the others' entries are not
-        transitions (gymnasium's next-step autoreset returns such an entry for an env the step after its
-        episode ended: its reset obs, which is no shifted stack), so only their shapes and dtypes are
-        checked, not their values. ``fragment=True`` says that an obs which starts a new episode is not
-        that episode's first: its earlier transitions were never recorded (an import from a source that
-        lost them), so ``episodes()`` lists it with ``complete=False``.
+        While an env's episode continues, ``obs`` equals its previous ``next_obs`` and only the new frame
+        is written; an ``obs`` that does not continue it starts a new episode. Every argument is checked
+        before anything is written.
 
-        ``fields`` (a store created with ``fields=``): one array per user field, each with the env axis in
-        front when ``num_envs > 1``, castable to the field's dtype without overflow (bool from bool only);
-        a missing, extra, mis-shaped or mis-typed field is refused before anything is written.
+        Args:
+            obs: (stack_size, *frame_shape) of ``frame_dtype`` (a frame alone when ``stack_size`` is 1).
+            action: of ``action_shape``, castable to ``action_dtype``.
+            reward: one number.
+            next_obs: the true next observation, the final one when the episode ended. A stacked
+                ``next_obs`` must be ``obs`` shifted by one frame, except in a transition that terminated
+                or truncated: there any stack (such as the reset observation) is stored whole, as given.
+            terminated: the task ended: do not bootstrap.
+            truncated: cut by a time limit or the caller: bootstrap from ``next_obs``.
+            env_mask: bool, one per env: only the envs marked True are recorded. The others' entries are
+                not transitions (gymnasium's next-step autoreset returns such an entry for an env the step
+                after its episode ended), so only their shapes and dtypes are checked.
+            fields: one array per user field of a store created with ``fields=``, each with the env axis
+                in front when ``num_envs > 1``, castable to the field's dtype without overflow (bool from
+                bool only).
+            fragment: an obs which starts a new episode is not that episode's first (its earlier
+                transitions were never recorded), so ``episodes()`` lists it with ``complete=False``.
+
+        Raises:
+            TypeError: an argument is of the wrong kind or dtype (such as a ``fragment`` that is no bool).
+            ValueError: an argument's shape or value is wrong (such as a stacked ``next_obs`` that is not
+                ``obs`` shifted in a transition that did not end, or a missing, extra or mis-shaped
+                field); the message names it, what was expected and what was received.
+            ReadOnlyStoreError: the store is open with mode ``"r"``.
+            ClosedStoreError: the store is closed.
         """
         if not isinstance(fragment, (bool, np.bool_)):
             raise TypeError(f"fragment must be a bool; got {type(fragment).__name__}")
@@ -306,37 +408,76 @@ class ReplayStore(StoreLayout):
     ) -> None:
         """Record T consecutive transitions of one env whose frames arrive compressed (``encode_frames``).
 
-        ``obs`` and ``next_obs`` are indices into ``frames``: (T,) for single frames or (T, stack_size)
-        for stacks; ``action``, ``reward``, ``terminated`` and ``truncated`` have a leading axis of T.
-        Each step follows ``add``'s rules for env ``env_index``, and the store ends up holding exactly
-        what T calls of ``add`` with the decoded pixels would have written. Every frame is checked
-        against its checksum and every step validated before the first write (``CorruptStoreError``,
-        ``TypeError``, ``ValueError``). A plain (``"lz4"``) store writes the blocks as they came.
+        Each step follows ``add``'s rules for env ``env_index``, and the store ends up holding exactly what
+        T calls of ``add`` with the decoded pixels would have written. Every frame is checked against its
+        checksum and every step validated before the first write. A plain (``"lz4"``) store writes the
+        blocks as they came.
+
+        Args:
+            frames: the encoded frames the steps index.
+            obs: indices into ``frames``: (T,) for single frames or (T, stack_size) for stacks.
+            action: (T, *action_shape).
+            reward: (T,).
+            next_obs: indices into ``frames``, shaped as ``obs``.
+            terminated: (T,) bool.
+            truncated: (T,) bool.
+            env_index: the env the steps belong to.
+
+        Raises:
+            CorruptStoreError: a frame fails its checksum.
+            TypeError: an argument is of the wrong kind or dtype.
+            ValueError: an argument's shape or value is wrong, the store's frames are not uint8, or the
+                store has user fields (``add_encoded`` takes none).
+            ReadOnlyStoreError: the store is open with mode ``"r"``.
         """
         self._role.add_encoded(
             frames, obs, action, reward, next_obs, terminated, truncated, env_index=env_index
         )
 
     def update_priorities(self, index: npt.ArrayLike, priority: npt.ArrayLike) -> None:
-        """Set the priorities of sampled transitions (``batch.index``); steps evicted since are ignored,
-        and with repeated steps the last value wins."""
+        """Set the priorities of sampled transitions; steps evicted since are ignored.
+
+        Args:
+            index: the steps, as a batch's ``index`` gives them.
+            priority: one finite priority >= 0 per step, or one for all; with repeated steps the last
+                value wins.
+
+        Raises:
+            TypeError: the store samples uniformly, or ``index`` is not integer.
+            ValueError: a step was never added, or a priority is not finite and >= 0.
+            ClosedStoreError: a step was drawn before ``clear()``, or the store is closed.
+            ReadOnlyStoreError: the store is open with mode ``"r"``.
+        """
         self._role.update_priorities(index, priority)
 
     # -- committing and following ----------------------------------------------------------------
 
     def flush(self) -> None:
-        """Make everything added so far durable, then commit it: after a crash it is all still there."""
+        """Make everything added so far durable, then commit it: after a crash it is all still there.
+
+        Raises:
+            ClosedStoreError: the store is closed.
+        """
         self._files.check_open("flush")
         self._role.flush()
 
     def refresh(self) -> bool:
-        """Pick up the writer's newest commit (mode ``"r"``; ``sample`` and ``read`` also do it when the
-        header changed). Returns whether the store changed."""
+        """Pick up the writer's newest commit, in mode ``"r"``.
+
+        ``sample`` and ``read`` also do it when the header changed.
+
+        Returns:
+            Whether the store changed.
+
+        Raises:
+            ClosedStoreError: the store is closed, or a writer's ``clear`` replaced its directory (open
+                it again).
+        """
         self._files.check_open("refresh")
         return self._role.refresh()
 
     def close(self) -> None:
-        """Commit (in ``"r+"``) and release the files. Closing twice is allowed."""
+        """Commit (in ``"r+"``) and release the files; closing twice is allowed."""
         if self.closed:
             return
         self._stop_prefetchers()
@@ -385,21 +526,33 @@ class ReplayStore(StoreLayout):
         gamma: float = 0.99,
         out: Batch | None = None,
     ) -> Batch:
-        """``batch_size`` stored transitions drawn by the store's sampler (uniform by default).
+        """Draw ``batch_size`` stored transitions by the store's sampler (uniform by default).
 
-        With a prioritized sampler, ``batch.weight`` holds the importance weights for ``beta``. With
-        ``n_step > 1``, ``reward`` is the discounted sum of up to ``n_step`` rewards of the same episode,
-        ``next_obs`` and the flags are those of the last of them. ``discount`` is gamma^m for the m
-        reward steps used (m = 1 without n_step), and 0 where the last of them terminated. ``rng``: a
-        ``np.random.Generator`` (advanced by the call: pass the same one every call), an int seed (a new
-        generator each call: the same int gives the same batch again), or None (fresh OS entropy).
         The same contents and seed give the same batch, also after close and reopen.
 
-        ``out``, a batch that an earlier call with the same ``batch_size`` and ``n_step`` returned, is
-        refilled in place and returned: no new arrays (their allocation and first-touch page faults cost
-        as much as decoding a batch). Its previous contents are gone, also where the call raises. A
-        batch whose obs and next_obs share frames (one without a transition whose next_obs was stored
-        as given) cannot hold one that has such a transition: ``ValueError`` then.
+        Args:
+            batch_size: how many transitions, drawn with replacement.
+            rng: a ``np.random.Generator`` (advanced by the call: pass the same one every call), an int
+                seed (a new generator each call: the same int gives the same batch again), or None
+                (fresh OS entropy).
+            beta: the exponent of a prioritized sampler's importance weights (ignored by a uniform one).
+            n_step: with more than 1, ``reward`` is the discounted sum of up to ``n_step`` rewards of the
+                same episode, and ``next_obs`` and the flags are those of the last of them.
+            gamma: the discount of n-step rewards; ``discount`` is gamma^m for the m reward steps used,
+                and 0 where the last of them terminated.
+            out: a batch that an earlier call with the same ``batch_size`` and ``n_step`` returned,
+                refilled in place and returned: no new arrays. Its previous contents are gone, also where
+                the call raises.
+
+        Returns:
+            The batch; with a prioritized sampler ``weight`` holds the importance weights for ``beta``.
+
+        Raises:
+            ValueError: the store is empty, an argument is out of range, or ``out`` cannot hold the draw
+                (a batch whose obs and next_obs share frames cannot hold a transition whose next_obs was
+                stored as given).
+            TypeError: an argument is of the wrong kind.
+            ClosedStoreError: the store is closed, or was cleared since the draw's epoch began.
         """
         return self._source.sample(batch_size, rng, beta=beta, n_step=n_step, gamma=gamma, out=out)
 
@@ -412,11 +565,28 @@ class ReplayStore(StoreLayout):
         n_step: int = 1,
         gamma: float = 0.99,
     ) -> EncodedBatch:
-        """``sample``'s draw with its frames left compressed: an ``EncodedBatch`` (the stored blocks of the
-        batch's distinct frames, and which make each obs and next_obs), ~25x smaller than the decoded
-        batch on Atari, to send to another process. ``encoded.decode()`` is the ``Batch`` that ``sample``
-        returns with the same arguments and rng. A ``"lz4-reference"`` store's batch also carries, once
-        each, the frames its blocks are compressed against (``EncodedFrames.references``)."""
+        """``sample``'s draw with its frames left compressed, to send to another process.
+
+        ``encoded.decode()`` is the ``Batch`` that ``sample`` returns with the same arguments and rng. A
+        ``"lz4-reference"`` store's batch also carries, once each, the frames its blocks are compressed
+        against (``EncodedFrames.references``). The guide's scale page has its sizes.
+
+        Args:
+            batch_size: as in ``sample``.
+            rng: as in ``sample``.
+            beta: as in ``sample``.
+            n_step: as in ``sample``.
+            gamma: as in ``sample``.
+
+        Returns:
+            The stored blocks of the batch's distinct frames, and which of them make each obs and
+            next_obs.
+
+        Raises:
+            ValueError: as ``sample`` raises it, or the store's frames cannot travel encoded (frames that
+                are not uint8, user fields, or ``stack_padding="zeros"``).
+            ClosedStoreError: the store is closed, or was cleared since the draw's epoch began.
+        """
         return self._source.sample_encoded(batch_size, rng, beta=beta, n_step=n_step, gamma=gamma)
 
     def sample_sequences_encoded(
@@ -427,9 +597,23 @@ class ReplayStore(StoreLayout):
         *,
         beta: float = 0.4,
     ) -> EncodedSequenceBatch:
-        """``sample_sequences``'s draw with its frames left compressed: an ``EncodedSequenceBatch`` whose
-        ``decode()`` is the ``SequenceBatch`` that ``sample_sequences`` returns with the same arguments
-        and rng, byte for byte. uint8 stores without user fields, as ``sample_encoded``."""
+        """``sample_sequences``'s draw with its frames left compressed, for uint8 stores without user fields.
+
+        Args:
+            batch_size: as in ``sample_sequences``.
+            length: as in ``sample_sequences``.
+            rng: as in ``sample``.
+            beta: as in ``sample``.
+
+        Returns:
+            Windows whose ``decode()`` is the ``SequenceBatch`` that ``sample_sequences`` returns with the
+            same arguments and rng, byte for byte.
+
+        Raises:
+            ValueError: as ``sample_sequences`` raises it, or the store's frames cannot travel encoded
+                (as ``sample_encoded``).
+            ClosedStoreError: the store is closed, or was cleared since the draw's epoch began.
+        """
         return self._source.sample_sequences_encoded(batch_size, length, rng, beta=beta)
 
     def sample_sequences(
@@ -441,12 +625,25 @@ class ReplayStore(StoreLayout):
         beta: float = 0.4,
         out: SequenceBatch | None = None,
     ) -> SequenceBatch:
-        """Windows of ``length`` consecutive transitions of one env and episode, for recurrent agents.
+        """Draw windows of ``length`` consecutive transitions of one env and episode, for recurrent agents.
 
-        Fields have a (batch_size, length, ...) shape; ``mask`` is False (and the fields zero) past the
-        episode's end or past the env's newest transition. A window may start at any stored transition;
-        with a prioritized sampler it is drawn by the priority of its first transition. ``out``: as in
-        ``sample``, a batch an earlier call with the same sizes returned, refilled in place.
+        A window may start at any stored transition; with a prioritized sampler it is drawn by the
+        priority of its first transition.
+
+        Args:
+            batch_size: how many windows.
+            length: transitions per window.
+            rng: as in ``sample``.
+            beta: the exponent of a prioritized sampler's importance weights (ignored by a uniform one).
+            out: as in ``sample``, a batch an earlier call with the same sizes returned, refilled in place.
+
+        Returns:
+            Fields of (batch_size, length, ...) shape; ``mask`` is False (and the fields zero) past the
+            episode's end or past the env's newest transition.
+
+        Raises:
+            ValueError: the store is empty, or an argument is out of range.
+            ClosedStoreError: the store is closed, or was cleared since the draw's epoch began.
         """
         return self._source.sample_sequences(batch_size, length, rng, beta=beta, out=out)
 
@@ -478,24 +675,40 @@ class ReplayStore(StoreLayout):
         group: int | None = None,
         **sample_kwargs: Any,
     ) -> Prefetcher[Batch] | Prefetcher[SequenceBatch] | DeviceBatches[Any]:
-        """An endless iterator of ``sample(batch_size, rng, **sample_kwargs)`` batches, prepared ahead in a
-        background thread (decoding releases the GIL) while the caller trains; with ``length``, windows of
-        ``sample_sequences(batch_size, length, rng, **sample_kwargs)``.
+        """An endless iterator of ``sample`` batches prepared ahead in a background thread while the caller trains.
 
-        It yields exactly what successive ``sample`` calls with the same generator would, in order;
-        errors in the thread are raised in the caller; ``close()`` (or garbage collection, or closing
-        the store) stops it. With ``reuse=True`` the batches are refilled in place (``sample``'s
-        ``out``), ``prefetch + 2`` of them in turn: a batch stays valid until the next ``next()``
-        (copy what must outlive it).
+        It yields exactly what successive ``sample`` calls with the same generator would, in order
+        (decoding releases the GIL); errors in the thread are raised in the caller; ``close()`` (or
+        garbage collection, or closing the store) stops it.
 
-        With ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:N"``, a ``torch.device``) they come as torch tensors
-        there, ready on the stream current at ``next()``, refilled in place; ``decode="device"`` decodes the
-        stored lz4 blocks on the GPU (nvCOMP). The thread draws a ``group`` of batches (each as
-        ``sample`` draws it, in order; ``ShardedReplay.batches``' ``group`` likewise) and decodes them in one
-        read, so that its Python, which holds the GIL an eager learner waits for, runs once per that many
-        batches; an error in a read is raised in place of its first batch. By default (None), for a ``UniformSampler``, as many as fit 1,024 rows, 1 to 8 (8
-        for batches of 32); 1 for any other sampler (a prioritized batch drawn ahead does not see the
-        priorities updated since) and for ``decode="device"``. See ``mmreplay.store.feeds.device_batches``.
+        Args:
+            batch_size: as in ``sample``.
+            prefetch: batches prepared ahead.
+            rng: as in ``sample``; one generator, advanced batch after batch.
+            reuse: refill the batches in place (``sample``'s ``out``), ``prefetch + 2`` of them in turn: a
+                batch stays valid until the next ``next()`` (copy what must outlive it).
+            device: ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or a ``torch.device``: the batches come as torch
+                tensors there, ready on the stream current at ``next()``, refilled in place (None: numpy
+                batches).
+            decode: ``"host"``, or ``"device"`` to decode the stored lz4 blocks on the GPU (nvCOMP).
+            length: windows of ``sample_sequences(batch_size, length, ...)`` instead (None: transitions).
+            group: with ``device``, batches the thread draws (each as ``sample`` draws it, in order) and
+                decodes in one read, so that its Python runs once per that many batches; an error in a
+                read is raised in place of its first batch. None: for a ``UniformSampler``, as many as fit
+                1,024 rows, 1 to 8; 1 for any other sampler (a prioritized batch drawn ahead does not see
+                the priorities updated since) and for ``decode="device"``.
+            **sample_kwargs: ``sample``'s (or ``sample_sequences``') other keywords: ``beta``,
+                ``n_step``, ``gamma``.
+
+        Returns:
+            A ``Prefetcher`` of ``Batch`` (``SequenceBatch`` with ``length``), or with ``device`` a
+            ``DeviceBatches`` of ``TensorBatch`` (``TensorSequenceBatch``).
+
+        Raises:
+            TypeError: ``sample_kwargs`` holds ``out`` (``reuse=True`` refills the iterator's own
+                batches), or an argument is of the wrong kind.
+            ValueError: a number is below 1, or ``device`` or ``decode`` is not one of its choices.
+            ClosedStoreError: the store is closed; ``next()`` raises it once the store is cleared.
         """
         self._files.check_open("batches")
         batch_size = parse_positive_int(batch_size, "batch_size")
@@ -512,20 +725,46 @@ class ReplayStore(StoreLayout):
         return stream
 
     def read(self, steps: npt.ArrayLike) -> Batch:
-        """The stored transitions with these steps, in the given order."""
+        """The stored transitions with these steps, in the given order.
+
+        Args:
+            steps: stored steps, any order, repeats allowed.
+
+        Returns:
+            The batch, ``index`` the steps (``weight`` and ``discount`` 1).
+
+        Raises:
+            TypeError: ``steps`` is not a 1-D array of ints.
+            StepsEvictedError: a step was evicted (the writer wrapped past it); the error names them.
+            IndexError: a step is not stored otherwise (never added, or removed by ``clear()``).
+            ClosedStoreError: the store is closed.
+        """
         self._files.check_open("read")
         return reads.read_steps(self._role, self._reader, steps)
 
     def iterate(self, batch_size: int, *, start: int | None = None, stop: int | None = None) -> Iterator[Batch]:
-        """Every stored transition of steps ``[start, stop)`` exactly once, in step order, in batches of
-        ``batch_size`` (the last one shorter) as ``read`` gives them: an ordered pass, epoch by epoch.
+        """Every stored transition of steps ``[start, stop)`` exactly once, in step order: an ordered pass.
 
-        The pass covers the transitions stored when it is called (``start`` and ``stop`` default to
-        ``stored_steps``' ends and must lie within them): what a writer appends later is not in it, and
-        what it holds is what that commit held (stored rows never change). Memory stays that of one
-        batch. A writer that evicts a step before the pass reaches it makes the next batch raise
-        ``StepsEvictedError`` (an ``IndexError``) naming the steps lost (a capacity larger than what is
-        added during a pass avoids it).
+        The pass covers the transitions stored when it is called: what a writer appends later is not in
+        it, and what it holds is what that commit held (stored rows never change). Memory stays that of
+        one batch.
+
+        Args:
+            batch_size: transitions per batch (the last one shorter).
+            start: the first step (None: ``stored_steps.start``); within ``stored_steps``.
+            stop: the step after the last (None: ``stored_steps.stop``); within ``stored_steps``.
+
+        Returns:
+            An iterator of batches as ``read`` gives them. A writer that evicts a step before the pass reaches it makes
+            the next batch raise ``StepsEvictedError`` (an ``IndexError``) naming the steps lost (a
+            capacity larger than what is added during a pass avoids it); a ``clear()`` since the pass
+            began makes it raise ``ClosedStoreError``.
+
+        Raises:
+            TypeError: ``start`` or ``stop`` is not an int.
+            ValueError: ``batch_size`` is below 1, or ``start`` and ``stop`` are not within
+                ``stored_steps``, in order.
+            ClosedStoreError: the store is closed.
         """
         self._files.check_open("iterate")
         return passes.ordered_pass(self, batch_size, start=start, stop=stop, epoch=lambda: self._files)
@@ -533,39 +772,64 @@ class ReplayStore(StoreLayout):
     def sample_episodes(
         self, n: int, rng: np.random.Generator | int | None = None, *, weighting: str = "uniform"
     ) -> list[Batch]:
-        """``n`` whole episodes drawn with replacement from the stored episodes whose transitions are all
-        stored and which have ended (terminated, truncated, or cut by a new episode of their env), each
-        as one ``Batch`` of its transitions in step order (``read`` of its steps).
+        """Draw ``n`` whole episodes with replacement, each as one ``Batch`` of its transitions in step order.
 
-        ``weighting="uniform"`` draws every such episode with the same probability (Minari's
-        ``sample_episodes``); ``"length"`` draws each with probability proportional to its number of
-        transitions (the episode of a uniformly drawn transition). ``rng``: as in ``sample``.
+        Drawn from the stored episodes whose transitions are all stored and which have ended (terminated,
+        truncated, or cut by a new episode of their env).
+
+        Args:
+            n: how many episodes.
+            rng: as in ``sample``.
+            weighting: ``"uniform"`` draws every such episode with the same probability (Minari's
+                ``sample_episodes``); ``"length"`` draws each with probability proportional to its number
+                of transitions (the episode of a uniformly drawn transition).
+
+        Returns:
+            ``n`` batches, each ``read`` of an episode's steps.
+
+        Raises:
+            TypeError: ``n`` is not an int.
+            ValueError: ``n`` is below 1, ``weighting`` is not one of the two, or no stored episode is
+                complete and ended.
+            ClosedStoreError: the store is closed.
         """
         self._files.check_open("sample_episodes")
         return passes.sample_episodes(self, n, rng, weighting=weighting)
 
     def episodes(self) -> EpisodeList:
-        """The stored episodes, oldest first: id (the first step), env, steps, return, how each ended, whether
-        it is complete; ``by_id(id)`` finds one."""
+        """The stored episodes, oldest first.
+
+        Returns:
+            The episode list: each episode's id (its first step), env, steps, return, how it ended and
+            whether it is complete; ``by_id(id)`` finds one.
+
+        Raises:
+            ClosedStoreError: the store is closed.
+        """
         self._files.check_open("list episodes")
         return reads.list_episodes(self._role)
 
     # -- starting over ---------------------------------------------------------------------------
 
     def clear(self) -> None:
-        """Remove every transition: the store becomes an empty store with the same layout (and sampler),
-        in a new *epoch*: steps keep counting (``transitions_added`` stays, ``stored_steps`` is empty and
-        starts there), so a step (``batch.index``) is never reused. What was drawn before is refused after:
-        ``update_priorities`` with an index from before (``ClosedStoreError``, "drawn before clear()"),
-        ``read`` of such a step (``IndexError``, "removed by clear()"), a pass of ``iterate`` or a
-        ``batches()`` iterator begun before (``ClosedStoreError``), in this process as in a reader's.
+        """Remove every transition: the store becomes an empty store with the same layout and sampler.
 
-        Atomic: the empty store is built beside the directory (its writer whole, every block reserved)
-        and exchanged with it in one step, so a crash leaves either the old store or the empty one at the
-        path (at worst with the other left in a hidden sibling directory ``.NAME.clearing-XXXXXXXX``, which
-        may be deleted), and a failure before the exchange (a full disk) leaves the old store and this
-        writer as they were. Readers open on the old store raise ``ClosedStoreError`` at their next
-        refresh: open them again.
+        The store enters a new *epoch*: steps keep counting (``transitions_added`` stays, ``stored_steps``
+        is empty and starts there), so a step (``batch.index``) is never reused. What was drawn before is
+        refused after, in this process as in a reader's: ``update_priorities`` with an index from before
+        (``ClosedStoreError``), ``read`` of such a step (``IndexError``), a pass of ``iterate`` or a
+        ``batches()`` iterator begun before (``ClosedStoreError``).
+
+        Atomic: the empty store is built beside the directory and exchanged with it in one step, so a
+        crash leaves either the old store or the empty one at the path (at worst with the other left in a
+        hidden sibling directory ``.NAME.clearing-XXXXXXXX``, which may be deleted), and a failure before
+        the exchange (a full disk) leaves the old store and this writer as they were. Readers open on the
+        old store raise ``ClosedStoreError`` at their next refresh: open them again.
+
+        Raises:
+            ReadOnlyStoreError: the store is open with mode ``"r"``.
+            ClosedStoreError: the store is closed.
+            OSError: the empty store could not be built (such as a full disk); nothing changed.
         """
         self._role.check_writable("clear")
         # Batches drawn before the clear name transitions that are gone: their iterators say so.

@@ -79,49 +79,110 @@ class MmreplayVectorReplayBuffer(VectorReplayBuffer):
 
     @property
     def path(self) -> str:
-        """The directory of the stores."""
+        """The directory of the stores.
+
+        Returns:
+            The path, as a str.
+        """
         return str(self._frames.stores.path)
 
     @property
     def stores(self) -> list[ReplayStore | None]:
-        """Each sub-buffer's store (None before its env's first add): open them with ``ReplayStore.open``
-        elsewhere, list their ``episodes()``, export them."""
+        """Each sub-buffer's store, None before its env's first add.
+
+        Open them with ``ReplayStore.open`` elsewhere, list their ``episodes()``, export them.
+
+        Returns:
+            One store (or None) per sub-buffer.
+        """
         return list(self._frames.stores.stores)
 
     def add(
         self, batch: Batch, buffer_ids: np.ndarray | list[int] | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Tianshou's ``add``: one row per buffer id (default: every sub-buffer), checked before anything
-        is written; the frames go to the stores. Returns (slots, episode returns, lengths, start slots)."""
+        """Tianshou's ``add``, checked before anything is written; the frames go to the stores.
+
+        Args:
+            batch: Tianshou's rows, one per buffer id: obs, act, rew, terminated, truncated, obs_next,
+                info.
+            buffer_ids: the sub-buffers the rows go to (None: every sub-buffer, in order).
+
+        Returns:
+            (slots, episode returns, episode lengths, episode start slots), one per row, as Tianshou's.
+
+        Raises:
+            TypeError: an obs that is no array (a ``Dict`` space's ``Batch``), or of a dtype no store keeps.
+            ValueError: a shape that differs from the first add's, a ``buffer_ids`` entry out of range, a
+                reward that is not one finite number per row, or a stacked ``obs_next`` that is not
+                ``obs`` shifted by one frame in a transition that did not end its episode.
+        """
         return self._frames.add(self, batch, buffer_ids)
 
     def __getitem__(self, index: Any) -> Batch:
         return self._frames.batch(self, self._frames.resolve(self, index))
 
     def reset(self, keep_statistics: bool = False) -> None:
-        """Tianshou's ``reset``, and every store emptied."""
+        """Tianshou's ``reset``, and every store emptied.
+
+        Args:
+            keep_statistics: Tianshou's: keep the episode statistics of the envs in progress.
+        """
         super().reset(keep_statistics=keep_statistics)
         self._frames.reset()
 
     def hasnull(self) -> bool:
-        """Whether any stored transition holds a None or NaN (frames included), in constant time."""
+        """Whether any stored transition holds a None or NaN (frames included), in constant time.
+
+        Returns:
+            True if one does.
+        """
         return self._frames.nulls.count > 0
 
     def isnull(self) -> Batch:
+        """Tianshou's ``isnull`` of every stored transition, decoding frames only where one holds a NaN.
+
+        Returns:
+            A Batch of masks by key; those of obs and obs_next are read-only all-False views where no
+            frame holds a NaN.
+        """
         return self._frames.isnull(self)
 
     def dropnull(self) -> None:
+        """Refuse: a store's transitions never move, so slots cannot be dropped.
+
+        Raises:
+            NotImplementedError: always.
+        """
         raise NotImplementedError(f"{type(self).__name__} cannot drop slots: a store's transitions never move")
 
     def set_array_at_key(
         self, seq: np.ndarray, key: str, index: Any = None, default_value: float | None = None
     ) -> None:
+        """Tianshou's ``set_array_at_key`` for the slot arrays; obs and obs_next live in the stores.
+
+        Args:
+            seq: the values.
+            key: a slot array's key.
+            index: the slots (None: all).
+            default_value: Tianshou's fill for slots ``seq`` does not cover.
+
+        Raises:
+            ValueError: ``key`` is obs or obs_next, where a stored frame never changes.
+        """
         if key in FRAME_KEYS:
             raise ValueError(f"{key} lives in the stores, where a stored frame never changes; it cannot be set")
         super().set_array_at_key(seq, key, index, default_value)
         self._frames.values_changed(self, np.arange(self.maxsize)[index if index is not None else slice(None)])
 
     def set_batch(self, batch: Batch) -> None:
+        """Tianshou's ``set_batch`` for the slot arrays only.
+
+        Args:
+            batch: the slot arrays, without obs and obs_next.
+
+        Raises:
+            ValueError: ``batch`` holds obs or obs_next, which live in the stores.
+        """
         found = [key for key in FRAME_KEYS if key in batch.get_keys()]
         if found:
             raise ValueError(f"set_batch takes the slot arrays only; {found} live in the stores")
@@ -145,12 +206,30 @@ class MmreplayVectorReplayBuffer(VectorReplayBuffer):
         persistence.set_state(self, state)
 
     def save_hdf5(self, path: str, compression: str | None = None) -> None:
-        """Tianshou's slot arrays into an HDF5 file at ``path``, with where the stores are (the frames stay
-        in them: ``load_hdf5`` reopens them)."""
+        """Tianshou's slot arrays into an HDF5 file at ``path``, with where the stores are.
+
+        The frames stay in the stores: ``load_hdf5`` reopens them.
+
+        Args:
+            path: the HDF5 file to write.
+            compression: h5py's compression filter for the slot arrays (None: none).
+        """
         persistence.save_hdf5(self, path, compression)
 
     @classmethod
     def load_hdf5(cls, path: str, device: str | None = None) -> MmreplayVectorReplayBuffer:
-        """A buffer from ``save_hdf5``'s file, its stores reopened read-only until its first add."""
+        """A buffer from ``save_hdf5``'s file, its stores reopened read-only until its first add.
+
+        Args:
+            path: the file ``save_hdf5`` wrote.
+            device: Tianshou's, where its arrays go.
+
+        Returns:
+            The buffer.
+
+        Raises:
+            ValueError: the file holds no mmreplay frames (another buffer class saved it), or a store
+                changed since.
+        """
         return persistence.load_hdf5(cls, path, device)
 

@@ -23,13 +23,24 @@ from mmreplay.validation import parse_number
 
 
 class MmreplayPrioritizedSampler(Sampler):
-    """Proportional prioritized replay from the store's own sum tree: P(i) = (p_i + eps)^alpha / sum, new
-    transitions at the largest priority seen, ``info["priority_weight"]`` = (p_i / p_min)^-beta.
+    """TorchRL's prioritized replay from the store's own sum tree, committed with the store.
 
-    Bound to its storage, which it tells to create its store with ``mmreplay.PrioritizedSampler(alpha,
-    eps)`` (before the first write). Indices are TorchRL's slots; ``update_priority`` takes the priorities
-    of sampled slots (``TensorDictReplayBuffer``'s ``priority_key``, or ``rb.update_priority``). Draws
-    come from the buffer's torch generator (``ReplayBuffer(generator=...)``, else torch's global one)."""
+    P(i) = (p_i + eps)^alpha / sum, new transitions at the largest priority seen, and
+    ``info["priority_weight"]`` = (p_i / p_min)^-beta. Indices are TorchRL's slots. Draws come from the
+    buffer's torch generator (``ReplayBuffer(generator=...)``, else torch's global one).
+
+    Args:
+        storage: the buffer's storage, which it tells to create its store with
+            ``mmreplay.PrioritizedSampler(alpha, eps)`` (before the first write).
+        alpha: how much priorities count (0: uniform).
+        beta: the exponent of the importance weights.
+        eps: added to each priority.
+
+    Raises:
+        TypeError: ``storage`` is not an ``MmreplayStorage``.
+        ValueError: ``beta``, ``alpha`` or ``eps`` is not a finite number >= 0, or the storage's store
+            exists and samples uniformly.
+    """
 
     def __init__(self, storage: MmreplayStorage, *, alpha: float = 0.6, beta: float = 0.4, eps: float = 1e-6) -> None:
         if not isinstance(storage, MmreplayStorage):
@@ -39,6 +50,19 @@ class MmreplayPrioritizedSampler(Sampler):
         storage.use_priorities(PrioritizedSampler(alpha=alpha, epsilon=eps))
 
     def sample(self, storage: Storage, batch_size: int) -> tuple[torch.Tensor, dict[str, Any]]:
+        """Draw slots by priority, as TorchRL's buffer asks.
+
+        Args:
+            storage: the buffer's storage, the one this sampler was made with.
+            batch_size: how many slots.
+
+        Returns:
+            The slots and ``{"priority_weight": weights}``.
+
+        Raises:
+            ValueError: ``storage`` is another storage than this sampler's.
+            RuntimeError: the storage is empty.
+        """
         if storage is not self._storage:
             raise ValueError("this MmreplayPrioritizedSampler belongs to another storage than the buffer's")
         if len(storage) == 0:
@@ -53,6 +77,17 @@ class MmreplayPrioritizedSampler(Sampler):
     def update_priority(
         self, index: int | torch.Tensor, priority: float | torch.Tensor, *, storage: Storage | None = None
     ) -> None:
+        """Set the priorities of sampled slots (``TensorDictReplayBuffer``'s ``priority_key``, ``rb.update_priority``).
+
+        Args:
+            index: slots.
+            priority: one priority per slot, or one for all.
+            storage: TorchRL's argument (unused: the sampler knows its storage).
+
+        Raises:
+            ValueError: a priority is not finite and >= 0 (a slot whose transition was evicted since
+                is skipped).
+        """
         steps = self._storage.steps_of_slots(index)
         values = priority.detach().cpu().numpy() if isinstance(priority, torch.Tensor) else np.asarray(priority)
         values = np.broadcast_to(values.reshape(-1) if values.size != 1 else values.reshape(()), steps.shape)
@@ -60,32 +95,58 @@ class MmreplayPrioritizedSampler(Sampler):
 
     @property
     def default_priority(self) -> float:
+        """The priority a new transition gets: the largest seen so far.
+
+        Returns:
+            The store's sampler's largest priority (1 for a store that samples uniformly).
+        """
         sampler = self._storage.store.sampler
         return float(sampler.max_priority) if isinstance(sampler, PrioritizedSampler) else 1.0
 
     def state_dict(self) -> dict[str, Any]:
+        """The sampler's own state; the priorities live in the store, committed with it.
+
+        Returns:
+            ``{"beta": beta}``.
+        """
         return {"beta": self.beta}  # the priorities live in the store, committed with it
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Take ``beta`` from a ``state_dict()``.
+
+        Args:
+            state_dict: what ``state_dict()`` returned.
+        """
         self.beta = parse_number(state_dict["beta"], "beta", low=0.0)
 
     def _empty(self) -> None:
         pass  # the store's clear empties its sum tree
 
     def dumps(self, path: object) -> None:
-        pass  # the storage's dump carries the priorities
+        """Write nothing: the storage's ``dumps`` carries the priorities.
+
+        Args:
+            path: the dump's directory (unused).
+        """
 
     def loads(self, path: object) -> None:
-        pass
+        """Read nothing: the storage's ``loads`` brings the priorities back.
+
+        Args:
+            path: the dump's directory (unused).
+        """
 
     def __repr__(self) -> str:
         return f"MmreplayPrioritizedSampler(beta={self.beta}, storage={str(self._storage.path)!r})"
 
 
 class MmreplaySliceSampler(SliceSampler):
-    """TorchRL's ``SliceSampler`` (the same arguments and draws) whose trajectories are the store's episodes
-    when the storage is an ``MmreplayStorage``: a slice never crosses a reset, nor a trajectory that was
-    cut (a lane taken over, see ``mmreplay.torchrl.lanes``). Other storages get ``SliceSampler``'s own."""
+    """TorchRL's ``SliceSampler`` whose trajectories are the store's episodes, on an ``MmreplayStorage``.
+
+    The same arguments and draws as ``SliceSampler``; a slice never crosses a reset, nor a trajectory
+    that was cut (a lane taken over). The trajectories come from the store's episodes instead of
+    reading every stored transition at each sample. Other storages get ``SliceSampler``'s own.
+    """
 
     def _get_stop_and_length(self, storage: Storage, fallback: bool = True) -> Any:
         if not isinstance(storage, MmreplayStorage):

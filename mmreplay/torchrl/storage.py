@@ -42,32 +42,49 @@ class MmreplayStorage(TensorStorage):
     pixels_key)``, ``"action"``, ``("next", "reward")``, ``("next", "terminated")``, ``("next",
     "truncated")``; every other tensor (``("next", "done")``, ``("collector", "traj_ids")``, a policy's
     outputs) is kept as a field. The first write fixes the keys, shapes and dtypes (as a lazy TorchRL
-    storage does); reads return a TensorDict of the same keys.
-
-    ``stack_size``: frames per observation that reads return. ``None`` keeps each pixels entry as one
-    frame. With ``stack_size=n``, pixels of ``(n * C, H, W)`` (``CatFrames(n, dim=-3)``) are stacks of
-    ``(C, H, W)`` frames, each stored once; single frames (``(C, H, W)`` or ``(H, W)``) may be written too,
-    and reads rebuild their stacks, which never reach across an episode start (its first frame repeated
-    before it, as ``CatFrames`` pads). ``frame_shape`` settles pixels that could be either.
-
-    ``num_envs``: trajectories written side by side (a collector over n envs gives n): each trajectory in
-    progress, named by ``traj_key``, writes to an env of its own so its frames are shared across writes.
-
-    ``mode`` (h5py's letters): ``"w-"`` creates the store at the first write and refuses a path that
-    exists (a run never adopts a store it did not write); ``"a"`` reopens a store this class wrote, or
-    creates one (a new buffer over it goes on at ``writer_state()``; each trajectory goes on in its lane,
-    but one whose env has no transition left in the store starts a new episode there: written as single
-    frames, its stacks restart); ``"w"`` replaces a store at ``path``; ``"r"`` reads one (a dataset).
+    storage does); reads return a TensorDict of the same keys. TorchRL's *index* into the storage is
+    mmreplay's *slot*.
 
     Rows are written in order at the writer's cursor, which must be the next slots (TorchRL's
-    ``RoundRobinWriter``); writing at given indices (``rb[i] = ...``) is refused: a stored transition never
-    changes. ``"index"`` is TorchRL's bookkeeping, not kept: reads give each transition's slot under it
-    once a write carried one (``TensorDictRoundRobinWriter`` writes the slots there). ``state_dict()``
-    names the store (its path and transition count) without holding its data; ``dumps(path)`` writes a
-    copy of the store that ``loads`` reads back. Samplers: TorchRL's ``RandomSampler`` and
-    ``SliceSampler`` (which reads every stored transition at each batch: ``MmreplaySliceSampler`` reads
-    the store's episodes instead), its ``PrioritizedSampler`` where TorchRL's C++ extension loads, or
-    ``MmreplayPrioritizedSampler`` (the store's own sum tree).
+    ``RoundRobinWriter``); writing at given indices (``rb[i] = ...``) is refused: a stored transition
+    never changes. ``"index"`` is TorchRL's bookkeeping, not kept: reads give each transition's slot
+    under it once a write carried one. Samplers: TorchRL's ``RandomSampler`` and ``SliceSampler``, its
+    ``PrioritizedSampler`` where TorchRL's C++ extension loads, ``MmreplaySliceSampler`` (which reads the
+    store's episodes rather than every stored transition at each batch) or ``MmreplayPrioritizedSampler``
+    (the store's own sum tree).
+
+    Args:
+        max_size: the store's capacity in transitions, at least ``num_envs``.
+        path: the store's directory, made absolute now.
+        pixels_key: the observation's key.
+        stack_size: frames per observation that reads return (None: each pixels entry is one frame).
+            With ``n``, pixels of ``(n * C, H, W)`` (``CatFrames(n, dim=-3)``) are stacks of ``(C, H, W)``
+            frames, each stored once; single frames (``(C, H, W)`` or ``(H, W)``) may be written too, and
+            reads rebuild their stacks, which never reach across an episode start (its first frame
+            repeated before it, as ``CatFrames`` pads).
+        frame_shape: one frame's shape, for pixels that could be split either way.
+        num_envs: trajectories written side by side (a collector over n envs gives n): each trajectory
+            in progress, named by ``traj_key``, writes to an env of its own so its frames are shared
+            across writes.
+        traj_key: the key of each transition's trajectory id.
+        mode: h5py's letters. ``"w-"`` creates the store at the first write and refuses a path that
+            exists (a run never adopts a store it did not write); ``"a"`` reopens a store this class
+            wrote, or creates one (a new buffer over it goes on at ``writer_state()``; each trajectory
+            goes on in its lane, but one whose env has no transition left in the store starts a new
+            episode there); ``"w"`` replaces a store at ``path``; ``"r"`` reads one (a dataset).
+        frame_encoding: ``"lz4"`` or ``"lz4-reference"``, as ``ReplayStore.create`` takes it (None: its
+            default).
+        commit_interval_s: the store commits by itself this often, in seconds (None: only at
+            ``flush``, ``close`` and exit).
+
+    Raises:
+        TypeError: a number is not an int, or a key is not a str or a tuple of str.
+        ValueError: a number is below 1, ``max_size`` is below ``num_envs``, ``mode`` or
+            ``frame_encoding`` is not one of its choices, or the store at ``path`` (``"a"``, ``"r"``) was
+            not written by this class or has another layout (the message names the fields).
+        StoreExistsError: ``mode="w-"`` and ``path`` exists.
+        FileExistsError: ``mode="w"`` and ``path`` holds something that is not a store.
+        StoreNotFoundError: ``mode="r"`` and there is no store at ``path``.
     """
 
     def __init__(
@@ -145,7 +162,14 @@ class MmreplayStorage(TensorStorage):
         return self._store
 
     def use_priorities(self, sampler: PrioritizedSampler) -> None:
-        """Create the store with mmreplay's ``sampler`` (``MmreplayPrioritizedSampler`` calls this)."""
+        """Create the store with mmreplay's ``sampler``; ``MmreplayPrioritizedSampler`` calls this.
+
+        Args:
+            sampler: the prioritized sampler the store is created with at the first write.
+
+        Raises:
+            ValueError: the store exists and was created with another kind of sampler.
+        """
         if self._store is not None and type(self._store.sampler) is not type(sampler):
             raise ValueError(
                 f"the store at {str(self.path)!r} was created with {self._store.sampler!r}; "
@@ -155,7 +179,14 @@ class MmreplayStorage(TensorStorage):
 
     @property
     def store(self) -> ReplayStore:
-        """The ``ReplayStore`` behind this storage (``RuntimeError`` before the first write)."""
+        """The ``ReplayStore`` behind this storage.
+
+        Returns:
+            The open store.
+
+        Raises:
+            RuntimeError: before the first write (the store is created then).
+        """
         return self._require_store("give its store")
 
     def flush(self) -> None:
@@ -196,7 +227,23 @@ class MmreplayStorage(TensorStorage):
         self._checked = (data, layout, rows, trajectories)
 
     def set(self, cursor: object, data: object, *, set_cursor: bool = True) -> None:
-        """Write the transitions of ``data`` at ``cursor``, which must be the next slots."""
+        """Write the transitions of ``data`` at ``cursor``, which must be the next slots.
+
+        The whole write is checked before anything is written.
+
+        Args:
+            cursor: the slots TorchRL's writer chose, which must be the next ones.
+            data: a TensorDict of transitions in the collector layout.
+            set_cursor: TorchRL's flag; False (writing at given indices) is refused.
+
+        Raises:
+            RuntimeError: ``set_cursor`` is False: a stored transition never changes.
+            ValueError: ``cursor`` is not the next slots (a new buffer over a reopened store must load
+                ``writer_state()``), or ``data`` does not fit the layout the first write fixed.
+            TypeError: the trajectory ids are not one integer per transition, or a value has the wrong
+                dtype.
+            ReadOnlyStoreError: the storage was opened with ``mode="r"``.
+        """
         if not set_cursor:
             raise RuntimeError(
                 "MmreplayStorage keeps each transition as it was written: writing at given indices "
@@ -228,8 +275,13 @@ class MmreplayStorage(TensorStorage):
         self._bump_mutation_revision()
 
     def writer_state(self) -> dict[str, int]:
-        """A ``RoundRobinWriter`` state (``rb.writer.load_state_dict(...)``) at this storage's next slot:
-        what a new buffer over a reopened store needs to append where the store stopped."""
+        """A ``RoundRobinWriter`` state at this storage's next slot, for ``rb.writer.load_state_dict(...)``.
+
+        What a new buffer over a reopened store needs to append where the store stopped.
+
+        Returns:
+            ``{"_cursor": next slot, "_write_count": transitions added}``.
+        """
         added = 0 if self._store is None else self._store.transitions_added
         return {"_cursor": int(self._next_slots(1)[0]), "_write_count": added}
 
@@ -240,7 +292,17 @@ class MmreplayStorage(TensorStorage):
     # -- reading -------------------------------------------------------------------------------------
 
     def get(self, index: object) -> TensorDictBase:
-        """The transitions at ``index`` (slots: an int, a slice, a sequence or tensor of ints)."""
+        """The transitions at ``index``.
+
+        Args:
+            index: slots: an int, a slice, a sequence or tensor of ints.
+
+        Returns:
+            A TensorDict of the written keys, shaped as ``index`` (one transition for an int).
+
+        Raises:
+            RuntimeError: nothing was written yet.
+        """
         store = self._require_store("read")
         assert self._layout is not None
         slots, shape = slots_of(index, len(self))
@@ -255,11 +317,28 @@ class MmreplayStorage(TensorStorage):
         return stored.start + (slots - self._slot_offset - stored.start) % self._capacity
 
     def slots_of_steps(self, steps: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
-        """The slots (TorchRL's indices) of stored steps."""
+        """The slots (TorchRL's indices) of stored steps.
+
+        Args:
+            steps: the store's steps.
+
+        Returns:
+            int64 slots, shaped as ``steps``.
+        """
         return (np.asarray(steps, np.int64) + self._slot_offset) % self._capacity
 
     def steps_of_slots(self, slots: object) -> npt.NDArray[np.int64]:
-        """The store's steps at TorchRL's indices (``update_priorities`` and ``read`` take steps)."""
+        """The store's steps at TorchRL's indices, as ``update_priorities`` and ``read`` take them.
+
+        Args:
+            slots: TorchRL's indices: an int, a slice, a sequence or tensor of ints.
+
+        Returns:
+            int64 steps.
+
+        Raises:
+            RuntimeError: nothing was written yet.
+        """
         array, _ = slots_of(slots, len(self))
         return self._steps_of(array)
 
@@ -272,14 +351,33 @@ class MmreplayStorage(TensorStorage):
 
     @property
     def shape(self) -> torch.Size:
+        """The storage's shape, as TorchRL's storages give it.
+
+        Returns:
+            ``torch.Size([len(self)])``.
+        """
         return torch.Size([len(self)])
 
     def flatten(self) -> MmreplayStorage:
+        """This storage, already flat (one dimension of transitions).
+
+        Returns:
+            ``self``.
+        """
         return self
 
     def trajectory_ids(self) -> torch.Tensor:
-        """The episode id of the transition at each slot ``[0, len)`` (the store's episodes: a new one at
-        every reset and wherever a trajectory was cut), for slice samplers; kept until the next write."""
+        """The episode id of the transition at each slot ``[0, len)``, for slice samplers.
+
+        The store's episodes: a new one at every reset and wherever a trajectory was cut. Kept until the
+        next write.
+
+        Returns:
+            (len,) int64 episode ids.
+
+        Raises:
+            RuntimeError: nothing was written yet.
+        """
         store = self._require_store("list trajectories")
         added = store.transitions_added
         if self._trajectories is None or self._trajectories[0] != added:
@@ -306,8 +404,13 @@ class MmreplayStorage(TensorStorage):
         self._bump_mutation_revision()
 
     def state_dict(self) -> dict[str, Any]:
-        """What names this storage's contents: the store's path and transition count, the slot offset
-        and the lanes (not the transitions themselves: ``dumps`` writes those)."""
+        """What names this storage's contents, not the transitions themselves (``dumps`` writes those).
+
+        Commits the store first.
+
+        Returns:
+            The store's path and transition count, the slot offset and the lanes.
+        """
         self.flush()
         return {
             "path": str(self.path),
@@ -317,8 +420,16 @@ class MmreplayStorage(TensorStorage):
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Hold the contents ``state_dict`` names: this store's own (it must not have gone on since), or a
-        copy of another store's (which must still hold exactly what it held then)."""
+        """Hold the contents ``state_dict`` names: this store's own, or a copy of another store's.
+
+        Args:
+            state_dict: what ``state_dict()`` returned. This store's own must not have gone on since;
+                another store must still hold exactly what it held then.
+
+        Raises:
+            ValueError: ``state_dict`` is not one ``state_dict()`` returned, the store it names has gone
+                on since, was not written by this class, samples otherwise, or has another ``max_size``.
+        """
         if not {"path", "transitions_added", "slot_offset", "lanes"} <= set(state_dict):
             raise ValueError(
                 "load_state_dict takes what MmreplayStorage.state_dict() returns (a store's path, transition count, "
@@ -340,8 +451,15 @@ class MmreplayStorage(TensorStorage):
         self._bump_mutation_revision()
 
     def dumps(self, path: str | os.PathLike[str]) -> None:
-        """Write a copy of the store into the directory ``path`` (``store/``, with its layout and offset),
-        with the lanes (``lanes.json``); ``loads`` reads it back into any MmreplayStorage."""
+        """Write a copy of the store into the directory ``path``; ``loads`` reads it back into any MmreplayStorage.
+
+        Args:
+            path: a directory, created if absent: the copy goes in ``store/`` with its layout and offset,
+                the lanes in ``lanes.json``.
+
+        Raises:
+            RuntimeError: nothing was written yet.
+        """
         target = Path(path)
         target.mkdir(parents=True, exist_ok=True)
         store = self._require_store("dumps")
@@ -350,7 +468,15 @@ class MmreplayStorage(TensorStorage):
         persistence.dump_copy(store, self._layout, self._slot_offset, target, self._lanes.state())
 
     def loads(self, path: str | os.PathLike[str]) -> None:
-        """Hold a copy of the store that ``dumps`` wrote into ``path`` (this storage's own is replaced)."""
+        """Hold a copy of the store that ``dumps`` wrote into ``path``; this storage's own is replaced.
+
+        Args:
+            path: the directory ``dumps`` wrote.
+
+        Raises:
+            ValueError: the copy was not written by this class, samples otherwise, or has another
+                ``max_size``.
+        """
         lanes = persistence.read_dump(Path(path))
         with ReplayStore.open(Path(path) / persistence.DUMPED_STORE, "r") as source:
             self._take_copy_of(source)

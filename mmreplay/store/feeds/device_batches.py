@@ -108,12 +108,20 @@ def sample_into(read: Callable[[R | None], R], out: R | None, generator: np.rand
 
 
 class DeviceBatches(Generic[D]):
-    """An endless iterator of device batches (``TensorBatch``, or ``TensorSequenceBatch`` for windows),
-    prepared by a background thread (see the module docstring). ``close()``, ``with``, closing the store or
-    garbage collection stop the thread; errors of the thread are raised by ``next()``.
+    """An endless iterator of device batches prepared by a background thread, as ``batches(device=...)`` returns.
 
-    The thread hands over a slot's *group*: the batches it drew and read at once, in order, views of the
-    slot's memory; ``next()`` takes the next group only once it has handed out the held one's batches."""
+    Each ``next()`` gives a ``TensorBatch`` (a ``TensorSequenceBatch`` for windows). ``close()``,
+    ``with``, closing the store or garbage collection stop the thread; errors of the thread are raised by
+    ``next()``. The thread hands over a slot's *group*: the batches it drew and read at once, in order,
+    views of the slot's memory; ``next()`` takes the next group only once it has handed out the held
+    one's batches. Made by ``ReplayStore.batches``, not by users.
+
+    Args:
+        produce: the thread's work: each call gives the next slot and its group's batches.
+        ring: the slots the thread fills in turn.
+        depth: how many slots may be filled ahead of ``next()``.
+        description: what the ``repr`` says the iterator draws.
+    """
 
     def __init__(
         self, produce: Callable[[], tuple[Slot, list[D]]], ring: SlotRing, *, depth: int, description: str
@@ -168,6 +176,11 @@ class DeviceBatches(Generic[D]):
 
     @property
     def closed(self) -> bool:
+        """Whether the thread has stopped (``close()``, the store closed, or an error).
+
+        Returns:
+            True once stopped.
+        """
         return self.prefetcher._finished
 
     def __enter__(self) -> DeviceBatches[D]:

@@ -27,11 +27,25 @@ from mmreplay.store.reading.transition_reader import TransitionReader
 
 @dataclass(frozen=True, repr=False)
 class EncodedBatch:
-    """A ``Batch`` whose pixels are still the stored blocks: ``frames`` holds the distinct frames the
-    batch needs, and ``frame_index`` (B, columns) says which of them, in order, make each transition's
-    frames: ``obs`` is its first ``stack_size`` columns and ``next_obs`` its last ``stack_size`` (they
-    overlap when there are ``stack_size + 1`` columns, as in ``sample``'s own batches). The other fields
-    are ``Batch``'s. ``decode()`` gives the ``Batch`` that ``sample`` returns for the same draw."""
+    """A ``Batch`` whose pixels are still the stored blocks, as ``ReplayStore.sample_encoded`` returns it.
+
+    ``decode()`` gives the ``Batch`` that ``sample`` returns for the same draw.
+
+    Attributes:
+        frames: the distinct frames the batch needs, encoded.
+        frame_index: (B, columns) int64, which of ``frames``, in order, make each transition's frames:
+            ``obs`` is its first ``stack_size`` columns and ``next_obs`` its last ``stack_size`` (they
+            overlap when there are ``stack_size + 1`` columns, as in ``sample``'s own batches).
+        stack_size: frames per obs.
+        action: as in ``Batch``.
+        reward: as in ``Batch``.
+        terminated: as in ``Batch``.
+        truncated: as in ``Batch``.
+        index: as in ``Batch``.
+        env_index: as in ``Batch``.
+        weight: as in ``Batch``.
+        discount: as in ``Batch``.
+    """
 
     frames: EncodedFrames
     frame_index: npt.NDArray[np.int64]
@@ -50,11 +64,25 @@ class EncodedBatch:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of every array and block: what sending this batch costs."""
+        """Bytes of every array and block: what sending this batch costs.
+
+        Returns:
+            The total in bytes.
+        """
         return _nbytes(self)
 
     def decode(self, *, decode_threads: int | None = None) -> Batch:
-        """The batch with its pixels (see ``decode_batch``)."""
+        """The batch with its pixels, as ``decode_batch`` decodes it.
+
+        Args:
+            decode_threads: the most threads the decode may use (None: the cores this process may use).
+
+        Returns:
+            The ``Batch`` that ``sample`` returns for the same draw.
+
+        Raises:
+            CorruptStoreError: a block fails the checksum it had on disk (see ``decode_batch``).
+        """
         return decode_batch(self, decode_threads=decode_threads)
 
     def __repr__(self) -> str:
@@ -71,10 +99,26 @@ def _nbytes(batch: EncodedBatch | EncodedSequenceBatch) -> int:
 
 
 def decode_batch(encoded: EncodedBatch, *, decode_threads: int | None = None) -> Batch:
-    """Decode an ``EncodedBatch`` into the ``Batch`` that ``sample`` returns for the same draw: each
-    transition's frames decoded straight into place by the compiled decoder, every block checked
-    against the checksum it had on disk (``CorruptStoreError`` if one fails). The learner's side of
-    ``decode_threads=``: the batch decodes on the cores this process may use, at most that many."""
+    """Decode an ``EncodedBatch`` into the ``Batch`` that ``sample`` returns for the same draw.
+
+    Each transition's frames are decoded straight into place by the compiled decoder, every block checked
+    against the checksum it had on disk.
+
+    Args:
+        encoded: the batch, as ``sample_encoded`` made it (or unpickled from another process).
+        decode_threads: the learner's side of ``decode_threads=``: the batch decodes on the cores this
+            process may use, at most that many (None: no cap).
+
+    Returns:
+        The decoded batch.
+
+    Raises:
+        TypeError: ``encoded`` is not an ``EncodedBatch``, its ``frames`` are not ``EncodedFrames``, its
+            ``frame_index`` is not integer, or ``decode_threads`` is not None or an int.
+        ValueError: ``frame_index`` is not (transitions, columns) indices into ``frames``, ``stack_size``
+            is not 1 to its columns, or ``decode_threads`` is not 1 to 64.
+        CorruptStoreError: a block fails the checksum it had on disk, or does not decode to one frame.
+    """
     if not isinstance(encoded, EncodedBatch):
         raise TypeError(f"encoded must be an EncodedBatch; got {type(encoded).__name__}")
     index = _frame_index(encoded, "(transitions, columns)")
@@ -99,10 +143,25 @@ def decode_batch(encoded: EncodedBatch, *, decode_threads: int | None = None) ->
 
 @dataclass(frozen=True, repr=False)
 class EncodedSequenceBatch:
-    """A ``SequenceBatch`` whose pixels are still the stored blocks: ``frame_index`` (B, length, columns)
-    says which of ``frames`` make each position's obs (its first ``stack_size`` columns) and next_obs
-    (its last ``stack_size``). The other fields are ``SequenceBatch``'s. ``decode()`` gives the
-    ``SequenceBatch`` that ``sample_sequences`` returns for the same draw (zero past each window's end)."""
+    """A ``SequenceBatch`` whose pixels are still the stored blocks, as ``sample_sequences_encoded`` returns it.
+
+    ``decode()`` gives the ``SequenceBatch`` that ``sample_sequences`` returns for the same draw (zero
+    past each window's end).
+
+    Attributes:
+        frames: the distinct frames the windows need, encoded.
+        frame_index: (B, length, columns) int64, which of ``frames`` make each position's obs (its first
+            ``stack_size`` columns) and next_obs (its last ``stack_size``).
+        stack_size: frames per obs.
+        action: as in ``SequenceBatch``.
+        reward: as in ``SequenceBatch``.
+        terminated: as in ``SequenceBatch``.
+        truncated: as in ``SequenceBatch``.
+        mask: as in ``SequenceBatch``.
+        index: as in ``SequenceBatch``.
+        env_index: as in ``SequenceBatch``.
+        weight: as in ``SequenceBatch``.
+    """
 
     frames: EncodedFrames
     frame_index: npt.NDArray[np.int64]
@@ -121,11 +180,25 @@ class EncodedSequenceBatch:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of every array and block: what sending this batch costs."""
+        """Bytes of every array and block: what sending this batch costs.
+
+        Returns:
+            The total in bytes.
+        """
         return _nbytes(self)
 
     def decode(self, *, decode_threads: int | None = None) -> SequenceBatch:
-        """The windows with their pixels (see ``decode_sequences``)."""
+        """The windows with their pixels, as ``decode_sequences`` decodes them.
+
+        Args:
+            decode_threads: the most threads the decode may use (None: the cores this process may use).
+
+        Returns:
+            The ``SequenceBatch`` that ``sample_sequences`` returns for the same draw.
+
+        Raises:
+            CorruptStoreError: a block fails the checksum it had on disk (see ``decode_sequences``).
+        """
         return decode_sequences(self, decode_threads=decode_threads)
 
     def __repr__(self) -> str:
@@ -136,9 +209,27 @@ class EncodedSequenceBatch:
 
 
 def decode_sequences(encoded: EncodedSequenceBatch, *, decode_threads: int | None = None) -> SequenceBatch:
-    """Decode an ``EncodedSequenceBatch`` into the ``SequenceBatch`` that ``sample_sequences`` returns for
-    the same draw, in one call of the compiled decoder (every block checked against its checksum), on at
-    most ``decode_threads`` threads (as ``decode_batch``)."""
+    """Decode an ``EncodedSequenceBatch`` into the ``SequenceBatch`` that ``sample_sequences`` returns.
+
+    The windows decode in one call of the compiled decoder, every block checked against its checksum;
+    positions past a window's end are zero.
+
+    Args:
+        encoded: the windows, as ``sample_sequences_encoded`` made them.
+        decode_threads: the most threads the decode may use, as in ``decode_batch`` (None: no cap).
+
+    Returns:
+        The decoded windows.
+
+    Raises:
+        TypeError: ``encoded`` is not an ``EncodedSequenceBatch``, its ``frames`` are not
+            ``EncodedFrames``, its ``frame_index`` is not integer, or ``decode_threads`` is not None or
+            an int.
+        ValueError: ``frame_index`` is not (windows, length, columns) indices into ``frames``,
+            ``stack_size`` is not 1 to its columns, ``mask``'s shape is not frame_index's first two axes,
+            or ``decode_threads`` is not 1 to 64.
+        CorruptStoreError: a block fails the checksum it had on disk, or does not decode to one frame.
+    """
     if not isinstance(encoded, EncodedSequenceBatch):
         raise TypeError(f"encoded must be an EncodedSequenceBatch; got {type(encoded).__name__}")
     index = _frame_index(encoded, "(windows, length, columns)")
