@@ -7,10 +7,17 @@ every other step by the general path. Every add compresses and writes its frames
 before it returns (a vector add's frames may be shared with the pool's helpers, joined before it returns).
 The writer holds each env's episode in progress, its commits and room (``Committer``), autocommit's
 schedule and the writer lock; it never calls back into the façade.
+
+A writer belongs to the process that opened it. A forked child (an env worker, a data loader started with
+``fork``) inherits a copy of it, with the parent's counts as they were at the fork: ``forked`` closes that
+copy without writing anything (no commit at its exit, no lock taken), and its commit paths check the
+process themselves, so that a stale copy can never replace the header of the store the parent goes on
+writing.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import replace
 from collections.abc import Callable
@@ -22,7 +29,7 @@ import numpy.typing as npt
 
 from mmreplay.disk import directory_swap, header
 from mmreplay.disk.writer_lock import acquire_writer_lock, release_writer_lock
-from mmreplay.errors import FormatVersionError
+from mmreplay.errors import ClosedStoreError, FormatVersionError
 from mmreplay.frames import encodings
 from mmreplay.frames.encodings import FrameEncoder
 from mmreplay.frames.threads import compress_threads
@@ -76,6 +83,7 @@ class Writer:
         self._sampler = files.sampler
         self._writer_lock: IO[bytes] | None = lock
         self._schedule = schedule
+        self.pid = os.getpid()  # the process the writer belongs to (``forked``)
         self.add_shapes = AddShapes.of(
             frame_shape=layout.frame_shape,
             stack_size=layout.stack_size,
@@ -182,11 +190,43 @@ class Writer:
 
     def flush(self) -> None:
         """Commit everything added so far."""
+        self.check_process("flush")
         with self._lock:
             self._committer.commit(self.transitions_added)
 
+    def forked(self) -> None:
+        """This process is a fork of the one that opened the writer: close this copy without writing.
+
+        Nothing is committed and no lock is taken (a thread of the parent may have held one at the fork,
+        and the child does not have that thread); the maps and descriptors go with the process. The
+        writer lock stays the parent's (``writer_lock`` pointed the child's descriptor at /dev/null).
+        """
+        self.fast_add = False
+        self.files.closed = True
+        self._writer_lock = None
+
+    def fork_error(self, operation: str) -> ClosedStoreError:
+        """The error of ``operation`` in a forked child of the process that opened the writer."""
+        path = str(self.files.directory.path)
+        return ClosedStoreError(
+            f"cannot {operation}: the store at {path!r} was opened for writing by process {self.pid}, and this "
+            f"process ({os.getpid()}) is a fork of it; a writer belongs to the process that opened it, so this "
+            "copy was closed without writing anything: open the store in this process instead "
+            f"(ReplayStore.open({path!r}, 'r') to read, or 'r+' once the other process has closed it)"
+        )
+
+    def check_process(self, operation: str) -> None:
+        """Raise ``fork_error`` (after ``forked``) where this process is not the one that opened the writer."""
+        if os.getpid() != self.pid:
+            self.forked()
+            raise self.fork_error(operation)
+
     def close(self) -> None:
-        """Commit, then release the files and the writer lock (both, even when the commit fails)."""
+        """Commit, then release the files and the writer lock (both, even when the commit fails); in a
+        forked child, only ``forked``."""
+        if os.getpid() != self.pid:
+            self.forked()
+            return
         try:
             self.flush()
         finally:
