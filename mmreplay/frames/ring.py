@@ -224,8 +224,7 @@ class FrameRing:
             position += length
             step += 1
         self._write_run(run, run_start)
-        self.frames_written = step
-        self.bytes_written = position
+        self.frames_written, self.bytes_written = step, position  # one line: an interrupt sees both or neither
         return first_step
 
     def append_frames(
@@ -246,8 +245,7 @@ class FrameRing:
             target = (self.geometry(), self._entries, self._descriptor_of(segment), position - offset, offset)
             written = _lz4batch.append_frames(target, frames, prev_deltas, first_step, groups, frame_tail, threads)
             if isinstance(written, int):
-                self.frames_written = first_step + len(prev_deltas)
-                self.bytes_written = position + written
+                self.frames_written, self.bytes_written = first_step + len(prev_deltas), position + written
                 return
             # They would run past the segment's end: the general path writes them, from the next segment.
             payloads, ref_deltas = written
