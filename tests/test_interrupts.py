@@ -1,12 +1,13 @@
 """Interrupts never wedge a writer: an exception at any line of an add, a flush or a clear.
 
 A KeyboardInterrupt lands between any two bytecodes of the caller's thread. Each test here runs one call
-(an add of one env or a vector, ``add_encoded``, ``flush``, ``clear``) again and again on a store in the
-same state, the N-th time with a KeyboardInterrupt raised at the N-th line that the call runs in
-mmreplay's own Python code (``sys.settrace``), for every N up to the call's last line. After each, the
-store must be as if the call had not happened or had completed (compared with ``reference.ReferenceStore``
-fed the adds that counted), and the next adds, a flush, a close and a reopen must work and keep every
-add that returned.
+(an add of one env or a vector, ``add_encoded``, ``flush``, ``clear``) again and again on a store, the
+N-th time with a KeyboardInterrupt raised at the N-th line that the call runs in mmreplay's own Python
+code (``sys.settrace``), for every N up to the call's last line. After each, the store must be as if the
+call had not happened or had completed (compared with ``reference.ReferenceStore`` fed the adds that
+counted), and the next call is the next N's; every 40 calls and at the end, a flush, an add, a close and
+a reopen must keep every add that returned. An ``add_encoded`` of T steps counts as T adds: an interrupt
+leaves the first k of them, each whole (a send may commit part-way, as T adds would).
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ CASES = [
     Case("one env continuing (fast path)", {"capacity": 40}),
     Case("one env continuing, reference frames", {"capacity": 40, "frame_encoding": "lz4-reference"}),
     Case("one env continuing, prioritized", {"capacity": 40, "sampler": "prioritized"}),
-    Case("one env, a commit due after it", {"capacity": 40, "commit_every": 7}, prelude=6),
+    Case("one env, a commit after each add", {"capacity": 40, "commit_every": 1}),
     Case("one env, room made by a commit", {"capacity": 6}, prelude=6),
     Case("one env, an episode's start", {"capacity": 40}, call="start"),
     Case("one env, stacks, a reset stack as next_obs", {"capacity": 40}, stacked=True, call="reset"),
@@ -161,115 +162,155 @@ def _create(path: Path, case: Case) -> tuple[ReplayStore, ReferenceStore, Stream
     return store, ref, stream
 
 
+@dataclass
+class Effect:
+    """One part of a call (one add, or a clear): done to a store again (a retry), and to the model."""
+
+    store: Callable[[ReplayStore], None]
+    model: Callable[[ReferenceStore], None]
+
+
+def _add(arguments: tuple[Any, ...]) -> Effect:
+    return Effect(lambda store: store.add(*arguments), lambda ref: ref.add(*arguments))
+
+
+def _masked_add(arguments: tuple[Any, ...]) -> Effect:
+    """An add of envs 0 and 2 of three (``env_mask``): the model takes them as two one-env adds, in order."""
+    mask = np.array([True, False, True])
+
+    def model(ref: ReferenceStore) -> None:
+        for env in (0, 2):
+            obs, action, reward, next_obs, terminated, truncated = (np.asarray(a)[env] for a in arguments)
+            ref._add_one(env, obs, action, reward, next_obs, bool(terminated), bool(truncated))
+
+    return Effect(lambda store: store.add(*arguments, env_mask=mask), model)
+
+
 def _call(case: Case, store: ReplayStore, ref: ReferenceStore,
-          stream: Stream) -> tuple[Callable[[], None], list[tuple[str, Any]]]:
-    """The call under test, and what it records if it completes."""
+          stream: Stream) -> tuple[Callable[[], None], list[Effect]]:
+    """The call under test (after the untraced calls that lead to it), and its effects."""
+    lead = {"flush": 1, "clear": 3}.get(case.call, 0)  # something to commit, or to clear
     if case.call == "start":
-        ending = stream.next(end=True)  # the episode ends first: the call starts the next one
-        store.add(*ending)
-        ref.add(*ending)
+        lead_add = stream.next(end=True)  # the episode ends first: the call starts the next one
+        store.add(*lead_add)
+        ref.add(*lead_add)
+    for _ in range(lead):
         arguments = stream.next()
-        return lambda: store.add(*arguments), [("add", arguments)]
-    if case.call in ("add", "reset"):
-        arguments = stream.next(end=case.call == "reset", reset_stack=case.call == "reset")
-        return lambda: store.add(*arguments), [("add", arguments)]
+        store.add(*arguments)
+        ref.add(*arguments)
+    if case.call in ("add", "start", "reset"):
+        effect = _add(stream.next(end=case.call == "reset", reset_stack=case.call == "reset"))
+        return lambda: effect.store(store), [effect]
     if case.call == "masked":
-        arguments = stream.next()
-        mask = np.array([True, False, True])
-        recorded = tuple(np.asarray(a)[mask] for a in arguments)
-        # the model takes the recorded envs alone: a vector of the two, as two one-env adds of envs 0 and 2
-        return lambda: store.add(*arguments, env_mask=mask), [("masked", recorded)]
+        effect = _masked_add(stream.next())
+        return lambda: effect.store(store), [effect]
     if case.call == "encoded":
         send, adds = stream.send(5)
-        return lambda: store.add_encoded(*send), [("add", add) for add in adds]
+        return lambda: store.add_encoded(*send), [_add(add) for add in adds]
     if case.call == "flush":
         return store.flush, []
     if case.call == "clear":
-        return store.clear, [("clear", ())]
+        return store.clear, [Effect(lambda store: store.clear(), lambda ref: ref.clear())]
     raise AssertionError(case.call)
 
 
-def _record(ref: ReferenceStore, adds: list[tuple[Any, ...]]) -> None:
-    for kind, arguments in adds:
-        if kind == "clear":
-            ref.clear()
-        elif kind == "masked":  # env_mask: envs 0 and 2 recorded, in that order
-            for i, env in enumerate((0, 2)):
-                ref._add_one(env, arguments[0][i], arguments[1][i], arguments[2][i], arguments[3][i],
-                             bool(arguments[4][i]), bool(arguments[5][i]))
-        else:
-            ref.add(*arguments)
-
-
-def _counted(case: Case, store: ReplayStore, before: tuple[int, int]) -> bool:
-    """Whether the interrupted call counts as completed (else as not having happened); fails when it is
-    neither."""
+def _outcome(case: Case, store: ReplayStore, before: tuple[int, int],
+             effects: list[Effect]) -> tuple[list[Effect], list[Effect]]:
+    """The effects of an interrupted call that took place, and those that did not; fails where the call
+    is neither done nor undone. A send (``add_encoded``) may keep its first k adds."""
     added, stored = store.transitions_added, len(store)
     if case.call == "clear":
         assert added == before[0]
         assert stored in (0, before[1]), f"clear left {stored} of {before[1]} transitions"
-        return stored == 0 and before[1] > 0
+        return (effects, []) if stored == 0 and before[1] > 0 else ([], effects)
     if case.call == "flush":
-        assert (added, stored) == before
-        return False
-    assert added >= before[0]
-    return added > before[0]
+        assert (added, stored) == before, f"a flush changed the store from {before} to {(added, stored)}"
+        return [], []
+    if case.call == "encoded":
+        kept = added - before[0]
+        assert 0 <= kept <= len(effects), f"a send of {len(effects)} added {kept}"
+        return effects[:kept], effects[kept:]
+    whole = 2 if case.call == "masked" else store.num_envs
+    assert added in (before[0], before[0] + whole), f"an add of {whole} transitions added {added - before[0]}"
+    return (effects, []) if added > before[0] else ([], effects)
 
 
-def _trial(tmp_path: Path, case: Case, n: int) -> int:
-    """One trial: the call under test interrupted at its ``n``-th line (0: not interrupted); the checks;
-    returns the line events the call ran (all of them when it was not interrupted)."""
-    path = tmp_path / f"n{n}.mmr"
-    try:
-        return _checked_trial(path, case, n)
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+def _reopened(store: ReplayStore, ref: ReferenceStore, stream: Stream, case: Case) -> ReplayStore:
+    """Flush, an add, close (which commits it), reopen read-only and compare, then reopen to append."""
+    store.flush()
+    arguments = stream.next()
+    store.add(*arguments)
+    ref.add(*arguments)
+    path = store.path
+    store.close()
+    with ReplayStore.open(path, "r") as reopened:
+        assert_store_matches(reopened, ref)
+    return ReplayStore.open(path, "r+", commit_every=case.create.get("commit_every"), commit_interval_s=None)
 
 
-def _checked_trial(path: Path, case: Case, n: int) -> int:
+def _sweep(path: Path, case: Case, *, reopen_every: int) -> int:
+    """Run the case's call again and again on one store, the N-th time interrupted at its N-th line, until
+    a call runs to its end before its N-th line; after each, the store must match the model (and every
+    ``reopen_every`` calls, survive a flush, a close and a reopen). Returns the last N interrupted."""
     store, ref, stream = _create(path, case)
-    call, adds = _call(case, store, ref, stream)
-    before = (store.transitions_added, len(store))
-    interrupted = False
-    with interrupt_at_line(n) as seen:
-        try:
-            call()
-        except Injected:
-            interrupted = True
-    assert interrupted == (n > 0), f"the call ran {seen[0]} lines, fewer than {n}"
-    if not interrupted or _counted(case, store, before):
-        _record(ref, adds)
-    where = f"{case.name}, interrupted at line {n}"
+    n = 0
     try:
+        while True:
+            call, adds = _call(case, store, ref, stream)
+            before = (store.transitions_added, len(store))
+            with interrupt_at_line(n + 1) as seen:
+                try:
+                    call()
+                    interrupted = None
+                except Injected as error:
+                    interrupted = str(error)
+            if interrupted is None:
+                for effect in adds:
+                    effect.model(ref)
+                break
+            n += 1
+            try:
+                done, undone = _outcome(case, store, before, adds)
+                for effect in done:
+                    effect.model(ref)
+                assert_store_matches(store, ref)
+                for effect in undone:  # the call again, not interrupted: the next call works
+                    effect.store(store)
+                    effect.model(ref)
+                assert_store_matches(store, ref)
+                if n % reopen_every == 0:
+                    store = _reopened(store, ref, stream, case)
+            except BaseException as error:
+                raise AssertionError(f"{case.name}, interrupted at {interrupted}: {type(error).__name__}: "
+                                     f"{error}") from error
+        assert n >= 5, f"the call ran {seen[0]} lines"
+        store = _reopened(store, ref, stream, case)
         assert_store_matches(store, ref)
-        for _ in range(3):  # the next adds work, and commit with everything that returned
-            arguments = stream.next()
-            store.add(*arguments)
-            ref.add(*arguments)
-        store.sample(4, rng=0)
-        store.flush()
-        arguments = stream.next()
-        store.add(*arguments)  # committed by close
-        ref.add(*arguments)
-        store.close()
-        with ReplayStore.open(path, "r") as reopened:
-            assert_store_matches(reopened, ref)
-    except BaseException as error:
-        raise AssertionError(f"{where}: {type(error).__name__}: {error}") from error
     finally:
         if not store.closed:
             store.close()
-    return seen[0]
+    return n
 
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_an_interrupt_at_any_line_leaves_the_call_undone_or_done(tmp_path: Path, case: Case) -> None:
-    lines = _trial(tmp_path, case, 0)
-    assert lines > 5
-    failures = []
-    for n in range(1, lines + 1):
-        try:
-            _trial(tmp_path, case, n)
-        except AssertionError as error:
-            failures.append(str(error).splitlines()[0][:300])
-    assert failures == [], f"{len(failures)} of {lines} lines:\n" + "\n".join(failures[:20])
+    lines = _sweep(tmp_path / "store.mmr", case, reopen_every=40)
+    print(f"{case.name}: interrupted at each of {lines} lines")
+
+
+def test_sigints_at_random_moments_of_a_writer_never_wedge_it(tmp_path: Path) -> None:
+    """``scripts/interrupt_stress.py``'s short run: writer processes SIGINTed at random moments of their adds,
+    sends, flushes and clears catch each KeyboardInterrupt and go on; every stored transition equals the
+    model's, also after close and reopen."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("interrupt_stress", Path(__file__).resolve().parents[1]
+                                                  / "scripts" / "interrupt_stress.py")
+    assert spec is not None and spec.loader is not None
+    stress = importlib.util.module_from_spec(spec)
+    sys.modules["interrupt_stress"] = stress  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(stress)
+    results = [stress.run(seed, 3.0, tmp_path, 40.0) for seed in (100, 101, 102)]
+    assert [r.get("failure") for r in results] == [None] * 3, results
+    assert sum(r["interrupts"] for r in results) >= 30  # each writer was interrupted, many times
+    assert all(r["checked"] > 0 for r in results)
