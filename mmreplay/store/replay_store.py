@@ -593,5 +593,12 @@ class ReplayStore(StoreLayout):
                 "batches() was stopped by clear(): its batches were drawn from the store before it; call batches() "
                 "again"
             ))
+            role = self._role
             with self._files.lock:
-                self._adopt(self._role.cleared())
+                try:
+                    self._adopt(role.cleared())
+                except BaseException:
+                    # Interrupted after the exchange: the empty store is the store now, whatever came after.
+                    if isinstance(role, Writer) and role.replaced_by is not None:
+                        self._adopt(role.replaced_by)
+                    raise

@@ -36,6 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.disk import directory_swap, header
+from mmreplay.disk.store_directory import StoreDirectory
 from mmreplay.disk.writer_lock import acquire_writer_lock, release_writer_lock
 from mmreplay.errors import ClosedStoreError, FormatVersionError
 from mmreplay.frames import encodings
@@ -95,6 +96,7 @@ class Writer:
         self._writer_lock: IO[bytes] | None = lock
         self._schedule = schedule
         self.pid = os.getpid()  # the process the writer belongs to (``forked``)
+        self.replaced_by: Writer | None = None  # the empty store's writer, once ``cleared`` exchanged them
         self.add_shapes = AddShapes.of(
             frame_shape=layout.frame_shape,
             stack_size=layout.stack_size,
@@ -274,36 +276,37 @@ class Writer:
         )
         building, lock = creation.build_beside(directory, layout, commit, "clearing")
         built = building.path
+        files: MappedFiles | None = None
         try:
-            try:
-                files = MappedFiles(building, layout, commit, sampler=self._sampler, writable=True,
-                                    decode_threads=self.files.decode_threads)
-            except BaseException:
-                self._sampler_reopen()
-                raise
-            try:
-                writer = Writer(files, commit, lock=lock, schedule=self._schedule)
-                directory_swap.exchange(directory, built)
-            except BaseException:
-                files.close(sampler=False)
-                self._sampler_reopen()
-                raise
+            files = MappedFiles(building, layout, commit, sampler=self._sampler, writable=True,
+                                decode_threads=self.files.decode_threads)
+            writer = Writer(files, commit, lock=lock, schedule=self._schedule)
+            directory_swap.exchange(directory, built)
+            self._retire(writer, building, directory, built)
         except BaseException:
+            if self.files.replaced():  # exchanged, the error after it (an interrupt): the clear completes
+                self._retire(writer, building, directory, built)
+                raise
+            if files is not None:
+                files.close(sampler=False)
+            self._sampler_reopen()
             release_writer_lock(lock)
             building.close()
             shutil.rmtree(built, ignore_errors=True)
             raise
-        # The path holds the empty store now, and ``built`` the old one: release the old files (deleted
-        # next; an error closing them cannot harm the new store), then delete them.
-        building.path = directory
-        self.fast_add = False
+        return writer
+
+    def _retire(self, writer: Writer, building: StoreDirectory, directory: Path, built: Path) -> None:
+        """After ``cleared``'s exchange: the path holds the empty store (``writer``'s, ``replaced_by`` from
+        here on, also where this is interrupted) and ``built`` the old one, whose files are released
+        (an error closing them cannot harm the new store) and deleted."""
+        self.replaced_by, building.path, self.fast_add = writer, directory, False
         try:
             close_all([lambda: self.files.close(sampler=False), self._release_writer_lock])
-        except OSError:
+        except Exception:  # noqa: BLE001 - deleted next; a second close (after an interrupt) may fail too
             pass
         finally:
             shutil.rmtree(built, ignore_errors=True)
-        return writer
 
     @property
     def lock_file(self) -> IO[bytes] | None:
