@@ -78,17 +78,18 @@ class EnvEpisode:
 SavedEpisode = tuple[EnvEpisode, bool, int, "deque[bytes]", "deque[int]"]
 
 
-def save_episodes(episodes: list[EnvEpisode], envs: range | list[int]) -> list[SavedEpisode]:
-    """The episodes of ``envs`` as they are (their stacks copied), for ``restore_episodes``.
+def save_episodes(episodes: list[EnvEpisode], envs: list[int] | None = None) -> list[SavedEpisode]:
+    """The episodes of ``envs`` (None: every env) as they are, their stacks copied, for ``restore_episodes``.
 
     Args:
         episodes: each env's episode in progress.
-        envs: the envs an add records.
+        envs: the envs an add records (None: all of them, as add's fast path).
 
     Returns:
         What ``restore_episodes`` puts back.
     """
-    return [(e, e.open, e.last_step, e.frames.copy(), e.frame_steps.copy()) for e in (episodes[env] for env in envs)]
+    chosen = episodes if envs is None else [episodes[env] for env in envs]
+    return [(e, e.open, e.last_step, e.frames.copy(), e.frame_steps.copy()) for e in chosen]
 
 
 def restore_episodes(saved: list[SavedEpisode]) -> None:

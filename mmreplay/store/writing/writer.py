@@ -529,7 +529,7 @@ class Writer:
         encoder = self._encoder
         with self._lock:
             self._table.reserve_rows(first_step, len(flags))  # a full disk refuses the add before any write
-            saved = save_episodes(self._episodes, range(len(flags)))
+            saved = save_episodes(self._episodes)
             try:
                 if fields:
                     self._field_table.write(first_step, fields)  # type: ignore[union-attr]
