@@ -373,12 +373,12 @@ class _Host:
             try:
                 self.calling = True
                 call()
-                self.calling = False
                 return
             except KeyboardInterrupt:
-                self.calling = False
                 if store.transitions_added != before:
                     return
+            finally:
+                self.calling = False  # also when the call raised something else (an injected ENOSPC)
 
     def added(self) -> None:
         """After each add: now and then a child that exits at once, as an env worker that fails would."""
