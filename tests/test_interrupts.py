@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -292,9 +293,24 @@ def _sweep(path: Path, case: Case, *, reopen_every: int) -> int:
     return n
 
 
+@pytest.fixture
+def store_directory(tmp_path: Path) -> Iterator[Path]:
+    """Where the sweeps' stores go: memory (/dev/shm) where there is one, as a clear's thousand builds and
+    exchanges of directories cost seconds on a disk; else ``tmp_path``."""
+    shm = Path("/dev/shm")
+    if not (shm.is_dir() and os.access(shm, os.W_OK)):
+        yield tmp_path
+        return
+    directory = Path(tempfile.mkdtemp(prefix="mmreplay-interrupts-", dir=shm))
+    try:
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
-def test_an_interrupt_at_any_line_leaves_the_call_undone_or_done(tmp_path: Path, case: Case) -> None:
-    lines = _sweep(tmp_path / "store.mmr", case, reopen_every=40)
+def test_an_interrupt_at_any_line_leaves_the_call_undone_or_done(store_directory: Path, case: Case) -> None:
+    lines = _sweep(store_directory / "store.mmr", case, reopen_every=40)
     print(f"{case.name}: interrupted at each of {lines} lines")
 
 
