@@ -30,6 +30,13 @@ exactly those of the header it reopened at (their CRC is the header's: none from
 was never written survive); a few more adds go in and, after close and reopen,
 everything stored is again bit-exact.
 
+With ``--host`` the writer also does what a training process does around its store: a thread samples the
+store while it adds, it forks a child every 50 adds that exits at once (running the store's exit commit,
+which for the inherited writer must write nothing), and a timer raises a
+KeyboardInterrupt inside its adds and flushes (as Ctrl-C would, every few milliseconds), after which it
+retries the call as a loop that catches them would (an add that counted is not retried); the checks are
+the same.
+
 With ``--add-encoded`` the writer records through ``add_encoded`` instead: one env, sends of 1 to 32
 consecutive steps with their frames compressed beforehand (``encode_frames``), as a Ray shard receives
 them, the blocks as bytes or in a receive buffer viewed as rows or 4-byte words that the sender zeroes
@@ -43,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import gc
 import json
 import mmap
 import os
@@ -51,6 +59,7 @@ import signal
 import struct
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections import Counter, deque
@@ -67,7 +76,8 @@ for directory in (REPO, REPO / "scripts"):  # the package, and atari_frames when
 
 import atari_frames  # noqa: E402
 
-from mmreplay import EncodedFrames, PrioritizedSampler, ReplayStore, encode_frames  # noqa: E402
+from mmreplay import EncodedFrames, PrioritizedSampler, ReplayStore, StoreLockedError, encode_frames  # noqa: E402
+from mmreplay.store.writing import autocommit  # noqa: E402  (a forked child's exit commit, run by hand)
 
 PHASES = {
     0: "starting",
@@ -112,6 +122,7 @@ class Variant:
     fail_errno: int = errno.ENOSPC
     kill_after_failure: bool = False  # the flush after a failed one is killed just before its header's rename
     encoded: bool = False  # the writer sends its steps through add_encoded (--add-encoded; one env)
+    host: bool = False  # a sampling thread, forked children, interrupts (--host)
 
 
 def draw_variant(seed: int, games: list[str], max_delay: float, samplers: list[str]) -> Variant:
@@ -327,6 +338,63 @@ def _install_errors(variant: Variant, errors: _Errors) -> None:
     wrap(np.memmap, "flush")
 
 
+class _Host:
+    """What a training process does around its store (``--host``): a thread that samples it, children
+    forked now and then that exit at once, and interrupts inside its adds and flushes (SIGALRM raising
+    KeyboardInterrupt, as Ctrl-C's handler does), each call retried as a loop that catches them would."""
+
+    FORK_EVERY = 50
+
+    def __init__(self, store: ReplayStore, seed: int) -> None:
+        self.calling = False
+        self.adds = 0
+        signal.signal(signal.SIGALRM, self._on_alarm)
+        period = float(np.random.default_rng([seed, 5]).uniform(0.002, 0.01))
+        signal.setitimer(signal.ITIMER_REAL, period, period)
+        threading.Thread(target=self._sample, args=(store, seed), daemon=True).start()
+
+    def _on_alarm(self, signum: int, frame: object) -> None:
+        if self.calling:
+            self.calling = False  # one interrupt to a call: none inside the store's own handling of it
+            raise KeyboardInterrupt
+
+    @staticmethod
+    def _sample(store: ReplayStore, seed: int) -> None:
+        rng = np.random.default_rng([seed, 6])
+        while not store.closed:
+            if len(store):
+                store.sample(8, rng)
+            time.sleep(0.0005)
+
+    def call(self, store: ReplayStore, call: Any) -> None:
+        """``call()`` until it returns, or until an add it makes counted (an interrupt after the count)."""
+        while True:
+            before = store.transitions_added
+            try:
+                self.calling = True
+                call()
+                return
+            except KeyboardInterrupt:
+                if store.transitions_added != before:
+                    return
+            finally:
+                self.calling = False  # also when the call raised something else (an injected ENOSPC)
+
+    def added(self) -> None:
+        """After each add: now and then a child that exits at once, as an env worker that fails would."""
+        self.adds += 1
+        if self.adds % self.FORK_EVERY == 0:
+            pid = os.fork()
+            if pid == 0:
+                # The interpreter's exit as it concerns the store: the inherited writer's __del__ and
+                # autocommit's exit commit (not every exit function: the trials' temporary directory is
+                # the parent's, and a child's exit must not delete it).
+                gc.collect()
+                autocommit._close_open_writers()
+                os._exit(0)
+            os.waitpid(pid, 0)
+
+
 def run_writer(path: Path, side_path: Path, variant: Variant, data: dict[str, np.ndarray], seed: int,
                progress: _Progress) -> None:
     """The writer process's whole life (it never returns normally: it is killed, or it exits)."""
@@ -342,6 +410,7 @@ def run_writer(path: Path, side_path: Path, variant: Variant, data: dict[str, np
     flushes = 0
     progress.set(1, 0)
     store = ReplayStore.open(path, "r+")
+    host = _Host(store, seed) if variant.host else None
     stream = Stream(variant, data, seed)
     rng = np.random.default_rng([seed, 2])
     send_sizes = np.random.default_rng([seed, 4])
@@ -357,13 +426,17 @@ def run_writer(path: Path, side_path: Path, variant: Variant, data: dict[str, np
         else:
             arguments, mask, _ = stream.next_add()
             progress.set(phase, store.transitions_added)
-            store.add(*arguments, env_mask=mask)
+            if host is None:
+                store.add(*arguments, env_mask=mask)
+            else:
+                host.call(store, lambda: store.add(*arguments, env_mask=mask))
+                host.added()
         if rng.random() < variant.flush_probability:
             progress.set(4, store.transitions_added)
             flushes += 1
             errors.countdown = variant.fail_primitive if flushes in variant.fail_flushes else 0
             try:
-                store.flush()
+                store.flush() if host is None else host.call(store, store.flush)
             except OSError:
                 if not errors.injected:
                     raise
@@ -545,7 +618,16 @@ def check_store(path: Path, variant: Variant, data: dict[str, np.ndarray], seed:
                 added_before_kill: int, stage: _Stage) -> tuple[int, int]:
     """Open the crashed store and check it; returns (committed count, transitions checked)."""
     stage.name = "open"
-    store = ReplayStore.open(path, "r+")
+    for attempt in range(500):
+        try:
+            store = ReplayStore.open(path, "r+")
+            break
+        except StoreLockedError:
+            # A child forked just before the kill (--host) shares the lock until it first runs, which drops
+            # it (writer_lock): a moment later on a busy machine.
+            if not variant.host or attempt == 499:
+                raise
+            time.sleep(0.01)
     try:
         if variant.prioritized:
             stage.name = "priorities"
@@ -599,11 +681,13 @@ def check_store(path: Path, variant: Variant, data: dict[str, np.ndarray], seed:
 
 def run_trial(seed: int, data: dict[str, dict[str, np.ndarray]], work: Path, *, max_delay: float,
               samplers: list[str], keep_failures: Path | None = None, frame_encoding: str = "lz4",
-              add_encoded: bool = False) -> TrialResult:
+              add_encoded: bool = False, host: bool = False) -> TrialResult:
     started = time.perf_counter()
     variant = draw_variant(seed, sorted(data), max_delay, samplers)
     if add_encoded:
         variant = replace(variant, encoded=True, num_envs=1, mask_probability=0.0)
+    if host:
+        variant = replace(variant, host=True)
     game = data[variant.game]
     trial_dir = Path(tempfile.mkdtemp(prefix=f"trial{seed}-", dir=work))
     path, side_path = trial_dir / "store.mmr", trial_dir / "committed.txt"
@@ -723,7 +807,7 @@ class Summary:
 def run_trials(trials: int, seed: int, *, games: list[str] | None = None, max_frames: int | None = None,
                max_delay: float = 0.5, samplers: list[str] | None = None, work: Path | None = None,
                keep_failures: Path | None = None, on_result: Any = None, frame_encoding: str = "lz4",
-               add_encoded: bool = False) -> Summary:
+               add_encoded: bool = False, host: bool = False) -> Summary:
     """Run trials with seeds ``seed, seed + 1, ...``; returns the totals."""
     data = load_games(games or ["pong"], max_frames)
     summary = Summary()
@@ -733,7 +817,7 @@ def run_trials(trials: int, seed: int, *, games: list[str] | None = None, max_fr
             result = run_trial(
                 trial_seed, data, Path(directory), max_delay=max_delay,
                 samplers=samplers or ["uniform", "prioritized"], keep_failures=keep_failures,
-                frame_encoding=frame_encoding, add_encoded=add_encoded,
+                frame_encoding=frame_encoding, add_encoded=add_encoded, host=host,
             )
             summary.trials += 1
             summary.killed += result.killed
@@ -772,6 +856,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="how the stores compress frames (ReplayStore.create's frame_encoding)")
     parser.add_argument("--add-encoded", action="store_true",
                         help="the writer records through add_encoded (one env, sends of 1 to 32 steps)")
+    parser.add_argument("--host", action="store_true",
+                        help="the writer also samples on a thread, forks children that exit, and is interrupted")
     parser.add_argument("--max-delay", type=float, default=0.5, help="longest timer delay before the kill, seconds")
     parser.add_argument("--keep-failures", type=Path, help="copy the directory of each failed trial here")
     parser.add_argument("--json", nargs="?", const="-", help="also write the summary as JSON (to PATH, or stdout)")
@@ -791,6 +877,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = run_trials(
         args.trials, args.seed, games=args.games.split(","), max_delay=args.max_delay,
         samplers=args.samplers.split(","), frame_encoding=args.frame_encoding, add_encoded=args.add_encoded,
+        host=args.host,
         keep_failures=args.keep_failures, on_result=report,
     )
     print(f"trials: {summary.trials} ({summary.killed} killed, {summary.trials - summary.killed} finished first)")

@@ -67,6 +67,21 @@ def test_kills_of_a_writer_that_adds_encoded_sends_lose_no_committed_transition(
     assert summary.killed >= 8
 
 
+def test_kills_of_a_writer_that_forks_samples_on_a_thread_and_is_interrupted_lose_no_committed_transition(
+    tmp_path: Path,
+) -> None:
+    """``--host`` (issue 42): the writer also samples on a thread, forks a child every 50 adds that runs the
+    exit commit (which for its inherited writer must write nothing) and exits, and is interrupted inside
+    its adds and flushes every few milliseconds, retrying them; kills at any moment lose nothing
+    committed, and a child's exit never writes its stale header over the writer's."""
+    stress = _crash_stress()
+    summary = stress.run_trials(10, 9000, max_frames=2500, max_delay=1.0, work=tmp_path, host=True)
+    assert summary.trials == 10
+    assert summary.losses == 0
+    assert summary.failures == []
+    assert summary.transitions_checked > 0
+
+
 def test_kills_of_a_prioritized_store_lose_no_committed_transition(tmp_path: Path) -> None:
     """As above, and sampling by the committed priorities and ``update_priorities`` work after the crash."""
     stress = _crash_stress()

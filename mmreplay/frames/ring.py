@@ -238,8 +238,7 @@ class FrameRing:
             position += length
             step += 1
         self._write_run(run, run_start)
-        self.frames_written = step
-        self.bytes_written = position
+        self.frames_written, self.bytes_written = step, position  # one line: an interrupt sees both or neither
         return first_step
 
     def append_frames(
@@ -264,8 +263,7 @@ class FrameRing:
                 raise OSError(error.errno, f"{self._segment_path(segment)}: {error.strerror} (writing "
                                            f"{len(prev_deltas)} frames at byte {offset})") from None
             if isinstance(written, int):
-                self.frames_written = first_step + len(prev_deltas)
-                self.bytes_written = position + written
+                self.frames_written, self.bytes_written = first_step + len(prev_deltas), position + written
                 return
             # They would run past the segment's end: the general path writes them, from the next segment.
             payloads, ref_deltas = written

@@ -11,6 +11,7 @@ header that stayed the same is corruption.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn, TypeVar
@@ -187,6 +188,12 @@ class Follower:
 
     def close_at_exit(self, store: Committable) -> None:
         """Nothing to commit at exit."""
+
+    def forked(self) -> None:
+        """This process is a fork of the one that opened the follower: a reader belongs to no process and
+        goes on reading, under a lock of its own (a thread of the parent may have held the parent's at the
+        fork, and the child does not have that thread)."""
+        self.files.lock = threading.RLock()
 
     def close(self) -> None:
         self.files.close()

@@ -10,11 +10,21 @@ are written once; obs and next_obs stacks are rebuilt from the frame ring's epis
 ``Follower`` in mode ``"r"`` (following the writer's commits). The façade opens, reads and samples through
 the collaborator's ``MappedFiles`` (its samples through a ``BatchSource``, which it hands the feeds of
 ``batches()``), and hands the collaborator every write; calls go down, never back up.
+
+Threads: the calls of the threads that share one store object run one at a time, under the façade's
+lock (an add reads the step it writes and each env's episode under it, a read never meets half an add,
+and a ``clear`` or ``close`` never pulls the files from under another thread's call). Processes: a
+writer belongs to the process that opened it; in a forked child its copy is closed without writing
+anything (``Writer.forked``), and a reader goes on reading under locks of its own. The process is checked
+before the lock is taken: a thread of the parent may have held it at the fork.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import threading
+import warnings
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -80,6 +90,8 @@ class ReplayStore(StoreLayout):
 
     def __init__(self, role: Role) -> None:
         """A store over its collaborator, a ``Writer`` or a ``Follower`` (``create`` and ``open`` make one)."""
+        self._lock = threading.RLock()  # one call at a time (the module docstring's Threads)
+        self._pid = os.getpid()  # the process that opened the store (``_entered``)
         self._prefetchers: weakref.WeakSet[Prefetcher[Any]] = weakref.WeakSet()
         self._adopt(role)
         role.close_at_exit(self)
@@ -94,6 +106,24 @@ class ReplayStore(StoreLayout):
         self._files = role.files
         self._layout = role.files.layout
         self._reader = role.files.reader
+
+    def _entered(self, operation: str) -> threading.RLock:
+        """The lock ``operation`` runs under, once this process is known to be the one that opened the
+        store (else ``_after_fork`` first)."""
+        if self._pid != os.getpid():
+            self._after_fork(operation)
+        return self._lock
+
+    def _after_fork(self, operation: str) -> None:
+        """This process is a fork of the one that opened the store: the collaborator is told
+        (``Role.forked``); a writer's copy is closed and ``operation`` refused, naming the fork; a reader
+        goes on under new locks (the parent's may have been held by a thread the child does not have)."""
+        role = self._role
+        role.forked()
+        if isinstance(role, Writer):
+            raise role.fork_error(operation)
+        self._lock = threading.RLock()
+        self._pid = os.getpid()
 
     # -- construction ----------------------------------------------------------------------------
 
@@ -255,7 +285,7 @@ class ReplayStore(StoreLayout):
         Returns:
             True once closed.
         """
-        return self._files.closed
+        return self._files.closed or (self._pid != os.getpid() and isinstance(self._role, Writer))
 
     @property
     def transitions_added(self) -> int:
@@ -267,8 +297,9 @@ class ReplayStore(StoreLayout):
         Returns:
             The count; ``len(store)`` is at most ``capacity`` of them.
         """
-        self._role.follow()
-        return self._role.transitions_added
+        with self._entered("count transitions"):
+            self._role.follow()
+            return self._role.transitions_added
 
     @property
     def stored_steps(self) -> range:
@@ -277,11 +308,11 @@ class ReplayStore(StoreLayout):
         Returns:
             A contiguous range of steps.
         """
-        self._role.follow()
-        return stored_steps(self._role.transitions_added, self._layout.capacity, self._role.committed.first_step)
+        with self._entered("list stored steps"):
+            self._role.follow()
+            return stored_steps(self._role.transitions_added, self._layout.capacity, self._role.committed.first_step)
 
     def __len__(self) -> int:
-        self._role.follow()
         return len(self.stored_steps)
 
     def __repr__(self) -> str:
@@ -338,8 +369,9 @@ class ReplayStore(StoreLayout):
         Raises:
             ClosedStoreError: the store is closed.
         """
-        self._files.check_open("check its files")
-        return self._files.missing(self._role.committed, limit=limit)
+        with self._entered("check its files"):
+            self._files.check_open("check its files")
+            return self._files.missing(self._role.committed, limit=limit)
 
     # -- adding ----------------------------------------------------------------------------------
 
@@ -390,9 +422,11 @@ class ReplayStore(StoreLayout):
         """
         if not isinstance(fragment, (bool, np.bool_)):
             raise TypeError(f"fragment must be a bool; got {type(fragment).__name__}")
-        self._role.add(
-            obs, action, reward, next_obs, terminated, truncated, env_mask=env_mask, fields=fields, fragment=fragment
-        )
+        with self._entered("add"):
+            self._role.add(
+                obs, action, reward, next_obs, terminated, truncated, env_mask=env_mask, fields=fields,
+                fragment=fragment,
+            )
 
     def add_encoded(
         self,
@@ -430,9 +464,8 @@ class ReplayStore(StoreLayout):
                 store has user fields (``add_encoded`` takes none).
             ReadOnlyStoreError: the store is open with mode ``"r"``.
         """
-        self._role.add_encoded(
-            frames, obs, action, reward, next_obs, terminated, truncated, env_index=env_index
-        )
+        with self._entered("add_encoded"):
+            self._role.add_encoded(frames, obs, action, reward, next_obs, terminated, truncated, env_index=env_index)
 
     def update_priorities(self, index: npt.ArrayLike, priority: npt.ArrayLike) -> None:
         """Set the priorities of sampled transitions; steps evicted since are ignored.
@@ -448,7 +481,8 @@ class ReplayStore(StoreLayout):
             ClosedStoreError: a step was drawn before ``clear()``, or the store is closed.
             ReadOnlyStoreError: the store is open with mode ``"r"``.
         """
-        self._role.update_priorities(index, priority)
+        with self._entered("update_priorities"):
+            self._role.update_priorities(index, priority)
 
     # -- committing and following ----------------------------------------------------------------
 
@@ -458,44 +492,42 @@ class ReplayStore(StoreLayout):
         Raises:
             ClosedStoreError: the store is closed.
         """
-        self._files.check_open("flush")
-        self._role.flush()
+        with self._entered("flush"):
+            self._files.check_open("flush")
+            self._role.flush()
 
     def refresh(self) -> bool:
-        """Pick up the writer's newest commit, in mode ``"r"``.
-
-        ``sample`` and ``read`` also do it when the header changed.
-
-        Returns:
-            Whether the store changed.
-
-        Raises:
-            ClosedStoreError: the store is closed, or a writer's ``clear`` replaced its directory (open
-                it again).
-        """
-        self._files.check_open("refresh")
-        return self._role.refresh()
+        """Pick up the writer's newest commit (mode ``"r"``; ``sample`` and ``read`` also do it when the
+        header changed). Returns whether the store changed."""
+        with self._entered("refresh"):
+            self._files.check_open("refresh")
+            return self._role.refresh()
 
     def close(self) -> None:
-        """Commit (in ``"r+"``) and release the files; closing twice is allowed."""
-        if self.closed:
+        """Commit (in ``"r+"``) and release the files. Closing twice is allowed. In a forked child of the
+        process that opened a writer, the child's copy is closed without writing anything."""
+        if self._pid != os.getpid() and isinstance(self._role, Writer):
+            self._role.forked()
             return
-        self._stop_prefetchers()
-        try:
-            self._role.close()
-        finally:
-            autocommit.forget(self)
+        with self._entered("close"):
+            if self._files.closed:
+                return
+            self._stop_prefetchers()
+            try:
+                self._role.close()
+            finally:
+                autocommit.forget(self)
 
-    def __del__(self) -> None:
-        """A dropped store commits (``"r+"``) and releases its files, as ``close`` does."""
-        if not hasattr(self, "_role") or self.closed:
+    def __del__(self, _finalizing: Any = sys.is_finalizing, _warn: Any = warnings.warn) -> None:
+        """A dropped store commits (``"r+"``) and releases its files, as ``close`` does; not once the
+        interpreter is tearing itself down (its exit commit, ``autocommit``, came first, and the OS
+        releases the maps), when the modules this needs may be gone: the two it does need are bound here."""
+        if _finalizing() or not hasattr(self, "_role"):
             return
         try:
             self.close()
         except Exception as error:  # noqa: BLE001 - nothing may be raised from __del__
-            import warnings
-
-            warnings.warn(f"mmreplay: could not commit {self.path} when it was dropped: {error}", stacklevel=1)
+            _warn(f"mmreplay: could not commit {self.path} when it was dropped: {error}", stacklevel=1)
 
     def __enter__(self) -> ReplayStore:
         return self
@@ -554,7 +586,8 @@ class ReplayStore(StoreLayout):
             TypeError: an argument is of the wrong kind.
             ClosedStoreError: the store is closed, or was cleared since the draw's epoch began.
         """
-        return self._source.sample(batch_size, rng, beta=beta, n_step=n_step, gamma=gamma, out=out)
+        with self._entered("sample"):
+            return self._source.sample(batch_size, rng, beta=beta, n_step=n_step, gamma=gamma, out=out)
 
     def sample_encoded(
         self,
@@ -587,7 +620,8 @@ class ReplayStore(StoreLayout):
                 are not uint8, user fields, or ``stack_padding="zeros"``).
             ClosedStoreError: the store is closed, or was cleared since the draw's epoch began.
         """
-        return self._source.sample_encoded(batch_size, rng, beta=beta, n_step=n_step, gamma=gamma)
+        with self._entered("sample_encoded"):
+            return self._source.sample_encoded(batch_size, rng, beta=beta, n_step=n_step, gamma=gamma)
 
     def sample_sequences_encoded(
         self,
@@ -614,7 +648,8 @@ class ReplayStore(StoreLayout):
                 (as ``sample_encoded``).
             ClosedStoreError: the store is closed, or was cleared since the draw's epoch began.
         """
-        return self._source.sample_sequences_encoded(batch_size, length, rng, beta=beta)
+        with self._entered("sample_sequences_encoded"):
+            return self._source.sample_sequences_encoded(batch_size, length, rng, beta=beta)
 
     def sample_sequences(
         self,
@@ -645,7 +680,8 @@ class ReplayStore(StoreLayout):
             ValueError: the store is empty, or an argument is out of range.
             ClosedStoreError: the store is closed, or was cleared since the draw's epoch began.
         """
-        return self._source.sample_sequences(batch_size, length, rng, beta=beta, out=out)
+        with self._entered("sample_sequences"):
+            return self._source.sample_sequences(batch_size, length, rng, beta=beta, out=out)
 
     @overload
     def batches(self, batch_size: int, *, prefetch: int = ..., rng: np.random.Generator | int | None = ...,
@@ -710,7 +746,8 @@ class ReplayStore(StoreLayout):
             ValueError: a number is below 1, or ``device`` or ``decode`` is not one of its choices.
             ClosedStoreError: the store is closed; ``next()`` raises it once the store is cleared.
         """
-        self._files.check_open("batches")
+        with self._entered("batches"):
+            self._files.check_open("batches")
         batch_size = parse_positive_int(batch_size, "batch_size")
         prefetch = parse_positive_int(prefetch, "prefetch")
         length = None if length is None else parse_positive_int(length, "length")
@@ -739,8 +776,9 @@ class ReplayStore(StoreLayout):
             IndexError: a step is not stored otherwise (never added, or removed by ``clear()``).
             ClosedStoreError: the store is closed.
         """
-        self._files.check_open("read")
-        return reads.read_steps(self._role, self._reader, steps)
+        with self._entered("read"):
+            self._files.check_open("read")
+            return reads.read_steps(self._role, self._reader, steps)
 
     def iterate(self, batch_size: int, *, start: int | None = None, stop: int | None = None) -> Iterator[Batch]:
         """Every stored transition of steps ``[start, stop)`` exactly once, in step order: an ordered pass.
@@ -766,7 +804,8 @@ class ReplayStore(StoreLayout):
                 ``stored_steps``, in order.
             ClosedStoreError: the store is closed.
         """
-        self._files.check_open("iterate")
+        with self._entered("iterate"):
+            self._files.check_open("iterate")
         return passes.ordered_pass(self, batch_size, start=start, stop=stop, epoch=lambda: self._files)
 
     def sample_episodes(
@@ -793,8 +832,9 @@ class ReplayStore(StoreLayout):
                 complete and ended.
             ClosedStoreError: the store is closed.
         """
-        self._files.check_open("sample_episodes")
-        return passes.sample_episodes(self, n, rng, weighting=weighting)
+        with self._entered("sample_episodes"):
+            self._files.check_open("sample_episodes")
+            return passes.sample_episodes(self, n, rng, weighting=weighting)
 
     def episodes(self) -> EpisodeList:
         """The stored episodes, oldest first.
@@ -806,8 +846,9 @@ class ReplayStore(StoreLayout):
         Raises:
             ClosedStoreError: the store is closed.
         """
-        self._files.check_open("list episodes")
-        return reads.list_episodes(self._role)
+        with self._entered("list episodes"):
+            self._files.check_open("list episodes")
+            return reads.list_episodes(self._role)
 
     # -- starting over ---------------------------------------------------------------------------
 
@@ -831,10 +872,19 @@ class ReplayStore(StoreLayout):
             ClosedStoreError: the store is closed.
             OSError: the empty store could not be built (such as a full disk); nothing changed.
         """
-        self._role.check_writable("clear")
-        # Batches drawn before the clear name transitions that are gone: their iterators say so.
-        self._stop_prefetchers(ClosedStoreError(
-            "batches() was stopped by clear(): its batches were drawn from the store before it; call batches() again"
-        ))
-        with self._files.lock:
-            self._adopt(self._role.cleared())
+        with self._entered("clear"):
+            self._role.check_writable("clear")
+            # Batches drawn before the clear name transitions that are gone: their iterators say so.
+            self._stop_prefetchers(ClosedStoreError(
+                "batches() was stopped by clear(): its batches were drawn from the store before it; call batches() "
+                "again"
+            ))
+            role = self._role
+            with self._files.lock:
+                try:
+                    self._adopt(role.cleared())
+                except BaseException:
+                    # Interrupted after the exchange: the empty store is the store now, whatever came after.
+                    if isinstance(role, Writer) and role.replaced_by is not None:
+                        self._adopt(role.replaced_by)
+                    raise

@@ -96,6 +96,10 @@ class Role(Protocol):
     def close(self) -> None:
         """Commit what a writer added, then release the files (and the writer lock)."""
 
+    def forked(self) -> None:
+        """This process is a fork of the one that opened the store: a writer's copy is closed without
+        writing anything; a follower goes on reading, under a lock of its own."""
+
     def close_at_exit(self, store: Committable) -> None:
         """Have ``store`` (the façade over this collaborator) closed at a normal interpreter exit where
         closing it then commits (a writer's); the collaborator never calls it."""

@@ -74,6 +74,34 @@ class EnvEpisode:
         self.open = not ended
 
 
+# An env's episode as it was before an add, to put back if the add is interrupted before it counts.
+SavedEpisode = tuple[EnvEpisode, bool, int, "deque[bytes]", "deque[int]"]
+
+
+def save_episodes(episodes: list[EnvEpisode], envs: list[int] | None = None) -> list[SavedEpisode]:
+    """The episodes of ``envs`` (None: every env) as they are, their stacks copied, for ``restore_episodes``.
+
+    Args:
+        episodes: each env's episode in progress.
+        envs: the envs an add records (None: all of them, as add's fast path).
+
+    Returns:
+        What ``restore_episodes`` puts back.
+    """
+    chosen = episodes if envs is None else [episodes[env] for env in envs]
+    return [(e, e.open, e.last_step, e.frames.copy(), e.frame_steps.copy()) for e in chosen]
+
+
+def restore_episodes(saved: list[SavedEpisode]) -> None:
+    """Put back the episodes ``save_episodes`` saved (an add interrupted before it counted: not happened).
+
+    Args:
+        saved: what ``save_episodes`` returned.
+    """
+    for episode, is_open, last_step, frames, frame_steps in saved:
+        episode.open, episode.last_step, episode.frames, episode.frame_steps = is_open, last_step, frames, frame_steps
+
+
 def load_env_episodes(
     table: TransitionTable, reader: TransitionReader, stored: range, *, num_envs: int, stack_size: int
 ) -> tuple[list[EnvEpisode], npt.NDArray[np.int64] | None]:

@@ -7,10 +7,25 @@ every other step by the general path. Every add compresses and writes its frames
 before it returns (a vector add's frames may be shared with the pool's helpers, joined before it returns).
 The writer holds each env's episode in progress, its commits and room (``Committer``), autocommit's
 schedule and the writer lock; it never calls back into the façade.
+
+A writer belongs to the process that opened it. A forked child (an env worker, a data loader started with
+``fork``) inherits a copy of it, with the parent's counts as they were at the fork: ``forked`` closes that
+copy without writing anything (no commit at its exit, no lock taken), and its commit paths check the
+process themselves, so that a stale copy can never replace the header of the store the parent goes on
+writing.
+
+An add is interrupted (a KeyboardInterrupt between any two of its lines, or any error) either before it
+counts or after: its frames, rows, links and episodes are written first, then ``transitions_added`` is set
+in one assignment (the add counts from there), and then the sampler is told. Interrupted before, the links
+it made and the episodes it advanced are put back (``_undo``; the frames and rows it wrote are beyond the
+count, overwritten by the next add) and the frames' reference groups restart; after, the sampler is told
+all the same (``_count_added``). Either way the next add, flush and close go on as if the add had not
+happened, or had completed.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import replace
 from collections.abc import Callable
@@ -21,8 +36,9 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.disk import directory_swap, header
+from mmreplay.disk.store_directory import StoreDirectory
 from mmreplay.disk.writer_lock import acquire_writer_lock, release_writer_lock
-from mmreplay.errors import FormatVersionError
+from mmreplay.errors import ClosedStoreError, FormatVersionError
 from mmreplay.frames import encodings
 from mmreplay.frames.encodings import FrameEncoder
 from mmreplay.frames.threads import compress_threads
@@ -44,10 +60,13 @@ from mmreplay.store.writing.add_plans import AddPlan, plan_add, plan_run
 from mmreplay.store.writing.autocommit import CommitSchedule, Committable
 from mmreplay.store.writing.committer import Committer
 from mmreplay.store.writing.env_episodes import (
+    SavedEpisode,
     advance_all,
     continuations,
     load_env_episodes,
     load_env_frames,
+    restore_episodes,
+    save_episodes,
 )
 from mmreplay.store.reading.mapped_files import MappedFiles, close_all, map_committed
 from mmreplay.store.reading.stored_steps import stored_steps
@@ -76,6 +95,8 @@ class Writer:
         self._sampler = files.sampler
         self._writer_lock: IO[bytes] | None = lock
         self._schedule = schedule
+        self.pid = os.getpid()  # the process the writer belongs to (``forked``)
+        self.replaced_by: Writer | None = None  # the empty store's writer, once ``cleared`` exchanged them
         self.add_shapes = AddShapes.of(
             frame_shape=layout.frame_shape,
             stack_size=layout.stack_size,
@@ -182,11 +203,43 @@ class Writer:
 
     def flush(self) -> None:
         """Commit everything added so far."""
+        self.check_process("flush")
         with self._lock:
             self._committer.commit(self.transitions_added)
 
+    def forked(self) -> None:
+        """This process is a fork of the one that opened the writer: close this copy without writing.
+
+        Nothing is committed and no lock is taken (a thread of the parent may have held one at the fork,
+        and the child does not have that thread); the maps and descriptors go with the process. The
+        writer lock stays the parent's (``writer_lock`` pointed the child's descriptor at /dev/null).
+        """
+        self.fast_add = False
+        self.files.closed = True
+        self._writer_lock = None
+
+    def fork_error(self, operation: str) -> ClosedStoreError:
+        """The error of ``operation`` in a forked child of the process that opened the writer."""
+        path = str(self.files.directory.path)
+        return ClosedStoreError(
+            f"cannot {operation}: the store at {path!r} was opened for writing by process {self.pid}, and this "
+            f"process ({os.getpid()}) is a fork of it; a writer belongs to the process that opened it, so this "
+            "copy was closed without writing anything: open the store in this process instead "
+            f"(ReplayStore.open({path!r}, 'r') to read, or 'r+' once the other process has closed it)"
+        )
+
+    def check_process(self, operation: str) -> None:
+        """Raise ``fork_error`` (after ``forked``) where this process is not the one that opened the writer."""
+        if os.getpid() != self.pid:
+            self.forked()
+            raise self.fork_error(operation)
+
     def close(self) -> None:
-        """Commit, then release the files and the writer lock (both, even when the commit fails)."""
+        """Commit, then release the files and the writer lock (both, even when the commit fails); in a
+        forked child, only ``forked``."""
+        if os.getpid() != self.pid:
+            self.forked()
+            return
         try:
             self.flush()
         finally:
@@ -223,36 +276,37 @@ class Writer:
         )
         building, lock = creation.build_beside(directory, layout, commit, "clearing")
         built = building.path
+        files: MappedFiles | None = None
         try:
-            try:
-                files = MappedFiles(building, layout, commit, sampler=self._sampler, writable=True,
-                                    decode_threads=self.files.decode_threads)
-            except BaseException:
-                self._sampler_reopen()
-                raise
-            try:
-                writer = Writer(files, commit, lock=lock, schedule=self._schedule)
-                directory_swap.exchange(directory, built)
-            except BaseException:
-                files.close(sampler=False)
-                self._sampler_reopen()
-                raise
+            files = MappedFiles(building, layout, commit, sampler=self._sampler, writable=True,
+                                decode_threads=self.files.decode_threads)
+            writer = Writer(files, commit, lock=lock, schedule=self._schedule)
+            directory_swap.exchange(directory, built)
+            self._retire(writer, building, directory, built)
         except BaseException:
+            if self.files.replaced():  # exchanged, the error after it (an interrupt): the clear completes
+                self._retire(writer, building, directory, built)
+                raise
+            if files is not None:
+                files.close(sampler=False)
+            self._sampler_reopen()
             release_writer_lock(lock)
             building.close()
             shutil.rmtree(built, ignore_errors=True)
             raise
-        # The path holds the empty store now, and ``built`` the old one: release the old files (deleted
-        # next; an error closing them cannot harm the new store), then delete them.
-        building.path = directory
-        self.fast_add = False
+        return writer
+
+    def _retire(self, writer: Writer, building: StoreDirectory, directory: Path, built: Path) -> None:
+        """After ``cleared``'s exchange: the path holds the empty store (``writer``'s, ``replaced_by`` from
+        here on, also where this is interrupted) and ``built`` the old one, whose files are released
+        (an error closing them cannot harm the new store) and deleted."""
+        self.replaced_by, building.path, self.fast_add = writer, directory, False
         try:
             close_all([lambda: self.files.close(sampler=False), self._release_writer_lock])
-        except OSError:
+        except Exception:  # noqa: BLE001 - deleted next; a second close (after an interrupt) may fail too
             pass
         finally:
             shutil.rmtree(built, ignore_errors=True)
-        return writer
 
     @property
     def lock_file(self) -> IO[bytes] | None:
@@ -475,53 +529,82 @@ class Writer:
         encoder = self._encoder
         with self._lock:
             self._table.reserve_rows(first_step, len(flags))  # a full disk refuses the add before any write
-            if fields:
-                self._field_table.write(first_step, fields)  # type: ignore[union-attr]
+            saved = save_episodes(self._episodes)
             try:
+                if fields:
+                    self._field_table.write(first_step, fields)  # type: ignore[union-attr]
                 self._frames.append_frames(new_frames, prev_deltas, threads=self.append_threads, groups=encoder.groups,
                                            frame_tail=self._committer.committed.frame_tail)
+                self._table.write_continuations(
+                    first_step, frame_lead=first_frame - first_step, previous_steps=previous_steps,
+                    rewards=rewards, flags=flags, actions=actions,
+                )
+                advance_all(self._episodes, frames, flags, first_frame=first_frame, first_step=first_step)
+                self._count_added(first_step, len(flags))
             except BaseException:
-                encoder.rollback(range(len(prev_deltas)))
+                if self.transitions_added == first_step:
+                    encoder.rollback(range(len(prev_deltas)))  # no frame is compressed against one not counted
+                    self._undo(previous_steps, saved)
                 raise
-            self._table.write_continuations(
-                first_step, frame_lead=first_frame - first_step, previous_steps=previous_steps,
-                rewards=rewards, flags=flags, actions=actions,
-            )
-            advance_all(self._episodes, frames, flags, first_frame=first_frame, first_step=first_step)
-            self._count_added(first_step, len(flags))
 
     def _write(self, plan: AddPlan) -> None:
         """Write a planned add from the next transition step on (committing first where it needs room):
-        user fields, frames, rows, the links from the rows it continues, and each env's episode."""
+        user fields, frames, rows, the links from the rows it continues, each env's episode, and then the
+        count (an add interrupted before it counts is undone: the module docstring)."""
         first_step, count = self.transitions_added, len(plan.envs)
         self._committer.make_room(first_step, new_rows=count, new_frames=len(plan.payloads))
-        if plan.fields:
-            self._field_table.write(first_step, plan.fields)  # type: ignore[union-attr]
-        ref_deltas = plan.ref_deltas if self._encoder.records_references else None
-        self._frames.append(plan.payloads, plan.prev_deltas, ref_deltas)
-        self._table.write(
-            first_step, next_frames=plan.next_frames, envs=plan.envs, rewards=plan.rewards, flags=plan.flags,
-            actions=plan.actions,
-        )
-        self._count_added(first_step, count)
-        for i, env in enumerate(plan.envs):
-            previous, start, frames = plan.previous_steps[i], plan.starts[i], plan.records[i]
-            if previous is not None:
-                self._table.link(previous, first_step + i)
-            if start is not None:
-                self._episodes[env].start(*start)
-            if frames is not None:
-                self._episodes[env].record(frames, plan.next_frames[i], step=first_step + i,
-                                           ended=bool(plan.flags[i] & (TERMINATED | TRUNCATED)))
+        saved = save_episodes(self._episodes, plan.envs)
+        try:
+            if plan.fields:
+                self._field_table.write(first_step, plan.fields)  # type: ignore[union-attr]
+            ref_deltas = plan.ref_deltas if self._encoder.records_references else None
+            self._frames.append(plan.payloads, plan.prev_deltas, ref_deltas)
+            self._table.write(
+                first_step, next_frames=plan.next_frames, envs=plan.envs, rewards=plan.rewards, flags=plan.flags,
+                actions=plan.actions,
+            )
+            for i, env in enumerate(plan.envs):
+                previous, start, frames = plan.previous_steps[i], plan.starts[i], plan.records[i]
+                if previous is not None:
+                    self._table.link(previous, first_step + i)
+                if start is not None:
+                    self._episodes[env].start(*start)
+                if frames is not None:
+                    self._episodes[env].record(frames, plan.next_frames[i], step=first_step + i,
+                                               ended=bool(plan.flags[i] & (TERMINATED | TRUNCATED)))
+            self._count_added(first_step, count)
+        except BaseException:
+            if self.transitions_added == first_step:
+                self._undo(plan.previous_steps, saved)
+            raise
 
     def _count_added(self, first_step: int, count: int) -> None:
-        """Count the transitions just written from ``first_step`` on, and tell the sampler which came in
-        and which they evicted."""
-        self.transitions_added = added = first_step + count
+        """Count the transitions just written from ``first_step`` on (one assignment: the add counts from
+        there), and tell the sampler which came in and which they evicted, also when interrupted after
+        the count (its calls set what they set again: the second time changes nothing)."""
+        added = first_step + count
+        try:
+            self.transitions_added = added
+            self._tell_sampler(first_step, added)
+        except BaseException:
+            if self.transitions_added == added:
+                self._tell_sampler(first_step, added)
+            raise
+
+    def _tell_sampler(self, first_step: int, added: int) -> None:
+        """Tell the sampler of the steps ``[first_step, added)`` and of those they evicted."""
         self._sampler.added(range(first_step, added))
         capacity, first = self._layout.capacity, self._committer.committed.first_step
         if added - capacity > first:
             self._sampler.evicted(range(max(first, first_step - capacity), added - capacity))
+
+    def _undo(self, previous_steps: list[int] | list[int | None], saved: list[SavedEpisode]) -> None:
+        """Undo an add interrupted before it counted: the links it made from the rows it continues (each
+        its env's newest, linked to nothing before) and the episodes it advanced."""
+        for previous in previous_steps:
+            if previous is not None:
+                self._table.link(previous, previous)  # a delta of 0: no next transition
+        restore_episodes(saved)
 
     def _stored(self) -> range:
         return stored_steps(self.transitions_added, self._layout.capacity, self._committer.committed.first_step)
