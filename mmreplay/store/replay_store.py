@@ -280,7 +280,7 @@ class ReplayStore(StoreLayout):
 
     @property
     def closed(self) -> bool:
-        """Whether ``close`` was called.
+        """Whether the store is closed: by ``close``, or, for a writer, by a fork (in the child).
 
         Returns:
             True once closed.
@@ -497,15 +497,27 @@ class ReplayStore(StoreLayout):
             self._role.flush()
 
     def refresh(self) -> bool:
-        """Pick up the writer's newest commit (mode ``"r"``; ``sample`` and ``read`` also do it when the
-        header changed). Returns whether the store changed."""
+        """Pick up the writer's newest commit, in mode ``"r"``.
+
+        ``sample`` and ``read`` also do it when the header changed.
+
+        Returns:
+            Whether the store changed.
+
+        Raises:
+            ClosedStoreError: the store is closed, or a writer's ``clear`` replaced its directory (open
+                it again).
+        """
         with self._entered("refresh"):
             self._files.check_open("refresh")
             return self._role.refresh()
 
     def close(self) -> None:
-        """Commit (in ``"r+"``) and release the files. Closing twice is allowed. In a forked child of the
-        process that opened a writer, the child's copy is closed without writing anything."""
+        """Commit (in ``"r+"``) and release the files; closing twice is allowed.
+
+        In a forked child of the process that opened a writer, the child's copy is closed without writing
+        anything.
+        """
         if self._pid != os.getpid() and isinstance(self._role, Writer):
             self._role.forked()
             return
