@@ -34,4 +34,4 @@ echo "--- d3rlpy (mmreplay.d3rlpy and its guide's example): their own venv, .ven
 .venv-d3rlpy/bin/python -m pip install --quiet --upgrade pip "setuptools>=77"
 .venv-d3rlpy/bin/python -m pip install --quiet "torch==2.13.0"
 .venv-d3rlpy/bin/python -m pip install --quiet -e ".[d3rlpy,test]" ale-py opencv-python-headless
-.venv-d3rlpy/bin/python -m pytest -q tests/test_d3rlpy.py tests/test_readme.py -k "not test_readme or d3rlpy" "$@"
+.venv-d3rlpy/bin/python -m pytest -q tests/test_d3rlpy.py tests/test_docstrings.py tests/test_readme.py -k "not test_readme or d3rlpy" "$@"

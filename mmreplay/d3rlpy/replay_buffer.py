@@ -51,6 +51,11 @@ class MmreplayReplayBuffer(ReplayBufferBase):  # type: ignore[misc]
             the store).
         action_space: A ``d3rlpy.constants.ActionSpace``; None: discrete for scalar integer actions.
         rng: A numpy ``Generator``, ``RandomState``, an int (a new ``Generator``'s seed) or None.
+
+    Raises:
+        TypeError: ``store`` is not a ``ReplayStore``, or an argument has the wrong type.
+        ValueError: ``final_observation`` or ``action_size`` is out of range, or the store's layout is not
+            one d3rlpy can read.
     """
 
     def __init__(
@@ -79,7 +84,17 @@ class MmreplayReplayBuffer(ReplayBufferBase):  # type: ignore[misc]
 
     @classmethod
     def from_store(cls, path: Any, mode: str = "r", **options: Any) -> MmreplayReplayBuffer:
-        """The buffer over the store at ``path``, opened in ``mode``; ``options`` as the class takes them."""
+        """The buffer over the store at ``path``, opened in ``mode``.
+
+        Args:
+            path: The store's directory.
+            mode: ``"r"`` to sample, ``"r+"`` also to append.
+            **options: As the class takes them (``final_observation``, ``action_size``, ``action_space``,
+                ``rng``).
+
+        Returns:
+            The buffer.
+        """
         return cls(ReplayStore.open(path, mode), **options)
 
     @classmethod
@@ -105,8 +120,11 @@ class MmreplayReplayBuffer(ReplayBufferBase):  # type: ignore[misc]
                 (1: none); ``(1, 84, 84)`` steps are stored as ``(84, 84)`` frames.
             capacity: The store's capacity; None: the episodes' steps (no room left: give a capacity to
                 append afterwards without evicting them).
-            action_size, action_space, rng, final_observation: As the class takes them; the action size
-                defaults to the episodes' largest action plus one (discrete) or the action's size.
+            action_size: As the class takes it; None: the episodes' largest action plus one (discrete) or
+                the action's size.
+            action_space: As the class takes it.
+            rng: As the class takes it.
+            final_observation: As the class takes it.
 
         Returns:
             The buffer, open for appending.
@@ -165,8 +183,24 @@ class MmreplayReplayBuffer(ReplayBufferBase):  # type: ignore[misc]
         cls, episode_generator: Any, buffer: Any = None, transition_picker: Any = None, trajectory_slicer: Any = None,
         writer_preprocessor: Any = None, *, path: Any, frame_stack: int = 1, capacity: int | None = None,
     ) -> MmreplayReplayBuffer:
-        """``from_episodes(path, episode_generator())``; d3rlpy's ``buffer``, picker, slicer and writer
-        preprocessor must be None (``frame_stack`` and ``capacity`` say what they would)."""
+        """``from_episodes(path, episode_generator())``, as d3rlpy's ``ReplayBuffer.from_episode_generator``.
+
+        Args:
+            episode_generator: A callable returning the episodes.
+            buffer: Must be None (the store is the buffer).
+            transition_picker: Must be None (``frame_stack`` says what it would).
+            trajectory_slicer: Must be None.
+            writer_preprocessor: Must be None.
+            path: Where to create the store (a new directory).
+            frame_stack: As ``from_episodes`` takes it.
+            capacity: As ``from_episodes`` takes it.
+
+        Returns:
+            The buffer, open for appending.
+
+        Raises:
+            ValueError: one of d3rlpy's components is given.
+        """
         _refuse_components(buffer, transition_picker, trajectory_slicer, writer_preprocessor)
         return cls.from_episodes(path, episode_generator(), frame_stack=frame_stack, capacity=capacity)
 
@@ -176,27 +210,65 @@ class MmreplayReplayBuffer(ReplayBufferBase):  # type: ignore[misc]
         trajectory_slicer: Any = None, writer_preprocessor: Any = None, *, path: Any, frame_stack: int = 1,
         capacity: int | None = None,
     ) -> MmreplayReplayBuffer:
-        """A new store at ``path`` holding the episodes of a d3rlpy HDF5 file (``dump``'s, or d3rlpy's own)."""
+        """A new store at ``path`` holding the episodes of a d3rlpy HDF5 file (``dump``'s, or d3rlpy's own).
+
+        Args:
+            f: The open HDF5 file (binary).
+            buffer: Must be None (the store is the buffer).
+            episode_cls: The class d3rlpy's loader builds episodes of.
+            transition_picker: Must be None (``frame_stack`` says what it would).
+            trajectory_slicer: Must be None.
+            writer_preprocessor: Must be None.
+            path: Where to create the store (a new directory).
+            frame_stack: As ``from_episodes`` takes it.
+            capacity: As ``from_episodes`` takes it.
+
+        Returns:
+            The buffer, open for appending.
+
+        Raises:
+            ValueError: one of d3rlpy's components is given.
+        """
         _refuse_components(buffer, transition_picker, trajectory_slicer, writer_preprocessor)
         return cls.from_episodes(path, load_episodes(episode_cls, f), frame_stack=frame_stack, capacity=capacity)
 
     def dump(self, f: BinaryIO) -> None:
-        """Write the episodes as d3rlpy's HDF5 file (``d3rlpy.dataset.ReplayBuffer.load`` reads it), one
-        episode in memory at a time."""
+        """Write the episodes as d3rlpy's HDF5 file (``d3rlpy.dataset.ReplayBuffer.load`` reads it).
+
+        One episode is in memory at a time.
+
+        Args:
+            f: The file to write (binary).
+        """
         dump_episodes(self.episodes, f)
 
     # -- adding ----------------------------------------------------------------------------------
 
     def append(self, observation: Any, action: Any, reward: Any) -> None:
-        """Take one step of the episode in progress (``fit_online``'s call): observation, action, reward."""
+        """Take one step of the episode in progress (``fit_online``'s call).
+
+        Args:
+            observation: What the agent saw.
+            action: What it did.
+            reward: What it got.
+        """
         self._online("append").append(observation, action, reward)
 
     def clip_episode(self, terminated: bool) -> None:
-        """End the episode in progress: ``terminated`` False for a time limit (its last step is dropped)."""
+        """End the episode in progress.
+
+        Args:
+            terminated: True where the episode ended in a terminal state; False for a time limit (its
+                last step is then dropped, as d3rlpy drops it).
+        """
         self._online("clip_episode").clip_episode(bool(terminated))
 
     def append_episode(self, episode: Any) -> None:
-        """Add a whole d3rlpy episode after what is stored."""
+        """Add a whole d3rlpy episode after what is stored.
+
+        Args:
+            episode: A d3rlpy episode (``observations``, ``actions``, ``rewards``, ``terminated``).
+        """
         self._online("append_episode")
         check_episode(episode, self._layout, 0)
         write_episode(self._store, episode, self._layout, self._note_add)
@@ -230,10 +302,22 @@ class MmreplayReplayBuffer(ReplayBufferBase):  # type: ignore[misc]
     # -- sampling --------------------------------------------------------------------------------
 
     def sample_transition(self) -> Transition:
+        """One transition drawn as ``sample_transition_batch`` draws them.
+
+        Returns:
+            d3rlpy's ``Transition``.
+        """
         return self.sample_transition_batch(1).transitions[0]
 
     def sample_transition_batch(self, batch_size: int) -> TransitionMiniBatch:
-        """``batch_size`` transitions drawn uniformly, as d3rlpy's buffer draws them, in one store read."""
+        """``batch_size`` transitions drawn uniformly, as d3rlpy's buffer draws them, in one store read.
+
+        Args:
+            batch_size: How many.
+
+        Returns:
+            d3rlpy's ``TransitionMiniBatch``.
+        """
         numbers = opening.draw(self._rng, self.transition_count, parse_positive_int(batch_size, "batch_size"))
         located = self._index.locate(numbers)
         has_next = located.next_step >= 0
@@ -248,10 +332,26 @@ class MmreplayReplayBuffer(ReplayBufferBase):  # type: ignore[misc]
                                                 zero_final=not self._keep_final)
 
     def sample_trajectory(self, length: int) -> PartialTrajectory:
+        """One window of ``length`` steps, as ``sample_trajectory_batch`` draws them.
+
+        Args:
+            length: Steps in the window.
+
+        Returns:
+            d3rlpy's ``PartialTrajectory``.
+        """
         return minibatches.partial_trajectory(self._trajectory_arrays(1, length), 0)
 
     def sample_trajectory_batch(self, batch_size: int, length: int) -> TrajectoryMiniBatch:
-        """``batch_size`` windows of ``length`` steps, each ending at a transition drawn as d3rlpy draws it."""
+        """``batch_size`` windows of ``length`` steps, each ending at a transition drawn as d3rlpy draws it.
+
+        Args:
+            batch_size: How many windows.
+            length: Steps in each.
+
+        Returns:
+            d3rlpy's ``TrajectoryMiniBatch``: returns to go, timesteps and masks included.
+        """
         return minibatches.trajectory_minibatch(self._trajectory_arrays(batch_size, length))
 
     def _trajectory_arrays(self, batch_size: int, length: int) -> dict[str, npt.NDArray[np.generic]]:
@@ -293,31 +393,48 @@ class MmreplayReplayBuffer(ReplayBufferBase):  # type: ignore[misc]
                             size=size, zero_final=not self._keep_final)
 
     def size(self) -> int:
+        """The number of episodes listed.
+
+        Returns:
+            ``len(self.episodes)``.
+        """
         return self._index.episode_count
 
     def locate(self, number: int) -> tuple[StoreEpisode, int]:
-        """d3rlpy's transition ``number`` as (the view of its episode, its index there)."""
+        """d3rlpy's transition ``number`` as (the view of its episode, its index there).
+
+        Args:
+            number: The transition's number, 0 to ``transition_count - 1``.
+
+        Returns:
+            The episode's view and the transition's index in it.
+        """
         located = self._index.locate(np.array([number], dtype=np.int64))
         return self._view(int(located.episode[0])), int(located.position[0])
 
     @property
     def buffer(self) -> StoreTransitions:
+        """The transitions as d3rlpy's buffer protocol indexes them (``append``, ``episodes``, ``[number]``)."""
         return StoreTransitions(self)
 
     @property
     def transition_count(self) -> int:
+        """The transitions d3rlpy counts (a truncated episode's last one left out unless it is kept)."""
         return self._index.transition_count
 
     @property
     def transition_picker(self) -> Any:
+        """A d3rlpy transition picker that reads the episode views (a frame stack's when stacked)."""
         return picker_for(self._layout.stack_size)
 
     @property
     def trajectory_slicer(self) -> Any:
+        """A d3rlpy trajectory slicer that reads the episode views."""
         return slicer_for(self._layout.stack_size)
 
     @property
     def dataset_info(self) -> DatasetInfo:
+        """d3rlpy's ``DatasetInfo``: the observation signature, the action space and its size."""
         if self._action_size is None:
             if self._action_space == ActionSpace.DISCRETE:
                 largest = max((int(batch.action.max()) for batch in self._store.iterate(4096)), default=0)
@@ -330,6 +447,7 @@ class MmreplayReplayBuffer(ReplayBufferBase):  # type: ignore[misc]
 
     @property
     def store(self) -> ReplayStore:
+        """The store behind the buffer."""
         return self._store
 
     def close(self) -> None:
