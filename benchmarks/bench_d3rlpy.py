@@ -15,7 +15,6 @@ test: figures depend on the machine and its load.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import platform
 import shutil

@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shutil
 import zlib
 from collections.abc import Callable
 from pathlib import Path

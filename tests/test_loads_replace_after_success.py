@@ -11,7 +11,6 @@ import os
 import pickle
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from mmreplay import CorruptStoreError, ReplayStore

@@ -151,7 +151,7 @@ def parse_layout_fields(path: Path, value: object) -> dict[str, object]:
     if not frame_shape:
         raise _fail(path, "frame_shape", "at least one dimension", fields["frame_shape"])
     capacity = parse_int(path, "capacity", fields["capacity"], low=1, high=MAX_SLOTS)
-    num_envs = parse_int(path, "num_envs", fields["num_envs"], low=1, high=min(MAX_ENVS, capacity))
+    parse_int(path, "num_envs", fields["num_envs"], low=1, high=min(MAX_ENVS, capacity))
     parse_int(path, "stack_size", fields["stack_size"], low=1, high=MAX_SLOTS)
     dtype = parse_action_dtype(path, fields["action_dtype"])
     action_shape = parse_dimensions(

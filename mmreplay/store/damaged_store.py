@@ -21,7 +21,7 @@ from mmreplay.disk import header
 from mmreplay.disk.files import file_signature
 from mmreplay.errors import CorruptStoreError, DamagedStoreError
 from mmreplay.rows.transitions import EPISODE_START, FRAGMENT_START
-from mmreplay.store.reading.damage_scan import DamageScan, scan_damage
+from mmreplay.store.reading.damage_scan import scan_damage
 from mmreplay.store.reading.mapped_files import map_committed
 from mmreplay.store.store_layout import StoreLayout
 
