@@ -308,9 +308,9 @@ def _episodes(arguments: argparse.Namespace) -> int:
     return 0
 
 
-def _find_episode(store: ReplayStore, episode_id: int) -> Episode:
-    """The episode whose id is ``episode_id``, as the library finds it (its error lists the stored ids)."""
-    return store.episodes().by_id(episode_id)
+def _find_episode(store: ReplayStore, id: int) -> Episode:
+    """The episode whose id is ``id``, as the library finds it (its error lists the stored ids)."""
+    return store.episodes().by_id(id)
 
 
 def _episode_frames(store: ReplayStore, steps: np.ndarray) -> np.ndarray:
