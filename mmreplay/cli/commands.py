@@ -271,7 +271,7 @@ def _open(path: str) -> ReplayStore:
 
 def _info(arguments: argparse.Namespace) -> int:
     with _open(arguments.store) as store:
-        on_disk = store.bytes_on_disk()
+        on_disk = store.bytes_on_disk
         # One uncompressed frame per transition.
         raw = len(store) * int(np.prod(store.frame_shape)) * store.frame_dtype.itemsize
         info = {

@@ -26,7 +26,13 @@ PRIORITIES_NAME = "priorities.tree"
 
 
 class Sampler(Protocol):
-    """What the store needs from a sampler."""
+    """What the store needs from a sampler: the contract of ``UniformSampler`` and ``PrioritizedSampler``.
+
+    Not a public extension point: ``ReplayStore.create`` takes those two only. A store's header names its
+    sampler (``config``), and every process that opens the store, a reader or ``mmreplay`` itself,
+    rebuilds it from that name without the code of whoever wrote it; a sampler of one's own would need a
+    registry of sampler kinds, which the library does not keep.
+    """
 
     def config(self) -> dict[str, object]:
         """The sampler's kind and parameters, saved in the store's header."""

@@ -29,9 +29,10 @@ from mmreplay.errors import ClosedStoreError
 from mmreplay.frames.reference_scheme import ReferenceScheme
 from mmreplay.frames.wire import EncodedFrames
 from mmreplay.gpu.tensor_batches import TensorBatch, TensorSequenceBatch
-from mmreplay.sampling.samplers import Sampler
+from mmreplay.sampling.samplers import PrioritizedSampler, UniformSampler
 from mmreplay.store import passes, reads
 from mmreplay.store.batch_source import BatchSource
+from mmreplay.store.disk_bytes import DiskBytes
 from mmreplay.store.feeds import batch_streams
 from mmreplay.store.feeds.device_batches import DeviceBatches
 from mmreplay.store.feeds.prefetch import Prefetcher
@@ -95,7 +96,7 @@ class ReplayStore(StoreLayout):
         num_envs: int = 1,
         action_shape: tuple[int, ...] = (),
         action_dtype: npt.DTypeLike = np.int64,
-        sampler: Sampler | None = None,
+        sampler: UniformSampler | PrioritizedSampler | None = None,
         frame_encoding: str | None = None,
         reference_scheme: ReferenceScheme | None = None,
         commit_every: int | None = None,
@@ -145,7 +146,7 @@ class ReplayStore(StoreLayout):
         path: PathLike,
         mode: str = "r",
         *,
-        sampler: Sampler | None = None,
+        sampler: UniformSampler | PrioritizedSampler | None = None,
         commit_every: int | None = None,
         commit_interval_s: float | None = 5.0,
         decode_threads: int | None = None,
@@ -211,9 +212,13 @@ class ReplayStore(StoreLayout):
             + ">"
         )
 
-    def bytes_on_disk(self) -> int:
-        """Bytes the store's files occupy on disk (allocated blocks, so sparse files count what is written)."""
-        return self._files.bytes_on_disk()
+    @property
+    def bytes_on_disk(self) -> DiskBytes:
+        """Bytes the store's files occupy on disk (allocated blocks, so sparse files count what is written).
+
+        An ``int``; calling it, as when it was a method (``store.bytes_on_disk()``), still gives the count,
+        with a ``DeprecationWarning``."""
+        return DiskBytes(self._files.bytes_on_disk())
 
     def missing_files(self, limit: int = 1000) -> list[str]:
         """The files the committed contents need that are not there (the transition table, the frame
