@@ -55,10 +55,10 @@ echo "setup: upgrading pip and setuptools (expected: under a minute)"
 case ",$extras," in
   *,peers,*|*,sb3,*|*,torchrl,*)
     # The CPU build of PyTorch, first: a bare 'torch' requirement of an extra would pull the CUDA build.
-    echo "setup: installing PyTorch 2.13.0, CPU build, from $TORCH_CPU_INDEX (expected: 1-3 minutes, ~200 MB; seconds when installed)"
+    echo "setup: installing PyTorch 2.13.0, CPU build, from $TORCH_CPU_INDEX (expected: 2-5 minutes, ~200 MB; seconds when installed)"
     .venv/bin/python -m pip install --quiet "torch==2.13.0" --index-url "$TORCH_CPU_INDEX" ;;
 esac
-echo "setup: installing mmreplay[$extras] (editable; compiling its C extensions; expected: 1-5 minutes)"
+echo "setup: installing mmreplay[$extras] (editable; compiling its C extensions; expected: 3-6 minutes on a fresh .venv, under a minute after)"
 # (setuptools prints an information-only banner about editable installs; it says nothing to act on)
 PYTHONWARNINGS="ignore:Editable installation" .venv/bin/python -m pip install --quiet -e ".[$extras]"
 # The import warns (PerformanceWarning, with the fix) when a compiled extension could not be built.
