@@ -213,7 +213,7 @@ class ReplayStore(StoreLayout):
         )
 
     @property
-    def bytes_on_disk(self) -> DiskBytes:
+    def bytes_on_disk(self) -> int:
         """Bytes the store's files occupy on disk (allocated blocks, so sparse files count what is written).
 
         An ``int``; calling it, as when it was a method (``store.bytes_on_disk()``), still gives the count,
