@@ -205,7 +205,7 @@ class MmreplayBuffer:
 
     def bytes_on_disk(self) -> int:
         self.store.flush()
-        return self.store.bytes_on_disk()
+        return self.store.bytes_on_disk
 
     def close(self) -> None:
         self.store.close()

@@ -9,7 +9,7 @@ replayed cyclically), capacity ``--capacity`` (100,000), stack 4, one env, ``fra
   adding 4-frame stacks with Python ``int``/``float``/``bool`` scalars (what CleanRL and SB3 pass); each
   pair of chunks gives one ratio, reference's transitions/s over plain's; the same with 8 envs (one vector
   add per env step, numpy arrays) on stores of ``--capacity`` as well;
-- bytes on disk per transition of the full one-env stores (``bytes_on_disk() / len``);
+- bytes on disk per transition of the full one-env stores (``bytes_on_disk / len``);
 - sample: for each batch size of ``--batches`` (32 and 256), ``--rounds`` rounds of ``--window``-second
   windows of ``sample(batch)``, A B B A / B A A B; one ratio per round;
 - encoded: a third as many rounds of ``sample_encoded(32)`` (the first of ``--batches``) and its ``decode()`` (a Ray shard's

@@ -94,7 +94,7 @@ def main() -> None:
         print("| buffer | add (transitions/s) | sample (batches of 32/s) | bytes/transition |")
         print("|---|---:|---:|---:|")
         for name, store in stores.items():
-            size = store.bytes_on_disk() / len(store) + (SHAPE[0] * SHAPE[1] * 2 if name == "field in numpy" else 0)
+            size = store.bytes_on_disk / len(store) + (SHAPE[0] * SHAPE[1] * 2 if name == "field in numpy" else 0)
             where = " (disk + RAM)" if name == "field in numpy" else " (disk)"
             print(f"| {name} | {statistics.median(rates[name]):,.0f} | {statistics.median(sampled[name]):,.0f} | "
                   f"{size:,.0f}{where} |")

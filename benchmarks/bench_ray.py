@@ -267,7 +267,7 @@ def rllib_child(kind: str, steps: int, work: Path) -> dict[str, Any]:
         "sample_ms_per_batch": round(1000 * float(np.median(sample_times)), 2),
     }
     if kind != "rllib":
-        figures["bytes_on_disk"] = buffer.store.bytes_on_disk()
+        figures["bytes_on_disk"] = buffer.store.bytes_on_disk
         buffer.store.close()
     return figures
 

@@ -84,7 +84,7 @@ def build(path: Path, stream: FrameStream, transitions: int, interval: int, *, q
             wall = clock() - wall
             add_seconds_total += add_seconds
             row = {"transitions": last, "add_per_s": (last - first) / add_seconds, "wall_per_s": (last - first) / wall,
-                   "rss_anon_growth": rss_anon() - rss_before, "disk_bytes": store.bytes_on_disk()}
+                   "rss_anon_growth": rss_anon() - rss_before, "disk_bytes": store.bytes_on_disk}
             intervals.append(row)
             if not quiet:
                 elapsed = clock() - began
@@ -97,7 +97,7 @@ def build(path: Path, stream: FrameStream, transitions: int, interval: int, *, q
         return {
             "transitions": len(store), "build_seconds": clock() - began, "add_seconds": add_seconds_total,
             "add_per_s": transitions / add_seconds_total, "rss_anon_growth": rss_anon() - rss_before,
-            "disk_bytes": store.bytes_on_disk(), "intervals": intervals,
+            "disk_bytes": store.bytes_on_disk, "intervals": intervals,
         }
     finally:
         store.close()

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
             small = small_frames(frames, side)
             with tempfile.TemporaryDirectory() as tmp:
                 stores = [filled(Path(tmp), small, encoding, args.capacity) for encoding in ENCODINGS]
-                nbytes = [store.bytes_on_disk() / len(store) for store in stores]
+                nbytes = [store.bytes_on_disk / len(store) for store in stores]
                 micros = sample_microseconds(stores, seconds=args.seconds, rounds=args.rounds)
                 for store in stores:
                     store.close()

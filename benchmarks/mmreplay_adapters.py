@@ -80,7 +80,7 @@ class MmreplayAdapter:
         return len(self.store)
 
     def bytes_per_transition(self) -> float | None:
-        return self.store.bytes_on_disk() / max(1, len(self.store))
+        return self.store.bytes_on_disk / max(1, len(self.store))
 
     def stream_transitions(self, steps: npt.NDArray[np.int64], env_index: npt.NDArray[np.int64]
                            ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:

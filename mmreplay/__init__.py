@@ -4,6 +4,8 @@ Each frame is stored once, lz4-compressed, in a ring on disk; obs and next_obs s
 neighbouring frames at sample time, never crossing an episode start.
 """
 
+import warnings
+
 from mmreplay.batch import Batch, SequenceBatch
 from mmreplay.dopamine import import_dopamine  # noqa: E402
 from mmreplay.errors import (
@@ -32,7 +34,7 @@ from mmreplay.frames.wire import (
 from mmreplay.gpu.tensor_batches import TensorBatch, TensorSequenceBatch
 from mmreplay.hdf5 import export_hdf5, import_hdf5  # noqa: E402 (they use the store API above)
 from mmreplay.copying import salvage  # noqa: E402
-from mmreplay.sampling.samplers import PrioritizedSampler, Sampler, UniformSampler
+from mmreplay.sampling.samplers import PrioritizedSampler, UniformSampler
 from mmreplay.store import ReplayStore
 from mmreplay.store.feeds.device_batches import DeviceBatches
 from mmreplay.store.reading.encoded_batches import (
@@ -61,7 +63,6 @@ __all__ = [
     "ReadOnlyStoreError",
     "ReferenceScheme",
     "ReplayStore",
-    "Sampler",
     "StoreExistsError",
     "StoreLimitError",
     "StoreLockedError",
@@ -85,3 +86,18 @@ __all__ = [
 __version__ = "0.1.0"
 
 warn_if_not_built()  # one PerformanceWarning per process when a compiled extension could not be imported
+
+
+def __getattr__(name: str) -> object:
+    """``mmreplay.Sampler``, no longer public (``create`` takes the two samplers above): the protocol, with a
+    ``DeprecationWarning``; any other missing name is an ``AttributeError``."""
+    if name == "Sampler":
+        warnings.warn(
+            "mmreplay.Sampler is not public: ReplayStore.create takes mmreplay.UniformSampler() or "
+            "mmreplay.PrioritizedSampler(alpha=...), and no sampler of one's own",
+            DeprecationWarning, stacklevel=2,
+        )
+        from mmreplay.sampling.samplers import Sampler
+
+        return Sampler
+    raise AttributeError(f"module 'mmreplay' has no attribute {name!r}")

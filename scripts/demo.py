@@ -146,7 +146,7 @@ class Progress:
             rate = self.done / (now - self.start)
             print(
                 f"  {self.done:>9,}/{self.total:,} transitions  {self.recorder.episodes:>4} episodes  "
-                f"{rate:7,.0f} env steps/s  store: {self.recorder.store.bytes_on_disk() / 2**20:7.1f} MiB on disk",
+                f"{rate:7,.0f} env steps/s  store: {self.recorder.store.bytes_on_disk / 2**20:7.1f} MiB on disk",
                 flush=True,
             )
 
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         )
 
         stored = len(store)
-        on_disk = store.bytes_on_disk()
+        on_disk = store.bytes_on_disk
         per_transition = on_disk / stored
         print()
         print(f"{'transitions added':<34}{recorder.transitions:>14,}  (stored: {stored:,})")

@@ -161,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         }
         store = getattr(buffer, "store", None)
         if store is not None:
-            report.update({"transitions_stored": len(store), "bytes_on_disk": store.bytes_on_disk(),
-                           "bytes_per_transition": round(store.bytes_on_disk() / max(1, len(store)), 1)})
+            report.update({"transitions_stored": len(store), "bytes_on_disk": store.bytes_on_disk,
+                           "bytes_per_transition": round(store.bytes_on_disk / max(1, len(store)), 1)})
         algo.stop()
         if store is not None:
             store.close()

@@ -9,6 +9,10 @@
 # skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# PyTorch's own index of CPU-only wheels: the one way to a CPU torch here, in test.sh and in README.md
+# (pip's default torch on Linux is the CUDA build, with ~3 GB of NVIDIA libraries).
+TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu
+started=$SECONDS
 force=0
 extras="test"
 for argument in "$@"; do
@@ -41,22 +45,22 @@ fi
 extras=$(printf '%s\n' ${extras//,/ } | sort -u | paste -sd, -)
 rm -f "$stamp"
 if [ ! -x .venv/bin/python ]; then
-  echo "setup: creating .venv ($(python3 --version))"
+  echo "setup: creating .venv ($(python3 --version); a few seconds)"
   python3 -m venv .venv
 fi
-echo "setup: upgrading pip and setuptools"
+echo "setup: upgrading pip and setuptools (expected: under a minute)"
 # setuptools too: "python setup.py build_ext --inplace" (the development build) needs the version
 # pyproject.toml asks for, which the venv module's bundled one may predate.
 .venv/bin/python -m pip install --quiet --upgrade pip "setuptools>=77"
 case ",$extras," in
   *,peers,*|*,sb3,*|*,torchrl,*|*,tianshou,*)
-    # The CPU build of PyTorch; a bare 'torch' requirement would pull a multi-GB CUDA build.
-    echo "setup: installing PyTorch (CPU build)"
-    .venv/bin/python -m pip install --quiet "torch==2.13.0" ;;
+    # The CPU build of PyTorch, first: a bare 'torch' requirement of an extra would pull the CUDA build.
+    echo "setup: installing PyTorch 2.13.0, CPU build, from $TORCH_CPU_INDEX (expected: 2-5 minutes, ~200 MB; seconds when installed)"
+    .venv/bin/python -m pip install --quiet "torch==2.13.0" --index-url "$TORCH_CPU_INDEX" ;;
 esac
-echo "setup: installing mmreplay[$extras] (editable; compiling its C extensions)"
+echo "setup: installing mmreplay[$extras] (editable; compiling its C extensions; expected: 3-6 minutes on a fresh .venv, under a minute after)"
 # (setuptools prints an information-only banner about editable installs; it says nothing to act on)
 PYTHONWARNINGS="ignore:Editable installation" .venv/bin/python -m pip install --quiet -e ".[$extras]"
 # The import warns (PerformanceWarning, with the fix) when a compiled extension could not be built.
-.venv/bin/python -c "import mmreplay.extensions as e; print('setup: done; mmreplay', __import__('mmreplay').__version__ + ':', e.summary())"
+.venv/bin/python -c "import mmreplay.extensions as e; print('setup: done in $((SECONDS - started)) s; mmreplay', __import__('mmreplay').__version__ + ':', e.summary())"
 printf '%s\n%s\n' "$hash" "$extras" > "$stamp"

@@ -108,7 +108,7 @@ def make_buffer(args: argparse.Namespace, envs: gym.vector.VectorEnv, device: to
 
 def buffer_bytes(rb) -> int:
     if hasattr(rb, "store"):
-        return rb.store.bytes_on_disk()
+        return rb.store.bytes_on_disk
     arrays = ("observations", "next_observations", "actions", "rewards", "dones", "timeouts")
     return sum(getattr(rb, name).nbytes for name in arrays if hasattr(rb, name))
 

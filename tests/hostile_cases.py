@@ -105,7 +105,7 @@ def use_store(path: Path) -> None:
         if len(store):
             store.sample(4, rng=0)
         store.episodes()
-        store.bytes_on_disk()
+        store.bytes_on_disk
     verify_store(str(path))
     with ReplayStore.open(path, "r+") as store:
         # In the shapes the store says it holds (an edited header may say other shapes than it was made with).

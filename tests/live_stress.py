@@ -79,7 +79,7 @@ def reader(path: Path, seconds: float, seed: int, results: multiprocessing.Queue
         "read newest": lambda: store.read(store.stored_steps[-10:]),
         "sample": lambda: store.sample(8, rng=rng.randrange(1 << 30)),
         "episodes": lambda: store.episodes(),
-        "bytes_on_disk": lambda: store.bytes_on_disk(),
+        "bytes_on_disk": lambda: store.bytes_on_disk,
         "verify": lambda: _verify(path),
         "export": lambda: _export(store, scratch / f"export-{seed}.h5"),
     }

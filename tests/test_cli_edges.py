@@ -55,7 +55,7 @@ def test_a_missing_store_is_named_in_one_line(command: str, tmp_path: Path) -> N
     pytest.importorskip("PIL.Image")
     status, out, err = cli(*argv(command, tmp_path / "nothing.mmr", tmp_path))
     assert (status, out) == (1, "")
-    assert err == f"mmreplay: error: no mmreplay store at '{tmp_path / 'nothing.mmr'}' (missing header.json)\n"
+    assert err == f"mmreplay: error: no mmreplay store at '{tmp_path / 'nothing.mmr'}': the path does not exist\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 

@@ -174,15 +174,41 @@ def two_env_store(path: Path, *, adds: int, capacity: int = 32) -> None:
             recorder.record(["terminated" if t % 3 == 2 else "goes on", "truncated" if t % 4 == 3 else "goes on"])
 
 
-def test_episode_id_is_the_first_stored_step_and_the_old_number_stays_the_list_position(tmp_path: Path) -> None:
+def test_episode_id_is_the_first_stored_step_and_the_list_position_is_position(tmp_path: Path) -> None:
     two_env_store(tmp_path / "s.mmr", adds=6)
     with ReplayStore.open(tmp_path / "s.mmr", "r") as store:
         episodes = store.episodes()
     assert [(e.id, e.env_index, e.steps.tolist()) for e in episodes] == [
         (0, 0, [0, 2, 4]), (1, 1, [1, 3, 5, 7]), (6, 0, [6, 8, 10]), (9, 1, [9, 11])]
-    assert [e.episode_id for e in episodes] == [0, 1, 2, 3] and all(e.id == e.first_step for e in episodes)
-    assert repr(episodes[1]) == ("Episode(id=1, env_index=1, length=4, total_reward=4, ended_by='truncated', "
-                                 "complete=True, episode_id=1)")
+    assert [e.position for e in episodes] == [0, 1, 2, 3] and all(e.id == e.first_step for e in episodes)
+
+
+def test_an_episode_prints_one_name_its_id(tmp_path: Path) -> None:
+    two_env_store(tmp_path / "s.mmr", adds=6)
+    with ReplayStore.open(tmp_path / "s.mmr", "r") as store:
+        episode = store.episodes()[1]
+    assert repr(episode) == ("Episode(id=1, env_index=1, length=4, total_reward=4, ended_by='truncated', "
+                             "complete=True)")
+
+
+def test_the_old_positional_episode_id_still_answers_with_a_deprecation_warning(tmp_path: Path) -> None:
+    two_env_store(tmp_path / "s.mmr", adds=6)
+    with ReplayStore.open(tmp_path / "s.mmr", "r") as store:
+        episodes = store.episodes()
+    with pytest.deprecated_call(match=r"^Episode.episode_id is the episode's position in the list that gave it, "
+                                      r"which shifts as the ring evicts older episodes: name an episode by "
+                                      r"Episode.id \(by_id takes it\), or use Episode.position$"):
+        assert episodes[2].episode_id == 2
+
+
+def test_after_the_ring_wraps_every_listed_episode_is_found_by_its_id_not_by_its_position(tmp_path: Path) -> None:
+    two_env_store(tmp_path / "s.mmr", adds=20, capacity=16)
+    with ReplayStore.open(tmp_path / "s.mmr", "r") as store:
+        episodes = store.episodes()
+    assert store.stored_steps.start > 0 and all(e.position != e.id for e in episodes)
+    assert [episodes.by_id(e.id) for e in episodes] == list(episodes)
+    with pytest.raises(EpisodeNotFoundError, match="was evicted"):
+        episodes.by_id(episodes[0].position)
 
 
 def test_by_id_finds_each_episode_and_takes_numpy_integers(tmp_path: Path) -> None:

@@ -112,7 +112,7 @@ def test_footprint_is_within_lz4_size_plus_64_bytes_per_transition(tmp_path, gam
         record(store, ref, s, positions)
         store.flush()
         bound = footprint_bound(s, positions, 0, len(store))
-        used = store.bytes_on_disk()
+        used = store.bytes_on_disk
         assert used <= bound, f"{game}: {used:,} bytes on disk for {len(store)} transitions; bound {bound:,.0f}"
     finally:
         if not store.closed:
@@ -138,7 +138,7 @@ def test_wraparound_on_real_frames_keeps_every_stored_transition_and_the_footpri
         store.flush()
         stored = positions[len(positions) - capacity:]
         bound = footprint_bound(s, stored, 0, len(store))
-        used = store.bytes_on_disk()
+        used = store.bytes_on_disk
         assert used <= bound, f"{game}: {used:,} bytes on disk for {len(store)} transitions; bound {bound:,.0f}"
     finally:
         if not store.closed:
@@ -153,7 +153,7 @@ def test_footprint_follows_stored_transitions_not_capacity(tmp_path):
         record(store, ref, s, positions)
         store.flush()
         bound = footprint_bound(s, positions, 0, len(store))
-        used = store.bytes_on_disk()
+        used = store.bytes_on_disk
         assert used <= bound, f"{used:,} bytes on disk for {len(store)} of 100,000 transitions; bound {bound:,.0f}"
     finally:
         if not store.closed:

@@ -716,7 +716,7 @@ def test_anonymous_memory_does_not_grow_with_capacity(tmp_path):
         store.flush()
         grown = anonymous_bytes() - before
         assert grown < 32 * 2**20, f"anonymous memory grew by {grown:,} bytes for capacity 5,000,000"
-        assert store.bytes_on_disk() < 2**20 + 64 * 100 + 100 * 7056, "disk use follows what is stored"
+        assert store.bytes_on_disk < 2**20 + 64 * 100 + 100 * 7056, "disk use follows what is stored"
     finally:
         store.close()
 
@@ -734,7 +734,7 @@ def test_bytes_on_disk_is_a_positive_int(make_pair):
     pair = make_pair(stack_size=2)
     add_episode(pair, [1, 2, 3])
     pair.store.flush()
-    size = pair.store.bytes_on_disk()
+    size = pair.store.bytes_on_disk
     assert isinstance(size, int) and size > 0
 
 

@@ -4,8 +4,10 @@ too).
 Each command calls the library; errors are printed as ``mmreplay: error: ...`` on stderr with exit
 status 1 (2 for a wrong command line, as argparse does); ``verify`` exits 1 when it finds problems;
 Ctrl-C ends a command with ``mmreplay: interrupted`` and exit status 130 (an import or export leaves
-nothing at its target then). Every command takes ``--json``; progress bars are drawn on stderr when it
-is a terminal (``--progress`` and ``--no-progress`` decide otherwise), as git and curl do.
+nothing at its target then). Every command takes ``--json``: every outcome is then one JSON value on
+stdout, an error too (``{"error": ..., "error_type": ..., "exit_status": ...}``, with the same exit
+status and the same line on stderr). Progress bars are drawn on stderr when it is a terminal
+(``--progress`` and ``--no-progress`` decide otherwise), as git and curl do.
 
 Episode ids are the library's (``Episode.id``, ``store.episodes().by_id``): an episode's id is the step
 of its first stored transition, which never changes while that transition is stored (whatever is
@@ -19,9 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -36,6 +39,10 @@ from mmreplay.store.reading.episode_list import Episode
 CHUNK_STEPS = 1024
 STORE_HELP = "the store's directory"
 PROGRESS_HELP = "draw a progress bar on stderr (default: when stderr is a terminal)"
+JSON_HELP = "print one JSON object (an error too: error, error_type, exit_status)"
+HDF5_SUFFIXES = (".h5", ".hdf5", ".hdf", ".he5")
+# What reads as a file format's suffix (.txt, .csv, .json, .h5), unlike a date's or a version's (.2024-05-01, .1).
+FILE_SUFFIX = re.compile(r"^\.[A-Za-z][A-Za-z0-9]{0,5}$")
 
 EXAMPLES = {
     "info": "example: mmreplay info pong.mmr --json",
@@ -52,6 +59,18 @@ EXAMPLES = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors, where ``json_errors`` is set, also print one JSON object on stdout."""
+
+    json_errors = False
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        if self.json_errors:
+            _print_error(message, "ArgumentError", 2)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 class _PrintVersion(argparse.Action):
     """``--version``: argparse's own action would rewrap the line; this one prints it as it is."""
 
@@ -64,27 +83,40 @@ class _PrintVersion(argparse.Action):
         parser.exit()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser(*, json_errors: bool = False) -> argparse.ArgumentParser:
+    """The ``mmreplay`` command's argument parser, with one subparser per command.
+
+    Args:
+        json_errors: whether a wrong command line also prints its error as one JSON object on stdout
+            (``main`` sets it when the command line asks for ``--json``).
+
+    Returns:
+        The parser; its ``parse_args`` exits with status 2 on a wrong command line, as argparse does.
+    """
+    parser = _Parser(
         prog="mmreplay", description="Inspect, check, draw, export, import and convert mmreplay stores.",
         epilog="Run 'mmreplay COMMAND --help' for a command's options and an example.")
+    parser.json_errors = json_errors
     parser.add_argument("--version", action=_PrintVersion,
                         help="print the version and whether compiled code is in use, then exit")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
-        return commands.add_parser(name, help=help, description=help, epilog=EXAMPLES[name],
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub = commands.add_parser(name, help=help, description=help, epilog=EXAMPLES[name],
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub.json_errors = json_errors
+        return sub
 
     info = command("info", "Show a store's layout and size: frame shape, capacity, transitions, episodes, "
                            "envs, bytes on disk, compression ratio, format version.")
     info.add_argument("store", help=STORE_HELP)
-    info.add_argument("--json", action="store_true", help="print one JSON object")
+    info.add_argument("--json", action="store_true", help=JSON_HELP)
 
     episodes = command("episodes", "List the stored episodes: id, env, first step, length, return, how it ended.")
     episodes.add_argument("store", help=STORE_HELP)
     episodes.add_argument("--env", type=int, help="only this env's episodes (0 to the store's num_envs - 1)")
-    episodes.add_argument("--json", action="store_true", help="print a JSON list")
+    episodes.add_argument("--json", action="store_true",
+                          help="print a JSON list (an error: one JSON object, as every command's)")
 
     show = command("show", "Draw an episode's frames: a contact sheet (.png, each frame labelled with its step) or "
                            "an animation (.gif). Needs Pillow (pip install 'mmreplay[show]').")
@@ -101,26 +133,27 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--frame-skip", type=int, help="emulator frames per agent step; the default --fps is 60 / "
                                                      "frame skip (ALE runs at 60 Hz; 4, the usual one, if not given)")
     show.add_argument("--fps", type=float, help="animation frames per second (default: real time, see --frame-skip)")
-    show.add_argument("--json", action="store_true", help="print one JSON object")
+    show.add_argument("--json", action="store_true", help=JSON_HELP)
 
     verify = command("verify", "Check every stored row and decode every frame, then every transition and episode; "
                                "exit status 1 and a list of problems (every damaged row and frame: step, file, "
                                "offset) when something is wrong.")
     verify.add_argument("store", help=STORE_HELP)
-    verify.add_argument("--json", action="store_true", help="print one JSON object")
+    verify.add_argument("--json", action="store_true", help=JSON_HELP)
     verify.add_argument("--progress", action=argparse.BooleanOptionalAction, help=PROGRESS_HELP)
 
     export = command("export", "Export a store to HDF5: one file (--layout mmreplay) or a Minari dataset "
                                "directory (--layout minari).")
     export.add_argument("store", help=STORE_HELP)
-    export.add_argument("output", help="the file (mmreplay) or dataset directory (minari) to create")
+    export.add_argument("output", help="the file (mmreplay: named .h5 or .hdf5) or dataset directory (minari: no "
+                                       "file suffix) to create")
     export.add_argument("--layout", choices=("mmreplay", "minari"), default="mmreplay",
                         help="mmreplay: one HDF5 file, readable with plain h5py; minari: a Minari dataset directory "
                              "(default: %(default)s)")
     export.add_argument("--dataset-id", help="Minari dataset id, [namespace/]name-vN (default: made from the "
                                              "output's name: 'export' gives 'export-v0')")
     export.add_argument("--progress", action=argparse.BooleanOptionalAction, help=PROGRESS_HELP)
-    export.add_argument("--json", action="store_true", help="print one JSON object")
+    export.add_argument("--json", action="store_true", help=JSON_HELP)
 
     imp = command("import", "Create a store from an HDF5 file in the mmreplay layout or a Minari dataset.")
     imp.add_argument("input", help="an mmreplay HDF5 file, or a Minari dataset directory or main_data.hdf5")
@@ -128,7 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--capacity", type=int, help="store capacity (default: the exporting store's)")
     imp.add_argument("--stack-size", type=int, help="frames per obs, for Minari datasets not made by mmreplay")
     imp.add_argument("--progress", action=argparse.BooleanOptionalAction, help=PROGRESS_HELP)
-    imp.add_argument("--json", action="store_true", help="print one JSON object")
+    imp.add_argument("--json", action="store_true", help=JSON_HELP)
 
     dop = command("import-dopamine", "Create a store from Dopamine replay checkpoints ($store$_observation_ckpt.N.gz "
                                      "and friends, the DQN Replay Dataset's format).")
@@ -144,14 +177,14 @@ def build_parser() -> argparse.ArgumentParser:
                           "first frame repeated as gymnasium does (default: %(default)s)")
     dop.add_argument("--capacity", type=int, help="store capacity (default: the slots read)")
     dop.add_argument("--progress", action=argparse.BooleanOptionalAction, help=PROGRESS_HELP)
-    dop.add_argument("--json", action="store_true", help="print one JSON object")
+    dop.add_argument("--json", action="store_true", help=JSON_HELP)
 
     conv = command("convert", "Write a store again in this mmreplay's format version, as a new store: what a store "
                               "of an older version (which opens read-only) needs to be appended to.")
     conv.add_argument("store", help=STORE_HELP + " (read, never changed)")
     conv.add_argument("output", help="the store to create")
     conv.add_argument("--progress", action=argparse.BooleanOptionalAction, help=PROGRESS_HELP)
-    conv.add_argument("--json", action="store_true", help="print one JSON object")
+    conv.add_argument("--json", action="store_true", help=JSON_HELP)
 
     salv = command("salvage", "Copy every intact transition of a damaged store (its row and the frames of its whole obs "
                               "and next_obs stacks intact) into a new store, bit-exact; report how many were kept "
@@ -159,13 +192,27 @@ def build_parser() -> argparse.ArgumentParser:
     salv.add_argument("store", help=STORE_HELP + " (read, never changed)")
     salv.add_argument("output", help="the store to create (built beside it and renamed into place)")
     salv.add_argument("--progress", action=argparse.BooleanOptionalAction, help=PROGRESS_HELP)
-    salv.add_argument("--json", action="store_true", help="print one JSON object")
+    salv.add_argument("--json", action="store_true", help=JSON_HELP)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    arguments = parser.parse_args(argv)
+    """Run one ``mmreplay`` command line.
+
+    Args:
+        argv: the words after ``mmreplay`` (None: ``sys.argv[1:]``).
+
+    Returns:
+        The exit status: 0 done, 1 an error (or problems ``verify`` found), 130 interrupted, 141 the
+        reader of stdout went away.
+
+    Raises:
+        SystemExit: for ``--help``, ``--version`` (status 0) and a wrong command line (status 2).
+    """
+    words = sys.argv[1:] if argv is None else list(argv)
+    as_json = wants_json(words)
+    parser = build_parser(json_errors=as_json)
+    arguments = parser.parse_args(words)
     handler = {"info": _info, "episodes": _episodes, "show": _show, "verify": _verify, "export": _export,
                "import": _import, "import-dopamine": _import_dopamine, "convert": _convert,
                "salvage": _salvage}[arguments.command]
@@ -173,17 +220,44 @@ def main(argv: list[str] | None = None) -> int:
         return handler(arguments)
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted", file=sys.stderr)
+        if as_json:
+            print(json.dumps({"error": "interrupted", "error_type": "KeyboardInterrupt", "exit_status": 130}))
         return 130
     except BrokenPipeError:
         # The reader went away (``mmreplay episodes STORE | head``): stop quietly, as cat and ls do.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except (MmreplayError, OSError, ValueError, TypeError, IndexError, ImportError) as error:
-        print(f"{parser.prog}: error: {' '.join(str(error).split())}", file=sys.stderr)  # one line (HDF5's span several)
-        return 1
+        message, error_type = " ".join(str(error).split()), type(error).__name__  # one line (HDF5's span several)
     except Exception as error:  # a bug: still one line and status 1, with the exception's type to report it by
-        print(f"{parser.prog}: error: {type(error).__name__}: {' '.join(str(error).split())}", file=sys.stderr)
-        return 1
+        message, error_type = f"{type(error).__name__}: {' '.join(str(error).split())}", type(error).__name__
+    print(f"{parser.prog}: error: {message}", file=sys.stderr)
+    if as_json:
+        _print_error(message, error_type, 1)
+    return 1
+
+
+def wants_json(words: list[str]) -> bool:
+    """Whether a command line asks for ``--json`` (or a prefix argparse takes for it), before ``--``.
+
+    Args:
+        words: the command line's words after ``mmreplay``.
+
+    Returns:
+        True when an error, even of the command line itself, is to be printed as JSON too.
+    """
+    for word in words:
+        if word == "--":
+            return False
+        if len(word) >= 3 and "--json".startswith(word):
+            return True
+    return False
+
+
+def _print_error(message: str, error_type: str, status: int) -> None:
+    """An error as ``--json`` prints it: one object on stdout (its line on stderr is printed apart)."""
+    print(json.dumps({"error": message, "error_type": error_type, "exit_status": status}))
+    sys.stdout.flush()
 
 
 def _print(arguments: argparse.Namespace, value: Any, text: str) -> None:
@@ -209,7 +283,7 @@ def _open(path: str) -> ReplayStore:
 
 def _info(arguments: argparse.Namespace) -> int:
     with _open(arguments.store) as store:
-        on_disk = store.bytes_on_disk()
+        on_disk = store.bytes_on_disk
         # One uncompressed frame per transition.
         raw = len(store) * int(np.prod(store.frame_shape)) * store.frame_dtype.itemsize
         info = {
@@ -252,9 +326,9 @@ def _episodes(arguments: argparse.Namespace) -> int:
     return 0
 
 
-def _find_episode(store: ReplayStore, episode_id: int) -> Episode:
-    """The episode whose id is ``episode_id``, as the library finds it (its error lists the stored ids)."""
-    return store.episodes().by_id(episode_id)
+def _find_episode(store: ReplayStore, id: int) -> Episode:
+    """The episode whose id is ``id``, as the library finds it (its error lists the stored ids)."""
+    return store.episodes().by_id(id)
 
 
 def _episode_frames(store: ReplayStore, steps: np.ndarray) -> np.ndarray:
@@ -368,10 +442,33 @@ def _salvage(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def check_export_target(output: str, layout: str) -> None:
+    """Refuse an export target whose suffix says another format than ``layout`` writes.
+
+    Args:
+        output: the path to export to.
+        layout: ``"mmreplay"`` (one HDF5 file: a suffix of HDF5's, or none) or ``"minari"`` (a dataset
+            directory: no suffix of a file format).
+
+    Raises:
+        ValueError: naming what the layout writes and the target given.
+    """
+    suffix = Path(output).suffix
+    if not FILE_SUFFIX.match(suffix):
+        return
+    if layout == "mmreplay" and suffix.lower() not in HDF5_SUFFIXES:
+        raise ValueError(f"export --layout mmreplay writes one HDF5 file, named .h5 or .hdf5 (or .hdf, .he5, or "
+                         f"without a suffix); got {output!r}")
+    if layout == "minari":
+        raise ValueError(f"export --layout minari writes a dataset directory, named without a file's suffix (as its "
+                         f"dataset id: pong-random-v0; --layout mmreplay writes one .h5 file); got {output!r}")
+
+
 def _export(arguments: argparse.Namespace) -> int:
     from mmreplay.hdf5 import export_hdf5
     from mmreplay.hdf5.minari_layout import DATASET_ID
 
+    check_export_target(arguments.output, arguments.layout)
     if arguments.layout == "minari" and arguments.dataset_id is not None and not DATASET_ID.match(arguments.dataset_id):
         raise ValueError(f"--dataset-id must look like '[namespace/]name-v0' (Minari's rule); got "
                          f"{arguments.dataset_id!r}")

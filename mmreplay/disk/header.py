@@ -228,7 +228,7 @@ def open_store_directory(path: Path) -> StoreDirectory:
         raise StoreNotFoundError(f"no mmreplay store at {str(path)!r}: it is a file, and a store is a "
                                  f"directory (holding {HEADER_NAME})") from None
     except FileNotFoundError:
-        raise StoreNotFoundError(f"no mmreplay store at {str(path)!r} (missing {HEADER_NAME})") from None
+        raise StoreNotFoundError(f"no mmreplay store at {str(path)!r}: the path does not exist") from None
 
 
 def read_header(directory: StoreDirectory | Path) -> tuple[Layout, Commit]:

@@ -26,12 +26,12 @@ PRIORITIES_NAME = "priorities.tree"
 
 
 class Sampler(Protocol):
-    """What the store needs from a sampler: the calls it makes, in integers and priorities only.
+    """What the store needs from a sampler: the contract of ``UniformSampler`` and ``PrioritizedSampler``.
 
-    The store tells its sampler which steps are stored (always one contiguous range: eviction is first in,
-    first out), when transitions are added or evicted, and asks it for steps and importance weights. A
-    sampler that keeps state on disk does so in files of its own inside the store's directory, committed
-    with the store (``sync``, then ``settle``).
+    Not a public extension point: ``ReplayStore.create`` takes those two only. A store's header names its
+    sampler (``config``), and every process that opens the store, a reader or ``mmreplay`` itself,
+    rebuilds it from that name without the code of whoever wrote it; a sampler of one's own would need a
+    registry of sampler kinds, which the library does not keep.
     """
 
     def config(self) -> dict[str, object]:

@@ -40,7 +40,7 @@ from mmreplay.frames.page_cache import ReadAdvice
 from mmreplay.frames.reference_scheme import ReferenceScheme
 from mmreplay.frames.wire import EncodedFrames
 from mmreplay.gpu.tensor_batches import TensorBatch, TensorSequenceBatch
-from mmreplay.sampling.samplers import Sampler
+from mmreplay.sampling.samplers import PrioritizedSampler, UniformSampler
 from mmreplay.store import passes, reads
 from mmreplay.frames.ring import FrameChecksumError
 from mmreplay.frames.segment_maps import MissingSegmentError
@@ -48,6 +48,7 @@ from mmreplay.rows.fields import FieldChecksumError
 from mmreplay.rows.transitions import DamagedRowError
 from mmreplay.store.batch_source import BatchSource
 from mmreplay.store.damaged_store import damaged_store_error
+from mmreplay.store.disk_bytes import DiskBytes
 from mmreplay.store.feeds import batch_streams
 from mmreplay.store.feeds.device_batches import DeviceBatches
 from mmreplay.store.feeds.prefetch import Prefetcher
@@ -138,7 +139,7 @@ class ReplayStore(StoreLayout):
         num_envs: int = 1,
         action_shape: tuple[int, ...] = (),
         action_dtype: npt.DTypeLike = np.int64,
-        sampler: Sampler | None = None,
+        sampler: UniformSampler | PrioritizedSampler | None = None,
         frame_encoding: str | None = None,
         reference_scheme: ReferenceScheme | None = None,
         commit_every: int | None = None,
@@ -214,7 +215,7 @@ class ReplayStore(StoreLayout):
         path: PathLike,
         mode: str = "r",
         *,
-        sampler: Sampler | None = None,
+        sampler: UniformSampler | PrioritizedSampler | None = None,
         commit_every: int | None = None,
         commit_interval_s: float | None = 5.0,
         decode_threads: int | None = None,
@@ -328,13 +329,17 @@ class ReplayStore(StoreLayout):
             + ">"
         )
 
+    @property
     def bytes_on_disk(self) -> int:
         """Bytes the store's files occupy on disk: allocated blocks, so sparse files count what is written.
+
+        An ``int``; calling it, as when it was a method (``store.bytes_on_disk()``), still gives the count,
+        with a ``DeprecationWarning``.
 
         Returns:
             The total in bytes.
         """
-        return self._files.bytes_on_disk()
+        return DiskBytes(self._files.bytes_on_disk())
 
     def page_cache_advice(self) -> ReadAdvice:
         """How this process reads the store's segment files through the page cache, and why.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import operator
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,17 +31,20 @@ class Episode:
     incomplete episode whose id is its oldest remaining step (the old id is then answered as evicted,
     never with another episode).
 
-    ``episode_id`` is the episode's position in this list (0 is the oldest stored episode): it shifts
-    whenever eviction removes an older episode, so it names an episode only within one listing. It is
-    kept for code written before ``id``; name episodes by ``id``.
-
-    ``ended_by`` is ``"terminated"``, ``"truncated"``, ``"cut"`` (the env's next obs did not continue it,
-    without a flag) or ``"in progress"`` (its env may still continue it). ``complete`` is False when
-    eviction removed its first transitions, or when it is a fragment whose start was never recorded
-    (``add(..., fragment=True)``, as imports of sources that lost an episode's start do).
+    Attributes:
+        position: The episode's place in the list that gave it (0: the oldest stored episode). Not a
+            name: it shifts whenever eviction removes an older episode.
+        env_index: The env whose transitions these are.
+        steps: The steps of its stored transitions, in order.
+        total_reward: The sum of their rewards.
+        ended_by: ``"terminated"``, ``"truncated"``, ``"cut"`` (the env's next obs did not continue it,
+            without a flag) or ``"in progress"`` (its env may still continue it).
+        complete: False when eviction removed its first transitions, or when it is a fragment whose start
+            was never recorded (``add(..., fragment=True)``, as imports of sources that lost an episode's
+            start do).
     """
 
-    episode_id: int
+    position: int
     env_index: int
     steps: npt.NDArray[np.int64]
     total_reward: float
@@ -49,22 +53,33 @@ class Episode:
 
     @property
     def id(self) -> int:
-        """The episode's id: the step of its first stored transition (``first_step``)."""
+        """The episode's id: the step of its first stored transition."""
         return int(self.steps[0])
 
     @property
     def first_step(self) -> int:
+        """The step of its first stored transition (the number its ``id`` is)."""
         return int(self.steps[0])
 
     @property
     def length(self) -> int:
+        """How many of its transitions are stored."""
         return len(self.steps)
+
+    @property
+    def episode_id(self) -> int:
+        """Deprecated: ``position`` (the list position, not a name); name an episode by ``id``."""
+        warnings.warn(
+            "Episode.episode_id is the episode's position in the list that gave it, which shifts as the ring "
+            "evicts older episodes: name an episode by Episode.id (by_id takes it), or use Episode.position",
+            DeprecationWarning, stacklevel=2,
+        )
+        return self.position
 
     def __repr__(self) -> str:
         return (
             f"Episode(id={self.id}, env_index={self.env_index}, length={self.length}, "
-            f"total_reward={self.total_reward:g}, ended_by={self.ended_by!r}, complete={self.complete}, "
-            f"episode_id={self.episode_id})"
+            f"total_reward={self.total_reward:g}, ended_by={self.ended_by!r}, complete={self.complete})"
         )
 
 

@@ -10,7 +10,7 @@ where every env continues with one new frame, has a compiled write of its own.)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -40,7 +40,8 @@ class AddPlan:
     ``previous_steps[i]`` is the transition row i continues (None when it starts an episode, and then
     ``starts[i]`` holds the episode's first obs frames: pixels and frame steps). ``records[i]`` are the
     next_obs frames that row i's env's episode records after it (the newest, or a detached transition's
-    whole stack; None where a later row of the same env records over them).
+    whole stack; None where a later row of the same env records over them). ``cuts`` are the rows whose
+    obs does not continue their env's open episode, which they end without a flag (``ended_by`` "cut").
     """
 
     envs: list[int]
@@ -55,6 +56,7 @@ class AddPlan:
     previous_steps: list[int | None]
     starts: list[tuple[list[bytes], list[int]] | None]
     records: list[list[bytes] | None]
+    cuts: list[int] = field(default_factory=list)
 
 
 def plan_add(
@@ -95,6 +97,8 @@ def plan_add(
             stack = _obs_frames_to_store(episode, obs, continues=continues)
             if not continues:
                 flags |= FRAGMENT_START if fragment else EPISODE_START
+                if episode.open and not fragment:
+                    plan.cuts.append(len(plan.flags))
             frames = [frame.tobytes() for frame in stack]
             steps = list(range(next_step, next_step + len(frames)))
             for i, frame in enumerate(stack):
