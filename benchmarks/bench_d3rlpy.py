@@ -128,7 +128,7 @@ def main() -> None:
         del episodes
         ours, result["store_held_bytes"], result["store_open_s"] = held_bytes(
             lambda: MmreplayReplayBuffer.from_store(work / "pong.mmr", action_size=6))
-        result["store_disk_bytes"] = ours.store.bytes_on_disk()
+        result["store_disk_bytes"] = ours.store.bytes_on_disk
         assert ours.transition_count == theirs.transition_count
         buffers = {"d3rlpy": theirs, "mmreplay": ours}
         result["transition_batches_per_s"] = rates(buffers, lambda b: b.sample_transition_batch(32), args.rounds, 20)

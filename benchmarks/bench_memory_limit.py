@@ -109,7 +109,7 @@ def build(path: Path, transitions: int, game: str) -> dict[str, Any]:
         for i in range(transitions):
             store.add(*stream.single_frame_inputs(i))
         store.flush()
-        built = {"transitions": len(store), "bytes_on_disk": store.bytes_on_disk(), "game": game,
+        built = {"transitions": len(store), "bytes_on_disk": store.bytes_on_disk, "game": game,
                  "build_seconds": round(time.perf_counter() - began, 1)}
     marker.write_text(json.dumps(built))
     print(f"built {path}: {built}", file=sys.stderr, flush=True)

@@ -95,7 +95,7 @@ def main() -> None:
     for name in buffers:
         figures[name]["samples_per_s"] = round(statistics.median(samples[name]))
         figures[name]["hasnull_s"] = statistics.median(hasnull[name])
-    figures["mmreplay"]["store_bytes_on_disk"] = sum(store.bytes_on_disk() for store in buffers["mmreplay"].stores if store)
+    figures["mmreplay"]["store_bytes_on_disk"] = sum(store.bytes_on_disk for store in buffers["mmreplay"].stores if store)
     arguments = {"transitions": args.transitions, "envs": args.envs, "batch": args.batch, "rounds": args.rounds}
     if args.json:
         print(json.dumps({"arguments": arguments, "figures": figures}, indent=1))

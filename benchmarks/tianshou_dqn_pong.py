@@ -120,7 +120,7 @@ def run(kind: str, steps: int, size: int, seed: int, workdir: Path) -> dict[str,
         "seconds": round(seconds, 1),
     }
     if kind == "mmreplay":
-        result["store_bytes_on_disk"] = sum(store.bytes_on_disk() for store in buffer.stores if store is not None)
+        result["store_bytes_on_disk"] = sum(store.bytes_on_disk for store in buffer.stores if store is not None)
         buffer.close()
     return result
 
