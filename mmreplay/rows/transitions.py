@@ -409,9 +409,10 @@ class TransitionTable:
             rows = self._rows[steps % self.row_slots]
             bad = rows["checksum"] != self._checksums(rows, steps)
             first_bad = int(np.argmax(bad)) if bad.any() else -1
-        if first_bad < 0 and len(rows):
-            beyond = row_envs(rows) >= self.num_envs
-            first_bad = int(np.argmax(beyond)) if beyond.any() else -1
+        checked = rows if first_bad < 0 else rows[:first_bad]  # the rows before the first bad checksum
+        if len(checked):
+            beyond = row_envs(checked) >= self.num_envs
+            first_bad = int(np.argmax(beyond)) if beyond.any() else first_bad
         if first_bad >= 0:
             self._raise_checksum_error(int(steps[first_bad]))
         return rows
