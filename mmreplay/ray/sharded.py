@@ -35,10 +35,11 @@ from mmreplay import Batch, EncodedBatch, PrioritizedSampler, ReplayStore, Sampl
 from mmreplay.ray.assembly import EPOCH_BITS, SHARD_BITS, STEP_BITS, GroupBatches, Part, join_sequences
 from mmreplay.ray.rate_limit import RateLimit
 from mmreplay.ray.shard import ReplayShard, ShardConfig
+from mmreplay.ray.shard_states import LOST, ShardStates
 from mmreplay.ray.writer import ShardWriter
-from mmreplay.validation import parse_decode_threads, parse_positive_int, parse_rng
+from mmreplay.validation import parse_decode_threads, parse_number, parse_positive_int, parse_priorities, parse_rng, parse_steps
 
-_LOST = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
+_LOST = LOST
 FRAME_ENCODINGS = ("lz4", "lz4-reference")  # ReplayStore.create's, checked before any shard starts
 _WAIT_S = 0.002
 
@@ -70,7 +71,8 @@ class ShardedReplay:
         self.decode_threads = parse_decode_threads(decode_threads)
         self._description = description
         self._shards = shards
-        self._infos: list[dict[str, Any] | None] = [None] * len(shards)
+        self._states = ShardStates(len(shards))
+        self._infos = self._states.infos  # each shard's newest reported state (the same list)
         self._readers: dict[int, ReplayStore] = {}
         self._node_id = ray.get_runtime_context().get_node_id()
         self._closed = False
@@ -138,6 +140,7 @@ class ShardedReplay:
         description = {
             "root": str(root), "num_shards": num_shards, "frame_shape": tuple(frame_shape), "stack_size": stack_size,
             "namespace": namespace, "rate_limited": rate_limit is not None,
+            "prioritized": isinstance(sampler, PrioritizedSampler),
         }
         lifetime = "detached" if detached else None
         shards = []
@@ -188,33 +191,47 @@ class ShardedReplay:
 
     def writer(
         self, key: str | int, *, num_envs: int = 1, steps_per_send: int = 32, max_in_flight: int = 4,
-        shard: int | None = None,
+        shard: int | None = None, reconnect_timeout_s: float = 60.0,
     ) -> ShardWriter:
         """A writer for the acting process ``key``: always the same shard (``shard``, by default the key's
-        CRC-32 modulo the number of shards) and the same envs of its store."""
+        CRC-32 modulo the number of shards) and the same envs of its store. When its shard restarts,
+        the writer waits up to ``reconnect_timeout_s`` for it and carries on (``ShardWriter``)."""
         num_envs = parse_positive_int(num_envs, "num_envs")
+        reconnect_timeout_s = parse_number(reconnect_timeout_s, "reconnect_timeout_s", low=0.0)
         shard_index = zlib.crc32(str(key).encode()) % self.num_shards if shard is None else shard
         if not 0 <= shard_index < self.num_shards:
             raise ValueError(f"shard is {shard}; expected 0 <= shard < {self.num_shards}")
         actor = self._shards[shard_index]
         first_env = ray.get(actor.register.remote(str(key), num_envs))
         return ShardWriter(
-            actor, shard_index=shard_index, first_env=first_env, num_envs=num_envs,
+            actor, key=str(key), shard_index=shard_index, first_env=first_env, num_envs=num_envs,
             stack_size=self._description["stack_size"], frame_shape=tuple(self._description["frame_shape"]),
             steps_per_send=parse_positive_int(steps_per_send, "steps_per_send"),
             max_in_flight=parse_positive_int(max_in_flight, "max_in_flight"),
+            prioritized=self._description.get("prioritized"), reconnect_timeout_s=reconnect_timeout_s,
         )
 
     # -- sampling ------------------------------------------------------------------------------
 
     def refresh(self) -> list[dict[str, Any] | None]:
-        """Ask every shard for its state (None for one that does not answer); ``sample`` does it first."""
-        calls = [shard.info.remote() for shard in self._shards]
-        for k, call in enumerate(calls):
+        """Ask every shard for its state now, and wait (None for one that does not answer within 30 s).
+
+        ``sample`` and ``batches`` draw from the states the shards' previous answers carried, with no call
+        of their own to learn them; call this first for a draw from the state at this moment.
+
+        Raises:
+            Exception: the error of a priority update sent earlier, as ``update_priorities`` says (this
+                waits for their answers first).
+        """
+        self._states.collect(wait=True)
+        calls = []
+        for k, shard in enumerate(self._shards):
+            calls.append((k, self._states.ticket(), shard.info.remote()))
+        for k, ticket, call in calls:
             try:
-                self._infos[k] = ray.get(call, timeout=30)
+                self._states.record(k, ticket, ray.get(call, timeout=30))
             except (*_LOST, ray.exceptions.GetTimeoutError):
-                self._infos[k] = None
+                self._states.record(k, ticket, None)
         return list(self._infos)
 
     def sample(
@@ -230,7 +247,17 @@ class ShardedReplay:
     ) -> Batch:
         """``batch_size`` transitions drawn over the union of the shards (see the module docstring): a
         ``Batch`` whose ``index`` holds global ids. ``beta``: None for the stores' default (0.4).
-        Waits (up to ``timeout_s``, then ``TimeoutError``) while a rate limiter holds sampling back."""
+
+        One call per shard: the counts per shard are drawn from the states the shards' previous answers
+        carried (each answer carries its shard's state after its draw; ``refresh`` first for the state
+        at this moment), so they lag by what was added or updated since those answers. Waits (up to
+        ``timeout_s``, then ``TimeoutError``) while a rate limiter holds sampling back.
+
+        Raises:
+            TimeoutError: no batch within ``timeout_s``; the message says which shard's limit holds it
+                back and, when no insert has reached such a shard meanwhile, that its writers look gone.
+            ValueError: no shard that answers holds a transition (without a rate limit).
+        """
         answers = self.sample_encoded(batch_size, rng, beta, n_step, gamma, direct_read=direct_read, timeout_s=timeout_s)
         parts = [Part(k, part, info, np.array([len(part)])) for k, part, info in answers]
         return self._group(parts, batch_size, beta).batch(0)
@@ -253,33 +280,51 @@ class ShardedReplay:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         pause = _WAIT_S
         while True:
-            self.refresh()
+            self._states.collect()
             parts = self._gather(self._request(batch_size, 1, seed, beta, n_step, gamma, direct_read=direct_read))
+            self._states.collect()  # the updates sent before: the shards ran them before this draw
             if parts is not None:
                 return [(part.shard, part.batch, part.info) for part in parts]
             if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"no batch of {batch_size} within {timeout_s} s: a rate limit holds sampling back")
+                raise TimeoutError(self._held_back_message(batch_size, timeout_s))
             time.sleep(pause)
             pause = min(2 * pause, 0.1)
+
+    def _held_back_message(self, batch_size: int, timeout_s: float | None) -> str:
+        """Why no batch came within ``timeout_s``: what each refusing shard's limit waits for, and whether
+        its writers look gone (no insert reached it for longer than the wait)."""
+        refusals = [info for info in self._infos if info is not None and info.get("held_back")]
+        reasons = "; ".join(info["held_back"] for info in refusals) or "no shard that answers holds a transition"
+        message = f"no batch of {batch_size} within {timeout_s} s: a rate limit holds sampling back ({reasons})"
+        idle = [info for info in (refusals or [info for info in self._infos if info is not None])
+                if timeout_s is not None and info["idle_s"] >= timeout_s]
+        if idle:
+            shards = ", ".join(str(info["shard"]) for info in idle)
+            message += (f"; no insert has reached shard {shards} for {min(info['idle_s'] for info in idle):.1f} s: "
+                        "its writers look gone")
+        return message
 
     def _request(
         self, batch_size: int, group: int, seed: int, beta: float | None, n_step: int, gamma: float, *,
         direct_read: bool,
-    ) -> list[tuple[int, Any, dict[str, Any] | None, npt.NDArray[np.int64]]] | None:
+    ) -> list[tuple[int, int, Any, dict[str, Any] | None, npt.NDArray[np.int64]]] | None:
         """Ask the shards for a group of ``group`` batches drawn from the shards' last known state: per
-        shard, one call for its rows of all of them: (shard, the call, or the part read directly and its
-        info, its rows per batch); None when no shard holds anything yet.
+        shard, one call for its rows of all of them: (shard, the call's ticket, the call, or the part read
+        directly and its info, its rows per batch); None when no shard holds anything yet (and a rate
+        limit is set; without one, ``ValueError``). A shard given no rows is asked for its state, its
+        answer collected by a later draw without waiting. Only when no known state holds anything are
+        the shards asked first (``refresh``).
 
         ``default_rng(seed)`` draws each batch's counts per shard (``Multinomial(batch_size, mass_k /
         total)``), then one seed per shard. Shard k draws its rows of the whole group at once, with its
         seed: one draw of n transitions is n independent draws, as n draws spread over several calls
         would be, and a group of one batch is exactly what ``sample`` draws with ``seed``."""
-        infos = list(self._infos)
-        if direct_read:
-            for k in range(self.num_shards):
-                if self._is_local(k):
-                    infos[k] = self._local_info(k)
+        infos = self._known_states(direct_read)
         masses = np.array([0.0 if info is None else info["mass"] for info in infos])
+        if not masses.sum() > 0:
+            self.refresh()  # nothing known yet, or everything known was empty: ask before giving up
+            infos = self._known_states(direct_read)
+            masses = np.array([0.0 if info is None else info["mass"] for info in infos])
         if not masses.sum() > 0:
             if self._description["rate_limited"]:
                 return None
@@ -288,44 +333,58 @@ class ShardedReplay:
         counts = generator.multinomial(batch_size, masses / masses.sum(), size=group)  # (group, shards)
         shard_seeds = generator.integers(2**63, size=self.num_shards)
         beta_value = 0.4 if beta is None else beta
-        requests: list[tuple[int, Any, dict[str, Any] | None, npt.NDArray[np.int64]]] = []
-        for k in np.flatnonzero(counts.sum(axis=0)).tolist():
-            total = int(counts[:, k].sum())
+        requests: list[tuple[int, int, Any, dict[str, Any] | None, npt.NDArray[np.int64]]] = []
+        drawn = counts.sum(axis=0)
+        for k in range(self.num_shards):
+            total = int(drawn[k])
             shard_seed = int(shard_seeds[k])
             if direct_read and self._is_local(k):
-                # encoded here too: gathering its blocks costs less than decoding the whole group's rows
-                # at once, and each batch then decodes from every part's blocks straight into its array
-                part = self._reader(k).sample_encoded(total, np.random.default_rng(shard_seed), beta=beta_value,
-                                                      n_step=n_step, gamma=gamma)
-                requests.append((k, part, infos[k], counts[:, k]))
-            else:
+                if total:
+                    # encoded here too: gathering its blocks costs less than decoding the whole group's rows
+                    # at once, and each batch then decodes from every part's blocks straight into its array
+                    part = self._reader(k).sample_encoded(total, np.random.default_rng(shard_seed), beta=beta_value,
+                                                          n_step=n_step, gamma=gamma)
+                    requests.append((k, 0, part, infos[k], counts[:, k]))
+            elif total:
+                ticket = self._states.ticket()
                 call = self._shards[k].sample.remote(total, shard_seed, beta=beta_value, n_step=n_step, gamma=gamma)
-                requests.append((k, call, None, counts[:, k]))
+                requests.append((k, ticket, call, None, counts[:, k]))
+            elif not self._states.watching(k):  # no rows this time: its state, for the draws after this one
+                self._states.watch(k, self._states.ticket(), self._shards[k].info.remote())
         return requests
 
+    def _known_states(self, direct_read: bool) -> list[dict[str, Any] | None]:
+        """Each shard's state as last known (a co-located shard read directly: its store's, now)."""
+        infos = list(self._infos)
+        if direct_read:
+            for k in range(self.num_shards):
+                if self._is_local(k):
+                    infos[k] = self._local_info(k)
+        return infos
+
     def _gather(
-        self, requests: list[tuple[int, Any, dict[str, Any] | None, npt.NDArray[np.int64]]] | None
+        self, requests: list[tuple[int, int, Any, dict[str, Any] | None, npt.NDArray[np.int64]]] | None
     ) -> list[Part] | None:
-        """The parts of a requested group, each shard's info updated from its answer; None when a shard
+        """The parts of a requested group, each shard's state recorded from its answer; None when a shard
         refused (its rate limit) or was lost."""
         if requests is None:
             return None
         parts, complete = [], True
-        for k, call, info, counts in requests:
+        for k, ticket, call, info, counts in requests:
             if info is not None:
                 parts.append(Part(k, call, info, counts))
                 continue
             try:
-                answer = ray.get(call)
+                batch, answer = ray.get(call)
             except _LOST:
-                self._infos[k] = None
+                self._states.record(k, ticket, None)
                 complete = False
                 continue
-            if answer is None:
+            self._states.record(k, ticket, answer)
+            if batch is None:
                 complete = False
             else:
-                self._infos[k] = answer[1]
-                parts.append(Part(k, answer[0], answer[1], counts))
+                parts.append(Part(k, batch, answer, counts))
         return parts if complete else None
 
     def _local_info(self, k: int) -> dict[str, Any]:
@@ -367,21 +426,29 @@ class ShardedReplay:
         length = parse_positive_int(length, "length")
         generator = np.random.default_rng(int(parse_rng(rng).integers(2**63)))
         beta_value = 0.4 if beta is None else beta
-        infos = self.refresh()
-        masses = np.array([0.0 if info is None else info["mass"] for info in infos])
+        self._states.collect()
+        if not sum(info["mass"] for info in self._infos if info is not None) > 0:
+            self.refresh()
+        masses = np.array([0.0 if info is None else info["mass"] for info in self._infos])
         if not masses.sum() > 0:
             raise ValueError("cannot sample: no shard that answers holds a transition")
         counts = generator.multinomial(batch_size, masses / masses.sum())
         seeds = generator.integers(2**63, size=self.num_shards)
-        calls = {k: self._shards[k].sample_sequences.remote(int(counts[k]), int(seeds[k]), length=length, beta=beta_value)
-                 for k in np.flatnonzero(counts).tolist()}
+        calls = {}
+        for k in range(self.num_shards):
+            if counts[k]:
+                calls[k] = (self._states.ticket(), self._shards[k].sample_sequences.remote(
+                    int(counts[k]), int(seeds[k]), length=length, beta=beta_value))
+            elif not self._states.watching(k):
+                self._states.watch(k, self._states.ticket(), self._shards[k].info.remote())
         parts = []
-        for k, call in calls.items():
-            answer = ray.get(call)
-            if answer is None:
-                raise ValueError(f"shard {k}'s rate limit holds sampling back; sample_sequences does not wait")
-            self._infos[k] = answer[1]
-            parts.append((k, *answer))
+        for k, (ticket, call) in calls.items():
+            windows, info = ray.get(call)
+            self._states.record(k, ticket, info)
+            if windows is None:
+                raise ValueError(f"shard {k}'s rate limit holds sampling back ({info['held_back']}); "
+                                 "sample_sequences does not wait")
+            parts.append((k, windows, info))
         return join_sequences(parts, stack_size=self._description["stack_size"], beta=beta_value,
                               global_min=self._global_min([info for _, _, info in parts]),
                               decode_threads=self.decode_threads)
@@ -389,7 +456,7 @@ class ShardedReplay:
     def batches(
         self, batch_size: int, *, prefetch: int = 2, rng: np.random.Generator | int | None = None,
         beta: float | None = None, n_step: int = 1, gamma: float = 0.99, direct_read: bool = False,
-        group: int = 16,
+        group: int = 16, timeout_s: float | None = None,
     ) -> Iterator[Batch]:
         """An endless iterator of batches requested ahead from the shards: ``prefetch`` requests in flight,
         each for ``group`` batches (one call per shard for them all, which draws the shard's rows of the
@@ -400,10 +467,18 @@ class ShardedReplay:
         moment; here the proportions lag by the adds of up to ``prefetch * group`` batches). Larger
         groups pay Ray's per-call and per-megabyte costs over more batches (``benchmarks/bench_ray.py``
         on two cores: 0.46x a local store's ``sample`` with groups of 64, 0.73x with 512), at the price
-        of that lag. The batches of a group that a shard refused or lost are drawn again by ``sample``."""
+        of that lag. The batches of a group that a shard refused or lost are drawn again by ``sample``,
+        each waiting up to ``timeout_s`` (None: for ever) while a rate limit holds it back.
+
+        Raises:
+            TimeoutError: (from ``next``) a batch held back by a rate limit for ``timeout_s``, as
+                ``sample`` says: when the writers are gone, the message says so.
+        """
         batch_size = parse_positive_int(batch_size, "batch_size")
         prefetch = parse_positive_int(prefetch, "prefetch")
         group = parse_positive_int(group, "group")
+        if timeout_s is not None:
+            timeout_s = parse_number(timeout_s, "timeout_s", low=0.0)
         generator = parse_rng(rng)
         self.refresh()
         pending: deque[tuple[int, Any]] = deque()
@@ -416,32 +491,41 @@ class ShardedReplay:
             if parts is None:
                 for g in range(group):
                     yield self.sample(batch_size, np.random.default_rng([seed, g]), beta, n_step, gamma,
-                                      direct_read=direct_read)
+                                      direct_read=direct_read, timeout_s=timeout_s)
                 continue
             batches = self._group(parts, batch_size, beta)
             for g in range(group):
                 yield batches.batch(g)
 
     def update_priorities(self, index: npt.ArrayLike, priorities: npt.ArrayLike) -> None:
-        """Set the priorities of sampled transitions by global id, each sent to the shard that owns it;
-        ids of an earlier epoch of their shard (it restarted since) are dropped there."""
-        ids = np.asarray(index, np.int64)
-        values = np.asarray(priorities, np.float64)
-        if ids.shape != values.shape:
-            raise ValueError(f"priorities has shape {values.shape}; expected {ids.shape}, as index")
+        """Set the priorities of sampled transitions by global id, each sent to the shard that owns it,
+        without waiting for the shards (ids of an earlier epoch of their shard, which restarted since, are
+        dropped there). A shard runs this client's calls in order, so a later ``sample`` draws from the
+        updated priorities; the masses the counts per shard are drawn from follow once the answers are
+        back (collected, without waiting, by the next draw).
+
+        Raises:
+            TypeError: the replay samples uniformly, or ``index``/``priorities`` are not numbers.
+            ValueError: shapes differ, a priority is negative or not finite, or an id names no shard.
+            Exception: the error of an update sent by an earlier call (a shard that refused it), as Ray
+                raises it (an instance of the shard's exception class): surfaced here, or by the next
+                ``sample``, ``batches`` draw, ``refresh``, ``stats`` or ``close``.
+        """
+        if self._description.get("prioritized") is False:
+            raise TypeError("update_priorities needs a replay created with sampler=PrioritizedSampler(...); "
+                            "this one samples uniformly")
+        ids = parse_steps(index, "index")
+        values = parse_priorities(priorities, like=ids)
         shards, epochs, steps = split_ids(ids)
-        calls = []
+        outside = (shards < 0) | (shards >= self.num_shards)
+        if outside.any():
+            raise ValueError(f"index holds an id of shard {int(shards[outside][0])}; expected 0 <= shard < {self.num_shards}")
+        self._states.collect()
         for k in np.unique(shards).tolist():
-            if not 0 <= k < self.num_shards:
-                raise ValueError(f"index holds an id of shard {k}; expected 0 <= shard < {self.num_shards}")
             for epoch in np.unique(epochs[shards == k]).tolist():
                 chosen = (shards == k) & (epochs == epoch)
-                calls.append(self._shards[k].update_priorities.remote(epoch, steps[chosen], values[chosen]))
-        for call in calls:
-            try:
-                ray.get(call)
-            except _LOST:
-                pass  # a lost shard's priorities are lost with it
+                call = self._shards[k].update_priorities.remote(epoch, steps[chosen], values[chosen])
+                self._states.watch(k, self._states.ticket(), call, counted=True)
 
     # -- direct reads --------------------------------------------------------------------------
 
@@ -468,8 +552,20 @@ class ShardedReplay:
         return self.refresh()
 
     def close(self, *, destroy: bool = False) -> None:
-        """Release this client (its direct readers). ``destroy=True`` also commits and ends the shard actors
-        and the named directory: the stores stay on disk, and ``create`` with the same root reopens them."""
+        """Release this client (its direct readers), once the priority updates it sent are answered.
+        ``destroy=True`` also commits and ends the shard actors and the named directory: the stores stay
+        on disk, and ``create`` with the same root reopens them.
+
+        Raises:
+            Exception: the error of a priority update sent earlier, after everything is released.
+        """
+        try:
+            self._states.collect(wait=True)
+        finally:
+            self._states.forget()
+            self._release(destroy=destroy)
+
+    def _release(self, *, destroy: bool) -> None:
         for reader in self._readers.values():
             reader.close()
         self._readers.clear()
