@@ -8,8 +8,8 @@ answer is put in Ray's object store), so that every call a client makes can be c
 
 from __future__ import annotations
 
-import threading
-import time
+import os
+import signal
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -198,3 +198,47 @@ def test_a_reopened_shard_resumes_its_limiter_counts_from_its_last_commit(cluste
     write_episode(writer, 20, start=500)  # diff 6 + 20 <= 30: let in without a sample
     writer.flush(timeout_s=5)
     assert again.stats()[0]["inserts"] == 50
+
+
+def test_batches_time_out_saying_what_the_limit_waits_for_and_that_the_writers_look_gone(
+    cluster: Path, tmp_path: Path
+) -> None:
+    limit = RateLimit(samples_per_insert=1.0, min_size_to_sample=10, error_buffer=20)
+    replay, _ = local_replay(tmp_path, num_shards=1, capacity=1000, rate_limit=limit)
+    writer = replay.writer("w", steps_per_send=10)
+    write_episode(writer, 20)
+    writer.flush(timeout_s=10)  # inserts 20, diff 20: samples allowed down to a diff of -10, then no writer
+    batches = replay.batches(8, prefetch=1, group=2, rng=0, timeout_s=0.5)
+    taken = 0
+    message = (r"^no batch of 8 within 0.5 s: a rate limit holds sampling back \(shard 0 needs 2 more inserts before "
+               r"its limit allows a sample of 8 \(samples_per_insert 1.0: 24 samples of 20 inserts\)\); no insert has "
+               r"reached shard 0 for \d+\.\d s: its writers look gone$")
+    with pytest.raises(TimeoutError, match=message):
+        while taken < 10:
+            next(batches)  # a group of 2 (diff 4), then one batch drawn alone (diff -4), then none
+            taken += 1
+    assert taken == 3
+
+
+def test_a_writer_carries_on_by_itself_after_its_rate_limited_shard_is_killed(cluster: Path) -> None:
+    limit = RateLimit(samples_per_insert=1.0, min_size_to_sample=10, error_buffer=40)
+    replay = ShardedReplay.create("restarts", str(cluster / "restarts"), num_shards=1, frame_shape=FRAME,
+                                  capacity=1000, envs_per_shard=4, commit_interval_s=None, rate_limit=limit)
+    writer = replay.writer("w", steps_per_send=10, max_in_flight=1)
+    write_episode(writer, 40)
+    writer.flush(timeout_s=30)  # inserts 40: diff 40 of at most 50
+    for seed in range(4):
+        replay.sample(8, rng=seed, timeout_s=30)  # samples 32: diff 8
+    writer.flush(timeout_s=30)  # committed with the samples
+    write_episode(writer, 10, start=200)  # sent, not committed: lost with the shard
+    pid = replay.stats()[0]["pid"]
+    os.kill(pid, signal.SIGKILL)  # the shard's worker process, which this test's cluster started
+    write_episode(writer, 30, start=400)  # a send meets the dead shard: the writer waits for the new one
+    writer.flush(timeout_s=30)  # diff 8 + the new inserts <= 50: let in without a sample
+    assert writer.reconnects == 1
+    info = replay.stats()[0]
+    assert (info["epoch"], info["reopened"], info["samples"]) == (1, True, 32)
+    assert info["len"] == info["inserts"] and info["len"] in (60, 70)  # the send that met the dead shard: lost
+    batch = replay.sample(8, rng=0, timeout_s=30)  # and the learner carries on
+    assert set(split_ids(batch.index)[1].tolist()) == {1}
+    replay.close(destroy=True)
