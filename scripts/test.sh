@@ -13,7 +13,7 @@ fi
 .venv/bin/python scripts/atari_frames.py   # the real frames the tests read: recorded with ALE once (~10 s), then cached
 # The Ray and RLlib tests, and the manual's Ray and RLlib examples (tests/test_readme.py's ray-sharded and
 # rllib-buffer), run in their own venv below (ray[rllib] pins another gymnasium).
-.venv/bin/python -m pytest tests --ignore=tests/test_ray_sharded.py --ignore=tests/test_ray_cluster.py \
+.venv/bin/python -m pytest tests --ignore=tests/test_ray_sharded.py --ignore=tests/test_ray_apex.py --ignore=tests/test_ray_cluster.py \
   --ignore=tests/test_rllib_buffer.py -k "not ray-sharded and not rllib-buffer" "$@"
 echo "--- again without the compiled extensions (MMREPLAY_PURE_PYTHON=1): store semantics, real frames, corruption, sum tree, reference frames and their encoded batches, device batches"
 MMREPLAY_PURE_PYTHON=1 .venv/bin/python -m pytest -q tests/test_store_model.py tests/test_store_semantics.py \
@@ -26,6 +26,6 @@ echo "--- Ray and RLlib (mmreplay.ray, mmreplay.rllib, the manual's Ray and RLli
 .venv-ray/bin/python -m pip install --quiet --upgrade pip "setuptools>=77"
 .venv-ray/bin/python -m pip install --quiet "torch==2.13.0"
 .venv-ray/bin/python -m pip install --quiet -e ".[rllib,test]" ale-py opencv-python-headless
-.venv-ray/bin/python -m pytest -q tests/test_ray_sharded.py tests/test_ray_cluster.py tests/test_rllib_buffer.py \
+.venv-ray/bin/python -m pytest -q tests/test_ray_sharded.py tests/test_ray_apex.py tests/test_ray_cluster.py tests/test_rllib_buffer.py \
   tests/test_encoded.py tests/test_readme.py -k "not test_readme or ray-sharded or rllib-buffer" "$@"
 
