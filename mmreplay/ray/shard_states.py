@@ -49,6 +49,20 @@ class ShardStates:
         """Whether any shard's state is known."""
         return any(info is not None for info in self.infos)
 
+    def held_back_message(self, batch_size: int, timeout_s: float | None) -> str:
+        """Why no batch of ``batch_size`` came within ``timeout_s``: what each refusing shard's limit waits
+        for, and whether its writers look gone (no insert reached it for longer than the wait)."""
+        known = [info for info in self.infos if info is not None]
+        refusals = [info for info in known if info.get("held_back")]
+        reasons = "; ".join(info["held_back"] for info in refusals) or "no shard that answers holds a transition"
+        message = f"no batch of {batch_size} within {timeout_s} s: a rate limit holds sampling back ({reasons})"
+        idle = [info for info in (refusals or known) if timeout_s is not None and info["idle_s"] >= timeout_s]
+        if idle:
+            shards = ", ".join(str(info["shard"]) for info in idle)
+            message += (f"; no insert has reached shard {shards} for {min(info['idle_s'] for info in idle):.1f} s: "
+                        "its writers look gone")
+        return message
+
     def watching(self, k: int) -> bool:
         """Whether a watched call to shard k is unanswered."""
         return any(shard == k for shard, _, _, _ in self._watched)

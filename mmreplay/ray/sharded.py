@@ -286,23 +286,9 @@ class ShardedReplay:
             if parts is not None:
                 return [(part.shard, part.batch, part.info) for part in parts]
             if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(self._held_back_message(batch_size, timeout_s))
+                raise TimeoutError(self._states.held_back_message(batch_size, timeout_s))
             time.sleep(pause)
             pause = min(2 * pause, 0.1)
-
-    def _held_back_message(self, batch_size: int, timeout_s: float | None) -> str:
-        """Why no batch came within ``timeout_s``: what each refusing shard's limit waits for, and whether
-        its writers look gone (no insert reached it for longer than the wait)."""
-        refusals = [info for info in self._infos if info is not None and info.get("held_back")]
-        reasons = "; ".join(info["held_back"] for info in refusals) or "no shard that answers holds a transition"
-        message = f"no batch of {batch_size} within {timeout_s} s: a rate limit holds sampling back ({reasons})"
-        idle = [info for info in (refusals or [info for info in self._infos if info is not None])
-                if timeout_s is not None and info["idle_s"] >= timeout_s]
-        if idle:
-            shards = ", ".join(str(info["shard"]) for info in idle)
-            message += (f"; no insert has reached shard {shards} for {min(info['idle_s'] for info in idle):.1f} s: "
-                        "its writers look gone")
-        return message
 
     def _request(
         self, batch_size: int, group: int, seed: int, beta: float | None, n_step: int, gamma: float, *,
