@@ -494,8 +494,9 @@ class ShardedReplay:
             TypeError: the replay samples uniformly, or ``index``/``priorities`` are not numbers.
             ValueError: shapes differ, a priority is negative or not finite, or an id names no shard.
             Exception: the error of an update sent by an earlier call (a shard that refused it), as Ray
-                raises it (an instance of the shard's exception class): surfaced here, or by the next
-                ``sample``, ``batches`` draw, ``refresh``, ``stats`` or ``close``.
+                raises it (an instance of the shard's exception class): raised by the next call that
+                finds its answer back (this one, ``sample``, a ``batches`` draw; ``refresh``, ``stats``
+                and ``close`` wait for it).
         """
         if self._description.get("prioritized") is False:
             raise TypeError("update_priorities needs a replay created with sampler=PrioritizedSampler(...); "
