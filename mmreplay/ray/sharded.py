@@ -469,6 +469,7 @@ class ShardedReplay:
         self.refresh()
         pending: deque[tuple[int, Any]] = deque()
         while True:
+            self._states.collect()  # newer states, and the refusal of a priority update sent meanwhile
             while len(pending) < prefetch:
                 seed = int(generator.integers(2**63))
                 pending.append((seed, self._request(batch_size, group, seed, beta, n_step, gamma, direct_read=direct_read)))
