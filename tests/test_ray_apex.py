@@ -242,3 +242,25 @@ def test_a_writer_carries_on_by_itself_after_its_rate_limited_shard_is_killed(cl
     batch = replay.sample(8, rng=0, timeout_s=30)  # and the learner carries on
     assert set(split_ids(batch.index)[1].tolist()) == {1}
     replay.close(destroy=True)
+
+
+def test_update_priorities_refuses_bad_input_before_sending_any_part(cluster: Path, tmp_path: Path) -> None:
+    replay, shards = local_replay(tmp_path, num_shards=2, capacity=1000, sampler=PrioritizedSampler())
+    for k in range(2):
+        writer = replay.writer(f"w{k}", shard=k)
+        write_episode(writer, 20, tag=k)
+        writer.flush()
+    ids = replay.sample(16, rng=0).index
+    for priorities, index, error, message in [
+        (np.ones(15), ids, ValueError, r"^priority has shape \(15,\); expected \(16,\) like index$"),
+        # mmreplay.validation.parse_priorities' message (numpy 2 writes the value as np.float64(...))
+        (np.r_[np.ones(15), -2.0], ids, ValueError, r"^priority must be finite and >= 0; got (np\.float64\()?-2\.0\)?$"),
+        (np.r_[np.ones(15), np.nan], ids, ValueError, r"^priority must be finite and >= 0; got (np\.float64\()?nan\)?$"),
+        (np.ones(16), ids.astype(float), TypeError, r"^index must be a 1-D array of ints; got float64\[16\]$"),
+        (np.ones(1), np.array([7 << 48]), ValueError, r"^index holds an id of shard 7; expected 0 <= shard < 2$"),
+    ]:
+        with pytest.raises(error, match=message):
+            replay.update_priorities(index, priorities)
+    assert all(shard.calls["update_priorities"] == 0 for shard in shards)
+    replay.update_priorities(ids, np.full(16, 3.0))
+    assert sum(shard.calls["update_priorities"] for shard in shards) == len(np.unique(split_ids(ids)[0]))
