@@ -23,7 +23,6 @@ import time
 import zlib
 from collections import deque
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,10 +30,11 @@ import numpy.typing as npt
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from mmreplay import Batch, EncodedBatch, PrioritizedSampler, ReplayStore, Sampler, SequenceBatch
-from mmreplay.ray.assembly import EPOCH_BITS, SHARD_BITS, STEP_BITS, GroupBatches, Part, join_sequences
+from mmreplay import Batch, EncodedBatch, PrioritizedSampler, Sampler, SequenceBatch
+from mmreplay.ray.assembly import EPOCH_BITS, SHARD_BITS, STEP_BITS, Part, join_sequences
 from mmreplay.ray.rate_limit import RateLimit
 from mmreplay.ray.shard import ReplayShard, ShardConfig
+from mmreplay.ray.draws import Draws
 from mmreplay.ray.shard_states import LOST, ShardStates
 from mmreplay.ray.writer import ShardWriter
 from mmreplay.validation import parse_decode_threads, parse_number, parse_positive_int, parse_priorities, parse_rng, parse_steps
@@ -73,8 +73,8 @@ class ShardedReplay:
         self._shards = shards
         self._states = ShardStates(len(shards))
         self._infos = self._states.infos  # each shard's newest reported state (the same list)
-        self._readers: dict[int, ReplayStore] = {}
-        self._node_id = ray.get_runtime_context().get_node_id()
+        self._draws = Draws(shards, self._states, stack_size=description["stack_size"],
+                            rate_limited=description["rate_limited"], decode_threads=self.decode_threads)
         self._closed = False
 
     # -- setup ---------------------------------------------------------------------------------
@@ -223,16 +223,7 @@ class ShardedReplay:
             Exception: the error of a priority update sent earlier, as ``update_priorities`` says (this
                 waits for their answers first).
         """
-        self._states.collect(wait=True)
-        calls = []
-        for k, shard in enumerate(self._shards):
-            calls.append((k, self._states.ticket(), shard.info.remote()))
-        for k, ticket, call in calls:
-            try:
-                self._states.record(k, ticket, ray.get(call, timeout=30))
-            except (*_LOST, ray.exceptions.GetTimeoutError):
-                self._states.record(k, ticket, None)
-        return list(self._infos)
+        return self._draws.refresh()
 
     def sample(
         self,
@@ -260,7 +251,7 @@ class ShardedReplay:
         """
         answers = self.sample_encoded(batch_size, rng, beta, n_step, gamma, direct_read=direct_read, timeout_s=timeout_s)
         parts = [Part(k, part, info, np.array([len(part)])) for k, part, info in answers]
-        return self._group(parts, batch_size, beta).batch(0)
+        return self._draws.group(parts, batch_size, beta).batch(0)
 
     def sample_encoded(
         self,
@@ -281,7 +272,7 @@ class ShardedReplay:
         pause = _WAIT_S
         while True:
             self._states.collect()
-            parts = self._gather(self._request(batch_size, 1, seed, beta, n_step, gamma, direct_read=direct_read))
+            parts = self._draws.gather(self._draws.request(batch_size, 1, seed, beta, n_step, gamma, direct_read=direct_read))
             self._states.collect()  # the updates sent before: the shards ran them before this draw
             if parts is not None:
                 return [(part.shard, part.batch, part.info) for part in parts]
@@ -289,113 +280,6 @@ class ShardedReplay:
                 raise TimeoutError(self._states.held_back_message(batch_size, timeout_s))
             time.sleep(pause)
             pause = min(2 * pause, 0.1)
-
-    def _request(
-        self, batch_size: int, group: int, seed: int, beta: float | None, n_step: int, gamma: float, *,
-        direct_read: bool,
-    ) -> list[tuple[int, int, Any, dict[str, Any] | None, npt.NDArray[np.int64]]] | None:
-        """Ask the shards for a group of ``group`` batches drawn from the shards' last known state: per
-        shard, one call for its rows of all of them: (shard, the call's ticket, the call, or the part read
-        directly and its info, its rows per batch); None when no shard holds anything yet (and a rate
-        limit is set; without one, ``ValueError``). A shard given no rows is asked for its state, its
-        answer collected by a later draw without waiting. Only when no known state holds anything are
-        the shards asked first (``refresh``).
-
-        ``default_rng(seed)`` draws each batch's counts per shard (``Multinomial(batch_size, mass_k /
-        total)``), then one seed per shard. Shard k draws its rows of the whole group at once, with its
-        seed: one draw of n transitions is n independent draws, as n draws spread over several calls
-        would be, and a group of one batch is exactly what ``sample`` draws with ``seed``."""
-        infos = self._known_states(direct_read)
-        masses = np.array([0.0 if info is None else info["mass"] for info in infos])
-        if not masses.sum() > 0:
-            self.refresh()  # nothing known yet, or everything known was empty: ask before giving up
-            infos = self._known_states(direct_read)
-            masses = np.array([0.0 if info is None else info["mass"] for info in infos])
-        if not masses.sum() > 0:
-            if self._description["rate_limited"]:
-                return None
-            raise ValueError("cannot sample: no shard that answers holds a transition")
-        generator = np.random.default_rng(seed)
-        counts = generator.multinomial(batch_size, masses / masses.sum(), size=group)  # (group, shards)
-        shard_seeds = generator.integers(2**63, size=self.num_shards)
-        beta_value = 0.4 if beta is None else beta
-        requests: list[tuple[int, int, Any, dict[str, Any] | None, npt.NDArray[np.int64]]] = []
-        drawn = counts.sum(axis=0)
-        for k in range(self.num_shards):
-            total = int(drawn[k])
-            shard_seed = int(shard_seeds[k])
-            if direct_read and self._is_local(k):
-                if total:
-                    # encoded here too: gathering its blocks costs less than decoding the whole group's rows
-                    # at once, and each batch then decodes from every part's blocks straight into its array
-                    part = self._reader(k).sample_encoded(total, np.random.default_rng(shard_seed), beta=beta_value,
-                                                          n_step=n_step, gamma=gamma)
-                    requests.append((k, 0, part, infos[k], counts[:, k]))
-            elif total:
-                ticket = self._states.ticket()
-                call = self._shards[k].sample.remote(total, shard_seed, beta=beta_value, n_step=n_step, gamma=gamma)
-                requests.append((k, ticket, call, None, counts[:, k]))
-            elif not self._states.watching(k):  # no rows this time: its state, for the draws after this one
-                self._states.watch(k, self._states.ticket(), self._shards[k].info.remote())
-        return requests
-
-    def _known_states(self, direct_read: bool) -> list[dict[str, Any] | None]:
-        """Each shard's state as last known (a co-located shard read directly: its store's, now)."""
-        infos = list(self._infos)
-        if direct_read:
-            for k in range(self.num_shards):
-                if self._is_local(k):
-                    infos[k] = self._local_info(k)
-        return infos
-
-    def _gather(
-        self, requests: list[tuple[int, int, Any, dict[str, Any] | None, npt.NDArray[np.int64]]] | None
-    ) -> list[Part] | None:
-        """The parts of a requested group, each shard's state recorded from its answer; None when a shard
-        refused (its rate limit) or was lost."""
-        if requests is None:
-            return None
-        parts, complete = [], True
-        for k, ticket, call, info, counts in requests:
-            if info is not None:
-                parts.append(Part(k, call, info, counts))
-                continue
-            try:
-                batch, answer = ray.get(call)
-            except _LOST:
-                self._states.record(k, ticket, None)
-                complete = False
-                continue
-            self._states.record(k, ticket, answer)
-            if batch is None:
-                complete = False
-            else:
-                parts.append(Part(k, batch, answer, counts))
-        return parts if complete else None
-
-    def _local_info(self, k: int) -> dict[str, Any]:
-        """A co-located shard's state as its store read directly shows it (its last commit)."""
-        reader = self._reader(k)
-        info = dict(self._infos[k] or {})
-        size = len(reader)
-        info["len"], info["mass"], info["min_leaf"] = size, float(size), 1.0
-        if isinstance(reader.sampler, PrioritizedSampler) and size:
-            info["mass"], info["min_leaf"] = reader.sampler.mass
-        return info
-
-    def _global_min(self, infos: list[dict[str, Any]]) -> float:
-        """The smallest priority leaf over every shard that holds transitions, as last reported, with the
-        states of ``infos`` (those the parts were drawn in) taking precedence."""
-        known = list(self._infos)
-        for info in infos:
-            known[info["shard"]] = info
-        return float(min(info["min_leaf"] for info in known if info is not None and info["len"] > 0))
-
-    def _group(self, parts: list[Part], batch_size: int, beta: float | None) -> GroupBatches:
-        """The batches of a group's parts: global ids, weights normalised by the global minimum."""
-        return GroupBatches(parts, batch_size=batch_size, stack_size=self._description["stack_size"],
-                            global_min=self._global_min([part.info for part in parts]),
-                            beta=0.4 if beta is None else beta, decode_threads=self.decode_threads)
 
     def sample_sequences(
         self,
@@ -436,7 +320,7 @@ class ShardedReplay:
                                  "sample_sequences does not wait")
             parts.append((k, windows, info))
         return join_sequences(parts, stack_size=self._description["stack_size"], beta=beta_value,
-                              global_min=self._global_min([info for _, _, info in parts]),
+                              global_min=self._draws.global_min([info for _, _, info in parts]),
                               decode_threads=self.decode_threads)
 
     def batches(
@@ -472,15 +356,15 @@ class ShardedReplay:
             self._states.collect()  # newer states, and the refusal of a priority update sent meanwhile
             while len(pending) < prefetch:
                 seed = int(generator.integers(2**63))
-                pending.append((seed, self._request(batch_size, group, seed, beta, n_step, gamma, direct_read=direct_read)))
+                pending.append((seed, self._draws.request(batch_size, group, seed, beta, n_step, gamma, direct_read=direct_read)))
             seed, requests = pending.popleft()
-            parts = self._gather(requests)
+            parts = self._draws.gather(requests)
             if parts is None:
                 for g in range(group):
                     yield self.sample(batch_size, np.random.default_rng([seed, g]), beta, n_step, gamma,
                                       direct_read=direct_read, timeout_s=timeout_s)
                 continue
-            batches = self._group(parts, batch_size, beta)
+            batches = self._draws.group(parts, batch_size, beta)
             for g in range(group):
                 yield batches.batch(g)
 
@@ -517,18 +401,6 @@ class ShardedReplay:
 
     # -- direct reads --------------------------------------------------------------------------
 
-    def _is_local(self, k: int) -> bool:
-        info = self._infos[k]
-        return info is not None and info["node_id"] == self._node_id
-
-    def _reader(self, k: int) -> ReplayStore:
-        reader = self._readers.get(k)
-        if reader is None:
-            info = self._infos[k]
-            assert info is not None
-            reader = self._readers[k] = ReplayStore.open(Path(info["path"]), "r", decode_threads=self.decode_threads)
-        return reader
-
     # -- state ---------------------------------------------------------------------------------
 
     def __len__(self) -> int:
@@ -554,9 +426,7 @@ class ShardedReplay:
             self._release(destroy=destroy)
 
     def _release(self, *, destroy: bool) -> None:
-        for reader in self._readers.values():
-            reader.close()
-        self._readers.clear()
+        self._draws.close()
         if destroy and not self._closed:
             for shard in self._shards:
                 try:
