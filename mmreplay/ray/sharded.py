@@ -330,14 +330,12 @@ class ShardedReplay:
     ) -> Iterator[Batch]:
         """An endless iterator of batches requested ahead from the shards: ``prefetch`` requests in flight,
         each for ``group`` batches (one call per shard for them all, which draws the shard's rows of the
-        whole group at once: Ray's per-call overhead, ~1.5 ms here, and the shard's per-call work are
-        paid once a group), so that answers travel while the learner trains. Each batch's frames are
-        decoded, from every shard's blocks in one call, when it is yielded. Each batch is drawn from
-        the shards' state as their previous answers reported it (``sample`` asks first: exact at that
-        moment; here the proportions lag by the adds of up to ``prefetch * group`` batches). Larger
-        groups pay Ray's per-call and per-megabyte costs over more batches (``benchmarks/bench_ray.py``
-        on two cores: 0.46x a local store's ``sample`` with groups of 64, 0.73x with 512), at the price
-        of that lag. The batches of a group that a shard refused or lost are drawn again by ``sample``,
+        whole group at once: Ray's per-call overhead and the shard's per-call work are paid once a
+        group), so that answers travel while the learner trains. Each batch's frames are decoded, from
+        every shard's blocks in one call, when it is yielded. Each batch is drawn from the shards' state
+        as their previous answers reported it, as ``sample``'s are; here the proportions lag by the adds
+        of up to ``prefetch * group`` batches. Larger groups pay Ray's per-call and per-megabyte costs
+        over more batches (``benchmarks/bench_ray.py``; docs/benchmarks.md), at the price of that lag. The batches of a group that a shard refused or lost are drawn again by ``sample``,
         each waiting up to ``timeout_s`` (None: for ever) while a rate limit holds it back.
 
         Raises:
