@@ -303,6 +303,9 @@ class ReplayShard:
         return self.epoch
 
     def close(self) -> None:
+        """Commit (with the limiter's counts) and close the store; again, nothing."""
+        if self.store.closed:
+            return
         self._commit()
         self.store.close()
 
