@@ -311,10 +311,12 @@ class ReplayShard:
 
 
 def _node_id() -> str | None:
-    """The Ray node this runs on (None outside Ray)."""
+    """The Ray node this runs on (None outside Ray: asking the runtime context there would start Ray)."""
     try:
         import ray
 
+        if not ray.is_initialized():
+            return None
         return str(ray.get_runtime_context().get_node_id())
     except Exception:  # noqa: BLE001 - outside a Ray worker there is no node
         return None
