@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from ray_loopback import ray_on_loopback  # before ray
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'mmreplay[ray]' to run the Ray tests")
@@ -264,3 +266,32 @@ def test_update_priorities_refuses_bad_input_before_sending_any_part(cluster: Pa
     assert all(shard.calls["update_priorities"] == 0 for shard in shards)
     replay.update_priorities(ids, np.full(16, 3.0))
     assert sum(shard.calls["update_priorities"] for shard in shards) == len(np.unique(split_ids(ids)[0]))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    steps=st.lists(st.tuples(st.one_of(st.none(), st.floats(0.125, 8.0)), st.booleans()), min_size=1, max_size=40),
+    steps_per_send=st.integers(1, 9),
+)
+def test_each_step_gets_the_priority_it_was_added_with_or_the_largest_before_it(
+    cluster: Path, tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[float | None, bool]], steps_per_send: int
+) -> None:
+    """Reference model: a step added with a priority has it; one added without has the largest priority
+    given so far (1 at first), as ``PrioritizedSampler`` gives new steps, whatever the sends cut."""
+    replay, _ = local_replay(tmp_path_factory.mktemp("priorities"), num_shards=1, capacity=100,
+                             sampler=PrioritizedSampler(alpha=1.0, epsilon=0))
+    writer = replay.writer("w", steps_per_send=steps_per_send)
+    expected, largest = [], 1.0
+    for t, (priority, ends) in enumerate(steps):
+        obs = np.stack([numbered(t + i) for i in range(4)])
+        next_obs = np.stack([numbered(t + i + 1) for i in range(4)])
+        writer.add(obs, 0, 0.0, next_obs, ends, False, **({} if priority is None else {"priority": priority}))
+        largest = largest if priority is None else max(largest, priority)
+        expected.append(largest if priority is None else priority)
+    writer.flush()
+    leaves = np.array(expected)
+    assert replay.stats()[0]["mass"] == pytest.approx(leaves.sum())
+    batch = replay.sample(256, rng=0, beta=1.0)
+    step = split_ids(batch.index)[2]
+    np.testing.assert_allclose(batch.weight, leaves.min() / leaves[step], rtol=1e-5)
+    replay.close()
