@@ -295,3 +295,18 @@ def test_each_step_gets_the_priority_it_was_added_with_or_the_largest_before_it(
     step = split_ids(batch.index)[2]
     np.testing.assert_allclose(batch.weight, leaves.min() / leaves[step], rtol=1e-5)
     replay.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(calls=st.lists(st.integers(0, 2), min_size=1, max_size=30), data=st.data())
+def test_a_state_answered_late_never_replaces_a_newer_one(calls: list[int], data: st.DataObject) -> None:
+    """Reference model: each shard's state is that of its latest call (a shard runs a client's calls in
+    order), whatever order the answers are collected in; a lost shard's None counts as a state."""
+    from mmreplay.ray.shard_states import ShardStates
+
+    states = ShardStates(3)
+    answers = [(k, states.ticket(), data.draw(st.one_of(st.none(), st.just({"n": i})))) for i, k in enumerate(calls)]
+    for k, ticket, info in data.draw(st.permutations(answers)):
+        states.record(k, ticket, info)
+    latest = {k: info for k, _, info in answers}  # the last call to each shard, in the order they were made
+    assert states.infos == [latest.get(k) for k in range(3)]
