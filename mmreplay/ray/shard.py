@@ -139,7 +139,8 @@ class ReplayShard:
             pass
         if self.limit is None:
             return 0
-        return max(0, math.floor(self.limit.diff(self.inserts, 0) - self.limit.min_size_to_sample * self.limit.samples_per_insert))
+        middle = self.limit.min_size_to_sample * self.limit.samples_per_insert  # the diff the window centres on
+        return max(0, math.floor(self.limit.diff(self.inserts, 0) - middle))
 
     def _commit(self) -> None:
         """Commit the store, then record the limiter's samples beside it (a crash between the two keeps the

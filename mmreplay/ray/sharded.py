@@ -32,12 +32,14 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from mmreplay import Batch, EncodedBatch, PrioritizedSampler, Sampler, SequenceBatch
 from mmreplay.ray.assembly import EPOCH_BITS, SHARD_BITS, STEP_BITS, Part, join_sequences
+from mmreplay.ray.draws import Draws
 from mmreplay.ray.rate_limit import RateLimit
 from mmreplay.ray.shard import ReplayShard, ShardConfig
-from mmreplay.ray.draws import Draws
 from mmreplay.ray.shard_states import LOST, ShardStates
 from mmreplay.ray.writer import ShardWriter
-from mmreplay.validation import parse_decode_threads, parse_number, parse_positive_int, parse_priorities, parse_rng, parse_steps
+from mmreplay.validation import (
+    parse_decode_threads, parse_number, parse_positive_int, parse_priorities, parse_rng, parse_steps,
+)
 
 _LOST = LOST
 FRAME_ENCODINGS = ("lz4", "lz4-reference")  # ReplayStore.create's, checked before any shard starts
@@ -335,7 +337,8 @@ class ShardedReplay:
         every shard's blocks in one call, when it is yielded. Each batch is drawn from the shards' state
         as their previous answers reported it, as ``sample``'s are; here the proportions lag by the adds
         of up to ``prefetch * group`` batches. Larger groups pay Ray's per-call and per-megabyte costs
-        over more batches (``benchmarks/bench_ray.py``; docs/benchmarks.md), at the price of that lag. The batches of a group that a shard refused or lost are drawn again by ``sample``,
+        over more batches (``benchmarks/bench_ray.py``; docs/benchmarks.md), at the price of that lag.
+        The batches of a group that a shard refused or lost are drawn again by ``sample``,
         each waiting up to ``timeout_s`` (None: for ever) while a rate limit holds it back.
 
         Raises:
