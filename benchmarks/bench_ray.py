@@ -1,8 +1,9 @@
 """Replay over Ray, measured in one run on this machine with real Pong frames (batch 32, stack 4).
 
 1. Bytes per sampled batch through Ray: the encoded batch (stored lz4 blocks + index) against its pixels.
-2. Learner batches/s: a local store's ``sample`` against ``ShardedReplay`` (synchronous ``sample``, the
-   prefetching ``batches`` iterator with --prefetch and --group, with groups of 64 and with the small
+2. Learner batches/s: a local store's ``sample`` against ``ShardedReplay`` (synchronous ``sample``, which
+   draws from the states the shards' previous answers carried, one call per shard; ``refresh()`` then
+   ``sample``, the two round trips every synchronous sample made before; the prefetching ``batches`` iterator with --prefetch and --group, with groups of 64 and with the small
    groups of before, and ``direct_read`` of co-located shards), same contents, in --rounds rounds: each
    rate is measured right after the local store's (an iterator first hands out what it fetched ahead
    meanwhile, untimed), and the ratios reported are the medians of the per-round ratios.
@@ -14,7 +15,8 @@
    (median of 100); and the mmreplay buffer fed uint8 stacks, which it returns as uint8 (no conversion).
 
     python benchmarks/bench_ray.py [--seconds 5] [--rounds 3] [--prefetch 2] [--group 512] [--direct-group 64]
-        [--writers 2] [--shards 2] [--rllib-steps 3000]
+        [--writers 2] [--shards 2] [--rllib-steps 3000] [--paths client_sample,client_sample_refreshed]
+        [--skip-ingest-128]
 
 Prints one JSON object (and writes it to --out if given).
 """
@@ -123,10 +125,11 @@ def ray_figures(stream: dict[str, np.ndarray], args: argparse.Namespace, work: P
         stream_ref = ray.put(stream)
         results["ingest"] = ingest("bench", 32)  # the writers' default sends
         # Larger sends: a Ray call per 128 steps of an env instead of 32 (into replays of their own).
-        larger = ShardedReplay.create("bench-128", str(work / "shards-128"), num_shards=args.shards,
-                                      frame_shape=(84, 84), capacity=400_000, placement="local", envs_per_shard=16)
-        results["ingest_steps_per_send_128"] = ingest("bench-128", 128)
-        larger.close(destroy=True)
+        if not args.skip_ingest_128:
+            larger = ShardedReplay.create("bench-128", str(work / "shards-128"), num_shards=args.shards,
+                                          frame_shape=(84, 84), capacity=400_000, placement="local", envs_per_shard=16)
+            results["ingest_steps_per_send_128"] = ingest("bench-128", 128)
+            larger.close(destroy=True)
         parts = replay.sample_encoded(32, rng=0)
         results["bytes_per_batch_over_ray"] = int(sum(part.nbytes for _, part, _ in parts))
         sequences = local.sample_sequences_encoded(8, 10, rng=0)
@@ -134,6 +137,7 @@ def ray_figures(stream: dict[str, np.ndarray], args: argparse.Namespace, work: P
         # Rates in rounds, each path right after the local store's own sample: ratios per round, then medians.
         paths = {
             "client_sample": lambda: replay.sample(32, rng),
+            "client_sample_refreshed": lambda: (replay.refresh(), replay.sample(32, rng)),
             "client_prefetch": iterate(replay.batches(32, prefetch=args.prefetch, group=args.group, rng=1)),
             "client_prefetch_group64": iterate(replay.batches(32, prefetch=3, group=64, rng=4)),
             "client_prefetch_group4": iterate(replay.batches(32, prefetch=4, group=4, rng=3)),
@@ -141,9 +145,11 @@ def ray_figures(stream: dict[str, np.ndarray], args: argparse.Namespace, work: P
         }
         # What each path holds fetched ahead: taken before it is timed, so that a prefetch made while the
         # local store was measured does not count.
-        ahead = {"client_sample": 1, "client_prefetch": args.prefetch * args.group, "client_prefetch_group64": 192,
+        ahead = {"client_sample": 1, "client_sample_refreshed": 1, "client_prefetch": args.prefetch * args.group, "client_prefetch_group64": 192,
                  "client_prefetch_group4": 16,
                  "client_direct_read": 2 * args.direct_group}
+        if args.paths:
+            paths = {name: call for name, call in paths.items() if name in args.paths.split(",")}
         rounds: dict[str, list[float]] = {"local_sample": [], **{name: [] for name in paths}}
         ratios: dict[str, list[float]] = {name: [] for name in paths}
         for _ in range(args.rounds):
@@ -159,6 +165,8 @@ def ray_figures(stream: dict[str, np.ndarray], args: argparse.Namespace, work: P
             results[f"{name}_batches_per_s"] = round(float(np.median(values)))
         for name, values in ratios.items():
             results[f"{name.removeprefix('client_')}_over_local"] = round(float(np.median(values)), 3)
+        for name, values in rounds.items():
+            results[f"{name}_us_per_batch"] = round(1e6 / float(np.median(values)))
         replay.close(destroy=True)
     finally:
         ray.shutdown()
@@ -297,6 +305,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--group", type=int, default=512, help="ShardedReplay.batches' group, through the actors")
     parser.add_argument("--direct-group", type=int, default=64, help="ShardedReplay.batches' group, direct reads")
     parser.add_argument("--rllib-steps", type=int, default=3000, help="Pong steps fed to each RLlib buffer")
+    parser.add_argument("--paths", help="only these learner paths, comma-separated (client_sample, "
+                        "client_sample_refreshed, client_prefetch, client_prefetch_group64, ...)")
+    parser.add_argument("--skip-ingest-128", action="store_true", help="skip the ingest with sends of 128 steps")
     parser.add_argument("--skip-rllib", action="store_true")
     parser.add_argument("--only-rllib", action="store_true")
     parser.add_argument("--out", type=Path)

@@ -237,7 +237,7 @@ def test_a_shard_killed_during_unflushed_adds_reopens_at_its_last_commit_with_a_
     assert (info["len"], info["epoch"], info["reopened"]) == (100, 1, True)
     # An update with ids of epoch 0 is dropped by the restarted shard; fresh ids apply.
     shard, epoch, steps = split_ids(old.index)
-    assert ray.get(replay.shard(0).update_priorities.remote(0, steps, np.full(16, 9.0))) == 0
+    assert ray.get(replay.shard(0).update_priorities.remote(0, steps, np.full(16, 9.0)))[0] == 0
     fresh = replay.sample(16, rng=1)
     assert set(split_ids(fresh.index)[1].tolist()) == {1}
     replay.update_priorities(fresh.index, np.full(16, 9.0))

@@ -1,7 +1,8 @@
 """mmreplay on Ray: one replay sharded over actors, written by many acting processes, sampled exactly.
 
-``pip install 'mmreplay[ray]'``. See ``sharded`` (the client and its sampling rules), ``shard`` (the
-actor that owns one store), ``writer`` (the acting side) and ``rate_limit`` (Reverb's rate limiting).
+``pip install 'mmreplay[ray]'``. See ``sharded`` (the client and its sampling rules), ``draws`` (how the
+client draws over its shards), ``shard_states`` (what it knows of them, from their answers), ``shard``
+(the actor that owns one store), ``writer`` (the acting side) and ``rate_limit`` (Reverb's rate limiting).
 """
 
 from mmreplay.extras import require

@@ -23,7 +23,6 @@ import time
 import zlib
 from collections import deque
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,14 +30,18 @@ import numpy.typing as npt
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from mmreplay import Batch, EncodedBatch, PrioritizedSampler, ReplayStore, Sampler, SequenceBatch
-from mmreplay.ray.assembly import EPOCH_BITS, SHARD_BITS, STEP_BITS, GroupBatches, Part, join_sequences
+from mmreplay import Batch, EncodedBatch, PrioritizedSampler, Sampler, SequenceBatch
+from mmreplay.ray.assembly import EPOCH_BITS, SHARD_BITS, STEP_BITS, Part, join_sequences
+from mmreplay.ray.draws import Draws
 from mmreplay.ray.rate_limit import RateLimit
 from mmreplay.ray.shard import ReplayShard, ShardConfig
+from mmreplay.ray.shard_states import LOST, ShardStates
 from mmreplay.ray.writer import ShardWriter
-from mmreplay.validation import parse_decode_threads, parse_positive_int, parse_rng
+from mmreplay.validation import (
+    parse_decode_threads, parse_number, parse_positive_int, parse_priorities, parse_rng, parse_steps,
+)
 
-_LOST = (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError)
+_LOST = LOST
 FRAME_ENCODINGS = ("lz4", "lz4-reference")  # ReplayStore.create's, checked before any shard starts
 _WAIT_S = 0.002
 
@@ -88,9 +91,10 @@ class ShardedReplay:
         self.decode_threads = parse_decode_threads(decode_threads)
         self._description = description
         self._shards = shards
-        self._infos: list[dict[str, Any] | None] = [None] * len(shards)
-        self._readers: dict[int, ReplayStore] = {}
-        self._node_id = ray.get_runtime_context().get_node_id()
+        self._states = ShardStates(len(shards))
+        self._infos = self._states.infos  # each shard's newest reported state (the same list)
+        self._draws = Draws(shards, self._states, stack_size=description["stack_size"],
+                            rate_limited=description["rate_limited"], decode_threads=self.decode_threads)
         self._closed = False
 
     # -- setup ---------------------------------------------------------------------------------
@@ -180,6 +184,7 @@ class ShardedReplay:
         description = {
             "root": str(root), "num_shards": num_shards, "frame_shape": tuple(frame_shape), "stack_size": stack_size,
             "namespace": namespace, "rate_limited": rate_limit is not None,
+            "prioritized": isinstance(sampler, PrioritizedSampler),
         }
         lifetime = "detached" if detached else None
         shards = []
@@ -250,9 +255,12 @@ class ShardedReplay:
 
     def writer(
         self, key: str | int, *, num_envs: int = 1, steps_per_send: int = 32, max_in_flight: int = 4,
-        shard: int | None = None,
+        shard: int | None = None, reconnect_timeout_s: float = 60.0,
     ) -> ShardWriter:
         """A writer for the acting process ``key``: always the same shard and the same envs of its store.
+
+        When its shard restarts, the writer waits up to ``reconnect_timeout_s`` for it and carries on
+        (``ShardWriter``).
 
         Args:
             key: the acting process's name.
@@ -260,6 +268,7 @@ class ShardedReplay:
             steps_per_send: steps buffered per env before they are sent.
             max_in_flight: sends not yet acknowledged before ``add`` waits.
             shard: the shard to write to (None: the key's CRC-32 modulo the number of shards).
+            reconnect_timeout_s: the longest wait for a restarted shard before ``add`` raises.
 
         Returns:
             The writer.
@@ -269,33 +278,36 @@ class ShardedReplay:
             ValueError: a number is below 1, or ``shard`` is out of range.
         """
         num_envs = parse_positive_int(num_envs, "num_envs")
+        reconnect_timeout_s = parse_number(reconnect_timeout_s, "reconnect_timeout_s", low=0.0)
         shard_index = zlib.crc32(str(key).encode()) % self.num_shards if shard is None else shard
         if not 0 <= shard_index < self.num_shards:
             raise ValueError(f"shard is {shard}; expected 0 <= shard < {self.num_shards}")
         actor = self._shards[shard_index]
         first_env = ray.get(actor.register.remote(str(key), num_envs))
         return ShardWriter(
-            actor, shard_index=shard_index, first_env=first_env, num_envs=num_envs,
+            actor, key=str(key), shard_index=shard_index, first_env=first_env, num_envs=num_envs,
             stack_size=self._description["stack_size"], frame_shape=tuple(self._description["frame_shape"]),
             steps_per_send=parse_positive_int(steps_per_send, "steps_per_send"),
             max_in_flight=parse_positive_int(max_in_flight, "max_in_flight"),
+            prioritized=self._description.get("prioritized"), reconnect_timeout_s=reconnect_timeout_s,
         )
 
     # -- sampling ------------------------------------------------------------------------------
 
     def refresh(self) -> list[dict[str, Any] | None]:
-        """Ask every shard for its state; ``sample`` does it first.
+        """Ask every shard for its state now, and wait (None for one that does not answer within 30 s).
+
+        ``sample`` and ``batches`` draw from the states the shards' previous answers carried, with no call
+        of their own to learn them; call this first for a draw from the state at this moment.
 
         Returns:
             One dict per shard, None for one that does not answer.
+
+        Raises:
+            Exception: the error of a priority update sent earlier, as ``update_priorities`` says (this
+                waits for their answers first).
         """
-        calls = [shard.info.remote() for shard in self._shards]
-        for k, call in enumerate(calls):
-            try:
-                self._infos[k] = ray.get(call, timeout=30)
-            except (*_LOST, ray.exceptions.GetTimeoutError):
-                self._infos[k] = None
-        return list(self._infos)
+        return self._draws.refresh()
 
     def sample(
         self,
@@ -310,7 +322,10 @@ class ShardedReplay:
     ) -> Batch:
         """Draw ``batch_size`` transitions over the union of the shards, as one store would.
 
-        Waits while a rate limiter holds sampling back.
+        One call per shard: the counts per shard are drawn from the states the shards' previous answers
+        carried (each answer carries its shard's state after its draw; ``refresh`` first for the state at
+        this moment), so they lag by what was added or updated since those answers. Waits while a rate
+        limiter holds sampling back.
 
         Args:
             batch_size: how many transitions.
@@ -321,17 +336,19 @@ class ShardedReplay:
             gamma: as in ``ReplayStore.sample``.
             direct_read: read the shards on this node from their stores directly, not through their
                 actors.
-            timeout_s: the longest wait (None: no limit).
+            timeout_s: the longest wait while a rate limiter holds sampling back (None: no limit).
 
         Returns:
             A ``Batch`` whose ``index`` holds global ids.
 
         Raises:
-            TimeoutError: no batch within ``timeout_s``.
+            TimeoutError: no batch within ``timeout_s``; the message says which shard's limit holds it
+                back and, when no insert has reached such a shard meanwhile, that its writers look gone.
+            ValueError: no shard that answers holds a transition (without a rate limit).
         """
         answers = self.sample_encoded(batch_size, rng, beta, n_step, gamma, direct_read=direct_read, timeout_s=timeout_s)
         parts = [Part(k, part, info, np.array([len(part)])) for k, part, info in answers]
-        return self._group(parts, batch_size, beta).batch(0)
+        return self._draws.group(parts, batch_size, beta).batch(0)
 
     def sample_encoded(
         self,
@@ -366,104 +383,15 @@ class ShardedReplay:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         pause = _WAIT_S
         while True:
-            self.refresh()
-            parts = self._gather(self._request(batch_size, 1, seed, beta, n_step, gamma, direct_read=direct_read))
+            self._states.collect()
+            parts = self._draws.gather(self._draws.request(batch_size, 1, seed, beta, n_step, gamma, direct_read=direct_read))
+            self._states.collect()  # the updates sent before: the shards ran them before this draw
             if parts is not None:
                 return [(part.shard, part.batch, part.info) for part in parts]
             if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"no batch of {batch_size} within {timeout_s} s: a rate limit holds sampling back")
+                raise TimeoutError(self._states.held_back_message(batch_size, timeout_s))
             time.sleep(pause)
             pause = min(2 * pause, 0.1)
-
-    def _request(
-        self, batch_size: int, group: int, seed: int, beta: float | None, n_step: int, gamma: float, *,
-        direct_read: bool,
-    ) -> list[tuple[int, Any, dict[str, Any] | None, npt.NDArray[np.int64]]] | None:
-        """Ask the shards for a group of ``group`` batches drawn from the shards' last known state: per
-        shard, one call for its rows of all of them: (shard, the call, or the part read directly and its
-        info, its rows per batch); None when no shard holds anything yet.
-
-        ``default_rng(seed)`` draws each batch's counts per shard (``Multinomial(batch_size, mass_k /
-        total)``), then one seed per shard. Shard k draws its rows of the whole group at once, with its
-        seed: one draw of n transitions is n independent draws, as n draws spread over several calls
-        would be, and a group of one batch is exactly what ``sample`` draws with ``seed``."""
-        infos = list(self._infos)
-        if direct_read:
-            for k in range(self.num_shards):
-                if self._is_local(k):
-                    infos[k] = self._local_info(k)
-        masses = np.array([0.0 if info is None else info["mass"] for info in infos])
-        if not masses.sum() > 0:
-            if self._description["rate_limited"]:
-                return None
-            raise ValueError("cannot sample: no shard that answers holds a transition")
-        generator = np.random.default_rng(seed)
-        counts = generator.multinomial(batch_size, masses / masses.sum(), size=group)  # (group, shards)
-        shard_seeds = generator.integers(2**63, size=self.num_shards)
-        beta_value = 0.4 if beta is None else beta
-        requests: list[tuple[int, Any, dict[str, Any] | None, npt.NDArray[np.int64]]] = []
-        for k in np.flatnonzero(counts.sum(axis=0)).tolist():
-            total = int(counts[:, k].sum())
-            shard_seed = int(shard_seeds[k])
-            if direct_read and self._is_local(k):
-                # encoded here too: gathering its blocks costs less than decoding the whole group's rows
-                # at once, and each batch then decodes from every part's blocks straight into its array
-                part = self._reader(k).sample_encoded(total, np.random.default_rng(shard_seed), beta=beta_value,
-                                                      n_step=n_step, gamma=gamma)
-                requests.append((k, part, infos[k], counts[:, k]))
-            else:
-                call = self._shards[k].sample.remote(total, shard_seed, beta=beta_value, n_step=n_step, gamma=gamma)
-                requests.append((k, call, None, counts[:, k]))
-        return requests
-
-    def _gather(
-        self, requests: list[tuple[int, Any, dict[str, Any] | None, npt.NDArray[np.int64]]] | None
-    ) -> list[Part] | None:
-        """The parts of a requested group, each shard's info updated from its answer; None when a shard
-        refused (its rate limit) or was lost."""
-        if requests is None:
-            return None
-        parts, complete = [], True
-        for k, call, info, counts in requests:
-            if info is not None:
-                parts.append(Part(k, call, info, counts))
-                continue
-            try:
-                answer = ray.get(call)
-            except _LOST:
-                self._infos[k] = None
-                complete = False
-                continue
-            if answer is None:
-                complete = False
-            else:
-                self._infos[k] = answer[1]
-                parts.append(Part(k, answer[0], answer[1], counts))
-        return parts if complete else None
-
-    def _local_info(self, k: int) -> dict[str, Any]:
-        """A co-located shard's state as its store read directly shows it (its last commit)."""
-        reader = self._reader(k)
-        info = dict(self._infos[k] or {})
-        size = len(reader)
-        info["len"], info["mass"], info["min_leaf"] = size, float(size), 1.0
-        if isinstance(reader.sampler, PrioritizedSampler) and size:
-            info["mass"], info["min_leaf"] = reader.sampler.mass
-        return info
-
-    def _global_min(self, infos: list[dict[str, Any]]) -> float:
-        """The smallest priority leaf over every shard that holds transitions, as last reported, with the
-        states of ``infos`` (those the parts were drawn in) taking precedence."""
-        known = list(self._infos)
-        for info in infos:
-            known[info["shard"]] = info
-        return float(min(info["min_leaf"] for info in known if info is not None and info["len"] > 0))
-
-    def _group(self, parts: list[Part], batch_size: int, beta: float | None) -> GroupBatches:
-        """The batches of a group's parts: global ids, weights normalised by the global minimum."""
-        return GroupBatches(parts, batch_size=batch_size, stack_size=self._description["stack_size"],
-                            global_min=self._global_min([part.info for part in parts]),
-                            beta=0.4 if beta is None else beta, decode_threads=self.decode_threads)
 
     def sample_sequences(
         self,
@@ -494,39 +422,47 @@ class ShardedReplay:
         length = parse_positive_int(length, "length")
         generator = np.random.default_rng(int(parse_rng(rng).integers(2**63)))
         beta_value = 0.4 if beta is None else beta
-        infos = self.refresh()
-        masses = np.array([0.0 if info is None else info["mass"] for info in infos])
+        self._states.collect()
+        if not sum(info["mass"] for info in self._infos if info is not None) > 0:
+            self.refresh()
+        masses = np.array([0.0 if info is None else info["mass"] for info in self._infos])
         if not masses.sum() > 0:
             raise ValueError("cannot sample: no shard that answers holds a transition")
         counts = generator.multinomial(batch_size, masses / masses.sum())
         seeds = generator.integers(2**63, size=self.num_shards)
-        calls = {k: self._shards[k].sample_sequences.remote(int(counts[k]), int(seeds[k]), length=length, beta=beta_value)
-                 for k in np.flatnonzero(counts).tolist()}
+        calls = {}
+        for k in range(self.num_shards):
+            if counts[k]:
+                calls[k] = (self._states.ticket(), self._shards[k].sample_sequences.remote(
+                    int(counts[k]), int(seeds[k]), length=length, beta=beta_value))
+            elif not self._states.watching(k):
+                self._states.watch(k, self._states.ticket(), self._shards[k].info.remote())
         parts = []
-        for k, call in calls.items():
-            answer = ray.get(call)
-            if answer is None:
-                raise ValueError(f"shard {k}'s rate limit holds sampling back; sample_sequences does not wait")
-            self._infos[k] = answer[1]
-            parts.append((k, *answer))
+        for k, (ticket, call) in calls.items():
+            windows, info = ray.get(call)
+            self._states.record(k, ticket, info)
+            if windows is None:
+                raise ValueError(f"shard {k}'s rate limit holds sampling back ({info['held_back']}); "
+                                 "sample_sequences does not wait")
+            parts.append((k, windows, info))
         return join_sequences(parts, stack_size=self._description["stack_size"], beta=beta_value,
-                              global_min=self._global_min([info for _, _, info in parts]),
+                              global_min=self._draws.global_min([info for _, _, info in parts]),
                               decode_threads=self.decode_threads)
 
     def batches(
         self, batch_size: int, *, prefetch: int = 2, rng: np.random.Generator | int | None = None,
         beta: float | None = None, n_step: int = 1, gamma: float = 0.99, direct_read: bool = False,
-        group: int = 16,
+        group: int = 16, timeout_s: float | None = None,
     ) -> Iterator[Batch]:
         """An endless iterator of batches requested ahead from the shards, which travel while the learner trains.
 
         Each request is for ``group`` batches: one call per shard for them all, which draws the shard's
         rows of the whole group at once, so Ray's per-call overhead and the shard's per-call work are paid
         once a group. Each batch's frames are decoded, from every shard's blocks in one call, when it is
-        yielded. Each batch is drawn from the shards' state as their previous answers reported it: the
-        proportions lag by the adds of up to ``prefetch * group`` batches (``sample`` asks first, exact at
-        that moment). The batches of a group that a shard refused or lost are drawn again by ``sample``.
-        The benchmarks page has the rates by group size.
+        yielded. Each batch is drawn from the shards' state as their previous answers reported it, as
+        ``sample``'s are: here the proportions lag by the adds of up to ``prefetch * group`` batches. The
+        batches of a group that a shard refused or lost are drawn again by ``sample``. The benchmarks page
+        has the rates by group size.
 
         Args:
             batch_size: as in ``sample``.
@@ -537,6 +473,7 @@ class ShardedReplay:
             gamma: as in ``sample``.
             direct_read: as in ``sample``.
             group: batches per request.
+            timeout_s: the longest wait for a batch a rate limit holds back (None: for ever).
 
         Yields:
             ``Batch`` records whose ``index`` holds global ids.
@@ -544,73 +481,70 @@ class ShardedReplay:
         Raises:
             TypeError: a number is not an int.
             ValueError: a number is below 1.
+            TimeoutError: (from ``next``) a batch held back by a rate limit for ``timeout_s``, as ``sample``
+                says: when the writers are gone, the message says so.
         """
         batch_size = parse_positive_int(batch_size, "batch_size")
         prefetch = parse_positive_int(prefetch, "prefetch")
         group = parse_positive_int(group, "group")
+        if timeout_s is not None:
+            timeout_s = parse_number(timeout_s, "timeout_s", low=0.0)
         generator = parse_rng(rng)
         self.refresh()
         pending: deque[tuple[int, Any]] = deque()
         while True:
+            self._states.collect()  # newer states, and the refusal of a priority update sent meanwhile
             while len(pending) < prefetch:
                 seed = int(generator.integers(2**63))
-                pending.append((seed, self._request(batch_size, group, seed, beta, n_step, gamma, direct_read=direct_read)))
+                pending.append((seed, self._draws.request(batch_size, group, seed, beta, n_step, gamma, direct_read=direct_read)))
             seed, requests = pending.popleft()
-            parts = self._gather(requests)
+            parts = self._draws.gather(requests)
             if parts is None:
                 for g in range(group):
                     yield self.sample(batch_size, np.random.default_rng([seed, g]), beta, n_step, gamma,
-                                      direct_read=direct_read)
+                                      direct_read=direct_read, timeout_s=timeout_s)
                 continue
-            batches = self._group(parts, batch_size, beta)
+            batches = self._draws.group(parts, batch_size, beta)
             for g in range(group):
                 yield batches.batch(g)
 
     def update_priorities(self, index: npt.ArrayLike, priorities: npt.ArrayLike) -> None:
         """Set the priorities of sampled transitions by global id, each sent to the shard that owns it.
 
-        Ids of an earlier epoch of their shard (it restarted since) are dropped there; a lost shard's
-        priorities are lost with it.
+        It does not wait for the shards. Ids of an earlier epoch of their shard (it restarted since) are
+        dropped there. A shard runs this client's calls in order, so a later ``sample`` draws from the
+        updated priorities; the masses the counts per shard are drawn from follow once the answers are
+        back (collected, without waiting, by the next draw).
 
         Args:
             index: global ids, as a sharded batch's ``index`` holds them.
             priorities: one per id.
 
         Raises:
-            ValueError: ``priorities`` is not shaped as ``index``, or an id names a shard that does not
-                exist.
+            TypeError: the replay samples uniformly, or ``index``/``priorities`` are not numbers.
+            ValueError: shapes differ, a priority is negative or not finite, or an id names no shard.
+            Exception: the error of an update sent by an earlier call (a shard that refused it), as Ray
+                raises it (an instance of the shard's exception class): raised by the next call that
+                finds its answer back (this one, ``sample``, a ``batches`` draw; ``refresh``, ``stats``
+                and ``close`` wait for it).
         """
-        ids = np.asarray(index, np.int64)
-        values = np.asarray(priorities, np.float64)
-        if ids.shape != values.shape:
-            raise ValueError(f"priorities has shape {values.shape}; expected {ids.shape}, as index")
+        if self._description.get("prioritized") is False:
+            raise TypeError("update_priorities needs a replay created with sampler=PrioritizedSampler(...); "
+                            "this one samples uniformly")
+        ids = parse_steps(index, "index")
+        values = parse_priorities(priorities, like=ids)
         shards, epochs, steps = split_ids(ids)
-        calls = []
+        outside = (shards < 0) | (shards >= self.num_shards)
+        if outside.any():
+            raise ValueError(f"index holds an id of shard {int(shards[outside][0])}; expected 0 <= shard < {self.num_shards}")
+        self._states.collect()
         for k in np.unique(shards).tolist():
-            if not 0 <= k < self.num_shards:
-                raise ValueError(f"index holds an id of shard {k}; expected 0 <= shard < {self.num_shards}")
             for epoch in np.unique(epochs[shards == k]).tolist():
                 chosen = (shards == k) & (epochs == epoch)
-                calls.append(self._shards[k].update_priorities.remote(epoch, steps[chosen], values[chosen]))
-        for call in calls:
-            try:
-                ray.get(call)
-            except _LOST:
-                pass  # a lost shard's priorities are lost with it
+                call = self._shards[k].update_priorities.remote(epoch, steps[chosen], values[chosen])
+                self._states.watch(k, self._states.ticket(), call, counted=True)
 
     # -- direct reads --------------------------------------------------------------------------
-
-    def _is_local(self, k: int) -> bool:
-        info = self._infos[k]
-        return info is not None and info["node_id"] == self._node_id
-
-    def _reader(self, k: int) -> ReplayStore:
-        reader = self._readers.get(k)
-        if reader is None:
-            info = self._infos[k]
-            assert info is not None
-            reader = self._readers[k] = ReplayStore.open(Path(info["path"]), "r", decode_threads=self.decode_threads)
-        return reader
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -627,15 +561,23 @@ class ShardedReplay:
         return self.refresh()
 
     def close(self, *, destroy: bool = False) -> None:
-        """Release this client and its direct readers.
+        """Release this client and its direct readers, once the priority updates it sent are answered.
 
         Args:
             destroy: also commit and end the shard actors and the named directory: the stores stay on
                 disk, and ``create`` with the same root reopens them.
+
+        Raises:
+            Exception: the error of a priority update sent earlier, after everything is released.
         """
-        for reader in self._readers.values():
-            reader.close()
-        self._readers.clear()
+        try:
+            self._states.collect(wait=True)
+        finally:
+            self._states.forget()
+            self._release(destroy=destroy)
+
+    def _release(self, *, destroy: bool) -> None:
+        self._draws.close()
         if destroy and not self._closed:
             for shard in self._shards:
                 try:

@@ -1,0 +1,190 @@
+"""How a ``ShardedReplay`` client draws groups of batches over its shards, from what it knows of them.
+
+A draw (``Draws.request``) takes the counts per shard from the shards' newest known states
+(``ShardStates``), asks each shard that got rows for them in one call (or reads a co-located shard's
+store directly), and asks each shard that got none for its state, collected later without waiting.
+``Draws.gather`` waits for the rows and records the states their answers carry; ``Draws.group`` joins
+the parts into the batches (``GroupBatches``). ``ShardedReplay``'s module docstring gives the sampling
+rules this follows.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import ray
+
+from mmreplay import PrioritizedSampler, ReplayStore
+from mmreplay.ray.assembly import GroupBatches, Part
+from mmreplay.ray.shard_states import LOST as _LOST
+from mmreplay.ray.shard_states import ShardStates
+
+# One shard's part of a draw: (shard, the call's ticket, the call or the part read directly, that part's
+# state (None for a call), its rows per batch).
+Request = tuple[int, int, Any, "dict[str, Any] | None", npt.NDArray[np.int64]]
+
+
+class Draws:
+    """The draws of one client over ``shards`` (actor handles), from ``states``; the co-located shards'
+    stores it reads directly (``readers``, opened read-only on first use)."""
+
+    def __init__(
+        self, shards: list[Any], states: ShardStates, *, stack_size: int, rate_limited: bool,
+        decode_threads: int | None,
+    ) -> None:
+        self.shards = shards
+        self.states = states
+        self.stack_size = stack_size
+        self.rate_limited = rate_limited
+        self.decode_threads = decode_threads
+        self.readers: dict[int, ReplayStore] = {}
+        self.node_id = ray.get_runtime_context().get_node_id()
+
+    def refresh(self) -> list[dict[str, Any] | None]:
+        """Ask every shard for its state now, and wait (None for one that does not answer within 30 s).
+
+        ``sample`` and ``batches`` draw from the states the shards' previous answers carried, with no call
+        of their own to learn them; call this first for a draw from the state at this moment.
+
+        Raises:
+            Exception: the error of a priority update sent earlier, as ``update_priorities`` says (this
+                waits for their answers first).
+        """
+        self.states.collect(wait=True)
+        calls = []
+        for k, shard in enumerate(self.shards):
+            calls.append((k, self.states.ticket(), shard.info.remote()))
+        for k, ticket, call in calls:
+            try:
+                self.states.record(k, ticket, ray.get(call, timeout=30))
+            except (*_LOST, ray.exceptions.GetTimeoutError):
+                self.states.record(k, ticket, None)
+        return list(self.states.infos)
+
+    def request(
+        self, batch_size: int, group: int, seed: int, beta: float | None, n_step: int, gamma: float, *,
+        direct_read: bool,
+    ) -> list[Request] | None:
+        """Ask the shards for a group of ``group`` batches drawn from the shards' last known state: per
+        shard, one call for its rows of all of them: (shard, the call's ticket, the call, or the part read
+        directly and its info, its rows per batch); None when no shard holds anything yet (and a rate
+        limit is set; without one, ``ValueError``). A shard given no rows is asked for its state, its
+        answer collected by a later draw without waiting. Only when no known state holds anything are
+        the shards asked first (``refresh``).
+
+        ``default_rng(seed)`` draws each batch's counts per shard (``Multinomial(batch_size, mass_k /
+        total)``), then one seed per shard. Shard k draws its rows of the whole group at once, with its
+        seed: one draw of n transitions is n independent draws, as n draws spread over several calls
+        would be, and a group of one batch is exactly what ``sample`` draws with ``seed``."""
+        infos = self.known_states(direct_read)
+        masses = np.array([0.0 if info is None else info["mass"] for info in infos])
+        if not masses.sum() > 0:
+            self.refresh()  # nothing known yet, or everything known was empty: ask before giving up
+            infos = self.known_states(direct_read)
+            masses = np.array([0.0 if info is None else info["mass"] for info in infos])
+        if not masses.sum() > 0:
+            if self.rate_limited:
+                return None
+            raise ValueError("cannot sample: no shard that answers holds a transition")
+        generator = np.random.default_rng(seed)
+        counts = generator.multinomial(batch_size, masses / masses.sum(), size=group)  # (group, shards)
+        shard_seeds = generator.integers(2**63, size=len(self.shards))
+        beta_value = 0.4 if beta is None else beta
+        requests: list[Request] = []
+        drawn = counts.sum(axis=0)
+        for k in range(len(self.shards)):
+            total = int(drawn[k])
+            shard_seed = int(shard_seeds[k])
+            if direct_read and self.is_local(k):
+                if total:
+                    # encoded here too: gathering its blocks costs less than decoding the whole group's rows
+                    # at once, and each batch then decodes from every part's blocks straight into its array
+                    part = self.reader(k).sample_encoded(total, np.random.default_rng(shard_seed), beta=beta_value,
+                                                          n_step=n_step, gamma=gamma)
+                    requests.append((k, 0, part, infos[k], counts[:, k]))
+            elif total:
+                ticket = self.states.ticket()
+                call = self.shards[k].sample.remote(total, shard_seed, beta=beta_value, n_step=n_step, gamma=gamma)
+                requests.append((k, ticket, call, None, counts[:, k]))
+            elif not self.states.watching(k):  # no rows this time: its state, for the draws after this one
+                self.states.watch(k, self.states.ticket(), self.shards[k].info.remote())
+        return requests
+
+    def known_states(self, direct_read: bool) -> list[dict[str, Any] | None]:
+        """Each shard's state as last known (a co-located shard read directly: its store's, now)."""
+        infos = list(self.states.infos)
+        if direct_read:
+            for k in range(len(self.shards)):
+                if self.is_local(k):
+                    infos[k] = self.local_info(k)
+        return infos
+
+    def gather(
+        self, requests: list[Request] | None
+    ) -> list[Part] | None:
+        """The parts of a requested group, each shard's state recorded from its answer; None when a shard
+        refused (its rate limit) or was lost."""
+        if requests is None:
+            return None
+        parts, complete = [], True
+        for k, ticket, call, info, counts in requests:
+            if info is not None:
+                parts.append(Part(k, call, info, counts))
+                continue
+            try:
+                batch, answer = ray.get(call)
+            except _LOST:
+                self.states.record(k, ticket, None)
+                complete = False
+                continue
+            self.states.record(k, ticket, answer)
+            if batch is None:
+                complete = False
+            else:
+                parts.append(Part(k, batch, answer, counts))
+        return parts if complete else None
+
+    def local_info(self, k: int) -> dict[str, Any]:
+        """A co-located shard's state as its store read directly shows it (its last commit)."""
+        reader = self.reader(k)
+        info = dict(self.states.infos[k] or {})
+        size = len(reader)
+        info["len"], info["mass"], info["min_leaf"] = size, float(size), 1.0
+        if isinstance(reader.sampler, PrioritizedSampler) and size:
+            info["mass"], info["min_leaf"] = reader.sampler.mass
+        return info
+
+    def global_min(self, infos: list[dict[str, Any]]) -> float:
+        """The smallest priority leaf over every shard that holds transitions, as last reported, with the
+        states of ``infos`` (those the parts were drawn in) taking precedence."""
+        known = list(self.states.infos)
+        for info in infos:
+            known[info["shard"]] = info
+        return float(min(info["min_leaf"] for info in known if info is not None and info["len"] > 0))
+
+    def group(self, parts: list[Part], batch_size: int, beta: float | None) -> GroupBatches:
+        """The batches of a group's parts: global ids, weights normalised by the global minimum."""
+        return GroupBatches(parts, batch_size=batch_size, stack_size=self.stack_size,
+                            global_min=self.global_min([part.info for part in parts]),
+                            beta=0.4 if beta is None else beta, decode_threads=self.decode_threads)
+
+    def is_local(self, k: int) -> bool:
+        info = self.states.infos[k]
+        return info is not None and info["node_id"] == self.node_id
+
+    def reader(self, k: int) -> ReplayStore:
+        reader = self.readers.get(k)
+        if reader is None:
+            info = self.states.infos[k]
+            assert info is not None
+            reader = self.readers[k] = ReplayStore.open(Path(info["path"]), "r", decode_threads=self.decode_threads)
+        return reader
+
+    def close(self) -> None:
+        """Close the stores read directly."""
+        for reader in self.readers.values():
+            reader.close()
+        self.readers.clear()
