@@ -71,7 +71,7 @@ def test_a_library_error_under_json_keeps_its_message_and_exit_1(store_dir: Path
     (["export", "s.mmr", "x.h5", "--layout", "zarr", "--json"],
      "argument --layout: invalid choice: 'zarr' (choose from mmreplay, minari)"),
     (["nonsense", "--json"], "argument COMMAND: invalid choice: 'nonsense' (choose from info, episodes, show, "
-                             "verify, export, import, import-dopamine, convert)"),
+                             "verify, export, import, import-dopamine, convert, salvage)"),
     (["info", "s.mmr", "--js", "--frobnicate"], "unrecognized arguments: --frobnicate"),  # --js: argparse's prefix
 ])
 def test_a_bad_command_line_under_json_is_one_object_with_exit_2(line: list[str], message: str,
