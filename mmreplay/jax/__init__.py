@@ -1,8 +1,8 @@
 """JAX learners: batches of a store as pytrees of ``jax.Array`` on a chosen device, numpy generators driven
 by a jax key, and priorities straight from jax arrays.
 
-``pip install 'mmreplay[jax]'``. ``batches(store, batch_size, key=...)`` yields ``JaxBatch`` records (a
-``NamedTuple``, so a pytree that ``jax.jit`` takes whole) prepared ahead by the store's own ``batches()``
+``pip install 'mmreplay[jax]'``. ``batches(store, batch_size, key=...)`` yields ``JaxBatch`` records (pytrees
+that ``jax.jit`` takes whole) prepared ahead by the store's own ``batches()``
 thread; ``to_jax(batch)`` converts one ``Batch`` that ``store.sample`` returned; ``generator_from_key(key)`` is
 the numpy generator a key stands for. ``store.update_priorities`` takes jax arrays as they are. The modules:
 ``keys`` (generators from keys), ``devices`` (the ``device=`` argument), ``host_frames`` (the one contiguous

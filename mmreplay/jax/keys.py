@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 
@@ -26,7 +27,7 @@ def generator_from_key(key: jax.Array) -> np.random.Generator:
     """
     if not hasattr(key, "dtype") or not hasattr(key, "shape"):
         raise TypeError(f"key must be a jax PRNG key (jax.random.key or jax.random.PRNGKey); got {type(key).__name__}")
-    if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+    if jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         if key.shape != ():
             raise ValueError(f"key must be one key; got {key.shape} keys (index the result of jax.random.split)")
         words = np.asarray(jax.random.key_data(key))

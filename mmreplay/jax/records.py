@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from dataclasses import dataclass, fields
 
 import jax
 import numpy as np
 import numpy.typing as npt
 
 
-class JaxBatch(NamedTuple):
+@dataclass(frozen=True, repr=False)
+class JaxBatch:
     """The fields of a ``Batch`` (the same names, the same values) as ``jax.Array``, each with a leading batch
-    axis, user fields by name in ``fields``; a ``NamedTuple``, so a pytree (``jax.tree_util`` and ``jax.jit``
-    take it whole).
+    axis, user fields by name in ``fields``; a pytree (a dataclass registered with ``jax.tree_util``: ``jax.jit``
+    and ``jax.tree_util`` take it whole, its arrays the leaves).
 
     ``obs`` and ``next_obs`` are separate, compact arrays. ``index`` is the exception: it stays a numpy
     int64 array on the host, as exact as the store's steps, which outgrow int32 (JAX's integer width
@@ -33,10 +34,19 @@ class JaxBatch(NamedTuple):
     discount: jax.Array
     fields: dict[str, jax.Array]
 
+    def __len__(self) -> int:
+        return int(self.index.shape[0])
+
     def __repr__(self) -> str:
-        parts = [f"{name}={_describe(value)}" for name, value in zip(self._fields, self) if name != "fields"]
+        parts = [f"{item.name}={_describe(getattr(self, item.name))}" for item in fields(self) if item.name != "fields"]
         parts += [f"fields.{name}={_describe(value)}" for name, value in self.fields.items()]
         return f"JaxBatch({', '.join(parts)})"
+
+
+# Every field is data (a leaf, or a dict of leaves); nothing is static, so a new batch never recompiles.
+jax.tree_util.register_dataclass(
+    JaxBatch, data_fields=[item.name for item in fields(JaxBatch)], meta_fields=[]
+)
 
 
 def _describe(value: jax.Array | np.ndarray) -> str:

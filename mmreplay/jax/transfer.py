@@ -45,7 +45,8 @@ def to_jax(batch: Batch, device: jax.Device | str | None = None, *, copy: bool =
     may_alias = None if not copy else False
 
     def put(array: npt.NDArray[np.generic]) -> jax.Array:
-        return jax.device_put(array, target, may_alias=may_alias)
+        sent: jax.Array = jax.device_put(array, target, may_alias=may_alias)
+        return sent
 
     shared = shared_frames(batch.obs, batch.next_obs)
     if shared is None:
