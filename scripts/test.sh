@@ -7,6 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh demo sb3 minari show torchrl
+# JAX learners' batches (tests/test_jax.py) and EnvPool's recipe (tests/test_envpool.py): their pins keep .venv's
+# numpy and gymnasium, so they share it.
+bash scripts/setup.sh jax envpool
 if [ "${MMREPLAY_REQUIRE_EXTENSION:-0}" = "1" ]; then
   .venv/bin/python -c "import mmreplay.frames.lz4_codec as c, mmreplay.sampling.sum_tree as t, mmreplay.frames.reference_codec as r, sys; sys.exit(0 if c.ACCELERATED and t.ACCELERATED and r.ACCELERATED else 'a compiled extension (_lz4batch, _sumtree) did not build')"
 fi
