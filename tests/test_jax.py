@@ -147,20 +147,23 @@ def test_dlpack_refuses_a_batchs_obs_view_and_takes_the_frames_array_it_views(tm
 
 
 def test_the_frames_travel_once_as_one_compact_array(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    sent: list[tuple[tuple[int, ...], bool]] = []
-    device_put = jax.device_put
+    import mmreplay.jax.transfer as transfer
 
-    def recording_put(x: Any, *args: Any, **kwargs: Any) -> Any:
-        sent.append((np.shape(x), bool(np.asarray(x).flags.c_contiguous)))
-        return device_put(x, *args, **kwargs)
+    sent: list[Any] = []
+    assemble = transfer._assemble
+
+    def recording_assemble(frames: Any, columns: Any, rest: Any) -> Any:
+        sent.append((frames, columns))
+        return assemble(frames, columns, rest)
 
     with filled_store(tmp_path / "s.mmr", [8]) as store:
         batch = store.sample(4, rng=0)
-        monkeypatch.setattr(jax, "device_put", recording_put)
-        to_jax(batch)
-    frame_arrays = [shape for shape, _ in sent if len(shape) > 1]
-    assert frame_arrays == [(4, 5, *FRAME)], sent
-    assert all(contiguous for _, contiguous in sent)
+        monkeypatch.setattr(transfer, "_assemble", recording_assemble)
+        got = to_jax(batch)
+    [(frames, columns)] = sent
+    assert isinstance(frames, np.ndarray) and frames.shape == (4, 5, *FRAME) and frames.flags.c_contiguous
+    assert columns == (0, 1, 4)
+    assert_same_batch(got, batch)
 
 
 def test_a_batch_refilled_after_its_transfer_leaves_the_jax_batch_as_it_was(tmp_path: Path) -> None:
