@@ -5,7 +5,7 @@ The script trains ``sbx.DQN("CnnPolicy", ...)`` on real Atari (ALE, ``make_atari
 ``VecFrameStack(n_stack=4)``, as SB3's Atari recipe has it) twice, each run in a fresh process with the same
 seed and settings: ``sb3`` with SBX's default buffer (SB3's ``ReplayBuffer``), and ``mmreplay`` with only
 ``replay_buffer_class=MmreplayBuffer, replay_buffer_kwargs={"path": ...}`` added. SBX's code is used as pip
-installs it, unchanged. Each run records what SB3's logger records (``train/loss``, ``rollout/ep_rew_mean``
+installs it, unchanged. Each run records what SB3's logger records (``train/critic_loss``, ``rollout/ep_rew_mean``
 and the others, at every dump) and the returns of the episodes its ``Monitor`` saw; the two runs are then
 compared value by value. Exits 1 when a run failed or any value differs.
 
@@ -118,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="sbx-dqn-"))
     records = {buffer: run_one(args, buffer, work) for buffer in BUFFERS}
     for buffer, record in records.items():
-        losses = [d["train/loss"] for d in record["logged"] if "train/loss" in d]
+        losses = [d.get("train/critic_loss", d.get("train/loss")) for d in record["logged"]
+                  if "train/critic_loss" in d or "train/loss" in d]  # SBX's DQN logs its TD loss as critic_loss
         print(f"{buffer}: {len(record.get('returns', []))} episodes, returns {record.get('returns')}, "
               f"{len(losses)} loss dumps (last {losses[-1] if losses else None}), {record['wall_s']:.0f} s, "
               f"{'ok' if not record['error'] else record['error']}")
