@@ -1,4 +1,5 @@
-"""Does CleanRL's ``dqn_atari.py``, as CleanRL ships it, train the same with mmreplay's buffer?
+"""Does CleanRL's ``dqn_atari.py`` (or, with ``--script dqn_atari_jax.py``, its JAX DQN), as CleanRL ships
+it, train the same with mmreplay's buffer?
 
 For each game the script runs CleanRL's ``cleanrl/dqn_atari.py`` twice, unchanged, with the same seed
 and the same short settings, each run in a fresh process of its own:
@@ -52,6 +53,8 @@ from pathlib import Path
 from typing import Any
 
 BUFFERS = ("cleanrl", "mmreplay")
+# CleanRL's Atari DQNs: both build their buffer with ``cleanrl_utils.buffers.ReplayBuffer(...)`` alike.
+SCRIPTS = ("dqn_atari.py", "dqn_atari_jax.py")
 GAMES = {"pong": "PongNoFrameskip-v4", "breakout": "BreakoutNoFrameskip-v4"}
 # Scalars that depend on time, not on training: left out of the comparison.
 TIMING_TAGS = ("charts/SPS",)
@@ -60,6 +63,8 @@ TIMING_TAGS = ("charts/SPS",)
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cleanrl", type=Path, required=True, help="a CleanRL checkout (has cleanrl/dqn_atari.py)")
+    parser.add_argument("--script", choices=SCRIPTS, default=SCRIPTS[0],
+                        help="which of CleanRL's DQNs: the torch one or the JAX one (flax and optax installed)")
     parser.add_argument("--work", type=Path, default=None, help="where runs write their logs and stores (default: a temp dir)")
     parser.add_argument("--games", nargs="+", choices=sorted(GAMES), default=["pong", "breakout"])
     parser.add_argument("--seed", type=int, default=1)
@@ -95,12 +100,14 @@ def script_arguments(args: argparse.Namespace, env_id: str) -> list[str]:
 # --- inside one run's process -------------------------------------------------------------------
 
 
-def run_child(cleanrl: Path, buffer: str, store: Path, record_path: Path, counter: str, script_args: list[str]) -> int:
+def run_child(cleanrl: Path, buffer: str, store: Path, record_path: Path, counter: str, script_args: list[str],
+              script_name: str = SCRIPTS[0]) -> int:
     """Run CleanRL's script in this process with ``buffer``; write what it logged to ``record_path``.
 
     With a ``counter`` path (not ``-``), each add also stores the number of adds so far in that file,
     through a shared map: the page cache keeps it when the process is killed."""
     import ale_py  # noqa: F401  (registers PongNoFrameskip-v4 and the others with gymnasium)
+    import numpy as np
     from torch.utils.tensorboard import SummaryWriter
 
     sys.path.insert(0, str(cleanrl))
@@ -112,7 +119,9 @@ def run_child(cleanrl: Path, buffer: str, store: Path, record_path: Path, counte
     add_scalar = SummaryWriter.add_scalar
 
     def recording_add_scalar(writer: Any, tag: str, value: Any, global_step: Any = None, *rest: Any, **kw: Any) -> Any:
-        scalars.append((tag, int(global_step), float(value)))  # a 0-d float32 tensor converts exactly
+        # a 0-d float32 tensor converts exactly; an episode's return comes as a 1-element array, which
+        # numpy 2 no longer converts with float() (SummaryWriter squeezes it first, as here)
+        scalars.append((tag, int(global_step), float(np.asarray(value).squeeze())))
         return add_scalar(writer, tag, value, global_step, *rest, **kw)
 
     SummaryWriter.add_scalar = recording_add_scalar  # type: ignore[method-assign]
@@ -131,7 +140,7 @@ def run_child(cleanrl: Path, buffer: str, store: Path, record_path: Path, counte
         return made
 
     cleanrl_utils.buffers.ReplayBuffer = replay_buffer  # type: ignore[misc, assignment]
-    script = cleanrl / "cleanrl" / "dqn_atari.py"
+    script = cleanrl / "cleanrl" / script_name
     sys.argv = [str(script), *script_args]
     try:
         # The script's globals live until this function returns, just before the interpreter exits;
@@ -185,10 +194,12 @@ def run_one(args: argparse.Namespace, game: str, buffer: str, work: Path) -> dic
     run_dir.mkdir(parents=True)
     store, record_path, counter = run_dir / "store.mmr", run_dir / "record.json", run_dir / "adds.npy"
     kill_after = args.kill_after if buffer == "mmreplay" else None
-    command = [sys.executable, str(Path(__file__).resolve()), "--cleanrl", str(args.cleanrl.resolve())]
+    command = [sys.executable, str(Path(__file__).resolve()), "--cleanrl", str(args.cleanrl.resolve()), "--script", args.script]
     command += ["--child", buffer, str(store), str(record_path), "-" if kill_after is None else str(counter)]
     command += ["--", *script_arguments(args, GAMES[game])]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    if args.threads == 1:  # XLA's CPU client too (the JAX script), on one thread
+        env["XLA_FLAGS"] = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
     started = time.perf_counter()
     with open(run_dir / "output.log", "wb") as log:
         process = subprocess.Popen(command, cwd=run_dir, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -294,9 +305,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child:
         buffer, store, record, counter = args.child
-        return run_child(args.cleanrl.resolve(), buffer, Path(store), Path(record), counter, args.script_args)
-    if not (args.cleanrl / "cleanrl" / "dqn_atari.py").is_file():
-        raise SystemExit(f"--cleanrl {args.cleanrl}: expected a CleanRL checkout with cleanrl/dqn_atari.py")
+        return run_child(args.cleanrl.resolve(), buffer, Path(store), Path(record), counter, args.script_args, args.script)
+    if not (args.cleanrl / "cleanrl" / args.script).is_file():
+        raise SystemExit(f"--cleanrl {args.cleanrl}: expected a CleanRL checkout with cleanrl/{args.script}")
     work = args.work or Path(tempfile.mkdtemp(prefix="cleanrl-dqn-"))
     records, verdicts = [], []
     for game in args.games:

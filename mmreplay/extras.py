@@ -1,5 +1,5 @@
 """The optional parts of mmreplay and the extra that installs each one's dependencies: importing
-``mmreplay.sb3``, ``mmreplay.recorder``, ``mmreplay.ray``, ``mmreplay.rllib`` or ``mmreplay.torchrl``
+``mmreplay.sb3``, ``mmreplay.recorder``, ``mmreplay.ray``, ``mmreplay.rllib``, ``mmreplay.torchrl`` or ``mmreplay.jax``
 without them raises a ``ModuleNotFoundError`` that names the extra to install, rather than a bare
 missing module."""
 

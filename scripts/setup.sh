@@ -21,7 +21,7 @@ done
 stamp=.venv/.mmreplay-setup
 inputs_hash() {
   {
-    cat pyproject.toml setup.py mmreplay/_c/*.c mmreplay/_c/*.h
+    cat pyproject.toml setup.py $(find mmreplay/_c -name "*.[ch]" | LC_ALL=C sort)
     python3 -c 'import sys; print(sys.version)'
     # A compiler, liblz4 or a header installed since the last run: build the extensions this time.
     command -v cc gcc clang || true

@@ -8,8 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 TORCH_CPU_INDEX=https://download.pytorch.org/whl/cpu  # PyTorch's CPU-only wheels, as setup.sh and README.md install them
 # The expected times below: fresh-clone runs on a 2-core machine shared with other work (README.md).
+# tianshou, jax and envpool share .venv: their pins keep its numpy, gymnasium and torch.
 echo "--- setting up .venv (expected: 5-12 minutes on a fresh clone, seconds when it is up to date)"
-bash scripts/setup.sh demo sb3 minari show torchrl tianshou
+bash scripts/setup.sh demo sb3 minari show torchrl tianshou jax envpool
 if [ "${MMREPLAY_REQUIRE_EXTENSION:-0}" = "1" ]; then
   .venv/bin/python -c "import mmreplay.frames.lz4_codec as c, mmreplay.sampling.sum_tree as t, mmreplay.frames.reference_codec as r, sys; sys.exit(0 if c.ACCELERATED and t.ACCELERATED and r.ACCELERATED else 'a compiled extension (_lz4batch, _sumtree) did not build')"
 fi

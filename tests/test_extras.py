@@ -30,6 +30,7 @@ def import_without(module: str, missing: list[str]) -> subprocess.CompletedProce
         ("mmreplay.ray", ["ray"], r"mmreplay.ray needs ray, not installed here: pip install 'mmreplay\[ray\]'"),
         ("mmreplay.rllib", ["ray", "torch"], r"mmreplay.rllib needs ray and torch, not installed here: pip install 'mmreplay\[rllib\]'"),
         ("mmreplay.torchrl", ["tensordict", "torchrl"], r"mmreplay.torchrl needs tensordict and torchrl, not installed here: pip install 'mmreplay\[torchrl\]' \(in a clone: pip install '.\[torchrl\]'\)$"),
+        ("mmreplay.jax", ["jax"], r"mmreplay.jax needs jax, not installed here: pip install 'mmreplay\[jax\]' \(in a clone: pip install '.\[jax\]'\)$"),
         ("mmreplay.torchrl", ["torch", "tensordict", "torchrl"], r"mmreplay.torchrl needs torch and tensordict and torchrl, not installed here: pip install 'mmreplay\[torchrl\]' \(in a clone: pip install '.\[torchrl\]'\); for the CPU-only torch wheel"),
     ],
 )

@@ -5,7 +5,7 @@ The layers are folders. ``disk`` (files, the header) is the ground; ``rows`` (th
 tables) and ``frames`` (codecs and rings) stand on it; ``sampling`` deals in integers and knows nothing of
 storage; the ``store`` package is built on all of them; serialization (``hdf5``, ``dopamine``) and the
 integrations (``cli``, ``sb3``, ``recorder``) reach a store through its public face (``mmreplay.store``),
-never through its files; ``ray``, ``rllib`` and ``torchrl`` use only the package's public names.
+never through its files; ``ray``, ``rllib``, ``torchrl`` and ``jax`` use only the package's public names.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ FOLDER_LAYERS = {
     "ray": "public-api", "rllib": "public-api", "torchrl": "public-api",
     "tianshou": "public-api",
     "d3rlpy": "public-api",
+    "jax": "public-api",
 }
 # What each layer may import from the package besides its own layer and the base modules: whole folders
 # (``"disk/"``), single modules (``"store.reading.episode_list"``; ``"store"`` is the folder's __init__, its public
@@ -70,6 +71,8 @@ THIRD_PARTY_OWNERS = {
     "tensordict": {"torchrl/"},
     # Tianshou's buffers (the tianshou extra); its HDF5 files through Tianshou's own converters
     "tianshou": {"tianshou/"},
+    # JAX learners' batches (the jax extra)
+    "jax": {"jax/"},
 }
 
 

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pytest
 from atari_data import load_stream
+from manual_jax_examples import JAX_EXAMPLES, JAX_SMALL_SIZES
 from ray_loopback import is_loopback, ray_on_loopback  # before ray: the module's Ray cluster listens on loopback alone
 
 REPO = Path(__file__).resolve().parents[1]
@@ -495,6 +496,9 @@ EXAMPLES: dict[str, tuple[Callable[[dict[str, Any]], None], Callable[[dict[str, 
     "d3rlpy-offline": (setup_d3rlpy_offline, check_d3rlpy_offline),
     "tianshou": (setup_tianshou, check_tianshou),
 }
+# The JAX and EnvPool guide's examples (their setups in manual_jax_examples.py).
+EXAMPLES.update(JAX_EXAMPLES)
+SMALL_SIZES.update(JAX_SMALL_SIZES)
 # The examples that run on the module's Ray cluster.
 RAY_EXAMPLES = {"ray-sharded", "rllib-buffer"}
 # Examples that are one step of a loop: run this many times over the same names.
@@ -620,6 +624,8 @@ NOT_RUN = {
     ".venv/bin/mmreplay": "the CLI on the demo's store: the same commands run below on a store made here",
     "python -m venv .venv-d3rlpy": "d3rlpy's own environment: scripts/test.sh's d3rlpy stage makes it",
     ".venv-d3rlpy/bin/pip install": "installs d3rlpy's own environment: scripts/test.sh's d3rlpy stage does",
+    "python benchmarks/cleanrl_dqn.py": "CleanRL's DQN twice, in a venv with CleanRL's pins and its checkout (minutes)",
+    "python scripts/sbx_dqn_swap.py": "SBX's DQN twice, in a venv where sbx-rl installs (minutes)",
 }
 
 
