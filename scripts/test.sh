@@ -40,7 +40,10 @@ echo "--- the Ray pass (expected: 5-10 minutes)"
 
 echo "--- d3rlpy (mmreplay.d3rlpy and its guide's example): their own venv, .venv-d3rlpy, since d3rlpy 2.8.1 pins gymnasium 1.0.0"
 [ -x .venv-d3rlpy/bin/python ] || python3 -m venv .venv-d3rlpy
+echo "--- .venv-d3rlpy: pip and setuptools, then PyTorch 2.13.0's CPU build from $TORCH_CPU_INDEX (expected: 2-5 minutes; seconds when installed)"
 .venv-d3rlpy/bin/python -m pip install --quiet --upgrade pip "setuptools>=77"
-.venv-d3rlpy/bin/python -m pip install --quiet "torch==2.13.0"
-.venv-d3rlpy/bin/python -m pip install --quiet -e ".[d3rlpy,test]" ale-py opencv-python-headless
+.venv-d3rlpy/bin/python -m pip install --quiet "torch==2.13.0" --index-url "$TORCH_CPU_INDEX"
+echo "--- .venv-d3rlpy: mmreplay[d3rlpy,test] (editable), d3rlpy 2.8.1, ALE (expected: 2-4 minutes on a fresh clone; seconds when installed)"
+PYTHONWARNINGS="ignore:Editable installation" .venv-d3rlpy/bin/python -m pip install --quiet -e ".[d3rlpy,test]" ale-py opencv-python-headless
+echo "--- the d3rlpy pass (expected: 3-6 minutes)"
 .venv-d3rlpy/bin/python -m pytest -q tests/test_d3rlpy.py tests/test_docstrings.py tests/test_readme.py -k "not test_readme or d3rlpy" "$@"

@@ -33,6 +33,10 @@ class JaxBatches:
     turn while the learner runs; ``next()`` takes the oldest and sends it to the device (``to_jax``, copied
     as it is sent, so the buffer may be refilled). ``close()``, ``with``, garbage collection or closing the
     store stops the thread.
+
+    Args:
+        stream: the store's stream of numpy batches (``store.batches(reuse=True)``'s).
+        device: the device the batches go to (None: JAX's default).
     """
 
     def __init__(self, stream: _BatchStream, device: jax.Device | None) -> None:

@@ -11,15 +11,29 @@ import numpy.typing as npt
 
 @dataclass(frozen=True, repr=False)
 class JaxBatch:
-    """The fields of a ``Batch`` (the same names, the same values) as ``jax.Array``, each with a leading batch
-    axis, user fields by name in ``fields``; a pytree (a dataclass registered with ``jax.tree_util``: ``jax.jit``
-    and ``jax.tree_util`` take it whole, its arrays the leaves).
+    """The fields of a ``Batch`` (the same names, the same values) as ``jax.Array``, a pytree ``jax.jit`` takes whole.
+
+    Each has a leading batch axis; user fields are in ``fields`` by name. It is a dataclass registered with
+    ``jax.tree_util``: ``jax.jit`` and ``jax.tree_util`` take it whole, its arrays the leaves.
 
     ``obs`` and ``next_obs`` are separate, compact arrays. ``index`` is the exception: it stays a numpy
     int64 array on the host, as exact as the store's steps, which outgrow int32 (JAX's integer width
     unless ``jax_enable_x64`` is set) in long runs; it is what ``store.update_priorities`` takes back.
     The other fields have the dtypes JAX gives the store's (without ``jax_enable_x64``: 64-bit integers and
     floats as 32-bit ones, as ``jax.device_put`` makes them).
+
+    Attributes:
+        obs: the obs stacks, ``(B, stack_size, *frame_shape)``.
+        action: the actions.
+        reward: the rewards (n-step returns when sampled with ``n_step``).
+        next_obs: the next obs stacks.
+        terminated: whether each transition ended its episode in a terminal state.
+        truncated: whether each was cut by a time limit.
+        index: the sampled steps, a numpy int64 array on the host.
+        env_index: the env of each transition.
+        weight: the importance weights (ones for uniform sampling).
+        discount: the discount to apply to the bootstrap value.
+        fields: the store's user fields by name.
     """
 
     obs: jax.Array
