@@ -29,7 +29,7 @@ from mmreplay import ReplayStore
 path, mode, hold = sys.argv[1:4]
 store = ReplayStore.open(path, mode)
 if mode == "r+":
-    store.add(np.full((4, 4), 7, np.uint8), 7, 0.0, np.full((4, 4), 8, np.uint8), False, False)
+    store.add(np.full((4, 4), 5, np.uint8), 5, 0.0, np.full((4, 4), 6, np.uint8), False, False)  # continues the episode
 store.sample(2, rng=0)
 if hold == "late-module":
     collections._held_store = store  # cleared after mmreplay's modules at teardown
