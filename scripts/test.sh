@@ -36,7 +36,7 @@ echo "--- .venv-ray: mmreplay[rllib,test] (editable), ray[rllib] 2.60.0, ALE (ex
 PYTHONWARNINGS="ignore:Editable installation" .venv-ray/bin/python -m pip install --quiet -e ".[rllib,test]" ale-py opencv-python-headless
 echo "--- the Ray pass (expected: 5-10 minutes)"
 .venv-ray/bin/python -m pytest -q tests/test_ray_sharded.py tests/test_ray_apex.py tests/test_ray_cluster.py tests/test_rllib_buffer.py \
-  tests/test_encoded.py tests/test_readme.py -k "not test_readme or ray-sharded or rllib-buffer" "$@"
+  tests/test_encoded.py tests/test_docstrings.py tests/test_readme.py -k "not test_readme or ray-sharded or rllib-buffer" "$@"
 
 echo "--- d3rlpy (mmreplay.d3rlpy and its guide's example): their own venv, .venv-d3rlpy, since d3rlpy 2.8.1 pins gymnasium 1.0.0"
 [ -x .venv-d3rlpy/bin/python ] || python3 -m venv .venv-d3rlpy
