@@ -18,7 +18,6 @@ field, ``ref_delta``, also bound into the seed; a plain ring's entries and seeds
 
 from __future__ import annotations
 
-import errno
 import itertools
 import os
 from pathlib import Path
@@ -54,6 +53,7 @@ from mmreplay.frames.frame_entries import (
 )
 from mmreplay.frames.page_cache import ReadAdvice
 from mmreplay.frames.segment_maps import SegmentMaps
+from mmreplay.frames.segment_writes import write_run
 from mmreplay.limits import check_mapping
 from mmreplay.rows import stacking
 
@@ -67,27 +67,7 @@ class FrameChecksumError(CorruptStoreError):
         self.frame_step = frame_step
 
 
-def _iov_max() -> int:
-    """The most buffers one pwritev takes (IOV_MAX: 1,024 on Linux; POSIX allows as few as 16)."""
-    try:
-        return max(16, os.sysconf("SC_IOV_MAX"))
-    except (AttributeError, ValueError, OSError):
-        return 16
-
-
-_IOV_MAX = _iov_max()
 _lz4batch = extensions.load("_lz4batch")  # this ring's compiled reads and add's compiled write
-
-
-def _write_rest(descriptor: int, data: memoryview, offset: int) -> None:
-    """Write all of ``data`` at ``offset`` after a short write: each further ``pwrite`` writes more or raises
-    (ENOSPC on a full disk, EFBIG past the file-size limit); one that writes nothing is ENOSPC, as the
-    compiled writes' ``write_all`` takes it."""
-    while len(data):
-        written = os.pwrite(descriptor, data, offset)
-        if written == 0:
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        data, offset = data[written:], offset + written
 
 
 class FrameRing:
@@ -292,20 +272,7 @@ class FrameRing:
         if not run:
             return
         segment, offset = divmod(position, self.segment_bytes)
-        descriptor = self._descriptor_of(segment)
-        # pwrite, not a store into the map: a full disk is then an OSError, not a SIGBUS. pwritev takes at
-        # most IOV_MAX buffers (1,024 on Linux): an add of more frames (thousands of envs) goes in parts.
-        for start in range(0, len(run), _IOV_MAX):
-            part = run[start : start + _IOV_MAX]
-            length = sum(map(len, part))
-            try:
-                written = os.pwrite(descriptor, part[0], offset) if len(part) == 1 else os.pwritev(descriptor, part, offset)
-                if written < length:  # a write that only partly fits: the rest then fails with the real cause
-                    _write_rest(descriptor, memoryview(b"".join(part))[written:], offset + written)
-            except OSError as error:
-                raise OSError(error.errno, f"{self._segment_path(segment)}: {error.strerror} (writing {length} bytes "
-                                           f"of frames at byte {offset})") from None
-            offset += length
+        write_run(self._descriptor_of(segment), run, offset, name=str(self._segment_path(segment)))
 
     def sync(self) -> None:
         """Make every frame and table entry written so far durable (msync), before a commit."""

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import warnings
 from dataclasses import replace
 from collections.abc import Callable
 from pathlib import Path
@@ -58,6 +57,8 @@ from mmreplay.store.writing.add_arguments import (
     records_every_env,
 )
 from mmreplay.store.writing.add_plans import AddPlan, plan_add, plan_run
+from mmreplay.store.writing.cut_warnings import CutWarnings
+from mmreplay.store.writing.forked_writers import fork_error
 from mmreplay.store.writing.autocommit import CommitSchedule, Committable
 from mmreplay.store.writing.committer import Committer
 from mmreplay.store.writing.env_episodes import (
@@ -117,7 +118,7 @@ class Writer:
         # A sampler that applies priorities and the store's checks of them in one call (PrioritizedSampler).
         self._checked_update = priority_updates.checked_update_of(self._sampler)
         self.transitions_added = commit.transitions_added
-        self._warned_cuts: set[int] = set()  # the envs an add's cut was said for (``_warn_cuts``)
+        self._cuts = CutWarnings()  # the envs an add's cut was said for
         self._committer = Committer(files, commit, schedule)
         self._frames.remove_other_generations()
         self._episodes, self._env_frames_pending = load_env_episodes(
@@ -222,16 +223,11 @@ class Writer:
 
     def fork_error(self, operation: str) -> ClosedStoreError:
         """The error of ``operation`` in a forked child of the process that opened the writer."""
-        path = str(self.files.directory.path)
-        return ClosedStoreError(
-            f"cannot {operation}: the store at {path!r} was opened for writing by process {self.pid}, and this "
-            f"process ({os.getpid()}) is a fork of it; a writer belongs to the process that opened it, so this "
-            "copy was closed without writing anything: open the store in this process instead "
-            f"(ReplayStore.open({path!r}, 'r') to read, or 'r+' once the other process has closed it)"
-        )
+        return fork_error(str(self.files.directory.path), self.pid, operation)
 
     def check_process(self, operation: str) -> None:
-        """Raise ``fork_error`` (after ``forked``) where this process is not the one that opened the writer."""
+        """Raise ``ClosedStoreError`` naming the fork (after ``forked``) where this process is not the one that
+        opened the writer."""
         if os.getpid() != self.pid:
             self.forked()
             raise self.fork_error(operation)
@@ -487,27 +483,9 @@ class Writer:
         except BaseException:
             encoder.rollback()  # no frame may be encoded against one that was not written
             raise
-        self._warn_cuts(plan, first_step)
+        self._cuts.warn(plan, first_step)
         if self._schedule.due(self.transitions_added):
             self.flush()
-
-    def _warn_cuts(self, plan: AddPlan, first_step: int) -> None:
-        """Say once per env that a written add (``plan``, from ``first_step`` on) started a new episode
-        because its obs did not continue the env's open one: a training loop that forgot a flag or
-        changed an obs after the store saw it as next_obs learns it at the first such add."""
-        for row in plan.cuts:
-            env = plan.envs[row]
-            if env in self._warned_cuts:
-                continue
-            self._warned_cuts.add(env)
-            step = first_step + row
-            warnings.warn(
-                f"env {env}'s obs at step {step} does not continue its episode (it differs from the env's "
-                "previous next_obs, and that transition neither terminated nor truncated): a new episode "
-                f"starts at step {step}, and the one before it is listed as ended_by='cut'. Pass terminated "
-                "or truncated on an episode's last transition (this is said once per env of an opened store)",
-                UserWarning, stacklevel=5,  # the caller of ReplayStore.add
-            )
 
     def _add_single_frames(self, parsed: SingleFrames, fields: dict[str, npt.NDArray[Any]] | None) -> bool:
         """``add``'s fast path, for the add a training loop makes at nearly every step (``parsed``, with the
