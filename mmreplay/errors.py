@@ -1,4 +1,4 @@
-"""The exceptions mmreplay raises.
+"""The exceptions mmreplay raises, and the warning an add gives when an episode is cut.
 
 Each class also subclasses the builtin exception it refines, so callers can catch either:
 a store that is not found is a ``FileNotFoundError``, a corrupt one a ``ValueError``.
@@ -81,4 +81,13 @@ class EpisodeNotFoundError(MmreplayError, LookupError):
     """No stored episode has the id asked for (``store.episodes().by_id``, ``mmreplay show``).
 
     The id is not an episode's first step, or that step was evicted. The message says which ids are stored.
+    """
+
+
+class EpisodeCutWarning(UserWarning):
+    """An add's obs did not continue its env's open episode, so the store started a new one there.
+
+    The episode before it is listed with ``ended_by="cut"``. Said once per env of an opened store; a loop
+    that means to start episodes this way (random frames in a test, say) can ignore it by class:
+    ``warnings.filterwarnings("ignore", category=mmreplay.EpisodeCutWarning)``.
     """

@@ -1,5 +1,5 @@
 """An add whose obs does not continue its env's open episode starts a new episode, and says so once: a
-``UserWarning`` naming the env and the step, once per env of an opened store, never for an episode that
+``mmreplay.EpisodeCutWarning`` (a ``UserWarning``) naming the env and the step, once per env of an opened store, never for an episode that
 ended by a flag, a first add, a fragment, or an add that was refused."""
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from strategies import frame
 
+import mmreplay
 from mmreplay import ReplayStore, encode_frames
 
 SHAPE = (8, 8)
@@ -47,7 +48,7 @@ def test_an_obs_that_does_not_continue_the_open_episode_warns_once_naming_the_en
             add(store, 20, 21)  # cut again: not said again
             add(store, 21, 22)
         assert cut_warnings(caught) == [message(0, 2)]
-        assert all(w.category is UserWarning for w in caught if "does not continue" in str(w.message))
+        assert all(w.category is mmreplay.EpisodeCutWarning for w in caught if "does not continue" in str(w.message))
         assert [e.ended_by for e in store.episodes()] == ["cut", "cut", "in progress"]
 
 
@@ -104,3 +105,15 @@ def test_add_encoded_warns_at_the_step_that_does_not_continue(tmp_path: Path) ->
             store.add_encoded(frames, np.array([0, 1, 3, 4]), np.zeros(4, np.int64), np.zeros(4, np.float32),
                               np.array([1, 2, 4, 5]), np.zeros(4, bool), np.zeros(4, bool))
         assert cut_warnings(caught) == [message(0, 2)]
+
+
+def test_the_cut_warning_has_its_own_class_so_a_loop_can_ignore_it_alone(tmp_path: Path) -> None:
+    assert issubclass(mmreplay.EpisodeCutWarning, UserWarning) and "EpisodeCutWarning" in mmreplay.__all__
+    with ReplayStore.create(tmp_path / "s.mmr", frame_shape=SHAPE, capacity=16, stack_size=1) as store:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            warnings.filterwarnings("ignore", category=mmreplay.EpisodeCutWarning)
+            add(store, 1, 2)
+            add(store, 5, 6)  # a cut, ignored by class
+            warnings.warn("another warning", UserWarning)  # still shown
+        assert [str(w.message) for w in caught] == ["another warning"] and len(store) == 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import warnings
 
+from mmreplay.errors import EpisodeCutWarning
 from mmreplay.store.writing.add_plans import AddPlan
 
 
@@ -29,5 +30,5 @@ class CutWarnings:
                 "previous next_obs, and that transition neither terminated nor truncated): a new episode "
                 f"starts at step {step}, and the one before it is listed as ended_by='cut'. Pass terminated "
                 "or truncated on an episode's last transition (this is said once per env of an opened store)",
-                UserWarning, stacklevel=5,  # the caller of ReplayStore.add
+                EpisodeCutWarning, stacklevel=5,  # the caller of ReplayStore.add
             )
