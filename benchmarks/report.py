@@ -166,7 +166,7 @@ def write_markdown(
         "# mmreplay benchmark report",
         "",
         (f"Written {now} by `{' '.join(['benchmarks/report.py', *sys.argv[1:]])}` on {machine_line()}. "
-        "Real Atari frames (recorded with ALE by `scripts/atari_frames.py`), peers measured in the same run. "
+        "Real Atari frames (recorded with ALE by `mmreplay.testing.atari_frames`), peers measured in the same run. "
         "Timings are wall-clock and "
         "move with the machine's load (see each section's notes): compare ratios within a section. The "
         "sampling ratios of the \"sampling in turns\" tables (bench_paired) are the steadier ones: there "

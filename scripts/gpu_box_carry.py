@@ -3,7 +3,7 @@ package registry, beside the wheels and sources already there (``whl/``, ``src/`
 setuptools, nvCOMP; see ``/work/shared/notes/gpu-box-measurements.md``):
 
 - ``frames/atari_<game>.npz``: the 20,000-frame streams of Pong, MsPacman, Seaquest and Breakout, copied from the
-  atari_frames cache (recorded with ALE first where missing), in the layout ``--data-dir`` reads;
+  ``mmreplay.testing.atari_frames`` cache (recorded with ALE first where missing), in the layout ``--data-dir`` reads;
 - ``testwhl/``: pytest and hypothesis wheels (and their dependencies) for CPython 3.12, downloaded with
   pip, for the CUDA tests;
 - with ``--base REV``, ``base.tar``: the package at that commit (``git archive REV mmreplay setup.py``), which
@@ -24,8 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import atari_frames  # noqa: E402
+from mmreplay.testing import atari_frames
 
 GAMES = ("pong", "mspacman", "seaquest", "breakout")
 STREAM_FRAMES = atari_frames.BENCHMARK_FRAMES

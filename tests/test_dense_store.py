@@ -41,7 +41,7 @@ DENSE = "lz4-reference"
 
 @functools.cache
 def stream(game: str) -> dict[str, np.ndarray]:
-    """The first 4,000 frames of a game's frame stream (see scripts/atari_frames.py)."""
+    """The first 4,000 frames of a game's frame stream (see mmreplay/testing/atari_frames.py)."""
     return load_stream(game, KEYS, 4000)
 
 
