@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from atari_data import load_stream
-from issue3_reference import assert_distribution
+from reference_windows import assert_distribution
 
 from mmreplay import PrioritizedSampler, ReplayStore
 

@@ -24,7 +24,7 @@ from atari_data import load_stream
 from extension_status import absent_reason
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from issue3_reference import add_masked, assert_n_step_matches, assert_sequences_match
+from reference_windows import add_masked, assert_n_step_matches, assert_sequences_match
 from reference import ReferenceStore, assert_batch_matches, assert_store_matches
 
 from mmreplay import CorruptStoreError, FormatVersionError, ReferenceScheme, ReplayStore

@@ -7,10 +7,10 @@
 #   - adds (stacks with Python scalars, one env; stacks of 8 envs) on each game (bench_adds.py);
 #   - prioritized sample(32) + update_priorities(32) at 1,000,000 transitions against cpprb (bench_prioritized.py).
 # Fill .devcarry here first (wheels, sources, the recorded frames, pytest and hypothesis):
-#     python scripts/gpu_box_carry.py
-# On the box (the device tool: command "bash benchmarks/cores_box.sh", carry [".devcarry"], timeout_s 330):
-#     bash benchmarks/cores_box.sh
-# The stages and the build are benchmarks/box_stages.sh's. Settings (environment): BUDGET (290), and its.
+#     python benchmarks/lab/gpu_box_carry.py
+# On the box (the device tool: command "bash benchmarks/lab/cores_box.sh", carry [".devcarry"], timeout_s 330):
+#     bash benchmarks/lab/cores_box.sh
+# The stages and the build are benchmarks/lab/box_stages.sh's. Settings (environment): BUDGET (290), and its.
 set -u
 NAME=cores_box
 BUDGET=${BUDGET:-290}

@@ -1,6 +1,6 @@
 # Sourced by the lent-box scripts (gpu_box.sh, cores_box.sh, box_all.sh): the build of mmreplay on a box with
 # no registry, no lz4 package and no liblz4 headers (Python 3.12, gcc, numpy; torch with CUDA where there is a
-# GPU), from the wheels and sources carried in $CARRY (filled here by `python scripts/gpu_box_carry.py`), and
+# GPU), from the wheels and sources carried in $CARRY (filled here by `python benchmarks/lab/gpu_box_carry.py`), and
 # each measuring stage as one function. The caller sets NAME (its log's name) and BUDGET (seconds for the
 # whole run), then calls `stage NAME SECONDS FUNCTION` for each stage it wants. Every stage runs under its
 # own `timeout`, never past BUDGET; a stage that fails is reported and the next one runs. Everything is

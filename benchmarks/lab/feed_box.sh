@@ -4,9 +4,9 @@
 # learners, the ring and mmreplay's device batches) for this tree and for BASE's package, in turns (this,
 # base, this), each run's "kept" taken against its own resident batch; then adds, then issue 28's encodings,
 # as the budget allows. BASE's tree travels as $CARRY/base.tar (`git archive BASE mmreplay setup.py`, made by
-# scripts/gpu_box_carry.py --base BASE); its extensions are this tree's where its C sources are the same.
-#     python scripts/gpu_box_carry.py --base f2aeafb      # here
-#     bash benchmarks/feed_box.sh                          # the device tool: carry [".devcarry"], timeout_s 545
+# benchmarks/lab/gpu_box_carry.py --base BASE); its extensions are this tree's where its C sources are the same.
+#     python benchmarks/lab/gpu_box_carry.py --base f2aeafb      # here
+#     bash benchmarks/lab/feed_box.sh                          # the device tool: carry [".devcarry"], timeout_s 545
 # Results under $OUT: feed-<label>-<turn>.jsonl (bench_gpu_feed's JSON lines), bench.jsonl, tests.txt, feed_box.log.
 # Settings (environment): BUDGET (480), FEED_ARGS (bench_gpu_feed's cells), and box_stages.sh's.
 set -u

@@ -9,7 +9,7 @@ frames, where the compiled read's per-call overhead is most of a batch. Prints e
 task, and the ratio of the second tree's to the first's (below 1: the second is faster). Alternating
 keeps load from other processes on a shared machine out of the ratio, as far as it can be kept.
 
-    python benchmarks/bench_builds.py /tmp/main-tree . --rounds 8
+    python benchmarks/lab/bench_builds.py /tmp/main-tree . --rounds 8
 """
 
 from __future__ import annotations
