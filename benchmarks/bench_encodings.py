@@ -50,7 +50,7 @@ from peers import FrameStream
 from timing import batches_per_second
 
 ENCODINGS = ("lz4", "lz4-reference")
-# issue 41's bounds: bytes on disk per transition, and reference frames' rates against plain lz4's
+# format 6's bounds: bytes on disk per transition, and reference frames' rates against plain lz4's
 TARGETS = {"pong": 130, "breakout": 135, "mspacman": 330, "seaquest": 280}
 RATE_TARGETS = {"add_1_env": 0.85, "add_8_envs": 0.9}
 

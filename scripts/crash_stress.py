@@ -458,7 +458,7 @@ def run_writer(path: Path, side_path: Path, variant: Variant, data: dict[str, np
     progress.set(9, stream.steps)
 
 
-# How a send's blocks arrive (issue 26, item 1): as bytes, or as a receive buffer viewed as rows of bytes
+# How a send's blocks arrive (the encoded path's inputs): as bytes, or as a receive buffer viewed as rows of bytes
 # or as 4-byte words (``ndarray.data`` of an (n, k) uint8 or uint32 array), which the sender overwrites
 # as soon as the call returns (a reused buffer).
 BUFFER_FORMS = ("bytes", "rows", "words")

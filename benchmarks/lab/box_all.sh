@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 25's figures in one call of a lent GPU box (device time is short: one start, one build), the missed
+# The GPU-feed targets' figures in one call of a lent GPU box (device time is short: one start, one build), the missed
 # targets first: the learner kept by each feed (eager and CUDA-graph learners, each feed's windows paired
 # with the resident batch's), adds (plain and reference frames, one env and 8), the CUDA tests, sampling
 # against the numpy ring (both encodings, 2 and all decode threads), prioritized vs cpprb, the pool tests.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The script for issue 25's figures on a lent 16-core box (the GPU unused; Python 3.12 with numpy,
+# The script for the GPU-feed targets' CPU figures on a lent 16-core box (the GPU unused; Python 3.12 with numpy,
 # setuptools and gcc; no registry, no lz4 package, no liblz4 headers, no ALE): build mmreplay there, check
 # the thread pool and the prioritized calls, then measure, each peer in the same run as mmreplay:
 #   - sampling batches/s against the in-RAM numpy ring by decode threads (1, 2, 4, 8, all), Pong, MsPacman
@@ -24,5 +24,5 @@ stage "prioritized vs cpprb" 40 prioritized
 stage "adds" 40 adds
 stage "sampling vs the numpy ring" 200 sampling
 finish
-echo "=== what to read: bench.jsonl; targets (issue 25): sampling ratio >= 1.5 in every game and batch at decode_threads"
+echo "=== what to read: bench.jsonl; targets: sampling ratio >= 1.5 in every game and batch at decode_threads"
 echo "===   'all'; adds >= 50,000 transitions/s for '1 env, stacks, Python scalars' on every game; prioritized ratio >= 1.5"
