@@ -1,5 +1,5 @@
 """How many transitions per second does one writer add, on each game, and how do reference frames' adds
-compare with plain lz4's (issue 41: one env's >= 0.85x, 8 envs' >= 0.9x)?
+compare with plain lz4's (format 6's bounds: one env's >= 0.85x, 8 envs' >= 0.9x)?
 
 Two forms per game, in one process, taking turns in blocks of ``--block`` calls so that a busy machine's
 drift hits both alike: one env adding 4-frame stacks with Python ``int``/``float``/``bool`` (what CleanRL

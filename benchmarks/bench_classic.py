@@ -52,7 +52,7 @@ from machine import load_average, proc_field
 
 BUFFERS = ("deque", "numpy", "sb3", "mmreplay")
 Transition = namedtuple("Transition", ["obs", "action", "reward", "next_obs", "done"])
-SAMPLE_TARGET_VS_DEQUE = 10.0  # issue 20: mmreplay samples >= 10x the deque's batches/s
+SAMPLE_TARGET_VS_DEQUE = 10.0  # the classic benchmark's target: mmreplay samples >= 10x the deque's batches/s
 SAMPLE_TARGET_VS_NUMPY = 0.5  # ... and >= 0.5x the numpy buffer's, in the same run
 
 

@@ -7,7 +7,7 @@ is fed by one env (its adds in three forms, below), and by ``--vector-envs`` env
 stream from different episode starts, one vector add of ``(8, 84, 84)`` arrays per env step. Each buffer is
 measured in a fresh subprocess per repeat, so its anonymous memory (``RssAnon``) starts clean and one
 buffer's memory never weighs on another's. Prints medians over ``--repeats``, mmreplay's ratio against
-each peer, and the targets of the core issue and issues 7 and 14 as markdown; ``--json`` also writes them
+each peer, and the baseline, speed and training-loop add targets as markdown; ``--json`` also writes them
 machine-readable (``benchmarks/report.py`` reads that file).
 
     .venv/bin/python benchmarks/bench_core.py                     # pong, capacity 100,000, all peers
@@ -17,12 +17,12 @@ machine-readable (``benchmarks/report.py`` reads that file).
 One env's adds are measured in three forms (``mmreplay_adapters.ADD_FORMS``): single frames with the
 stream's numpy scalars (``mmreplay``), and 4-frame stacks with numpy scalars (``mmreplay-stacks``) or
 with Python ``int``/``float``/``bool`` (``mmreplay-stacks-py``: ``add(stack, 1, 0.0, next_stack, False,
-False)``, the call CleanRL, SB3 and most single-env loops make). Issue 14's targets compare the last
+False)``, the call CleanRL, SB3 and most single-env loops make). The training-loop add targets compare the last
 with the numpy-scalar figures of the same run.
 
 ``--frame-encoding`` picks how mmreplay's stores compress frames (``ReplayStore.create``'s option):
 ``lz4`` (each frame alone, the default) or ``lz4-reference`` (each frame against an earlier frame of
-its env); issue 7's density targets are checked for the latter.
+its env); the speed targets' bytes bound is checked for the latter.
 
 A peer whose package is missing is skipped with a note; a peer whose arrays would not fit in memory at
 ``--capacity`` is measured at the largest capacity that fits, and the output says so.
@@ -65,18 +65,19 @@ ONE_ENV_ADD_FORMS = {"mmreplay": "frames", "mmreplay-stacks": "stacks", "mmrepla
 ONE_ENV_LABELS = {"mmreplay-stacks": "mmreplay (stacks, numpy scalars)",
                   "mmreplay-stacks-py": "mmreplay (stacks, Python scalars)"}
 BUFFERS = (*MMREPLAY, "sb3", "cpprb", "numpy")
-# Targets from the core issue (bytes on disk per transition; sample >= 0.5x the numpy ring; add).
+# The baseline targets (bytes on disk per transition; sample >= 0.5x the numpy ring; add).
 BYTES_TARGET = {"pong": 320, "mspacman": 2_100}
 SAMPLE_TARGET_VS_NUMPY = 0.5
 ADD_TARGET = 20_000
-# Targets from issue 7 (speed): add for one env and for a vector of 8; sample against each peer.
+# The speed targets: add for one env and for a vector of 8; sample against each peer.
 ADD_TARGET_ONE_ENV = 50_000
 ADD_TARGET_VECTOR = 100_000
 VECTOR_TARGET_ENVS = 8
 SAMPLE_TARGET_VS_PEER = {"numpy": 1.0, "cpprb": 1.2, "sb3": 1.2}
-# Issue 7's denser encoding: bytes on disk per transition with frame_encoding="lz4-reference".
+# The speed targets' denser encoding: bytes on disk per transition with frame_encoding="lz4-reference".
 DENSE_BYTES_TARGET = {"pong": 130, "mspacman": 650}
-# Issue 14: one env's add with Python scalars and stacks, and its ratio to the numpy-scalar add.
+# The training-loop add targets: one env's add with Python scalars and stacks, and its ratio to the
+# numpy-scalar add.
 ADD_TARGET_PYTHON_SCALARS = 50_000
 PYTHON_SCALARS_TARGET_RATIO = 0.9
 FRAME_ENCODINGS = ("lz4", "lz4-reference")
@@ -250,33 +251,34 @@ def _verdict(met: bool) -> str:
 
 
 def check_targets(args: argparse.Namespace, results: dict[str, dict[str, object]]) -> list[dict[str, object]]:
-    """The core issue's and issue 7's targets that this run's results can check: one record each."""
+    """The targets that this run's results can check, by group (baseline, speed, training-loop add): one
+    record each."""
     checks: list[dict[str, object]] = []
 
-    def check(issue: str, target: str, value: str, met: bool, note: str = "") -> None:
-        checks.append({"issue": issue, "target": target, "value": value, "met": met, "note": note})
+    def check(group: str, target: str, value: str, met: bool, note: str = "") -> None:
+        checks.append({"group": group, "target": target, "value": value, "met": met, "note": note})
 
     mm, vec = results.get("mmreplay"), results.get("mmreplay-vec")
     if mm:
-        check("core", f"add >= {ADD_TARGET:,} transitions/s", _num(mm["add_per_s"]), mm["add_per_s"] >= ADD_TARGET)
+        check("baseline", f"add >= {ADD_TARGET:,} transitions/s", _num(mm["add_per_s"]), mm["add_per_s"] >= ADD_TARGET)
         if args.game in BYTES_TARGET:
             target = BYTES_TARGET[args.game]
-            check("core", f"bytes on disk/transition <= {target:,}", _num(mm["bytes_per_transition"]),
+            check("baseline", f"bytes on disk/transition <= {target:,}", _num(mm["bytes_per_transition"]),
                   mm["bytes_per_transition"] <= target)
         if args.game in DENSE_BYTES_TARGET and args.frame_encoding == "lz4-reference":
             target = DENSE_BYTES_TARGET[args.game]
-            check("7", f"bytes on disk/transition <= {target:,} with frame_encoding='lz4-reference'",
+            check("speed", f"bytes on disk/transition <= {target:,} with frame_encoding='lz4-reference'",
                   _num(mm["bytes_per_transition"]), mm["bytes_per_transition"] <= target)
         if "numpy" in results:
             ratio = mm["sample_per_s"] / results["numpy"]["sample_per_s"]
-            check("core", f"sample >= {SAMPLE_TARGET_VS_NUMPY}x the numpy ring", f"{ratio:.2f}x",
+            check("baseline", f"sample >= {SAMPLE_TARGET_VS_NUMPY}x the numpy ring", f"{ratio:.2f}x",
                   ratio >= SAMPLE_TARGET_VS_NUMPY)
-        check("7", f"add >= {ADD_TARGET_ONE_ENV:,} transitions/s, one env", _num(mm["add_per_s"]),
+        check("speed", f"add >= {ADD_TARGET_ONE_ENV:,} transitions/s, one env", _num(mm["add_per_s"]),
               mm["add_per_s"] >= ADD_TARGET_ONE_ENV)
     check_python_scalars(results, check)
     if vec:
         note = "" if args.vector_envs == VECTOR_TARGET_ENVS else f"measured with {args.vector_envs} envs"
-        check("7", f"add >= {ADD_TARGET_VECTOR:,} transitions/s, vector add of {VECTOR_TARGET_ENVS} envs",
+        check("speed", f"add >= {ADD_TARGET_VECTOR:,} transitions/s, vector add of {VECTOR_TARGET_ENVS} envs",
               _num(vec["add_per_s"]), vec["add_per_s"] >= ADD_TARGET_VECTOR, note)
     if mm:
         for peer, target in SAMPLE_TARGET_VS_PEER.items():
@@ -286,29 +288,30 @@ def check_targets(args: argparse.Namespace, results: dict[str, dict[str, object]
             capacity = results[peer]["capacity"]
             note = "" if capacity == mm["capacity"] else (
                 f"{peer} at capacity {capacity:,} (the largest that fits), mmreplay at {mm['capacity']:,}")
-            check("7", f"sample >= {target}x {peer}", f"{ratio:.2f}x", ratio >= target, note)
+            check("speed", f"sample >= {target}x {peer}", f"{ratio:.2f}x", ratio >= target, note)
     for name in MMREPLAY:
         mismatches = results.get(name, {}).get("verify_mismatches")
         if mismatches is not None:
             checked = VERIFY_BATCHES * args.batch_size * args.repeats
-            check("core", f"{label(name, args.vector_envs)}: sampled batches equal the stream they came from",
+            check("baseline", f"{label(name, args.vector_envs)}: sampled batches equal the stream they came from",
                   f"{mismatches:,} of {checked:,} sampled transitions differ", mismatches == 0)
     return checks
 
 
 def check_python_scalars(results: dict[str, dict[str, object]], check: Callable[..., None]) -> None:
-    """Issue 14: the add CleanRL and SB3 make (one env, Python scalars, stacks) is as fast as the same
-    add with numpy scalars, and as the single-frame add."""
+    """The training-loop add targets: the add CleanRL and SB3 make (one env, Python scalars, stacks) is as
+    fast as the same add with numpy scalars, and as the single-frame add."""
     python = results.get("mmreplay-stacks-py")
     if not python:
         return
     rate = python["add_per_s"]
-    check("14", f"add >= {ADD_TARGET_PYTHON_SCALARS:,} transitions/s, one env, Python scalars and stacks",
+    group = "training-loop add"
+    check(group, f"add >= {ADD_TARGET_PYTHON_SCALARS:,} transitions/s, one env, Python scalars and stacks",
           _num(rate), rate >= ADD_TARGET_PYTHON_SCALARS)
     for name, what in (("mmreplay-stacks", "numpy scalars and stacks"), ("mmreplay", "numpy scalars and single frames")):
         if name in results:
             ratio = rate / results[name]["add_per_s"]
-            check("14", f"add with Python scalars and stacks >= {PYTHON_SCALARS_TARGET_RATIO}x the add with {what}",
+            check(group, f"add with Python scalars and stacks >= {PYTHON_SCALARS_TARGET_RATIO}x the add with {what}",
                   f"{ratio:.2f}x ({_num(rate)} against {_num(results[name]['add_per_s'])})",
                   ratio >= PYTHON_SCALARS_TARGET_RATIO)
 
@@ -350,9 +353,9 @@ def report(args: argparse.Namespace, results: dict[str, dict[str, object]], note
                 f"{_ratio(mm['bytes_per_transition'], peer_bytes)} | "
                 f"{_ratio(mm['anon_bytes_per_transition'], p['anon_bytes_per_transition'])} |"
             )
-    for issue, title in (("core", "Targets (core issue):"), ("7", "Targets (issue 7, speed):"),
-                         ("14", "Targets (issue 14, the add training loops make):")):
-        rows = [c for c in checks if c["issue"] == issue]
+    for group, title in (("baseline", "Baseline targets:"), ("speed", "Speed targets:"),
+                         ("training-loop add", "Targets of the add training loops make:")):
+        rows = [c for c in checks if c["group"] == group]
         if rows:
             lines += ["", title]
             lines += [f"- {c['target']}: {c['value']} {_verdict(bool(c['met']))}"

@@ -1,6 +1,6 @@
 """d3rlpy's own replay buffer against ``MmreplayReplayBuffer`` on real Pong transitions, in one process.
 
-The same episodes (``scripts/atari_frames.py``'s Pong stream, ``(1, 84, 84)`` frames, stacked 4 at a
+The same episodes (``mmreplay.testing.atari_frames``' Pong stream, ``(1, 84, 84)`` frames, stacked 4 at a
 time by ``FrameStackTransitionPicker`` and by the store) go into d3rlpy's ``ReplayBuffer`` and into a
 store. The script reports, for each buffer: the Python heap it holds (tracemalloc, numpy's arrays
 included), its file on disk (d3rlpy's ``dump``, the store's directory) and the time to load it back;
@@ -18,7 +18,6 @@ import argparse
 import json
 import platform
 import shutil
-import sys
 import tempfile
 import time
 import tracemalloc
@@ -27,8 +26,7 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
-import atari_frames  # noqa: E402
+from mmreplay.testing import atari_frames
 
 
 def pong_episodes(frames: int) -> list[Any]:

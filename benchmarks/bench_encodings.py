@@ -22,7 +22,7 @@ replayed cyclically), capacity ``--capacity`` (100,000), stack 4, one env, ``fra
 
 Medians of the ratios with their quartiles; ``--json`` writes one JSON line per game. Every sampled batch
 of the first and last window is checked against the stream (``MmreplayAdapter.verify``). To pair this tree
-against another (the same script run by each tree's package in turn), ``pair_trees.py``.
+against another (the same script run by each tree's package in turn), ``lab/pair_trees.py``.
 
     python benchmarks/bench_encodings.py                                  # ~8 minutes on 2 busy cores
     python benchmarks/bench_encodings.py --games pong --capacity 20000 --rounds 5 --batches 32   # ~30 s
@@ -50,7 +50,7 @@ from peers import FrameStream
 from timing import batches_per_second
 
 ENCODINGS = ("lz4", "lz4-reference")
-# issue 41's bounds: bytes on disk per transition, and reference frames' rates against plain lz4's
+# format 6's bounds: bytes on disk per transition, and reference frames' rates against plain lz4's
 TARGETS = {"pong": 130, "breakout": 135, "mspacman": 330, "seaquest": 280}
 RATE_TARGETS = {"add_1_env": 0.85, "add_8_envs": 0.9}
 

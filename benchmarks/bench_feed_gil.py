@@ -1,5 +1,5 @@
-"""How much of a Python-bound learner does a background feed take through the GIL (issue 25, the eager
-learner), measured without a GPU?
+"""How much of a Python-bound learner does a background feed take through the GIL (the GPU-feed
+benchmark's eager learner), measured without a GPU?
 
 An eager PyTorch learner is launch-bound: its thread runs Python between ~40-100 kernel launches an update,
 and each launch gives up the GIL for a few microseconds. A feed thread in the same process (decoding with

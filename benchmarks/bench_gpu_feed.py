@@ -1,4 +1,4 @@
-"""Issue 25's learner question: how much of a GPU learner does each replay feed keep?
+"""How much of a GPU learner does each replay feed keep?
 
 For each game (Pong, MsPacman, Seaquest), batch size (32, 256) and learner (a Nature-CNN double-DQN
 update, ``eager`` PyTorch and ``graph``: the whole update in one CUDA graph; ``none``: the feed alone),
@@ -8,7 +8,7 @@ with host decode and with nvCOMP decode (where nvCOMP is installed). *Kept* = up
 / updates/s with one batch resident on the device: each feed's ``--rounds`` windows take turns with
 windows of the resident batch, and kept is the median of the pairs' ratios (with the lowest and highest),
 so that a learner whose own rate drifts is compared with itself at the same moment. The stores' frames
-follow the store's default unless ``--frame-encoding`` names one (nvCOMP decode needs ``lz4``). Issue 25's
+follow the store's default unless ``--frame-encoding`` names one (nvCOMP decode needs ``lz4``). The
 target: kept >= 0.95 for mmreplay's device batches in every cell.
 
 A window is updates (batches, for ``none``) over ``--seconds`` after ``--warmup`` s, with the device

@@ -1,9 +1,9 @@
-"""Sampling a store from a process in a memory cgroup (issue 42): a store larger than the cgroup allows,
+"""Sampling a store from a process in a memory cgroup: a store larger than the cgroup allows,
 and one that fits, each sampled by this tree's package and a base tree's in alternating runs.
 
 A store maps its segment files ``MADV_RANDOM`` when they outgrow half of the memory the process may use.
-Before issue 42 that memory was the machine's ``MemAvailable``, which does not see a container's or a
-batch job's limit: in a cgroup of 300 MB, a 1 GiB store was read around, each page fault reading the
+Before the store read its cgroup's limit, that memory was the machine's ``MemAvailable``, which does not
+see a container's or a batch job's limit: in a cgroup of 300 MB, a 1 GiB store was read around, each page fault reading the
 disk's read-ahead window and evicting what the next faults need. This measures, for each tree and each
 store, a fresh process placed in a new cgroup (v1 ``memory.limit_in_bytes`` or v2 ``memory.max``,
 whichever this machine lets it make) before Python starts, with the store's pages evicted from the page

@@ -6,7 +6,7 @@ the same code gave 0.90x and 1.12x the numpy ring in two runs. Here both buffers
 in a worker process, filled with the same real-frame stream as in bench_core), then they sample in
 short alternating windows, A B B A in one round and B A A B in the next, so that a drift within a
 round weighs on both alike. Each round gives one ratio (mmreplay's batches over the peer's); the
-report is the median ratio with its quartiles and how many rounds met issue 7's target.
+report is the median ratio with its quartiles and how many rounds met the speed target.
 
     .venv/bin/python benchmarks/bench_paired.py                                  # pong, 100,000, all peers
     .venv/bin/python benchmarks/bench_paired.py --capacity 1000000 --rounds 30 --json paired.json
@@ -141,7 +141,7 @@ def markdown(result: dict[str, object]) -> str:
             f"{d['peer_batches_per_s']:,.0f} | {d['ratio_median']:.2f}x | {d['ratio_quartiles'][0]:.2f}-"
             f"{d['ratio_quartiles'][1]:.2f}x | {d['ratio_range'][0]:.2f}-{d['ratio_range'][1]:.2f}x | {met} |"
         )
-    lines += ["", "Targets (issue 7, sample), on the median of the paired ratios:", ""]
+    lines += ["", "Speed targets (sample), on the median of the paired ratios:", ""]
     for d in result["duels"]:  # type: ignore[union-attr]
         if d["target"] is not None:
             verdict = "met" if d["ratio_median"] >= d["target"] else "NOT met"

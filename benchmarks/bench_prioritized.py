@@ -1,4 +1,4 @@
-"""Issue 3's two questions, answered in one run:
+"""Two questions about prioritized replay and sequences, answered in one run:
 
 1. Prioritized replay: how many ``sample(32)`` + ``update_priorities(32)`` operations per second does
    mmreplay do, against cpprb's ``PrioritizedReplayBuffer`` (a C++ segment tree), measured in the same

@@ -1,4 +1,4 @@
-"""Sampling batches/s by decode threads, against the in-RAM numpy frame ring in the same run (issue 25).
+"""Sampling batches/s by decode threads, against the in-RAM numpy frame ring in the same run.
 
 For each game and batch size: a store of ``--capacity`` transitions (stacks of 4, the game's recorded
 frames added one env step at a time) and a numpy ring of the same transitions (Dopamine's layout: each

@@ -51,7 +51,7 @@ from frame_streams import add_data_dir_argument, data_dir_arguments, stream_path
 from peers import FRAME_SHAPE, STACK_SIZE, FrameStream
 from timing import batches_per_second
 
-WARM_TARGET = 0.8  # issue 7: sampling the large store within 20% of the small one
+WARM_TARGET = 0.8  # the speed target: sampling the large store within 20% of the small one
 MiB = 2**20
 
 

@@ -1,6 +1,6 @@
 """Tianshou's own ``VectorReplayBuffer`` against ``MmreplayVectorReplayBuffer``, in one process, alternating.
 
-Both buffers take the same adds of recorded Pong frame stacks (``scripts/atari_frames.py``'s frames,
+Both buffers take the same adds of recorded Pong frame stacks (``mmreplay.testing.atari_frames``' frames,
 stacked as ``FrameStackObservation(4)`` does, in ``--envs`` envs), then draw the same batches
 (``sample(B)``, seeded alike) and answer ``hasnull()``. Each measurement alternates the two buffers,
 ``--rounds`` times, and reports the median: a busy machine slows both alike. Printed per buffer: adds per
@@ -15,20 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-
 
 def frames(count: int) -> np.ndarray:
-    """``count`` real 84x84 Pong frames (recorded once by scripts/atari_frames.py), repeated if fewer."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    import atari_frames  # type: ignore[import-not-found]
+    """``count`` real 84x84 Pong frames (recorded once by mmreplay.testing.atari_frames), repeated if fewer."""
+    from mmreplay.testing import atari_frames
 
     recorded = atari_frames.load("pong", 4000)["frames"]
     return np.resize(recorded, (count, *recorded.shape[1:]))

@@ -4,7 +4,7 @@ Two steps, two Python environments (Dopamine needs TensorFlow and gin, which mmr
 
 1. ``write`` runs with a Python that has ``dopamine-rl`` (tested: dopamine-rl 4.1.2, TensorFlow 2.21 CPU,
    Python 3.11). It fills ``dopamine.tf.replay_memory.circular_replay_buffer.OutOfGraphReplayBuffer``
-   with frames (real Atari frames from ``scripts/atari_frames.py`` when given, else random ones), each
+   with frames (real Atari frames from ``mmreplay.testing.atari_frames`` when given, else random ones), each
    stamped with its written slot number in its first three pixels, through episodes of 1, 2 and more
    steps that end by termination or (scenario ``dopamine``) by a time limit (``episode_end=True``), so
    the ring wraps several times. Two scenarios:

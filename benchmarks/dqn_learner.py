@@ -3,7 +3,7 @@
 One update: Q(obs) of the online network (with gradients), the online network's greedy action on
 next_obs and the target network's value of it (no gradients), a Huber loss against ``reward + discount *
 that value``, backward, and an Adam step (Dopamine's and CleanRL's settings). ``eager`` is plain PyTorch,
-launch-bound on the host at Atari sizes (~300 updates/s on an H200 in issue 25's measurements);
+launch-bound on the host at Atari sizes (~300 updates/s on an H200 in the GPU-feed measurements);
 ``graph`` captures the whole update once in a ``torch.cuda.CUDAGraph`` (Adam with ``capturable=True``)
 and replays it after copying each batch into static input tensors, what ``torch.compile`` or a JAX
 learner gives (~1,500/s): the hardest learner to keep fed.

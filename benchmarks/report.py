@@ -125,8 +125,9 @@ def core_section(core: dict) -> list[str]:
         lines.append(f"| {labels.get(name, name)} | {r['capacity']:,} | {_num(r['add_per_s'])} | "
                      f"{_num(r['sample_per_s'])} | {_num(kept)} ({where}) | "
                      f"{_num(r['rss_anon_growth'] / 2**20, 1)} | {' | '.join(ratios)} |")
-    for issue, title in (("core", "Targets (core issue)"), ("7", "Targets (issue 7, speed)")):
-        rows = [t for t in core.get("targets", []) if t["issue"] == issue]
+    for group, title in (("baseline", "Baseline targets"), ("speed", "Speed targets"),
+                         ("training-loop add", "Targets of the add training loops make")):
+        rows = [t for t in core.get("targets", []) if t["group"] == group]
         if rows:
             lines += ["", f"{title}:", ""]
             lines += [f"- {t['target']}: {t['value']} **{'met' if t['met'] else 'NOT met'}**"
@@ -137,7 +138,10 @@ def core_section(core: dict) -> list[str]:
 
 
 def paired_section(paired: dict) -> list[str]:
-    return ["", paired["markdown"].replace("## mmreplay vs peers, sampling in turns:", "### Sampling in turns:")]
+    import bench_paired  # beside this script; its markdown from the figures, so a render uses today's wording
+
+    text = bench_paired.markdown(paired)
+    return ["", text.replace("## mmreplay vs peers, sampling in turns:", "### Sampling in turns:")]
 
 
 def scale_section(scale: dict) -> list[str]:
@@ -166,7 +170,7 @@ def write_markdown(
         "# mmreplay benchmark report",
         "",
         (f"Written {now} by `{' '.join(['benchmarks/report.py', *sys.argv[1:]])}` on {machine_line()}. "
-        "Real Atari frames (recorded with ALE by `scripts/atari_frames.py`), peers measured in the same run. "
+        "Real Atari frames (recorded with ALE by `mmreplay.testing.atari_frames`), peers measured in the same run. "
         "Timings are wall-clock and "
         "move with the machine's load (see each section's notes): compare ratios within a section. The "
         "sampling ratios of the \"sampling in turns\" tables (bench_paired) are the steadier ones: there "

@@ -2,7 +2,7 @@
 
 Each trial creates a small store (capacity of a few dozen to a few hundred transitions, so wrap-around
 eviction happens within a fraction of a second) and forks a writer process that appends real Atari frames
-(``scripts/atari_frames.py`` records them once with ALE) in a stream fixed by the trial's seed:
+(``mmreplay.testing.atari_frames`` records them once with ALE) in a stream fixed by the trial's seed:
 single-env or vector adds (with ``env_mask``), single frames or stacks (every other ending of a stack
 brings a reset stack as next_obs, as CleanRL does), long real episodes or short ones cut by truncation
 (which makes frames outnumber transitions and the frame table grow), a uniform or a prioritized sampler
@@ -70,14 +70,12 @@ from typing import Any
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-for directory in (REPO, REPO / "scripts"):  # the package, and atari_frames when loaded from a file by the tests
-    if str(directory) not in sys.path:
-        sys.path.insert(0, str(directory))
-
-import atari_frames  # noqa: E402
+if str(REPO) not in sys.path:  # the package, when run as a script from a clone
+    sys.path.insert(0, str(REPO))
 
 from mmreplay import EncodedFrames, PrioritizedSampler, ReplayStore, StoreLockedError, encode_frames  # noqa: E402
 from mmreplay.store.writing import autocommit  # noqa: E402  (a forked child's exit commit, run by hand)
+from mmreplay.testing import atari_frames  # noqa: E402
 
 PHASES = {
     0: "starting",
@@ -460,7 +458,7 @@ def run_writer(path: Path, side_path: Path, variant: Variant, data: dict[str, np
     progress.set(9, stream.steps)
 
 
-# How a send's blocks arrive (issue 26, item 1): as bytes, or as a receive buffer viewed as rows of bytes
+# How a send's blocks arrive (the encoded path's inputs): as bytes, or as a receive buffer viewed as rows of bytes
 # or as 4-byte words (``ndarray.data`` of an (n, k) uint8 or uint32 array), which the sender overwrites
 # as soon as the call returns (a reused buffer).
 BUFFER_FORMS = ("bytes", "rows", "words")

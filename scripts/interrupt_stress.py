@@ -1,6 +1,6 @@
 """Interrupt stress: SIGINT a writer at random moments of its adds, flushes and clears; nothing may wedge.
 
-Each run starts a writer process that appends real Atari frames (``scripts/atari_frames.py``) to a small
+Each run starts a writer process that appends real Atari frames (``mmreplay.testing.atari_frames``) to a small
 store in a stream fixed by the run's seed: one-env or vector adds (some with ``env_mask``), single frames
 or stacks, plain or reference frames, a uniform or a prioritized sampler, ``add_encoded`` sends (one
 env), and now and then a ``flush`` or a ``clear``. The parent sends it SIGINT after random delays. The
@@ -34,14 +34,14 @@ from typing import Any
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-for directory in (REPO, REPO / "scripts", REPO / "tests"):
+for directory in (REPO, REPO / "tests"):
     if str(directory) not in sys.path:
         sys.path.insert(0, str(directory))
 
-import atari_frames  # noqa: E402
 from reference import ReferenceStore, assert_store_matches  # noqa: E402  (the tests' naive model)
 
 from mmreplay import PrioritizedSampler, ReplayStore, encode_frames  # noqa: E402
+from mmreplay.testing import atari_frames  # noqa: E402
 
 STACK = 4
 

@@ -3,7 +3,7 @@
     python scripts/salvage_check.py                      # Pong, 6,000 transitions, both frame encodings
     python scripts/salvage_check.py --game breakout --transitions 8000 --json
 
-For each frame encoding it builds a store of the game's recorded frames (scripts/atari_frames.py), copies
+For each frame encoding it builds a store of the game's recorded frames (mmreplay.testing.atari_frames), copies
 it, flips one byte (the row of a step a sixth of the way into the stored steps; then, in another copy, a
 byte of a frame's block a third of the way in; in a reference store also the next key frame from there, which the frames of
 its group are compressed against), and salvages the copy. ``ReplayStore.open`` reads the
@@ -26,12 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import atari_frames  # noqa: E402
-
-import mmreplay  # noqa: E402
-from mmreplay import CorruptStoreError, ReplayStore  # noqa: E402
-from mmreplay.store import internals  # noqa: E402
+import mmreplay
+from mmreplay import CorruptStoreError, ReplayStore
+from mmreplay.store import internals
+from mmreplay.testing import atari_frames
 
 
 def build(path: Path, game: str, transitions: int, encoding: str) -> None:

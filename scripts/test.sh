@@ -15,7 +15,7 @@ if [ "${MMREPLAY_REQUIRE_EXTENSION:-0}" = "1" ]; then
   .venv/bin/python -c "import mmreplay.frames.lz4_codec as c, mmreplay.sampling.sum_tree as t, mmreplay.frames.reference_codec as r, sys; sys.exit(0 if c.ACCELERATED and t.ACCELERATED and r.ACCELERATED else 'a compiled extension (_lz4batch, _sumtree) did not build')"
 fi
 echo "--- recording the real Atari frames the tests read (expected: ~10 s once, then cached)"
-.venv/bin/python scripts/atari_frames.py   # the real frames the tests read: recorded with ALE once (~10 s), then cached
+.venv/bin/python -m mmreplay.testing.atari_frames   # the real frames the tests read: recorded with ALE once (~10 s), then cached
 echo "--- the main pass: every test but Ray's and RLlib's (expected: 10-30 minutes, by how busy the cores are)"
 # The Ray and RLlib tests, and the manual's Ray and RLlib examples (tests/test_readme.py's ray-sharded and
 # rllib-buffer), run in their own venv below (ray[rllib] pins another gymnasium).

@@ -1,22 +1,20 @@
-"""The real Atari frame streams the tests read, recorded with ALE by scripts/atari_frames.py and cached.
+"""The real Atari frame streams the tests read, recorded with ALE by ``mmreplay.testing.atari_frames`` and cached.
 
 The first run records 4,000 frames of each game it needs (a few seconds a game) into the cache that
-scripts/atari_frames.py names; later runs read the files. Without ALE the tests that need real frames
-fail, naming the command that installs it: they carry the README's main promises (real frames bit-exact,
-corruption detected, nothing committed lost to a crash), so a run that cannot check them must not pass.
+``mmreplay.testing.atari_frames.cache_dir`` names; later runs read the files. Without ALE the tests that
+need real frames fail, naming the command that installs it: they carry the README's main promises (real
+frames bit-exact, corruption detected, nothing committed lost to a crash), so a run that cannot check them
+must not pass.
 """
 
 from __future__ import annotations
 
 import functools
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.append(str(Path(__file__).resolve().parents[1] / "scripts"))
-import atari_frames  # noqa: E402
+from mmreplay.testing import atari_frames
 
 
 def load_stream(game: str, keys: tuple[str, ...], frames: int) -> dict[str, np.ndarray]:

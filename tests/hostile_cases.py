@@ -152,7 +152,7 @@ NAMED_CASES = [
     (("commit", "sampler_state"), {"max_priority": 1e308}),
     (("layout", "segment_bytes"), 2**40),  # a writer must not reserve a terabyte of disk
     (("commit", "bytes_written"), 2**45),
-    # issue 42, item 6: a scheme whose depth is a loop over 2**40 (or an OverflowError)
+    # a scheme whose depth is a loop over 2**40 (or an OverflowError)
     (("layout", "reference_scheme"), {"group_size": 2**40, "branching": 2**40, "max_distance": 8192}),
     (("layout", "reference_scheme"), {"group_size": 10**30, "branching": 10**30, "max_distance": 8192}),
 ]

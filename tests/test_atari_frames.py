@@ -1,4 +1,4 @@
-"""scripts/atari_frames.py: the real frame streams the suite records with ALE, caches, and cuts.
+"""mmreplay.testing.atari_frames: the real frame streams the suite records with ALE, caches, and cuts.
 
 Streams here are short (a few hundred frames, a fraction of a second to record) and cached in a
 temporary directory; the suite's own 4,000-frame streams are checked by every test that reads them.
@@ -7,11 +7,16 @@ temporary directory; the suite's own 4,000-frame streams are checked by every te
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from atari_data import atari_frames
+
+from mmreplay.testing import atari_frames
+
+REPO = Path(__file__).resolve().parents[1]
 
 KEYS = ("frames", "episode_start", "action", "reward", "terminated", "truncated")
 
@@ -107,9 +112,60 @@ def test_without_ale_the_error_names_the_command_that_installs_it(monkeypatch: p
         return version(distribution)
 
     monkeypatch.setattr(atari_frames.metadata, "version", without_ale)
-    with pytest.raises(ModuleNotFoundError, match=r"needs ale-py, which is not installed: run `bash scripts/test.sh`, "
-                       r"or install the demo extra: pip install -e '\.\[demo\]'$"):  # fmt: skip
+    with pytest.raises(ModuleNotFoundError, match=r"needs ale-py, which is not installed: install the demo extra: "
+                       r"pip install 'mmreplay\[demo\]' \(in a clone: pip install -e '\.\[demo\]', or run "
+                       r"`bash scripts/test.sh`\)$"):  # fmt: skip
         atari_frames.load("pong", 100)
+
+
+def test_recording_without_ale_importable_names_the_extra_that_installs_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ale_py", None)  # an import of ale_py now raises ImportError
+    with pytest.raises(ModuleNotFoundError, match=r"^recording real Atari frames needs ale_py: install the demo "
+                       r"extra: pip install 'mmreplay\[demo\]'"):  # fmt: skip
+        atari_frames.record("pong", 10)
+
+
+def run_recorder(*arguments: str) -> subprocess.CompletedProcess[str]:
+    """``python -m mmreplay.testing.atari_frames ARGUMENTS`` with this tree's package first on the path."""
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HOME": str(Path.home())}
+    return subprocess.run([sys.executable, "-m", "mmreplay.testing.atari_frames", *arguments], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+
+
+def test_importing_the_recorder_imports_neither_ale_nor_gymnasium() -> None:
+    code = ("import sys; from mmreplay.testing import atari_frames; "
+            "print(sorted({'ale_py', 'gymnasium', 'cv2'} & set(sys.modules)))")  # fmt: skip
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={"PYTHONPATH": str(REPO)},
+                         capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert (run.returncode, run.stdout.strip(), run.stderr) == (0, "[]", "")
+
+
+def test_the_recorder_runs_as_a_module_whose_help_shows_an_example() -> None:
+    run = run_recorder("--help")
+    assert run.returncode == 0, run.stderr
+    assert "usage: python -m mmreplay.testing.atari_frames" in run.stdout
+    assert "python -m mmreplay.testing.atari_frames --frames 20000" in run.stdout
+
+
+def test_the_recorder_refuses_an_unknown_game_with_one_json_object_and_a_nonzero_exit(tmp_path: Path) -> None:
+    run = run_recorder("--games", "tetris", "--json", "--cache-dir", str(tmp_path))
+    assert run.returncode == 1
+    assert json.loads(run.stdout) == {
+        "ok": False, "game": "tetris", "streams": [],
+        "error": "game is 'tetris'; expected one of ['breakout', 'mspacman', 'pong', 'seaquest']",
+    }  # fmt: skip
+    assert run.stderr == "error: game is 'tetris'; expected one of ['breakout', 'mspacman', 'pong', 'seaquest']\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_recorder_prints_each_cached_stream_as_json(tmp_path: Path) -> None:
+    first = run_recorder("--games", "pong", "--frames", "60", "--cache-dir", str(tmp_path))
+    assert first.returncode == 0, first.stderr
+    again = run_recorder("--games", "pong", "--frames", "60", "--cache-dir", str(tmp_path), "--json")
+    assert again.returncode == 0 and again.stderr == "", again.stderr
+    out = json.loads(again.stdout)
+    assert out["ok"] is True and [(s["game"], s["frames"]) for s in out["streams"]] == [("pong", 60)]
+    assert Path(out["streams"][0]["path"]).parent == tmp_path and Path(out["streams"][0]["path"]).is_file()
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from atari_data import load_stream
-from issue3_reference import assert_distribution
+from reference_windows import assert_distribution
 
 from mmreplay import PrioritizedSampler, ReplayStore
 
@@ -70,7 +70,7 @@ def test_kills_of_a_writer_that_adds_encoded_sends_lose_no_committed_transition(
 def test_kills_of_a_writer_that_forks_samples_on_a_thread_and_is_interrupted_lose_no_committed_transition(
     tmp_path: Path,
 ) -> None:
-    """``--host`` (issue 42): the writer also samples on a thread, forks a child every 50 adds that runs the
+    """``--host``: the writer also samples on a thread, forks a child every 50 adds that runs the
     exit commit (which for its inherited writer must write nothing) and exits, and is interrupted inside
     its adds and flushes every few milliseconds, retrying them; kills at any moment lose nothing
     committed, and a child's exit never writes its stale header over the writer's."""

@@ -1,4 +1,4 @@
-"""Hostile and damaged files (issue 42, items 6 to 9): every integer a header or row declares is bounded
+"""Hostile and damaged files: every integer a header or row declares is bounded
 before anything is allocated, a short write on a full disk is ENOSPC, and damage is contained: reported
 by ``verify`` row by row and frame by frame, named by ``open`` with the way out (``salvage``).
 

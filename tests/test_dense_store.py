@@ -24,7 +24,7 @@ from atari_data import load_stream
 from extension_status import absent_reason
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from issue3_reference import add_masked, assert_n_step_matches, assert_sequences_match
+from reference_windows import add_masked, assert_n_step_matches, assert_sequences_match
 from reference import ReferenceStore, assert_batch_matches, assert_store_matches
 
 from mmreplay import CorruptStoreError, FormatVersionError, ReferenceScheme, ReplayStore
@@ -41,7 +41,7 @@ DENSE = "lz4-reference"
 
 @functools.cache
 def stream(game: str) -> dict[str, np.ndarray]:
-    """The first 4,000 frames of a game's frame stream (see scripts/atari_frames.py)."""
+    """The first 4,000 frames of a game's frame stream (see mmreplay/testing/atari_frames.py)."""
     return load_stream(game, KEYS, 4000)
 
 

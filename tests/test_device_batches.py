@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 import pytest
-from issue3_reference import FailingSampler
+from reference_windows import FailingSampler
 from strategies import numbered_frame, stack
 from synthetic_frames import sprite_frames
 

@@ -31,7 +31,7 @@ import pytest
 
 PUBLIC_MODULES = [
     "mmreplay", "mmreplay.hdf5", "mmreplay.sb3", "mmreplay.torchrl", "mmreplay.tianshou", "mmreplay.ray",
-    "mmreplay.rllib", "mmreplay.d3rlpy", "mmreplay.jax",
+    "mmreplay.rllib", "mmreplay.d3rlpy", "mmreplay.jax", "mmreplay.testing.atari_frames",
 ]
 SECTION = re.compile(r"^(Args|Arguments|Returns|Yields|Raises|Attributes|Examples?|Notes?|Warns|See Also):\s*$")
 # A figure measured on a machine: a rate, a time, a ratio (``0.9x``, ``3x``, not a shape's ``84x84``), a

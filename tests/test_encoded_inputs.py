@@ -1,5 +1,5 @@
-"""The encoded path's public inputs are normalised or refused once, where they enter (issue 26, items 1,
-4 and 14): ``EncodedFrames.data`` of any buffer shape or item size is its bytes, what ``add_encoded``
+"""The encoded path's public inputs are normalised or refused once, where they enter:
+``EncodedFrames.data`` of any buffer shape or item size is its bytes, what ``add_encoded``
 checks is what it writes, a decode never lands in a copy of ``out``, and malformed arguments get errors
 that name them."""
 

@@ -3,8 +3,8 @@
 Each test runs a script in a fresh interpreter that forks, so that the child's exit is a real one (its
 ``atexit`` commit, its garbage collection, its module teardown), and reads back what the script prints.
 The child of a writer (an env worker or a data loader started with ``fork``) must not commit its stale
-copy of the header over the parent's (issue 42, item 1), must be refused every write with an error
-that names the fork, and must exit without waiting for a thread it does not have.
+copy of the header over the parent's, must be refused every write with an error that names the fork, and
+must exit without waiting for a thread it does not have.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def run_script(body: str, *args: str, timeout: float = 240) -> dict:
 
 
 def test_a_forked_child_that_exits_normally_leaves_the_parents_commits(tmp_path: Path) -> None:
-    """Issue 42, item 1: the child forked after 10 commits tries an add and a flush and then exits normally;
+    """The child forked after 10 commits tries an add and a flush and then exits normally;
     the parent commits 20 more meanwhile. Today the child's exit commit wrote its stale header (11
     transitions) over the parent's 30."""
     path = tmp_path / "store.mmr"

@@ -36,7 +36,7 @@ from mmreplay.store import internals
 
 NOT_BUILT = absent_reason("_lz4batch")
 # Frames that compress like a game's (mostly constant, noisy rows) for the pool's tests, which then run
-# where no recorded stream is (the 16-core box of benchmarks/cores_box.sh has no ALE).
+# where no recorded stream is (the 16-core box of benchmarks/lab/cores_box.sh has no ALE).
 POOL_FRAMES = random_frames(600, seed=40)
 ATARI_ROW = 5 * 84 * 84  # decoded bytes of one transition's stacks of 4 (5 distinct frames)
 

@@ -1,7 +1,7 @@
 """Nothing prints at interpreter exit, whatever was left open and whenever the teardown reaches it.
 
-A store that something keeps alive until the interpreter tears its modules down (jax did: issue 42's last
-item) was dropped after ``mmreplay``'s modules were cleared, and its ``__del__`` printed "Exception ignored
+A store that something keeps alive until the interpreter tears its modules down (jax did) was
+dropped after ``mmreplay``'s modules were cleared, and its ``__del__`` printed "Exception ignored
 in ReplayStore.__del__". The scripts here hold the store in a module imported before mmreplay, which the
 teardown clears after mmreplay's (modules are cleared newest first), so the store's ``__del__`` runs
 with mmreplay's globals gone: the same order, without jax.

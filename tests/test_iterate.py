@@ -2,7 +2,7 @@
 
 ``iterate`` against ``read`` of the stored steps is also a rule of the model test (test_store_model.py);
 here: its bounds, a reader's pass while a writer appends, eviction overtaking a pass, flat memory, and
-the distribution of ``sample_episodes`` under both weightings (chi-square, issue3_reference's bound).
+the distribution of ``sample_episodes`` under both weightings (chi-square, reference_windows's bound).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from issue3_reference import assert_distribution
+from reference_windows import assert_distribution
 
 from mmreplay import ReplayStore
 

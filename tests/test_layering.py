@@ -31,6 +31,8 @@ FOLDER_LAYERS = {
     "tianshou": "public-api",
     "d3rlpy": "public-api",
     "jax": "public-api",
+    # real ALE frame streams for tests and benchmarks: beside the package, imported by none of it
+    "testing": "testing",
 }
 # What each layer may import from the package besides its own layer and the base modules: whole folders
 # (``"disk/"``), single modules (``"store.reading.episode_list"``; ``"store"`` is the folder's __init__, its public
@@ -57,6 +59,7 @@ ALLOWED = {
     # samplers and the validators; never storage. A load builds its copy beside the store it replaces
     # (atomic_builds.SiblingBuild), as imports do.
     "public-api": {"sampling.samplers", "validation", "disk.atomic_builds"},
+    "testing": set(),
 }
 # Only these modules import a third-party codec or file format directly.
 THIRD_PARTY_OWNERS = {
@@ -215,6 +218,16 @@ def test_the_import_reader_sees_each_form_of_import() -> None:
     assert not allowed_for("serialization", "store.reading.transition_reader")
     assert allowed_for("serialization", "store.reading.episode_list")
     assert allowed_for("frames", "rows.stacking") and not allowed_for("frames", "rows.transitions")
+
+
+def test_no_module_outside_mmreplay_testing_imports_it() -> None:
+    """``mmreplay.testing`` (the frame recorder the tests and benchmarks import) serves the tests and
+    benchmarks only: a store, a CLI command or an integration that needed it would need ALE to run."""
+    importers = sorted(module for module in modules() if module.split(".")[0] != "testing"
+                       and any(name.split(".")[0] == "testing" for name in imports_of(module)[0]))
+    assert importers == []
+    assert not any(allowed_for(layer, "testing.atari_frames") for layer in ALLOWED if layer != "testing")
+    assert "testing.atari_frames" in modules() and imports_of("testing.atari_frames")[0] == set()
 
 
 # The integration packages (mmreplay/ray/, mmreplay/rllib/, mmreplay/torchrl/) build on the public API: the package's own

@@ -1,4 +1,4 @@
-"""Loads and imports replace only after they succeed (issue 42, item 5): TorchRL's ``loads`` and
+"""Loads and imports replace only after they succeed: TorchRL's ``loads`` and
 ``load_state_dict``, SB3's ``load_replay_buffer``, ``import_hdf5`` and ``import_dopamine``. Whatever
 they replace (a buffer's own store, a model's buffer) is replaced only once the new content is complete;
 a load that fails (a flipped byte in the dump, an interrupt part way) leaves the old store as it was, and

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from conftest import StoreAndReference
-from issue3_reference import add_masked, continues_after_eviction, assert_n_step_matches, episode_tail
+from reference_windows import add_masked, continues_after_eviction, assert_n_step_matches, episode_tail
 from reference import ReferenceStore, assert_batch_matches
 from strategies import FrameSource, draw_add, frame, store_configs
 

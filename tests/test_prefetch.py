@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from issue3_reference import FailingSampler
+from reference_windows import FailingSampler
 from reference import BATCH_FIELDS, ReferenceStore, assert_batch_matches
 from strategies import numbered_frame
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from issue3_reference import assert_distribution
+from reference_windows import assert_distribution
 from strategies import numbered_frame
 
 from mmreplay import CorruptStoreError, PrioritizedSampler, ReplayStore

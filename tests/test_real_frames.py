@@ -1,6 +1,6 @@
-"""Lossless round trips and disk footprint on real Atari frames (recorded by scripts/atari_frames.py).
+"""Lossless round trips and disk footprint on real Atari frames (recorded by mmreplay.testing.atari_frames).
 
-A game's frame stream (see scripts/atari_frames.py) holds every observation in order: transition t is
+A game's frame stream (see mmreplay/testing/atari_frames.py) holds every observation in order: transition t is
 ``(frames[t], action[t], reward[t], frames[t + 1], terminated[t], truncated[t])`` for every t with
 ``action[t] >= 0``. The frames are recorded one at a time, so the store must detect every episode
 start on its own (``episode_start``) and rebuild every 4-frame stack from stored frames.

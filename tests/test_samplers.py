@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from extension_status import absent_reason
-from issue3_reference import assert_distribution
+from reference_windows import assert_distribution
 from reference import ReferenceStore, assert_batch_matches
 from strategies import numbered_frame
 

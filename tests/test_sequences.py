@@ -10,7 +10,7 @@ import pytest
 from conftest import StoreAndReference
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from issue3_reference import add_masked, continues_after_eviction, assert_distribution, assert_sequences_match
+from reference_windows import add_masked, continues_after_eviction, assert_distribution, assert_sequences_match
 from reference import ReferenceStore, assert_batch_matches
 from strategies import FrameSource, draw_add, frame, stack, store_configs
 

@@ -1,5 +1,5 @@
 """A header's sizes are checked against what the machine can give before anything is allocated, mapped
-or reserved (issue 26, item 10): files can be sparse, so a store of a few KiB on disk may declare rings
+or reserved: files can be sparse, so a store of a few KiB on disk may declare rings
 of 2^40 slots. What it cannot have raises ``StoreLimitError`` (an ``OSError``: ENOMEM or ENOSPC)."""
 
 from __future__ import annotations

@@ -230,7 +230,7 @@ def test_vector_add_bad_only_in_env_3_changes_nothing_for_any_env(primed, case):
 
 def add_with_env_3_masked(pair, args: Args) -> None:
     """``add`` with env 3 masked out, in the store and in the reference (which records envs 0-2)."""
-    from issue3_reference import add_masked
+    from reference_windows import add_masked
 
     mask = np.array([True, True, True, False])
     pair.store.add(*args.as_tuple(), env_mask=mask)

@@ -1,7 +1,7 @@
 """Threads of one process sharing one store: every call is served whole, one at a time, or refused clearly.
 
-Issue 42, item 4: two threads adding to one store got internal errors ("arguments out of range") and
-transitions with the other thread's obs, because an add read the step it writes and the env's episode
+Two threads adding to one store got internal errors ("arguments out of range") and transitions with the
+other thread's obs, because an add read the step it writes and the env's episode
 before it took the lock. Each thread here writes frames that encode (thread, t), so every stored
 transition can be checked against what its add gave, wherever the threads interleaved. The switch
 interval is made tiny so that the threads change places inside the calls.

@@ -17,19 +17,18 @@ t with ``action[t] >= 0``. The env is ``ALE/<Game>-v5`` made with ``frameskip=1`
 (0.25), wrapped by gymnasium's ``AtariPreprocessing`` (frame_skip=4, max-pool of the last two raw frames,
 84x84 grayscale, up to 30 no-op starts), seeded once; the seeds make these streams bit-identical to the
 ``atari_<game>.npz`` files the project recorded first (ale-py 0.12.1, gymnasium 1.4.0). Pong, Breakout
-and MsPacman compress very differently (about x27, x18 and x4 with lz4), which is why all three exist;
-Seaquest (seed 2) joined them for ``benchmarks/bench_gpu_feed.py``, as in the GPU measurements of issue 25.
+and MsPacman compress very differently with lz4, which is why all three exist; Seaquest (seed 2) joined
+them for the GPU-feed benchmark (``benchmarks/bench_gpu_feed.py``).
 
 A stream is recorded once per game, frame count and versions of the packages that produce its pixels,
 and kept as ``atari_<game>_<N>frames_seed<seed>_<versions digest>.npz`` in the cache directory:
 ``$MMREPLAY_FRAMES_DIR``, else ``$XDG_CACHE_HOME/mmreplay/frames``, else ``~/.cache/mmreplay/frames``.
 Files are written to a temporary name and renamed into place, so a killed or concurrent run never leaves
-half a file. Recording needs ale-py, gymnasium and opencv (``pip install -e '.[demo]'``; ``bash
-scripts/test.sh`` installs them); 4,000 frames of a game took 2.4 to 3.4 s on the 2-core development
-machine, 20,000 took 9 to 13 s.
+half a file. Recording needs ale-py, gymnasium and opencv, the ``demo`` extra (``bash scripts/test.sh``
+installs them); they are imported only when a stream is recorded, so reading a cached one needs numpy alone.
 
-    python scripts/atari_frames.py                        # every game (pong, breakout, mspacman, seaquest): 4,000 frames
-    python scripts/atari_frames.py --frames 20000         # what the benchmarks replay
+    python -m mmreplay.testing.atari_frames                  # pong, breakout, mspacman, seaquest: 4,000 frames each
+    python -m mmreplay.testing.atari_frames --frames 20000   # what the benchmarks replay
 """
 
 from __future__ import annotations
@@ -43,33 +42,51 @@ import sys
 import time
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-# name, seed; Seaquest for the GPU-feed benchmark (issue 25), recorded the same way
+__all__ = ["BENCHMARK_FRAMES", "GAMES", "cache_dir", "load", "record", "stream_path", "versions"]
+
+# name, seed; Seaquest for the GPU-feed benchmark, recorded the same way
 GAMES = {"pong": ("Pong", 0), "breakout": ("Breakout", 1), "mspacman": ("MsPacman", 4), "seaquest": ("Seaquest", 2)}
-MAKE_KWARGS = {"frameskip": 1, "repeat_action_probability": 0.25}
-WRAPPER_KWARGS = {"noop_max": 30, "frame_skip": 4, "screen_size": 84, "terminal_on_life_loss": False,
+MAKE_KWARGS: dict[str, Any] = {"frameskip": 1, "repeat_action_probability": 0.25}
+WRAPPER_KWARGS: dict[str, Any] = {"noop_max": 30, "frame_skip": 4, "screen_size": 84, "terminal_on_life_loss": False,
                   "grayscale_obs": True, "scale_obs": False}  # fmt: skip
 BENCHMARK_FRAMES = 20_000
 # Shorter streams are cut from one of this length, so the tests' different lengths share one file a game.
 SHORTEST_RECORDING = 4_000
 RECORDER_VERSION = 1  # bump when the recording loop changes what it writes
-INSTALL_HINT = "run `bash scripts/test.sh`, or install the demo extra: pip install -e '.[demo]'"
+INSTALL_HINT = ("install the demo extra: pip install 'mmreplay[demo]' (in a clone: pip install -e '.[demo]', "
+                "or run `bash scripts/test.sh`)")  # fmt: skip
 # The distributions whose code decides the pixels and actions (opencv under any of its names).
 PRODUCERS = {"ale_py": ("ale-py",), "gymnasium": ("gymnasium",), "numpy": ("numpy",),
              "opencv": ("opencv-python-headless", "opencv-python", "opencv-contrib-python")}  # fmt: skip
+Stream = dict[str, np.ndarray[Any, Any]]
 
 
 def cache_dir() -> Path:
-    """Where streams are kept: $MMREPLAY_FRAMES_DIR, else $XDG_CACHE_HOME/mmreplay/frames, else ~/.cache/..."""
+    """The directory the streams are kept in, as the environment names it.
+
+    Returns:
+        ``$MMREPLAY_FRAMES_DIR`` if set, else ``$XDG_CACHE_HOME/mmreplay/frames``, else
+        ``~/.cache/mmreplay/frames``.
+    """
     if os.environ.get("MMREPLAY_FRAMES_DIR"):
         return Path(os.environ["MMREPLAY_FRAMES_DIR"])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mmreplay" / "frames"
 
 
 def versions() -> dict[str, str]:
-    """The installed versions of the packages that produce a stream; ModuleNotFoundError says how to install."""
+    """The installed versions of the packages that produce a stream's pixels and actions.
+
+    Returns:
+        The version of ale-py, gymnasium, numpy and opencv, keyed ``ale_py``, ``gymnasium``, ``numpy`` and
+        ``opencv``.
+
+    Raises:
+        ModuleNotFoundError: One of them is not installed; the message names the extra that installs it.
+    """
     found, missing = {}, []
     for name, distributions in PRODUCERS.items():
         for distribution in distributions:
@@ -90,6 +107,19 @@ def stream_path(game: str, frames: int, *, directory: Path | None = None) -> Pat
     """The cached file that holds exactly the first ``frames`` frames of ``game``'s stream.
 
     Reuses the file if it exists, else cuts it from a longer cached stream, else records it with ALE.
+
+    Args:
+        game: One of ``GAMES``: ``"pong"``, ``"breakout"``, ``"mspacman"`` or ``"seaquest"``.
+        frames: How many frames the stream holds, at least 2.
+        directory: The cache directory; ``None`` for :func:`cache_dir`'s.
+
+    Returns:
+        The path of the ``.npz`` file, which exists when this returns.
+
+    Raises:
+        ValueError: ``game`` is not one of ``GAMES``, or ``frames`` is below 2.
+        TypeError: ``frames`` is not an int.
+        ModuleNotFoundError: The stream must be recorded and ALE is not installed.
     """
     _check(game, frames)
     directory = cache_dir() if directory is None else directory
@@ -113,10 +143,21 @@ def stream_path(game: str, frames: int, *, directory: Path | None = None) -> Pat
     return path
 
 
-def load(game: str, frames: int, *, directory: Path | None = None) -> dict[str, np.ndarray]:
-    """The first ``frames`` frames of ``game``'s stream, as fresh arrays keyed as the module docstring says.
+def load(game: str, frames: int, *, directory: Path | None = None) -> Stream:
+    """The first ``frames`` frames of ``game``'s stream, read from the cache (recorded there first if needed).
 
-    Equal to what ``record(game, frames)`` returns, read from the cache (recorded there first if needed).
+    Args:
+        game: One of ``GAMES``.
+        frames: How many frames to return, at least 2.
+        directory: The cache directory; ``None`` for :func:`cache_dir`'s.
+
+    Returns:
+        Fresh arrays keyed as the module docstring says, equal to what ``record(game, frames)`` returns.
+
+    Raises:
+        ValueError: ``game`` is not one of ``GAMES``, or ``frames`` is below 2.
+        TypeError: ``frames`` is not an int.
+        ModuleNotFoundError: The stream must be recorded and ALE is not installed.
     """
     _check(game, frames)
     path = stream_path(game, max(frames, SHORTEST_RECORDING), directory=directory)
@@ -124,8 +165,21 @@ def load(game: str, frames: int, *, directory: Path | None = None) -> dict[str, 
         return _first(dict(data), frames, game)
 
 
-def record(game: str, frames: int) -> dict[str, np.ndarray]:
-    """Play ``game`` with a seeded uniform random policy until ``frames`` observations were seen."""
+def record(game: str, frames: int) -> Stream:
+    """Play ``game`` with a seeded uniform random policy until ``frames`` observations were seen.
+
+    Args:
+        game: One of ``GAMES``.
+        frames: How many observations to record, at least 2.
+
+    Returns:
+        The stream's arrays, keyed as the module docstring says.
+
+    Raises:
+        ValueError: ``game`` is not one of ``GAMES``, or ``frames`` is below 2.
+        TypeError: ``frames`` is not an int.
+        ModuleNotFoundError: ale-py, gymnasium or opencv is not installed; the message names the extra.
+    """
     _check(game, frames)
     try:
         import ale_py
@@ -160,7 +214,7 @@ def record(game: str, frames: int) -> dict[str, np.ndarray]:
     return out
 
 
-def _first(stream: dict[str, np.ndarray], frames: int, game: str) -> dict[str, np.ndarray]:
+def _first(stream: Stream, frames: int, game: str) -> Stream:
     """The stream of the first ``frames`` frames: as recorded, its last frame has no action."""
     out = {key: np.array(value[:frames]) for key, value in stream.items() if key != "meta"}
     out["action"][-1], out["reward"][-1], out["terminated"][-1], out["truncated"][-1] = -1, 0, False, False
@@ -168,7 +222,7 @@ def _first(stream: dict[str, np.ndarray], frames: int, game: str) -> dict[str, n
     return out
 
 
-def _meta(game: str, stream: dict[str, np.ndarray]) -> np.ndarray:
+def _meta(game: str, stream: Stream) -> np.ndarray[Any, Any]:
     """What a stream is and how it was made, as the 0-d JSON string stored under ``meta``."""
     title, seed = GAMES[game]
     return np.array(json.dumps({
@@ -182,13 +236,14 @@ def _meta(game: str, stream: dict[str, np.ndarray]) -> np.ndarray:
     }))  # fmt: skip
 
 
-def _save_atomically(path: Path, stream: dict[str, np.ndarray]) -> None:
+def _save_atomically(path: Path, stream: Stream) -> None:
     """Write to a temporary file beside ``path``, then rename it into place (readers see all or nothing)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         with open(temporary, "xb") as handle:  # the umask's permissions, unlike tempfile's 0600
-            np.savez_compressed(handle, **stream)
+            # numpy's stubs read the keyword arrays as allow_pickle's bool
+            np.savez_compressed(handle, **stream)  # type: ignore[arg-type]
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
@@ -210,20 +265,48 @@ def _check(game: str, frames: int) -> None:
         raise ValueError(f"frames is {frames}; expected at least 2 (one transition)")
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+EXAMPLES = """examples:
+  python -m mmreplay.testing.atari_frames                          # every game, 4,000 frames: what the tests read
+  python -m mmreplay.testing.atari_frames --frames 20000           # what the benchmarks replay
+  python -m mmreplay.testing.atari_frames --games pong --json      # one JSON object on stdout, errors included
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Record (or find in the cache) each game's stream and print where it is.
+
+    Args:
+        argv: The command line's arguments; ``None`` for ``sys.argv[1:]``.
+
+    Returns:
+        The exit status: 0 when every stream is in the cache, 1 when one could not be recorded or was refused.
+    """
+    parser = argparse.ArgumentParser(prog="python -m mmreplay.testing.atari_frames",
+                                     description=(__doc__ or "").split("\n\n")[0], epilog=EXAMPLES,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--games", default=",".join(GAMES), help=f"comma-separated, of {','.join(GAMES)}")
     parser.add_argument("--frames", type=int, default=SHORTEST_RECORDING, help="frames per game")
     parser.add_argument("--cache-dir", type=Path, help="instead of the default cache directory (see above)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object on stdout, errors included")
     args = parser.parse_args(argv)
+    streams: list[dict[str, object]] = []
     for game in args.games.split(","):
         started = time.perf_counter()
         try:
             path = stream_path(game, args.frames, directory=args.cache_dir)
-        except (ModuleNotFoundError, ValueError) as error:
-            sys.exit(str(error))
-        print(f"{game}: {path} ({time.perf_counter() - started:.1f} s)")
+        except (ModuleNotFoundError, ValueError, TypeError) as error:
+            if args.json:
+                print(json.dumps({"ok": False, "error": str(error), "game": game, "streams": streams}))
+            print(f"error: {error}", file=sys.stderr)
+            return 1
+        seconds = time.perf_counter() - started
+        streams.append({"game": game, "frames": args.frames, "path": str(path), "seconds": round(seconds, 3)})
+        if not args.json:
+            print(f"{game}: {path} ({seconds:.1f} s)")
+    if args.json:
+        print(json.dumps({"ok": True, "streams": streams}))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

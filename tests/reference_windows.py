@@ -1,5 +1,6 @@
-"""Naive reference computations for issue 3: n-step returns and sequence windows, read off the plain
-episode lists of ``reference.ReferenceStore``; chi-square tolerances; a sampler that fails on purpose.
+"""The reference model's windows: n-step returns and sequence windows read off the plain episode lists of
+``reference.ReferenceStore``, the chi-square tolerances sampled distributions are checked against, and a
+sampler that fails on purpose.
 
 A window of an episode is found by walking the reference's per-env list of episodes: it is the
 transitions from the sampled one to the end of its episode (a flag, a cut without a flag or the env's

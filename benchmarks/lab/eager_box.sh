@@ -4,10 +4,9 @@
 # box_stages.sh: the default, group=1, decode_threads=2 and 4, and its thread and decode helpers at
 # SCHED_IDLE: mmreplay-host-idle): which, if any, keeps more, beyond the rounds' spread; and, from each line's
 # learner_thread columns (bench_gpu_feed.py --table), why: GIL waits (voluntary switches), a core taken
-# (involuntary ones) or a slower core (more CPU an update). adds_box.sh runs the same stage after its adds;
-# this is the call for a warm machine, or one without the base tree. One call of a lent box, fresh (build ~30 s):
-#     python scripts/gpu_box_carry.py --no-wheels   # here, if .devcarry lacks the frames
-#     bash benchmarks/eager_box.sh                  # the device tool: carry [".devcarry"], timeout_s 280
+# (involuntary ones) or a slower core (more CPU an update). One call of a lent box, fresh (build ~30 s):
+#     python benchmarks/lab/gpu_box_carry.py --no-wheels   # here, if .devcarry lacks the frames
+#     bash benchmarks/lab/eager_box.sh                     # the device tool: carry [".devcarry"], timeout_s 280
 # Results under $OUT: bench.jsonl, eager_box.log. Settings (environment): BUDGET (250), BENCH_ARGS, and
 # box_stages.sh's.
 set -u

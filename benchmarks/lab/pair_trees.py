@@ -8,7 +8,7 @@ reference store (``lz4-reference``) and the plain one (``lz4``); beside the tree
 reference-over-plain ratio (taken in one process, the stores alive at once) and the bytes per transition.
 
     git worktree add /tmp/base 907af33 && (cd /tmp/base && /work/main/.venv/bin/python setup.py build_ext --inplace)
-    .venv/bin/python benchmarks/pair_trees.py --base /tmp/base --turns 3 --out benchmarks/results/x.jsonl -- --games pong
+    .venv/bin/python benchmarks/lab/pair_trees.py --base /tmp/base --turns 3 --out benchmarks/results/x.jsonl -- --games pong
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-TREE = HERE.parent
+BENCHMARKS = Path(__file__).resolve().parents[1]
+TREE = BENCHMARKS.parent
 FIGURES = ("add_1_env", "add_8_envs", "sample_32", "sample_256", "encoded")
 ENCODINGS = ("lz4-reference", "lz4")
 
@@ -34,7 +34,7 @@ def run_turn(tree: Path, label: str, turn: int, bench_args: list[str]) -> list[d
     env = dict(os.environ, PYTHONPATH=str(tree))
     with tempfile.TemporaryDirectory(prefix="pair-trees-") as scratch:
         out = Path(scratch) / "turn.jsonl"
-        done = subprocess.run([sys.executable, str(HERE / "bench_encodings.py"), "--json", str(out), *bench_args],
+        done = subprocess.run([sys.executable, str(BENCHMARKS / "bench_encodings.py"), "--json", str(out), *bench_args],
                               cwd=tree, env=env, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise SystemExit(f"bench_encodings.py failed in {tree} (exit {done.returncode}):\n{done.stderr[-2000:]}")

@@ -1,6 +1,6 @@
 # Sourced by the lent-box scripts (gpu_box.sh, cores_box.sh, box_all.sh): the build of mmreplay on a box with
 # no registry, no lz4 package and no liblz4 headers (Python 3.12, gcc, numpy; torch with CUDA where there is a
-# GPU), from the wheels and sources carried in $CARRY (filled here by `python scripts/gpu_box_carry.py`), and
+# GPU), from the wheels and sources carried in $CARRY (filled here by `python benchmarks/lab/gpu_box_carry.py`), and
 # each measuring stage as one function. The caller sets NAME (its log's name) and BUDGET (seconds for the
 # whole run), then calls `stage NAME SECONDS FUNCTION` for each stage it wants. Every stage runs under its
 # own `timeout`, never past BUDGET; a stage that fails is reported and the next one runs. Everything is
@@ -13,7 +13,7 @@ PYTHON=${PYTHON:-python3}
 BENCH_ARGS=${BENCH_ARGS:-}
 # The eager learner's cells that missed kept >= 0.95 on the last box (MsPacman and Seaquest, batch 256), 6
 # rounds each, for the device batches' default, its thread and decode helpers at SCHED_IDLE
-# (mmreplay-host-idle), group=1 and decode_threads=2 and 4: the stage that eager_box.sh and adds_box.sh run.
+# (mmreplay-host-idle), group=1 and decode_threads=2 and 4: the stage that eager_box.sh runs.
 EAGER_CELLS_ARGS="--learners eager --feeds resident,mmreplay-host,mmreplay-host-idle,mmreplay-host-g1,mmreplay-host-t2,mmreplay-host-t4 --games mspacman,seaquest --batch-sizes 256 --seconds 0.5 --rounds 6 --warmup 0.15 --decode-repeats 0"
 ADDS_ARGS=${ADDS_ARGS:-}
 SAMPLING_ARGS=${SAMPLING_ARGS:-}
@@ -131,7 +131,7 @@ cuda_tests() {
 }
 
 gpu_feed() {
-    # Learner kept by each feed (issue 25, items 2 and 5); stops starting figures 30 s before its stage's limit.
+    # Learner kept by each feed (the GPU-feed targets); stops starting figures 30 s before its stage's limit.
     local budget=${GPU_BENCH_SECONDS:-$(( STAGE_LIMIT - 30 ))}
     # shellcheck disable=SC2086
     "$PYTHON" benchmarks/bench_gpu_feed.py --data-dir "$CARRY/frames" --budget "$budget" --seconds 1.2 \
@@ -171,7 +171,7 @@ prioritized() {
 }
 
 encodings() {
-    # Plain lz4 against reference frames, paired (issue 28): bytes per transition, add and sample ratios.
+    # Plain lz4 against reference frames, paired (the dense-frames targets): bytes per transition, add and sample ratios.
     local games=(pong breakout mspacman)
     [[ -f "$CARRY/frames/atari_breakout.npz" ]] || games=(pong mspacman)
     "$PYTHON" benchmarks/bench_encodings.py --data-dir "$CARRY/frames" --games "${games[@]}" --capacity 100000 \

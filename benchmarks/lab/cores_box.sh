@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The script for issue 25's figures on a lent 16-core box (the GPU unused; Python 3.12 with numpy,
+# The script for the GPU-feed targets' CPU figures on a lent 16-core box (the GPU unused; Python 3.12 with numpy,
 # setuptools and gcc; no registry, no lz4 package, no liblz4 headers, no ALE): build mmreplay there, check
 # the thread pool and the prioritized calls, then measure, each peer in the same run as mmreplay:
 #   - sampling batches/s against the in-RAM numpy ring by decode threads (1, 2, 4, 8, all), Pong, MsPacman
@@ -7,10 +7,10 @@
 #   - adds (stacks with Python scalars, one env; stacks of 8 envs) on each game (bench_adds.py);
 #   - prioritized sample(32) + update_priorities(32) at 1,000,000 transitions against cpprb (bench_prioritized.py).
 # Fill .devcarry here first (wheels, sources, the recorded frames, pytest and hypothesis):
-#     python scripts/gpu_box_carry.py
-# On the box (the device tool: command "bash benchmarks/cores_box.sh", carry [".devcarry"], timeout_s 330):
-#     bash benchmarks/cores_box.sh
-# The stages and the build are benchmarks/box_stages.sh's. Settings (environment): BUDGET (290), and its.
+#     python benchmarks/lab/gpu_box_carry.py
+# On the box (the device tool: command "bash benchmarks/lab/cores_box.sh", carry [".devcarry"], timeout_s 330):
+#     bash benchmarks/lab/cores_box.sh
+# The stages and the build are benchmarks/lab/box_stages.sh's. Settings (environment): BUDGET (290), and its.
 set -u
 NAME=cores_box
 BUDGET=${BUDGET:-290}
@@ -24,5 +24,5 @@ stage "prioritized vs cpprb" 40 prioritized
 stage "adds" 40 adds
 stage "sampling vs the numpy ring" 200 sampling
 finish
-echo "=== what to read: bench.jsonl; targets (issue 25): sampling ratio >= 1.5 in every game and batch at decode_threads"
+echo "=== what to read: bench.jsonl; targets: sampling ratio >= 1.5 in every game and batch at decode_threads"
 echo "===   'all'; adds >= 50,000 transitions/s for '1 env, stacks, Python scalars' on every game; prioritized ratio >= 1.5"

@@ -1,19 +1,19 @@
-"""Fill ``.devcarry/`` with what ``benchmarks/gpu_box.sh`` needs on a GPU box that has no ALE and no
+"""Fill ``.devcarry/`` with what ``benchmarks/lab/gpu_box.sh`` needs on a GPU box that has no ALE and no
 package registry, beside the wheels and sources already there (``whl/``, ``src/``: lz4, cpprb,
 setuptools, nvCOMP; see ``/work/shared/notes/gpu-box-measurements.md``):
 
 - ``frames/atari_<game>.npz``: the 20,000-frame streams of Pong, MsPacman, Seaquest and Breakout, copied from the
-  atari_frames cache (recorded with ALE first where missing), in the layout ``--data-dir`` reads;
+  ``mmreplay.testing.atari_frames`` cache (recorded with ALE first where missing), in the layout ``--data-dir`` reads;
 - ``testwhl/``: pytest and hypothesis wheels (and their dependencies) for CPython 3.12, downloaded with
   pip, for the CUDA tests;
 - with ``--base REV``, ``base.tar``: the package at that commit (``git archive REV mmreplay setup.py``), which
-  ``benchmarks/feed_box.sh`` measures beside this tree.
+  ``benchmarks/lab/feed_box.sh`` measures beside this tree.
 
 It prints the size of each part and of the whole carry, which must stay under the device tool's 64 MiB
 with the tree (this script warns above 60 MiB).
 
-    .venv/bin/python scripts/gpu_box_carry.py                 # into ./.devcarry
-    .venv/bin/python scripts/gpu_box_carry.py --carry /path/to/.devcarry --games pong,mspacman
+    .venv/bin/python benchmarks/lab/gpu_box_carry.py                 # into ./.devcarry
+    .venv/bin/python benchmarks/lab/gpu_box_carry.py --carry /path/to/.devcarry --games pong,mspacman
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import atari_frames  # noqa: E402
+from mmreplay.testing import atari_frames
 
 GAMES = ("pong", "mspacman", "seaquest", "breakout")
 STREAM_FRAMES = atari_frames.BENCHMARK_FRAMES
@@ -60,7 +59,7 @@ def download_test_wheels(carry: Path) -> None:
 
 
 def archive_base(carry: Path, revision: str) -> None:
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     target = carry / "base.tar"
     subprocess.run(["git", "-C", str(root), "archive", "--format=tar", "-o", str(target), revision, "mmreplay", "setup.py"],
                    check=True, timeout=60)
@@ -69,7 +68,7 @@ def archive_base(carry: Path, revision: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--carry", type=Path, default=Path(__file__).resolve().parents[1] / ".devcarry")
+    parser.add_argument("--carry", type=Path, default=Path(__file__).resolve().parents[2] / ".devcarry")
     parser.add_argument("--games", default=",".join(GAMES))
     parser.add_argument("--no-wheels", action="store_true", help="leave testwhl/ as it is")
     parser.add_argument("--base", help="also carry the package at this commit as base.tar (for feed_box.sh)")

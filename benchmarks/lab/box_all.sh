@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Issue 25's figures in one call of a lent GPU box (device time is short: one start, one build), the missed
+# The GPU-feed targets' figures in one call of a lent GPU box (device time is short: one start, one build), the missed
 # targets first: the learner kept by each feed (eager and CUDA-graph learners, each feed's windows paired
 # with the resident batch's), adds (plain and reference frames, one env and 8), the CUDA tests, sampling
 # against the numpy ring (both encodings, 2 and all decode threads), prioritized vs cpprb, the pool tests.
 # Stores follow the store's default (reference frames for uint8) unless a stage names both. Fill .devcarry
-# here first (python scripts/gpu_box_carry.py), then on the box:
-#     bash benchmarks/box_all.sh            # the device tool: carry [".devcarry"], timeout_s 560
+# here first (python benchmarks/lab/gpu_box_carry.py), then on the box:
+#     bash benchmarks/lab/box_all.sh            # the device tool: carry [".devcarry"], timeout_s 560
 # Settings (environment): BUDGET (seconds for the whole script, 540), and box_stages.sh's.
 set -u
 NAME=box_all

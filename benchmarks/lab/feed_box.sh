@@ -2,11 +2,11 @@
 # A change to the GPU feed measured against the code before it, on a lent GPU box, in one call: build there,
 # run the CUDA tests of the device batches, then bench_gpu_feed.py's learner-kept cells (eager and CUDA-graph
 # learners, the ring and mmreplay's device batches) for this tree and for BASE's package, in turns (this,
-# base, this), each run's "kept" taken against its own resident batch; then adds, then issue 28's encodings,
+# base, this), each run's "kept" taken against its own resident batch; then adds, then the plain-against-reference encodings,
 # as the budget allows. BASE's tree travels as $CARRY/base.tar (`git archive BASE mmreplay setup.py`, made by
-# scripts/gpu_box_carry.py --base BASE); its extensions are this tree's where its C sources are the same.
-#     python scripts/gpu_box_carry.py --base f2aeafb      # here
-#     bash benchmarks/feed_box.sh                          # the device tool: carry [".devcarry"], timeout_s 545
+# benchmarks/lab/gpu_box_carry.py --base BASE); its extensions are this tree's where its C sources are the same.
+#     python benchmarks/lab/gpu_box_carry.py --base f2aeafb      # here
+#     bash benchmarks/lab/feed_box.sh                          # the device tool: carry [".devcarry"], timeout_s 545
 # Results under $OUT: feed-<label>-<turn>.jsonl (bench_gpu_feed's JSON lines), bench.jsonl, tests.txt, feed_box.log.
 # Settings (environment): BUDGET (480), FEED_ARGS (bench_gpu_feed's cells), and box_stages.sh's.
 set -u
@@ -59,4 +59,4 @@ stage "feed: this tree (2)" 90 "feed_turn new 3"
 stage "adds" 35 adds
 stage "plain vs reference frames" 100 encodings
 finish
-echo "=== what to read: the tables above (kept = updates/s fed / resident; issue 25's target kept >= 0.95 for mmreplay-host)"
+echo "=== what to read: the tables above (kept = updates/s fed / resident; the GPU-feed target kept >= 0.95 for mmreplay-host)"

@@ -9,7 +9,7 @@ frames, where the compiled read's per-call overhead is most of a batch. Prints e
 task, and the ratio of the second tree's to the first's (below 1: the second is faster). Alternating
 keeps load from other processes on a shared machine out of the ratio, as far as it can be kept.
 
-    python benchmarks/bench_builds.py /tmp/main-tree . --rounds 8
+    python benchmarks/lab/bench_builds.py /tmp/main-tree . --rounds 8
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.append(str(Path(__file__).resolve().parents[1] / "scripts"))
 TASKS = ("decode-1", "decode-2", "add", "sample", "sample-small")
 UNITS = {"decode-1": "us/batch", "decode-2": "us/batch", "add": "us/add", "sample": "us/batch",
          "sample-small": "us/batch"}
@@ -116,12 +115,12 @@ def main() -> None:
     parser.add_argument("trees", type=Path, nargs=2, help="two folders, each holding a built mmreplay package")
     parser.add_argument("--rounds", type=int, default=8, help="fresh processes per tree, alternating")
     parser.add_argument("--frames", type=int, default=4000, help="Pong frames of the recorded stream to use")
-    parser.add_argument("--frames-file", type=Path, help="an npz of frames (scripts/atari_frames.py's layout) to "
+    parser.add_argument("--frames-file", type=Path, help="an npz of frames (mmreplay.testing.atari_frames' layout) to "
                         "use instead of the recorded stream")
     parser.add_argument("--json", type=Path, help="also write every round's figures here")
     args = parser.parse_args()
     if args.frames_file is None:
-        import atari_frames
+        from mmreplay.testing import atari_frames
 
         frames_path = atari_frames.stream_path("pong", args.frames)
     else:
