@@ -22,7 +22,7 @@ CODE_MAP = REPO / "docs" / "code-map.md"
 # The modules whose public names the API reference must cover, and its pages.
 DOCUMENTED_MODULES = ["mmreplay", "mmreplay.hdf5", "mmreplay.dopamine", "mmreplay.sb3", "mmreplay.torchrl",
                       "mmreplay.ray", "mmreplay.rllib", "mmreplay.recorder", "mmreplay.cli",
-                      "mmreplay.tianshou", "mmreplay.jax"]
+                      "mmreplay.tianshou", "mmreplay.jax", "mmreplay.testing.atari_frames"]
 API_PAGES = sorted((REPO / "docs" / "api").glob("*.md"))
 
 # Paths the pages name that are not this repository's: SB3's own test files, which
