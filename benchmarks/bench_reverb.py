@@ -67,7 +67,8 @@ class ReverbSide:
         (work / "reverb-tmp").mkdir()
         self.log = open(work / "reverb.log", "w")
         command = [str(python), str(HERE / "reverb_worker.py"), "--server", "--stream", str(stream),
-                   "--capacity", str(args.capacity), "--writers", str(args.writers), "--prefetch", str(args.prefetch)]
+                   "--capacity", str(args.capacity), "--writers", str(args.writers), "--prefetch", str(args.prefetch),
+                   "--in-flight", str(args.reverb_in_flight), "--sample-workers", str(args.reverb_sample_workers)]
         if not args.no_netns:  # a network namespace with loopback alone (Reverb listens on [::]:port)
             command = ["unshare", "--net", "--", "sh", "-c", 'ip link set lo up && exec "$@"', "sh", *command]
         env = {**os.environ, "TMPDIR": str(work / "reverb-tmp"), "TF_CPP_MIN_LOG_LEVEL": "2"}
@@ -117,12 +118,23 @@ def descendants(root: int) -> list[int]:
     return found
 
 
-def shard_rss_kib() -> dict[str, int]:
-    """Summed /proc status memory fields (KiB) of this process's Ray shard actors (``ray::ReplayShard``)."""
+def uses(pid: int, root: Path) -> bool:
+    """Whether process ``pid`` has a file under ``root`` open or mapped."""
+    prefix = str(root) + os.sep
+    try:
+        if prefix in Path(f"/proc/{pid}/maps").read_text():
+            return True
+        return any(os.readlink(f"/proc/{pid}/fd/{fd}").startswith(prefix) for fd in os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return False
+
+
+def shard_rss_kib(root: Path) -> dict[str, int]:
+    """Summed /proc status memory fields (KiB) of this process's Ray shard actors whose stores are under ``root``."""
     total = {"processes": 0, "VmRSS": 0, "RssAnon": 0, "RssFile": 0}
     for pid in descendants(os.getpid()):
         try:
-            if not Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::ReplayShard"):
+            if not Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::ReplayShard") or not uses(pid, root):
                 continue
             lines = Path(f"/proc/{pid}/status").read_text().splitlines()
         except OSError:
@@ -224,7 +236,7 @@ class MmreplaySide:
         return {"per_s": count / (time.perf_counter() - started)}
 
     def memory(self) -> dict[str, Any]:
-        return {"rss_kib": shard_rss_kib(), "bytes_on_disk": allocated_bytes(self.work / "uniform"),
+        return {"rss_kib": shard_rss_kib(self.work / "uniform"), "bytes_on_disk": allocated_bytes(self.work / "uniform"),
                 "transitions": len(self.replays["uniform"])}
 
     def close(self) -> None:
@@ -257,8 +269,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         reverb = ReverbSide(python, stream, work, args)
         mine = MmreplaySide(stream, work, args, count)
-        results["listening"] = {"reverb_netns": not args.no_netns, "reverb_ss": reverb.call("listening")["ss"],
-                                "ray_ss": host_listeners()}
+        listening, ray_sockets = reverb.call("listening"), host_listeners()
+        results["listening"] = {
+            "reverb_netns": not args.no_netns, "reverb_ss": listening["ss"], "reverb_interfaces": listening["interfaces"],
+            "ray_ss": ray_sockets, "ray_loopback_only": all(line.split()[3].startswith(("127.", "[::ffff:127."))
+                                                            for line in ray_sockets)}
         base = {"reverb": reverb.call("memory"), "mmreplay": mine.memory()}
         inserts: dict[str, list[float]] = {"reverb": [], "mmreplay": []}
         for _ in range(args.rounds):
@@ -333,15 +348,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shards", type=int, default=2)
     parser.add_argument("--prefetch", type=int, default=3, help="batches in flight (tf.data) / groups in flight")
     parser.add_argument("--group", type=int, default=64, help="ShardedReplay.batches' group")
+    parser.add_argument("--reverb-in-flight", type=int, default=2 * BATCH,
+                        help="TrajectoryDataset's max_in_flight_samples_per_worker")
+    parser.add_argument("--reverb-sample-workers", type=int, default=-1,
+                        help="TrajectoryDataset's num_workers_per_iterator (-1: Reverb's choice)")
     parser.add_argument("--no-netns", action="store_true", help="run Reverb without its own network namespace "
                         "(its server then listens on every interface)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--out", type=Path, help="also write the JSON object to this file")
     frame_streams.add_data_dir_argument(parser)
     args = parser.parse_args(argv)
-    for name in ("seconds", "rounds", "capacity", "writers", "shards", "prefetch", "group"):
+    for name in ("seconds", "rounds", "capacity", "writers", "shards", "prefetch", "group", "reverb_in_flight"):
         if not getattr(args, name) > 0:
-            parser.error(f"--{name} must be > 0; got {getattr(args, name)}")
+            parser.error(f"--{name.replace('_', '-')} must be > 0; got {getattr(args, name)}")
     needed = args.rounds * args.writers * 20_000
     if args.capacity < needed:
         print(f"bench_reverb: --capacity {args.capacity} is below the {needed:,} transitions the inserts may add: "

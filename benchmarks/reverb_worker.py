@@ -123,7 +123,8 @@ def server_main(args: argparse.Namespace) -> None:
 
     def dataset(table: str) -> Any:
         if table not in iterators:
-            data = reverb.TrajectoryDataset.from_table_signature(address, table, max_in_flight_samples_per_worker=2 * BATCH)
+            data = reverb.TrajectoryDataset.from_table_signature(
+                address, table, max_in_flight_samples_per_worker=args.in_flight, num_workers_per_iterator=args.sample_workers)
             iterators[table] = data.batch(BATCH, drop_remainder=True).prefetch(args.prefetch).as_numpy_iterator()
             for _ in range(args.prefetch + 1):  # the first batches: the pipeline's start, not its steady state
                 next(iterators[table])
@@ -176,7 +177,8 @@ def server_main(args: argparse.Namespace) -> None:
                 sizes = {name: info.current_size for name, info in client.server_info().items()}
                 answer({"rss_kib": rss_kib(), "table_sizes": sizes})
             elif op == "listening":
-                answer({"ss": subprocess.run(["ss", "-ltnp"], capture_output=True, text=True).stdout})
+                answer({"ss": subprocess.run(["ss", "-ltnp"], capture_output=True, text=True).stdout,
+                        "interfaces": subprocess.run(["ip", "-brief", "addr"], capture_output=True, text=True).stdout})
             else:
                 raise ValueError(f"unknown command {op!r}")
     finally:
@@ -196,6 +198,8 @@ def main() -> None:
     parser.add_argument("--capacity", type=int, default=200_000)
     parser.add_argument("--writers", type=int, default=2)
     parser.add_argument("--prefetch", type=int, default=3)
+    parser.add_argument("--in-flight", type=int, default=2 * BATCH, help="the dataset's max_in_flight_samples_per_worker")
+    parser.add_argument("--sample-workers", type=int, default=-1, help="the dataset's num_workers_per_iterator")
     args = parser.parse_args()
     if args.writer:
         writer_main(args)
