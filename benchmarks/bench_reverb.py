@@ -281,6 +281,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             inserts["mmreplay"].append(mine.insert("uniform")["per_s"])
         results["insert"] = figures(inserts["reverb"], inserts["mmreplay"])
         after = {"reverb": reverb.call("memory"), "mmreplay": mine.memory()}
+        # Reverb's items are the stream's transitions, stacked as mmreplay stacks them (untimed).
+        checked = results["reverb_items_checked"] = reverb.call("check", count=args.check)
+        if checked["matched"] != checked["checked"]:
+            raise RuntimeError(f"only {checked['matched']} of {checked['checked']} sampled Reverb items are transitions "
+                               "of the stream: its items are not what mmreplay stores, so the comparison would be wrong")
         results["memory"] = memory_figures(base, after)
         results["prioritized_fill"] = {"reverb": reverb.call("insert", table="prioritized", count=count),
                                        "mmreplay": mine.insert("prioritized")}
@@ -331,6 +336,8 @@ def table(results: dict[str, Any]) -> str:
                     f"({f['ratio']['min']:.2f}-{f['ratio']['max']:.2f})")
     rows += [f"{key}: {value:,.1f}" if isinstance(value, float) else f"{key}: {value}"
              for key, value in results["memory"].items()]
+    rows.append(f"Reverb items equal to a stream transition: {results['reverb_items_checked']['matched']} of "
+                f"{results['reverb_items_checked']['checked']}")
     rows.append(results["uptime_after"])
     return "\n".join(rows)
 
@@ -354,6 +361,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="TrajectoryDataset's num_workers_per_iterator (-1: Reverb's choice)")
     parser.add_argument("--no-netns", action="store_true", help="run Reverb without its own network namespace "
                         "(its server then listens on every interface)")
+    parser.add_argument("--check", type=int, default=256, help="Reverb items sampled and compared with the stream")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--out", type=Path, help="also write the JSON object to this file")
     frame_streams.add_data_dir_argument(parser)

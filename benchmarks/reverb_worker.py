@@ -73,6 +73,9 @@ def writer_main(args: argparse.Namespace) -> None:
     answer({"ready": True})
     for line in sys.stdin:
         command = json.loads(line)
+        if "check" in command:
+            answer(check(client, frames, steps, command["check"]))
+            continue
         writer, table = writers[command["table"]], command["table"]
         started = time.perf_counter()
         for t, action, reward, terminated, truncated, first in steps[: command["count"]]:
@@ -92,6 +95,31 @@ def writer_main(args: argparse.Namespace) -> None:
         writer.end_episode(clear_buffers=True)  # the stream's cut last episode: the next insert starts anew
         writer.flush()
         answer({"inserted": min(command["count"], len(steps)), "seconds": time.perf_counter() - started})
+
+
+def check(client: Any, frames: np.ndarray, steps: list[tuple[int, int, float, bool, bool, bool]], count: int) -> dict[str, int]:
+    """How many of ``count`` items sampled from ``uniform`` are a transition of the stream, stacks and fields equal.
+
+    A transition t of an episode that starts at frame s has obs frames max(s, t-3) .. t and next_obs
+    max(s, t-2) .. t+1, as mmreplay stacks them (an episode's first frame repeated).
+    """
+    by_last: dict[bytes, list[tuple[int, int, int, float, bool, bool]]] = {}
+    start = 0
+    for t, action, reward, terminated, truncated, first in steps:
+        start = t if first else start
+        by_last.setdefault(frames[t].tobytes(), []).append((t, start, action, reward, terminated, truncated))
+    matched = 0
+    for sample in client.sample("uniform", num_samples=count, emit_timesteps=False, unpack_as_table_signature=True):
+        data = sample.data
+        for t, s, action, reward, terminated, truncated in by_last.get(data["obs"][-1].tobytes(), []):
+            obs = frames[[max(s, t - STACK + 1 + i) for i in range(STACK)]]
+            next_obs = frames[[max(s, t - STACK + 2 + i) for i in range(STACK)]]
+            if (np.array_equal(data["obs"], obs) and np.array_equal(data["next_obs"], next_obs)
+                    and int(data["action"]) == action and float(data["reward"]) == reward
+                    and bool(data["terminated"]) == terminated and bool(data["truncated"]) == truncated):
+                matched += 1
+                break
+    return {"checked": count, "matched": matched}
 
 
 def server_main(args: argparse.Namespace) -> None:
@@ -173,6 +201,10 @@ def server_main(args: argparse.Namespace) -> None:
             elif op == "prioritized":
                 iterator = dataset("prioritized")
                 answer({"per_s": timed(lambda: prioritized_step(iterator), command["seconds"])})
+            elif op == "check":
+                writers[0].stdin.write(json.dumps({"check": command["count"]}) + "\n")
+                writers[0].stdin.flush()
+                answer(read(writers[0]))
             elif op == "memory":
                 sizes = {name: info.current_size for name, info in client.server_info().items()}
                 answer({"rss_kib": rss_kib(), "table_sizes": sizes})
