@@ -444,6 +444,7 @@ class ReplayStore(StoreLayout):
         truncated: npt.ArrayLike,
         *,
         env_index: int = 0,
+        fields: dict[str, npt.ArrayLike] | None = None,
     ) -> None:
         """Record T consecutive transitions of one env whose frames arrive compressed (``encode_frames``).
 
@@ -461,16 +462,19 @@ class ReplayStore(StoreLayout):
             terminated: (T,) bool.
             truncated: (T,) bool.
             env_index: the env the steps belong to.
+            fields: the store's user fields, each (T, *shape): step t's values at t, as ``add(...,
+                fields=)`` takes one step's (None: the store has none).
 
         Raises:
             CorruptStoreError: a frame fails its checksum.
             TypeError: an argument is of the wrong kind or dtype.
-            ValueError: an argument's shape or value is wrong, the store's frames are not uint8, or the
-                store has user fields (``add_encoded`` takes none).
+            ValueError: an argument's shape or value is wrong, the store's frames are not uint8, or
+                ``fields`` does not hold exactly the store's user fields.
             ReadOnlyStoreError: the store is open with mode ``"r"``.
         """
         with self._entered("add_encoded"):
-            self._role.add_encoded(frames, obs, action, reward, next_obs, terminated, truncated, env_index=env_index)
+            self._role.add_encoded(frames, obs, action, reward, next_obs, terminated, truncated, env_index=env_index,
+                                   fields=fields)
 
     def update_priorities(self, index: npt.ArrayLike, priority: npt.ArrayLike) -> None:
         """Set the priorities of sampled transitions; steps evicted since are ignored.
