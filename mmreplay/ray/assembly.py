@@ -112,6 +112,7 @@ class GroupBatches:
         self.fields["weight"] = np.concatenate(
             [part.batch.weight * weight_scale(part.info, global_min, beta) for part in parts]
         ).astype(np.float32, copy=False)[order]
+        self.user_fields = joined_user_fields([part.batch for part in parts], order)
 
     def batch(self, g: int) -> Batch:
         """Batch g of the group, its frames decoded into a new array (obs and next_obs view it)."""
@@ -121,7 +122,8 @@ class GroupBatches:
                       pixels.reshape(-1, *self.frame_shape), decode_threads=self.decode_threads)
         size = self.stack_size
         return Batch(obs=pixels[:, :size], next_obs=pixels[:, -size:],
-                     **{name: array[rows] for name, array in self.fields.items()})
+                     **{name: array[rows] for name, array in self.fields.items()},
+                     user_fields={name: array[rows] for name, array in self.user_fields.items()})
 
 
 def join_sequences(
@@ -150,4 +152,24 @@ def join_sequences(
                             for k, part, info in parts])
     weight = np.concatenate([part.weight * weight_scale(info, global_min, beta) for _, part, info in parts])
     return SequenceBatch(obs=pixels[:, :, :stack_size], next_obs=pixels[:, :, -stack_size:], mask=mask, index=index,
-                         weight=weight.astype(np.float32, copy=False), **arrays)
+                         weight=weight.astype(np.float32, copy=False), **arrays,
+                         user_fields=joined_user_fields([part for _, part, _ in parts]))
+
+
+def joined_user_fields(
+    parts: Sequence[EncodedBatch | EncodedSequenceBatch], order: npt.NDArray[np.int64] | None = None
+) -> dict[str, npt.NDArray[np.generic]]:
+    """The parts' user fields joined part after part (then in ``order``, when given), by name.
+
+    Args:
+        parts: the shards' encoded answers, each with the same fields (one replay's).
+        order: the joined rows' order in the batches (None: as joined).
+
+    Returns:
+        Each field's rows of every part (empty for a replay without fields).
+    """
+    joined = {}
+    for name in parts[0].fields:
+        values = np.concatenate([part.fields[name] for part in parts])
+        joined[name] = values if order is None else values[order]
+    return joined

@@ -38,7 +38,7 @@ from mmreplay.ray.shard import ReplayShard, ShardConfig
 from mmreplay.ray.shard_states import LOST, ShardStates
 from mmreplay.ray.writer import ShardWriter
 from mmreplay.validation import (
-    parse_decode_threads, parse_number, parse_positive_int, parse_priorities, parse_rng, parse_steps,
+    parse_decode_threads, parse_field_specs, parse_number, parse_positive_int, parse_priorities, parse_rng, parse_steps,
 )
 
 _LOST = LOST
@@ -121,6 +121,7 @@ class ShardedReplay:
         commit_interval_s: float | None = 5.0,
         decode_threads: int | None = None,
         frame_encoding: str | None = None,
+        fields: dict[str, tuple[tuple[int, ...], npt.DTypeLike]] | None = None,
     ) -> ShardedReplay:
         """Start ``num_shards`` shard actors, each owning ``<root>/shard-<k>`` on its node's disk.
 
@@ -150,6 +151,9 @@ class ShardedReplay:
                 it may use), as ``ReplayStore.open``'s.
             frame_encoding: each shard's store's, as in ``ReplayStore.create`` (None: its default);
                 ``"lz4-reference"`` batches travel with the frames their blocks are compressed against.
+            fields: user fields kept with each transition, as in ``ReplayStore.create``: name -> (shape,
+                dtype); the writers' ``add(..., fields=)`` takes them and the batches carry them
+                (``batch.fields``).
 
         Returns:
             The replay's client in this process.
@@ -157,11 +161,13 @@ class ShardedReplay:
         Raises:
             TypeError: a number is not an int.
             ValueError: a number is out of range, ``capacity`` is below ``envs_per_shard`` per shard,
-                ``placement`` is not one of its forms, or ``frame_encoding`` is not one of its choices.
+                ``placement`` is not one of its forms, ``frame_encoding`` is not one of its choices, or a
+                field's name or shape is not allowed (as ``ReplayStore.create`` says).
         """
         if frame_encoding is not None and frame_encoding not in FRAME_ENCODINGS:
             raise ValueError(f"frame_encoding is {frame_encoding!r}; expected None or one of {FRAME_ENCODINGS}")
         decode_threads = parse_decode_threads(decode_threads)
+        field_specs = parse_field_specs(fields)
         num_shards = parse_positive_int(num_shards, "num_shards")
         capacity = parse_positive_int(capacity, "capacity")
         if capacity < num_shards:
@@ -184,7 +190,7 @@ class ShardedReplay:
         description = {
             "root": str(root), "num_shards": num_shards, "frame_shape": tuple(frame_shape), "stack_size": stack_size,
             "namespace": namespace, "rate_limited": rate_limit is not None,
-            "prioritized": isinstance(sampler, PrioritizedSampler),
+            "prioritized": isinstance(sampler, PrioritizedSampler), "fields": field_specs,
         }
         lifetime = "detached" if detached else None
         shards = []
@@ -194,7 +200,7 @@ class ShardedReplay:
                 stack_size=stack_size, num_envs=envs_per_shard, action_shape=tuple(action_shape),
                 action_dtype=action_dtype, sampler=sampler_config,
                 rate_limit=None if rate_limit is None else rate_limit.for_shard(num_shards),
-                commit_interval_s=commit_interval_s, frame_encoding=frame_encoding,
+                commit_interval_s=commit_interval_s, frame_encoding=frame_encoding, fields=field_specs,
             )
             if placement == "spread":
                 strategy: Any = "SPREAD"
@@ -290,6 +296,7 @@ class ShardedReplay:
             steps_per_send=parse_positive_int(steps_per_send, "steps_per_send"),
             max_in_flight=parse_positive_int(max_in_flight, "max_in_flight"),
             prioritized=self._description.get("prioritized"), reconnect_timeout_s=reconnect_timeout_s,
+            fields=tuple(self._description.get("fields", ())),
         )
 
     # -- sampling ------------------------------------------------------------------------------
