@@ -156,6 +156,61 @@ def join_sequences(
                          user_fields=joined_user_fields([part for _, part, _ in parts]))
 
 
+class SequenceParts:
+    """The ``G`` batches of windows of one group, from the shards' parts (``Part.batch`` an
+    ``EncodedSequenceBatch`` holding ``counts[g]`` windows for batch g, batch after batch): batch g joins
+    each shard's windows for it, shard after shard, as ``join_sequences`` joins one batch's."""
+
+    def __init__(
+        self, parts: Sequence[Part], *, batch_size: int, stack_size: int, global_min: float, beta: float,
+        decode_threads: int | None = None,
+    ) -> None:
+        self.parts = sorted(parts, key=lambda part: part.shard)
+        counts = np.stack([part.counts for part in self.parts], axis=1)  # (G, parts)
+        assert (counts.sum(axis=1) == batch_size).all(), "each batch's parts add up to batch_size"
+        self.counts = counts
+        self.first = np.cumsum(counts, axis=0) - counts  # part p's windows for batch g start at first[g, p]
+        self.stack_size, self.global_min, self.beta = stack_size, global_min, beta
+        self.decode_threads = decode_threads
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+    def batch(self, g: int) -> SequenceBatch:
+        """Batch g of the group, decoded in one call.
+
+        Args:
+            g: the batch's position in the group.
+
+        Returns:
+            Its windows, shard after shard.
+        """
+        pieces = []
+        for p, part in enumerate(self.parts):
+            count = int(self.counts[g, p])
+            if count:
+                rows = slice(int(self.first[g, p]), int(self.first[g, p]) + count)
+                pieces.append((part.shard, window_rows(part.batch, rows), part.info))  # type: ignore[arg-type]
+        return join_sequences(pieces, stack_size=self.stack_size, global_min=self.global_min, beta=self.beta,
+                              decode_threads=self.decode_threads)
+
+
+def window_rows(windows: EncodedSequenceBatch, rows: slice) -> EncodedSequenceBatch:
+    """Windows ``rows`` of an encoded sequence batch, with all its frames (those rows index some of them).
+
+    Args:
+        windows: the encoded windows.
+        rows: which windows.
+
+    Returns:
+        The same record over those windows only.
+    """
+    arrays = {name: getattr(windows, name)[rows] for name in
+              ("frame_index", "action", "reward", "terminated", "truncated", "mask", "index", "env_index", "weight")}
+    return EncodedSequenceBatch(frames=windows.frames, stack_size=windows.stack_size, **arrays,
+                                user_fields={name: array[rows] for name, array in windows.fields.items()})
+
+
 def joined_user_fields(
     parts: Sequence[EncodedBatch | EncodedSequenceBatch], order: npt.NDArray[np.int64] | None = None
 ) -> dict[str, npt.NDArray[np.generic]]:

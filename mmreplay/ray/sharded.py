@@ -31,7 +31,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from mmreplay import Batch, EncodedBatch, PrioritizedSampler, Sampler, SequenceBatch
-from mmreplay.ray.assembly import EPOCH_BITS, SHARD_BITS, STEP_BITS, Part, join_sequences
+from mmreplay.ray.assembly import EPOCH_BITS, SHARD_BITS, STEP_BITS, Part
 from mmreplay.ray.draws import Draws
 from mmreplay.ray.rate_limit import RateLimit
 from mmreplay.ray.shard import ReplayShard, ShardConfig
@@ -423,38 +423,87 @@ class ShardedReplay:
 
         Raises:
             ValueError: no shard that answers holds a transition, or a shard's rate limit holds sampling
-                back (``sample_sequences`` does not wait).
+                back (``sample_sequences`` does not wait; ``sequence_batches`` does).
         """
         batch_size = parse_positive_int(batch_size, "batch_size")
         length = parse_positive_int(length, "length")
-        generator = np.random.default_rng(int(parse_rng(rng).integers(2**63)))
-        beta_value = 0.4 if beta is None else beta
+        seed = int(parse_rng(rng).integers(2**63))
         self._states.collect()
-        if not sum(info["mass"] for info in self._infos if info is not None) > 0:
-            self.refresh()
-        masses = np.array([0.0 if info is None else info["mass"] for info in self._infos])
-        if not masses.sum() > 0:
-            raise ValueError("cannot sample: no shard that answers holds a transition")
-        counts = generator.multinomial(batch_size, masses / masses.sum())
-        seeds = generator.integers(2**63, size=self.num_shards)
-        calls = {}
-        for k in range(self.num_shards):
-            if counts[k]:
-                calls[k] = (self._states.ticket(), self._shards[k].sample_sequences.remote(
-                    int(counts[k]), int(seeds[k]), length=length, beta=beta_value))
-            elif not self._states.watching(k):
-                self._states.watch(k, self._states.ticket(), self._shards[k].info.remote())
-        parts = []
-        for k, (ticket, call) in calls.items():
-            windows, info = ray.get(call)
-            self._states.record(k, ticket, info)
-            if windows is None:
-                raise ValueError(f"shard {k}'s rate limit holds sampling back ({info['held_back']}); "
-                                 "sample_sequences does not wait")
-            parts.append((k, windows, info))
-        return join_sequences(parts, stack_size=self._description["stack_size"], beta=beta_value,
-                              global_min=self._draws.global_min([info for _, _, info in parts]),
-                              decode_threads=self.decode_threads)
+        parts = self._draws.gather(self._draws.request_sequences(batch_size, length, 1, seed, beta))
+        self._states.collect()
+        if parts is None:
+            reasons = "; ".join(info["held_back"] for info in self._infos if info is not None and info.get("held_back"))
+            raise ValueError(f"a shard's rate limit holds sampling back ({reasons or 'a shard was lost'}); "
+                             "sample_sequences does not wait: use sequence_batches(timeout_s=)")
+        return self._draws.sequence_group(parts, batch_size, beta).batch(0)
+
+    def sequence_batches(
+        self, batch_size: int, length: int, *, prefetch: int = 2, rng: np.random.Generator | int | None = None,
+        beta: float | None = None, group: int = 4, timeout_s: float | None = None,
+    ) -> Iterator[SequenceBatch]:
+        """An endless iterator of batches of windows (R2D2's sequences) requested ahead from the shards.
+
+        As ``batches`` is for transitions: each request is for ``group`` batches of ``batch_size`` windows
+        of ``length``, one call per shard for them all, ``prefetch`` requests in flight; each batch's
+        windows are drawn over the shards as ``sample_sequences`` draws them (counts per shard in
+        proportion to their masses, from the shards' states as their previous answers reported them), and
+        a window never crosses an episode. A group that a shard's rate limit refused, or that a lost
+        shard did not answer, is drawn again, waiting up to ``timeout_s``.
+
+        Args:
+            batch_size: windows per batch.
+            length: transitions per window.
+            prefetch: requests in flight.
+            rng: as in ``sample``; one generator, advanced request after request.
+            beta: as in ``sample``.
+            group: batches per request.
+            timeout_s: the longest wait for a batch a rate limit holds back (None: for ever).
+
+        Yields:
+            ``SequenceBatch`` records whose ``index`` holds global ids (-1 past a window's end).
+
+        Raises:
+            TypeError: a number is not an int.
+            ValueError: a number is below 1, or (from ``next``) no shard that answers holds a transition
+                (without a rate limit).
+            TimeoutError: (from ``next``) a batch held back by a rate limit for ``timeout_s``, as ``sample``
+                says: when the writers are gone, the message says so.
+        """
+        batch_size = parse_positive_int(batch_size, "batch_size")
+        length = parse_positive_int(length, "length")
+        prefetch = parse_positive_int(prefetch, "prefetch")
+        group = parse_positive_int(group, "group")
+        if timeout_s is not None:
+            timeout_s = parse_number(timeout_s, "timeout_s", low=0.0)
+        generator = parse_rng(rng)
+        return self._sequence_stream(batch_size, length, prefetch, generator, beta, group, timeout_s)
+
+    def _sequence_stream(
+        self, batch_size: int, length: int, prefetch: int, generator: np.random.Generator, beta: float | None,
+        group: int, timeout_s: float | None,
+    ) -> Iterator[SequenceBatch]:
+        """``sequence_batches``' iterator, its arguments checked."""
+        self.refresh()
+        pending: deque[Any] = deque()
+        deadline, pause = None, _WAIT_S
+        while True:
+            self._states.collect()
+            while len(pending) < prefetch:
+                seed = int(generator.integers(2**63))
+                pending.append(self._draws.request_sequences(batch_size, length, group, seed, beta))
+            parts = self._draws.gather(pending.popleft())
+            if parts is None:  # refused or lost: the request is dropped, and a new one drawn after a pause
+                now = time.monotonic()
+                deadline = now + timeout_s if deadline is None and timeout_s is not None else deadline
+                if deadline is not None and now > deadline:
+                    raise TimeoutError(self._states.held_back_message(batch_size, timeout_s))
+                time.sleep(pause)
+                pause = min(2 * pause, 0.1)
+                continue
+            deadline, pause = None, _WAIT_S
+            batches = self._draws.sequence_group(parts, batch_size, beta)
+            for g in range(group):
+                yield batches.batch(g)
 
     def batches(
         self, batch_size: int, *, prefetch: int = 2, rng: np.random.Generator | int | None = None,
