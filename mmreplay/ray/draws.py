@@ -211,6 +211,8 @@ class Draws:
         info["len"], info["mass"], info["min_leaf"] = size, float(size), 1.0
         if isinstance(reader.sampler, PrioritizedSampler) and size:
             info["mass"], info["min_leaf"] = reader.sampler.mass
+        elif getattr(reader.sampler, "remaining", None) is not None:  # max_times_sampled
+            info["mass"] = float(reader.sampler.remaining)
         return info
 
     def global_min(self, infos: list[dict[str, Any]]) -> float:

@@ -239,6 +239,8 @@ class ReplayShard:
         mass, min_leaf = (float(len(self.store)), 1.0)
         if isinstance(sampler, PrioritizedSampler) and len(self.store):
             mass, min_leaf = sampler.mass
+        elif getattr(sampler, "remaining", None) is not None:  # max_times_sampled: what is left to draw
+            mass = float(sampler.remaining)
         return {
             "shard": self.shard, "epoch": self.epoch, "len": len(self.store),
             "transitions_added": self.store.transitions_added, "mass": mass, "min_leaf": min_leaf,

@@ -37,6 +37,7 @@ from mmreplay.ray.rate_limit import RateLimit
 from mmreplay.ray.shard import ReplayShard, ShardConfig
 from mmreplay.ray.shard_states import LOST, ShardStates
 from mmreplay.ray.writer import ShardWriter
+from mmreplay.sampling.samplers import limited_sampler
 from mmreplay.validation import (
     parse_decode_threads, parse_field_specs, parse_number, parse_positive_int, parse_priorities, parse_rng, parse_steps,
 )
@@ -122,6 +123,7 @@ class ShardedReplay:
         decode_threads: int | None = None,
         frame_encoding: str | None = None,
         fields: dict[str, tuple[tuple[int, ...], npt.DTypeLike]] | None = None,
+        max_times_sampled: int | None = None,
     ) -> ShardedReplay:
         """Start ``num_shards`` shard actors, each owning ``<root>/shard-<k>`` on its node's disk.
 
@@ -154,6 +156,9 @@ class ShardedReplay:
             fields: user fields kept with each transition, as in ``ReplayStore.create``: name -> (shape,
                 dtype); the writers' ``add(..., fields=)`` takes them and the batches carry them
                 (``batch.fields``).
+            max_times_sampled: each shard's store's, as in ``ReplayStore.create``: a transition drawn
+                that many times leaves the sampling set (None or 0: no limit); a shard reports what it
+                has left to draw, so the draw over the shards stays exact over the remaining transitions.
 
         Returns:
             The replay's client in this process.
@@ -184,7 +189,8 @@ class ShardedReplay:
             raise ValueError(f"placement is {placement!r}; expected 'spread', 'local' or a list of node ids")
         if not isinstance(placement, str) and len(placement) != num_shards:
             raise ValueError(f"placement lists {len(placement)} node ids; expected {num_shards}, one per shard")
-        sampler_config = None if sampler is None else sampler.config()
+        limited = limited_sampler(sampler, max_times_sampled)
+        sampler_config = None if limited is None else limited.config()
         namespace = namespace or ray.get_runtime_context().namespace
         here = ray.get_runtime_context().get_node_id()
         description = {

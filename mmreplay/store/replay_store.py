@@ -40,7 +40,7 @@ from mmreplay.frames.page_cache import ReadAdvice
 from mmreplay.frames.reference_scheme import ReferenceScheme
 from mmreplay.frames.wire import EncodedFrames
 from mmreplay.gpu.tensor_batches import TensorBatch, TensorSequenceBatch
-from mmreplay.sampling.samplers import PrioritizedSampler, UniformSampler
+from mmreplay.sampling.samplers import PrioritizedSampler, UniformSampler, limited_sampler
 from mmreplay.store import passes, reads
 from mmreplay.frames.ring import FrameChecksumError
 from mmreplay.frames.segment_maps import MissingSegmentError
@@ -148,6 +148,7 @@ class ReplayStore(StoreLayout):
         stack_padding: str = "first",
         frame_dtype: npt.DTypeLike = np.uint8,
         decode_threads: int | None = None,
+        max_times_sampled: int | None = None,
     ) -> ReplayStore:
         """Create an empty store at ``path`` (a directory the store owns) and open it for appending.
 
@@ -184,6 +185,12 @@ class ReplayStore(StoreLayout):
                 angles). Frames are stored bit-exact (NaN payloads included), little-endian: a big-endian
                 dtype is taken as its little-endian equal, and big-endian frames are converted.
             decode_threads: see ``open``.
+            max_times_sampled: as Reverb's table option: a transition drawn that many times (by this
+                process's draws: ``sample``, ``sample_sequences`` and their encoded forms) leaves the
+                sampling set; a draw from a store whose every transition is exhausted raises as one
+                from an empty store does. None or 0: no limit. Saved with the sampler in the header;
+                the counts are kept in memory (a reopened uniform store draws every transition anew,
+                a prioritized one keeps its exhausted transitions' leaves at 0).
 
         Returns:
             The new store, open in mode ``"r+"``.
@@ -200,6 +207,7 @@ class ReplayStore(StoreLayout):
         """
         decode_threads = parse_decode_threads(decode_threads)
         schedule = CommitSchedule(commit_every=commit_every, commit_interval_s=commit_interval_s)
+        sampler = limited_sampler(sampler, max_times_sampled)
         layout, commit, sampler = creation.new_layout(
             frame_shape=frame_shape, capacity=capacity, stack_size=stack_size, num_envs=num_envs,
             action_shape=action_shape, action_dtype=action_dtype, sampler=sampler, frame_encoding=frame_encoding,
