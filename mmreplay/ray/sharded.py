@@ -465,8 +465,9 @@ class ShardedReplay:
             group: batches per request.
             timeout_s: the longest wait for a batch a rate limit holds back (None: for ever).
 
-        Yields:
-            ``SequenceBatch`` records whose ``index`` holds global ids (-1 past a window's end).
+        Returns:
+            An endless iterator of ``SequenceBatch`` records whose ``index`` holds global ids (-1 past a
+            window's end); its arguments are checked here, before the first ``next``.
 
         Raises:
             TypeError: a number is not an int.

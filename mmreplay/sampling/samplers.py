@@ -620,7 +620,9 @@ def sampler_from_config(config: dict[str, object]) -> Sampler:
     raise ValueError(f"unknown sampler kind {kind!r} in the store's header")
 
 
-def limited_sampler(sampler: Sampler | None, max_times_sampled: object) -> Sampler | None:
+def limited_sampler(
+    sampler: UniformSampler | PrioritizedSampler | None, max_times_sampled: object
+) -> UniformSampler | PrioritizedSampler | None:
     """``create``'s sampler with ``create``'s ``max_times_sampled`` (None: no limit given, as it is).
 
     Args:
@@ -640,6 +642,8 @@ def limited_sampler(sampler: Sampler | None, max_times_sampled: object) -> Sampl
         return sampler
     if sampler is None:
         return UniformSampler(max_times_sampled=limit)
-    if not isinstance(sampler, (UniformSampler, PrioritizedSampler)):
-        return sampler
-    return sampler_from_config({**sampler.config(), "max_times_sampled": limit})
+    if isinstance(sampler, UniformSampler):
+        return UniformSampler(max_times_sampled=limit)
+    if isinstance(sampler, PrioritizedSampler):
+        return PrioritizedSampler(alpha=sampler.alpha, epsilon=sampler.epsilon, max_times_sampled=limit)
+    return sampler  # no built-in sampler: create refuses it
