@@ -641,12 +641,12 @@ class ReplayStore(StoreLayout):
             gamma: as in ``sample``.
 
         Returns:
-            The stored blocks of the batch's distinct frames, and which of them make each obs and
-            next_obs.
+            The stored blocks of the batch's distinct frames, which of them make each obs and next_obs,
+            and the rows' user fields (``fields``).
 
         Raises:
             ValueError: as ``sample`` raises it, or the store's frames cannot travel encoded (frames that
-                are not uint8, user fields, or ``stack_padding="zeros"``).
+                are not uint8, or ``stack_padding="zeros"``).
             ClosedStoreError: the store is closed, or was cleared since the draw's epoch began.
         """
         with self._entered("sample_encoded"):
@@ -660,7 +660,7 @@ class ReplayStore(StoreLayout):
         *,
         beta: float = 0.4,
     ) -> EncodedSequenceBatch:
-        """``sample_sequences``'s draw with its frames left compressed, for uint8 stores without user fields.
+        """``sample_sequences``'s draw with its frames left compressed, for uint8 stores.
 
         Args:
             batch_size: as in ``sample_sequences``.
