@@ -105,6 +105,13 @@ def parse_plain_dtype(path: Path, name: str, value: object, *, expected: str = "
 
 
 def parse_sampler(path: Path, value: object) -> dict[str, object]:
+    """The header's sampler: its kind and parameters, and ``max_times_sampled`` (an int >= 1) if set."""
+    if isinstance(value, dict) and "max_times_sampled" in value:
+        limit = value["max_times_sampled"]
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise _fail(path, "sampler.max_times_sampled", "an int >= 1", limit)
+        rest = {key: item for key, item in value.items() if key != "max_times_sampled"}
+        return {**parse_sampler(path, rest), "max_times_sampled": limit}
     if isinstance(value, dict) and value.get("kind") == "uniform" and set(value) == {"kind"}:
         return value
     if isinstance(value, dict) and value.get("kind") == "prioritized" and set(value) == {"kind", "alpha", "epsilon"}:

@@ -112,6 +112,7 @@ class GroupBatches:
         self.fields["weight"] = np.concatenate(
             [part.batch.weight * weight_scale(part.info, global_min, beta) for part in parts]
         ).astype(np.float32, copy=False)[order]
+        self.user_fields = joined_user_fields([part.batch for part in parts], order)
 
     def batch(self, g: int) -> Batch:
         """Batch g of the group, its frames decoded into a new array (obs and next_obs view it)."""
@@ -121,7 +122,8 @@ class GroupBatches:
                       pixels.reshape(-1, *self.frame_shape), decode_threads=self.decode_threads)
         size = self.stack_size
         return Batch(obs=pixels[:, :size], next_obs=pixels[:, -size:],
-                     **{name: array[rows] for name, array in self.fields.items()})
+                     **{name: array[rows] for name, array in self.fields.items()},
+                     user_fields={name: array[rows] for name, array in self.user_fields.items()})
 
 
 def join_sequences(
@@ -150,4 +152,79 @@ def join_sequences(
                             for k, part, info in parts])
     weight = np.concatenate([part.weight * weight_scale(info, global_min, beta) for _, part, info in parts])
     return SequenceBatch(obs=pixels[:, :, :stack_size], next_obs=pixels[:, :, -stack_size:], mask=mask, index=index,
-                         weight=weight.astype(np.float32, copy=False), **arrays)
+                         weight=weight.astype(np.float32, copy=False), **arrays,
+                         user_fields=joined_user_fields([part for _, part, _ in parts]))
+
+
+class SequenceParts:
+    """The ``G`` batches of windows of one group, from the shards' parts (``Part.batch`` an
+    ``EncodedSequenceBatch`` holding ``counts[g]`` windows for batch g, batch after batch): batch g joins
+    each shard's windows for it, shard after shard, as ``join_sequences`` joins one batch's."""
+
+    def __init__(
+        self, parts: Sequence[Part], *, batch_size: int, stack_size: int, global_min: float, beta: float,
+        decode_threads: int | None = None,
+    ) -> None:
+        self.parts = sorted(parts, key=lambda part: part.shard)
+        counts = np.stack([part.counts for part in self.parts], axis=1)  # (G, parts)
+        assert (counts.sum(axis=1) == batch_size).all(), "each batch's parts add up to batch_size"
+        self.counts = counts
+        self.first = np.cumsum(counts, axis=0) - counts  # part p's windows for batch g start at first[g, p]
+        self.stack_size, self.global_min, self.beta = stack_size, global_min, beta
+        self.decode_threads = decode_threads
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+    def batch(self, g: int) -> SequenceBatch:
+        """Batch g of the group, decoded in one call.
+
+        Args:
+            g: the batch's position in the group.
+
+        Returns:
+            Its windows, shard after shard.
+        """
+        pieces = []
+        for p, part in enumerate(self.parts):
+            count = int(self.counts[g, p])
+            if count:
+                rows = slice(int(self.first[g, p]), int(self.first[g, p]) + count)
+                pieces.append((part.shard, window_rows(part.batch, rows), part.info))  # type: ignore[arg-type]
+        return join_sequences(pieces, stack_size=self.stack_size, global_min=self.global_min, beta=self.beta,
+                              decode_threads=self.decode_threads)
+
+
+def window_rows(windows: EncodedSequenceBatch, rows: slice) -> EncodedSequenceBatch:
+    """Windows ``rows`` of an encoded sequence batch, with all its frames (those rows index some of them).
+
+    Args:
+        windows: the encoded windows.
+        rows: which windows.
+
+    Returns:
+        The same record over those windows only.
+    """
+    arrays = {name: getattr(windows, name)[rows] for name in
+              ("frame_index", "action", "reward", "terminated", "truncated", "mask", "index", "env_index", "weight")}
+    return EncodedSequenceBatch(frames=windows.frames, stack_size=windows.stack_size, **arrays,
+                                user_fields={name: array[rows] for name, array in windows.fields.items()})
+
+
+def joined_user_fields(
+    parts: Sequence[EncodedBatch | EncodedSequenceBatch], order: npt.NDArray[np.int64] | None = None
+) -> dict[str, npt.NDArray[np.generic]]:
+    """The parts' user fields joined part after part (then in ``order``, when given), by name.
+
+    Args:
+        parts: the shards' encoded answers, each with the same fields (one replay's).
+        order: the joined rows' order in the batches (None: as joined).
+
+    Returns:
+        Each field's rows of every part (empty for a replay without fields).
+    """
+    joined = {}
+    for name in parts[0].fields:
+        values = np.concatenate([part.fields[name] for part in parts])
+        joined[name] = values if order is None else values[order]
+    return joined

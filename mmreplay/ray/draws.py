@@ -18,7 +18,7 @@ import numpy.typing as npt
 import ray
 
 from mmreplay import PrioritizedSampler, ReplayStore
-from mmreplay.ray.assembly import GroupBatches, Part
+from mmreplay.ray.assembly import GroupBatches, Part, SequenceParts
 from mmreplay.ray.shard_states import LOST as _LOST
 from mmreplay.ray.shard_states import ShardStates
 
@@ -113,6 +113,62 @@ class Draws:
                 self.states.watch(k, self.states.ticket(), self.shards[k].info.remote())
         return requests
 
+    def request_sequences(
+        self, batch_size: int, length: int, group: int, seed: int, beta: float | None
+    ) -> list[Request] | None:
+        """Ask the shards for a group of ``group`` batches of ``batch_size`` windows of ``length``, drawn as
+        ``request`` draws transitions: each batch's counts per shard ``Multinomial(batch_size, mass_k /
+        total)`` from ``default_rng(seed)``, then one seed per shard, and one call per shard for its windows
+        of the whole group (a window never crosses an episode: the shard's store draws it). Returns the
+        requests as ``request`` does (the part read directly is never used: sequences go through the
+        actors); None when no shard holds anything yet under a rate limit.
+
+        Raises:
+            ValueError: no shard that answers holds a transition (without a rate limit).
+        """
+        masses = self._masses()
+        generator = np.random.default_rng(seed)
+        if masses is None:
+            return None
+        counts = generator.multinomial(batch_size, masses / masses.sum(), size=group)  # (group, shards)
+        shard_seeds = generator.integers(2**63, size=len(self.shards))
+        beta_value = 0.4 if beta is None else beta
+        requests: list[Request] = []
+        drawn = counts.sum(axis=0)
+        for k in range(len(self.shards)):
+            if drawn[k]:
+                ticket = self.states.ticket()
+                call = self.shards[k].sample_sequences.remote(int(drawn[k]), int(shard_seeds[k]), length=length,
+                                                              beta=beta_value)
+                requests.append((k, ticket, call, None, counts[:, k]))
+            elif not self.states.watching(k):
+                self.states.watch(k, self.states.ticket(), self.shards[k].info.remote())
+        return requests
+
+    def _masses(self) -> npt.NDArray[np.float64] | None:
+        """Each shard's mass as last known (asking the shards first when none is known to hold anything);
+        None when none holds anything under a rate limit.
+
+        Raises:
+            ValueError: no shard that answers holds a transition (without a rate limit).
+        """
+        masses = np.array([0.0 if info is None else info["mass"] for info in self.states.infos])
+        if not masses.sum() > 0:
+            self.refresh()
+            masses = np.array([0.0 if info is None else info["mass"] for info in self.states.infos])
+        if not masses.sum() > 0:
+            if self.rate_limited:
+                return None
+            raise ValueError("cannot sample: no shard that answers holds a transition")
+        return masses
+
+    def sequence_group(self, parts: list[Part], batch_size: int, beta: float | None) -> SequenceParts:
+        """The batches of windows of a group's parts (``Part.batch`` holding windows): global ids, weights
+        normalised by the global minimum."""
+        return SequenceParts(parts, batch_size=batch_size, stack_size=self.stack_size,
+                             global_min=self.global_min([part.info for part in parts]),
+                             beta=0.4 if beta is None else beta, decode_threads=self.decode_threads)
+
     def known_states(self, direct_read: bool) -> list[dict[str, Any] | None]:
         """Each shard's state as last known (a co-located shard read directly: its store's, now)."""
         infos = list(self.states.infos)
@@ -155,6 +211,8 @@ class Draws:
         info["len"], info["mass"], info["min_leaf"] = size, float(size), 1.0
         if isinstance(reader.sampler, PrioritizedSampler) and size:
             info["mass"], info["min_leaf"] = reader.sampler.mass
+        elif getattr(reader.sampler, "remaining", None) is not None:  # max_times_sampled
+            info["mass"] = float(reader.sampler.remaining)
         return info
 
     def global_min(self, infos: list[dict[str, Any]]) -> float:

@@ -55,6 +55,7 @@ class ShardConfig:
     rate_limit: RateLimit | None
     commit_interval_s: float | None
     frame_encoding: str | None = None  # None: ReplayStore.create's default
+    fields: tuple[tuple[str, tuple[int, ...], str], ...] = ()  # the user fields: (name, shape, dtype) each
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class Send:
     terminated: npt.NDArray[np.bool_]
     truncated: npt.NDArray[np.bool_]
     priority: npt.NDArray[np.float64] | None = None  # each step's initial priority (None: the sampler's default)
+    fields: dict[str, npt.NDArray[Any]] | None = None  # each user field's values, (T, *shape) (None: no fields)
 
     def __len__(self) -> int:
         return len(self.obs)
@@ -78,7 +80,8 @@ class Send:
         """Steps ``[start, stop)`` of this send (the same frames)."""
         return Send(self.env_index, self.frames, self.obs[start:stop], self.action[start:stop],
                     self.reward[start:stop], self.next_obs[start:stop], self.terminated[start:stop],
-                    self.truncated[start:stop], None if self.priority is None else self.priority[start:stop])
+                    self.truncated[start:stop], None if self.priority is None else self.priority[start:stop],
+                    None if self.fields is None else {name: values[start:stop] for name, values in self.fields.items()})
 
 
 class ReplayShard:
@@ -100,6 +103,7 @@ class ReplayShard:
                 store_path, frame_shape=config.frame_shape, capacity=config.capacity, stack_size=config.stack_size,
                 num_envs=config.num_envs, action_shape=config.action_shape, action_dtype=config.action_dtype,
                 sampler=sampler, commit_interval_s=None, frame_encoding=config.frame_encoding,
+                fields={name: (shape, dtype) for name, shape, dtype in config.fields} or None,
             )
             self.reopened = False
         self.epoch = self._next_epoch()
@@ -200,7 +204,7 @@ class ReplayShard:
             part = send if allowed == len(send) else send.steps(0, allowed)
             first = self.store.transitions_added
             self.store.add_encoded(part.frames, part.obs, part.action, part.reward, part.next_obs,
-                                   part.terminated, part.truncated, env_index=part.env_index)
+                                   part.terminated, part.truncated, env_index=part.env_index, fields=part.fields)
             if part.priority is not None:  # one env's steps: consecutive, from the store's count before
                 self.store.update_priorities(np.arange(first, first + allowed, dtype=np.int64), part.priority)
             self.inserts += allowed
@@ -235,6 +239,8 @@ class ReplayShard:
         mass, min_leaf = (float(len(self.store)), 1.0)
         if isinstance(sampler, PrioritizedSampler) and len(self.store):
             mass, min_leaf = sampler.mass
+        elif getattr(sampler, "remaining", None) is not None:  # max_times_sampled: what is left to draw
+            mass = float(sampler.remaining)
         return {
             "shard": self.shard, "epoch": self.epoch, "len": len(self.store),
             "transitions_added": self.store.transitions_added, "mass": mass, "min_leaf": min_leaf,

@@ -31,14 +31,15 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from mmreplay import Batch, EncodedBatch, PrioritizedSampler, Sampler, SequenceBatch
-from mmreplay.ray.assembly import EPOCH_BITS, SHARD_BITS, STEP_BITS, Part, join_sequences
+from mmreplay.ray.assembly import EPOCH_BITS, SHARD_BITS, STEP_BITS, Part
 from mmreplay.ray.draws import Draws
 from mmreplay.ray.rate_limit import RateLimit
 from mmreplay.ray.shard import ReplayShard, ShardConfig
 from mmreplay.ray.shard_states import LOST, ShardStates
 from mmreplay.ray.writer import ShardWriter
+from mmreplay.sampling.samplers import limited_sampler
 from mmreplay.validation import (
-    parse_decode_threads, parse_number, parse_positive_int, parse_priorities, parse_rng, parse_steps,
+    parse_decode_threads, parse_field_specs, parse_number, parse_positive_int, parse_priorities, parse_rng, parse_steps,
 )
 
 _LOST = LOST
@@ -121,6 +122,8 @@ class ShardedReplay:
         commit_interval_s: float | None = 5.0,
         decode_threads: int | None = None,
         frame_encoding: str | None = None,
+        fields: dict[str, tuple[tuple[int, ...], npt.DTypeLike]] | None = None,
+        max_times_sampled: int | None = None,
     ) -> ShardedReplay:
         """Start ``num_shards`` shard actors, each owning ``<root>/shard-<k>`` on its node's disk.
 
@@ -150,6 +153,12 @@ class ShardedReplay:
                 it may use), as ``ReplayStore.open``'s.
             frame_encoding: each shard's store's, as in ``ReplayStore.create`` (None: its default);
                 ``"lz4-reference"`` batches travel with the frames their blocks are compressed against.
+            fields: user fields kept with each transition, as in ``ReplayStore.create``: name -> (shape,
+                dtype); the writers' ``add(..., fields=)`` takes them and the batches carry them
+                (``batch.fields``).
+            max_times_sampled: each shard's store's, as in ``ReplayStore.create``: a transition drawn
+                that many times leaves the sampling set (None or 0: no limit); a shard reports what it
+                has left to draw, so the draw over the shards stays exact over the remaining transitions.
 
         Returns:
             The replay's client in this process.
@@ -157,11 +166,13 @@ class ShardedReplay:
         Raises:
             TypeError: a number is not an int.
             ValueError: a number is out of range, ``capacity`` is below ``envs_per_shard`` per shard,
-                ``placement`` is not one of its forms, or ``frame_encoding`` is not one of its choices.
+                ``placement`` is not one of its forms, ``frame_encoding`` is not one of its choices, or a
+                field's name or shape is not allowed (as ``ReplayStore.create`` says).
         """
         if frame_encoding is not None and frame_encoding not in FRAME_ENCODINGS:
             raise ValueError(f"frame_encoding is {frame_encoding!r}; expected None or one of {FRAME_ENCODINGS}")
         decode_threads = parse_decode_threads(decode_threads)
+        field_specs = parse_field_specs(fields)
         num_shards = parse_positive_int(num_shards, "num_shards")
         capacity = parse_positive_int(capacity, "capacity")
         if capacity < num_shards:
@@ -178,13 +189,14 @@ class ShardedReplay:
             raise ValueError(f"placement is {placement!r}; expected 'spread', 'local' or a list of node ids")
         if not isinstance(placement, str) and len(placement) != num_shards:
             raise ValueError(f"placement lists {len(placement)} node ids; expected {num_shards}, one per shard")
-        sampler_config = None if sampler is None else sampler.config()
+        limited = limited_sampler(sampler, max_times_sampled)
+        sampler_config = None if limited is None else limited.config()
         namespace = namespace or ray.get_runtime_context().namespace
         here = ray.get_runtime_context().get_node_id()
         description = {
             "root": str(root), "num_shards": num_shards, "frame_shape": tuple(frame_shape), "stack_size": stack_size,
             "namespace": namespace, "rate_limited": rate_limit is not None,
-            "prioritized": isinstance(sampler, PrioritizedSampler),
+            "prioritized": isinstance(sampler, PrioritizedSampler), "fields": field_specs,
         }
         lifetime = "detached" if detached else None
         shards = []
@@ -194,7 +206,7 @@ class ShardedReplay:
                 stack_size=stack_size, num_envs=envs_per_shard, action_shape=tuple(action_shape),
                 action_dtype=action_dtype, sampler=sampler_config,
                 rate_limit=None if rate_limit is None else rate_limit.for_shard(num_shards),
-                commit_interval_s=commit_interval_s, frame_encoding=frame_encoding,
+                commit_interval_s=commit_interval_s, frame_encoding=frame_encoding, fields=field_specs,
             )
             if placement == "spread":
                 strategy: Any = "SPREAD"
@@ -290,6 +302,7 @@ class ShardedReplay:
             steps_per_send=parse_positive_int(steps_per_send, "steps_per_send"),
             max_in_flight=parse_positive_int(max_in_flight, "max_in_flight"),
             prioritized=self._description.get("prioritized"), reconnect_timeout_s=reconnect_timeout_s,
+            fields=tuple(self._description.get("fields", ())),
         )
 
     # -- sampling ------------------------------------------------------------------------------
@@ -416,38 +429,88 @@ class ShardedReplay:
 
         Raises:
             ValueError: no shard that answers holds a transition, or a shard's rate limit holds sampling
-                back (``sample_sequences`` does not wait).
+                back (``sample_sequences`` does not wait; ``sequence_batches`` does).
         """
         batch_size = parse_positive_int(batch_size, "batch_size")
         length = parse_positive_int(length, "length")
-        generator = np.random.default_rng(int(parse_rng(rng).integers(2**63)))
-        beta_value = 0.4 if beta is None else beta
+        seed = int(parse_rng(rng).integers(2**63))
         self._states.collect()
-        if not sum(info["mass"] for info in self._infos if info is not None) > 0:
-            self.refresh()
-        masses = np.array([0.0 if info is None else info["mass"] for info in self._infos])
-        if not masses.sum() > 0:
-            raise ValueError("cannot sample: no shard that answers holds a transition")
-        counts = generator.multinomial(batch_size, masses / masses.sum())
-        seeds = generator.integers(2**63, size=self.num_shards)
-        calls = {}
-        for k in range(self.num_shards):
-            if counts[k]:
-                calls[k] = (self._states.ticket(), self._shards[k].sample_sequences.remote(
-                    int(counts[k]), int(seeds[k]), length=length, beta=beta_value))
-            elif not self._states.watching(k):
-                self._states.watch(k, self._states.ticket(), self._shards[k].info.remote())
-        parts = []
-        for k, (ticket, call) in calls.items():
-            windows, info = ray.get(call)
-            self._states.record(k, ticket, info)
-            if windows is None:
-                raise ValueError(f"shard {k}'s rate limit holds sampling back ({info['held_back']}); "
-                                 "sample_sequences does not wait")
-            parts.append((k, windows, info))
-        return join_sequences(parts, stack_size=self._description["stack_size"], beta=beta_value,
-                              global_min=self._draws.global_min([info for _, _, info in parts]),
-                              decode_threads=self.decode_threads)
+        parts = self._draws.gather(self._draws.request_sequences(batch_size, length, 1, seed, beta))
+        self._states.collect()
+        if parts is None:
+            reasons = "; ".join(info["held_back"] for info in self._infos if info is not None and info.get("held_back"))
+            raise ValueError(f"a shard's rate limit holds sampling back ({reasons or 'a shard was lost'}); "
+                             "sample_sequences does not wait: use sequence_batches(timeout_s=)")
+        return self._draws.sequence_group(parts, batch_size, beta).batch(0)
+
+    def sequence_batches(
+        self, batch_size: int, length: int, *, prefetch: int = 2, rng: np.random.Generator | int | None = None,
+        beta: float | None = None, group: int = 4, timeout_s: float | None = None,
+    ) -> Iterator[SequenceBatch]:
+        """An endless iterator of batches of windows (R2D2's sequences) requested ahead from the shards.
+
+        As ``batches`` is for transitions: each request is for ``group`` batches of ``batch_size`` windows
+        of ``length``, one call per shard for them all, ``prefetch`` requests in flight; each batch's
+        windows are drawn over the shards as ``sample_sequences`` draws them (counts per shard in
+        proportion to their masses, from the shards' states as their previous answers reported them), and
+        a window never crosses an episode. A group that a shard's rate limit refused, or that a lost
+        shard did not answer, is drawn again, waiting up to ``timeout_s``.
+
+        Args:
+            batch_size: windows per batch.
+            length: transitions per window.
+            prefetch: requests in flight.
+            rng: as in ``sample``; one generator, advanced request after request.
+            beta: as in ``sample``.
+            group: batches per request.
+            timeout_s: the longest wait for a batch a rate limit holds back (None: for ever).
+
+        Returns:
+            An endless iterator of ``SequenceBatch`` records whose ``index`` holds global ids (-1 past a
+            window's end); its arguments are checked here, before the first ``next``.
+
+        Raises:
+            TypeError: a number is not an int.
+            ValueError: a number is below 1, or (from ``next``) no shard that answers holds a transition
+                (without a rate limit).
+            TimeoutError: (from ``next``) a batch held back by a rate limit for ``timeout_s``, as ``sample``
+                says: when the writers are gone, the message says so.
+        """
+        batch_size = parse_positive_int(batch_size, "batch_size")
+        length = parse_positive_int(length, "length")
+        prefetch = parse_positive_int(prefetch, "prefetch")
+        group = parse_positive_int(group, "group")
+        if timeout_s is not None:
+            timeout_s = parse_number(timeout_s, "timeout_s", low=0.0)
+        generator = parse_rng(rng)
+        return self._sequence_stream(batch_size, length, prefetch, generator, beta, group, timeout_s)
+
+    def _sequence_stream(
+        self, batch_size: int, length: int, prefetch: int, generator: np.random.Generator, beta: float | None,
+        group: int, timeout_s: float | None,
+    ) -> Iterator[SequenceBatch]:
+        """``sequence_batches``' iterator, its arguments checked."""
+        self.refresh()
+        pending: deque[Any] = deque()
+        deadline, pause = None, _WAIT_S
+        while True:
+            self._states.collect()
+            while len(pending) < prefetch:
+                seed = int(generator.integers(2**63))
+                pending.append(self._draws.request_sequences(batch_size, length, group, seed, beta))
+            parts = self._draws.gather(pending.popleft())
+            if parts is None:  # refused or lost: the request is dropped, and a new one drawn after a pause
+                now = time.monotonic()
+                deadline = now + timeout_s if deadline is None and timeout_s is not None else deadline
+                if deadline is not None and now > deadline:
+                    raise TimeoutError(self._states.held_back_message(batch_size, timeout_s))
+                time.sleep(pause)
+                pause = min(2 * pause, 0.1)
+                continue
+            deadline, pause = None, _WAIT_S
+            batches = self._draws.sequence_group(parts, batch_size, beta)
+            for g in range(group):
+                yield batches.batch(g)
 
     def batches(
         self, batch_size: int, *, prefetch: int = 2, rng: np.random.Generator | int | None = None,

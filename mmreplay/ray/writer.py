@@ -29,6 +29,7 @@ import ray
 from mmreplay import encode_frames
 from mmreplay.ray.shard import Send
 from mmreplay.ray.shard_states import LOST
+from mmreplay.ray.user_fields import FieldSpecs, parse_writer_fields, stack_fields
 
 _WAIT_S = 0.002  # first pause of a writer held back by its shard's rate limiter (doubling up to 0.1 s)
 
@@ -42,6 +43,7 @@ class _Pending:
     next_obs: list[list[int]] = field(default_factory=list)
     columns: list[tuple[Any, ...]] = field(default_factory=list)
     priorities: list[float] | None = None  # each step's initial priority, when the steps came with one
+    fields: list[dict[str, npt.NDArray[Any]]] = field(default_factory=list)  # each step's user fields, if any
     last: tuple[bytes, list[int]] | None = None  # the previous step's next_obs: pixels and indices
 
     def index(self, frames: npt.NDArray[np.uint8]) -> list[int]:
@@ -68,6 +70,8 @@ class ShardWriter:
         prioritized: whether the replay samples by priority (``add(priority=)`` needs it; None:
             unknown, checked by the shard).
         reconnect_timeout_s: the longest wait for a restarted shard before ``add`` raises.
+        fields: the replay's user fields, (name, shape, dtype) each, as ``ShardedReplay.create`` recorded
+            them (empty: none).
     """
 
     def __init__(
@@ -84,8 +88,10 @@ class ShardWriter:
         max_in_flight: int,
         prioritized: bool | None = None,
         reconnect_timeout_s: float = 60.0,
+        fields: FieldSpecs = (),
     ) -> None:
         self._shard = shard
+        self._fields = fields
         self.key = key
         self.shard_index = shard_index
         self.first_env = first_env
@@ -113,6 +119,7 @@ class ShardWriter:
         env_mask: npt.ArrayLike | None = None,
         *,
         priority: npt.ArrayLike | None = None,
+        fields: dict[str, npt.ArrayLike] | None = None,
     ) -> None:
         """Record one step of each env, as ``ReplayStore.add`` takes it; the shard checks it by ``add``'s rules.
 
@@ -128,13 +135,17 @@ class ShardWriter:
                 as Ape-X's actors compute it from their own TD errors; None: the sampler's default (the
                 largest priority so far). The shard sets it in the call that writes the step, so no
                 sample sees the step without it.
+            fields: the replay's user fields (``ShardedReplay.create(fields=...)``), as ``ReplayStore.add``
+                takes them: each shaped as its field, with a leading env axis when ``num_envs > 1``.
 
         Raises:
-            TypeError: ``priority`` given for a replay that samples uniformly, or not numbers.
-            ValueError: a shape that is not this writer's, or a priority that is negative or not finite
-                (nothing of the call is kept).
+            TypeError: ``priority`` given for a replay that samples uniformly, or not numbers; a field's
+                dtype that cannot be cast to its field's.
+            ValueError: a shape that is not this writer's, a priority that is negative or not finite, or
+                ``fields`` that are not exactly the replay's (nothing of the call is kept).
         """
         priorities = None if priority is None else self._parse_priority(priority)
+        values = parse_writer_fields(fields, self._fields, self.num_envs)
         obs_a, next_a = np.asarray(obs, np.uint8), np.asarray(next_obs, np.uint8)
         frame_dims = len(self._frame_shape)
         if self.num_envs == 1:  # the common case, without the env axis: no per-step arrays to build
@@ -144,7 +155,7 @@ class ShardWriter:
                 )
             if env_mask is None or bool(np.asarray(env_mask).reshape(-1)[0]):
                 self._add_step(0, obs_a, next_a, (action, reward, terminated, truncated),
-                               None if priorities is None else float(priorities[0]))
+                               None if priorities is None else float(priorities[0]), None if values is None else values[0])
             return
         columns = [np.asarray(value) for value in (action, reward, terminated, truncated)]
         if obs_a.shape[0] != self.num_envs or obs_a.shape[-frame_dims:] != self._frame_shape:
@@ -155,7 +166,7 @@ class ShardWriter:
         envs = range(self.num_envs) if env_mask is None else np.flatnonzero(np.asarray(env_mask, bool).reshape(self.num_envs)).tolist()
         for env in envs:
             self._add_step(env, obs_a[env], next_a[env], tuple(column[env] for column in columns),
-                           None if priorities is None else float(priorities[env]))
+                           None if priorities is None else float(priorities[env]), None if values is None else values[env])
 
     def _parse_priority(self, priority: npt.ArrayLike) -> npt.NDArray[np.float64]:
         """``add``'s ``priority``: one finite number >= 0 per env."""
@@ -177,7 +188,7 @@ class ShardWriter:
 
     def _add_step(
         self, env: int, obs: npt.NDArray[np.uint8], next_obs: npt.NDArray[np.uint8], columns: tuple[Any, ...],
-        priority: float | None,
+        priority: float | None, fields: dict[str, npt.NDArray[Any]] | None = None,
     ) -> None:
         pending = self._pending[env]
         stack = obs.reshape(-1, *self._frame_shape)
@@ -201,6 +212,8 @@ class ShardWriter:
         pending.columns.append(columns)
         if priority is not None:
             pending.priorities = (pending.priorities or []) + [priority]
+        if fields is not None:
+            pending.fields.append(fields)
         pending.last = (following.tobytes(), next_index)
         if len(pending.obs) >= self._steps_per_send:
             self._send(env)
@@ -220,6 +233,7 @@ class ShardWriter:
             env_index=self.first_env + env, frames=frames, obs=obs_index, action=action,
             reward=reward.astype(np.float32), next_obs=next_index, terminated=terminated.astype(bool),
             truncated=truncated.astype(bool), priority=priorities,
+            fields=stack_fields(pending.fields) if pending.fields else None,
         )
         self.bytes_sent += frames.nbytes + action.nbytes + reward.nbytes + 2 * send.obs.nbytes
         self._in_flight.append(self._shard.add.remote(send))

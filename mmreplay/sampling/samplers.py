@@ -18,7 +18,8 @@ import numpy.typing as npt
 from mmreplay import extensions
 from mmreplay.disk.store_directory import StoreDirectory
 from mmreplay.sampling.priority_file import Committed, PriorityFile, slot_ranges
-from mmreplay.sampling.sum_tree import SumTree
+from mmreplay.sampling.sample_limits import SampleCounts, exhausted_message, parse_max_times_sampled
+from mmreplay.sampling.sum_tree import SumTree, tree_size
 
 _sumtree = extensions.load("_sumtree")
 
@@ -152,41 +153,88 @@ def uniform_steps(batch_size: int, stored: range, rng: np.random.Generator) -> n
 class UniformSampler:
     """Every stored transition equally likely, drawn with replacement; O(batch_size), no files.
 
-    The store's default sampler. Its methods are the ``Sampler`` calls the store makes.
+    The store's default sampler. Its methods are the ``Sampler`` calls the store makes. With
+    ``max_times_sampled`` (``sample_limits``) it draws from a weight tree of 1 for each stored transition
+    not yet drawn that many times and 0 for the others, so the draw stays uniform over the remaining set.
+
+    Args:
+        max_times_sampled: draws after which a transition leaves the sampling set (None or 0: no limit).
+
+    Raises:
+        TypeError: ``max_times_sampled`` is not None or an int.
+        ValueError: ``max_times_sampled`` is negative.
     """
 
+    def __init__(self, max_times_sampled: int | None = None) -> None:
+        self.max_times_sampled = parse_max_times_sampled(max_times_sampled)
+        self._counts: SampleCounts | None = None
+        self._alive: SumTree | None = None
+        self._slots = 0
+
     def config(self) -> dict[str, object]:
-        """The sampler's kind, saved in the store's header.
+        """The sampler's kind (and its ``max_times_sampled``, when set), saved in the store's header.
 
         Returns:
-            ``{"kind": "uniform"}``.
+            ``{"kind": "uniform"}``, with ``"max_times_sampled"`` when set.
         """
-        return {"kind": "uniform"}
+        config: dict[str, object] = {"kind": "uniform"}
+        if self.max_times_sampled:
+            config["max_times_sampled"] = self.max_times_sampled
+        return config
 
     def open(self, directory: StoreDirectory | Path, *, slots: int, stored: range, writable: bool, state: dict[str, object]) -> None:
-        """Attach to a store: nothing to do, the sampler keeps no files.
+        """Attach to a store: no files; with ``max_times_sampled``, the weight tree of the stored steps.
 
         Args:
             directory: the store's directory (unused).
-            slots: the store's transition slots (unused).
-            stored: the steps stored now (unused).
+            slots: the store's transition slots.
+            stored: the steps stored now.
             writable: whether the store is open for appending (unused).
             state: the committed state (unused).
         """
+        if not self.max_times_sampled:
+            return
+        if self._counts is None or self._slots != slots:
+            self._counts = SampleCounts(self.max_times_sampled, slots)
+        self._slots = slots
+        self._counts.reopen(stored)
+        size = tree_size(slots)
+        sums = np.zeros(2 * size)
+        for start, stop in slot_ranges(stored, slots):
+            sums[size + start : size + stop] = 1.0
+        sums[size + self._counts.exhausted_slots()] = 0.0
+        self._alive = SumTree(sums, np.empty(2 * size))
 
     def added(self, steps: range) -> None:
-        """Take note of new transitions: nothing to do.
+        """Take note of new transitions (with ``max_times_sampled``: drawable, none drawn yet).
 
         Args:
-            steps: the added steps (unused).
+            steps: the added steps.
         """
+        if self._alive is not None and self._counts is not None:
+            self._counts.added(steps)
+            for start, stop in slot_ranges(steps, self._slots):
+                self._alive.fill(start, stop, 1.0)
 
     def evicted(self, steps: range) -> None:
-        """Take note of evicted transitions: nothing to do.
+        """Take note of evicted transitions (with ``max_times_sampled``: no longer drawable).
 
         Args:
-            steps: the evicted steps (unused).
+            steps: the evicted steps.
         """
+        if self._alive is not None and self._counts is not None:
+            self._counts.evicted(steps)
+            for start, stop in slot_ranges(steps, self._slots):
+                self._alive.fill(start, stop, 0.0)
+
+    @property
+    def remaining(self) -> float | None:
+        """How many stored transitions may still be drawn (None without ``max_times_sampled``).
+
+        Returns:
+            The count, or None.
+        """
+        return None if self._alive is None else self._alive.total
 
     def sample(self, batch_size: int, *, stored: range, rng: np.random.Generator) -> npt.NDArray[np.int64]:
         """Draw steps uniformly from ``stored``, with replacement.
@@ -200,8 +248,20 @@ class UniformSampler:
 
         Returns:
             (batch_size,) int64 steps.
+
+        Raises:
+            ValueError: with ``max_times_sampled``, every stored transition was drawn that many times.
         """
-        return uniform_steps(batch_size, stored, rng)
+        alive, counts = self._alive, self._counts
+        if alive is None or counts is None:
+            return uniform_steps(batch_size, stored, rng)
+
+        def draw(count: int) -> npt.NDArray[np.int64]:
+            if not alive.total > 0:
+                raise ValueError(exhausted_message(counts.limit))
+            return alive.draw(rng, count, first_step=stored.start, slots=self._slots)
+
+        return counts.draw(batch_size, draw, lambda slots: alive.set(slots, np.zeros(len(slots))))
 
     def weights(self, steps: npt.NDArray[np.int64], *, beta: float) -> npt.NDArray[np.float32]:
         """The importance weights of drawn steps: all 1.
@@ -254,7 +314,8 @@ class UniformSampler:
         """Release the sampler's files: it has none."""
 
     def __repr__(self) -> str:
-        return "UniformSampler()"
+        limit = f"max_times_sampled={self.max_times_sampled}" if self.max_times_sampled else ""
+        return f"UniformSampler({limit})"
 
 
 class PrioritizedSampler:
@@ -267,21 +328,30 @@ class PrioritizedSampler:
     to draw by: steps are drawn uniformly, with weights of 1. Its methods are the ``Sampler`` calls the
     store makes.
 
+    With ``max_times_sampled`` (``sample_limits``), a transition drawn that many times gets a leaf of 0
+    (committed with the priorities), and ``update_priorities`` leaves it at 0; every leaf 0 then leaves
+    nothing to draw (no uniform fallback).
+
     Args:
         alpha: how much priorities count (0: uniform).
         epsilon: added to each priority, so that a priority of 0 can still be drawn.
+        max_times_sampled: draws after which a transition leaves the sampling set (None or 0: no limit).
 
     Raises:
-        ValueError: ``alpha`` or ``epsilon`` is not a finite number >= 0.
+        ValueError: ``alpha`` or ``epsilon`` is not a finite number >= 0, or ``max_times_sampled`` is
+            negative.
+        TypeError: ``max_times_sampled`` is not None or an int.
     """
 
-    def __init__(self, alpha: float = 0.6, epsilon: float = 1e-6) -> None:
+    def __init__(self, alpha: float = 0.6, epsilon: float = 1e-6, max_times_sampled: int | None = None) -> None:
         if not (isinstance(alpha, (int, float)) and 0 <= alpha and math.isfinite(alpha)):
             raise ValueError(f"alpha must be a finite number >= 0; got {alpha!r}")
         if not (isinstance(epsilon, (int, float)) and 0 <= epsilon and math.isfinite(epsilon)):
             raise ValueError(f"epsilon must be a finite number >= 0; got {epsilon!r}")
         self.alpha = float(alpha)
         self.epsilon = float(epsilon)
+        self.max_times_sampled = parse_max_times_sampled(max_times_sampled)
+        self._counts: SampleCounts | None = None
         self.max_priority = 1.0
         self._file: PriorityFile | None = None
         self._tree: SumTree | None = None
@@ -294,7 +364,10 @@ class PrioritizedSampler:
         Returns:
             ``{"kind": "prioritized", "alpha": ..., "epsilon": ...}``.
         """
-        return {"kind": "prioritized", "alpha": self.alpha, "epsilon": self.epsilon}
+        config: dict[str, object] = {"kind": "prioritized", "alpha": self.alpha, "epsilon": self.epsilon}
+        if self.max_times_sampled:
+            config["max_times_sampled"] = self.max_times_sampled
+        return config
 
     def open(self, directory: StoreDirectory | Path, *, slots: int, stored: range, writable: bool, state: dict[str, object]) -> None:
         """Map the store's ``priorities.tree`` as its last commit left it (again, on a reader's refresh).
@@ -322,6 +395,13 @@ class PrioritizedSampler:
         self._slots = slots
         self._stored = stored
         self.max_priority = float(state.get("max_priority", 1.0))  # type: ignore[arg-type]
+        if self.max_times_sampled:
+            if self._counts is None or self._counts.slots != slots:
+                self._counts = SampleCounts(self.max_times_sampled, slots)
+            self._counts.reopen(stored)
+            exhausted = self._counts.exhausted_slots()
+            if exhausted.size:
+                self._tree.set(exhausted, np.zeros(len(exhausted)))
 
     def added(self, steps: range) -> None:
         """Give new transitions the largest priority seen so far.
@@ -337,6 +417,8 @@ class PrioritizedSampler:
         for start, stop in slot_ranges(steps, self._slots):
             tree.fill(start, stop, value)
         self._stored = range(self._stored.start, steps.stop)
+        if self._counts is not None:
+            self._counts.added(steps)
 
     def evicted(self, steps: range) -> None:
         """Zero evicted transitions' leaves.
@@ -351,6 +433,8 @@ class PrioritizedSampler:
         for start, stop in slot_ranges(steps, self._slots):
             tree.fill(start, stop, 0.0)
         self._stored = range(steps.stop, self._stored.stop)
+        if self._counts is not None:
+            self._counts.evicted(steps)
 
     def sample(self, batch_size: int, *, stored: range, rng: np.random.Generator) -> npt.NDArray[np.int64]:
         """Draw steps in proportion to their leaves, with replacement (uniformly when every leaf is 0).
@@ -365,12 +449,24 @@ class PrioritizedSampler:
 
         Raises:
             RuntimeError: the sampler is not attached to an open store.
+            ValueError: with ``max_times_sampled``, every stored transition was drawn that many times.
         """
         tree = self._require_tree()
-        if not tree.total > 0:
-            return uniform_steps(batch_size, stored, rng)
-        # A slot's step is the one in stored whose slot it is.
-        return tree.draw(rng, batch_size, first_step=stored.start, slots=self._slots)
+        counts = self._counts
+        if counts is None:
+            if not tree.total > 0:
+                return uniform_steps(batch_size, stored, rng)
+            # A slot's step is the one in stored whose slot it is.
+            return tree.draw(rng, batch_size, first_step=stored.start, slots=self._slots)
+
+        def draw(count: int) -> npt.NDArray[np.int64]:
+            # Under a limit a leaf of 0 may be an exhausted transition's (also one exhausted before the
+            # store was reopened, whose count is gone): every leaf 0 leaves nothing to draw.
+            if not tree.total > 0:
+                raise ValueError(exhausted_message(counts.limit))
+            return tree.draw(rng, count, first_step=stored.start, slots=self._slots)
+
+        return counts.draw(batch_size, draw, lambda slots: tree.set(slots, np.zeros(len(slots))))
 
     def weights(self, steps: npt.NDArray[np.int64], *, beta: float) -> npt.NDArray[np.float32]:
         """The importance weights (N P(i))^-beta, normalised by their maximum over the stored transitions.
@@ -424,6 +520,17 @@ class PrioritizedSampler:
         )
         if largest is not None:
             self.max_priority = max(self.max_priority, largest)
+        self._keep_exhausted_out(steps)
+
+    def _keep_exhausted_out(self, steps: npt.NDArray[np.int64]) -> None:
+        """Set the leaves of the exhausted ones among updated ``steps`` back to 0 (``max_times_sampled``)."""
+        if self._counts is None:
+            return
+        steps = np.asarray(steps, np.int64)
+        stored = steps[(steps >= self._stored.start) & (steps < self._stored.stop)]
+        exhausted = stored[self._counts.exhausted(stored)] % self._slots
+        if exhausted.size:
+            self._require_tree().set(exhausted, np.zeros(len(exhausted)))
 
     def update_priorities_checked(
         self, steps: npt.NDArray[np.int64], priorities: npt.NDArray[np.float64], *, added: int
@@ -451,6 +558,8 @@ class PrioritizedSampler:
         )
         if largest is not None:
             self.max_priority = max(self.max_priority, largest)
+        if applied:
+            self._keep_exhausted_out(steps)
         return applied
 
     def state(self) -> dict[str, object]:
@@ -495,14 +604,46 @@ class PrioritizedSampler:
         return self._tree
 
     def __repr__(self) -> str:
-        return f"PrioritizedSampler(alpha={self.alpha}, epsilon={self.epsilon})"
+        limit = f", max_times_sampled={self.max_times_sampled}" if self.max_times_sampled else ""
+        return f"PrioritizedSampler(alpha={self.alpha}, epsilon={self.epsilon}{limit})"
 
 
 def sampler_from_config(config: dict[str, object]) -> Sampler:
     """The sampler a store's header describes."""
     kind = config.get("kind")
+    limit = config.get("max_times_sampled")
     if kind == "uniform":
-        return UniformSampler()
+        return UniformSampler(max_times_sampled=limit)  # type: ignore[arg-type]
     if kind == "prioritized":
-        return PrioritizedSampler(alpha=float(config["alpha"]), epsilon=float(config["epsilon"]))  # type: ignore[arg-type]
+        return PrioritizedSampler(alpha=float(config["alpha"]), epsilon=float(config["epsilon"]),  # type: ignore[arg-type]
+                                  max_times_sampled=limit)  # type: ignore[arg-type]
     raise ValueError(f"unknown sampler kind {kind!r} in the store's header")
+
+
+def limited_sampler(
+    sampler: UniformSampler | PrioritizedSampler | None, max_times_sampled: object
+) -> UniformSampler | PrioritizedSampler | None:
+    """``create``'s sampler with ``create``'s ``max_times_sampled`` (None: no limit given, as it is).
+
+    Args:
+        sampler: the sampler given to ``create`` (None: uniform).
+        max_times_sampled: as ``create`` takes it.
+
+    Returns:
+        A built-in sampler of the same kind and parameters with that limit; ``sampler`` itself without
+        one (or when it is no built-in sampler: ``create`` refuses it).
+
+    Raises:
+        TypeError: ``max_times_sampled`` is not None or an int.
+        ValueError: ``max_times_sampled`` is negative.
+    """
+    limit = parse_max_times_sampled(max_times_sampled)
+    if limit is None:
+        return sampler
+    if sampler is None:
+        return UniformSampler(max_times_sampled=limit)
+    if isinstance(sampler, UniformSampler):
+        return UniformSampler(max_times_sampled=limit)
+    if isinstance(sampler, PrioritizedSampler):
+        return PrioritizedSampler(alpha=sampler.alpha, epsilon=sampler.epsilon, max_times_sampled=limit)
+    return sampler  # no built-in sampler: create refuses it

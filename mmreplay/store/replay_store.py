@@ -40,7 +40,7 @@ from mmreplay.frames.page_cache import ReadAdvice
 from mmreplay.frames.reference_scheme import ReferenceScheme
 from mmreplay.frames.wire import EncodedFrames
 from mmreplay.gpu.tensor_batches import TensorBatch, TensorSequenceBatch
-from mmreplay.sampling.samplers import PrioritizedSampler, UniformSampler
+from mmreplay.sampling.samplers import PrioritizedSampler, UniformSampler, limited_sampler
 from mmreplay.store import passes, reads
 from mmreplay.frames.ring import FrameChecksumError
 from mmreplay.frames.segment_maps import MissingSegmentError
@@ -148,6 +148,7 @@ class ReplayStore(StoreLayout):
         stack_padding: str = "first",
         frame_dtype: npt.DTypeLike = np.uint8,
         decode_threads: int | None = None,
+        max_times_sampled: int | None = None,
     ) -> ReplayStore:
         """Create an empty store at ``path`` (a directory the store owns) and open it for appending.
 
@@ -184,6 +185,12 @@ class ReplayStore(StoreLayout):
                 angles). Frames are stored bit-exact (NaN payloads included), little-endian: a big-endian
                 dtype is taken as its little-endian equal, and big-endian frames are converted.
             decode_threads: see ``open``.
+            max_times_sampled: as Reverb's table option: a transition drawn that many times (by this
+                process's draws: ``sample``, ``sample_sequences`` and their encoded forms) leaves the
+                sampling set; a draw from a store whose every transition is exhausted raises as one
+                from an empty store does. None or 0: no limit. Saved with the sampler in the header;
+                the counts are kept in memory (a reopened uniform store draws every transition anew,
+                a prioritized one keeps its exhausted transitions' leaves at 0).
 
         Returns:
             The new store, open in mode ``"r+"``.
@@ -200,6 +207,7 @@ class ReplayStore(StoreLayout):
         """
         decode_threads = parse_decode_threads(decode_threads)
         schedule = CommitSchedule(commit_every=commit_every, commit_interval_s=commit_interval_s)
+        sampler = limited_sampler(sampler, max_times_sampled)
         layout, commit, sampler = creation.new_layout(
             frame_shape=frame_shape, capacity=capacity, stack_size=stack_size, num_envs=num_envs,
             action_shape=action_shape, action_dtype=action_dtype, sampler=sampler, frame_encoding=frame_encoding,
@@ -444,6 +452,7 @@ class ReplayStore(StoreLayout):
         truncated: npt.ArrayLike,
         *,
         env_index: int = 0,
+        fields: dict[str, npt.ArrayLike] | None = None,
     ) -> None:
         """Record T consecutive transitions of one env whose frames arrive compressed (``encode_frames``).
 
@@ -461,16 +470,19 @@ class ReplayStore(StoreLayout):
             terminated: (T,) bool.
             truncated: (T,) bool.
             env_index: the env the steps belong to.
+            fields: the store's user fields, each (T, *shape): step t's values at t, as ``add(...,
+                fields=)`` takes one step's (None: the store has none).
 
         Raises:
             CorruptStoreError: a frame fails its checksum.
             TypeError: an argument is of the wrong kind or dtype.
-            ValueError: an argument's shape or value is wrong, the store's frames are not uint8, or the
-                store has user fields (``add_encoded`` takes none).
+            ValueError: an argument's shape or value is wrong, the store's frames are not uint8, or
+                ``fields`` does not hold exactly the store's user fields.
             ReadOnlyStoreError: the store is open with mode ``"r"``.
         """
         with self._entered("add_encoded"):
-            self._role.add_encoded(frames, obs, action, reward, next_obs, terminated, truncated, env_index=env_index)
+            self._role.add_encoded(frames, obs, action, reward, next_obs, terminated, truncated, env_index=env_index,
+                                   fields=fields)
 
     def update_priorities(self, index: npt.ArrayLike, priority: npt.ArrayLike) -> None:
         """Set the priorities of sampled transitions; steps evicted since are ignored.
@@ -629,12 +641,12 @@ class ReplayStore(StoreLayout):
             gamma: as in ``sample``.
 
         Returns:
-            The stored blocks of the batch's distinct frames, and which of them make each obs and
-            next_obs.
+            The stored blocks of the batch's distinct frames, which of them make each obs and next_obs,
+            and the rows' user fields (``fields``).
 
         Raises:
             ValueError: as ``sample`` raises it, or the store's frames cannot travel encoded (frames that
-                are not uint8, user fields, or ``stack_padding="zeros"``).
+                are not uint8, or ``stack_padding="zeros"``).
             ClosedStoreError: the store is closed, or was cleared since the draw's epoch began.
         """
         with self._entered("sample_encoded"):
@@ -648,7 +660,7 @@ class ReplayStore(StoreLayout):
         *,
         beta: float = 0.4,
     ) -> EncodedSequenceBatch:
-        """``sample_sequences``'s draw with its frames left compressed, for uint8 stores without user fields.
+        """``sample_sequences``'s draw with its frames left compressed, for uint8 stores.
 
         Args:
             batch_size: as in ``sample_sequences``.

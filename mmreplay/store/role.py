@@ -83,6 +83,7 @@ class Role(Protocol):
         truncated: npt.ArrayLike,
         *,
         env_index: int,
+        fields: dict[str, npt.ArrayLike] | None = None,
     ) -> None: ...
 
     def update_priorities(self, index: npt.ArrayLike, priority: npt.ArrayLike) -> None: ...

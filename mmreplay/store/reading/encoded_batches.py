@@ -12,7 +12,7 @@ draw locates its frames exactly as ``sample`` does.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import InitVar, dataclass, fields
 
 import numpy as np
 import numpy.typing as npt
@@ -45,6 +45,8 @@ class EncodedBatch:
         env_index: as in ``Batch``.
         weight: as in ``Batch``.
         discount: as in ``Batch``.
+        user_fields: the rows' user fields (``create(fields=...)``) by name, read as ``fields``, as in
+            ``Batch``.
     """
 
     frames: EncodedFrames
@@ -58,6 +60,19 @@ class EncodedBatch:
     env_index: npt.NDArray[np.int64]
     weight: npt.NDArray[np.float32]
     discount: npt.NDArray[np.float32]
+    user_fields: InitVar[dict[str, npt.NDArray[np.generic]] | None] = None
+
+    def __post_init__(self, user_fields: dict[str, npt.NDArray[np.generic]] | None) -> None:
+        object.__setattr__(self, "user_fields", {} if user_fields is None else dict(user_fields))
+
+    @property
+    def fields(self) -> dict[str, npt.NDArray[np.generic]]:
+        """The user fields by name, each with the batch axis in front, as ``Batch.fields``.
+
+        Returns:
+            The user fields' arrays by name (empty for a store without any).
+        """
+        return _user_fields(self)
 
     def __len__(self) -> int:
         return len(self.index)
@@ -93,9 +108,32 @@ class EncodedBatch:
 
 
 def _nbytes(batch: EncodedBatch | EncodedSequenceBatch) -> int:
-    """The bytes of an encoded batch's blocks and arrays."""
+    """The bytes of an encoded batch's blocks and arrays (user fields included)."""
     arrays = [getattr(batch, item.name) for item in fields(batch) if item.name not in ("frames", "stack_size")]
+    arrays += list(batch.fields.values())
     return batch.frames.nbytes + int(sum(array.nbytes for array in arrays))
+
+
+def _user_fields(batch: EncodedBatch | EncodedSequenceBatch) -> dict[str, npt.NDArray[np.generic]]:
+    """An encoded batch's user fields: kept in its ``__dict__`` (so they travel in its pickle) by
+    ``__post_init__``; an instance unpickled from an older version has none."""
+    user: dict[str, npt.NDArray[np.generic]] = batch.__dict__.get("user_fields") or {}
+    return user
+
+
+def _checked_fields(
+    encoded: EncodedBatch | EncodedSequenceBatch, lead: tuple[int, ...]
+) -> dict[str, npt.NDArray[np.generic]]:
+    """An encoded batch's user fields, each checked to have the batch's leading axes ``lead`` (a batch
+    that arrived from elsewhere was unpickled, not constructed: it is checked where it is decoded)."""
+    user = encoded.fields
+    if not isinstance(user, dict):
+        raise TypeError(f"user_fields must be a dict of name -> array; got {type(user).__name__}")
+    for name, array in user.items():
+        if not isinstance(array, np.ndarray) or array.shape[: len(lead)] != lead:
+            shape = getattr(array, "shape", type(array).__name__)
+            raise ValueError(f"user_fields[{name!r}] has shape {shape}; expected leading axes {lead}, as index")
+    return user
 
 
 def decode_batch(encoded: EncodedBatch, *, decode_threads: int | None = None) -> Batch:
@@ -138,6 +176,7 @@ def decode_batch(encoded: EncodedBatch, *, decode_threads: int | None = None) ->
         env_index=encoded.env_index,
         weight=encoded.weight,
         discount=encoded.discount,
+        user_fields=_checked_fields(encoded, (rows,)),
     )
 
 
@@ -161,6 +200,7 @@ class EncodedSequenceBatch:
         index: as in ``SequenceBatch``.
         env_index: as in ``SequenceBatch``.
         weight: as in ``SequenceBatch``.
+        user_fields: the windows' user fields by name, read as ``fields``, as in ``SequenceBatch``.
     """
 
     frames: EncodedFrames
@@ -174,6 +214,19 @@ class EncodedSequenceBatch:
     index: npt.NDArray[np.int64]
     env_index: npt.NDArray[np.int64]
     weight: npt.NDArray[np.float32]
+    user_fields: InitVar[dict[str, npt.NDArray[np.generic]] | None] = None
+
+    def __post_init__(self, user_fields: dict[str, npt.NDArray[np.generic]] | None) -> None:
+        object.__setattr__(self, "user_fields", {} if user_fields is None else dict(user_fields))
+
+    @property
+    def fields(self) -> dict[str, npt.NDArray[np.generic]]:
+        """The user fields by name, each shaped (B, length, ...), as ``SequenceBatch.fields``.
+
+        Returns:
+            The user fields' arrays by name (empty for a store without any).
+        """
+        return _user_fields(self)
 
     def __len__(self) -> int:
         return len(self.index)
@@ -252,6 +305,7 @@ def decode_sequences(encoded: EncodedSequenceBatch, *, decode_threads: int | Non
         index=encoded.index,
         env_index=encoded.env_index,
         weight=encoded.weight,
+        user_fields=_checked_fields(encoded, shape[:2]),
     )
 
 
@@ -381,6 +435,7 @@ class EncodingReader(TransitionReader):
             env_index=batch.env_index,
             weight=batch.weight,
             discount=batch.discount,
+            user_fields=batch.fields,
         )
 
     def encoded_sequences(self, batch: SequenceBatch) -> EncodedSequenceBatch:
@@ -398,6 +453,7 @@ class EncodingReader(TransitionReader):
             index=batch.index,
             env_index=batch.env_index,
             weight=batch.weight,
+            user_fields=batch.fields,
         )
 
 
@@ -416,20 +472,20 @@ def _needing(ring: ReferenceFrameRing, distinct: npt.NDArray[np.int64], frame_st
 
 def encoding_reader(files: MappedFiles, operation: str, *, verify: bool) -> EncodingReader:
     """A reader of ``files`` that gathers a batch's stored blocks for ``operation`` (named in its errors):
-    uint8 stores with stack_padding ``"first"`` and no user fields only (of either frame encoding: a
-    reference store's batch carries the frames its blocks are compressed against as well). ``verify``: as
-    ``EncodingReader.verify``."""
+    uint8 stores with stack_padding ``"first"`` only (of either frame encoding: a reference store's batch
+    carries the frames its blocks are compressed against as well), their user fields read as ``sample``
+    reads them. ``verify``: as ``EncodingReader.verify``."""
     layout = files.layout
-    if layout.stack_padding != "first" or files.field_table is not None:
+    if layout.stack_padding != "first":
         raise ValueError(
-            f"{operation} needs a store with stack_padding='first' and no user fields (an encoded batch "
-            f"carries neither zero padding nor fields); this one has stack_padding={layout.stack_padding!r} "
-            f"and fields {[name for name, _, _ in layout.fields]}: use sample"
+            f"{operation} needs a store with stack_padding='first' (an encoded batch carries no zero padding); "
+            f"this one has stack_padding={layout.stack_padding!r}: use sample"
         )
     if files.frames.frame_dtype != np.uint8:
         raise ValueError(
             f"{operation} gives uint8 frames; this store's frame_dtype is {files.frames.frame_dtype}: use sample"
         )
-    reader = EncodingReader(files.table, files.frames, stack_size=layout.stack_size, action_dtype=files.action_dtype)
+    reader = EncodingReader(files.table, files.frames, stack_size=layout.stack_size, action_dtype=files.action_dtype,
+                            field_table=files.field_table)
     reader.verify = verify
     return reader

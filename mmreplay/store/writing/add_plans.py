@@ -157,7 +157,7 @@ def plan_run(
         [env] * count,
         steps.reward[start:stop],
         steps.action[start:stop],
-        fields=None,
+        fields={name: values[start:stop] for name, values in send.fields.items()} or None,
         payloads=send.new_blocks(start, stop),
         prev_deltas=[next_frame_step - episode.frame_steps[-1]] + [1] * (count - 1),
         ref_deltas=[0] * count,

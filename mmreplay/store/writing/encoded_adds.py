@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
@@ -60,6 +60,7 @@ class EncodedSend:
     obs_index: npt.NDArray[np.int64]
     next_index: npt.NDArray[np.int64]
     joins: npt.NDArray[np.bool_]  # (T,): step t continues step t - 1 with one new frame (``step_joins``)
+    fields: dict[str, npt.NDArray[Any]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.obs_index)
@@ -71,6 +72,13 @@ class EncodedSend:
         one = AddArguments(steps.obs[row], steps.action[row], steps.reward[row], steps.next_obs[row],
                            steps.terminated[row], steps.truncated[row], steps.stacked, [0], steps.detached[row])
         return _for_env(one, self.env, num_envs)
+
+    def step_fields(self, t: int, num_envs: int) -> dict[str, npt.NDArray[Any]] | None:
+        """Step t's user fields as ``add``'s general path takes them for ``step(t, num_envs)``: each
+        (num_envs, *shape), this send's env's row read (None: the store has none)."""
+        if not self.fields:
+            return None
+        return {name: _spread(values[t : t + 1], num_envs) for name, values in self.fields.items()}
 
     def continuing_until(self, start: int) -> int:
         """The end of the run of steps from ``start`` on in which each step continues the one before it
@@ -210,12 +218,19 @@ def _for_env(arguments: AddArguments, env: int, num_envs: int) -> AddArguments:
         return arguments._replace(envs=[env])
 
     def spread(array: npt.NDArray[T]) -> npt.NDArray[T]:
-        # np.broadcast_to's view, made directly (broadcast_to costs ~20 us a call, a third of an add).
-        array = np.ascontiguousarray(array)
-        return np.ndarray((num_envs, *array.shape[1:]), array.dtype, buffer=array, strides=(0, *array.strides[1:]))
+        return _spread(array, num_envs)
 
     return AddArguments(
         spread(arguments.obs), spread(arguments.action), spread(arguments.reward), spread(arguments.next_obs),
         spread(arguments.terminated), spread(arguments.truncated), arguments.stacked, [env],
         spread(arguments.detached),
     )
+
+
+def _spread(array: npt.NDArray[T], num_envs: int) -> npt.NDArray[T]:
+    """One row (1, ...) seen as ``num_envs`` rows, a view: np.broadcast_to's, made directly."""
+    if num_envs == 1:
+        return array
+    # Made directly: broadcast_to costs ~20 us a call, a third of an add.
+    array = np.ascontiguousarray(array)
+    return np.ndarray((num_envs, *array.shape[1:]), array.dtype, buffer=array, strides=(0, *array.strides[1:]))

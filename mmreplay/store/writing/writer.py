@@ -372,23 +372,25 @@ class Writer:
         truncated: npt.ArrayLike,
         *,
         env_index: int,
+        fields: dict[str, npt.ArrayLike] | None = None,
     ) -> None:
-        """``ReplayStore.add_encoded``: the send checked whole, then written run by run."""
+        """``ReplayStore.add_encoded``: the send checked whole (its user fields too), then written run by run."""
         self.check_writable("add_encoded")
         if self._frames.frame_dtype != np.uint8:
             raise ValueError(
                 f"add_encoded takes uint8 frames; this store's frame_dtype is {self._frames.frame_dtype}: use add"
             )
-        if self._field_table is not None:
-            names = [name for name, _, _ in self._layout.fields]
-            raise ValueError(f"add_encoded takes no user fields; this store has fields {names}: use add(..., fields=)")
         send = encoded_adds.parse_encoded_send(
             frames, obs, action, reward, next_obs, terminated, truncated, env_index=env_index, shapes=self.add_shapes
         )
+        if fields is not None or self._field_table is not None:
+            values = parse_fields(fields, self._layout.fields, self.add_shapes.as_envs(len(send)), None)
+            send = replace(send, fields=values)
         own = self._encoder
+        num_envs = self._layout.num_envs
         if own.records_references:  # frames compressed against earlier ones: encoded again, step by step
             for t in range(len(send)):
-                self._add_parsed(send.step(t, self._layout.num_envs), own)
+                self._add_parsed(send.step(t, num_envs), own, values=send.step_fields(t, num_envs))
         else:
             self._add_send(send, encoded_adds.ReceivedEncoder(own, send))
         if self._schedule.due(self.transitions_added):
@@ -429,7 +431,8 @@ class Writer:
                     self.flush()
                 t = stop
             else:
-                self._add_parsed(send.step(t, self._layout.num_envs), encoder)
+                num_envs = self._layout.num_envs
+                self._add_parsed(send.step(t, num_envs), encoder, values=send.step_fields(t, num_envs))
                 t += 1
 
     def _add_run(self, send: encoded_adds.EncodedSend, start: int, stop: int) -> None:
