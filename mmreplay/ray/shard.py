@@ -9,14 +9,9 @@ so everything but the transport is testable without Ray.
   older epoch are dropped: after a rollback the same step may be another transition.
 - **Envs.** Each writer key gets its own envs of the shard's store (``register``), recorded in the file
   ``envs.json`` (replaced atomically), so a writer that reconnects with its key continues its envs.
-- **Draws beside adds.** ``add`` only queues its send; the shard's write thread writes the queued sends,
-  oldest first, one store call per send. Every other call runs on the actor's own thread, in the order
-  Ray delivers it, and takes the store in turn with the write thread (``StoreTurns``): a draw waits for at
-  most the one send being written, never for the sends queued behind it.
 - **Rate limiting.** Sends that the shard's ``RateLimit`` does not allow yet wait, in order, in the
-  shard's queue and are written as sampling makes room. ``add`` answers with the sends its writer should
-  wait for (all queued ones while the limit holds the oldest back, or those beyond ``BACKLOG_SENDS``), so
-  that the writer holds back while that is not 0.
+  shard's queue and are written as sampling makes room; ``add`` answers with the queue's length so that
+  the writer holds back while it is not empty.
 - **Limiter counts across restarts.** The limiter's *inserts* are the store's ``transitions_added``
   (rolled back with it to the last commit), and its *samples* are written to the file ``limiter.json``
   beside the store each time the shard commits (the shard commits itself, every ``commit_interval_s``
@@ -28,40 +23,22 @@ so everything but the transport is testable without Ray.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import os
 import socket
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from mmreplay import EncodedBatch, EncodedFrames, EncodedSequenceBatch, ReplayStore, StoreNotFoundError
 from mmreplay.ray.rate_limit import RateLimit
-from mmreplay.ray.store_turns import StoreTurns
 from mmreplay.sampling.samplers import PrioritizedSampler, sampler_from_config
-
-BACKLOG_SENDS = 64  # sends queued beyond this many: their writers hold back until the write thread catches up
-_SETTLE_POLL_S = 0.01  # how often ``flush`` and ``queued`` look again while the write thread writes
-Method = TypeVar("Method", bound=Callable[..., Any])
-
-
-def in_turn(method: Method) -> Method:
-    """Run a shard method holding the store in its turn (``StoreTurns.call``): after the write under way."""
-
-    @functools.wraps(method)
-    def held(self: ReplayShard, *args: Any, **kwargs: Any) -> Any:
-        with self.turns.call():
-            return method(self, *args, **kwargs)
-
-    return held  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -93,7 +70,6 @@ class Send:
     terminated: npt.NDArray[np.bool_]
     truncated: npt.NDArray[np.bool_]
     priority: npt.NDArray[np.float64] | None = None  # each step's initial priority (None: the sampler's default)
-    key: str = ""  # the writer's key: a send the store refuses is reported to that writer's next call
 
     def __len__(self) -> int:
         return len(self.obs)
@@ -102,8 +78,7 @@ class Send:
         """Steps ``[start, stop)`` of this send (the same frames)."""
         return Send(self.env_index, self.frames, self.obs[start:stop], self.action[start:stop],
                     self.reward[start:stop], self.next_obs[start:stop], self.terminated[start:stop],
-                    self.truncated[start:stop], None if self.priority is None else self.priority[start:stop],
-                    self.key)
+                    self.truncated[start:stop], None if self.priority is None else self.priority[start:stop])
 
 
 class ReplayShard:
@@ -138,14 +113,6 @@ class ReplayShard:
         self.commit_due = time.monotonic() + self.interval
         self.last_insert = time.monotonic()  # when a step was last written (or the shard started)
         self.where = {"path": str(self.store.path), "node": socket.gethostname(), "pid": os.getpid(), "node_id": _node_id()}
-        self.turns = StoreTurns()
-        self.write_errors: dict[str, Exception] = {}  # writer key: the error its refused send raised
-        self.wake = threading.Condition()  # the write thread waits on it for a send or room under the limit
-        self.poked = False
-        self.stopping = False
-        self.settled = threading.Condition()  # notified by the write thread after each write
-        self.write_thread = threading.Thread(target=self._write_loop, name=f"mmreplay-shard-{shard}-writes", daemon=True)
-        self.write_thread.start()
 
     # -- files ---------------------------------------------------------------------------------
 
@@ -189,7 +156,6 @@ class ReplayShard:
 
     # -- writing -------------------------------------------------------------------------------
 
-    @in_turn
     def register(self, key: str, num_envs: int) -> int:
         """The first of ``num_envs`` consecutive envs of the store for writer ``key`` (the same on every
         call with that key, also after a restart)."""
@@ -209,142 +175,58 @@ class ReplayShard:
         return used
 
     def add(self, send: Send) -> int:
-        """Queue a send for the write thread (it writes the steps the rate limit allows, in order). Returns
-        how many sends its writer should wait for (``waiting``).
+        """Write a send's steps (those the rate limit allows now; the rest wait in the queue, in order).
+        Returns how many sends wait in the queue.
 
         Raises:
             TypeError: the send carries priorities and this shard's store samples uniformly.
-            Exception: the error the store raised for an earlier send of this writer (that send is dropped).
         """
-        self._raise_write_error(send.key)
         if send.priority is not None and not self.prioritized:
             raise TypeError("writer.add(priority=) needs a replay created with sampler=PrioritizedSampler(...); "
                             f"shard {self.shard} samples uniformly")
-        self.queue.append(send)  # deque: appended here while the write thread takes from the other end
-        self._poke()
-        return self._waiting()
+        self.queue.append(send)
+        self._drain()
+        self._commit_if_due()
+        return len(self.queue)
 
-    def waiting(self, key: str = "") -> int:
-        """How many sends a writer should wait for now: every queued one while the rate limit holds the
-        oldest back, else those beyond ``BACKLOG_SENDS``; 0 when it may send.
-
-        Raises:
-            Exception: the error the store raised for an earlier send of writer ``key``.
-        """
-        self._raise_write_error(key)
-        return self._waiting()
-
-    def _waiting(self) -> int:
-        queued = len(self.queue)
-        try:
-            oldest = self.queue[0]
-        except IndexError:  # the write thread took the last one meanwhile
-            return 0
-        if self.limit is not None and self._insertable(len(oldest)) == 0:
-            return queued
-        return max(0, queued - BACKLOG_SENDS)
-
-    def _raise_write_error(self, key: str) -> None:
-        error = self.write_errors.pop(key, None)
-        if error is not None:
-            raise error
-
-    def _poke(self) -> None:
-        """Wake the write thread: a send was queued, or a draw made room under the rate limit."""
-        with self.wake:
-            self.poked = True
-            self.wake.notify()
-
-    def _write_loop(self) -> None:
-        """The write thread: write the oldest writable send, one at a time, in turns with the calls; wait
-        for a poke when nothing is writable; end once ``stopping`` and nothing is writable."""
-        while True:
-            with self.turns.write():
-                wrote = self._write_next()
-            if wrote:
-                with self.settled:
-                    self.settled.notify_all()
-                continue
-            with self.wake:
-                if self.stopping:
-                    return
-                self.wake.wait_for(lambda: self.poked or self.stopping, timeout=1.0)
-                self.poked = False
-
-    def _write_next(self) -> bool:
-        """Write the oldest queued send, or its first steps the rate limit allows (one store call); False
-        when there is none or the limit allows none of it."""
-        if not self.queue:
-            return False
-        send = self.queue[0]
-        allowed = len(send) if self.limit is None else self._insertable(len(send))
-        if allowed == 0:
-            return False
-        part = send if allowed == len(send) else send.steps(0, allowed)
-        try:
+    def _drain(self) -> None:
+        """Write queued sends, oldest first, as far as the rate limit allows: one store call per send (or
+        per part of a send, when the limit lets only its first steps in)."""
+        while self.queue:
+            send = self.queue[0]
+            allowed = len(send) if self.limit is None else self._insertable(len(send))
+            if allowed == 0:
+                return
+            part = send if allowed == len(send) else send.steps(0, allowed)
             first = self.store.transitions_added
             self.store.add_encoded(part.frames, part.obs, part.action, part.reward, part.next_obs,
                                    part.terminated, part.truncated, env_index=part.env_index)
             if part.priority is not None:  # one env's steps: consecutive, from the store's count before
                 self.store.update_priorities(np.arange(first, first + allowed, dtype=np.int64), part.priority)
-        except Exception as error:  # noqa: BLE001 - the writer's next call raises it
-            self.write_errors[send.key] = error
-            self.queue.popleft()
-            self.inserts = self.store.transitions_added  # add_encoded keeps the steps before a bad one
-            return True
-        self.inserts += allowed
-        self.last_insert = time.monotonic()
-        if allowed == len(send):
-            self.queue.popleft()
-        else:
-            self.queue[0] = send.steps(allowed, len(send))
-        self._commit_if_due()
-        return True
-
-    def _writable(self) -> bool:
-        """Whether the write thread has a send it may write now."""
-        return bool(self.queue) and (self.limit is None or self._insertable(len(self.queue[0])) > 0)
-
-    def _settle(self, timeout_s: float | None = None) -> None:
-        """Wait until the write thread has written every send it may write now (at most ``timeout_s``)."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while self.write_thread.is_alive():
-            with self.turns.call():
-                if not self._writable():
-                    return
-            if deadline is not None and time.monotonic() > deadline:
-                return
-            with self.settled:
-                self.settled.wait(_SETTLE_POLL_S)
+            self.inserts += allowed
+            self.last_insert = time.monotonic()
+            if allowed == len(send):
+                self.queue.popleft()
+            else:
+                self.queue[0] = send.steps(allowed, len(send))
 
     def _insertable(self, count: int) -> int:
         """How many of ``count`` steps the rate limit lets in now."""
         assert self.limit is not None
         return self.limit.insertable(count, inserts=self.inserts, samples=self.samples)
 
-    def flush(self, key: str = "") -> bool:
-        """Once the write thread has written what the rate limit allows, commit it; False (nothing
-        committed) while sends wait in the queue.
-
-        Raises:
-            Exception: the error the store raised for an earlier send of writer ``key``.
-        """
-        self._settle()
-        self._raise_write_error(key)
-        with self.turns.call():
-            if self.queue:
-                return False
-            self._commit()
-            return True
+    def flush(self) -> bool:
+        """Commit what was written; False (nothing committed) while sends wait in the queue."""
+        if self.queue:
+            return False
+        self._commit()
+        return True
 
     def queued(self) -> int:
-        """How many sends wait in the queue, once the write thread has written what the limit allows."""
-        self._settle()
         return len(self.queue)
 
     # -- sampling ------------------------------------------------------------------------------
 
-    @in_turn
     def info(self) -> dict[str, Any]:
         """The shard's state for a client that draws across shards: ``len``, ``mass`` (what it is drawn in
         proportion to: its length, or its priorities' sum), ``min_leaf`` (its smallest priority leaf),
@@ -360,7 +242,6 @@ class ReplayShard:
             "idle_s": time.monotonic() - self.last_insert, "reopened": self.reopened, **self.where,
         }
 
-    @in_turn
     def held_back(self, count: int) -> str | None:
         """Why a sample of ``count`` is not allowed now, in words (None when it is)."""
         if self.can_sample(count):
@@ -375,7 +256,6 @@ class ReplayShard:
         return (f"shard {self.shard} needs {needed} more inserts before its limit allows a sample of {count} "
                 f"(samples_per_insert {self.limit.samples_per_insert}: {self.samples} samples of {self.inserts} inserts)")
 
-    @in_turn
     def can_sample(self, count: int) -> bool:
         if count == 0:
             return True
@@ -383,7 +263,6 @@ class ReplayShard:
             return len(self.store) > 0
         return self.limit.can_sample(count, inserts=self.inserts, samples=self.samples, size=len(self.store))
 
-    @in_turn
     def sample(
         self, count: int, seed: int, *, beta: float, n_step: int, gamma: float
     ) -> tuple[EncodedBatch | None, dict[str, Any]]:
@@ -393,12 +272,10 @@ class ReplayShard:
             return None, {**self.info(), "held_back": self.held_back(count)}
         batch = self.store.sample_encoded(count, np.random.default_rng(seed), beta=beta, n_step=n_step, gamma=gamma)
         self.samples += count
-        if self.limit is not None:
-            self._poke()  # room under the limit for queued sends
+        self._drain()
         self._commit_if_due()
         return batch, self.info()
 
-    @in_turn
     def sample_sequences(
         self, count: int, seed: int, *, length: int, beta: float
     ) -> tuple[EncodedSequenceBatch | None, dict[str, Any]]:
@@ -408,12 +285,10 @@ class ReplayShard:
             return None, {**self.info(), "held_back": self.held_back(count)}
         batch = self.store.sample_sequences_encoded(count, length, np.random.default_rng(seed), beta=beta)
         self.samples += count
-        if self.limit is not None:
-            self._poke()  # room under the limit for queued sends
+        self._drain()
         self._commit_if_due()
         return batch, self.info()
 
-    @in_turn
     def update_priorities(
         self, epoch: int, steps: npt.NDArray[np.int64], priorities: npt.NDArray[np.float64]
     ) -> tuple[int, dict[str, Any]]:
@@ -429,17 +304,11 @@ class ReplayShard:
         return self.epoch
 
     def close(self) -> None:
-        """Let the write thread write what the limit allows and end, then commit (with the limiter's
-        counts) and close the store; again, nothing."""
-        with self.wake:
-            self.stopping = True
-            self.wake.notify()
-        self.write_thread.join()
-        with self.turns.call():
-            if self.store.closed:
-                return
-            self._commit()
-            self.store.close()
+        """Commit (with the limiter's counts) and close the store; again, nothing."""
+        if self.store.closed:
+            return
+        self._commit()
+        self.store.close()
 
 
 def _node_id() -> str | None:

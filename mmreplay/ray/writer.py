@@ -4,9 +4,8 @@ A writer is sticky: its key picks one shard for good, so an env's episode never 
 n-step windows and sequences stay within one store). It compresses each new frame once, with the
 store's own codec (``mmreplay.encode_frames``: the bytes the shard writes as they come), keeps up to
 ``steps_per_send`` steps per env before sending them in one call, and keeps at most ``max_in_flight``
-sends unanswered: the next send waits for the oldest answer. The shard answers a send once it is queued
-(its write thread writes it); while the shard's rate limiter holds its sends back, or its queue is longer
-than ``shard.BACKLOG_SENDS``, the writer waits before sending more.
+sends unanswered: the next send waits for the oldest answer. While the shard's rate limiter holds its
+sends back, the writer waits before sending more.
 
 If the shard dies, the writer reconnects by itself: the ``add`` or ``flush`` that finds a send lost
 waits (up to ``reconnect_timeout_s``) until Ray has restarted the shard, registers its key again (the
@@ -134,8 +133,6 @@ class ShardWriter:
             TypeError: ``priority`` given for a replay that samples uniformly, or not numbers.
             ValueError: a shape that is not this writer's, or a priority that is negative or not finite
                 (nothing of the call is kept).
-            Exception: the error the shard's store raised for an earlier send of this writer (raised by
-                the next call that meets it; that send was dropped).
         """
         priorities = None if priority is None else self._parse_priority(priority)
         obs_a, next_a = np.asarray(obs, np.uint8), np.asarray(next_obs, np.uint8)
@@ -222,7 +219,7 @@ class ShardWriter:
         send = Send(
             env_index=self.first_env + env, frames=frames, obs=obs_index, action=action,
             reward=reward.astype(np.float32), next_obs=next_index, terminated=terminated.astype(bool),
-            truncated=truncated.astype(bool), priority=priorities, key=self.key,
+            truncated=truncated.astype(bool), priority=priorities,
         )
         self.bytes_sent += frames.nbytes + action.nbytes + reward.nbytes + 2 * send.obs.nbytes
         self._in_flight.append(self._shard.add.remote(send))
@@ -264,14 +261,13 @@ class ShardWriter:
         self.reconnects += 1
 
     def _wait_for_room(self) -> None:
-        """Hold the next send while ``max_in_flight`` are unanswered or the shard asks its writers to wait
-        (its rate limit holds its queue back, or the queue is longer than the shard writes at once)."""
+        """Hold the next send while ``max_in_flight`` are unanswered or the shard's queue is not empty."""
         while len(self._in_flight) >= self._max_in_flight:
             queued = self._answer(self._in_flight.popleft())
             self._held_back = queued is not None and queued > 0
         pause = _WAIT_S
         while self._held_back:
-            queued = self._answer(self._shard.waiting.remote(self.key))
+            queued = self._answer(self._shard.queued.remote())
             self._held_back = queued is not None and queued > 0
             if self._held_back:
                 time.sleep(pause)
@@ -288,7 +284,6 @@ class ShardWriter:
 
         Raises:
             TimeoutError: the shard still holds sends back after ``timeout_s``.
-            Exception: the error the shard's store raised for a send of this writer (that send was dropped).
         """
         for env in range(self.num_envs):
             self._send(env)
@@ -296,7 +291,7 @@ class ShardWriter:
             self._answer(self._in_flight.popleft())
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         pause = _WAIT_S
-        while not self._answer(self._shard.flush.remote(self.key)):
+        while not self._answer(self._shard.flush.remote()):
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"shard {self.shard_index} still holds sends back after {timeout_s} s")
             time.sleep(pause)
