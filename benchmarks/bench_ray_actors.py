@@ -50,6 +50,16 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--start-timeout", type=float, default=600.0, help="the longest wait for the actors to start")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--out", type=Path, help="also write the JSON object here")
+    wants_json = "--json" in (sys.argv[1:] if argv is None else argv)
+
+    def refuse(message: str) -> None:  # argparse's usage error, also as JSON with --json
+        if wants_json:
+            print(json.dumps({"error": message}))
+        parser.print_usage(sys.stderr)
+        print(f"{parser.prog}: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+    parser.error = refuse  # type: ignore[method-assign, assignment]
     args = parser.parse_args(argv)
     for name in ("actors", "shards", "batch_size", "group", "prefetch", "steps_per_send"):
         if getattr(args, name) < 1:
