@@ -16,7 +16,7 @@
 
     python benchmarks/bench_ray.py [--seconds 5] [--rounds 3] [--prefetch 2] [--group 512] [--direct-group 64]
         [--writers 2] [--shards 2] [--rllib-steps 3000] [--paths client_sample,client_sample_refreshed]
-        [--skip-ingest-128]
+        [--skip-ingest-128] [--frame-encoding lz4|lz4-reference]
 
 Prints one JSON object (and writes it to --out if given).
 """
@@ -88,12 +88,13 @@ def ray_figures(stream: dict[str, np.ndarray], args: argparse.Namespace, work: P
     from mmreplay.ray import ShardedReplay
 
     results: dict[str, Any] = {}
-    local = ReplayStore.create(work / "local.mmr", frame_shape=(84, 84), capacity=200_000)
+    encoding = {} if args.frame_encoding is None else {"frame_encoding": args.frame_encoding}
+    local = ReplayStore.create(work / "local.mmr", frame_shape=(84, 84), capacity=200_000, **encoding)
     start = time.perf_counter()
     results["transitions"] = fill(local.add, stream)
     local.flush()
     results["add_transitions_per_s"] = round(results["transitions"] / (time.perf_counter() - start))
-    results["add_encoded_transitions_per_s"] = add_encoded_rate(stream, work)
+    results["add_encoded_transitions_per_s"] = add_encoded_rate(stream, work, encoding=encoding)
     rng = np.random.default_rng(0)
     encoded = local.sample_encoded(32, rng=0)
     decoded = decode_batch(encoded)
@@ -104,7 +105,7 @@ def ray_figures(stream: dict[str, np.ndarray], args: argparse.Namespace, work: P
              _temp_dir=str(work / "ray"), namespace="mmreplay-bench")
     try:
         replay = ShardedReplay.create("bench", str(work / "shards"), num_shards=args.shards, frame_shape=(84, 84),
-                                      capacity=400_000, placement="local", envs_per_shard=16)
+                                      capacity=400_000, placement="local", envs_per_shard=16, **encoding)
 
         @ray.remote(num_cpus=0)
         def act(name: str, key: str, stream_ref: Any, steps_per_send: int) -> int:
@@ -126,7 +127,8 @@ def ray_figures(stream: dict[str, np.ndarray], args: argparse.Namespace, work: P
         # Larger sends: a Ray call per 128 steps of an env instead of 32 (into replays of their own).
         if not args.skip_ingest_128:
             larger = ShardedReplay.create("bench-128", str(work / "shards-128"), num_shards=args.shards,
-                                          frame_shape=(84, 84), capacity=400_000, placement="local", envs_per_shard=16)
+                                          frame_shape=(84, 84), capacity=400_000, placement="local", envs_per_shard=16,
+                                          **encoding)
             results["ingest_steps_per_send_128"] = ingest("bench-128", 128)
             larger.close(destroy=True)
         parts = replay.sample_encoded(32, rng=0)
@@ -173,7 +175,8 @@ def ray_figures(stream: dict[str, np.ndarray], args: argparse.Namespace, work: P
     return results
 
 
-def add_encoded_rate(stream: dict[str, np.ndarray], work: Path, steps_per_send: int = 32) -> int:
+def add_encoded_rate(stream: dict[str, np.ndarray], work: Path, steps_per_send: int = 32, *,
+                     encoding: dict[str, str] | None = None) -> int:
     """Transitions/s into a store through ``add_encoded`` (what a shard does per send), the stream's
     frames encoded beforehand (the writers' side), in sends of ``steps_per_send`` steps of one episode."""
     from mmreplay import ReplayStore, encode_frames
@@ -192,7 +195,7 @@ def add_encoded_rate(stream: dict[str, np.ndarray], work: Path, steps_per_send: 
                       np.array([row[1] for row in part]), stream["reward"][ts],
                       np.array([position[int(t) + 1] for t in ts]), np.array([row[2] for row in part]),
                       np.array([row[3] for row in part])))
-    store = ReplayStore.create(work / "encoded.mmr", frame_shape=(84, 84), capacity=200_000)
+    store = ReplayStore.create(work / "encoded.mmr", frame_shape=(84, 84), capacity=200_000, **(encoding or {}))
     start = time.perf_counter()
     for send in sends:
         store.add_encoded(*send)
@@ -308,6 +311,8 @@ def main(argv: list[str] | None = None) -> None:
                         "client_sample_refreshed, client_prefetch, client_prefetch_group64, ...)")
     parser.add_argument("--skip-ingest-128", action="store_true", help="skip the ingest with sends of 128 steps")
     parser.add_argument("--skip-rllib", action="store_true")
+    parser.add_argument("--frame-encoding", choices=["lz4", "lz4-reference"], default=None,
+                        help="the local store's and the shards' (default: ReplayStore.create's)")
     parser.add_argument("--only-rllib", action="store_true")
     parser.add_argument("--out", type=Path)
     parser.add_argument("--rllib-child", help=argparse.SUPPRESS)

@@ -1,0 +1,213 @@
+"""Many paced actors on one box: the learner's batches/s while N actor processes add, beside its solo rate.
+
+N actor processes (Ray actors, default 100), each adding S steps/s (--rate) of real Pong frames (one
+recorded stream put in Ray's object store once; actor k starts at its own offset) through a
+``ShardWriter`` into K shards (--shards); a learner draws batches of 32 with ``batches(prefetch=...)`` for
+--seconds. In one run: the learner's rate with no actor adding (the solo rate, same shards and contents),
+then with every actor adding; ingest achieved against asked; each shard's queue depth, sampled every 0.5 s;
+and a synchronous ``sample()``'s latency in both phases. Ray runs on loopback alone, in a temporary
+directory of its own, and is shut down at the end; every loop is bounded in count and time.
+
+    python benchmarks/bench_ray_actors.py --actors 100 --rate 50 --shards 4 --seconds 20 --json
+
+Prints a summary (``--json``: one JSON object; ``--out FILE`` writes it too). Exits non-zero, with the
+error on stderr, when the actors do not start within --start-timeout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.append(str(Path(__file__).resolve().parents[1] / "scripts"))
+import atari_frames  # noqa: E402
+
+
+def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="example: python "
+                                     "benchmarks/bench_ray_actors.py --actors 100 --rate 50 --shards 4 --seconds 20 --json",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--actors", type=int, default=100, help="actor processes (default 100)")
+    parser.add_argument("--rate", type=float, default=50.0, help="steps/s each actor adds (default 50)")
+    parser.add_argument("--shards", type=int, default=4, help="shard actors (default 4)")
+    parser.add_argument("--seconds", type=float, default=20.0, help="how long each phase is measured (default 20)")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--group", type=int, default=16, help="batches(group=) (default 16)")
+    parser.add_argument("--prefetch", type=int, default=2, help="batches(prefetch=) (default 2)")
+    parser.add_argument("--steps-per-send", type=int, default=32, help="the writers' sends (default 32)")
+    parser.add_argument("--prefill", type=int, default=4000, help="transitions per shard before the phases")
+    parser.add_argument("--frame-encoding", choices=["lz4", "lz4-reference"], default=None,
+                        help="the shards' (default: ShardedReplay.create's)")
+    parser.add_argument("--start-timeout", type=float, default=600.0, help="the longest wait for the actors to start")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--out", type=Path, help="also write the JSON object here")
+    wants_json = "--json" in (sys.argv[1:] if argv is None else argv)
+
+    def refuse(message: str) -> None:  # argparse's usage error, also as JSON with --json
+        if wants_json:
+            print(json.dumps({"error": message}))
+        parser.print_usage(sys.stderr)
+        print(f"{parser.prog}: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+    parser.error = refuse  # type: ignore[method-assign, assignment]
+    args = parser.parse_args(argv)
+    for name in ("actors", "shards", "batch_size", "group", "prefetch", "steps_per_send"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1; got {getattr(args, name)}")
+    if not (args.rate > 0 and args.seconds > 0):
+        parser.error(f"--rate and --seconds must be > 0; got {args.rate} and {args.seconds}")
+    return args
+
+
+def learner_phase(replay: Any, args: argparse.Namespace, seconds: float, *, seed: int) -> dict[str, Any]:
+    """The learner's batches/s over ``seconds`` (after its first group), the shards' queue depths every
+    0.5 s, then a few synchronous samples' latencies."""
+    batches = replay.batches(args.batch_size, prefetch=args.prefetch, group=args.group, rng=seed, timeout_s=60)
+    for _ in range(args.prefetch * args.group):  # what it fetched ahead before the clock starts
+        next(batches)
+    depths: list[int] = []
+    count, start, next_poll = 0, time.perf_counter(), 0.0
+    while (elapsed := time.perf_counter() - start) < seconds and count < 10_000_000:
+        next(batches)
+        count += 1
+        if elapsed >= next_poll:
+            depths.extend(info["queued"] for info in replay.stats() if info is not None)
+            next_poll = elapsed + 0.5
+    rate = count / (time.perf_counter() - start)
+    latencies = []
+    deadline = time.perf_counter() + max(2.0, seconds / 4)
+    rng = np.random.default_rng(seed)
+    while len(latencies) < 20 and time.perf_counter() < deadline:
+        began = time.perf_counter()
+        replay.sample(args.batch_size, rng, timeout_s=60)
+        latencies.append(time.perf_counter() - began)
+    return {"batches_per_s": round(rate, 1), "batches": count,
+            "queued_median": float(np.median(depths)) if depths else None, "queued_max": max(depths, default=None),
+            "sample_ms_median": round(1000 * float(np.median(latencies)), 2) if latencies else None,
+            "sample_ms_max": round(1000 * max(latencies), 2) if latencies else None, "samples": len(latencies)}
+
+
+def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    # Loopback alone (tests/ray_loopback.py): set before ray is imported, or Ray 2.60 listens on every interface.
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    import ray
+
+    from mmreplay.ray import ShardedReplay
+
+    stream = atari_frames.load("pong", atari_frames.BENCHMARK_FRAMES)
+    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
+             _temp_dir=str(work / "ray"), namespace="mmreplay-bench-actors")
+    try:
+        per_shard = -(-args.actors // args.shards) + 2
+        options: dict[str, Any] = {} if args.frame_encoding is None else {"frame_encoding": args.frame_encoding}
+        replay = ShardedReplay.create("actors", str(work / "shards"), num_shards=args.shards, frame_shape=(84, 84),
+                                      capacity=args.shards * max(200_000, 64 * per_shard), stack_size=4,
+                                      placement="local", envs_per_shard=per_shard, **options)
+        frames_ref = ray.put(stream["frames"])
+        frames = stream["frames"]
+        for k in range(args.shards):  # the contents both phases draw from
+            writer = replay.writer(f"prefill-{k}", shard=k, steps_per_send=256)
+            for t in range(args.prefill):
+                i = (3000 * k + t) % (len(frames) - 1)
+                writer.add(frames[i], t % 6, 0.0, frames[i + 1], False, False)
+            writer.flush()
+        solo = learner_phase(replay, args, args.seconds, seed=1)
+
+        @ray.remote(num_cpus=0)
+        class Actor:
+            """One acting process: adds ``rate`` steps/s of the stream from its offset, paced."""
+
+            def __init__(self, key: str, shard: int, frames: np.ndarray, steps_per_send: int) -> None:
+                self.writer = ShardedReplay.connect("actors").writer(key, shard=shard, steps_per_send=steps_per_send)
+                self.frames = frames
+                self.offset = (int(key) * 997) % (len(frames) - 1)
+
+            def ready(self) -> bool:
+                return True
+
+            def act(self, start_at: float, seconds: float, rate: float) -> dict[str, float]:
+                frames, added, behind = self.frames, 0, 0.0
+                while time.time() < start_at:
+                    time.sleep(min(0.05, max(0.0, start_at - time.time())))
+                limit = int(rate * seconds) + 1
+                while added < limit:
+                    due = start_at + added / rate
+                    now = time.time()
+                    if now > start_at + seconds:
+                        break
+                    if due > now:
+                        time.sleep(due - now)
+                    else:
+                        behind = max(behind, now - due)
+                    i = (self.offset + added) % (len(frames) - 1)
+                    self.writer.add(frames[i], added % 6, 0.0, frames[i + 1], False, False)
+                    added += 1
+                self.writer.flush(timeout_s=120)
+                return {"added": added, "most_behind_s": behind}
+
+        started = time.perf_counter()
+        actors = [Actor.remote(str(k), k % args.shards, frames_ref, args.steps_per_send) for k in range(args.actors)]
+        ready, pending = ray.wait([actor.ready.remote() for actor in actors], num_returns=args.actors,
+                                  timeout=args.start_timeout)
+        if pending:
+            raise RuntimeError(f"{len(ready)} of {args.actors} actors started within {args.start_timeout} s")
+        start_seconds = time.perf_counter() - started
+        warmup = 3.0
+        start_at = time.time() + 2.0
+        runs = [actor.act.remote(start_at, warmup + args.seconds + 2.0, args.rate) for actor in actors]
+        time.sleep(max(0.0, start_at + warmup - time.time()))
+        loaded = learner_phase(replay, args, args.seconds, seed=2)
+        done = ray.get(runs, timeout=args.seconds + 300)
+        span = warmup + args.seconds + 2.0
+        added = sum(result["added"] for result in done)
+        results = {
+            "settings": {key: value for key, value in vars(args).items() if key not in ("out", "json")},
+            "actors_started_s": round(start_seconds, 1),
+            "solo": solo, "with_actors": loaded,
+            "learner_over_solo": round(loaded["batches_per_s"] / solo["batches_per_s"], 3),
+            "ingest_asked_per_s": round(args.actors * args.rate), "ingest_per_s": round(added / span),
+            "actors_most_behind_s": round(max(result["most_behind_s"] for result in done), 2),
+            "shard_len": [info["len"] for info in replay.stats() if info is not None],
+        }
+        replay.close(destroy=True)
+        for actor in actors:
+            ray.kill(actor)
+        return results
+    finally:
+        ray.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_arguments(argv)
+    work = Path(tempfile.mkdtemp(prefix="mmr-bench-actors-"))
+    load_before = os.getloadavg()
+    try:
+        results = run(args, work)
+    except Exception as error:  # noqa: BLE001 - reported on stderr (and as JSON with --json)
+        print(f"bench_ray_actors: {type(error).__name__}: {error}", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"error": f"{type(error).__name__}: {error}"}))
+        return 1
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    results["machine"] = {"cpus": os.cpu_count(), "load_before": [round(x, 2) for x in load_before],
+                          "load_after": [round(x, 2) for x in os.getloadavg()]}
+    text = json.dumps(results, indent=None if args.json else 1)
+    print(text)
+    if args.out:
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
