@@ -28,8 +28,7 @@ from typing import Any
 
 import numpy as np
 
-sys.path.append(str(Path(__file__).resolve().parents[1] / "scripts"))
-import atari_frames  # noqa: E402
+from mmreplay.testing import atari_frames
 
 
 def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
