@@ -19,7 +19,7 @@ echo "--- recording the real Atari frames the tests read (expected: ~10 s once, 
 echo "--- the main pass: every test but Ray's and RLlib's (expected: 10-30 minutes, by how busy the cores are)"
 # The Ray and RLlib tests, and the manual's Ray and RLlib examples (tests/test_readme.py's ray-sharded and
 # rllib-buffer), run in their own venv below (ray[rllib] pins another gymnasium).
-.venv/bin/python -m pytest tests --ignore=tests/test_ray_sharded.py --ignore=tests/test_ray_apex.py --ignore=tests/test_ray_cluster.py \
+.venv/bin/python -m pytest tests --ignore-glob="tests/test_ray_*.py" \
   --ignore=tests/test_rllib_buffer.py -k "not ray-sharded and not rllib-buffer" "$@"
 echo "--- again without the compiled extensions (MMREPLAY_PURE_PYTHON=1): store semantics, real frames, corruption, sum tree, reference frames and their encoded batches, device batches (expected: 5-15 minutes)"
 MMREPLAY_PURE_PYTHON=1 .venv/bin/python -m pytest -q tests/test_store_model.py tests/test_store_semantics.py \
@@ -35,7 +35,7 @@ echo "--- .venv-ray: pip and setuptools, then PyTorch 2.13.0's CPU build from $T
 echo "--- .venv-ray: mmreplay[rllib,test] (editable), ray[rllib] 2.60.0, ALE (expected: 4-8 minutes on a fresh clone; seconds when installed)"
 PYTHONWARNINGS="ignore:Editable installation" .venv-ray/bin/python -m pip install --quiet -e ".[rllib,test]" ale-py opencv-python-headless
 echo "--- the Ray pass (expected: 5-10 minutes)"
-.venv-ray/bin/python -m pytest -q tests/test_ray_sharded.py tests/test_ray_apex.py tests/test_ray_cluster.py tests/test_rllib_buffer.py \
+.venv-ray/bin/python -m pytest -q tests/test_ray_*.py tests/test_rllib_buffer.py \
   tests/test_encoded.py tests/test_docstrings.py tests/test_readme.py -k "not test_readme or ray-sharded or rllib-buffer" "$@"
 
 echo "--- d3rlpy (mmreplay.d3rlpy and its guide's example): their own venv, .venv-d3rlpy, since d3rlpy 2.8.1 pins gymnasium 1.0.0"
