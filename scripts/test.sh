@@ -34,7 +34,7 @@ echo "--- .venv-ray: pip and setuptools, then PyTorch 2.13.0's CPU build from $T
 .venv-ray/bin/python -m pip install --quiet "torch==2.13.0" --index-url "$TORCH_CPU_INDEX"
 echo "--- .venv-ray: mmreplay[rllib,test] (editable), ray[rllib] 2.60.0, ALE (expected: 4-8 minutes on a fresh clone; seconds when installed)"
 PYTHONWARNINGS="ignore:Editable installation" .venv-ray/bin/python -m pip install --quiet -e ".[rllib,test]" ale-py opencv-python-headless
-echo "--- the Ray pass (expected: 5-10 minutes)"
+echo "--- the Ray pass (expected: 7-20 minutes)"
 .venv-ray/bin/python -m pytest -q tests/test_ray_*.py tests/test_rllib_buffer.py \
   tests/test_encoded.py tests/test_docstrings.py tests/test_readme.py -k "not test_readme or ray-sharded or rllib-buffer" "$@"
 
