@@ -165,6 +165,12 @@ class UniformSampler:
         ValueError: ``max_times_sampled`` is negative.
     """
 
+    # Class defaults too: a subclass whose __init__ does not call this one's samples without a limit.
+    max_times_sampled: int = 0
+    _counts: SampleCounts | None = None
+    _alive: SumTree | None = None
+    _slots: int = 0
+
     def __init__(self, max_times_sampled: int | None = None) -> None:
         self.max_times_sampled = parse_max_times_sampled(max_times_sampled)
         self._counts: SampleCounts | None = None
@@ -342,6 +348,9 @@ class PrioritizedSampler:
             negative.
         TypeError: ``max_times_sampled`` is not None or an int.
     """
+
+    max_times_sampled: int = 0  # class defaults, as UniformSampler's
+    _counts: SampleCounts | None = None
 
     def __init__(self, alpha: float = 0.6, epsilon: float = 1e-6, max_times_sampled: int | None = None) -> None:
         if not (isinstance(alpha, (int, float)) and 0 <= alpha and math.isfinite(alpha)):
