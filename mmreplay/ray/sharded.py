@@ -30,7 +30,7 @@ import numpy.typing as npt
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from mmreplay import Batch, EncodedBatch, PrioritizedSampler, Sampler, SequenceBatch
+from mmreplay import Batch, EncodedBatch, PrioritizedSampler, SequenceBatch, UniformSampler
 from mmreplay.ray.assembly import EPOCH_BITS, SHARD_BITS, STEP_BITS, Part
 from mmreplay.ray.draws import Draws
 from mmreplay.ray.rate_limit import RateLimit
@@ -110,7 +110,7 @@ class ShardedReplay:
         frame_shape: tuple[int, ...],
         capacity: int,
         stack_size: int = 4,
-        sampler: Sampler | None = None,
+        sampler: UniformSampler | PrioritizedSampler | None = None,
         placement: str | list[str] = "spread",
         envs_per_shard: int = 256,
         action_shape: tuple[int, ...] = (),
