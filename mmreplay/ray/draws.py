@@ -79,19 +79,11 @@ class Draws:
         total)``), then one seed per shard. Shard k draws its rows of the whole group at once, with its
         seed: one draw of n transitions is n independent draws, as n draws spread over several calls
         would be, and a group of one batch is exactly what ``sample`` draws with ``seed``."""
-        infos = self.known_states(direct_read)
-        masses = np.array([0.0 if info is None else info["mass"] for info in infos])
-        if not masses.sum() > 0:
-            self.refresh()  # nothing known yet, or everything known was empty: ask before giving up
-            infos = self.known_states(direct_read)
-            masses = np.array([0.0 if info is None else info["mass"] for info in infos])
-        if not masses.sum() > 0:
-            if self.rate_limited:
-                return None
-            raise ValueError("cannot sample: no shard that answers holds a transition")
-        generator = np.random.default_rng(seed)
-        counts = generator.multinomial(batch_size, masses / masses.sum(), size=group)  # (group, shards)
-        shard_seeds = generator.integers(2**63, size=len(self.shards))
+        known = self._masses(direct_read)
+        if known is None:
+            return None
+        masses, infos = known
+        counts, shard_seeds = self._split(batch_size, group, seed, masses)
         beta_value = 0.4 if beta is None else beta
         requests: list[Request] = []
         drawn = counts.sum(axis=0)
@@ -126,12 +118,10 @@ class Draws:
         Raises:
             ValueError: no shard that answers holds a transition (without a rate limit).
         """
-        masses = self._masses()
-        generator = np.random.default_rng(seed)
-        if masses is None:
+        known = self._masses(direct_read=False)
+        if known is None:
             return None
-        counts = generator.multinomial(batch_size, masses / masses.sum(), size=group)  # (group, shards)
-        shard_seeds = generator.integers(2**63, size=len(self.shards))
+        counts, shard_seeds = self._split(batch_size, group, seed, known[0])
         beta_value = 0.4 if beta is None else beta
         requests: list[Request] = []
         drawn = counts.sum(axis=0)
@@ -145,22 +135,33 @@ class Draws:
                 self.states.watch(k, self.states.ticket(), self.shards[k].info.remote())
         return requests
 
-    def _masses(self) -> npt.NDArray[np.float64] | None:
-        """Each shard's mass as last known (asking the shards first when none is known to hold anything);
-        None when none holds anything under a rate limit.
+    def _masses(self, direct_read: bool) -> tuple[npt.NDArray[np.float64], list[dict[str, Any] | None]] | None:
+        """Each shard's mass and state as last known (``known_states``), asking the shards first when none
+        is known to hold anything; None when none holds anything under a rate limit.
 
         Raises:
             ValueError: no shard that answers holds a transition (without a rate limit).
         """
-        masses = np.array([0.0 if info is None else info["mass"] for info in self.states.infos])
+        infos = self.known_states(direct_read)
+        masses = np.array([0.0 if info is None else info["mass"] for info in infos])
         if not masses.sum() > 0:
-            self.refresh()
-            masses = np.array([0.0 if info is None else info["mass"] for info in self.states.infos])
+            self.refresh()  # nothing known yet, or everything known was empty: ask before giving up
+            infos = self.known_states(direct_read)
+            masses = np.array([0.0 if info is None else info["mass"] for info in infos])
         if not masses.sum() > 0:
             if self.rate_limited:
                 return None
             raise ValueError("cannot sample: no shard that answers holds a transition")
-        return masses
+        return masses, infos
+
+    def _split(
+        self, batch_size: int, group: int, seed: int, masses: npt.NDArray[np.float64]
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+        """From ``default_rng(seed)``: each of ``group`` batches' counts per shard, ``Multinomial(batch_size,
+        mass_k / total)`` as a (group, shards) array, then one seed per shard."""
+        generator = np.random.default_rng(seed)
+        counts = generator.multinomial(batch_size, masses / masses.sum(), size=group)
+        return counts, generator.integers(2**63, size=len(self.shards))
 
     def sequence_group(self, parts: list[Part], batch_size: int, beta: float | None) -> SequenceParts:
         """The batches of windows of a group's parts (``Part.batch`` holding windows): global ids, weights
