@@ -453,7 +453,7 @@ def test_uniform_draws_stay_inside_the_stored_steps_at_both_ends_of_the_unit_int
 ) -> None:
     """u = 0 draws the oldest step and the largest u below 1 the newest, never one past it (the numpy
     code; the compiled draws equal it, below)."""
-    from mmreplay.sampling import samplers
+    from mmreplay.sampling import uniform_sampler as samplers  # where uniform_steps and _sumtree live
 
     class Extremes:
         def random(self, size: int) -> np.ndarray:
@@ -473,7 +473,7 @@ def test_compiled_uniform_draws_equal_the_numpy_draws_bit_for_bit(
 ) -> None:
     """The same seed gives the same steps with and without the extension, and leaves the generator in the
     same state, at every size of store up to 2^53 transitions."""
-    from mmreplay.sampling import samplers
+    from mmreplay.sampling import uniform_sampler as samplers  # where uniform_steps and _sumtree live
 
     if samplers._sumtree is None:
         pytest.skip(absent_reason("_sumtree"))
@@ -492,7 +492,7 @@ def test_compiled_uniform_draws_equal_the_numpy_draws_bit_for_bit(
 
 def _numpy_uniform_steps(batch_size: int, stored: range, rng: np.random.Generator,
                          monkeypatch: pytest.MonkeyPatch) -> np.ndarray:
-    from mmreplay.sampling import samplers
+    from mmreplay.sampling import uniform_sampler as samplers  # where uniform_steps and _sumtree live
 
     with monkeypatch.context() as patch:
         patch.setattr(samplers, "_sumtree", None)
