@@ -43,7 +43,7 @@ class PrioritizedSampler:
         TypeError: ``max_times_sampled`` is not None or an int.
     """
 
-    max_times_sampled: int = 0  # class defaults, as UniformSampler's
+    max_times_sampled: int | None = None  # class defaults, as UniformSampler's
     _counts: SampleCounts | None = None
 
     def __init__(self, alpha: float = 0.6, epsilon: float = 1e-6, max_times_sampled: int | None = None) -> None:

@@ -53,7 +53,7 @@ class UniformSampler:
     """
 
     # Class defaults too: a subclass whose __init__ does not call this one's samples without a limit.
-    max_times_sampled: int = 0
+    max_times_sampled: int | None = None
     _counts: SampleCounts | None = None
     _alive: SumTree | None = None
     _slots: int = 0
