@@ -9,9 +9,9 @@ from mmreplay.extras import require
 
 require("mmreplay.ray", extra="ray", modules=("ray",))
 
-from mmreplay.ray.assembly import global_ids  # noqa: E402  (after the check that names the extra)
+from mmreplay.ray.assembly import global_ids, split_ids  # noqa: E402  (after the check that names the extra)
 from mmreplay.ray.rate_limit import RateLimit  # noqa: E402
-from mmreplay.ray.sharded import ShardedReplay, split_ids  # noqa: E402
+from mmreplay.ray.sharded import ShardedReplay  # noqa: E402
 from mmreplay.ray.writer import ShardWriter  # noqa: E402
 
 __all__ = ["RateLimit", "ShardWriter", "ShardedReplay", "global_ids", "split_ids"]

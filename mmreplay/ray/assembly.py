@@ -41,6 +41,18 @@ def global_ids(shard: int, epoch: int, steps: npt.NDArray[np.int64]) -> npt.NDAr
     return (np.int64(shard) << (EPOCH_BITS + STEP_BITS)) | (np.int64(epoch) << STEP_BITS) | steps
 
 
+def split_ids(ids: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """The (shard, epoch, step) of each global id, ``shard << 48 | epoch << 40 | step``.
+
+    Args:
+        ids: int64 global ids, as a sharded batch's ``index`` holds them.
+
+    Returns:
+        Three int64 arrays shaped as ``ids``: shards, epochs and steps.
+    """
+    return ids >> (EPOCH_BITS + STEP_BITS), (ids >> STEP_BITS) & ((1 << EPOCH_BITS) - 1), ids & ((1 << STEP_BITS) - 1)
+
+
 @dataclass(frozen=True)
 class Part:
     """One shard's answer for a group: ``batch`` holds ``counts[g]`` rows for batch g, batch after batch,

@@ -21,20 +21,20 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from mmreplay import Batch, EncodedBatch, PrioritizedSampler, SequenceBatch, UniformSampler
-from mmreplay.ray.assembly import EPOCH_BITS, SHARD_BITS, STEP_BITS, Part
+from mmreplay.ray.assembly import SHARD_BITS, Part, split_ids
 from mmreplay.ray.draws import Draws
+from mmreplay.ray.prefetch_streams import WAIT_S, sequence_stream, transition_stream
 from mmreplay.ray.rate_limit import RateLimit
-from mmreplay.ray.shard import ReplayShard, ShardConfig
+from mmreplay.ray.shard import ShardConfig
+from mmreplay.ray.shard_actors import shard_name, start_actors
 from mmreplay.ray.shard_states import LOST, ShardStates
 from mmreplay.ray.writer import ShardWriter
 from mmreplay.sampling.samplers import limited_sampler
@@ -44,29 +44,6 @@ from mmreplay.validation import (
 
 _LOST = LOST
 FRAME_ENCODINGS = ("lz4", "lz4-reference")  # ReplayStore.create's, checked before any shard starts
-_WAIT_S = 0.002
-
-
-def split_ids(ids: npt.NDArray[np.int64]) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-    """The (shard, epoch, step) of each global id, ``shard << 48 | epoch << 40 | step``.
-
-    Args:
-        ids: int64 global ids, as a sharded batch's ``index`` holds them.
-
-    Returns:
-        Three int64 arrays shaped as ``ids``: shards, epochs and steps.
-    """
-    return ids >> (EPOCH_BITS + STEP_BITS), (ids >> STEP_BITS) & ((1 << EPOCH_BITS) - 1), ids & ((1 << STEP_BITS) - 1)
-
-
-class _Directory:
-    """A named actor that holds a replay's description, so that ``connect`` finds its shards."""
-
-    def __init__(self, description: dict[str, Any]) -> None:
-        self.description = description
-
-    def get(self) -> dict[str, Any]:
-        return self.description
 
 
 class ShardedReplay:
@@ -192,33 +169,23 @@ class ShardedReplay:
         limited = limited_sampler(sampler, max_times_sampled)
         sampler_config = None if limited is None else limited.config()
         namespace = namespace or ray.get_runtime_context().namespace
-        here = ray.get_runtime_context().get_node_id()
         description = {
             "root": str(root), "num_shards": num_shards, "frame_shape": tuple(frame_shape), "stack_size": stack_size,
             "namespace": namespace, "rate_limited": rate_limit is not None,
             "prioritized": isinstance(sampler, PrioritizedSampler), "fields": field_specs,
         }
-        lifetime = "detached" if detached else None
-        shards = []
-        for k in range(num_shards):
-            config = ShardConfig(
+        configs = [
+            ShardConfig(
                 frame_shape=tuple(frame_shape), capacity=capacity // num_shards + (k < capacity % num_shards),
                 stack_size=stack_size, num_envs=envs_per_shard, action_shape=tuple(action_shape),
                 action_dtype=action_dtype, sampler=sampler_config,
                 rate_limit=None if rate_limit is None else rate_limit.for_shard(num_shards),
                 commit_interval_s=commit_interval_s, frame_encoding=frame_encoding, fields=field_specs,
             )
-            if placement == "spread":
-                strategy: Any = "SPREAD"
-            else:
-                node = here if placement == "local" else placement[k]
-                strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
-            actor = ray.remote(ReplayShard).options(
-                name=_shard_name(name, k), namespace=namespace, lifetime=lifetime, max_restarts=max_restarts,
-                num_cpus=0, scheduling_strategy=strategy,
-            )
-            shards.append(actor.remote(str(root), k, config))
-        ray.remote(_Directory).options(name=name, namespace=namespace, lifetime=lifetime, num_cpus=0).remote(description)
+            for k in range(num_shards)
+        ]
+        shards = start_actors(name, str(root), configs, description, placement=placement, namespace=namespace,
+                              detached=detached, max_restarts=max_restarts)
         replay = cls(name, description, shards, decode_threads=decode_threads)
         replay.refresh()
         return replay
@@ -238,7 +205,7 @@ class ShardedReplay:
         namespace = namespace or ray.get_runtime_context().namespace
         directory = ray.get_actor(name, namespace=namespace)
         description: dict[str, Any] = ray.get(directory.get.remote())  # type: ignore[assignment]
-        shards = [ray.get_actor(_shard_name(name, k), namespace=namespace) for k in range(description["num_shards"])]
+        shards = [ray.get_actor(shard_name(name, k), namespace=namespace) for k in range(description["num_shards"])]
         replay = cls(name, description, shards, decode_threads=decode_threads)
         replay.refresh()
         return replay
@@ -394,7 +361,7 @@ class ShardedReplay:
         batch_size = parse_positive_int(batch_size, "batch_size")
         seed = int(parse_rng(rng).integers(2**63))  # one draw from the caller's rng, however long we wait
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        pause = _WAIT_S
+        pause = WAIT_S
         while True:
             self._states.collect()
             parts = self._draws.gather(self._draws.request(batch_size, 1, seed, beta, n_step, gamma, direct_read=direct_read))
@@ -483,34 +450,8 @@ class ShardedReplay:
         if timeout_s is not None:
             timeout_s = parse_number(timeout_s, "timeout_s", low=0.0)
         generator = parse_rng(rng)
-        return self._sequence_stream(batch_size, length, prefetch, generator, beta, group, timeout_s)
-
-    def _sequence_stream(
-        self, batch_size: int, length: int, prefetch: int, generator: np.random.Generator, beta: float | None,
-        group: int, timeout_s: float | None,
-    ) -> Iterator[SequenceBatch]:
-        """``sequence_batches``' iterator, its arguments checked."""
-        self.refresh()
-        pending: deque[Any] = deque()
-        deadline, pause = None, _WAIT_S
-        while True:
-            self._states.collect()
-            while len(pending) < prefetch:
-                seed = int(generator.integers(2**63))
-                pending.append(self._draws.request_sequences(batch_size, length, group, seed, beta))
-            parts = self._draws.gather(pending.popleft())
-            if parts is None:  # refused or lost: the request is dropped, and a new one drawn after a pause
-                now = time.monotonic()
-                deadline = now + timeout_s if deadline is None and timeout_s is not None else deadline
-                if deadline is not None and now > deadline:
-                    raise TimeoutError(self._states.held_back_message(batch_size, timeout_s))
-                time.sleep(pause)
-                pause = min(2 * pause, 0.1)
-                continue
-            deadline, pause = None, _WAIT_S
-            batches = self._draws.sequence_group(parts, batch_size, beta)
-            for g in range(group):
-                yield batches.batch(g)
+        return sequence_stream(self._draws, self._states, batch_size=batch_size, length=length, prefetch=prefetch,
+                               generator=generator, beta=beta, group=group, timeout_s=timeout_s)
 
     def batches(
         self, batch_size: int, *, prefetch: int = 2, rng: np.random.Generator | int | None = None,
@@ -553,23 +494,13 @@ class ShardedReplay:
         if timeout_s is not None:
             timeout_s = parse_number(timeout_s, "timeout_s", low=0.0)
         generator = parse_rng(rng)
-        self.refresh()
-        pending: deque[tuple[int, Any]] = deque()
-        while True:
-            self._states.collect()  # newer states, and the refusal of a priority update sent meanwhile
-            while len(pending) < prefetch:
-                seed = int(generator.integers(2**63))
-                pending.append((seed, self._draws.request(batch_size, group, seed, beta, n_step, gamma, direct_read=direct_read)))
-            seed, requests = pending.popleft()
-            parts = self._draws.gather(requests)
-            if parts is None:
-                for g in range(group):
-                    yield self.sample(batch_size, np.random.default_rng([seed, g]), beta, n_step, gamma,
-                                      direct_read=direct_read, timeout_s=timeout_s)
-                continue
-            batches = self._draws.group(parts, batch_size, beta)
-            for g in range(group):
-                yield batches.batch(g)
+        yield from transition_stream(
+            self._draws, self._states,
+            lambda batch_rng: self.sample(batch_size, batch_rng, beta, n_step, gamma, direct_read=direct_read,
+                                          timeout_s=timeout_s),
+            batch_size=batch_size, prefetch=prefetch, generator=generator, beta=beta, n_step=n_step, gamma=gamma,
+            direct_read=direct_read, group=group,
+        )
 
     def update_priorities(self, index: npt.ArrayLike, priorities: npt.ArrayLike) -> None:
         """Set the priorities of sampled transitions by global id, each sent to the shard that owns it.
@@ -657,6 +588,3 @@ class ShardedReplay:
     def __repr__(self) -> str:
         return f"<ShardedReplay {self.name!r} shards={self.num_shards} root={self._description['root']!r}>"
 
-
-def _shard_name(name: str, k: int) -> str:
-    return f"{name}.shard-{k:04d}"
