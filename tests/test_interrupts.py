@@ -68,6 +68,36 @@ def interrupt_at_line(n: int) -> Iterator[list[int]]:
         sys.settrace(None)
 
 
+OS_CALLS = ("open", "close", "unlink", "rmdir", "rename", "replace", "scandir", "ftruncate", "mkdir")
+
+
+@contextmanager
+def interrupt_after_os_call(n: int) -> Iterator[list[int]]:
+    """Raise ``Injected`` just after the ``n``-th call of one of ``OS_CALLS`` inside the block returns, in
+    any code (the standard library's too: a signal's handler runs there as well); yields the count seen."""
+    seen = [0]
+    originals = {name: getattr(os, name) for name in OS_CALLS}
+
+    def wrapped(name: str) -> Callable[..., Any]:
+        original = originals[name]
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            seen[0] += 1
+            if seen[0] == n:
+                raise Injected(f"os call {n}: just after os.{name}{args!r}")
+            return result
+        return call
+
+    for name in OS_CALLS:
+        setattr(os, name, wrapped(name))
+    try:
+        yield seen
+    finally:
+        for name, original in originals.items():
+            setattr(os, name, original)
+
+
 def frame(env: int, t: int) -> np.ndarray:
     value = np.zeros(SHAPE, np.uint8)
     value[0, 0], value[0, 1], value[0, 2] = env, t % 256, t // 256
@@ -249,7 +279,8 @@ def _reopened(store: ReplayStore, ref: ReferenceStore, stream: Stream, case: Cas
     return ReplayStore.open(path, "r+", commit_every=case.create.get("commit_every"), commit_interval_s=None)
 
 
-def _sweep(path: Path, case: Case, *, reopen_every: int) -> int:
+def _sweep(path: Path, case: Case, *, reopen_every: int,
+           interrupt: Callable[[int], Any] = interrupt_at_line, least: int = 5) -> int:
     """Run the case's call again and again on one store, the N-th time interrupted at its N-th line, until
     a call runs to its end before its N-th line; after each, the store must match the model (and every
     ``reopen_every`` calls, survive a flush, a close and a reopen). Returns the last N interrupted."""
@@ -259,7 +290,7 @@ def _sweep(path: Path, case: Case, *, reopen_every: int) -> int:
         while True:
             call, adds = _call(case, store, ref, stream)
             before = (store.transitions_added, len(store))
-            with interrupt_at_line(n + 1) as seen:
+            with interrupt(n + 1) as seen:
                 try:
                     call()
                     interrupted = None
@@ -284,7 +315,7 @@ def _sweep(path: Path, case: Case, *, reopen_every: int) -> int:
             except BaseException as error:
                 raise AssertionError(f"{case.name}, interrupted at {interrupted}: {type(error).__name__}: "
                                      f"{error}") from error
-        assert n >= 5, f"the call ran {seen[0]} lines"
+        assert n >= least, f"the call ran {seen[0]} lines (or os calls)"
         store = _reopened(store, ref, stream, case)
         assert_store_matches(store, ref)
     finally:
@@ -312,6 +343,22 @@ def store_directory(tmp_path: Path) -> Iterator[Path]:
 def test_an_interrupt_at_any_line_leaves_the_call_undone_or_done(store_directory: Path, case: Case) -> None:
     lines = _sweep(store_directory / "store.mmr", case, reopen_every=40)
     print(f"{case.name}: interrupted at each of {lines} lines")
+
+
+OS_CALL_CASES = [case for case in CASES if case.call in ("clear", "flush")] + [
+    Case("one env, a commit after each add (os calls)", {"capacity": 40, "commit_every": 1}),
+]
+
+
+@pytest.mark.parametrize("case", OS_CALL_CASES, ids=[case.name for case in OS_CALL_CASES])
+def test_an_interrupt_just_after_any_os_call_leaves_the_call_undone_or_done(store_directory: Path,
+                                                                           case: Case) -> None:
+    """A signal's KeyboardInterrupt also lands inside the standard library, just after a system call
+    returns; a clear once turned it into ``OSError: [Errno 9] Bad file descriptor`` (``shutil.rmtree``
+    closing a descriptor twice) and failed the CI's stress run. Swept here over every such call."""
+    calls = _sweep(store_directory / "store.mmr", case, reopen_every=40, interrupt=interrupt_after_os_call,
+                   least=1)
+    print(f"{case.name}: interrupted after each of {calls} os calls")
 
 
 def test_sigints_at_random_moments_of_a_writer_never_wedge_it(tmp_path: Path) -> None:

@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import fcntl
 import os
-import shutil
 from pathlib import Path
 from types import TracebackType
 
 from mmreplay.disk import directory_swap
-from mmreplay.disk.files import fsync_directory, make_sibling_directory, sibling_names
+from mmreplay.disk.files import fsync_directory, make_sibling_directory, remove_tree, sibling_names
 
 PURPOSES = ("exporting", "importing", "converting", "salvaging", "loading")
 _OPEN_DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -77,7 +76,7 @@ def remove_leftovers(target: Path) -> None:
             continue
         try:
             if _lock(descriptor, wait=False) and _is_at(descriptor, candidate):
-                shutil.rmtree(candidate, ignore_errors=True)  # what stays is removed by the next build
+                remove_tree(candidate)  # what stays is removed by the next build
         finally:
             os.close(descriptor)
 
@@ -168,10 +167,10 @@ class SiblingBuild:
             raise FileExistsError(f"cannot replace {str(self.target)!r} with {self.what}: it is not a directory")
         for entry in os.scandir(self.directory):  # all else first: after the rename, nothing is left to remove
             if entry.path != str(built):
-                shutil.rmtree(entry.path) if entry.is_dir(follow_symlinks=False) else os.unlink(entry.path)
+                remove_tree(entry.path, ignore_errors=False)
         if present:
             directory_swap.exchange(built, self.target)  # ``built`` names the old directory from now on
-            shutil.rmtree(self.directory, ignore_errors=True)  # what stays goes with the next build's leftovers
+            remove_tree(self.directory)  # what stays goes with the next build's leftovers
         else:
             os.rename(built, self.target)
             os.rmdir(self.directory)  # a kill just before leaves an empty leftover: the next build removes it
@@ -182,7 +181,7 @@ class SiblingBuild:
             return
         try:
             if _is_at(self._descriptor, self.directory):
-                shutil.rmtree(self.directory, ignore_errors=True)
+                remove_tree(self.directory)
         finally:
             os.close(self._descriptor)
             self._descriptor = -1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import secrets
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,6 +32,43 @@ def create_sparse(path: FileLocation, nbytes: int) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def remove_tree(path: Path | str, *, ignore_errors: bool = True) -> None:
+    """Delete the directory ``path`` and everything in it.
+
+    Unlike ``shutil.rmtree``, it holds no directory descriptor of its own between two calls, so an
+    interrupt (a ``KeyboardInterrupt`` from a signal handler) at any moment leaves it as a plain
+    ``KeyboardInterrupt``: Python 3.11's ``rmtree`` can close the same descriptor twice when a signal
+    lands just after its ``os.close`` and then raises ``OSError: [Errno 9] Bad file descriptor`` in place
+    of the interrupt (and may close a descriptor another thread has just been given). Links are removed,
+    never followed. What an interrupt leaves is removed by the next call for the same path.
+
+    Args:
+        path: The directory to delete (a link or a file there is unlinked).
+        ignore_errors: Whether what cannot be removed (nothing at ``path`` included) is left silently.
+
+    Raises:
+        OSError: Something could not be removed, when ``ignore_errors`` is false.
+    """
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):  # a file, or a link (to a directory too)
+            os.unlink(path)
+            return
+        with os.scandir(path) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    remove_tree(entry.path, ignore_errors=ignore_errors)
+                else:
+                    try:
+                        os.unlink(entry.path)
+                    except OSError:
+                        if not ignore_errors:
+                            raise
+        os.rmdir(path)
+    except OSError:
+        if not ignore_errors:
+            raise
 
 
 def fsync_directory(directory: FileLocation | StoreDirectory) -> None:

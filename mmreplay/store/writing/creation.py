@@ -5,7 +5,6 @@ hidden sibling directory and renamed into place (a crash never leaves a half-mad
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import replace
 from pathlib import Path
 from typing import IO
@@ -14,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.disk import header
-from mmreplay.disk.files import fsync_directory, make_sibling_directory
+from mmreplay.disk.files import fsync_directory, make_sibling_directory, remove_tree
 from mmreplay.disk.store_directory import StoreDirectory
 from mmreplay.disk.writer_lock import acquire_writer_lock, release_writer_lock
 from mmreplay.errors import StoreExistsError
@@ -111,7 +110,7 @@ def build_store(directory: Path, layout: header.Layout, commit: header.Commit) -
     except BaseException:
         release_writer_lock(lock)
         if building.exists():
-            shutil.rmtree(building, ignore_errors=True)
+            remove_tree(building)
         raise
     return lock
 
@@ -126,14 +125,14 @@ def build_beside(
     try:
         opened = StoreDirectory.open(building)
     except BaseException:
-        shutil.rmtree(building, ignore_errors=True)
+        remove_tree(building)
         raise
     try:
         build_empty(opened, layout, commit)
         return opened, acquire_writer_lock(opened / header.LOCK_NAME)
     except BaseException:
         opened.close()
-        shutil.rmtree(building, ignore_errors=True)
+        remove_tree(building)
         raise
 
 

@@ -26,7 +26,6 @@ happened, or had completed.
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import replace
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from mmreplay.disk import directory_swap, header
+from mmreplay.disk.files import remove_tree
 from mmreplay.disk.store_directory import StoreDirectory
 from mmreplay.disk.writer_lock import acquire_writer_lock, release_writer_lock
 from mmreplay.errors import ClosedStoreError, FormatVersionError
@@ -290,7 +290,7 @@ class Writer:
             self._sampler_reopen()
             release_writer_lock(lock)
             building.close()
-            shutil.rmtree(built, ignore_errors=True)
+            remove_tree(built)
             raise
         return writer
 
@@ -304,7 +304,7 @@ class Writer:
         except Exception:  # noqa: BLE001 - deleted next; a second close (after an interrupt) may fail too
             pass
         finally:
-            shutil.rmtree(built, ignore_errors=True)
+            remove_tree(built)
 
     @property
     def lock_file(self) -> IO[bytes] | None:
