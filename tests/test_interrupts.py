@@ -346,6 +346,9 @@ def test_an_interrupt_at_any_line_leaves_the_call_undone_or_done(store_directory
 
 
 OS_CALL_CASES = [case for case in CASES if case.call in ("clear", "flush")] + [
+    Case("clear, prioritized, three envs of stacks, reference frames",
+         {"capacity": 40, "num_envs": 3, "sampler": "prioritized", "frame_encoding": "lz4-reference"},
+         stacked=True, call="clear"),
     Case("one env, a commit after each add (os calls)", {"capacity": 40, "commit_every": 1}),
 ]
 

@@ -182,9 +182,9 @@ class SiblingBuild:
         try:
             if _is_at(self._descriptor, self.directory):
                 remove_tree(self.directory)
-        finally:
-            os.close(self._descriptor)
-            self._descriptor = -1
+        finally:  # forgotten first: an interrupt just after the close must not lead to a second
+            descriptor, self._descriptor = self._descriptor, -1
+            os.close(descriptor)
 
     def __enter__(self) -> SiblingBuild:
         return self

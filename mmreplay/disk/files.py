@@ -132,7 +132,9 @@ class BlockReservation:
         self._reserved = new_end
 
     def close(self) -> None:
-        os.close(self._descriptor)
+        if self._descriptor >= 0:  # forgotten first: an interrupt just after the close must not lead to a second
+            descriptor, self._descriptor = self._descriptor, -1
+            os.close(descriptor)
 
 
 

@@ -134,9 +134,10 @@ class StoreDirectory:
                     raise CorruptStoreError(
                         f"{self.path.joinpath(*walked)} is {kind}, not a directory"
                     ) from None
-                if descriptor != self.descriptor:
-                    os.close(descriptor)
-                descriptor = inner
+                # Moved on before the close: an interrupt just after it must not close it again below.
+                outer, descriptor = descriptor, inner
+                if outer != self.descriptor:
+                    os.close(outer)
         except BaseException:
             if descriptor != self.descriptor:
                 os.close(descriptor)

@@ -533,9 +533,9 @@ class FrameRing:
 
     def close(self) -> None:
         self._maps.close()
-        for descriptor in self._segment_files.values():
+        while self._segment_files:  # each forgotten before its close (an interrupt between must not close it twice)
+            _, descriptor = self._segment_files.popitem()
             os.close(descriptor)
-        self._segment_files.clear()
         if self._reservation is not None:
             self._reservation.close()
         if self._entries is not None:

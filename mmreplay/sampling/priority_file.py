@@ -343,6 +343,6 @@ class PriorityFile:
     def close(self) -> None:
         self._leaves = None
         self._scratch = None
-        if self._descriptor >= 0:
-            os.close(self._descriptor)
-            self._descriptor = -1
+        if self._descriptor >= 0:  # forgotten first: an interrupt just after the close must not lead to a second
+            descriptor, self._descriptor = self._descriptor, -1
+            os.close(descriptor)
