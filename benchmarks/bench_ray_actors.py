@@ -5,7 +5,9 @@ recorded stream put in Ray's object store once; actor k starts at its own offset
 ``ShardWriter`` into K shards (--shards); a learner draws batches of 32 with ``batches(prefetch=...)`` for
 --seconds. In one run: the learner's rate with no actor adding (the solo rate, same shards and contents),
 then with every actor adding; ingest achieved against asked; each shard's queue depth, sampled every 0.5 s;
-and a synchronous ``sample()``'s latency in both phases. Ray runs on loopback alone, in a temporary
+and a synchronous ``sample()``'s latency in both phases. ``--learners actors,direct`` measures, in each
+phase, the learner through the shard actors and then with ``direct_read=True`` (its draws read each
+shard's last commit in its own process, so they never queue behind the adds in a shard actor). Ray runs on loopback alone, in a temporary
 directory of its own, and is shut down at the end; every loop is bounded in count and time.
 
     python benchmarks/bench_ray_actors.py --actors 100 --rate 50 --shards 4 --seconds 20 --json
@@ -44,6 +46,10 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--prefetch", type=int, default=2, help="batches(prefetch=) (default 2)")
     parser.add_argument("--steps-per-send", type=int, default=32, help="the writers' sends (default 32)")
     parser.add_argument("--prefill", type=int, default=4000, help="transitions per shard before the phases")
+    parser.add_argument("--learners", default="actors",
+                        help="comma-separated ways the learner draws, each measured in turn in both phases: "
+                        "'actors' (through the shard actors) and 'direct' (direct_read=True: each shard's last "
+                        "commit read from its store in the learner's process, no actor call) (default actors)")
     parser.add_argument("--frame-encoding", choices=["lz4", "lz4-reference"], default=None,
                         help="the shards' (default: ShardedReplay.create's)")
     parser.add_argument("--start-timeout", type=float, default=600.0, help="the longest wait for the actors to start")
@@ -63,37 +69,74 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     for name in ("actors", "shards", "batch_size", "group", "prefetch", "steps_per_send"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1; got {getattr(args, name)}")
+    args.learners = [name.strip() for name in args.learners.split(",") if name.strip()]
+    unknown = sorted(set(args.learners) - {"actors", "direct"})
+    if unknown or not args.learners:
+        parser.error(f"--learners takes 'actors' and 'direct'; got {unknown or 'nothing'}")
     if not (args.rate > 0 and args.seconds > 0):
         parser.error(f"--rate and --seconds must be > 0; got {args.rate} and {args.seconds}")
     return args
 
 
-def learner_phase(replay: Any, args: argparse.Namespace, seconds: float, *, seed: int) -> dict[str, Any]:
-    """The learner's batches/s over ``seconds`` (after its first group), the shards' queue depths every
-    0.5 s, then a few synchronous samples' latencies."""
-    batches = replay.batches(args.batch_size, prefetch=args.prefetch, group=args.group, rng=seed, timeout_s=60)
+class DepthPoller:
+    """Each shard's queue depth every 0.5 s, asked from a thread through a client of its own (so the
+    learner's loop neither waits for these calls nor shares its draw state with them)."""
+
+    def __init__(self, name: str) -> None:
+        import threading
+
+        from mmreplay.ray import ShardedReplay
+
+        self.depths: list[int] = []
+        self._client = ShardedReplay.connect(name)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        for _ in range(100_000):
+            if self._stop.wait(0.5):
+                return
+            self.depths.extend(info["queued"] for info in self._client.stats() if info is not None)
+
+    def stop(self) -> list[int]:
+        self._stop.set()
+        self._thread.join(timeout=120)
+        self._client.close()
+        return self.depths
+
+
+def learner_phase(replay: Any, args: argparse.Namespace, seconds: float, *, seed: int, direct: bool) -> dict[str, Any]:
+    """The learner's batches/s over ``seconds`` (after what it fetched ahead), the shards' queue depths
+    every 0.5 s, then a few synchronous samples' latencies; ``direct``: with ``direct_read=True``."""
+    batches = replay.batches(args.batch_size, prefetch=args.prefetch, group=args.group, rng=seed, timeout_s=60,
+                             direct_read=direct)
     for _ in range(args.prefetch * args.group):  # what it fetched ahead before the clock starts
         next(batches)
-    depths: list[int] = []
-    count, start, next_poll = 0, time.perf_counter(), 0.0
-    while (elapsed := time.perf_counter() - start) < seconds and count < 10_000_000:
+    poller = DepthPoller(replay.name)
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds and count < 10_000_000:
         next(batches)
         count += 1
-        if elapsed >= next_poll:
-            depths.extend(info["queued"] for info in replay.stats() if info is not None)
-            next_poll = elapsed + 0.5
     rate = count / (time.perf_counter() - start)
     latencies = []
     deadline = time.perf_counter() + max(2.0, seconds / 4)
     rng = np.random.default_rng(seed)
     while len(latencies) < 20 and time.perf_counter() < deadline:
         began = time.perf_counter()
-        replay.sample(args.batch_size, rng, timeout_s=60)
+        replay.sample(args.batch_size, rng, timeout_s=60, direct_read=direct)
         latencies.append(time.perf_counter() - began)
+    depths = poller.stop()
     return {"batches_per_s": round(rate, 1), "batches": count,
             "queued_median": float(np.median(depths)) if depths else None, "queued_max": max(depths, default=None),
             "sample_ms_median": round(1000 * float(np.median(latencies)), 2) if latencies else None,
             "sample_ms_max": round(1000 * max(latencies), 2) if latencies else None, "samples": len(latencies)}
+
+
+def learner_phases(replay: Any, args: argparse.Namespace, *, seed: int) -> dict[str, dict[str, Any]]:
+    """``learner_phase`` for each of ``--learners``, one after another."""
+    return {name: learner_phase(replay, args, args.seconds, seed=seed + i, direct=name == "direct")
+            for i, name in enumerate(args.learners)}
 
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -120,7 +163,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 i = (3000 * k + t) % (len(frames) - 1)
                 writer.add(frames[i], t % 6, 0.0, frames[i + 1], False, False)
             writer.flush()
-        solo = learner_phase(replay, args, args.seconds, seed=1)
+        solo = learner_phases(replay, args, seed=1)
 
         @ray.remote(num_cpus=0)
         class Actor:
@@ -163,17 +206,18 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         start_seconds = time.perf_counter() - started
         warmup = 3.0
         start_at = time.time() + 2.0
-        runs = [actor.act.remote(start_at, warmup + args.seconds + 2.0, args.rate) for actor in actors]
+        span = warmup + len(args.learners) * (args.seconds + max(2.0, args.seconds / 4)) + 2.0
+        runs = [actor.act.remote(start_at, span, args.rate) for actor in actors]
         time.sleep(max(0.0, start_at + warmup - time.time()))
-        loaded = learner_phase(replay, args, args.seconds, seed=2)
-        done = ray.get(runs, timeout=args.seconds + 300)
-        span = warmup + args.seconds + 2.0
+        loaded = learner_phases(replay, args, seed=11)
+        done = ray.get(runs, timeout=span + 300)
         added = sum(result["added"] for result in done)
         results = {
             "settings": {key: value for key, value in vars(args).items() if key not in ("out", "json")},
             "actors_started_s": round(start_seconds, 1),
             "solo": solo, "with_actors": loaded,
-            "learner_over_solo": round(loaded["batches_per_s"] / solo["batches_per_s"], 3),
+            "learner_over_solo": {name: round(loaded[name]["batches_per_s"] / solo[name]["batches_per_s"], 3)
+                                  for name in args.learners},
             "ingest_asked_per_s": round(args.actors * args.rate), "ingest_per_s": round(added / span),
             "actors_most_behind_s": round(max(result["most_behind_s"] for result in done), 2),
             "shard_len": [info["len"] for info in replay.stats() if info is not None],
