@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 import secrets
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -56,15 +56,8 @@ def remove_tree(path: Path | str, *, ignore_errors: bool = True) -> None:
             os.unlink(path)
             return
         with os.scandir(path) as entries:
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    remove_tree(entry.path, ignore_errors=ignore_errors)
-                else:
-                    try:
-                        os.unlink(entry.path)
-                    except OSError:
-                        if not ignore_errors:
-                            raise
+            for entry in entries:  # each on its own: what cannot be removed does not stop the rest
+                remove_tree(entry.path, ignore_errors=ignore_errors)
         os.rmdir(path)
     except OSError:
         if not ignore_errors:
