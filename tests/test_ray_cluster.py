@@ -8,7 +8,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -20,7 +23,10 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from mmreplay.ray import ShardedReplay, split_ids  # noqa: E402
 
 
-def test_removing_a_node_leaves_the_shard_on_the_other_node_sampling(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def two_nodes(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Path, str, Any]]:
+    """A head node (this process's) and a second node, on loopback: (the cluster, a temporary directory,
+    the head's node id, the second node)."""
     temp = Path(tempfile.mkdtemp(prefix="mmr-cluster-"))
     # Cluster writes the head's address under Ray's temporary directory: this test's own, not /tmp/ray.
     monkeypatch.setenv("RAY_TMPDIR", str(temp))
@@ -33,28 +39,79 @@ def test_removing_a_node_leaves_the_shard_on_the_other_node_sampling(monkeypatch
         cluster.wait_for_nodes()
         beyond = listening_beyond_loopback()
         assert not beyond, "the two nodes listen beyond 127.0.0.0/8:\n" + "\n".join(map(str, beyond))
-        head = ray.get_runtime_context().get_node_id()
-        replay = ShardedReplay.create("two-nodes", str(temp / "replay"), num_shards=2, frame_shape=(4, 4),
-                                      capacity=200, envs_per_shard=2, placement=[head, second.node_id],
-                                      max_restarts=0, commit_interval_s=None)
-        assert [info["node_id"] for info in replay.stats()] == [head, second.node_id]
-        for k in range(2):
-            writer = replay.writer(f"w{k}", shard=k)
-            for t in range(30):
-                frame = np.full((4, 4), t, np.uint8)
-                writer.add(frame, 0, 1.0, frame + 1, False, False)
-            writer.flush()
-        assert len(replay) == 60
-        cluster.remove_node(second)
-        batch = replay.sample(64, rng=0)
-        assert set(split_ids(batch.index)[0].tolist()) == {0}
-        stats = replay.stats()
-        assert stats[1] is None and stats[0]["len"] == 30
-        replay.close(destroy=True)
+        yield cluster, temp, ray.get_runtime_context().get_node_id(), second
     finally:
         ray.shutdown()
         cluster.shutdown()
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def two_shards(temp: Path, name: str, head: str, second: Any, steps: int = 30) -> ShardedReplay:
+    """A replay with shard 0 on the head node and shard 1 on the second, ``steps`` committed in each."""
+    replay = ShardedReplay.create(name, str(temp / name), num_shards=2, frame_shape=(4, 4), capacity=200,
+                                  envs_per_shard=2, placement=[head, second.node_id], max_restarts=0,
+                                  commit_interval_s=None)
+    assert [info["node_id"] for info in replay.stats()] == [head, second.node_id]
+    for k in range(2):
+        writer = replay.writer(f"w{k}", shard=k)
+        for t in range(steps):
+            frame = np.full((4, 4), t + 100 * k, np.uint8)
+            writer.add(frame, 0, 1.0, frame + 1, False, False)
+        writer.flush()
+    return replay
+
+
+def test_removing_a_node_leaves_the_shard_on_the_other_node_sampling(two_nodes: tuple[Any, Path, str, Any]) -> None:
+    cluster, temp, head, second = two_nodes
+    replay = two_shards(temp, "two-nodes", head, second)
+    assert len(replay) == 60
+    cluster.remove_node(second)
+    batch = replay.sample(64, rng=0)
+    assert set(split_ids(batch.index)[0].tolist()) == {0}
+    stats = replay.stats()
+    assert stats[1] is None and stats[0]["len"] == 30
+    replay.close(destroy=True)
+
+
+def test_direct_reads_of_a_shard_on_another_node_draw_while_its_actor_is_busy(
+    two_nodes: tuple[Any, Path, str, Any],
+) -> None:
+    _, temp, head, second = two_nodes
+    replay = two_shards(temp, "busy", head, second)
+    through = replay.sample(48, rng=7)
+    direct = replay.sample(48, rng=7, direct_read=True)  # shard 1 through a reader on the second node
+    assert set(split_ids(direct.index)[0].tolist()) == {0, 1}
+    for name in ("obs", "next_obs", "index", "reward", "action", "weight"):
+        np.testing.assert_array_equal(getattr(direct, name), getattr(through, name), err_msg=name)
+
+    # Keep both shard actors busy (as a queue of adds would) until the gate file appears.
+    gate = temp / "gate"
+
+    def hold(shard: Any, gate: str) -> bool:
+        import os
+        import time
+
+        deadline = time.monotonic() + 120
+        while not os.path.exists(gate) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return True
+
+    namespace = ray.get_runtime_context().namespace
+    shards = [ray.get_actor(f"busy.shard-{k:04d}", namespace=namespace) for k in range(2)]
+    holds = [shard.__ray_call__.remote(hold, str(gate)) for shard in shards]
+    drawn: list[Any] = []
+    drawer = threading.Thread(target=lambda: drawn.append(replay.sample(48, rng=8, direct_read=True)), daemon=True)
+    drawer.start()
+    drawer.join(timeout=60)
+    try:
+        assert drawn, "a direct draw waited for the busy shard actors"
+        assert not ray.wait(holds, num_returns=2, timeout=0)[0]  # the actors were busy all along
+        assert set(split_ids(drawn[0].index)[0].tolist()) == {0, 1}
+    finally:
+        gate.touch()
+    assert ray.get(holds, timeout=120) == [True, True]
+    drawer.join(timeout=60)
+    replay.close(destroy=True)
 
 
 def test_the_ape_x_script_trains_from_shards_with_rate_limits_and_priorities() -> None:

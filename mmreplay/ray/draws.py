@@ -1,8 +1,10 @@
 """How a ``ShardedReplay`` client draws groups of batches over its shards, from what it knows of them.
 
 A draw (``Draws.request``) takes the counts per shard from the shards' newest known states
-(``ShardStates``), asks each shard that got rows for them in one call (or reads a co-located shard's
-store directly), and asks each shard that got none for its state, collected later without waiting.
+(``ShardStates``), asks each shard that got rows for them in one call, and asks each shard that got none
+for its state, collected later without waiting. A direct draw (``direct_read=True``) asks each shard's
+``ShardReader`` instead: in this process for a shard on this node, an actor on the shard's node for any
+other; the readers' states (of the shards' last commits) stand in for the shards' own.
 ``Draws.gather`` waits for the rows and records the states their answers carry; ``Draws.group`` joins
 the parts into the batches (``GroupBatches``). ``ShardedReplay``'s module docstring gives the sampling
 rules this follows.
@@ -10,26 +12,28 @@ rules this follows.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 import ray
 
-from mmreplay import PrioritizedSampler, ReplayStore
 from mmreplay.ray.assembly import GroupBatches, Part, SequenceParts
+from mmreplay.ray.shard_reader import ShardReader, start_reader
 from mmreplay.ray.shard_states import LOST as _LOST
 from mmreplay.ray.shard_states import ShardStates
 
-# One shard's part of a draw: (shard, the call's ticket, the call or the part read directly, that part's
-# state (None for a call), its rows per batch).
+# One shard's part of a draw: (shard, the call's ticket (0: a reader's), the call, or a reader's answer
+# read in this process, the shard's state the draw used (a reader's; None for the shard's own call), its
+# rows per batch).
 Request = tuple[int, int, Any, "dict[str, Any] | None", npt.NDArray[np.int64]]
 
 
 class Draws:
-    """The draws of one client over ``shards`` (actor handles), from ``states``; the co-located shards'
-    stores it reads directly (``readers``, opened read-only on first use)."""
+    """The draws of one client over ``shards`` (actor handles), from ``states``; the shards' readers for
+    direct draws, started on first use: ``readers`` (in this process, for the shards on this node) and
+    ``remote_readers`` (actors on the shards' nodes: (node id, handle)), with the states the remote ones
+    last reported (``read_states``) and the state calls sent to them but not collected yet."""
 
     def __init__(
         self, shards: list[Any], states: ShardStates, *, stack_size: int, rate_limited: bool,
@@ -40,7 +44,10 @@ class Draws:
         self.stack_size = stack_size
         self.rate_limited = rate_limited
         self.decode_threads = decode_threads
-        self.readers: dict[int, ReplayStore] = {}
+        self.readers: dict[int, ShardReader] = {}
+        self.remote_readers: dict[int, tuple[str, Any]] = {}
+        self.read_states: dict[int, dict[str, Any]] = {}
+        self.read_calls: dict[int, Any] = {}
         self.node_id = ray.get_runtime_context().get_node_id()
 
     def refresh(self) -> list[dict[str, Any] | None]:
@@ -90,13 +97,19 @@ class Draws:
         for k in range(len(self.shards)):
             total = int(drawn[k])
             shard_seed = int(shard_seeds[k])
-            if direct_read and self.is_local(k):
-                if total:
-                    # encoded here too: gathering its blocks costs less than decoding the whole group's rows
-                    # at once, and each batch then decodes from every part's blocks straight into its array
-                    part = self.reader(k).sample_encoded(total, np.random.default_rng(shard_seed), beta=beta_value,
-                                                          n_step=n_step, gamma=gamma)
-                    requests.append((k, 0, part, infos[k], counts[:, k]))
+            if direct_read and infos[k] is not None:
+                if self.is_local(k):
+                    if total:
+                        # encoded here too: gathering its blocks costs less than decoding the whole group's
+                        # rows at once, and each batch then decodes from every part's blocks into its array
+                        answer = self.reader(k).sample(total, shard_seed, beta=beta_value, n_step=n_step, gamma=gamma)
+                        requests.append((k, 0, answer, infos[k], counts[:, k]))
+                elif total:
+                    call = self.remote_reader(k).sample.remote(total, shard_seed, beta=beta_value, n_step=n_step,
+                                                               gamma=gamma)
+                    requests.append((k, 0, call, infos[k], counts[:, k]))
+                elif k not in self.read_calls:  # no rows this time: its reader's state, for the next draws
+                    self.read_calls[k] = self.remote_reader(k).state.remote()
             elif total:
                 ticket = self.states.ticket()
                 call = self.shards[k].sample.remote(total, shard_seed, beta=beta_value, n_step=n_step, gamma=gamma)
@@ -146,7 +159,7 @@ class Draws:
         masses = np.array([0.0 if info is None else info["mass"] for info in infos])
         if not masses.sum() > 0:
             self.refresh()  # nothing known yet, or everything known was empty: ask before giving up
-            infos = self.known_states(direct_read)
+            infos = self.known_states(direct_read, wait=True)
             masses = np.array([0.0 if info is None else info["mass"] for info in infos])
         if not masses.sum() > 0:
             if self.rate_limited:
@@ -170,14 +183,46 @@ class Draws:
                              global_min=self.global_min([part.info for part in parts]),
                              beta=0.4 if beta is None else beta, decode_threads=self.decode_threads)
 
-    def known_states(self, direct_read: bool) -> list[dict[str, Any] | None]:
-        """Each shard's state as last known (a co-located shard read directly: its store's, now)."""
+    def known_states(self, direct_read: bool, *, wait: bool = False) -> list[dict[str, Any] | None]:
+        """Each shard's state as last known; for a direct draw, as its reader sees it: a shard on this
+        node read now, one on another node as its reader last reported (asked now when it never did,
+        or ``wait``)."""
         infos = list(self.states.infos)
-        if direct_read:
-            for k in range(len(self.shards)):
-                if self.is_local(k):
-                    infos[k] = self.local_info(k)
+        if not direct_read:
+            return infos
+        for k, info in enumerate(infos):
+            if info is None:
+                continue
+            if self.is_local(k):
+                infos[k] = {**info, **self.reader(k).state()}
+                continue
+            self._collect_read_state(k, wait=wait or k not in self.read_states)
+            infos[k] = {**info, **self.read_states[k]} if k in self.read_states else None
         return infos
+
+    def _collect_read_state(self, k: int, *, wait: bool) -> None:
+        """Record the state shard k's remote reader answered (``wait``: ask it now, or wait for the
+        answer asked for before, up to 30 s: a reader still starting is asked again by the next draw). A
+        lost reader is dropped (started again by the next draw that reads its shard)."""
+        call = self.read_calls.pop(k, None)
+        if call is None and not wait:
+            return
+        if call is None:
+            call = self.remote_reader(k).state.remote()
+        if not ray.wait([call], timeout=30 if wait else 0)[0]:
+            self.read_calls[k] = call
+            return
+        try:
+            self.read_states[k] = ray.get(call)
+        except _LOST:
+            self._drop_reader(k)
+
+    def _drop_reader(self, k: int) -> None:
+        self.read_states.pop(k, None)
+        self.read_calls.pop(k, None)
+        node_handle = self.remote_readers.pop(k, None)
+        if node_handle is not None:
+            ray.kill(node_handle[1], no_restart=True)
 
     def gather(
         self, requests: list[Request] | None
@@ -188,33 +233,26 @@ class Draws:
             return None
         parts, complete = [], True
         for k, ticket, call, info, counts in requests:
-            if info is not None:
-                parts.append(Part(k, call, info, counts))
-                continue
             try:
-                batch, answer = ray.get(call)
+                batch, answer = ray.get(call) if isinstance(call, ray.ObjectRef) else call
             except _LOST:
-                self.states.record(k, ticket, None)
+                if ticket:
+                    self.states.record(k, ticket, None)
+                else:
+                    self._drop_reader(k)
                 complete = False
                 continue
-            self.states.record(k, ticket, answer)
+            if ticket:  # the shard's own answer: its state after the draw
+                self.states.record(k, ticket, answer)
+            else:  # a reader's: the state of the shard's last commit, over what the shard last reported
+                if k in self.remote_readers:
+                    self.read_states[k] = answer
+                answer = {**info, **answer}
             if batch is None:
                 complete = False
             else:
                 parts.append(Part(k, batch, answer, counts))
         return parts if complete else None
-
-    def local_info(self, k: int) -> dict[str, Any]:
-        """A co-located shard's state as its store read directly shows it (its last commit)."""
-        reader = self.reader(k)
-        info = dict(self.states.infos[k] or {})
-        size = len(reader)
-        info["len"], info["mass"], info["min_leaf"] = size, float(size), 1.0
-        if isinstance(reader.sampler, PrioritizedSampler) and size:
-            info["mass"], info["min_leaf"] = reader.sampler.mass
-        elif getattr(reader.sampler, "remaining", None) is not None:  # max_times_sampled
-            info["mass"] = float(reader.sampler.remaining)
-        return info
 
     def global_min(self, infos: list[dict[str, Any]]) -> float:
         """The smallest priority leaf over every shard that holds transitions, as last reported, with the
@@ -234,16 +272,36 @@ class Draws:
         info = self.states.infos[k]
         return info is not None and info["node_id"] == self.node_id
 
-    def reader(self, k: int) -> ReplayStore:
+    def reader(self, k: int) -> ShardReader:
+        """The reader of shard k (on this node) in this process, opened on first use."""
         reader = self.readers.get(k)
         if reader is None:
             info = self.states.infos[k]
             assert info is not None
-            reader = self.readers[k] = ReplayStore.open(Path(info["path"]), "r", decode_threads=self.decode_threads)
+            reader = self.readers[k] = ShardReader(info["path"], decode_threads=self.decode_threads)
         return reader
 
+    def remote_reader(self, k: int) -> Any:
+        """The reader actor of shard k on the shard's node, started on first use (again when the shard
+        reports another node)."""
+        info = self.states.infos[k]
+        assert info is not None
+        known = self.remote_readers.get(k)
+        if known is not None and known[0] == info["node_id"]:
+            return known[1]
+        if known is not None:
+            self._drop_reader(k)
+        handle = start_reader(info)
+        self.remote_readers[k] = (info["node_id"], handle)
+        return handle
+
     def close(self) -> None:
-        """Close the stores read directly."""
+        """Close the readers (those in this process, and the actors started on other nodes)."""
         for reader in self.readers.values():
             reader.close()
         self.readers.clear()
+        for k in list(self.remote_readers):
+            try:
+                self._drop_reader(k)
+            except Exception:  # noqa: BLE001 - Ray already shut down: its actors ended with it
+                pass
