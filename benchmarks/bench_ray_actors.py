@@ -7,8 +7,11 @@ recorded stream put in Ray's object store once; actor k starts at its own offset
 then with every actor adding; ingest achieved against asked; each shard's queue depth, sampled every 0.5 s;
 and a synchronous ``sample()``'s latency in both phases. ``--learners actors,direct`` measures, in each
 phase, the learner through the shard actors and then with ``direct_read=True`` (its draws read each
-shard's last commit in its own process, so they never queue behind the adds in a shard actor). Ray runs on loopback alone, in a temporary
-directory of its own, and is shut down at the end; every loop is bounded in count and time.
+shard's last commit outside the shard actor, so they never queue behind its adds). ``--nodes 2`` starts
+a second Ray node on this machine (``ray.cluster_utils.Cluster``) and places every shard there, as shards
+on other machines would be: the learner's direct draws then go to a reader actor per shard on that node,
+not to its own process. Ray runs on loopback alone, in a temporary directory of its own, and is shut down
+at the end; every loop is bounded in count and time.
 
     python benchmarks/bench_ray_actors.py --actors 100 --rate 50 --shards 4 --seconds 20 --json
 
@@ -49,7 +52,10 @@ def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--learners", default="actors",
                         help="comma-separated ways the learner draws, each measured in turn in both phases: "
                         "'actors' (through the shard actors) and 'direct' (direct_read=True: each shard's last "
-                        "commit read from its store in the learner's process, no actor call) (default actors)")
+                        "commit read outside its actor: in the learner's process, or with --nodes 2 by a reader "
+                        "actor on the shards' node) (default actors)")
+    parser.add_argument("--nodes", type=int, choices=[1, 2], default=1,
+                        help="Ray nodes on this machine: 2 places the shards on a second node (default 1)")
     parser.add_argument("--frame-encoding", choices=["lz4", "lz4-reference"], default=None,
                         help="the shards' (default: ShardedReplay.create's)")
     parser.add_argument("--start-timeout", type=float, default=600.0, help="the longest wait for the actors to start")
@@ -147,14 +153,25 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from mmreplay.ray import ShardedReplay
 
     stream = atari_frames.load("pong", atari_frames.BENCHMARK_FRAMES)
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
-             _temp_dir=str(work / "ray"), namespace="mmreplay-bench-actors")
+    cluster = None
+    placement: Any = "local"
+    if args.nodes == 2:
+        from ray.cluster_utils import Cluster
+
+        os.environ["RAY_TMPDIR"] = str(work)  # Cluster writes the head's address under it: ours, not /tmp/ray
+        cluster = Cluster(initialize_head=True, connect=True, head_node_args={
+            "num_cpus": 2, "include_dashboard": False, "temp_dir": str(work / "ray"), "node_ip_address": "127.0.0.1"})
+        placement = [cluster.add_node(num_cpus=2, node_ip_address="127.0.0.1").node_id] * args.shards
+        cluster.wait_for_nodes()
+    else:
+        ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
+                 _temp_dir=str(work / "ray"), namespace="mmreplay-bench-actors")
     try:
         per_shard = -(-args.actors // args.shards) + 2
         options: dict[str, Any] = {} if args.frame_encoding is None else {"frame_encoding": args.frame_encoding}
         replay = ShardedReplay.create("actors", str(work / "shards"), num_shards=args.shards, frame_shape=(84, 84),
                                       capacity=args.shards * max(200_000, 64 * per_shard), stack_size=4,
-                                      placement="local", envs_per_shard=per_shard, **options)
+                                      placement=placement, envs_per_shard=per_shard, **options)
         frames_ref = ray.put(stream["frames"])
         frames = stream["frames"]
         for k in range(args.shards):  # the contents both phases draw from
@@ -228,6 +245,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         return results
     finally:
         ray.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,8 +12,10 @@ sampled transition across shards and restarts: ``shard << 48 | epoch << 40 | ste
    one: ``w = w_k * (min_k / min)^-beta``, which is ``(p_i / p_min)^-beta`` over the union.
 
 Shards send their frames encoded (``ReplayStore.sample_encoded``) and the client decodes them in the
-learner (about 25x fewer bytes on Pong). A shard on the learner's node can be read directly
-(``direct_read=True``: its store opened read-only, no actor call; it reads the shard's last commit).
+learner. A draw can pass by the shard actors (``direct_read=True``): each
+shard's last commit is read by a ``ShardReader`` (its store opened read-only), in the learner's process
+for a shard on its node and in a reader actor on the shard's node for any other, so the draw never waits
+behind a shard's adds.
 A shard that does not answer (its actor or node lost) is left out of the draw until it answers again.
 """
 
@@ -314,8 +316,10 @@ class ShardedReplay:
             beta: the importance exponent (None: the stores' default, 0.4).
             n_step: as in ``ReplayStore.sample``.
             gamma: as in ``ReplayStore.sample``.
-            direct_read: read the shards on this node from their stores directly, not through their
-                actors.
+            direct_read: draw from each shard's last commit outside its actor, so that the draw never
+                waits behind the shard's adds: a shard on this node read in this process, one on another
+                node by a reader actor of this client's there (started on first use). Such a draw lags
+                each shard by at most its commit interval and passes outside its rate limiter.
             timeout_s: the longest wait while a rate limiter holds sampling back (None: no limit).
 
         Returns:
