@@ -100,13 +100,18 @@ def test_direct_reads_of_a_shard_on_another_node_draw_while_its_actor_is_busy(
     shards = [ray.get_actor(f"busy.shard-{k:04d}", namespace=namespace) for k in range(2)]
     holds = [shard.__ray_call__.remote(hold, str(gate)) for shard in shards]
     drawn: list[Any] = []
-    drawer = threading.Thread(target=lambda: drawn.append(replay.sample(48, rng=8, direct_read=True)), daemon=True)
+    def draw() -> None:
+        drawn.append(replay.sample(48, rng=8, direct_read=True))
+        drawn.append(replay.sample_sequences(16, 4, rng=8, direct_read=True))
+
+    drawer = threading.Thread(target=draw, daemon=True)
     drawer.start()
     drawer.join(timeout=60)
     try:
-        assert drawn, "a direct draw waited for the busy shard actors"
+        assert len(drawn) == 2, "a direct draw waited for the busy shard actors"
         assert not ray.wait(holds, num_returns=2, timeout=0)[0]  # the actors were busy all along
         assert set(split_ids(drawn[0].index)[0].tolist()) == {0, 1}
+        assert set(split_ids(drawn[1].index[drawn[1].mask])[0].tolist()) == {0, 1}
     finally:
         gate.touch()
     assert ray.get(holds, timeout=120) == [True, True]

@@ -180,6 +180,11 @@ def test_the_same_seed_gives_the_same_batch_and_direct_reads_agree(cluster: Path
     for batch in (again, direct):
         for name in ("obs", "next_obs", "index", "reward", "action", "weight", "discount"):
             np.testing.assert_array_equal(getattr(batch, name), getattr(first, name), err_msg=name)
+    windows = replay.sample_sequences(6, 5, rng=3)
+    prefetched = next(replay.sequence_batches(6, 5, rng=np.random.default_rng(3), group=1, direct_read=True))
+    for batch in (replay.sample_sequences(6, 5, rng=3, direct_read=True), prefetched):
+        for name in ("obs", "next_obs", "index", "mask", "reward", "action", "weight"):
+            np.testing.assert_array_equal(getattr(batch, name), getattr(windows, name), err_msg=name)
     replay.close(destroy=True)
 
 

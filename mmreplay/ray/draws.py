@@ -76,8 +76,8 @@ class Draws:
         direct_read: bool,
     ) -> list[Request] | None:
         """Ask the shards for a group of ``group`` batches drawn from the shards' last known state: per
-        shard, one call for its rows of all of them: (shard, the call's ticket, the call, or the part read
-        directly and its info, its rows per batch); None when no shard holds anything yet (and a rate
+        shard, one call (to the shard, or to its reader: ``direct_read``) for its rows of all of them, as
+        ``Request`` says; None when no shard holds anything yet (and a rate
         limit is set; without one, ``ValueError``). A shard given no rows is asked for its state, its
         answer collected by a later draw without waiting. Only when no known state holds anything are
         the shards asked first (``refresh``).
@@ -86,65 +86,57 @@ class Draws:
         total)``), then one seed per shard. Shard k draws its rows of the whole group at once, with its
         seed: one draw of n transitions is n independent draws, as n draws spread over several calls
         would be, and a group of one batch is exactly what ``sample`` draws with ``seed``."""
+        return self._request(batch_size, group, seed, direct_read, "sample",
+                             beta=0.4 if beta is None else beta, n_step=n_step, gamma=gamma)
+
+    def request_sequences(
+        self, batch_size: int, length: int, group: int, seed: int, beta: float | None, *, direct_read: bool
+    ) -> list[Request] | None:
+        """Ask the shards for a group of ``group`` batches of ``batch_size`` windows of ``length``, drawn as
+        ``request`` draws transitions: each batch's counts per shard ``Multinomial(batch_size, mass_k /
+        total)`` from ``default_rng(seed)``, then one seed per shard, and one call per shard (or its
+        reader, ``direct_read``) for its windows of the whole group (a window never crosses an episode:
+        the shard's store draws it). Returns the requests as ``request`` does; None when no shard holds
+        anything yet under a rate limit.
+
+        Raises:
+            ValueError: no shard that answers holds a transition (without a rate limit).
+        """
+        return self._request(batch_size, group, seed, direct_read, "sample_sequences", length=length,
+                             beta=0.4 if beta is None else beta)
+
+    def _request(
+        self, batch_size: int, group: int, seed: int, direct_read: bool, method: str, **arguments: Any
+    ) -> list[Request] | None:
+        """``request``'s and ``request_sequences``' draw: the counts per shard and one call of ``method``
+        (``"sample"`` or ``"sample_sequences"``, which a shard and a ``ShardReader`` both answer) per
+        shard that got rows, with ``arguments``; a state request to each shard that got none."""
         known = self._masses(direct_read)
         if known is None:
             return None
         masses, infos = known
         counts, shard_seeds = self._split(batch_size, group, seed, masses)
-        beta_value = 0.4 if beta is None else beta
         requests: list[Request] = []
         drawn = counts.sum(axis=0)
         for k in range(len(self.shards)):
-            total = int(drawn[k])
-            shard_seed = int(shard_seeds[k])
+            total, shard_seed = int(drawn[k]), int(shard_seeds[k])
             if direct_read and infos[k] is not None:
                 if self.is_local(k):
                     if total:
                         # encoded here too: gathering its blocks costs less than decoding the whole group's
                         # rows at once, and each batch then decodes from every part's blocks into its array
-                        answer = self.reader(k).sample(total, shard_seed, beta=beta_value, n_step=n_step, gamma=gamma)
+                        answer = getattr(self.reader(k), method)(total, shard_seed, **arguments)
                         requests.append((k, 0, answer, infos[k], counts[:, k]))
                 elif total:
-                    call = self.remote_reader(k).sample.remote(total, shard_seed, beta=beta_value, n_step=n_step,
-                                                               gamma=gamma)
+                    call = getattr(self.remote_reader(k), method).remote(total, shard_seed, **arguments)
                     requests.append((k, 0, call, infos[k], counts[:, k]))
                 elif k not in self.read_calls:  # no rows this time: its reader's state, for the next draws
                     self.read_calls[k] = self.remote_reader(k).state.remote()
             elif total:
                 ticket = self.states.ticket()
-                call = self.shards[k].sample.remote(total, shard_seed, beta=beta_value, n_step=n_step, gamma=gamma)
+                call = getattr(self.shards[k], method).remote(total, shard_seed, **arguments)
                 requests.append((k, ticket, call, None, counts[:, k]))
             elif not self.states.watching(k):  # no rows this time: its state, for the draws after this one
-                self.states.watch(k, self.states.ticket(), self.shards[k].info.remote())
-        return requests
-
-    def request_sequences(
-        self, batch_size: int, length: int, group: int, seed: int, beta: float | None
-    ) -> list[Request] | None:
-        """Ask the shards for a group of ``group`` batches of ``batch_size`` windows of ``length``, drawn as
-        ``request`` draws transitions: each batch's counts per shard ``Multinomial(batch_size, mass_k /
-        total)`` from ``default_rng(seed)``, then one seed per shard, and one call per shard for its windows
-        of the whole group (a window never crosses an episode: the shard's store draws it). Returns the
-        requests as ``request`` does (the part read directly is never used: sequences go through the
-        actors); None when no shard holds anything yet under a rate limit.
-
-        Raises:
-            ValueError: no shard that answers holds a transition (without a rate limit).
-        """
-        known = self._masses(direct_read=False)
-        if known is None:
-            return None
-        counts, shard_seeds = self._split(batch_size, group, seed, known[0])
-        beta_value = 0.4 if beta is None else beta
-        requests: list[Request] = []
-        drawn = counts.sum(axis=0)
-        for k in range(len(self.shards)):
-            if drawn[k]:
-                ticket = self.states.ticket()
-                call = self.shards[k].sample_sequences.remote(int(drawn[k]), int(shard_seeds[k]), length=length,
-                                                              beta=beta_value)
-                requests.append((k, ticket, call, None, counts[:, k]))
-            elif not self.states.watching(k):
                 self.states.watch(k, self.states.ticket(), self.shards[k].info.remote())
         return requests
 

@@ -44,7 +44,7 @@ def transition_stream(
 
 def sequence_stream(
     draws: Draws, states: ShardStates, *, batch_size: int, length: int, prefetch: int,
-    generator: np.random.Generator, beta: float | None, group: int, timeout_s: float | None,
+    generator: np.random.Generator, beta: float | None, group: int, timeout_s: float | None, direct_read: bool,
 ) -> Iterator[SequenceBatch]:
     """``ShardedReplay.sequence_batches``' iterator, its arguments checked: a group a shard refused or lost
     is dropped and a new one drawn after a pause, until ``timeout_s`` has passed without a group.
@@ -60,7 +60,7 @@ def sequence_stream(
         states.collect()
         while len(pending) < prefetch:
             seed = int(generator.integers(2**63))
-            pending.append(draws.request_sequences(batch_size, length, group, seed, beta))
+            pending.append(draws.request_sequences(batch_size, length, group, seed, beta, direct_read=direct_read))
         parts = draws.gather(pending.popleft())
         if parts is None:  # refused or lost: the request is dropped, and a new one drawn after a pause
             now = time.monotonic()

@@ -18,7 +18,7 @@ import numpy as np
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from mmreplay import EncodedBatch, PrioritizedSampler, ReplayStore
+from mmreplay import EncodedBatch, EncodedSequenceBatch, PrioritizedSampler, ReplayStore
 
 
 class ShardReader:
@@ -68,6 +68,26 @@ class ShardReader:
             return None, self.state()
         batch = self.store.sample_encoded(count, np.random.default_rng(seed), beta=beta, n_step=n_step, gamma=gamma)
         return batch, self.state()
+
+    def sample_sequences(
+        self, count: int, seed: int, *, length: int, beta: float
+    ) -> tuple[EncodedSequenceBatch | None, dict[str, Any]]:
+        """``count`` windows of ``length`` drawn from ``default_rng(seed)``, encoded
+        (``ReplayStore.sample_sequences_encoded``), with the reader's ``state`` after the draw.
+
+        Args:
+            count: how many windows.
+            seed: the draw's seed.
+            length: transitions per window.
+            beta: the importance exponent.
+
+        Returns:
+            (the encoded windows, or None when the last commit holds nothing left to draw; ``state``).
+        """
+        if not self.state()["mass"] > 0:
+            return None, self.state()
+        windows = self.store.sample_sequences_encoded(count, length, np.random.default_rng(seed), beta=beta)
+        return windows, self.state()
 
     def close(self) -> None:
         """Close the store (again: nothing)."""

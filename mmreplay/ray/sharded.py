@@ -383,6 +383,8 @@ class ShardedReplay:
         length: int,
         rng: np.random.Generator | int | None = None,
         beta: float | None = None,
+        *,
+        direct_read: bool = False,
     ) -> SequenceBatch:
         """Draw windows of ``length`` transitions of one env and episode over the union of the shards.
 
@@ -394,6 +396,7 @@ class ShardedReplay:
             length: transitions per window.
             rng: as in ``sample``.
             beta: as in ``sample``.
+            direct_read: as in ``sample``.
 
         Returns:
             A ``SequenceBatch`` whose ``index`` holds global ids (-1 past a window's end).
@@ -406,7 +409,8 @@ class ShardedReplay:
         length = parse_positive_int(length, "length")
         seed = int(parse_rng(rng).integers(2**63))
         self._states.collect()
-        parts = self._draws.gather(self._draws.request_sequences(batch_size, length, 1, seed, beta))
+        parts = self._draws.gather(self._draws.request_sequences(batch_size, length, 1, seed, beta,
+                                                                  direct_read=direct_read))
         self._states.collect()
         if parts is None:
             reasons = "; ".join(info["held_back"] for info in self._infos if info is not None and info.get("held_back"))
@@ -416,7 +420,7 @@ class ShardedReplay:
 
     def sequence_batches(
         self, batch_size: int, length: int, *, prefetch: int = 2, rng: np.random.Generator | int | None = None,
-        beta: float | None = None, group: int = 4, timeout_s: float | None = None,
+        beta: float | None = None, group: int = 4, timeout_s: float | None = None, direct_read: bool = False,
     ) -> Iterator[SequenceBatch]:
         """An endless iterator of batches of windows (R2D2's sequences) requested ahead from the shards.
 
@@ -435,6 +439,7 @@ class ShardedReplay:
             beta: as in ``sample``.
             group: batches per request.
             timeout_s: the longest wait for a batch a rate limit holds back (None: for ever).
+            direct_read: as in ``sample``.
 
         Returns:
             An endless iterator of ``SequenceBatch`` records whose ``index`` holds global ids (-1 past a
@@ -455,7 +460,8 @@ class ShardedReplay:
             timeout_s = parse_number(timeout_s, "timeout_s", low=0.0)
         generator = parse_rng(rng)
         return sequence_stream(self._draws, self._states, batch_size=batch_size, length=length, prefetch=prefetch,
-                               generator=generator, beta=beta, group=group, timeout_s=timeout_s)
+                               generator=generator, beta=beta, group=group, timeout_s=timeout_s,
+                               direct_read=direct_read)
 
     def batches(
         self, batch_size: int, *, prefetch: int = 2, rng: np.random.Generator | int | None = None,
