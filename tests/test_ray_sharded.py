@@ -188,6 +188,27 @@ def test_the_same_seed_gives_the_same_batch_and_direct_reads_agree(cluster: Path
     replay.close(destroy=True)
 
 
+def test_a_direct_prioritized_draw_agrees_with_the_actors_weights_and_n_steps_included(cluster: Path) -> None:
+    replay = make(cluster, "seeded-prioritized", num_shards=3, capacity=1000, placement="local",
+                  sampler=PrioritizedSampler(alpha=0.6, epsilon=0))
+    for k, size in enumerate([40, 70, 25]):
+        writer = replay.writer(f"w{k}", shard=k)
+        write_episode(writer, size, tag=k)
+        writer.flush()
+    first = replay.sample(256, rng=1)  # every shard's priorities changed, unequally, then committed
+    replay.update_priorities(first.index, 1.0 + (first.index % 7) + 5.0 * (split_ids(first.index)[0] == 1))
+    for k in range(3):
+        replay.writer(f"w{k}", shard=k).flush()
+    replay.refresh()
+    for n_step in (1, 3):
+        through = replay.sample(48, rng=9, beta=0.7, n_step=n_step, gamma=0.9)
+        direct = replay.sample(48, rng=9, beta=0.7, n_step=n_step, gamma=0.9, direct_read=True)
+        assert set(split_ids(direct.index)[0].tolist()) == {0, 1, 2}
+        for name in ("obs", "next_obs", "index", "reward", "action", "weight", "discount", "terminated", "env_index"):
+            np.testing.assert_array_equal(getattr(direct, name), getattr(through, name), err_msg=name)
+    replay.close(destroy=True)
+
+
 def test_prioritized_sampling_over_shards_matches_one_combined_store(cluster: Path) -> None:
     alpha, beta = 0.6, 0.5
     replay = make(cluster, "prioritized", num_shards=2, capacity=1000, sampler=PrioritizedSampler(alpha=alpha, epsilon=0))

@@ -138,6 +138,27 @@ class GroupBatches:
                      user_fields={name: array[rows] for name, array in self.user_fields.items()})
 
 
+def join_batches(parts: Sequence[tuple[int, Batch, dict[str, Any]]], *, global_min: float, beta: float) -> Batch:
+    """Decoded parts of one batch (shard, its rows, its info), joined shard after shard as ``GroupBatches``
+    lays out a batch: global ids, weights rescaled to the global minimum.
+
+    Args:
+        parts: each shard's rows, in shard order.
+        global_min: the smallest priority leaf over the shards.
+        beta: the importance exponent the rows were drawn with.
+
+    Returns:
+        The joined batch.
+    """
+    batches = [batch for _, batch, _ in parts]
+    arrays = {name: np.concatenate([getattr(batch, name) for batch in batches]) for name in ("obs", "next_obs", *_FIELDS)}
+    arrays["index"] = np.concatenate([global_ids(k, info["epoch"], batch.index) for k, batch, info in parts])
+    arrays["weight"] = np.concatenate([batch.weight * weight_scale(info, global_min, beta)
+                                       for _, batch, info in parts]).astype(np.float32, copy=False)
+    fields = {name: np.concatenate([batch.fields[name] for batch in batches]) for name in batches[0].fields}
+    return Batch(**arrays, user_fields=fields)
+
+
 def join_sequences(
     parts: Sequence[tuple[int, EncodedSequenceBatch, dict[str, Any]]], *, stack_size: int, global_min: float,
     beta: float, decode_threads: int | None = None,

@@ -18,7 +18,8 @@ import numpy as np
 import numpy.typing as npt
 import ray
 
-from mmreplay.ray.assembly import GroupBatches, Part, SequenceParts
+from mmreplay import Batch
+from mmreplay.ray.assembly import GroupBatches, Part, SequenceParts, join_batches
 from mmreplay.ray.shard_reader import ShardReader, start_reader
 from mmreplay.ray.shard_states import LOST as _LOST
 from mmreplay.ray.shard_states import ShardStates
@@ -104,6 +105,35 @@ class Draws:
         """
         return self._request(batch_size, group, seed, direct_read, "sample_sequences", length=length,
                              beta=0.4 if beta is None else beta)
+
+    def sample_here(
+        self, batch_size: int, seed: int, beta: float | None, n_step: int, gamma: float
+    ) -> Batch | None:
+        """One batch drawn as ``request(batch_size, 1, seed, ...)`` draws it with ``direct_read``, when every
+        shard it draws from is on this node: each shard's rows drawn and decoded by its reader in this
+        process and joined (``join_batches``), with no encoded step; None when a shard it draws from is
+        on another node or holds nothing left (the caller draws through ``request`` then).
+
+        Raises:
+            ValueError: no shard that answers holds a transition (without a rate limit).
+        """
+        known = self._masses(direct_read=True)
+        if known is None:
+            return None
+        masses, infos = known
+        counts, shard_seeds = self._split(batch_size, 1, seed, masses)
+        drawn = [k for k in range(len(self.shards)) if counts[0, k]]
+        if not all(infos[k] is not None and self.is_local(k) for k in drawn):
+            return None
+        beta_value = 0.4 if beta is None else beta
+        parts = []
+        for k in drawn:
+            batch, state = self.reader(k).sample_decoded(int(counts[0, k]), int(shard_seeds[k]), beta=beta_value,
+                                                         n_step=n_step, gamma=gamma)
+            if batch is None:
+                return None
+            parts.append((k, batch, {**infos[k], **state}))
+        return join_batches(parts, global_min=self.global_min([info for _, _, info in parts]), beta=beta_value)
 
     def _request(
         self, batch_size: int, group: int, seed: int, direct_read: bool, method: str, **arguments: Any

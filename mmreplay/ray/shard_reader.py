@@ -18,7 +18,7 @@ import numpy as np
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from mmreplay import EncodedBatch, EncodedSequenceBatch, PrioritizedSampler, ReplayStore
+from mmreplay import Batch, EncodedBatch, EncodedSequenceBatch, PrioritizedSampler, ReplayStore
 
 
 class ShardReader:
@@ -67,6 +67,26 @@ class ShardReader:
         if not self.state()["mass"] > 0:
             return None, self.state()
         batch = self.store.sample_encoded(count, np.random.default_rng(seed), beta=beta, n_step=n_step, gamma=gamma)
+        return batch, self.state()
+
+    def sample_decoded(
+        self, count: int, seed: int, *, beta: float, n_step: int, gamma: float
+    ) -> tuple[Batch | None, dict[str, Any]]:
+        """``sample``'s draw (the same rows for the same seed), decoded here (``ReplayStore.sample``).
+
+        Args:
+            count: how many transitions.
+            seed: the draw's seed.
+            beta: the importance exponent.
+            n_step: as in ``ReplayStore.sample``.
+            gamma: as in ``ReplayStore.sample``.
+
+        Returns:
+            (the batch, or None when the last commit holds nothing left to draw; ``state``).
+        """
+        if not self.state()["mass"] > 0:
+            return None, self.state()
+        batch = self.store.sample(count, np.random.default_rng(seed), beta=beta, n_step=n_step, gamma=gamma)
         return batch, self.state()
 
     def sample_sequences(

@@ -330,7 +330,14 @@ class ShardedReplay:
                 back and, when no insert has reached such a shard meanwhile, that its writers look gone.
             ValueError: no shard that answers holds a transition (without a rate limit).
         """
-        answers = self.sample_encoded(batch_size, rng, beta, n_step, gamma, direct_read=direct_read, timeout_s=timeout_s)
+        batch_size = parse_positive_int(batch_size, "batch_size")
+        seed = int(parse_rng(rng).integers(2**63))  # one draw from the caller's rng, however long we wait
+        if direct_read:  # every shard drawn from on this node: decoded by their readers, no encoded step
+            self._states.collect()
+            batch = self._draws.sample_here(batch_size, seed, beta, n_step, gamma)
+            if batch is not None:
+                return batch
+        answers = self._encoded_parts(batch_size, seed, beta, n_step, gamma, direct_read, timeout_s)
         parts = [Part(k, part, info, np.array([len(part)])) for k, part, info in answers]
         return self._draws.group(parts, batch_size, beta).batch(0)
 
@@ -364,6 +371,13 @@ class ShardedReplay:
         """
         batch_size = parse_positive_int(batch_size, "batch_size")
         seed = int(parse_rng(rng).integers(2**63))  # one draw from the caller's rng, however long we wait
+        return self._encoded_parts(batch_size, seed, beta, n_step, gamma, direct_read, timeout_s)
+
+    def _encoded_parts(
+        self, batch_size: int, seed: int, beta: float | None, n_step: int, gamma: float, direct_read: bool,
+        timeout_s: float | None,
+    ) -> list[tuple[int, EncodedBatch, dict[str, Any]]]:
+        """``sample_encoded``'s draw from ``seed``, waiting while a rate limit holds it back."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         pause = WAIT_S
         while True:
