@@ -128,8 +128,8 @@ class Draws:
         beta_value = 0.4 if beta is None else beta
         parts = []
         for k in drawn:
-            batch, state = self.reader(k).sample_decoded(int(counts[0, k]), int(shard_seeds[k]), beta=beta_value,
-                                                         n_step=n_step, gamma=gamma)
+            batch, state = self.reader(k).sample(int(counts[0, k]), int(shard_seeds[k]), beta=beta_value,
+                                                 n_step=n_step, gamma=gamma, decoded=True)
             if batch is None:
                 return None
             parts.append((k, batch, {**infos[k], **state}))

@@ -11,6 +11,7 @@ limiter, and ``max_times_sampled`` counts the reader's own draws.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +50,11 @@ class ShardReader:
         return {"len": size, "mass": mass, "min_leaf": min_leaf}
 
     def sample(
-        self, count: int, seed: int, *, beta: float, n_step: int, gamma: float
-    ) -> tuple[EncodedBatch | None, dict[str, Any]]:
-        """``count`` transitions drawn by the store's sampler from ``default_rng(seed)``, encoded, with the
-        reader's ``state`` after the draw.
+        self, count: int, seed: int, *, beta: float, n_step: int, gamma: float, decoded: bool = False
+    ) -> tuple[EncodedBatch | Batch | None, dict[str, Any]]:
+        """``count`` transitions drawn by the store's sampler from ``default_rng(seed)``, encoded (or
+        ``decoded``: the same rows, as ``ReplayStore.sample`` gives them), with the reader's ``state`` after
+        the draw.
 
         Args:
             count: how many transitions.
@@ -60,34 +62,13 @@ class ShardReader:
             beta: the importance exponent.
             n_step: as in ``ReplayStore.sample``.
             gamma: as in ``ReplayStore.sample``.
-
-        Returns:
-            (the encoded batch, or None when the last commit holds nothing left to draw; ``state``).
-        """
-        if not self.state()["mass"] > 0:
-            return None, self.state()
-        batch = self.store.sample_encoded(count, np.random.default_rng(seed), beta=beta, n_step=n_step, gamma=gamma)
-        return batch, self.state()
-
-    def sample_decoded(
-        self, count: int, seed: int, *, beta: float, n_step: int, gamma: float
-    ) -> tuple[Batch | None, dict[str, Any]]:
-        """``sample``'s draw (the same rows for the same seed), decoded here (``ReplayStore.sample``).
-
-        Args:
-            count: how many transitions.
-            seed: the draw's seed.
-            beta: the importance exponent.
-            n_step: as in ``ReplayStore.sample``.
-            gamma: as in ``ReplayStore.sample``.
+            decoded: decode the rows here.
 
         Returns:
             (the batch, or None when the last commit holds nothing left to draw; ``state``).
         """
-        if not self.state()["mass"] > 0:
-            return None, self.state()
-        batch = self.store.sample(count, np.random.default_rng(seed), beta=beta, n_step=n_step, gamma=gamma)
-        return batch, self.state()
+        draw = self.store.sample if decoded else self.store.sample_encoded
+        return self._answer(lambda rng: draw(count, rng, beta=beta, n_step=n_step, gamma=gamma), seed)
 
     def sample_sequences(
         self, count: int, seed: int, *, length: int, beta: float
@@ -104,10 +85,13 @@ class ShardReader:
         Returns:
             (the encoded windows, or None when the last commit holds nothing left to draw; ``state``).
         """
+        return self._answer(lambda rng: self.store.sample_sequences_encoded(count, length, rng, beta=beta), seed)
+
+    def _answer(self, draw: Callable[[np.random.Generator], Any], seed: int) -> tuple[Any, dict[str, Any]]:
+        """``draw(default_rng(seed))`` (None when the last commit holds nothing left to draw), and ``state``."""
         if not self.state()["mass"] > 0:
             return None, self.state()
-        windows = self.store.sample_sequences_encoded(count, length, np.random.default_rng(seed), beta=beta)
-        return windows, self.state()
+        return draw(np.random.default_rng(seed)), self.state()
 
     def close(self) -> None:
         """Close the store (again: nothing)."""
