@@ -28,6 +28,9 @@ from mmreplay.ray.shard_states import ShardStates
 # read in this process, the shard's state the draw used (a reader's; None for the shard's own call), its
 # rows per batch).
 Request = tuple[int, int, Any, "dict[str, Any] | None", npt.NDArray[np.int64]]
+# The longest wait for a new reader actor's first answer: starting a worker process on a loaded node can
+# take tens of seconds, and a draw that left the shard out meanwhile would not be the draw over the union.
+READER_START_S = 120
 
 
 class Draws:
@@ -224,14 +227,17 @@ class Draws:
 
     def _collect_read_state(self, k: int, *, wait: bool) -> None:
         """Record the state shard k's remote reader answered (``wait``: ask it now, or wait for the
-        answer asked for before, up to 30 s: a reader still starting is asked again by the next draw). A
-        lost reader is dropped (started again by the next draw that reads its shard)."""
+        answer asked for before: up to ``READER_START_S`` for a reader that never answered (it may be
+        starting on a loaded node), else 30 s; one that does not answer in time is asked again by the next
+        draw, its shard left out of this one). A lost reader is dropped (started again by the next draw
+        that reads its shard)."""
         call = self.read_calls.pop(k, None)
         if call is None and not wait:
             return
         if call is None:
             call = self.remote_reader(k).state.remote()
-        if not ray.wait([call], timeout=30 if wait else 0)[0]:
+        timeout = (30 if k in self.read_states else READER_START_S) if wait else 0
+        if not ray.wait([call], timeout=timeout)[0]:
             self.read_calls[k] = call
             return
         try:
