@@ -21,6 +21,7 @@ ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'mmre
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from mmreplay.ray import ShardedReplay, split_ids  # noqa: E402
+from mmreplay.ray.shard_actors import shard_name  # noqa: E402
 
 
 @pytest.fixture
@@ -97,7 +98,7 @@ def test_direct_reads_of_a_shard_on_another_node_draw_while_its_actor_is_busy(
         return True
 
     namespace = ray.get_runtime_context().namespace
-    shards = [ray.get_actor(f"busy.shard-{k:04d}", namespace=namespace) for k in range(2)]
+    shards = [ray.get_actor(shard_name("busy", k), namespace=namespace) for k in range(2)]
     holds = [shard.__ray_call__.remote(hold, str(gate)) for shard in shards]
     drawn: list[Any] = []
     def draw() -> None:

@@ -115,15 +115,9 @@ class GroupBatches:
              for p, part in enumerate(parts)],
             order,
         )
-        self.fields: dict[str, Any] = {
-            name: np.concatenate([getattr(part.batch, name) for part in parts])[order] for name in _FIELDS
-        }
-        self.fields["index"] = np.concatenate(
-            [global_ids(part.shard, part.info["epoch"], part.batch.index) for part in parts]
-        )[order]
-        self.fields["weight"] = np.concatenate(
-            [part.batch.weight * weight_scale(part.info, global_min, beta) for part in parts]
-        ).astype(np.float32, copy=False)[order]
+        columns = joined_columns([(part.shard, part.batch, part.info) for part in parts], global_min=global_min,
+                                 beta=beta)
+        self.fields: dict[str, Any] = {name: values[order] for name, values in columns.items()}
         self.user_fields = joined_user_fields([part.batch for part in parts], order)
 
     def batch(self, g: int) -> Batch:
@@ -151,12 +145,30 @@ def join_batches(parts: Sequence[tuple[int, Batch, dict[str, Any]]], *, global_m
         The joined batch.
     """
     batches = [batch for _, batch, _ in parts]
-    arrays = {name: np.concatenate([getattr(batch, name) for batch in batches]) for name in ("obs", "next_obs", *_FIELDS)}
-    arrays["index"] = np.concatenate([global_ids(k, info["epoch"], batch.index) for k, batch, info in parts])
-    arrays["weight"] = np.concatenate([batch.weight * weight_scale(info, global_min, beta)
-                                       for _, batch, info in parts]).astype(np.float32, copy=False)
-    fields = {name: np.concatenate([batch.fields[name] for batch in batches]) for name in batches[0].fields}
-    return Batch(**arrays, user_fields=fields)
+    return Batch(obs=np.concatenate([batch.obs for batch in batches]),
+                 next_obs=np.concatenate([batch.next_obs for batch in batches]),
+                 **joined_columns(parts, global_min=global_min, beta=beta), user_fields=joined_user_fields(batches))
+
+
+def joined_columns(
+    parts: Sequence[tuple[int, Batch | EncodedBatch, dict[str, Any]]], *, global_min: float, beta: float
+) -> dict[str, npt.NDArray[Any]]:
+    """The rows' columns other than frames, part after part (shard, its rows, its info): theirs as drawn,
+    ``index`` as global ids and ``weight`` rescaled to the global minimum.
+
+    Args:
+        parts: each shard's rows, decoded or encoded, in the order they are joined.
+        global_min: the smallest priority leaf over the shards.
+        beta: the importance exponent the rows were drawn with.
+
+    Returns:
+        Each column joined, by name.
+    """
+    columns = {name: np.concatenate([getattr(rows, name) for _, rows, _ in parts]) for name in _FIELDS}
+    columns["index"] = np.concatenate([global_ids(k, info["epoch"], rows.index) for k, rows, info in parts])
+    columns["weight"] = np.concatenate([rows.weight * weight_scale(info, global_min, beta)
+                                        for _, rows, info in parts]).astype(np.float32, copy=False)
+    return columns
 
 
 def join_sequences(
@@ -245,12 +257,13 @@ def window_rows(windows: EncodedSequenceBatch, rows: slice) -> EncodedSequenceBa
 
 
 def joined_user_fields(
-    parts: Sequence[EncodedBatch | EncodedSequenceBatch], order: npt.NDArray[np.int64] | None = None
+    parts: Sequence[Batch | EncodedBatch | EncodedSequenceBatch], order: npt.NDArray[np.int64] | None = None
 ) -> dict[str, npt.NDArray[np.generic]]:
     """The parts' user fields joined part after part (then in ``order``, when given), by name.
 
     Args:
-        parts: the shards' encoded answers, each with the same fields (one replay's).
+        parts: the shards' answers (encoded, or decoded by a reader), each with the same fields (one
+            replay's).
         order: the joined rows' order in the batches (None: as joined).
 
     Returns:

@@ -1,5 +1,6 @@
 """The endless iterators behind ``ShardedReplay.batches`` and ``sequence_batches``: requests of a group of
-batches kept ``prefetch`` deep in flight, each answered group joined and yielded batch by batch."""
+batches kept ``prefetch`` deep in flight, each answered group joined and yielded batch by batch; and the
+wait of ``sample``'s single draw (``waited_parts``), redrawn while a rate limit refuses it."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from mmreplay import Batch, SequenceBatch
+from mmreplay.ray.assembly import Part
 from mmreplay.ray.draws import Draws
 from mmreplay.ray.shard_states import ShardStates
 
@@ -74,3 +76,27 @@ def sequence_stream(
         batches = draws.sequence_group(parts, batch_size, beta)
         for g in range(group):
             yield batches.batch(g)
+
+
+def waited_parts(
+    draws: Draws, states: ShardStates, batch_size: int, seed: int, beta: float | None, n_step: int, gamma: float, *,
+    direct_read: bool, timeout_s: float | None,
+) -> list[Part]:
+    """The shards' parts of one batch drawn from ``seed`` (``Draws.request`` with a group of one), drawn
+    again after a pause while a shard's rate limit refuses it or a shard is lost.
+
+    Raises:
+        TimeoutError: no batch within ``timeout_s``; the message says what each shard's limit waits for.
+    """
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    pause = WAIT_S
+    while True:
+        states.collect()
+        parts = draws.gather(draws.request(batch_size, 1, seed, beta, n_step, gamma, direct_read=direct_read))
+        states.collect()  # the updates sent before: the shards ran them before this draw
+        if parts is not None:
+            return parts
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(states.held_back_message(batch_size, timeout_s))
+        time.sleep(pause)
+        pause = min(2 * pause, 0.1)

@@ -235,15 +235,9 @@ class ReplayShard:
         """The shard's state for a client that draws across shards: ``len``, ``mass`` (what it is drawn in
         proportion to: its length, or its priorities' sum), ``min_leaf`` (its smallest priority leaf),
         ``epoch``, the rate limiter's counts, and where it runs."""
-        sampler = self.store.sampler
-        mass, min_leaf = (float(len(self.store)), 1.0)
-        if isinstance(sampler, PrioritizedSampler) and len(self.store):
-            mass, min_leaf = sampler.mass
-        elif getattr(sampler, "remaining", None) is not None:  # max_times_sampled: what is left to draw
-            mass = float(sampler.remaining)
         return {
-            "shard": self.shard, "epoch": self.epoch, "len": len(self.store),
-            "transitions_added": self.store.transitions_added, "mass": mass, "min_leaf": min_leaf,
+            "shard": self.shard, "epoch": self.epoch, **store_state(self.store),
+            "transitions_added": self.store.transitions_added,
             "inserts": self.inserts, "samples": self.samples, "queued": len(self.queue),
             "idle_s": time.monotonic() - self.last_insert, "reopened": self.reopened, **self.where,
         }
@@ -315,6 +309,27 @@ class ReplayShard:
             return
         self._commit()
         self.store.close()
+
+
+def store_state(store: ReplayStore) -> dict[str, Any]:
+    """What a draw over shards needs of one shard's store: ``len``, ``mass`` (what it is drawn in proportion
+    to: its length, its priorities' sum, or under ``max_times_sampled`` what is left to draw) and
+    ``min_leaf`` (its smallest priority leaf; 1 under uniform sampling).
+
+    Args:
+        store: the shard's store (its writer's, or a reader's of its last commit).
+
+    Returns:
+        A dict with those three keys.
+    """
+    sampler = store.sampler
+    size = len(store)
+    mass, min_leaf = float(size), 1.0
+    if isinstance(sampler, PrioritizedSampler) and size:
+        mass, min_leaf = sampler.mass
+    elif getattr(sampler, "remaining", None) is not None:  # max_times_sampled: what is left to draw
+        mass = float(sampler.remaining)
+    return {"len": size, "mass": mass, "min_leaf": min_leaf}
 
 
 def _node_id() -> str | None:

@@ -19,7 +19,8 @@ import numpy as np
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from mmreplay import Batch, EncodedBatch, EncodedSequenceBatch, PrioritizedSampler, ReplayStore
+from mmreplay import Batch, EncodedBatch, EncodedSequenceBatch, ReplayStore
+from mmreplay.ray.shard import store_state
 
 
 class ShardReader:
@@ -34,20 +35,12 @@ class ShardReader:
         self.store = ReplayStore.open(Path(path), "r", decode_threads=decode_threads)
 
     def state(self) -> dict[str, Any]:
-        """The shard's last commit as this reader sees it: ``len``, ``mass`` (what it is drawn in
-        proportion to) and ``min_leaf`` (its smallest priority leaf), as ``ReplayShard.info`` reports them.
+        """The shard's last commit as this reader sees it (``store_state``: ``len``, ``mass``, ``min_leaf``).
 
         Returns:
-            A dict with those three keys.
+            A dict with those three keys, as ``ReplayShard.info`` reports them.
         """
-        sampler = self.store.sampler
-        size = len(self.store)
-        mass, min_leaf = float(size), 1.0
-        if isinstance(sampler, PrioritizedSampler) and size:
-            mass, min_leaf = sampler.mass
-        elif getattr(sampler, "remaining", None) is not None:  # max_times_sampled: what is left to draw
-            mass = float(sampler.remaining)
-        return {"len": size, "mass": mass, "min_leaf": min_leaf}
+        return store_state(self.store)
 
     def sample(
         self, count: int, seed: int, *, beta: float, n_step: int, gamma: float, decoded: bool = False
@@ -89,8 +82,9 @@ class ShardReader:
 
     def _answer(self, draw: Callable[[np.random.Generator], Any], seed: int) -> tuple[Any, dict[str, Any]]:
         """``draw(default_rng(seed))`` (None when the last commit holds nothing left to draw), and ``state``."""
-        if not self.state()["mass"] > 0:
-            return None, self.state()
+        before = self.state()
+        if not before["mass"] > 0:
+            return None, before
         return draw(np.random.default_rng(seed)), self.state()
 
     def close(self) -> None:

@@ -21,7 +21,6 @@ A shard that does not answer (its actor or node lost) is left out of the draw un
 
 from __future__ import annotations
 
-import time
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -31,9 +30,9 @@ import numpy.typing as npt
 import ray
 
 from mmreplay import Batch, EncodedBatch, PrioritizedSampler, SequenceBatch, UniformSampler
-from mmreplay.ray.assembly import SHARD_BITS, Part, split_ids
+from mmreplay.ray.assembly import SHARD_BITS, split_ids
 from mmreplay.ray.draws import Draws
-from mmreplay.ray.prefetch_streams import WAIT_S, sequence_stream, transition_stream
+from mmreplay.ray.prefetch_streams import sequence_stream, transition_stream, waited_parts
 from mmreplay.ray.rate_limit import RateLimit
 from mmreplay.ray.shard import ShardConfig
 from mmreplay.ray.shard_actors import shard_name, start_actors
@@ -337,8 +336,8 @@ class ShardedReplay:
             batch = self._draws.sample_here(batch_size, seed, beta, n_step, gamma)
             if batch is not None:
                 return batch
-        answers = self._encoded_parts(batch_size, seed, beta, n_step, gamma, direct_read, timeout_s)
-        parts = [Part(k, part, info, np.array([len(part)])) for k, part, info in answers]
+        parts = waited_parts(self._draws, self._states, batch_size, seed, beta, n_step, gamma, direct_read=direct_read,
+                             timeout_s=timeout_s)
         return self._draws.group(parts, batch_size, beta).batch(0)
 
     def sample_encoded(
@@ -371,25 +370,9 @@ class ShardedReplay:
         """
         batch_size = parse_positive_int(batch_size, "batch_size")
         seed = int(parse_rng(rng).integers(2**63))  # one draw from the caller's rng, however long we wait
-        return self._encoded_parts(batch_size, seed, beta, n_step, gamma, direct_read, timeout_s)
-
-    def _encoded_parts(
-        self, batch_size: int, seed: int, beta: float | None, n_step: int, gamma: float, direct_read: bool,
-        timeout_s: float | None,
-    ) -> list[tuple[int, EncodedBatch, dict[str, Any]]]:
-        """``sample_encoded``'s draw from ``seed``, waiting while a rate limit holds it back."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        pause = WAIT_S
-        while True:
-            self._states.collect()
-            parts = self._draws.gather(self._draws.request(batch_size, 1, seed, beta, n_step, gamma, direct_read=direct_read))
-            self._states.collect()  # the updates sent before: the shards ran them before this draw
-            if parts is not None:
-                return [(part.shard, part.batch, part.info) for part in parts]
-            if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(self._states.held_back_message(batch_size, timeout_s))
-            time.sleep(pause)
-            pause = min(2 * pause, 0.1)
+        parts = waited_parts(self._draws, self._states, batch_size, seed, beta, n_step, gamma, direct_read=direct_read,
+                             timeout_s=timeout_s)
+        return [(part.shard, part.batch, part.info) for part in parts]
 
     def sample_sequences(
         self,
