@@ -24,6 +24,7 @@ from mmreplay.errors import (
     StoreNotFoundError,
 )
 from mmreplay.extensions import PerformanceWarning, warn_if_not_built
+from mmreplay.frames.block_batches import BlockBatches
 from mmreplay.frames.reference_scheme import ReferenceScheme
 from mmreplay.frames.wire import (
     BlockRefs,
@@ -47,6 +48,7 @@ from mmreplay.store.reading.encoded_batches import (
 
 __all__ = [
     "Batch",
+    "BlockBatches",
     "BlockRefs",
     "PrioritizedSampler",
     "SequenceBatch",

@@ -121,15 +121,12 @@ def decode_referenced(
     their blocks reference, on up to ``limit`` threads. None when every block they need matches its
     checksum and decodes; else (row, frame, requested) of the first that does not: the row of ``out``
     whose frame failed, the failing frame's index in its source, and whether it is that row's own."""
-    source_of, local = _requested_frames(sources, refs)
-    every = _frames_of(sources)
-    wanted = np.ascontiguousarray(every.base[source_of] + local, np.int64)
+    every, wanted = group_table(sources, refs)
     n, frame_shape = len(wanted), tuple(out.shape[1:])
     version = format_of(sources)
     views = [memoryview(source.data) for source in sources]
     if _lz4batch is not None and version >= 6:
-        shape = (int(np.prod(frame_shape)), reference_codec.row_nbytes(frame_shape),
-                 reference_codec.unit_nbytes(frame_shape), MAX_DEPTH)
+        shape = compiled_shape(frame_shape)
         blocks = (every.source, every.starts, every.lengths, every.checksums, every.seeds)
         bad = int(_lz4batch.decode_referenced(views, blocks, every.reference, wanted, out.reshape(n, -1), shape,
                                               batch_threads(out.nbytes, limit)))
@@ -143,6 +140,23 @@ def decode_referenced(
         return None
     row, frame, _ = failed
     return row, frame - int(every.base[every.source[frame]]), frame == int(wanted[row])
+
+
+def group_table(sources: Sequence[EncodedFrames], refs: BlockRefs) -> tuple[_Frames, npt.NDArray[np.int64]]:
+    """Every frame of the sources numbered across them, and ``refs``' frames as such global ids (checked).
+
+    Raises:
+        ValueError: ``refs`` names a source or a frame the sources do not have.
+    """
+    source_of, local = _requested_frames(sources, refs)
+    every = _frames_of(sources)
+    return every, np.ascontiguousarray(every.base[source_of] + local, np.int64)
+
+
+def compiled_shape(frame_shape: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """``_lz4batch.decode_referenced``'s shape argument: frame bytes, row bytes, unit bytes, deepest chain."""
+    return (int(np.prod(frame_shape)), reference_codec.row_nbytes(frame_shape), reference_codec.unit_nbytes(frame_shape),
+            MAX_DEPTH)
 
 
 def _rebuild(

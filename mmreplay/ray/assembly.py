@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from mmreplay import Batch, BlockRefs, EncodedBatch, EncodedSequenceBatch, SequenceBatch, decode_blocks
+from mmreplay import Batch, BlockBatches, BlockRefs, EncodedBatch, EncodedSequenceBatch, SequenceBatch, decode_blocks
 
 SHARD_BITS, EPOCH_BITS, STEP_BITS = 16, 8, 40
 _FIELDS = ("action", "reward", "terminated", "truncated", "env_index", "discount")
@@ -102,19 +102,19 @@ class GroupBatches:
         order = np.empty(groups * batch_size, np.int64)
         order[np.concatenate(positions)] = np.arange(groups * batch_size)
         self.parts = parts
-        self.decode_threads = decode_threads  # decode_blocks' cap on the threads a batch decodes on
         self.stack_size = stack_size
         self.batch_size = batch_size
         self.columns = stack_size + 1
         if any(part.batch.frame_index.shape[1] != stack_size + 1 for part in parts):  # obs, next_obs apart
             self.columns = 2 * stack_size
-        self.frame_shape = parts[0].batch.frames.frame_shape
-        # Every part's blocks, in the batches' row order: a batch's frames decode in one call.
-        self.joined = BlockRefs.join(
+        # Every part's blocks, in the batches' row order, checked once: a batch's frames decode in one call.
+        joined = BlockRefs.join(
             [part.batch.frames.blocks(frame_columns(part.batch.frame_index, stack_size, self.columns)).from_source(p)
              for p, part in enumerate(parts)],
             order,
         )
+        self.frames = BlockBatches([part.batch.frames for part in parts], joined, batches=groups,
+                                   decode_threads=decode_threads)
         columns = joined_columns([(part.shard, part.batch, part.info) for part in parts], global_min=global_min,
                                  beta=beta)
         self.fields: dict[str, Any] = {name: values[order] for name, values in columns.items()}
@@ -122,10 +122,8 @@ class GroupBatches:
 
     def batch(self, g: int) -> Batch:
         """Batch g of the group, its frames decoded into a new array (obs and next_obs view it)."""
-        pixels = np.empty((self.batch_size, self.columns, *self.frame_shape), np.uint8)
+        pixels = self.frames.decode(g).reshape(self.batch_size, self.columns, *self.frames.frame_shape)
         rows = slice(g * self.batch_size, (g + 1) * self.batch_size)
-        decode_blocks([part.batch.frames for part in self.parts], self.joined.take(rows),
-                      pixels.reshape(-1, *self.frame_shape), decode_threads=self.decode_threads)
         size = self.stack_size
         return Batch(obs=pixels[:, :size], next_obs=pixels[:, -size:],
                      **{name: array[rows] for name, array in self.fields.items()},
