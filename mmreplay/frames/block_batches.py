@@ -37,7 +37,8 @@ _lz4batch: ModuleType | None = extensions.load("_lz4batch")
 class BlockBatches:
     """``batches`` equal batches of referenced frames among ``sources``, decoded one batch at a time.
 
-    Batch g is rows ``g * n : (g + 1) * n`` of ``refs`` flattened, where ``n = refs.starts.size // batches``.
+    Batch g is frames ``g * n : (g + 1) * n`` of ``refs`` flattened (``refs`` of any shape, in C order), where
+    ``n = refs.starts.size // batches``.
     The sources' buffers must not change while this object is used (an answer from Ray's object store,
     a store's encoded batch).
 
@@ -64,7 +65,10 @@ class BlockBatches:
         if len(shapes) != 1:
             raise ValueError(f"the sources' frames have shapes {' and '.join(map(str, sorted(shapes)))}; "
                              "expected one frame shape")
-        self.sources, self.refs, self.batches = list(sources), refs, batches
+        flat = (refs.sources, refs.starts, refs.lengths, refs.checksums, refs.seeds)
+        self.refs = type(refs)(*(array.reshape(-1) for array in flat),
+                               None if refs.frames is None else refs.frames.reshape(-1))
+        self.sources, self.batches = list(sources), batches
         self.per_batch = count // batches
         self.frame_shape: tuple[int, ...] = shapes.pop()
         self.limit = thread_limit(parse_decode_threads(decode_threads))
