@@ -3,7 +3,8 @@
 1. Bytes per sampled batch through Ray: the encoded batch (stored lz4 blocks + index) against its pixels.
 2. Learner batches/s: a local store's ``sample`` against ``ShardedReplay`` (synchronous ``sample``, which
    draws from the states the shards' previous answers carried, one call per shard; ``refresh()`` then
-   ``sample``, the two round trips every synchronous sample made before; the prefetching ``batches`` iterator with --prefetch and --group, with groups of 64 and with the small
+   ``sample``, the two round trips every synchronous sample made before; ``sample(prefetch=, group=)``,
+   served from groups fetched ahead as ``batches`` fetches them; the prefetching ``batches`` iterator with --prefetch and --group, with groups of 64 and with the small
    groups of before, and ``direct_read`` of co-located shards), same contents, in --rounds rounds: each
    rate is measured right after the local store's (an iterator first hands out what it fetched ahead
    meanwhile, untimed), and the ratios reported are the medians of the per-round ratios.
@@ -139,6 +140,7 @@ def ray_figures(stream: dict[str, np.ndarray], args: argparse.Namespace, work: P
         paths = {
             "client_sample": lambda: replay.sample(32, rng),
             "client_sample_refreshed": lambda: (replay.refresh(), replay.sample(32, rng)),
+            "client_sample_prefetched": lambda: replay.sample(32, rng, prefetch=args.prefetch, group=args.group),
             "client_prefetch": iterate(replay.batches(32, prefetch=args.prefetch, group=args.group, rng=1)),
             "client_prefetch_group64": iterate(replay.batches(32, prefetch=3, group=64, rng=4)),
             "client_prefetch_group4": iterate(replay.batches(32, prefetch=4, group=4, rng=3)),
@@ -146,7 +148,8 @@ def ray_figures(stream: dict[str, np.ndarray], args: argparse.Namespace, work: P
         }
         # What each path holds fetched ahead: taken before it is timed, so that a prefetch made while the
         # local store was measured does not count.
-        ahead = {"client_sample": 1, "client_sample_refreshed": 1, "client_prefetch": args.prefetch * args.group, "client_prefetch_group64": 192,
+        ahead = {"client_sample": 1, "client_sample_refreshed": 1, "client_sample_prefetched": args.prefetch * args.group,
+                 "client_prefetch": args.prefetch * args.group, "client_prefetch_group64": 192,
                  "client_prefetch_group4": 16,
                  "client_direct_read": 2 * args.direct_group}
         if args.paths:

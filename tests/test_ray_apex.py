@@ -122,6 +122,73 @@ def test_a_sample_from_the_last_answers_draws_the_union_uniformly_as_shards_grow
     assert scipy_stats.chisquare(observed, expected).pvalue > 1e-3, (observed, expected)
 
 
+def test_a_prefetched_sample_makes_no_call_while_a_group_lasts_and_is_the_batches_stream(
+    cluster: Path, tmp_path: Path
+) -> None:
+    """``sample(prefetch=2, group=4)``: 12 batches, 4 draws a shard (2 ahead, then one a group taken) and one
+    state request, where a synchronous sample calls every shard 12 times; the batches are those of ``batches`` seeded by one draw
+    of the first call's rng."""
+    replay, shards = local_replay(tmp_path, num_shards=2, capacity=1000)
+    for k in range(2):
+        writer = replay.writer(f"w{k}", shard=k, steps_per_send=50)
+        write_episode(writer, 100 + 100 * k, tag=k)
+        writer.flush()
+    replay.refresh()
+    for shard in shards:
+        shard.calls.clear()
+    ours = [replay.sample(16, rng=7, prefetch=2, group=4) for _ in range(12)]
+    # the stream's first state request, then its draws: 2 ahead, then one a group taken
+    assert all(shard.calls["sample"] <= 4 and shard.calls["info"] <= 1 for shard in shards), [s.calls for s in shards]
+    stream = replay.batches(16, prefetch=2, group=4, rng=int(np.random.default_rng(7).integers(2**63)))
+    for batch in ours:
+        expected = next(stream)
+        for name in ("obs", "next_obs", "index", "reward"):
+            np.testing.assert_array_equal(getattr(batch, name), getattr(expected, name), err_msg=name)
+    # other arguments: a new stream (n-step 2: next_obs two frames on, within the episode)
+    batch = replay.sample(16, rng=7, prefetch=2, group=4, n_step=2)
+    inside = ~batch.terminated
+    last = batch.obs[:, -1, 0, 0].astype(int) + 256 * batch.obs[:, -1, 0, 1].astype(int)
+    after = batch.next_obs[:, -1, 0, 0].astype(int) + 256 * batch.next_obs[:, -1, 0, 1].astype(int)
+    np.testing.assert_array_equal(after[inside], last[inside] + 2)
+    with pytest.raises(ValueError, match=r"prefetch must be an int >= 0 \(0: draw this batch now\); got -1"):
+        replay.sample(16, rng=7, prefetch=-1)
+
+
+def test_a_prefetched_sample_draws_the_union_uniformly(cluster: Path, tmp_path: Path) -> None:
+    """Chi-square over the shards' shares of 9,600 rows drawn by ``sample(prefetch=2, group=8)``."""
+    replay, _ = local_replay(tmp_path, num_shards=3, capacity=6000)
+    for k, size in enumerate([200, 600, 1200]):
+        writer = replay.writer(f"w{k}", shard=k, steps_per_send=200)
+        write_episode(writer, size, tag=k)
+        writer.flush()
+    rng = np.random.default_rng(0)
+    shards = np.concatenate([split_ids(replay.sample(64, rng, prefetch=2, group=8).index)[0] for _ in range(150)])
+    observed = np.bincount(shards, minlength=3)
+    expected = len(shards) * np.array([200, 600, 1200]) / 2000
+    assert scipy_stats.chisquare(observed, expected).pvalue > 1e-3, (observed, expected)
+
+
+def test_a_prefetched_sample_that_timed_out_starts_a_new_stream(cluster: Path, tmp_path: Path) -> None:
+    """A stream that raised is over: the next call draws from a new one (and times out again while the
+    limit holds), not a StopIteration of the old one."""
+    limit = RateLimit(samples_per_insert=1.0, min_size_to_sample=10, error_buffer=20)
+    replay, _ = local_replay(tmp_path, num_shards=1, capacity=1000, rate_limit=limit)
+    writer = replay.writer("w", steps_per_send=10)
+    write_episode(writer, 20)
+    writer.flush(timeout_s=10)  # inserts 20: samples allowed down to a diff of -10, then no writer
+    taken = 0
+    with pytest.raises(TimeoutError, match="a rate limit holds sampling back"):
+        while taken < 10:
+            replay.sample(8, rng=0, prefetch=1, group=2, timeout_s=0.5)
+            taken += 1
+    assert taken == 3  # as batches(): a group of 2, then one batch drawn alone, then none
+    with pytest.raises(TimeoutError, match="a rate limit holds sampling back"):
+        replay.sample(8, rng=0, prefetch=1, group=2, timeout_s=0.5)
+    write_episode(writer, 20, start=100)
+    writer.flush(timeout_s=10)
+    assert replay.sample(8, rng=0, prefetch=1, group=2, timeout_s=5).obs.shape == (8, 4, *FRAME)
+
+
 def test_writer_add_priority_sets_each_steps_initial_priority(cluster: Path, tmp_path: Path) -> None:
     replay, _ = local_replay(tmp_path, num_shards=2, capacity=1000, sampler=PrioritizedSampler(alpha=1.0, epsilon=0))
     writer = replay.writer("w", shard=1, steps_per_send=7)

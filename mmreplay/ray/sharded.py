@@ -74,6 +74,7 @@ class ShardedReplay:
         self._infos = self._states.infos  # each shard's newest reported state (the same list)
         self._draws = Draws(shards, self._states, stack_size=description["stack_size"],
                             rate_limited=description["rate_limited"], decode_threads=self.decode_threads)
+        self._ahead: tuple[tuple[Any, ...], Iterator[Batch]] | None = None  # sample(prefetch=)'s stream
         self._closed = False
 
     # -- setup ---------------------------------------------------------------------------------
@@ -300,13 +301,17 @@ class ShardedReplay:
         *,
         direct_read: bool = False,
         timeout_s: float | None = None,
+        prefetch: int = 0,
+        group: int = 16,
     ) -> Batch:
         """Draw ``batch_size`` transitions over the union of the shards, as one store would.
 
         One call per shard: the counts per shard are drawn from the states the shards' previous answers
         carried (each answer carries its shard's state after its draw; ``refresh`` first for the state at
         this moment), so they lag by what was added or updated since those answers. Waits while a rate
-        limiter holds sampling back.
+        limiter holds sampling back. With ``prefetch``, no call at all while a group fetched ahead lasts:
+        the batch is the next of ``batches(batch_size, prefetch=prefetch, group=group, ...)``, a stream this
+        client keeps between calls.
 
         Args:
             batch_size: how many transitions.
@@ -320,6 +325,13 @@ class ShardedReplay:
                 node by a reader actor of this client's there (started on first use). Such a draw lags
                 each shard by at most its commit interval and passes outside its rate limiter.
             timeout_s: the longest wait while a rate limiter holds sampling back (None: no limit).
+            prefetch: 0 (the default): this batch is drawn now, as above. From 1: it comes from groups
+                of ``group`` batches requested ``prefetch`` deep ahead (as ``batches`` requests them), so
+                its draw lags the adds and priority updates by up to ``prefetch * group`` batches. The
+                stream is seeded by one draw of the first call's ``rng`` (later calls with the same
+                arguments do not use theirs); a call with other arguments starts a new stream, dropping
+                the groups fetched ahead for the old one.
+            group: batches per request when ``prefetch`` is 1 or more.
 
         Returns:
             A ``Batch`` whose ``index`` holds global ids.
@@ -327,9 +339,24 @@ class ShardedReplay:
         Raises:
             TimeoutError: no batch within ``timeout_s``; the message says which shard's limit holds it
                 back and, when no insert has reached such a shard meanwhile, that its writers look gone.
-            ValueError: no shard that answers holds a transition (without a rate limit).
+            ValueError: no shard that answers holds a transition (without a rate limit), or ``prefetch``
+                is not an int >= 0.
         """
         batch_size = parse_positive_int(batch_size, "batch_size")
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch must be an int >= 0 (0: draw this batch now); got {prefetch!r}")
+        if prefetch:
+            key = (batch_size, beta, n_step, gamma, direct_read, timeout_s, prefetch, parse_positive_int(group, "group"))
+            if self._ahead is None or self._ahead[0] != key:
+                seed = int(parse_rng(rng).integers(2**63))
+                self._ahead = (key, self.batches(batch_size, prefetch=prefetch, rng=seed, beta=beta, n_step=n_step,
+                                                 gamma=gamma, direct_read=direct_read, group=group,
+                                                 timeout_s=timeout_s))
+            try:
+                return next(self._ahead[1])
+            except BaseException:  # a stream that raised is over: the next call starts another
+                self._ahead = None
+                raise
         seed = int(parse_rng(rng).integers(2**63))  # one draw from the caller's rng, however long we wait
         if direct_read:  # every shard drawn from on this node: decoded by their readers, no encoded step
             self._states.collect()
@@ -578,6 +605,7 @@ class ShardedReplay:
             self._release(destroy=destroy)
 
     def _release(self, *, destroy: bool) -> None:
+        self._ahead = None
         self._draws.close()
         if destroy and not self._closed:
             for shard in self._shards:
