@@ -166,3 +166,10 @@ def test_bad_arguments_are_refused_when_it_is_made(sources: list) -> None:
     decoder = BlockBatches(frames, refs, batches=2)
     with pytest.raises(IndexError, match="batch 2 of 2"):
         decoder.decode(2)
+
+
+def test_batches_of_no_frames_decode_to_empty_arrays(sources: list) -> None:
+    frames, refs = joined(sources, seed=5)
+    empty = refs.take(slice(0, 0))
+    decoder = BlockBatches(frames, empty, batches=3)
+    assert decoder.decode(2).shape == (0, *FRAME)

@@ -102,6 +102,8 @@ class BlockBatches:
     def _prepare(self) -> Callable[[int, npt.NDArray[np.uint8]], int]:
         """The compiled call that decodes batch g into ``out`` (-1: every frame good, else a failing row),
         its arguments laid out for every batch here; ``decode_blocks`` per batch where none applies."""
+        if self.per_batch == 0:
+            return lambda g, out: -1  # nothing to decode
         referencing = [source for source in self.sources if source.references is not None]
         if _lz4batch is None or any(source.format_version < 6 for source in referencing):
             return self._general
