@@ -88,8 +88,10 @@ def local_replay(root: Path, *, num_shards: int, capacity: int, sampler: Any = N
     return ShardedReplay("local", description, handles), handles
 
 
-def test_a_synchronous_sample_is_one_call_per_shard_once_their_states_are_known(cluster: Path, tmp_path: Path) -> None:
-    replay, shards = local_replay(tmp_path, num_shards=2, capacity=1000)
+def two_known_shards(root: Path) -> tuple[ShardedReplay, list[LocalShard]]:
+    """Two local shards of 100 and 200 transitions, their states known (``refresh``), their calls then
+    counted from 0."""
+    replay, shards = local_replay(root, num_shards=2, capacity=1000)
     for k in range(2):
         writer = replay.writer(f"w{k}", shard=k, steps_per_send=50)
         write_episode(writer, 100 + 100 * k, tag=k)
@@ -97,6 +99,11 @@ def test_a_synchronous_sample_is_one_call_per_shard_once_their_states_are_known(
     replay.refresh()
     for shard in shards:
         shard.calls.clear()
+    return replay, shards
+
+
+def test_a_synchronous_sample_is_one_call_per_shard_once_their_states_are_known(cluster: Path, tmp_path: Path) -> None:
+    replay, shards = two_known_shards(tmp_path)
     for seed in range(10):
         batch = replay.sample(64, rng=seed)  # P(a shard gets no row) = 2/3^64 or less: both draw every time
         np.testing.assert_array_equal(batch.obs[:, 0, 0, 2], split_ids(batch.index)[0])
@@ -126,16 +133,9 @@ def test_a_prefetched_sample_makes_no_call_while_a_group_lasts_and_is_the_batche
     cluster: Path, tmp_path: Path
 ) -> None:
     """``sample(prefetch=2, group=4)``: 12 batches, 4 draws a shard (2 ahead, then one a group taken) and one
-    state request, where a synchronous sample calls every shard 12 times; the batches are those of ``batches`` seeded by one draw
-    of the first call's rng."""
-    replay, shards = local_replay(tmp_path, num_shards=2, capacity=1000)
-    for k in range(2):
-        writer = replay.writer(f"w{k}", shard=k, steps_per_send=50)
-        write_episode(writer, 100 + 100 * k, tag=k)
-        writer.flush()
-    replay.refresh()
-    for shard in shards:
-        shard.calls.clear()
+    state request, where a synchronous sample calls every shard 12 times; the batches are those of
+    ``batches`` seeded by one draw of the first call's rng."""
+    replay, shards = two_known_shards(tmp_path)
     ours = [replay.sample(16, rng=7, prefetch=2, group=4) for _ in range(12)]
     # the stream's first state request, then its draws: 2 ahead, then one a group taken
     assert all(shard.calls["sample"] <= 4 and shard.calls["info"] <= 1 for shard in shards), [s.calls for s in shards]

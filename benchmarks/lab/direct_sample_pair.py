@@ -13,19 +13,16 @@ Ray runs on loopback alone in a temporary directory of its own and is shut down 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from mmreplay import ReplayStore
 from mmreplay.testing import atari_frames
+from ray_pairs import run_main, two_shards_and_a_store
 
 
 def median_us(call: Callable[[], Any], count: int) -> float:
@@ -41,27 +38,13 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # before ray's import: loopback alone (Ray 2.60)
     import ray
 
-    from mmreplay.ray import ShardedReplay
 
     frames = atari_frames.load(args.game, atari_frames.BENCHMARK_FRAMES)["frames"]
     ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
              _temp_dir=str(work / "ray"))
     try:
-        replay = ShardedReplay.create("pair", str(work / "shards"), num_shards=2, frame_shape=(84, 84),
-                                      capacity=20_000, stack_size=4, placement="local",
-                                      frame_encoding=args.frame_encoding)
-        local = ReplayStore.create(work / "local.mmr", frame_shape=(84, 84), capacity=20_000, stack_size=4,
-                                   frame_encoding=args.frame_encoding)
-        for k in range(2):
-            writer = replay.writer(f"w{k}", shard=k, steps_per_send=256)
-            for t in range(args.transitions):
-                i = (3000 * k + t) % (len(frames) - 1)
-                last = t == args.transitions - 1
-                writer.add(frames[i], t % 6, 0.0, frames[i + 1], last, False)
-                local.add(frames[i], t % 6, 0.0, frames[i + 1], last, False)
-            writer.flush()
-        local.flush()
-        replay.refresh()
+        replay, local = two_shards_and_a_store(work, frames, frame_encoding=args.frame_encoding,
+                                               transitions=args.transitions)
         rng = np.random.default_rng(0)
         draws = replay._draws  # the one switch between the two paths: a lab harness, not an API
         decoded = draws.sample_here
@@ -95,21 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=200, help="calls a window (default 200)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="mmr-direct-pair-"))
-    load_before = os.getloadavg()
-    try:
-        results = run(args, work)
-    except Exception as error:  # noqa: BLE001 - reported on stderr (and as JSON with --json)
-        print(f"direct_sample_pair: {type(error).__name__}: {error}", file=sys.stderr)
-        if args.json:
-            print(json.dumps({"error": f"{type(error).__name__}: {error}"}))
-        return 1
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    results["machine"] = {"cpus": os.cpu_count(), "load_before": [round(x, 2) for x in load_before],
-                          "load_after": [round(x, 2) for x in os.getloadavg()]}
-    print(json.dumps(results, indent=None if args.json else 1))
-    return 0
+    return run_main("direct_sample_pair", run, args)
 
 
 if __name__ == "__main__":
