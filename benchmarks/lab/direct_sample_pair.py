@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from mmreplay.testing import atari_frames
-from ray_pairs import run_main, two_shards_and_a_store
+from ray_pairs import pair_parser, run_main, two_shards_and_a_store
 
 
 def median_us(call: Callable[[], Any], count: int) -> float:
@@ -69,14 +69,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="example: python "
-                                     "benchmarks/lab/direct_sample_pair.py --game pong --json")
-    parser.add_argument("--game", default="pong", choices=atari_frames.GAMES)
-    parser.add_argument("--frame-encoding", choices=["lz4", "lz4-reference"], default="lz4-reference")
-    parser.add_argument("--transitions", type=int, default=2000, help="per shard (default 2000)")
-    parser.add_argument("--windows", type=int, default=6)
+    parser = pair_parser(__doc__, "benchmarks/lab/direct_sample_pair.py --game pong --json", transitions=2000)
     parser.add_argument("--calls", type=int, default=200, help="calls a window (default 200)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     return run_main("direct_sample_pair", run, args)
 

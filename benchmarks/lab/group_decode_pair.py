@@ -26,7 +26,7 @@ import numpy as np
 
 from mmreplay import decode_blocks
 from mmreplay.testing import atari_frames
-from ray_pairs import run_main, two_shards_and_a_store
+from ray_pairs import pair_parser, run_main, two_shards_and_a_store
 
 
 def old_batch(self: Any, g: int) -> Any:
@@ -98,15 +98,9 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog="example: python "
-                                     "benchmarks/lab/group_decode_pair.py --game breakout --pin --json")
-    parser.add_argument("--game", default="pong", choices=atari_frames.GAMES)
-    parser.add_argument("--frame-encoding", choices=["lz4", "lz4-reference"], default="lz4-reference")
-    parser.add_argument("--transitions", type=int, default=3000, help="per shard (default 3000)")
-    parser.add_argument("--windows", type=int, default=6)
+    parser = pair_parser(__doc__, "benchmarks/lab/group_decode_pair.py --game breakout --pin --json", transitions=3000)
     parser.add_argument("--batches", type=int, default=640, help="batches a path a window (default 640)")
     parser.add_argument("--pin", action="store_true", help="Ray on CPU 1, the learner on CPU 0")
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     if args.pin and not {0, 1} <= os.sched_getaffinity(0):
         parser.error("--pin needs CPUs 0 and 1")

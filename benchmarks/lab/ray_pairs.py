@@ -48,6 +48,19 @@ def two_shards_and_a_store(work: Path, frames: np.ndarray, *, frame_encoding: st
     return replay, local
 
 
+def pair_parser(doc: str, example: str, *, transitions: int) -> argparse.ArgumentParser:
+    """The options both harnesses take: --game, --frame-encoding, --transitions (per shard), --windows, --json."""
+    from mmreplay.testing import atari_frames
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0], epilog=f"example: python {example}")
+    parser.add_argument("--game", default="pong", choices=atari_frames.GAMES)
+    parser.add_argument("--frame-encoding", choices=["lz4", "lz4-reference"], default="lz4-reference")
+    parser.add_argument("--transitions", type=int, default=transitions, help=f"per shard (default {transitions})")
+    parser.add_argument("--windows", type=int, default=6)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    return parser
+
+
 def run_main(name: str, run: Callable[[argparse.Namespace, Path], dict[str, Any]], args: argparse.Namespace) -> int:
     """``run(args, work)`` in a scratch directory (removed after), its results printed as JSON with the
     machine's load before and after; an error on stderr (and as JSON with ``args.json``), exit 1."""
