@@ -163,6 +163,8 @@ def test_bad_arguments_are_refused_when_it_is_made(sources: list) -> None:
     small = EncodedFrames(b"", np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros(0, np.uint32), (7, 6))
     with pytest.raises(ValueError, match=r"the sources' frames have shapes \(7, 6\) and \(84, 84\)"):
         BlockBatches([*frames, small], refs, batches=2)
+    with pytest.raises(ValueError, match="sources is empty; expected the EncodedFrames that refs.sources indexes"):
+        BlockBatches([], refs, batches=2)
     decoder = BlockBatches(frames, refs, batches=2)
     with pytest.raises(IndexError, match="batch 2 of 2"):
         decoder.decode(2)

@@ -24,6 +24,7 @@ from mmreplay import extensions
 from mmreplay.errors import CorruptStoreError
 from mmreplay.frames import referenced_blocks
 from mmreplay.frames.threads import batch_threads, thread_limit
+from mmreplay.frames.wire import decode_blocks
 from mmreplay.validation import parse_decode_threads, parse_positive_int
 
 if TYPE_CHECKING:
@@ -48,10 +49,18 @@ class BlockBatches:
         batches: how many batches ``refs`` holds.
         decode_threads: the most threads a batch may decode on (None: the cores this process may use).
 
+    Attributes:
+        sources: the sources, as given.
+        refs: ``refs`` flattened: every batch's frames, one after the other.
+        batches: how many batches.
+        per_batch: frames a batch (``n``).
+        frame_shape: the shape of one decoded frame.
+        limit: the most threads a batch decodes on.
+
     Raises:
         TypeError: ``batches`` or ``decode_threads`` is not an int.
-        ValueError: ``refs`` does not split into ``batches`` equal batches, or it names a source or a
-            frame the sources do not have, or the sources' frame shapes differ.
+        ValueError: ``sources`` is empty, ``refs`` does not split into ``batches`` equal batches, or it
+            names a source or a frame the sources do not have, or the sources' frame shapes differ.
     """
 
     def __init__(
@@ -61,6 +70,8 @@ class BlockBatches:
         count = refs.starts.size
         if count % batches:
             raise ValueError(f"refs holds {count} frames; expected a multiple of batches ({batches})")
+        if not sources:
+            raise ValueError("sources is empty; expected the EncodedFrames that refs.sources indexes")
         shapes = {source.frame_shape for source in sources}
         if len(shapes) != 1:
             raise ValueError(f"the sources' frames have shapes {' and '.join(map(str, sorted(shapes)))}; "
@@ -130,8 +141,6 @@ class BlockBatches:
 
     def _general(self, g: int, out: npt.NDArray[np.uint8]) -> int:
         """Batch g through ``decode_blocks`` (which raises for a bad frame): -1."""
-        from mmreplay.frames.wire import decode_blocks
-
         decode_blocks(self.sources, self.refs.take(slice(g * self.per_batch, (g + 1) * self.per_batch)), out,
                       decode_threads=self.limit)
         return -1
