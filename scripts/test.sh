@@ -26,7 +26,8 @@ MMREPLAY_PURE_PYTHON=1 .venv/bin/python -m pytest -q tests/test_store_model.py t
   tests/test_real_frames.py tests/test_corruption.py tests/test_frame_errors.py tests/test_codec.py \
   tests/test_sum_tree.py tests/test_dense_store.py tests/test_reference_codec.py tests/test_field_widths.py \
   tests/test_sample_out.py tests/test_fast_add.py tests/test_final_obs.py tests/test_dtypes.py tests/test_reading.py \
-  tests/test_frame_threads.py tests/test_device_batches.py tests/test_encoded_references.py tests/test_encoded_fields.py \
+  tests/test_frame_threads.py tests/test_device_batches.py tests/test_encoded_references.py tests/test_block_batches.py \
+  tests/test_encoded_fields.py \
   tests/test_max_times_sampled.py "$@"
 echo "--- Ray and RLlib (mmreplay.ray, mmreplay.rllib, the manual's Ray and RLlib examples): their own venv, .venv-ray, since ray[rllib] 2.60.0 pins gymnasium 1.2.2"
 [ -x .venv-ray/bin/python ] || python3 -m venv .venv-ray

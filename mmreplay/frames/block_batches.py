@@ -115,13 +115,19 @@ class BlockBatches:
         its arguments laid out for every batch here; ``decode_blocks`` per batch where none applies."""
         if self.per_batch == 0:
             return lambda g, out: -1  # nothing to decode
+        outside = self.refs.sources[(self.refs.sources < 0) | (self.refs.sources >= len(self.sources))]
+        if outside.size:
+            raise ValueError(f"refs.sources holds {int(outside[0])}; expected indices into the {len(self.sources)} "
+                             "sources")
         referencing = [source for source in self.sources if source.references is not None]
+        # the frames' own indices checked here on every path (decode_blocks would check them at each batch)
+        table = referenced_blocks.group_table(self.sources, self.refs) if referencing else None
         if _lz4batch is None or any(source.format_version < 6 for source in referencing):
             return self._general
         n, nbytes = self.per_batch, self.per_batch * int(np.prod(self.frame_shape))
         threads = batch_threads(nbytes, self.limit)
         if not referencing:
-            arrays = _plain_arrays(self.refs, len(self.sources))
+            arrays = _plain_arrays(self.refs)
             frame_nbytes = nbytes // max(n, 1)
 
             def plain(g: int, out: npt.NDArray[np.uint8]) -> int:
@@ -129,8 +135,8 @@ class BlockBatches:
                 return int(_lz4batch.decode(self._views, tuple(array[rows] for array in arrays), out.reshape(n, -1),
                                             frame_nbytes, threads))
             return plain
-        every, wanted = referenced_blocks.group_table(self.sources, self.refs)
-        wanted = wanted.reshape(self.batches, n)
+        assert table is not None
+        every, wanted = table[0], table[1].reshape(self.batches, n)
         blocks = (every.source, every.starts, every.lengths, every.checksums, every.seeds)
         shape = referenced_blocks.compiled_shape(self.frame_shape)
 
@@ -151,14 +157,11 @@ class BlockBatches:
         raise CorruptStoreError(f"batch {g}'s frames do not decode: a block was damaged on disk or on the way")
 
 
-def _plain_arrays(refs: BlockRefs, source_count: int) -> tuple[npt.NDArray[np.generic], ...]:
+def _plain_arrays(refs: BlockRefs) -> tuple[npt.NDArray[np.generic], ...]:
     """The compiled decoder's per-frame arrays (sources, starts, lengths, checksums, seeds as uint32), flat
-    and contiguous, checked against ``source_count`` sources."""
-    sources = np.ascontiguousarray(refs.sources.reshape(-1), np.int64)
-    outside = sources[(sources < 0) | (sources >= source_count)]
-    if outside.size:
-        raise ValueError(f"refs.sources holds {int(outside[0])}; expected indices into the {source_count} sources")
-    return (sources, np.ascontiguousarray(refs.starts.reshape(-1), np.int64),
+    and contiguous."""
+    return (np.ascontiguousarray(refs.sources.reshape(-1), np.int64),
+            np.ascontiguousarray(refs.starts.reshape(-1), np.int64),
             np.ascontiguousarray(refs.lengths.reshape(-1), np.int64),
             np.ascontiguousarray(refs.checksums.reshape(-1), np.uint32),
             np.ascontiguousarray(refs.seeds.reshape(-1).astype(np.uint32, copy=False)))  # wraps modulo 2**32
