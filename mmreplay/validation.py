@@ -16,13 +16,23 @@ import numpy.typing as npt
 
 
 def parse_positive_int(value: object, name: str) -> int:
+    return _parse_int(value, name, low=1)
+
+
+def parse_non_negative_int(value: object, name: str) -> int:
+    return _parse_int(value, name, low=0)
+
+
+def _parse_int(value: object, name: str, *, low: int) -> int:
     try:
         number = operator.index(value)  # type: ignore[arg-type]
     except TypeError:
         raise TypeError(f"{name} must be an int; got {type(value).__name__} {value!r}") from None
-    if number < 1:
-        raise ValueError(f"{name} must be >= 1; got {number}")
+    if number < low:
+        raise ValueError(f"{name} must be >= {low}; got {number}")
     return number
+
+
 
 
 # The most threads a batch decodes on: frames/threads.py's MAX_THREADS (the compiled pool's maximum).

@@ -150,8 +150,10 @@ def test_a_prefetched_sample_makes_no_call_while_a_group_lasts_and_is_the_batche
     last = batch.obs[:, -1, 0, 0].astype(int) + 256 * batch.obs[:, -1, 0, 1].astype(int)
     after = batch.next_obs[:, -1, 0, 0].astype(int) + 256 * batch.next_obs[:, -1, 0, 1].astype(int)
     np.testing.assert_array_equal(after[inside], last[inside] + 2)
-    with pytest.raises(ValueError, match=r"prefetch must be an int >= 0 \(0: draw this batch now\); got -1"):
+    with pytest.raises(ValueError, match=r"prefetch must be >= 0; got -1"):
         replay.sample(16, rng=7, prefetch=-1)
+    with pytest.raises(TypeError, match=r"prefetch must be an int; got float 1.5"):
+        replay.sample(16, rng=7, prefetch=1.5)
 
 
 def test_a_prefetched_sample_draws_the_union_uniformly(cluster: Path, tmp_path: Path) -> None:

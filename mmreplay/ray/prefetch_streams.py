@@ -1,6 +1,7 @@
 """The endless iterators behind ``ShardedReplay.batches`` and ``sequence_batches``: requests of a group of
-batches kept ``prefetch`` deep in flight, each answered group joined and yielded batch by batch; and the
-wait of ``sample``'s single draw (``waited_parts``), redrawn while a rate limit refuses it."""
+batches kept ``prefetch`` deep in flight, each answered group joined and yielded batch by batch; the one
+``sample(prefetch=)`` keeps between calls (``KeptStream``); and the wait of ``sample``'s single draw
+(``waited_parts``), redrawn while a rate limit refuses it."""
 
 from __future__ import annotations
 
@@ -76,6 +77,29 @@ def sequence_stream(
         batches = draws.sequence_group(parts, batch_size, beta)
         for g in range(group):
             yield batches.batch(g)
+
+
+class KeptStream:
+    """A stream kept between calls: ``next(key, start)`` is the next batch of the stream ``start()`` made for
+    ``key``, a new stream when ``key`` differs from the last call's or the last stream raised (it is over)."""
+
+    def __init__(self) -> None:
+        self.key: Any = None
+        self.stream: Iterator[Batch] | None = None
+
+    def next(self, key: Any, start: Callable[[], Iterator[Batch]]) -> Batch:
+        """The next batch of the stream for ``key`` (``start()`` makes one where there is none for it)."""
+        if self.stream is None or self.key != key:
+            self.key, self.stream = key, start()
+        try:
+            return next(self.stream)
+        except BaseException:
+            self.stream = None
+            raise
+
+    def drop(self) -> None:
+        """Forget the stream (and the groups it fetched ahead)."""
+        self.stream = None
 
 
 def waited_parts(

@@ -32,7 +32,7 @@ import ray
 from mmreplay import Batch, EncodedBatch, PrioritizedSampler, SequenceBatch, UniformSampler
 from mmreplay.ray.assembly import SHARD_BITS, split_ids
 from mmreplay.ray.draws import Draws
-from mmreplay.ray.prefetch_streams import sequence_stream, transition_stream, waited_parts
+from mmreplay.ray.prefetch_streams import KeptStream, sequence_stream, transition_stream, waited_parts
 from mmreplay.ray.rate_limit import RateLimit
 from mmreplay.ray.shard import ShardConfig
 from mmreplay.ray.shard_actors import shard_name, start_actors
@@ -40,7 +40,8 @@ from mmreplay.ray.shard_states import LOST, ShardStates
 from mmreplay.ray.writer import ShardWriter
 from mmreplay.sampling.samplers import limited_sampler
 from mmreplay.validation import (
-    parse_decode_threads, parse_field_specs, parse_number, parse_positive_int, parse_priorities, parse_rng, parse_steps,
+    parse_decode_threads, parse_field_specs, parse_non_negative_int, parse_number, parse_positive_int, parse_priorities,
+    parse_rng, parse_steps,
 )
 
 _LOST = LOST
@@ -74,7 +75,7 @@ class ShardedReplay:
         self._infos = self._states.infos  # each shard's newest reported state (the same list)
         self._draws = Draws(shards, self._states, stack_size=description["stack_size"],
                             rate_limited=description["rate_limited"], decode_threads=self.decode_threads)
-        self._ahead: tuple[tuple[Any, ...], Iterator[Batch]] | None = None  # sample(prefetch=)'s stream
+        self._ahead = KeptStream()  # sample(prefetch=)'s
         self._closed = False
 
     # -- setup ---------------------------------------------------------------------------------
@@ -340,23 +341,15 @@ class ShardedReplay:
             TimeoutError: no batch within ``timeout_s``; the message says which shard's limit holds it
                 back and, when no insert has reached such a shard meanwhile, that its writers look gone.
             ValueError: no shard that answers holds a transition (without a rate limit), or ``prefetch``
-                is not an int >= 0.
+                is negative or ``group`` below 1.
+            TypeError: ``prefetch`` or ``group`` is not an int.
         """
         batch_size = parse_positive_int(batch_size, "batch_size")
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-            raise ValueError(f"prefetch must be an int >= 0 (0: draw this batch now); got {prefetch!r}")
-        if prefetch:
+        if parse_non_negative_int(prefetch, "prefetch"):
             key = (batch_size, beta, n_step, gamma, direct_read, timeout_s, prefetch, parse_positive_int(group, "group"))
-            if self._ahead is None or self._ahead[0] != key:
-                seed = int(parse_rng(rng).integers(2**63))
-                self._ahead = (key, self.batches(batch_size, prefetch=prefetch, rng=seed, beta=beta, n_step=n_step,
-                                                 gamma=gamma, direct_read=direct_read, group=group,
-                                                 timeout_s=timeout_s))
-            try:
-                return next(self._ahead[1])
-            except BaseException:  # a stream that raised is over: the next call starts another
-                self._ahead = None
-                raise
+            return self._ahead.next(key, lambda: self.batches(
+                batch_size, prefetch=prefetch, rng=int(parse_rng(rng).integers(2**63)), beta=beta, n_step=n_step,
+                gamma=gamma, direct_read=direct_read, group=group, timeout_s=timeout_s))
         seed = int(parse_rng(rng).integers(2**63))  # one draw from the caller's rng, however long we wait
         if direct_read:  # every shard drawn from on this node: decoded by their readers, no encoded step
             self._states.collect()
@@ -605,7 +598,7 @@ class ShardedReplay:
             self._release(destroy=destroy)
 
     def _release(self, *, destroy: bool) -> None:
-        self._ahead = None
+        self._ahead.drop()
         self._draws.close()
         if destroy and not self._closed:
             for shard in self._shards:
