@@ -60,7 +60,7 @@ def test_one_envs_adds_take_the_fast_path_and_read_back(tmp_path: Path, encoding
 # Run in a process of its own: threads that other tests' objects leave in the test process (their feeds,
 # timers, torch's pools) may start or stop at any time, which says nothing of the adds.
 THREADS_SCRIPT = """
-import json, os, sys
+import json, os, sys, time
 from pathlib import Path
 import numpy as np
 from atari_data import load_stream
@@ -90,7 +90,20 @@ for t in range(199):
 store.sample(256, rng=0)
 encoded = encode_frames(frames[:200])  # a decode of two threads' size starts the pool's helpers, which then sleep
 decode_blocks([encoded], encoded.blocks(np.arange(200)).from_source(0), np.empty((200, *frames.shape[1:]), np.uint8))
-before, switches = threads(), helpers_switches()
+
+def settled_switches():
+    # The helpers go back to sleep a moment after the decode returns (on a loaded machine, later): their
+    # counts once two reads 50 ms apart agree (up to 5 s), so that only a wake during the adds moves them.
+    last = helpers_switches()
+    for _ in range(100):
+        time.sleep(0.05)
+        now = helpers_switches()
+        if now == last:
+            return now
+        last = now
+    return last
+
+before, switches = threads(), settled_switches()
 seen = set()
 for t in range(1, 10_001):
     k = t % 198 + 1
