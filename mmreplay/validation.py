@@ -33,8 +33,6 @@ def _parse_int(value: object, name: str, *, low: int) -> int:
     return number
 
 
-
-
 # The most threads a batch decodes on: frames/threads.py's MAX_THREADS (the compiled pool's maximum).
 MAX_DECODE_THREADS = 64
 

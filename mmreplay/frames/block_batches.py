@@ -115,10 +115,7 @@ class BlockBatches:
         its arguments laid out for every batch here; ``decode_blocks`` per batch where none applies."""
         if self.per_batch == 0:
             return lambda g, out: -1  # nothing to decode
-        outside = self.refs.sources[(self.refs.sources < 0) | (self.refs.sources >= len(self.sources))]
-        if outside.size:
-            raise ValueError(f"refs.sources holds {int(outside[0])}; expected indices into the {len(self.sources)} "
-                             "sources")
+        referenced_blocks.check_sources(self.refs.sources, len(self.sources))
         referencing = [source for source in self.sources if source.references is not None]
         # the frames' own indices checked here on every path (decode_blocks would check them at each batch)
         table = referenced_blocks.group_table(self.sources, self.refs) if referencing else None
@@ -128,7 +125,7 @@ class BlockBatches:
         threads = batch_threads(nbytes, self.limit)
         if not referencing:
             arrays = _plain_arrays(self.refs)
-            frame_nbytes = nbytes // max(n, 1)
+            frame_nbytes = nbytes // n
 
             def plain(g: int, out: npt.NDArray[np.uint8]) -> int:
                 rows = slice(g * n, (g + 1) * n)
@@ -158,10 +155,8 @@ class BlockBatches:
 
 
 def _plain_arrays(refs: BlockRefs) -> tuple[npt.NDArray[np.generic], ...]:
-    """The compiled decoder's per-frame arrays (sources, starts, lengths, checksums, seeds as uint32), flat
-    and contiguous."""
-    return (np.ascontiguousarray(refs.sources.reshape(-1), np.int64),
-            np.ascontiguousarray(refs.starts.reshape(-1), np.int64),
-            np.ascontiguousarray(refs.lengths.reshape(-1), np.int64),
-            np.ascontiguousarray(refs.checksums.reshape(-1), np.uint32),
-            np.ascontiguousarray(refs.seeds.reshape(-1).astype(np.uint32, copy=False)))  # wraps modulo 2**32
+    """The compiled decoder's per-frame arrays of flat ``refs`` (sources, starts, lengths, checksums, seeds as
+    uint32), contiguous."""
+    return (np.ascontiguousarray(refs.sources, np.int64), np.ascontiguousarray(refs.starts, np.int64),
+            np.ascontiguousarray(refs.lengths, np.int64), np.ascontiguousarray(refs.checksums, np.uint32),
+            np.ascontiguousarray(refs.seeds.astype(np.uint32, copy=False)))  # wraps modulo 2**32

@@ -43,6 +43,17 @@ def format_of(sources: Sequence[EncodedFrames]) -> int:
     return versions.pop() if versions else 6
 
 
+def check_sources(source_of: npt.NDArray[np.integer], count: int) -> None:
+    """Refuse a reference to a source outside the ``count`` given (``refs.sources``).
+
+    Raises:
+        ValueError: naming the first such index.
+    """
+    outside = source_of[(source_of < 0) | (source_of >= count)]
+    if outside.size:
+        raise ValueError(f"refs.sources holds {int(outside[0])}; expected indices into the {count} sources")
+
+
 def _requested_frames(
     sources: Sequence[EncodedFrames], refs: BlockRefs
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -53,9 +64,7 @@ def _requested_frames(
     sizes = np.array([len(source) for source in sources], np.int64)
     source_of = refs.sources.reshape(-1).astype(np.int64, copy=False)
     local = refs.frames.reshape(-1).astype(np.int64, copy=False)
-    outside = source_of[(source_of < 0) | (source_of >= len(sources))]
-    if outside.size:
-        raise ValueError(f"refs.sources holds {int(outside[0])}; expected indices into the {len(sources)} sources")
+    check_sources(source_of, len(sources))
     bad = np.flatnonzero((local < 0) | (local >= sizes[source_of]))
     if bad.size:
         k = int(bad[0])

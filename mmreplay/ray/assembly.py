@@ -101,7 +101,6 @@ class GroupBatches:
             positions.append(starts[batch_of_row, p] + np.arange(len(batch_of_row)) - first[batch_of_row, p])
         order = np.empty(groups * batch_size, np.int64)
         order[np.concatenate(positions)] = np.arange(groups * batch_size)
-        self.parts = parts
         self.stack_size = stack_size
         self.batch_size = batch_size
         self.columns = stack_size + 1
