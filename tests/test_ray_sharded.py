@@ -99,11 +99,11 @@ def ray_start(path: Path) -> tuple[bool, bool]:
 
 
 def test_every_script_benchmark_and_test_that_starts_ray_sets_loopback_before_importing_ray() -> None:
-    files = [path for folder in ("scripts", "benchmarks", "tests") for path in sorted((REPO / folder).glob("*.py"))]
+    files = [path for folder in ("scripts", "benchmarks", "tests") for path in sorted((REPO / folder).rglob("*.py"))]
     checked = {path.relative_to(REPO).as_posix(): ray_start(path) for path in files if path.name != "ray_loopback.py"}
     starting = {name for name, (starts, _) in checked.items() if starts}
     assert starting >= {"scripts/apex_pong.py", "scripts/rllib_dqn_pong.py", "benchmarks/bench_ray.py",
-                        "tests/test_ray_cluster.py"}
+                        "benchmarks/lab/group_decode_pair.py", "tests/test_ray_cluster.py"}
     unguarded = sorted(name for name in starting if not checked[name][1])
     assert not unguarded, f"these start Ray with ray imported before loopback is set (tests/ray_loopback.py): {unguarded}"
 
