@@ -105,3 +105,53 @@ def test_prefetched_sequences_wait_for_a_rate_limit_and_time_out_when_the_writer
     with pytest.raises(ValueError, match="rate limit holds sampling back .*sample_sequences does not wait"):
         replay.sample_sequences(8, 3, rng=2)
     replay.close(destroy=True)
+
+
+def rows_of(windows, rows: slice):
+    """Windows ``rows`` of an encoded sequence batch, with all its frames: one shard's share of one batch."""
+    from mmreplay import EncodedSequenceBatch
+
+    arrays = {name: getattr(windows, name)[rows] for name in
+              ("frame_index", "action", "reward", "terminated", "truncated", "mask", "index", "env_index", "weight")}
+    return EncodedSequenceBatch(frames=windows.frames, stack_size=windows.stack_size, **arrays,
+                                user_fields={name: array[rows] for name, array in windows.fields.items()})
+
+
+@pytest.mark.parametrize("frame_encoding", ["lz4", "lz4-reference"])
+def test_a_group_of_windows_laid_out_once_is_each_batch_joined_alone(tmp_path: Path, frame_encoding: str) -> None:
+    """``SequenceParts`` (a group's windows laid out and checked once, each batch one decode) gives each batch
+    exactly what ``join_sequences`` gives for that batch's windows of each shard, shard after shard."""
+    from mmreplay import ReplayStore
+    from mmreplay.ray.assembly import Part, SequenceParts, join_sequences
+
+    stores = []
+    for k in range(3):
+        store = ReplayStore.create(tmp_path / f"s{k}.mmr", frame_shape=FRAME, capacity=400, stack_size=2,
+                                   frame_encoding=frame_encoding, fields={"q": ((), np.float32)})
+        for t in range(150 + 40 * k):
+            obs = np.stack([numbered(t + i, k) for i in range(2)])
+            store.add(obs, t % 3, float(t), np.stack([numbered(t + i + 1, k) for i in range(2)]),
+                      t % EPISODE == EPISODE - 1, False, fields={"q": np.float32(t)})
+        stores.append(store)
+    rng = np.random.default_rng(5)
+    for trial in range(6):
+        groups, batch_size, length = int(rng.integers(1, 6)), int(rng.integers(1, 9)), int(rng.integers(1, 7))
+        counts = rng.multinomial(batch_size, [0.2, 0.3, 0.5], size=groups)  # some shards get no window at all
+        parts = [Part(k, stores[k].sample_sequences_encoded(int(counts[:, k].sum()), length, rng, beta=0.5),
+                      {"epoch": trial, "min_leaf": 1.0 + k}, counts[:, k])
+                 for k in (2, 0, 1) if counts[:, k].any()]  # any order; a shard with no window is not asked
+        group = SequenceParts(parts, batch_size=batch_size, stack_size=2, global_min=1.0, beta=0.5)
+        assert len(group) == groups
+        by_shard = sorted(parts, key=lambda part: part.shard)
+        for g in range(groups):
+            pieces = [(part.shard, rows_of(part.batch, slice(
+                           int(part.counts[:g].sum()), int(part.counts[:g + 1].sum()))),
+                       part.info) for part in by_shard if part.counts[g]]
+            expected = join_sequences(pieces, stack_size=2, global_min=1.0, beta=0.5)
+            got = group.batch(g)
+            for name in ("obs", "next_obs", "action", "reward", "terminated", "truncated", "mask", "index",
+                         "env_index", "weight"):
+                np.testing.assert_array_equal(getattr(got, name), getattr(expected, name), err_msg=name)
+            np.testing.assert_array_equal(got.fields["q"], expected.fields["q"])
+    for store in stores:
+        store.close()

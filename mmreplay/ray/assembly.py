@@ -79,6 +79,36 @@ def frame_columns(index: npt.NDArray[np.int64], stack_size: int, columns: int) -
     return index[..., shared]
 
 
+def row_order(counts: Sequence[npt.NDArray[np.int64]], batch_size: int) -> npt.NDArray[np.int64]:
+    """Where each row of the ``G`` batches of a group comes from among the parts' rows, joined part after part.
+
+    Batch g's rows are part 0's ``counts[0][g]`` rows for it, then part 1's, ...; each part holds its rows
+    for all the batches, batch after batch.
+
+    Args:
+        counts: each part's (G,) rows per batch, in the parts' order.
+        batch_size: the rows of each batch (every batch's counts add up to it).
+
+    Returns:
+        (G * batch_size,) int64: row i of the batches, batch after batch, is row ``order[i]`` of the parts'
+        rows joined.
+    """
+    table = np.stack(counts, axis=1)  # (G, parts)
+    groups = len(table)
+    assert (table.sum(axis=1) == batch_size).all(), "each batch's parts add up to batch_size"
+    # Part p's rows for batch g start at first[g, p] in the part and at within[g, p] in the batch.
+    first = np.cumsum(table, axis=0) - table
+    within = np.cumsum(table, axis=1) - table
+    starts = batch_size * np.arange(groups)[:, None] + within
+    positions = []
+    for p in range(table.shape[1]):
+        batch_of_row = np.repeat(np.arange(groups), table[:, p])
+        positions.append(starts[batch_of_row, p] + np.arange(len(batch_of_row)) - first[batch_of_row, p])
+    order = np.empty(groups * batch_size, np.int64)
+    order[np.concatenate(positions)] = np.arange(groups * batch_size)
+    return order
+
+
 class GroupBatches:
     """The ``G`` batches of one group, from the shards' parts (see the module docstring)."""
 
@@ -87,20 +117,8 @@ class GroupBatches:
         decode_threads: int | None = None,
     ) -> None:
         parts = sorted(parts, key=lambda part: part.shard)
-        counts = np.stack([part.counts for part in parts], axis=1)  # (G, parts)
-        groups = len(counts)
-        assert (counts.sum(axis=1) == batch_size).all(), "each batch's parts add up to batch_size"
-        # Batch g's rows: shard after shard. Part p's rows for batch g start at first[g, p] in the part
-        # and at within[g, p] in the batch; order maps the batches' rows to the parts' rows, joined.
-        first = np.cumsum(counts, axis=0) - counts
-        within = np.cumsum(counts, axis=1) - counts
-        starts = batch_size * np.arange(groups)[:, None] + within
-        positions = []
-        for p in range(len(parts)):
-            batch_of_row = np.repeat(np.arange(groups), counts[:, p])
-            positions.append(starts[batch_of_row, p] + np.arange(len(batch_of_row)) - first[batch_of_row, p])
-        order = np.empty(groups * batch_size, np.int64)
-        order[np.concatenate(positions)] = np.arange(groups * batch_size)
+        groups = len(parts[0].counts)
+        order = row_order([part.counts for part in parts], batch_size)
         self.stack_size = stack_size
         self.batch_size = batch_size
         self.columns = stack_size + 1
@@ -200,57 +218,59 @@ def join_sequences(
 
 class SequenceParts:
     """The ``G`` batches of windows of one group, from the shards' parts (``Part.batch`` an
-    ``EncodedSequenceBatch`` holding ``counts[g]`` windows for batch g, batch after batch): batch g joins
-    each shard's windows for it, shard after shard, as ``join_sequences`` joins one batch's."""
+    ``EncodedSequenceBatch`` holding ``counts[g]`` windows for batch g, batch after batch): batch g holds
+    each shard's windows for it, shard after shard, as ``join_sequences`` joins one batch's.
+
+    As ``GroupBatches`` does for transitions, the windows are laid out and every reference checked once,
+    for the whole group; each batch is then a slice of each field and one compiled decode.
+    """
 
     def __init__(
         self, parts: Sequence[Part], *, batch_size: int, stack_size: int, global_min: float, beta: float,
         decode_threads: int | None = None,
     ) -> None:
-        self.parts = sorted(parts, key=lambda part: part.shard)
-        counts = np.stack([part.counts for part in self.parts], axis=1)  # (G, parts)
-        assert (counts.sum(axis=1) == batch_size).all(), "each batch's parts add up to batch_size"
-        self.counts = counts
-        self.first = np.cumsum(counts, axis=0) - counts  # part p's windows for batch g start at first[g, p]
-        self.stack_size, self.global_min, self.beta = stack_size, global_min, beta
-        self.decode_threads = decode_threads
+        parts = sorted(parts, key=lambda part: part.shard)
+        windows: list[EncodedSequenceBatch] = [part.batch for part in parts]  # type: ignore[misc]
+        groups = len(parts[0].counts)
+        order = row_order([part.counts for part in parts], batch_size)
+        self.batch_size, self.stack_size, self.columns = batch_size, stack_size, stack_size + 1
+        if any(part.frame_index.shape[-1] != stack_size + 1 for part in windows):  # obs, next_obs apart
+            self.columns = 2 * stack_size
+        joined = BlockRefs.join([part.frames.blocks(frame_columns(part.frame_index, stack_size, self.columns))
+                                 .from_source(p) for p, part in enumerate(windows)], order)
+        self.frames = BlockBatches([part.frames for part in windows], joined, batches=groups,
+                                   decode_threads=decode_threads)
+        fields: dict[str, Any] = {name: np.concatenate([getattr(part, name) for part in windows])
+                                  for name in ("action", "reward", "terminated", "truncated", "env_index", "mask")}
+        fields["index"] = np.concatenate([  # global ids, -1 past a window's end
+            np.where(part.batch.index >= 0,
+                     global_ids(part.shard, part.info["epoch"], np.maximum(part.batch.index, 0)), -1)
+            for part in parts])
+        fields["weight"] = np.concatenate([part.batch.weight * weight_scale(part.info, global_min, beta)
+                                           for part in parts]).astype(np.float32, copy=False)
+        self.fields = {name: values[order] for name, values in fields.items()}
+        self.user_fields = joined_user_fields(windows, order)
 
     def __len__(self) -> int:
-        return len(self.counts)
+        return self.frames.batches
 
     def batch(self, g: int) -> SequenceBatch:
-        """Batch g of the group, decoded in one call.
+        """Batch g of the group, its frames decoded in one call into a new array (obs and next_obs view it).
 
         Args:
             g: the batch's position in the group.
 
         Returns:
-            Its windows, shard after shard.
+            Its windows, shard after shard; pixels past a window's end are zero.
         """
-        pieces = []
-        for p, part in enumerate(self.parts):
-            count = int(self.counts[g, p])
-            if count:
-                rows = slice(int(self.first[g, p]), int(self.first[g, p]) + count)
-                pieces.append((part.shard, window_rows(part.batch, rows), part.info))  # type: ignore[arg-type]
-        return join_sequences(pieces, stack_size=self.stack_size, global_min=self.global_min, beta=self.beta,
-                              decode_threads=self.decode_threads)
-
-
-def window_rows(windows: EncodedSequenceBatch, rows: slice) -> EncodedSequenceBatch:
-    """Windows ``rows`` of an encoded sequence batch, with all its frames (those rows index some of them).
-
-    Args:
-        windows: the encoded windows.
-        rows: which windows.
-
-    Returns:
-        The same record over those windows only.
-    """
-    arrays = {name: getattr(windows, name)[rows] for name in
-              ("frame_index", "action", "reward", "terminated", "truncated", "mask", "index", "env_index", "weight")}
-    return EncodedSequenceBatch(frames=windows.frames, stack_size=windows.stack_size, **arrays,
-                                user_fields={name: array[rows] for name, array in windows.fields.items()})
+        rows = slice(g * self.batch_size, (g + 1) * self.batch_size)
+        mask = self.fields["mask"][rows]
+        pixels = self.frames.decode(g).reshape(*mask.shape, self.columns, *self.frames.frame_shape)
+        pixels[~mask] = 0
+        size = self.stack_size
+        return SequenceBatch(obs=pixels[:, :, :size], next_obs=pixels[:, :, -size:],
+                             **{name: array[rows] for name, array in self.fields.items()},
+                             user_fields={name: array[rows] for name, array in self.user_fields.items()})
 
 
 def joined_user_fields(
