@@ -204,16 +204,36 @@ def join_sequences(
     decode_blocks([part.frames for _, part, _ in parts], refs, pixels.reshape(-1, *frame_shape),
                   decode_threads=decode_threads)
     pixels[~mask] = 0
-    arrays: dict[str, Any] = {
-        name: np.concatenate([getattr(part, name) for _, part, _ in parts])
-        for name in ("action", "reward", "terminated", "truncated", "env_index")
-    }
-    index = np.concatenate([np.where(part.index >= 0, global_ids(k, info["epoch"], np.maximum(part.index, 0)), -1)
-                            for k, part, info in parts])
-    weight = np.concatenate([part.weight * weight_scale(info, global_min, beta) for _, part, info in parts])
-    return SequenceBatch(obs=pixels[:, :, :stack_size], next_obs=pixels[:, :, -stack_size:], mask=mask, index=index,
-                         weight=weight.astype(np.float32, copy=False), **arrays,
+    columns = joined_window_columns(parts, global_min=global_min, beta=beta)
+    del columns["mask"]
+    return SequenceBatch(obs=pixels[:, :, :stack_size], next_obs=pixels[:, :, -stack_size:], mask=mask, **columns,
                          user_fields=joined_user_fields([part for _, part, _ in parts]))
+
+
+def joined_window_columns(
+    parts: Sequence[tuple[int, EncodedSequenceBatch, dict[str, Any]]], *, global_min: float, beta: float
+) -> dict[str, npt.NDArray[Any]]:
+    """The windows' columns other than frames, part after part (shard, its windows, its info): theirs as
+    drawn, ``index`` as global ids (-1 past a window's end) and ``weight`` rescaled to the global minimum.
+
+    Args:
+        parts: each shard's encoded windows, in the order they are joined.
+        global_min: the smallest priority leaf over the shards.
+        beta: the importance exponent the windows were drawn with.
+
+    Returns:
+        Each column joined, by name.
+    """
+    columns: dict[str, npt.NDArray[Any]] = {
+        name: np.concatenate([getattr(part, name) for _, part, _ in parts])
+        for name in ("action", "reward", "terminated", "truncated", "env_index", "mask")
+    }
+    columns["index"] = np.concatenate([
+        np.where(part.index >= 0, global_ids(k, info["epoch"], np.maximum(part.index, 0)), -1)
+        for k, part, info in parts])
+    columns["weight"] = np.concatenate([part.weight * weight_scale(info, global_min, beta)
+                                        for _, part, info in parts]).astype(np.float32, copy=False)
+    return columns
 
 
 class SequenceParts:
@@ -240,15 +260,9 @@ class SequenceParts:
                                  .from_source(p) for p, part in enumerate(windows)], order)
         self.frames = BlockBatches([part.frames for part in windows], joined, batches=groups,
                                    decode_threads=decode_threads)
-        fields: dict[str, Any] = {name: np.concatenate([getattr(part, name) for part in windows])
-                                  for name in ("action", "reward", "terminated", "truncated", "env_index", "mask")}
-        fields["index"] = np.concatenate([  # global ids, -1 past a window's end
-            np.where(part.batch.index >= 0,
-                     global_ids(part.shard, part.info["epoch"], np.maximum(part.batch.index, 0)), -1)
-            for part in parts])
-        fields["weight"] = np.concatenate([part.batch.weight * weight_scale(part.info, global_min, beta)
-                                           for part in parts]).astype(np.float32, copy=False)
-        self.fields = {name: values[order] for name, values in fields.items()}
+        columns = joined_window_columns([(part.shard, part.batch, part.info) for part in parts],  # type: ignore[misc]
+                                        global_min=global_min, beta=beta)
+        self.fields = {name: values[order] for name, values in columns.items()}
         self.user_fields = joined_user_fields(windows, order)
 
     def __len__(self) -> int:
